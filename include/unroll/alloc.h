@@ -1,0 +1,23 @@
+/* The only allocator: every allocation in unroll goes through these, so tests can make
+ * the Nth allocation fail (curl torture, libgit2 failalloc; STYLE §3.5). */
+#ifndef UNROLL_ALLOC_H
+#define UNROLL_ALLOC_H
+
+#include <stddef.h>
+
+void *ur_malloc(size_t n);
+void *ur_calloc(size_t count, size_t size);
+void *ur_realloc(void *p, size_t n);
+/* NULL-safe. */
+void ur_free(void *p);
+/* Copy of a NUL-terminated string, or NULL when out of memory. */
+char *ur_strdup(const char *s);
+/* Copy of the first n bytes of s plus a NUL, or NULL when out of memory. */
+char *ur_strndup(const char *s, size_t n);
+
+/* Test hook: make the allocation after `n` more successful ones fail (n = 0: the next
+ * one fails); a negative n disables failing. Returns how many allocations succeeded since
+ * the previous call. Not thread-safe: for single-threaded tests only. */
+long ur_alloc_fail_after(long n);
+
+#endif

@@ -1,0 +1,40 @@
+/* File-system helpers shared by the layers that touch disk. Every failure names the path
+ * and carries errno (UR_EIO, or UR_ENOTFOUND for a missing file). Paths are '/'-separated. */
+#ifndef UNROLL_FS_H
+#define UNROLL_FS_H
+
+#include "unroll/buf.h"
+#include "unroll/err.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* "a" + "b" -> "a/b" (no doubled '/'); a new string the caller frees with ur_free. */
+char *ur_path_join(const char *a, const char *b);
+/* Like ur_path_join with printf formatting of the second part. */
+char *ur_path_joinf(const char *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Read a whole file, failing with UR_ECORRUPT when it is larger than max_bytes. */
+int ur_fs_read_file(ur_buf *out, const char *path, size_t max_bytes, ur_err *err);
+/* Read exactly n bytes at offset from an open descriptor (pread loop). A short file is
+ * UR_ECORRUPT ("truncated"); `path` names it in the error. */
+int ur_fs_pread_full(int fd, void *dst, size_t n, uint64_t offset, const char *path,
+                     ur_err *err);
+/* Write all n bytes (write loop). */
+int ur_fs_write_full(int fd, const void *src, size_t n, const char *path, ur_err *err);
+/* Create (truncate) `path`, write the bytes, fsync, close. */
+int ur_fs_write_file(const char *path, const void *data, size_t n, ur_err *err);
+/* mkdir -p. */
+int ur_fs_mkdirs(const char *path, ur_err *err);
+/* fsync a directory so a rename or create inside it is durable. */
+int ur_fs_fsync_dir(const char *path, ur_err *err);
+/* rm -rf; a missing path is not an error. Never follows symlinks out of the tree. */
+int ur_fs_remove_tree(const char *path, ur_err *err);
+/* 1 when path exists (any type), 0 when not. */
+int ur_fs_exists(const char *path);
+/* 1 when path is a directory. */
+int ur_fs_is_dir(const char *path);
+/* Size of a regular file. */
+int ur_fs_file_size(const char *path, uint64_t *size_out, ur_err *err);
+
+#endif

@@ -1,0 +1,66 @@
+/* A key-value store: the one interface the zarr and Orbax layers read and write through,
+ * so they never know whether a checkpoint is a plain directory or an OCDBT database.
+ *
+ * Keys are '/'-separated byte strings without a leading '/', ordered bytewise (memcmp).
+ * A handle is opened for reading or for writing, not both. Reads are positioned and may
+ * run from several threads at once; writes come from one thread at a time.
+ *
+ * Implementations: kvstore_file (a directory; key = relative path), kvstore_mem (tests and
+ * fault injection), ocdbt (see unroll/ocdbt.h). */
+#ifndef UNROLL_KVSTORE_H
+#define UNROLL_KVSTORE_H
+
+#include "unroll/buf.h"
+#include "unroll/err.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ur_kvstore ur_kvstore;
+
+/* Read the whole value of `key`, appending it to `out`. UR_ENOTFOUND when absent;
+ * `out->limit` caps the size (UR_ECORRUPT beyond it). */
+int ur_kvstore_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err);
+
+/* Read `len` bytes at `offset` of the value into dst. UR_ECORRUPT when the value is shorter. */
+int ur_kvstore_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len,
+                          void *dst, ur_err *err);
+
+/* Size of the value of `key`; UR_ENOTFOUND when absent. */
+int ur_kvstore_size(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err);
+
+/* Called once per key under the prefix, in key order; `size` is the value's length.
+ * A nonzero return stops the listing and is returned by ur_kvstore_list. */
+typedef int (*ur_kvstore_list_fn)(void *ctx, const char *key, uint64_t size);
+
+/* List the keys that start with `prefix` ("" for all), in bytewise order. */
+int ur_kvstore_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, void *ctx,
+                    ur_err *err);
+
+/* Store a value (writers only). A key written twice keeps the last value. */
+int ur_kvstore_write(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err);
+
+/* Make every write durable and complete the store (OCDBT: write the manifest last).
+ * After commit the handle accepts no more writes. */
+int ur_kvstore_commit(ur_kvstore *kv, ur_err *err);
+
+/* Close and free; an uncommitted writer leaves its files for the caller to remove.
+ * NULL-safe. */
+void ur_kvstore_close(ur_kvstore *kv);
+
+/* Human-readable description ("file:/path", "ocdbt:/path"), borrowed. */
+const char *ur_kvstore_describe(const ur_kvstore *kv);
+
+/* A directory store. For writing, the directory is created if missing. */
+int ur_kvstore_file_open(ur_kvstore **out, const char *root, int writable, ur_err *err);
+
+/* An in-memory store, writable and readable at once (tests). fail_read_at / fail_write_at:
+ * the Nth read/write operation (1-based) fails with UR_EIO; 0 disables. */
+int ur_kvstore_mem_new(ur_kvstore **out, ur_err *err);
+void ur_kvstore_mem_fail_at(ur_kvstore *kv, unsigned fail_read_at, unsigned fail_write_at);
+
+/* Open `dir` for reading as Orbax and TensorStore would: an OCDBT database when
+ * `dir/manifest.ocdbt` exists, otherwise a plain directory. */
+int ur_kvstore_open_auto(ur_kvstore **out, const char *dir, ur_err *err);
+
+#endif

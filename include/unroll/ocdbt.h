@@ -1,0 +1,37 @@
+/* TensorStore OCDBT databases as ur_kvstore handles.
+ *
+ * Reader: the latest version of a database directory (manifest.ocdbt + data files),
+ * following data-file paths into Orbax's ocdbt.process_N/ databases. Values are read on
+ * demand with positioned reads; reads are thread-safe.
+ *
+ * Writer: a new single-version database. Values larger than max_inline_value_bytes are
+ * appended to data files under d/ as they arrive (only the index stays in memory); the
+ * B+tree, then the manifest, are written by ur_kvstore_commit. Spec: ../shared/docs/ocdbt-format.md. */
+#ifndef UNROLL_OCDBT_H
+#define UNROLL_OCDBT_H
+
+#include "unroll/err.h"
+#include "unroll/kvstore.h"
+
+#include <stdint.h>
+
+typedef struct ur_ocdbt_write_opts {
+    uint64_t target_data_file_size; /* roll over to a new d/ file past this; 0 = 2 GiB */
+    uint32_t max_inline_value_bytes; /* as Orbax configures it: 1024 */
+    uint64_t max_decoded_node_bytes; /* B+tree node size target; TensorStore's default 8 MiB */
+    int compress;                    /* 1: zstd-compress manifest and nodes (as Orbax) */
+    int zstd_level;                  /* level for nodes; Orbax configures 0 (libzstd default) */
+} ur_ocdbt_write_opts;
+
+/* Fill with Orbax's settings. */
+void ur_ocdbt_write_opts_init(ur_ocdbt_write_opts *opts);
+
+/* Open the database in directory `dir` for reading (latest version). */
+int ur_ocdbt_open(ur_kvstore **out, const char *dir, ur_err *err);
+
+/* Create a new database in directory `dir` (created if missing; must not already hold a
+ * manifest). Returns a write-only kvstore; ur_kvstore_commit writes the tree and manifest. */
+int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts *opts,
+                    ur_err *err);
+
+#endif

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Install what building and testing unroll needs, only what is missing (idempotent, fast
+# when everything is there). Debian, as root (or with sudo).
+#   scripts/setup.sh            build dependencies (compiler, cmake, libzstd, cJSON, libyaml)
+#   scripts/setup.sh --tests    also cmocka, valgrind and the Python interop stack in .venv
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_tests=0
+[ "${1:-}" = "--tests" ] && want_tests=1
+
+pkgs=(gcc make cmake pkg-config libzstd-dev libcjson-dev libyaml-dev zlib1g-dev)
+if [ "$want_tests" = 1 ]; then
+  pkgs+=(libcmocka-dev python3-venv)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# python3-venv may be absent as a package where Python itself ships venv (pyenv builds).
+if [ "${#missing[@]}" -gt 0 ] && printf '%s\n' "${missing[@]}" | grep -qx python3-venv; then
+  if python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    missing=("${missing[@]/python3-venv/}")
+  fi
+fi
+missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ "$want_tests" = 1 ]; then
+  req=tests/interop/requirements.txt
+  stamp=.venv/.requirements.sha256
+  sum=$(sha256sum "$req" | cut -d' ' -f1)
+  if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ]; then
+    echo "setup: creating .venv from $req" >&2
+    python3 -m venv .venv
+    .venv/bin/pip install -q --upgrade pip >/dev/null
+    .venv/bin/pip install -q -r "$req"
+    echo "$sum" > "$stamp"
+  fi
+fi

@@ -1,0 +1,31 @@
+/* The command line: subcommands and the mapping from error codes to exit statuses.
+ * Only src/cli/ prints (STYLE §3.3). */
+#ifndef UNROLL_CLI_H
+#define UNROLL_CLI_H
+
+#include "unroll/err.h"
+
+/* Documented exit statuses (README "Exit statuses"). */
+enum {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_FAILURE = 1,     /* generic failure, internal error, out of memory */
+    CLI_EXIT_USAGE = 2,       /* bad command line or configuration */
+    CLI_EXIT_IO = 3,          /* a file could not be read or written */
+    CLI_EXIT_CORRUPT = 4,     /* the input checkpoint is damaged or inconsistent */
+    CLI_EXIT_UNSUPPORTED = 5, /* valid input using a feature unroll does not implement */
+    CLI_EXIT_VERIFY = 6       /* `unroll verify` found a mismatch */
+};
+
+/* Exit status for an error code. */
+int cli_exit_status(ur_code code);
+/* Print "unroll: <error>" as one line on stderr and return the exit status. */
+int cli_fail(const ur_err *err);
+/* Print "unroll: <message>" on stderr and return CLI_EXIT_USAGE. */
+int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Subcommands; argv[0] is the subcommand's name. Each returns an exit status. */
+int cli_cmd_ls(int argc, char **argv);
+int cli_cmd_inspect(int argc, char **argv);
+int cli_cmd_unroll(int argc, char **argv);
+
+#endif

@@ -1,0 +1,38 @@
+/* unroll: entry point. `unroll <subcommand> ...` for the tools (ls, inspect), otherwise the
+ * MaxText-style `unroll path/to/base.yml key=value ...` conversion. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+} subcommand;
+
+static const subcommand subcommands[] = {
+#ifdef UR_HAVE_CMD_LS
+    {"ls", cli_cmd_ls, "list the keys of an OCDBT database or checkpoint directory"},
+#endif
+#ifdef UR_HAVE_CMD_INSPECT
+    {"inspect", cli_cmd_inspect, "show a checkpoint's tree, dtypes, shapes and chunking"},
+#endif
+    {NULL, NULL, NULL},
+};
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2) {
+        for (const subcommand *s = subcommands; s->name != NULL; s++) {
+            if (strcmp(argv[1], s->name) == 0) {
+                return s->fn(argc - 1, argv + 1);
+            }
+        }
+    }
+#ifdef UR_HAVE_CMD_UNROLL
+    return cli_cmd_unroll(argc, argv);
+#else
+    return cli_usage_error("usage: unroll <ls|inspect> ...");
+#endif
+}

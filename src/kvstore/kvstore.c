@@ -1,0 +1,57 @@
+/* Dispatch through the vtable; each entry names the store in errors that lack a path. */
+#include "kvstore_impl.h"
+
+#include "unroll/fs.h"
+#include "unroll/alloc.h"
+
+#include <stdio.h>
+
+static int unsupported(const ur_kvstore *kv, const char *what, ur_err *err)
+{
+    return ur_err_set(err, UR_EINTERNAL, "%s: %s is not supported by this store", kv->desc, what);
+}
+
+int ur_kvstore_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
+{
+    return kv->ops->read ? kv->ops->read(kv, key, out, err) : unsupported(kv, "read", err);
+}
+
+int ur_kvstore_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len,
+                          void *dst, ur_err *err)
+{
+    return kv->ops->read_range ? kv->ops->read_range(kv, key, offset, len, dst, err)
+                               : unsupported(kv, "read_range", err);
+}
+
+int ur_kvstore_size(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err)
+{
+    return kv->ops->size ? kv->ops->size(kv, key, size_out, err) : unsupported(kv, "size", err);
+}
+
+int ur_kvstore_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, void *ctx,
+                    ur_err *err)
+{
+    return kv->ops->list ? kv->ops->list(kv, prefix, fn, ctx, err) : unsupported(kv, "list", err);
+}
+
+int ur_kvstore_write(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err)
+{
+    return kv->ops->write ? kv->ops->write(kv, key, data, n, err) : unsupported(kv, "write", err);
+}
+
+int ur_kvstore_commit(ur_kvstore *kv, ur_err *err)
+{
+    return kv->ops->commit ? kv->ops->commit(kv, err) : UR_OK;
+}
+
+void ur_kvstore_close(ur_kvstore *kv)
+{
+    if (kv != NULL) {
+        kv->ops->close(kv);
+    }
+}
+
+const char *ur_kvstore_describe(const ur_kvstore *kv)
+{
+    return kv->desc;
+}

@@ -1,0 +1,358 @@
+/* A kvstore over a directory: key "a/b/c" is the file <root>/a/b/c.
+ *
+ * Keys come from checkpoint metadata, i.e. from untrusted input, so a key that could
+ * leave the root ("..", absolute, empty components) is refused rather than resolved. */
+#define _POSIX_C_SOURCE 200809L
+#include "kvstore_impl.h"
+
+#include "unroll/alloc.h"
+#include "unroll/fs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+    ur_kvstore base;
+    char *root;
+    int writable;
+    int committed;
+} file_store;
+
+static int check_key(const char *key, ur_err *err)
+{
+    const char *p = key;
+    if (*key == '\0' || *key == '/') {
+        return ur_err_set(err, UR_ECORRUPT, "invalid key '%s'", key);
+    }
+    while (*p) {
+        const char *e = strchr(p, '/');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.')) {
+            return ur_err_set(err, UR_ECORRUPT, "invalid key '%s'", key);
+        }
+        p += n;
+        if (*p == '/') {
+            p++;
+            if (*p == '\0') {
+                return ur_err_set(err, UR_ECORRUPT, "invalid key '%s'", key);
+            }
+        }
+    }
+    return UR_OK;
+}
+
+static int key_path(file_store *fs, const char *key, char **out, ur_err *err)
+{
+    int rc = check_key(key, err);
+    if (rc < 0) {
+        return rc;
+    }
+    *out = ur_path_join(fs->root, key);
+    return *out ? UR_OK : ur_err_oom(err);
+}
+
+static int f_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
+{
+    file_store *fs = (file_store *)kv;
+    char *path = NULL;
+    int rc = key_path(fs, key, &path, err);
+    if (rc == UR_OK) {
+        rc = ur_fs_read_file(out, path, out->limit ? out->limit : SIZE_MAX, err);
+    }
+    ur_free(path);
+    return rc;
+}
+
+static int f_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len, void *dst,
+                        ur_err *err)
+{
+    file_store *fs = (file_store *)kv;
+    char *path = NULL;
+    int fd, rc = key_path(fs, key, &path, err);
+    if (rc < 0) {
+        return rc;
+    }
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        rc = ur_err_set_os(err, e == ENOENT ? UR_ENOTFOUND : UR_EIO, e, path, "cannot open");
+    } else {
+        rc = ur_fs_pread_full(fd, dst, len, offset, path, err);
+        close(fd);
+    }
+    ur_free(path);
+    return rc;
+}
+
+static int f_size(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err)
+{
+    file_store *fs = (file_store *)kv;
+    char *path = NULL;
+    struct stat st;
+    int rc = key_path(fs, key, &path, err);
+    if (rc < 0) {
+        return rc;
+    }
+    if (stat(path, &st) != 0) {
+        int e = errno;
+        rc = ur_err_set_os(err, e == ENOENT ? UR_ENOTFOUND : UR_EIO, e, path, "cannot stat");
+    } else if (!S_ISREG(st.st_mode)) {
+        rc = ur_err_set_os(err, UR_ENOTFOUND, 0, path, "not a regular file");
+    } else {
+        *size_out = (uint64_t)st.st_size;
+    }
+    ur_free(path);
+    return rc;
+}
+
+/* Listing: collect every regular file below root (relative names), sort, filter. */
+typedef struct {
+    char *key;
+    uint64_t size;
+} key_entry;
+
+typedef struct {
+    key_entry *e;
+    size_t n, cap;
+} key_list;
+
+static void key_list_dispose(key_list *kl)
+{
+    for (size_t i = 0; i < kl->n; i++) {
+        ur_free(kl->e[i].key);
+    }
+    ur_free(kl->e);
+}
+
+static int key_list_add(key_list *kl, const char *key, uint64_t size, ur_err *err)
+{
+    if (kl->n == kl->cap) {
+        size_t cap = kl->cap ? kl->cap * 2 : 64;
+        key_entry *e = ur_realloc(kl->e, cap * sizeof *e);
+        if (e == NULL) {
+            return ur_err_oom(err);
+        }
+        kl->e = e;
+        kl->cap = cap;
+    }
+    kl->e[kl->n].key = ur_strdup(key);
+    if (kl->e[kl->n].key == NULL) {
+        return ur_err_oom(err);
+    }
+    kl->e[kl->n++].size = size;
+    return UR_OK;
+}
+
+static int walk(const char *root, const char *rel, key_list *kl, int depth, ur_err *err)
+{
+    char *dir = rel[0] ? ur_path_join(root, rel) : ur_strdup(root);
+    DIR *d;
+    struct dirent *e;
+    int rc = UR_OK;
+
+    if (dir == NULL) {
+        return ur_err_oom(err);
+    }
+    if (depth > 64) {
+        rc = ur_err_set_os(err, UR_ECORRUPT, 0, dir, "directory tree too deep");
+        goto out;
+    }
+    d = opendir(dir);
+    if (d == NULL) {
+        int en = errno;
+        rc = ur_err_set_os(err, en == ENOENT ? UR_ENOTFOUND : UR_EIO, en, dir, "cannot list");
+        goto out;
+    }
+    while (rc == UR_OK && (e = readdir(d)) != NULL) {
+        struct stat st;
+        char *child_rel, *child;
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) {
+            continue;
+        }
+        child_rel = rel[0] ? ur_path_join(rel, e->d_name) : ur_strdup(e->d_name);
+        child = child_rel ? ur_path_join(root, child_rel) : NULL;
+        if (child == NULL) {
+            ur_free(child_rel);
+            rc = ur_err_oom(err);
+            break;
+        }
+        if (lstat(child, &st) == 0) {
+            if (S_ISDIR(st.st_mode)) {
+                rc = walk(root, child_rel, kl, depth + 1, err);
+            } else if (S_ISREG(st.st_mode)) {
+                rc = key_list_add(kl, child_rel, (uint64_t)st.st_size, err);
+            }
+        }
+        ur_free(child);
+        ur_free(child_rel);
+    }
+    closedir(d);
+out:
+    ur_free(dir);
+    return rc;
+}
+
+/* Keys are byte strings: strcmp compares as unsigned char, i.e. bytewise like memcmp. */
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const key_entry *)a)->key, ((const key_entry *)b)->key);
+}
+
+static int f_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, void *ctx,
+                  ur_err *err)
+{
+    file_store *fs = (file_store *)kv;
+    key_list kl = {0};
+    size_t plen = strlen(prefix);
+    int rc = walk(fs->root, "", &kl, 0, err);
+
+    if (rc == UR_OK && kl.n > 0) {
+        qsort(kl.e, kl.n, sizeof *kl.e, cmp_entry);
+        for (size_t i = 0; i < kl.n; i++) {
+            if (strncmp(kl.e[i].key, prefix, plen) == 0) {
+                rc = fn(ctx, kl.e[i].key, kl.e[i].size);
+                if (rc != 0) {
+                    break;
+                }
+            }
+        }
+    }
+    key_list_dispose(&kl);
+    return rc;
+}
+
+static int f_write(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err)
+{
+    file_store *fs = (file_store *)kv;
+    char *path = NULL, *slash;
+    int fd, rc;
+
+    if (!fs->writable || fs->committed) {
+        return ur_err_set(err, UR_EINTERNAL, "%s: store is not open for writing", kv->desc);
+    }
+    rc = key_path(fs, key, &path, err);
+    if (rc < 0) {
+        return rc;
+    }
+    slash = strrchr(path, '/');
+    if (slash != NULL && slash != path) {
+        *slash = '\0';
+        rc = ur_fs_mkdirs(path, err);
+        *slash = '/';
+        if (rc < 0) {
+            goto out;
+        }
+    }
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot create");
+        goto out;
+    }
+    rc = ur_fs_write_full(fd, data, n, path, err);
+    if (close(fd) != 0 && rc == UR_OK) {
+        rc = ur_err_set_os(err, UR_EIO, errno, path, "close failed");
+    }
+out:
+    ur_free(path);
+    return rc;
+}
+
+/* fsync every file and directory below `path`, children before parents. */
+static int sync_tree(const char *path, ur_err *err)
+{
+    struct stat st;
+    int rc = UR_OK;
+    if (lstat(path, &st) != 0) {
+        return ur_err_set_os(err, UR_EIO, errno, path, "cannot stat");
+    }
+    if (S_ISDIR(st.st_mode)) {
+        DIR *d = opendir(path);
+        struct dirent *e;
+        if (d == NULL) {
+            return ur_err_set_os(err, UR_EIO, errno, path, "cannot open directory");
+        }
+        while (rc == UR_OK && (e = readdir(d)) != NULL) {
+            char *child;
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) {
+                continue;
+            }
+            child = ur_path_join(path, e->d_name);
+            rc = child ? sync_tree(child, err) : ur_err_oom(err);
+            ur_free(child);
+        }
+        closedir(d);
+        return rc == UR_OK ? ur_fs_fsync_dir(path, err) : rc;
+    }
+    if (S_ISREG(st.st_mode)) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            return ur_err_set_os(err, UR_EIO, errno, path, "cannot open");
+        }
+        if (fsync(fd) != 0) {
+            rc = ur_err_set_os(err, UR_EIO, errno, path, "fsync failed");
+        }
+        close(fd);
+    }
+    return rc;
+}
+
+static int f_commit(ur_kvstore *kv, ur_err *err)
+{
+    file_store *fs = (file_store *)kv;
+    int rc;
+    if (!fs->writable) {
+        return UR_OK;
+    }
+    rc = sync_tree(fs->root, err);
+    if (rc == UR_OK) {
+        fs->committed = 1;
+    }
+    return rc;
+}
+
+static void f_close(ur_kvstore *kv)
+{
+    file_store *fs = (file_store *)kv;
+    ur_free(fs->root);
+    ur_free(fs);
+}
+
+static const ur_kvstore_ops file_ops = {
+    "file", f_read, f_read_range, f_size, f_list, f_write, f_commit, f_close,
+};
+
+int ur_kvstore_file_open(ur_kvstore **out, const char *root, int writable, ur_err *err)
+{
+    file_store *fs;
+    int rc;
+
+    if (writable) {
+        rc = ur_fs_mkdirs(root, err);
+        if (rc < 0) {
+            return rc;
+        }
+    } else if (!ur_fs_is_dir(root)) {
+        return ur_err_set_os(err, ur_fs_exists(root) ? UR_EIO : UR_ENOTFOUND,
+                             ur_fs_exists(root) ? ENOTDIR : ENOENT, root, "cannot open directory");
+    }
+    fs = ur_calloc(1, sizeof *fs);
+    if (fs == NULL) {
+        return ur_err_oom(err);
+    }
+    fs->root = ur_strdup(root);
+    if (fs->root == NULL) {
+        ur_free(fs);
+        return ur_err_oom(err);
+    }
+    fs->base.ops = &file_ops;
+    fs->writable = writable;
+    snprintf(fs->base.desc, sizeof fs->base.desc, "file:%s", root);
+    *out = &fs->base;
+    return UR_OK;
+}

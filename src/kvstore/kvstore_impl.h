@@ -1,0 +1,27 @@
+/* The vtable behind ur_kvstore, shared by the implementations in src/kvstore/ (the file
+ * store, the memory store and OCDBT). Not part of the cross-layer API. */
+#ifndef UNROLL_KVSTORE_IMPL_H
+#define UNROLL_KVSTORE_IMPL_H
+
+#include "unroll/kvstore.h"
+
+typedef struct ur_kvstore_ops {
+    const char *name;
+    int (*read)(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err);
+    int (*read_range)(ur_kvstore *kv, const char *key, uint64_t offset, size_t len, void *dst,
+                      ur_err *err);
+    int (*size)(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err);
+    int (*list)(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, void *ctx,
+                ur_err *err);
+    int (*write)(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err);
+    int (*commit)(ur_kvstore *kv, ur_err *err);
+    void (*close)(ur_kvstore *kv);
+} ur_kvstore_ops;
+
+/* Every implementation's handle starts with this header. */
+struct ur_kvstore {
+    const ur_kvstore_ops *ops;
+    char desc[512];
+};
+
+#endif

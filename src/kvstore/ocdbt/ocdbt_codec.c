@@ -1,0 +1,202 @@
+/* The envelope shared by manifests, B+tree nodes and version-tree nodes (spec §2):
+ *
+ *   offset 0   u32be  magic          0x0cdb3a2a manifest | 0x0cdb20de btree | 0x0cdb1234 vnode
+ *   offset 4   u64le  length L       the whole object, header and CRC included
+ *   offset 12  varint version        0 (written as one byte)
+ *   offset 13  varint compression    0 raw | 1 one zstd frame (written as one byte)
+ *   ...        payload               body, raw or compressed
+ *   L-4        u32le  crc32c         CRC-32C of bytes [0, L-4)
+ *
+ * TensorStore: tensorstore/kvstore/ocdbt/format/codec_util.cc. */
+#include "ocdbt_format.h"
+
+#include "unroll/crc32c.h"
+
+#include <string.h>
+#include <zstd.h>
+
+uint16_t ur_ocdbt_codec_varint16(ur_rd *rd)
+{
+    size_t at = rd->pos;
+    uint32_t v = ur_rd_varint32(rd);
+    if (v > 0xffffU) {
+        rd->pos = at;
+        ur_rd_fail(rd);
+        return 0;
+    }
+    return (uint16_t)v;
+}
+
+static int decompress(ur_buf *body, const uint8_t *p, size_t n, size_t at, const char *what,
+                      ur_err *err)
+{
+    static const uint8_t zstd_magic[4] = {0x28, 0xb5, 0x2f, 0xfd};
+    size_t frame, rc;
+    ZSTD_DCtx *dctx = NULL;
+    ZSTD_inBuffer in = {p, n, 0};
+    int ret = UR_OK;
+
+    if (n < 4 || memcmp(p, zstd_magic, 4) != 0) {
+        return ur_err_set_at(err, UR_ECORRUPT, at, "%s: payload is not a zstd frame", what);
+    }
+    frame = ZSTD_findFrameCompressedSize(p, n);
+    if (ZSTD_isError(frame)) {
+        return ur_err_set_at(err, UR_ECORRUPT, at, "%s: invalid zstd frame: %s", what,
+                             ZSTD_getErrorName(frame));
+    }
+    if (frame != n) {
+        return ur_err_set_at(err, UR_ECORRUPT, at + frame,
+                             "%s: %zu bytes after the zstd frame (exactly one frame expected)",
+                             what, n - frame);
+    }
+    dctx = ZSTD_createDCtx();
+    if (dctx == NULL) {
+        return ur_err_oom(err);
+    }
+    for (;;) {
+        ZSTD_outBuffer o;
+        size_t room = body->cap - body->len;
+        if (room < 4096) {
+            size_t want = body->len < 65536 ? 65536 : body->len;
+            if (body->len + want > UR_OCDBT_MAX_DECODED) {
+                want = UR_OCDBT_MAX_DECODED - body->len;
+            }
+            if (want == 0) {
+                ret = ur_err_set_at(err, UR_ECORRUPT, at, "%s: decompressed body over %zu bytes",
+                                    what, UR_OCDBT_MAX_DECODED);
+                goto out;
+            }
+            ret = ur_buf_reserve(body, want, err);
+            if (ret < 0) {
+                goto out;
+            }
+            room = body->cap - body->len;
+        }
+        o.dst = body->data + body->len;
+        o.size = room;
+        o.pos = 0;
+        rc = ZSTD_decompressStream(dctx, &o, &in);
+        body->len += o.pos;
+        if (ZSTD_isError(rc)) {
+            ret = ur_err_set_at(err, UR_ECORRUPT, at + in.pos, "%s: zstd: %s", what,
+                                ZSTD_getErrorName(rc));
+            goto out;
+        }
+        if (rc == 0) {
+            break; /* frame complete */
+        }
+        if (in.pos == in.size && o.pos < o.size) {
+            ret = ur_err_set_at(err, UR_ECORRUPT, at + n, "%s: truncated zstd frame", what);
+            goto out;
+        }
+    }
+    if (in.pos != in.size) {
+        ret = ur_err_set_at(err, UR_ECORRUPT, at + in.pos, "%s: bytes after the zstd frame", what);
+    }
+out:
+    ZSTD_freeDCtx(dctx);
+    return ret;
+}
+
+int ur_ocdbt_codec_decode(ur_buf *body, const uint8_t *p, size_t n, uint32_t magic,
+                          const char *what, int *compressed_out, ur_err *err)
+{
+    ur_rd rd;
+    uint32_t got_magic, version, format, crc_stored, crc;
+    uint64_t length;
+    size_t payload_at;
+
+    ur_buf_reset(body);
+    if (n < 16) {
+        return ur_err_set_at(err, UR_ECORRUPT, 0, "%s: %zu bytes is too short for an object",
+                             what, n);
+    }
+    ur_rd_init(&rd, p, n - 4);
+    got_magic = ur_rd_u32be(&rd);
+    if (got_magic != magic) {
+        return ur_err_set_at(err, UR_ECORRUPT, 0, "%s: bad magic 0x%08x (expected 0x%08x)", what,
+                             got_magic, magic);
+    }
+    length = ur_rd_u64le(&rd);
+    if (length != n) {
+        return ur_err_set_at(err, UR_ECORRUPT, 4,
+                             "%s: length field %llu does not match the %zu bytes read", what,
+                             (unsigned long long)length, n);
+    }
+    version = ur_rd_varint32(&rd);
+    if (rd.failed) {
+        return ur_err_set_at(err, UR_ECORRUPT, 12, "%s: bad version varint", what);
+    }
+    if (version != 0) {
+        return ur_err_set_at(err, UR_ECORRUPT, 12, "%s: unsupported version %u", what, version);
+    }
+    payload_at = rd.pos;
+    format = ur_rd_varint32(&rd);
+    if (rd.failed) {
+        return ur_err_set_at(err, UR_ECORRUPT, payload_at, "%s: bad compression varint", what);
+    }
+    if (format > 1) {
+        return ur_err_set_at(err, UR_ECORRUPT, payload_at, "%s: unknown compression format %u",
+                             what, format);
+    }
+    payload_at = rd.pos;
+    crc_stored = (uint32_t)p[n - 4] | ((uint32_t)p[n - 3] << 8) | ((uint32_t)p[n - 2] << 16) |
+                 ((uint32_t)p[n - 1] << 24);
+    crc = ur_crc32c(0, p, n - 4);
+    if (crc != crc_stored) {
+        return ur_err_set_at(err, UR_ECORRUPT, n - 4,
+                             "%s: CRC-32C mismatch (stored 0x%08x, computed 0x%08x)", what,
+                             crc_stored, crc);
+    }
+    if (compressed_out != NULL) {
+        *compressed_out = (int)format;
+    }
+    if (format == 0) {
+        return ur_buf_append(body, p + payload_at, n - 4 - payload_at, err);
+    }
+    return decompress(body, p + payload_at, n - 4 - payload_at, payload_at, what, err);
+}
+
+int ur_ocdbt_codec_encode(ur_buf *out, uint32_t magic, const uint8_t *body, size_t n,
+                          int compress, int level, ur_err *err)
+{
+    size_t start = out->len, total;
+    int rc;
+
+    rc = ur_buf_put_u32be(out, magic, err);
+    if (rc == UR_OK) {
+        rc = ur_buf_put_u64le(out, 0, err); /* patched below */
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_byte(out, 0, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_byte(out, compress ? 1 : 0, err);
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    if (compress) {
+        size_t bound = ZSTD_compressBound(n), got;
+        rc = ur_buf_reserve(out, bound, err);
+        if (rc < 0) {
+            return rc;
+        }
+        got = ZSTD_compress(out->data + out->len, bound, body, n, level);
+        if (ZSTD_isError(got)) {
+            return ur_err_set(err, UR_EINTERNAL, "zstd compression failed: %s",
+                              ZSTD_getErrorName(got));
+        }
+        out->len += got;
+    } else {
+        rc = ur_buf_append(out, body, n, err);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    total = out->len - start + 4;
+    for (int i = 0; i < 8; i++) {
+        out->data[start + 4 + (size_t)i] = (uint8_t)((uint64_t)total >> (8 * i));
+    }
+    return ur_buf_put_u32le(out, ur_crc32c(0, out->data + start, out->len - start), err);
+}

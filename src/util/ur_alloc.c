@@ -1,0 +1,92 @@
+/* The one place raw malloc/free appear (STYLE §3.8), so tests can fail any allocation. */
+#include "unroll/alloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Allocations left before a forced failure; negative = never fail. */
+static long fail_countdown = -1;
+static long succeeded;
+
+static int should_fail(void)
+{
+    if (fail_countdown < 0) {
+        return 0;
+    }
+    if (fail_countdown == 0) {
+        return 1;
+    }
+    fail_countdown--;
+    return 0;
+}
+
+/* Counting only while a test has armed the hook keeps the threaded hot path free of
+ * shared writes. */
+static void count_success(const void *p)
+{
+    if (p != NULL && fail_countdown >= 0) {
+        succeeded++;
+    }
+}
+
+long ur_alloc_fail_after(long n)
+{
+    long done = succeeded;
+    succeeded = 0;
+    fail_countdown = n;
+    return done;
+}
+
+void *ur_malloc(size_t n)
+{
+    void *p;
+    if (should_fail()) {
+        return NULL;
+    }
+    p = malloc(n == 0 ? 1 : n);
+    count_success(p);
+    return p;
+}
+
+void *ur_calloc(size_t count, size_t size)
+{
+    void *p;
+    if (should_fail()) {
+        return NULL;
+    }
+    p = calloc(count == 0 ? 1 : count, size == 0 ? 1 : size);
+    count_success(p);
+    return p;
+}
+
+void *ur_realloc(void *p, size_t n)
+{
+    void *q;
+    if (should_fail()) {
+        return NULL;
+    }
+    q = realloc(p, n == 0 ? 1 : n);
+    count_success(q);
+    return q;
+}
+
+void ur_free(void *p)
+{
+    free(p);
+}
+
+char *ur_strndup(const char *s, size_t n)
+{
+    char *d = ur_malloc(n + 1);
+    if (d == NULL) {
+        return NULL;
+    }
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+char *ur_strdup(const char *s)
+{
+    return ur_strndup(s, strlen(s));
+}

@@ -1,0 +1,120 @@
+/* The directory kvstore: round trip, ordered listing, ranges, and keys that would escape. */
+#define _POSIX_C_SOURCE 200809L
+#include "ur_test.h"
+
+#include "unroll/alloc.h"
+#include "unroll/fs.h"
+#include "unroll/kvstore.h"
+
+#include <stdlib.h>
+
+static char scratch[256];
+
+static int setup(void **state)
+{
+    (void)state;
+    strcpy(scratch, "/tmp/ur_kvfile_test_XXXXXX");
+    return mkdtemp(scratch) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return ur_fs_remove_tree(scratch, NULL) == UR_OK ? 0 : -1;
+}
+
+typedef struct {
+    char keys[16][64];
+    uint64_t sizes[16];
+    int n;
+} listing;
+
+static int collect(void *ctx, const char *key, uint64_t size)
+{
+    listing *l = ctx;
+    if (l->n < 16) {
+        snprintf(l->keys[l->n], sizeof l->keys[0], "%s", key);
+        l->sizes[l->n++] = size;
+    }
+    return 0;
+}
+
+static void test_kvstore_file__write_read_list(void **state)
+{
+    ur_kvstore *kv = NULL;
+    ur_err err;
+    ur_buf b;
+    listing l = {0};
+    uint8_t range[3];
+    uint64_t size;
+    char *root = ur_path_join(scratch, "db");
+    (void)state;
+
+    assert_int_equal(ur_kvstore_file_open(&kv, root, 1, &err), UR_OK);
+    assert_int_equal(ur_kvstore_write(kv, "b.c/0", "xyz", 3, &err), UR_OK);
+    assert_int_equal(ur_kvstore_write(kv, "a/zarr.json", "{}", 2, &err), UR_OK);
+    assert_int_equal(ur_kvstore_write(kv, "a/c/0/1", "0123456789", 10, &err), UR_OK);
+    assert_int_equal(ur_kvstore_commit(kv, &err), UR_OK);
+    ur_kvstore_close(kv);
+
+    assert_int_equal(ur_kvstore_file_open(&kv, root, 0, &err), UR_OK);
+    ur_buf_init(&b, 0);
+    assert_int_equal(ur_kvstore_read(kv, "b.c/0", &b, &err), UR_OK);
+    assert_memory_equal(b.data, "xyz", 3);
+    assert_int_equal(ur_kvstore_read_range(kv, "a/c/0/1", 4, 3, range, &err), UR_OK);
+    assert_memory_equal(range, "456", 3);
+    assert_int_equal(ur_kvstore_read_range(kv, "a/c/0/1", 8, 3, range, &err), UR_ECORRUPT);
+    assert_int_equal(ur_kvstore_size(kv, "a/zarr.json", &size, &err), UR_OK);
+    assert_int_equal(size, 2);
+    assert_int_equal(ur_kvstore_size(kv, "a/missing", &size, &err), UR_ENOTFOUND);
+
+    assert_int_equal(ur_kvstore_list(kv, "", collect, &l, &err), UR_OK);
+    assert_int_equal(l.n, 3);
+    assert_string_equal(l.keys[0], "a/c/0/1");
+    assert_string_equal(l.keys[1], "a/zarr.json");
+    assert_string_equal(l.keys[2], "b.c/0");
+    l.n = 0;
+    assert_int_equal(ur_kvstore_list(kv, "a/", collect, &l, &err), UR_OK);
+    assert_int_equal(l.n, 2);
+    assert_int_equal(l.sizes[0], 10);
+
+    ur_buf_dispose(&b);
+    ur_kvstore_close(kv);
+    ur_free(root);
+}
+
+static void test_kvstore_file__keys_cannot_escape_the_root(void **state)
+{
+    static const char *bad[] = {"../x", "/etc/passwd", "a//b", "a/./b", "a/..", "", "a/"};
+    ur_kvstore *kv = NULL;
+    ur_buf b;
+    ur_err err;
+    (void)state;
+    assert_int_equal(ur_kvstore_file_open(&kv, scratch, 0, &err), UR_OK);
+    ur_buf_init(&b, 0);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(ur_kvstore_read(kv, bad[i], &b, &err), UR_ECORRUPT);
+    }
+    ur_buf_dispose(&b);
+    ur_kvstore_close(kv);
+}
+
+static void test_kvstore_file__missing_directory(void **state)
+{
+    ur_kvstore *kv = NULL;
+    ur_err err;
+    (void)state;
+    assert_int_equal(ur_kvstore_file_open(&kv, "/nonexistent/unroll/dir", 0, &err), UR_ENOTFOUND);
+    assert_string_equal(err.where, "/nonexistent/unroll/dir");
+    assert_null(kv);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kvstore_file__write_read_list),
+        cmocka_unit_test(test_kvstore_file__keys_cannot_escape_the_root),
+        cmocka_unit_test(test_kvstore_file__missing_directory),
+    };
+    return cmocka_run_group_tests_name("kvstore_file", tests, setup, teardown);
+}
