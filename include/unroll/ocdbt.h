@@ -34,4 +34,11 @@ int ur_ocdbt_open(ur_kvstore **out, const char *dir, ur_err *err);
 int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts *opts,
                     ur_err *err);
 
+/* Introspection for `unroll ls --manifest / --tree` (kv must come from ur_ocdbt_open, else
+ * UR_EINVAL). Append to `out` a text description of the manifest (config, data files, inline
+ * versions, every version-tree node) or of the latest version's B+tree (one line per node
+ * and entry; keys relative to the node's implicit prefix). UR_ECORRUPT / UR_EIO as reads. */
+int ur_ocdbt_dump_manifest(ur_kvstore *kv, ur_buf *out, ur_err *err);
+int ur_ocdbt_dump_tree(ur_kvstore *kv, ur_buf *out, ur_err *err);
+
 #endif

@@ -54,6 +54,12 @@ int ur_zarr_array_read_chunk(ur_zarr_array *arr, const uint64_t *idx, void *dst,
 int ur_zarr_array_read_box(ur_zarr_array *arr, const uint64_t *start, const uint64_t *count,
                            void *dst, ur_err *err);
 
+/* Whether a missing chunk (or absent inner chunk of a shard) reads as the fill value (1,
+ * the default, as TensorStore reads it) or fails with UR_ENOTFOUND naming the chunk key (0:
+ * what Orbax does when _METADATA says store_array_data_equal_to_fill_value). Set it before
+ * any read; it is not synchronised with reads running at the same time. */
+void ur_zarr_array_set_fill_missing(ur_zarr_array *arr, int fill_missing);
+
 /* Bytes stored for the array (metadata excluded), for `unroll inspect`. */
 int ur_zarr_array_stored_bytes(ur_zarr_array *arr, uint64_t *out, ur_err *err);
 
@@ -84,6 +90,11 @@ int ur_zarr_array_chunk_key(const ur_zarr_array *arr, const uint64_t *idx, char 
 /* Encode and store one chunk (encode + ur_kvstore_write). */
 int ur_zarr_array_write_chunk(ur_zarr_array *arr, const uint64_t *idx, const void *src,
                               ur_err *err);
+
+/* Store the bytes ur_zarr_array_encode_chunk produced for chunk `idx` (the kvstore write
+ * alone), so encoding can run on many threads and writing on one. */
+int ur_zarr_array_write_encoded(ur_zarr_array *arr, const uint64_t *idx, const void *data,
+                                size_t n, ur_err *err);
 
 /* NULL-safe. Does not close the kvstore. */
 void ur_zarr_array_close(ur_zarr_array *arr);

@@ -9,7 +9,14 @@ what `unroll` reads and writes. Paths come from the environment that scripts/tes
 import os
 import pathlib
 
-import pytest
+# jax must see 8 CPU devices (the fixtures are saved from a 4x2 mesh); this has to happen before
+# anything imports jax, and pytest imports conftest.py first.
+_DEVICES_FLAG = "--xla_force_host_platform_device_count=8"
+if _DEVICES_FLAG not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _DEVICES_FLAG).strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import pytest  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SHARED_FIXTURES = ROOT.parent / "shared" / "fixtures"
@@ -36,3 +43,28 @@ def shared_fixtures() -> pathlib.Path:
     if not SHARED_FIXTURES.is_dir():
         pytest.fail(f"shared fixtures not found at {SHARED_FIXTURES}")
     return SHARED_FIXTURES
+
+
+@pytest.fixture(scope="session")
+def make_fixture(fixture_cache):
+    """make_fixture(kind, layout="ocdbt-zarr3", dtype="float32") -> maxtext_fixtures.FixtureInfo.
+
+    Generates the checkpoint with real Orbax on first use and caches it under fixture_cache
+    (see maxtext_fixtures.make_checkpoint); `.items` is the item dir, `.root` the
+    CheckpointManager root (for kind "lora": the adapters directory).
+    """
+    import maxtext_fixtures
+
+    def make(kind, layout=maxtext_fixtures.DEFAULT_LAYOUT, dtype="float32"):
+        return maxtext_fixtures.make_checkpoint(kind, layout, dtype, fixture_cache)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def example_checkpoint() -> pathlib.Path:
+    """The committed example (tests/data/example): its `checkpoints` root, step 9."""
+    path = TEST_DATA / "example" / "checkpoints"
+    if not (path / "9" / "items" / "_METADATA").is_file():
+        pytest.fail(f"example checkpoint missing at {path}")
+    return path

@@ -1,0 +1,225 @@
+/* Orbax checkpoints (orbax-checkpoint 0.12.x, PyTree/Standard handler): read one, or write
+ * a new one that stock Orbax restores. Reference: ../shared/docs/orbax-layout.md.
+ *
+ * A checkpoint is an item directory (`<root>/<step>/items/`) holding `_METADATA` (the tree),
+ * `_sharding` (NamedSharding per jax.Array leaf), `_strings.json`, `array_metadatas/` and the
+ * arrays: zarr v2 or v3, in an OCDBT database at the item directory or as plain files.
+ *
+ *   ur_orbax_ckpt *ck;
+ *   ur_orbax_ckpt_open(&ck, "ckpt/0/items", 0, &err);
+ *   for (i = 0; i < ur_orbax_ckpt_leaf_count(ck); i++) {
+ *       const ur_orbax_leaf *l = ur_orbax_ckpt_leaf(ck, i);
+ *       if (l->has_array) { ur_orbax_ckpt_open_array(ck, l, &arr, &err); ... }
+ *   }
+ *   ur_orbax_ckpt_close(ck);
+ *
+ * Everything a leaf points to is owned by the checkpoint handle (borrowed by the caller). */
+#ifndef UNROLL_ORBAX_H
+#define UNROLL_ORBAX_H
+
+#include "unroll/dtype.h"
+#include "unroll/err.h"
+#include "unroll/kvstore.h"
+#include "unroll/ocdbt.h"
+#include "unroll/zarr.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* key_metadata key_type: a list/tuple index or a dict key (or attribute name). */
+typedef enum { UR_ORBAX_KEY_SEQUENCE = 1, UR_ORBAX_KEY_DICT = 2 } ur_orbax_key_type;
+
+/* One component of a leaf's key path. For SEQUENCE the key is the decimal index. */
+typedef struct ur_orbax_key {
+    const char *key;
+    ur_orbax_key_type type;
+} ur_orbax_key;
+
+/* value_metadata.value_type. The EMPTY_* kinds and NONE are placeholders for empty nodes
+ * (skip_deserialize true; no data is stored). */
+typedef enum {
+    UR_ORBAX_VALUE_UNKNOWN = 0, /* a type string this tool does not know (kept in value_type_name) */
+    UR_ORBAX_VALUE_JAX_ARRAY,   /* "jax.Array" */
+    UR_ORBAX_VALUE_NP_ARRAY,    /* "np.ndarray" */
+    UR_ORBAX_VALUE_SCALAR,      /* "scalar": a 0-d array */
+    UR_ORBAX_VALUE_STRING,      /* "string": value in _strings.json */
+    UR_ORBAX_VALUE_PLACEHOLDER, /* "placeholder" */
+    UR_ORBAX_VALUE_EMPTY_DICT,  /* "Dict" */
+    UR_ORBAX_VALUE_EMPTY_LIST,  /* "List" */
+    UR_ORBAX_VALUE_EMPTY_TUPLE, /* "Tuple" */
+    UR_ORBAX_VALUE_NONE,        /* "None" */
+    UR_ORBAX_VALUE_EMPTY_NAMED_TUPLE /* "NamedTuple" */
+} ur_orbax_value_type;
+
+/* Orbax's name of a value type ("jax.Array", "Dict", ...); "unknown" for UNKNOWN. */
+const char *ur_orbax_value_type_name(ur_orbax_value_type vt);
+/* Inverse; UR_ORBAX_VALUE_UNKNOWN for a name it does not know. */
+ur_orbax_value_type ur_orbax_value_type_from_name(const char *name);
+/* 1 for the kinds that store a zarr array (jax.Array, np.ndarray, scalar). */
+int ur_orbax_value_type_has_array(ur_orbax_value_type vt);
+
+typedef enum {
+    UR_ORBAX_SHARDING_ABSENT = 0,   /* no _sharding entry for the leaf */
+    UR_ORBAX_SHARDING_NAMED,        /* NamedSharding */
+    UR_ORBAX_SHARDING_SINGLE_DEVICE /* SingleDeviceSharding */
+} ur_orbax_sharding_kind;
+
+/* A leaf's `_sharding` entry. Strings are borrowed from the owner (checkpoint or parse). */
+typedef struct ur_orbax_sharding {
+    ur_orbax_sharding_kind kind;
+    const char *device_str; /* SINGLE_DEVICE: "cpu:0", "cuda:0", ... */
+    /* NAMED: the mesh. Shape entries are as stored (-1 is legal: numpy reshape infers it). */
+    int mesh_rank;
+    int64_t mesh_shape[UR_MAX_RANK];
+    const char *mesh_axis_names[UR_MAX_RANK];
+    const char *mesh_axis_types[UR_MAX_RANK]; /* "AxisType.Auto" ...; all NULL when absent */
+    int has_device_mesh;                      /* an explicit device_mesh was stored */
+    /* NAMED: partition spec, one entry per array dim (may be shorter than the array's rank:
+     * trailing dims unsharded). NULL = None; several mesh axes on one dim are joined by ','. */
+    int spec_rank;
+    const char *spec[UR_MAX_RANK];
+} ur_orbax_sharding;
+
+/* One entry of `_METADATA.tree_metadata`, in tree order (Orbax's sort by key path). */
+typedef struct ur_orbax_leaf {
+    const char *keypath;     /* the tree_metadata key: "('params', 'decoder', ...)" */
+    size_t depth;            /* number of key components */
+    const ur_orbax_key *path;
+    const char *name;        /* param name: keys joined by '.' (the storage prefix) */
+    ur_orbax_value_type value_type;
+    const char *value_type_name; /* as stored */
+    int skip_deserialize;
+    int write_shape_rank;    /* -1 when value_metadata has no write_shape */
+    uint64_t write_shape[UR_MAX_RANK];
+    ur_orbax_sharding sharding;
+    /* Filled from the array's zarr metadata when the checkpoint is opened (has_array = 1). */
+    int has_array;
+    ur_dtype dtype;
+    int rank;
+    uint64_t shape[UR_MAX_RANK];
+    uint64_t chunk_shape[UR_MAX_RANK]; /* read unit (inner chunk for zarr3 sharding) */
+    /* From array_metadatas/process_0 (chunk_shape_rank -1 when not listed there). */
+    int array_meta_chunk_rank;
+    uint64_t array_meta_chunk_shape[UR_MAX_RANK];
+    const char *random_key_impl; /* ext_metadata.random_key_impl (PRNG keys), else NULL */
+    const char *string_value;    /* STRING leaves: the value from _strings.json, else NULL */
+} ur_orbax_leaf;
+
+/* `_CHECKPOINT_METADATA` (step level). Every field is optional. */
+typedef struct ur_orbax_step_meta {
+    size_t n_item_handlers;
+    const char **item_names;    /* NULL entries when item_handlers was a single string */
+    const char **item_handlers; /* handler typestrs */
+    int has_init_timestamp;
+    int64_t init_timestamp_nsecs; /* read through a double: exact only below 2^53 */
+    int has_commit_timestamp;
+    int64_t commit_timestamp_nsecs;
+    const char *custom_metadata_json; /* compact JSON, NULL when absent */
+} ur_orbax_step_meta;
+
+/* ---- Reading ---------------------------------------------------------------------------- */
+
+typedef struct ur_orbax_ckpt ur_orbax_ckpt;
+
+/* Do not open each array's zarr metadata at open time (has_array stays 0). */
+#define UR_ORBAX_OPEN_NO_ARRAYS 1u
+
+/* Open a checkpoint. `path` is a step directory (the item is `items`, else `default`, else
+ * the one PyTree item named by _CHECKPOINT_METADATA, else the only subdirectory holding a
+ * `_METADATA`), or an item directory, or a direct (StandardCheckpointer) checkpoint.
+ * A temporary directory (name containing ".orbax-checkpoint-tmp") is refused. OCDBT vs plain
+ * files as Orbax decides: `_METADATA.use_ocdbt`, or when null, whether manifest.ocdbt exists.
+ * Errors: UR_ENOTFOUND (no checkpoint there), UR_ECORRUPT naming the file and leaf,
+ * UR_EUNSUPPORTED, UR_EIO, UR_ENOMEM. */
+int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur_err *err);
+
+/* NULL-safe. Arrays opened from it must be closed first. */
+void ur_orbax_ckpt_close(ur_orbax_ckpt *ck);
+
+/* The item directory and the step directory (NULL for a bare item with no step metadata). */
+const char *ur_orbax_ckpt_item_dir(const ur_orbax_ckpt *ck);
+const char *ur_orbax_ckpt_step_dir(const ur_orbax_ckpt *ck);
+int ur_orbax_ckpt_use_ocdbt(const ur_orbax_ckpt *ck);
+int ur_orbax_ckpt_use_zarr3(const ur_orbax_ckpt *ck);
+int ur_orbax_ckpt_store_fill_value(const ur_orbax_ckpt *ck);
+/* 1 when the item has a `_sharding` file; 1 when it has `_METADATA` (0: tree rebuilt from
+ * the stored arrays' names, as Orbax does for checkpoints without one). */
+int ur_orbax_ckpt_has_sharding_file(const ur_orbax_ckpt *ck);
+int ur_orbax_ckpt_has_metadata_file(const ur_orbax_ckpt *ck);
+/* `_METADATA.custom_metadata` as compact JSON, or NULL when null/absent. */
+const char *ur_orbax_ckpt_custom_metadata(const ur_orbax_ckpt *ck);
+/* `_CHECKPOINT_METADATA`, or NULL when the file is absent. */
+const ur_orbax_step_meta *ur_orbax_ckpt_step_meta(const ur_orbax_ckpt *ck);
+
+size_t ur_orbax_ckpt_leaf_count(const ur_orbax_ckpt *ck);
+/* Borrowed; i < leaf_count. */
+const ur_orbax_leaf *ur_orbax_ckpt_leaf(const ur_orbax_ckpt *ck, size_t i);
+/* The leaf with param name `name`: UR_ENOTFOUND when there is none. */
+int ur_orbax_ckpt_find(const ur_orbax_ckpt *ck, const char *name, const ur_orbax_leaf **out,
+                       ur_err *err);
+
+/* The kvstore the arrays live in (borrowed; OCDBT or the item directory). */
+ur_kvstore *ur_orbax_ckpt_kvstore(ur_orbax_ckpt *ck);
+
+/* Open a leaf's zarr array (format from use_zarr3). Scalars are 0-d arrays. The caller closes
+ * it with ur_zarr_array_close before closing the checkpoint. UR_EINVAL for a leaf that stores
+ * no array. */
+int ur_orbax_ckpt_open_array(ur_orbax_ckpt *ck, const ur_orbax_leaf *leaf, ur_zarr_array **out,
+                             ur_err *err);
+
+/* ---- Writing ---------------------------------------------------------------------------- */
+
+typedef struct ur_orbax_write_opts {
+    int use_ocdbt;          /* default 1 */
+    int use_zarr3;          /* default 1 (as MaxText saves) */
+    ur_ocdbt_write_opts ocdbt;
+    int zstd_level;         /* 0: the zarr layer's default */
+    const char *item_name;  /* default "items" */
+    /* The mesh written into every `_sharding` entry. The default, shape [-1] with axis
+     * "x", restores on any number of devices (numpy infers -1); a spec naming other axes
+     * needs a mesh that has them. Axis names are borrowed until commit. */
+    int mesh_rank;
+    int64_t mesh_shape[UR_MAX_RANK];
+    const char *mesh_axis_names[UR_MAX_RANK];
+} ur_orbax_write_opts;
+
+void ur_orbax_write_opts_init(ur_orbax_write_opts *opts);
+
+typedef struct ur_orbax_writer ur_orbax_writer;
+
+/* Start a checkpoint whose final step directory is `step_dir` (e.g. "out/0"); files go to
+ * "<step_dir>.orbax-checkpoint-tmp" (a leftover one is removed) until commit. UR_EINVAL
+ * when step_dir already exists. */
+int ur_orbax_writer_create(ur_orbax_writer **out, const char *step_dir,
+                           const ur_orbax_write_opts *opts, ur_err *err);
+
+/* Add a jax.Array leaf. `path` has `depth` components; `spec` (NULL: replicated) has `rank`
+ * entries, each NULL or mesh axis names joined by ','. Returns the array, owned by the
+ * writer until commit/abort, for the caller to write every chunk into (one thread at a
+ * time). write_shape in the metadata = chunk_shape. */
+int ur_orbax_writer_add_array(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
+                              ur_dtype dtype, int rank, const uint64_t *shape,
+                              const uint64_t *chunk_shape, const char *const *spec,
+                              ur_zarr_array **arr_out, ur_err *err);
+
+/* Add a "scalar" leaf: a 0-d array holding one element at `value` (ur_dtype_size bytes,
+ * little-endian). Orbax restores it as a Python scalar. */
+int ur_orbax_writer_add_scalar(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
+                               ur_dtype dtype, const void *value, ur_err *err);
+
+/* Add an empty node: kind EMPTY_DICT, EMPTY_LIST, EMPTY_TUPLE, NONE or EMPTY_NAMED_TUPLE. */
+int ur_orbax_writer_add_empty(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
+                              ur_orbax_value_type kind, ur_err *err);
+
+/* custom_metadata (a JSON object text) for _CHECKPOINT_METADATA; `{}` when never set. */
+int ur_orbax_writer_set_custom_metadata(ur_orbax_writer *w, const char *json, ur_err *err);
+
+/* Write _METADATA, _sharding, array_metadatas/process_0, _CHECKPOINT_METADATA and
+ * commit_success.txt, sync, and rename the temporary directory into place. The writer is
+ * freed whether it succeeds or not; on failure the temporary directory is removed. */
+int ur_orbax_writer_commit(ur_orbax_writer *w, ur_err *err);
+
+/* Remove the temporary directory and free. NULL-safe. */
+void ur_orbax_writer_abort(ur_orbax_writer *w);
+
+#endif

@@ -1,0 +1,200 @@
+/* The plan layer: MaxText's configuration read the way MaxText's pyconfig reads it, and the
+ * mapping from the leaves of an input checkpoint to the leaves of the param-only output
+ * (which leaves are dropped, copied, or unstacked along their layer axis into one leaf per
+ * layer), as MaxText's generate_param_only_checkpoint.py with force_unroll=true does it
+ * (docs/maxtext-checkpoints.md §3, §6).
+ *
+ * No I/O happens here except reading the YAML config files; the plan is a pure function of
+ * the input's leaf list and the settings. */
+#ifndef UNROLL_PLAN_H
+#define UNROLL_PLAN_H
+
+#include "unroll/dtype.h"
+#include "unroll/err.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- configuration (src/plan/plan_config.c) -------------------------------------------- */
+
+typedef struct ur_config ur_config; /* opaque: the merged config tree */
+
+typedef struct {
+    const char *config_path;      /* the YAML config, e.g. .../configs/base.yml */
+    const char *const *overrides; /* "key=value" strings, value parsed as YAML */
+    size_t n_overrides;
+    /* Environment as "NAME=value" strings, NULL-terminated, or NULL for none. Read for
+     * M_<KEY> overrides (as pyconfig does) and JOBSET_NAME (default run_name). */
+    const char *const *envp;
+    /* Directory that "maxtext_output" (the default base_output_directory) is relative to;
+     * NULL: the current directory. */
+    const char *cwd;
+    /* Seconds since the epoch for the default run_name "<model_name>_<YYYY-MM-DD-HH-MM>"
+     * (local time); 0: now. */
+    int64_t now;
+} ur_config_opts;
+
+/* One logical_axis_rules entry: logical axis name -> mesh axes (possibly none). */
+typedef struct {
+    const char *name;
+    const char *const *mesh;
+    size_t n_mesh;
+} ur_axis_rule;
+
+/* The resolved values of the keys unroll honours (strings borrowed from the config, never
+ * NULL: "" when unset). Derived values are computed as MaxText's types.py computes them. */
+typedef struct {
+    const char *load_full_state_path;
+    const char *load_parameters_path;
+    const char *lora_input_adapters_path;
+    const char *base_output_directory; /* "" -> abspath("maxtext_output") */
+    const char *run_name;              /* "" -> $JOBSET_NAME or <model_name>_<date> */
+    const char *checkpoint_dir;        /* <base_output_directory>/<run_name>/checkpoints/ */
+    const char *model_name;
+    const char *decoder_block;
+    int force_unroll;
+    int scan_layers;
+    int pure_nnx;   /* absent from base.yml (NNX-only MaxText): 1 */
+    int enable_nnx; /* absent from base.yml: 1 */
+    int enable_checkpointing;
+    int use_ocdbt; /* checkpoint_storage_use_ocdbt */
+    int use_zarr3; /* checkpoint_storage_use_zarr3 */
+    int64_t target_data_file_size; /* checkpoint_storage_target_data_file_size_bytes */
+    int64_t param_scan_axis;
+    int64_t global_parameter_scale;
+    int64_t base_num_decoder_layers;
+    int64_t num_decoder_layers; /* 2^(floor(log2(scale)) / 3) * base_num_decoder_layers */
+    int64_t first_num_dense_layers;
+    const ur_axis_rule *axis_rules; /* logical_axis_rules after MaxText's merge by name */
+    size_t n_axis_rules;
+} ur_settings;
+
+/* Load `opts->config_path` with its base_config chain, the model file named by model_name
+ * (models/<name>.yml next to the config, else in ../models/) and the overrides, then resolve
+ * the settings. The result is owned by the caller (ur_plan_config_free).
+ * UR_EINVAL: bad YAML, unknown key (the message names it), a key set differently in the
+ * model file and on the command line (unless override_model_config=true), a value of the
+ * wrong type, an invalid combination; UR_EIO: a file could not be read; UR_ENOMEM. */
+int ur_plan_config_load(ur_config **out, const ur_config_opts *opts, ur_err *err);
+void ur_plan_config_free(ur_config *cfg);
+
+/* The resolved settings, borrowed from cfg. */
+const ur_settings *ur_plan_config_settings(const ur_config *cfg);
+
+/* Typed getters for any top-level key of the merged config, coercing as pydantic's lax
+ * mode does (e.g. 1 -> true, "16" -> 16, 2 -> 2.0). UR_ENOTFOUND: no such key;
+ * UR_EINVAL: the value does not convert (message names the key). A null string is NULL. */
+int ur_plan_config_get_str(const ur_config *cfg, const char *key, const char **out, ur_err *err);
+int ur_plan_config_get_bool(const ur_config *cfg, const char *key, int *out, ur_err *err);
+int ur_plan_config_get_int(const ur_config *cfg, const char *key, int64_t *out, ur_err *err);
+int ur_plan_config_get_float(const ur_config *cfg, const char *key, double *out, ur_err *err);
+
+/* ---- plan (src/plan/plan.c) ----------------------------------------------------------- */
+
+typedef enum {
+    UR_PLAN_INPUT_FULL_STATE, /* load_full_state_path: a training state with opt_state */
+    UR_PLAN_INPUT_PARAMS,     /* load_parameters_path: a param-only checkpoint */
+    UR_PLAN_INPUT_LORA        /* one LoRA adapter under lora_input_adapters_path */
+} ur_plan_input;
+
+/* One leaf of the input checkpoint. */
+typedef struct {
+    const char *const *path; /* key components, e.g. {"params","params","decoder",...} */
+    size_t path_len;
+    ur_dtype dtype; /* UR_DT_INVALID: not an array (empty {} / None entry, opaque value) */
+    size_t rank;
+    uint64_t shape[UR_MAX_RANK];
+    int has_spec; /* a partition spec was stored for this leaf */
+    /* Per axis (< rank): the mesh axis name, NULL for None, tuple entries joined by ','
+     * ("fsdp,expert"). Entries past the stored spec's length are NULL. */
+    const char *spec[UR_MAX_RANK];
+} ur_plan_leaf;
+
+typedef enum {
+    UR_PLAN_DROP,     /* not in the output */
+    UR_PLAN_COPY,     /* out[0] = leaf (cast) */
+    UR_PLAN_UNSTACK,  /* out[i] = take(leaf, i, axis) (cast), i < n_out */
+    UR_PLAN_REPLICATE /* a leaf of a scanned group with no layer axis: out[i] = leaf (cast) */
+} ur_plan_kind;
+
+typedef struct {
+    char **comp;
+    size_t len;
+} ur_plan_path;
+
+typedef struct {
+    ur_plan_kind kind;
+    const char *why;    /* DROP: static reason ("opt_state", "step", "nnx_aux", "rng", ...) */
+    ur_dtype out_dtype; /* bfloat16 for float inputs, else the input dtype */
+    size_t axis;        /* UNSTACK: the layer axis */
+    int group;          /* UNSTACK/REPLICATE: index into ur_plan.groups, else -1 */
+    size_t n_out;
+    ur_plan_path *out; /* n_out output key paths */
+} ur_plan_action;
+
+typedef enum {
+    UR_PLAN_EXTRA_ZERO_SCALAR, /* `step` = 0 */
+    UR_PLAN_EXTRA_EMPTY_DICT   /* `opt_state` = {} */
+} ur_plan_extra_kind;
+
+typedef struct {
+    ur_plan_extra_kind kind;
+    ur_plan_path path;
+} ur_plan_extra;
+
+typedef enum {
+    UR_PLAN_LAYOUT_LINEN,      /* params/params/... (+ step, opt_state, nnx_aux) */
+    UR_PLAN_LAYOUT_NNX_LEGACY, /* model/.../value + optimizer/... */
+    UR_PLAN_LAYOUT_NNX_PARAMS, /* .../value, optionally under base/ (NNX decode layout) */
+    UR_PLAN_LAYOUT_LORA_LINEN, /* params/params/... adapter */
+    UR_PLAN_LAYOUT_LORA_NNX    /* params/... adapter (single-nested) */
+} ur_plan_layout;
+
+typedef struct {
+    const char *name;  /* "layers", "dense_layers", "moe_layers" */
+    int64_t n_layers;  /* expected length of the layer axis */
+    size_t n_leaves;   /* leaves unstacked or replicated */
+    size_t n_axis[UR_MAX_RANK]; /* how many leaves were sliced on each axis */
+    int present;       /* the input has decoder/<name> */
+} ur_plan_group;
+
+typedef struct {
+    size_t leaves_in, leaves_kept, leaves_dropped;
+    size_t leaves_copied, leaves_unstacked, leaves_replicated;
+    size_t leaves_out;   /* array leaves written (extras not counted) */
+    uint64_t bytes_in;   /* all input array leaves */
+    uint64_t bytes_read; /* kept input leaves */
+    uint64_t bytes_out;  /* output array leaves */
+} ur_plan_summary;
+
+typedef struct {
+    ur_plan_layout layout;
+    int unrolled;   /* scan_layers && force_unroll */
+    int nnx_output; /* NNX decode layout ({value} leaves, no params wrapper) */
+    size_t n_actions;
+    ur_plan_action *actions; /* one per input leaf, in input order */
+    size_t n_extras;
+    ur_plan_extra *extras;
+    size_t n_groups;
+    ur_plan_group groups[2];
+    ur_plan_summary summary;
+} ur_plan;
+
+/* The scan (layer) axis of a leaf: the axis whose spec entry names layers_per_stage, layers
+ * or circular_repeats, or a mesh axis the settings' logical_axis_rules map one of those to;
+ * else 0 for a rank-1 leaf; else param_scan_axis when rank > param_scan_axis; else -1 (not
+ * scanned). Used for base parameters and LoRA adapters alike. */
+int ur_plan_scan_axis(const ur_plan_leaf *leaf, const ur_settings *s);
+
+/* Build the plan for `n` input leaves. Owned by the caller (ur_plan_free).
+ * UR_EINVAL: a full-state input without opt_state, a missing layer group, a leaf whose
+ * layer axis length differs from its group's layer count (message names leaf, shape, axis
+ * and expected length), an unrecognised layout; UR_ENOMEM. */
+int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_settings *s,
+                  ur_plan_input input, ur_err *err);
+void ur_plan_free(ur_plan *plan);
+
+/* "a/b/c" for a path, into buf (truncated to n). Returns buf. */
+char *ur_plan_path_format(const char *const *comp, size_t len, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,45 @@
+/* Running a plan: stream every kept input tensor chunk by chunk into the output checkpoint.
+ *
+ * The unit of work is one input chunk (the zarr read unit). A worker decodes it, splits it
+ * into the per-layer output chunks (or casts it, for a copied leaf) with the tensor kernel,
+ * and encodes them; output chunking is the input chunking with the layer axis removed, so
+ * every input chunk yields whole output chunks and nothing is held across chunks. Workers
+ * run on a thread pool; their results are written in a fixed order, so the output does not
+ * depend on the thread count. Peak memory is about threads × (one input chunk + its output
+ * chunks, raw and encoded), and the thread count is lowered to fit the memory limit. */
+#ifndef UNROLL_PLAN_EXEC_H
+#define UNROLL_PLAN_EXEC_H
+
+#include "unroll/err.h"
+#include "unroll/orbax.h"
+#include "unroll/plan.h"
+
+#include <stdint.h>
+
+typedef struct ur_exec_opts {
+    int threads;           /* worker threads; 0: one per online core */
+    uint64_t memory_limit; /* bytes of chunk buffers in flight; 0: UR_EXEC_DEFAULT_MEMORY */
+    /* Called after each work item is written (under the writer's lock, so keep it short). */
+    void (*progress)(void *ctx, uint64_t bytes_done, uint64_t bytes_total);
+    void *progress_ctx;
+} ur_exec_opts;
+
+#define UR_EXEC_DEFAULT_MEMORY ((uint64_t)1 << 30)
+
+typedef struct ur_exec_stats {
+    size_t tensors_in;   /* input leaves read */
+    size_t tensors_out;  /* output arrays written */
+    uint64_t bytes_in;   /* decoded bytes of the input chunks read */
+    uint64_t bytes_out;  /* decoded bytes of the output chunks written */
+    uint64_t chunks_in;  /* input chunks decoded */
+    uint64_t chunks_out; /* output chunks written */
+    int threads;         /* worker threads used */
+} ur_exec_stats;
+
+/* Create the output leaves of `plan` in `w` (arrays, plus the plan's extras such as step = 0
+ * and opt_state = {}) and fill them from `in`. Does not commit the writer: the caller
+ * commits on success and aborts on failure. Errors name the input or output tensor. */
+int ur_plan_exec_run(const ur_plan *plan, ur_orbax_ckpt *in, ur_orbax_writer *w,
+                     const ur_exec_opts *opts, ur_exec_stats *stats, ur_err *err);
+
+#endif

@@ -1,0 +1,99 @@
+/* Tensor views and the strided copy / unstack kernel with the cast to bfloat16 fused in.
+ *
+ * A view describes elements already in memory: dtype, shape, strides (in elements, may be
+ * negative or zero) and the address of element [0, ..., 0]. Views are plain stack values; the
+ * kernels never allocate and never keep a pointer to a view (STYLE §3.5).
+ *
+ * Casts (dst dtype <- src dtype) the kernels perform:
+ *   - identity for every dtype of dtype.h (a byte copy of each element);
+ *   - float32, float64, float16 -> bfloat16, bit-identical to JAX's `x.astype(jnp.bfloat16)`
+ *     in JAX's default configuration (jax_enable_x64 off): round to nearest even, overflow to
+ *     +-Inf, subnormals kept, +-0 and +-Inf kept, every NaN becomes the quiet NaN of the same
+ *     sign (0x7fc0 / 0xffc0; payloads are not kept, as ml_dtypes and XLA do).
+ *     float64 goes through float32 first (round to nearest even, subnormals kept), which is what
+ *     JAX does: without x64 the array is float32 before astype runs. This differs in one ulp,
+ *     on about 3% of random doubles, from ml_dtypes' direct `np.float64 -> bfloat16` (one
+ *     rounding). With jax_enable_x64 on, XLA:CPU additionally flushes float32-subnormal
+ *     results to zero; that mode is not matched.
+ * The float64 and float16 conversions use the C floating-point environment's default
+ * (round-to-nearest, no flush-to-zero); a caller must not change it. */
+#ifndef UNROLL_TENSOR_H
+#define UNROLL_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "unroll/dtype.h"
+#include "unroll/err.h"
+
+typedef struct ur_tensor_view {
+    ur_dtype dtype;
+    int rank;                      /* 0 .. UR_MAX_RANK; rank 0 is a scalar (one element) */
+    uint64_t shape[UR_MAX_RANK];   /* entries [rank, UR_MAX_RANK) are ignored */
+    int64_t strides[UR_MAX_RANK];  /* in elements, not bytes */
+    void *data;                    /* element [0, ..., 0]; may be NULL when a dim is 0 */
+} ur_tensor_view;
+
+/* --- views (tensor_view.c) ------------------------------------------------------------- */
+
+/* Fill *out with a dense C-order (row-major) view of `data`. Fails with UR_EINVAL (out
+ * untouched) on a bad dtype or rank, or when the element count, byte size or a stride would
+ * overflow. */
+int ur_tensor_view_init_dense(ur_tensor_view *out, ur_dtype dtype, int rank,
+                              const uint64_t *shape, void *data, ur_err *err);
+
+/* Element count of the view (product of the shape; 1 for rank 0). UR_EINVAL on overflow or a
+ * bad rank. */
+int ur_tensor_view_numel(uint64_t *out, const ur_tensor_view *v, ur_err *err);
+
+/* Bytes of a dense buffer holding the view's elements (numel * dtype size). UR_EINVAL on
+ * overflow of size_t, a bad dtype or rank. */
+int ur_tensor_view_nbytes(size_t *out, const ur_tensor_view *v, ur_err *err);
+
+/* *out = v with `axis` fixed at `index` and dropped (numpy's take(v, index, axis)). `out` may
+ * alias `v`. UR_EINVAL when axis or index is out of range. */
+int ur_tensor_view_take(ur_tensor_view *out, const ur_tensor_view *v, int axis, uint64_t index,
+                        ur_err *err);
+
+/* *out = the sub-box v[start[0]:start[0]+count[0], ...] (rank unchanged). `out` may alias `v`.
+ * UR_EINVAL when the box does not fit in v's shape. */
+int ur_tensor_view_slice(ur_tensor_view *out, const ur_tensor_view *v, const uint64_t *start,
+                         const uint64_t *count, ur_err *err);
+
+/* 1 when the elements form one dense C-order run (size-1 dims and empty views count as
+ * dense), else 0. */
+int ur_tensor_view_is_dense(const ur_tensor_view *v);
+
+/* --- casts (tensor_cast.c) ------------------------------------------------------------- */
+
+/* 1 when the kernels can convert `src` elements to `dst` elements (see the list above). */
+int ur_tensor_cast_supported(ur_dtype dst, ur_dtype src);
+
+/* Scalar conversions to bfloat16 bits, the same as the kernels (little-endian bit patterns). */
+uint16_t ur_tensor_cast_f32_to_bf16(uint32_t f32_bits);
+uint16_t ur_tensor_cast_f64_to_bf16(uint64_t f64_bits);
+uint16_t ur_tensor_cast_f16_to_bf16(uint16_t f16_bits);
+
+/* Convert n dense elements: dst[i] = cast(src[i]). Buffers must not overlap and need no
+ * alignment. UR_EUNSUPPORTED for a pair ur_tensor_cast_supported rejects. */
+int ur_tensor_cast_dense(void *dst, ur_dtype dst_dtype, const void *src, ur_dtype src_dtype,
+                         size_t n, ur_err *err);
+
+/* --- kernels (tensor_copy.c, tensor_unstack.c) ----------------------------------------- */
+
+/* dst[idx] = cast(src[idx]) for every index of the common shape, any strides on either side.
+ * dst and src must have the same rank and shape and must not overlap. Walks src in its memory
+ * order and makes the innermost loop a contiguous run whenever the strides allow.
+ * UR_EINVAL (shape/rank mismatch, bad view, byte offsets overflowing), UR_EUNSUPPORTED
+ * (dtype pair); nothing is written on failure. Never allocates. */
+int ur_tensor_copy(const ur_tensor_view *dst, const ur_tensor_view *src, ur_err *err);
+
+/* dsts[i] = cast(take(src, i, axis)) for every i in [0, n), n == src->shape[axis], in one pass
+ * over src in its memory order (the per-layer split of a scanned tensor). Each dsts[i] has
+ * src's shape without `axis`; dsts may differ in data pointer, and when they also share one
+ * dtype and one set of strides (the usual case) the pass is fused; otherwise each slice is
+ * copied on its own. No dst may overlap src or another dst. Errors as ur_tensor_copy. */
+int ur_tensor_unstack(const ur_tensor_view *dsts, size_t n, const ur_tensor_view *src, int axis,
+                      ur_err *err);
+
+#endif

@@ -1,0 +1,337 @@
+/* B+tree node (spec §6): envelope magic 0x0cdb20de, then the body:
+ *
+ *   height               u8          0 = leaf
+ *   data-file table      transitive path = base path of the file holding the node
+ *   num_entries          varint32    1 .. 2^20
+ *   leaf (height 0), column-wise:
+ *     key_prefix_length varint16 x (n-1) | key_suffix_length varint16 x n | key suffixes |
+ *     value_length varint64 x n | value_kind u8 x n (0 inline, 1 indirect) |
+ *     data_file_id, offset varint64 per indirect entry | inline values, concatenated
+ *   interior:
+ *     key_prefix_length x (n-1) | key_suffix_length x n | subtree_common_prefix_length x n |
+ *     key suffixes | data_file_id, offset, length x n | num_keys, num_tree_bytes,
+ *     num_indirect_value_bytes x n
+ *
+ * Keys are relative to the node's implicit prefix and prefix-compressed against the previous
+ * key; they must be strictly increasing. TensorStore: format/btree.cc. */
+#include "ocdbt_format.h"
+
+#include "unroll/alloc.h"
+
+#include <string.h>
+
+void ur_ocdbt_btree_dispose(ur_ocdbt_btree_node *node)
+{
+    if (node == NULL) {
+        return;
+    }
+    ur_ocdbt_table_dispose(&node->table);
+    ur_free(node->e);
+    ur_free(node->keys);
+    ur_buf_dispose(&node->body);
+    memset(node, 0, sizeof *node);
+}
+
+/* Read the key columns shared by leaf and interior nodes. */
+static int decode_keys(ur_ocdbt_btree_node *node, ur_rd *rd, int interior, ur_err *err)
+{
+    size_t n = node->n, at;
+    ur_buf keys;
+    int rc = UR_OK;
+
+    ur_buf_init(&keys, UR_OCDBT_MAX_DECODED);
+    /* Until the key is built, key_len holds the prefix length and value_off the suffix
+     * length. */
+    for (size_t i = 1; i < n; i++) {
+        node->e[i].key_len = ur_ocdbt_codec_varint16(rd);
+    }
+    for (size_t i = 0; i < n; i++) {
+        node->e[i].value_off = ur_ocdbt_codec_varint16(rd);
+    }
+    if (interior) {
+        for (size_t i = 0; i < n; i++) {
+            node->e[i].subtree_prefix_len = ur_ocdbt_codec_varint16(rd);
+        }
+    }
+    if (rd->failed) {
+        rc = ur_rd_check(rd, "btree node keys", err);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t prefix = i == 0 ? 0 : node->e[i].key_len;
+        size_t suffix = node->e[i].value_off, prev_len = i == 0 ? 0 : node->e[i - 1].key_len;
+        size_t prev_off = i == 0 ? 0 : node->e[i - 1].key_off;
+        const uint8_t *sfx;
+        at = rd->pos;
+        if (prefix > prev_len) {
+            rc = ur_err_set_at(err, UR_ECORRUPT, at,
+                               "btree node: key %zu prefix length %zu > previous key length %zu",
+                               i, prefix, prev_len);
+            goto out;
+        }
+        if (prefix + suffix > UR_OCDBT_MAX_KEY) {
+            rc = ur_err_set_at(err, UR_ECORRUPT, at, "btree node: key %zu longer than %u", i,
+                               UR_OCDBT_MAX_KEY);
+            goto out;
+        }
+        sfx = ur_rd_bytes(rd, suffix);
+        if (sfx == NULL) {
+            rc = ur_rd_check(rd, "btree node keys", err);
+            goto out;
+        }
+        if (i > 0) {
+            /* strictly increasing: previous key's tail after the shared prefix < suffix */
+            const uint8_t *ptail = keys.data + prev_off + prefix;
+            size_t plen = prev_len - prefix, m = plen < suffix ? plen : suffix;
+            int c = m ? memcmp(ptail, sfx, m) : 0;
+            if (c > 0 || (c == 0 && plen >= suffix)) {
+                rc = ur_err_set_at(err, UR_ECORRUPT, at, "btree node: invalid key order at %zu",
+                                   i);
+                goto out;
+            }
+        }
+        rc = ur_buf_reserve(&keys, prefix + suffix, err);
+        if (rc < 0) {
+            goto out;
+        }
+        if (prefix > 0) {
+            memmove(keys.data + keys.len, keys.data + prev_off, prefix);
+        }
+        if (suffix > 0) {
+            memcpy(keys.data + keys.len + prefix, sfx, suffix);
+        }
+        node->e[i].key_off = keys.len;
+        node->e[i].key_len = (uint16_t)(prefix + suffix);
+        keys.len += prefix + suffix;
+        node->e[i].value_off = 0;
+        if (interior && node->e[i].subtree_prefix_len > node->e[i].key_len) {
+            rc = ur_err_set_at(err, UR_ECORRUPT, at,
+                               "btree node: subtree prefix length %u > key length %u at %zu",
+                               node->e[i].subtree_prefix_len, node->e[i].key_len, i);
+            goto out;
+        }
+    }
+out:
+    if (rc == UR_OK) {
+        node->keys = keys.data; /* may be NULL when every key is empty */
+    } else {
+        ur_buf_dispose(&keys);
+    }
+    return rc;
+}
+
+static int decode_leaf(ur_ocdbt_btree_node *node, ur_rd *rd, ur_err *err)
+{
+    size_t n = node->n, at;
+    int rc = decode_keys(node, rd, 0, err);
+    if (rc < 0) {
+        return rc;
+    }
+    for (size_t i = 0; i < n; i++) {
+        node->e[i].value_len = ur_rd_varint64(rd);
+    }
+    at = rd->pos;
+    for (size_t i = 0; i < n; i++) {
+        node->e[i].indirect = ur_rd_u8(rd);
+        if (!rd->failed && node->e[i].indirect > 1) {
+            return ur_err_set_at(err, UR_ECORRUPT, at + i, "btree node: invalid value kind %u",
+                                 node->e[i].indirect);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (node->e[i].indirect) {
+            node->e[i].ref.file = ur_rd_varint64(rd);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (node->e[i].indirect) {
+            node->e[i].ref.offset = ur_rd_varint64(rd);
+            node->e[i].ref.length = node->e[i].value_len;
+        }
+    }
+    if (rd->failed) {
+        return ur_rd_check(rd, "btree leaf", err);
+    }
+    at = rd->pos;
+    for (size_t i = 0; i < n; i++) {
+        if (node->e[i].indirect) {
+            rc = ur_ocdbt_ref_validate(&node->e[i].ref, node->table.n, at, err);
+            if (rc < 0) {
+                return rc;
+            }
+            continue;
+        }
+        if (node->e[i].value_len > UR_OCDBT_MAX_INLINE_VALUE) {
+            return ur_err_set_at(err, UR_ECORRUPT, at, "btree node: inline value of %llu bytes",
+                                 (unsigned long long)node->e[i].value_len);
+        }
+        node->e[i].value_off = rd->pos;
+        if (ur_rd_bytes(rd, (size_t)node->e[i].value_len) == NULL) {
+            return ur_rd_check(rd, "btree leaf values", err);
+        }
+    }
+    return UR_OK;
+}
+
+static int decode_interior(ur_ocdbt_btree_node *node, ur_rd *rd, ur_err *err)
+{
+    size_t n = node->n, at;
+    int rc = decode_keys(node, rd, 1, err);
+    if (rc < 0) {
+        return rc;
+    }
+    for (size_t i = 0; i < n; i++) {
+        node->e[i].ref.file = ur_rd_varint64(rd);
+    }
+    for (size_t i = 0; i < n; i++) {
+        node->e[i].ref.offset = ur_rd_varint64(rd);
+    }
+    for (size_t i = 0; i < n; i++) {
+        node->e[i].ref.length = ur_rd_varint64(rd);
+    }
+    for (size_t i = 0; i < n; i++) {
+        node->e[i].stats.num_keys = ur_rd_varint64(rd);
+    }
+    for (size_t i = 0; i < n; i++) {
+        node->e[i].stats.num_tree_bytes = ur_rd_varint64(rd);
+    }
+    for (size_t i = 0; i < n; i++) {
+        node->e[i].stats.num_indirect_value_bytes = ur_rd_varint64(rd);
+    }
+    if (rd->failed) {
+        return ur_rd_check(rd, "btree interior node", err);
+    }
+    at = rd->pos;
+    for (size_t i = 0; i < n; i++) {
+        rc = ur_ocdbt_ref_validate(&node->e[i].ref, node->table.n, at, err);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    return UR_OK;
+}
+
+int ur_ocdbt_btree_decode(ur_ocdbt_btree_node *node, ur_buf *body, const char *transitive,
+                          size_t tlen, ur_err *err)
+{
+    ur_rd rd;
+    uint32_t num;
+    size_t at;
+    int rc;
+
+    memset(node, 0, sizeof *node);
+    node->body = *body;
+    ur_buf_init(body, 0);
+    ur_rd_init(&rd, node->body.data, node->body.len);
+    node->height = ur_rd_u8(&rd);
+    rc = ur_rd_check(&rd, "btree node", err);
+    if (rc == UR_OK) {
+        rc = ur_ocdbt_table_decode(&node->table, &rd, transitive, tlen, err);
+    }
+    if (rc < 0) {
+        goto out;
+    }
+    at = rd.pos;
+    num = ur_rd_varint32(&rd);
+    if (rd.failed) {
+        rc = ur_rd_check(&rd, "btree node", err);
+        goto out;
+    }
+    if (num == 0 || num > UR_OCDBT_MAX_NODE_ENTRIES || num > ur_rd_remaining(&rd)) {
+        rc = ur_err_set_at(err, UR_ECORRUPT, at, "btree node: invalid entry count %u", num);
+        goto out;
+    }
+    node->n = num;
+    node->e = ur_calloc(node->n, sizeof *node->e);
+    if (node->e == NULL) {
+        rc = ur_err_oom(err);
+        goto out;
+    }
+    rc = node->height == 0 ? decode_leaf(node, &rd, err) : decode_interior(node, &rd, err);
+    if (rc == UR_OK) {
+        rc = ur_rd_finish(&rd, "btree node", err);
+    }
+out:
+    if (rc < 0) {
+        ur_ocdbt_btree_dispose(node);
+    }
+    return rc;
+}
+
+static size_t lcp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn)
+{
+    size_t i = 0;
+    while (i < an && i < bn && a[i] == b[i]) {
+        i++;
+    }
+    return i;
+}
+
+int ur_ocdbt_btree_encode(ur_buf *out, uint8_t height, const ur_ocdbt_table *table,
+                          const ur_ocdbt_btree_enc_entry *e, size_t n, ur_err *err)
+{
+    int rc;
+
+    if (n == 0 || n > UR_OCDBT_MAX_NODE_ENTRIES) {
+        return ur_err_set(err, UR_EINTERNAL, "btree encode: %zu entries", n);
+    }
+    rc = ur_buf_append_byte(out, height, err);
+    if (rc == UR_OK) {
+        rc = ur_ocdbt_table_encode(out, table, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_put_varint(out, n, err);
+    }
+    for (size_t i = 1; i < n && rc == UR_OK; i++) {
+        rc = ur_buf_put_varint(out, lcp(e[i - 1].key, e[i - 1].key_len, e[i].key, e[i].key_len),
+                               err);
+    }
+    for (size_t i = 0; i < n && rc == UR_OK; i++) {
+        size_t p = i ? lcp(e[i - 1].key, e[i - 1].key_len, e[i].key, e[i].key_len) : 0;
+        rc = ur_buf_put_varint(out, e[i].key_len - p, err);
+    }
+    for (size_t i = 0; i < n && rc == UR_OK && height > 0; i++) {
+        rc = ur_buf_put_varint(out, e[i].subtree_prefix_len, err);
+    }
+    for (size_t i = 0; i < n && rc == UR_OK; i++) {
+        size_t p = i ? lcp(e[i - 1].key, e[i - 1].key_len, e[i].key, e[i].key_len) : 0;
+        rc = ur_buf_append(out, e[i].key + p, e[i].key_len - p, err);
+    }
+    if (height == 0) {
+        for (size_t i = 0; i < n && rc == UR_OK; i++) {
+            rc = ur_buf_put_varint(out, e[i].value_len, err);
+        }
+        for (size_t i = 0; i < n && rc == UR_OK; i++) {
+            rc = ur_buf_append_byte(out, e[i].indirect ? 1 : 0, err);
+        }
+        for (size_t i = 0; i < n && rc == UR_OK; i++) {
+            rc = e[i].indirect ? ur_buf_put_varint(out, e[i].ref.file, err) : UR_OK;
+        }
+        for (size_t i = 0; i < n && rc == UR_OK; i++) {
+            rc = e[i].indirect ? ur_buf_put_varint(out, e[i].ref.offset, err) : UR_OK;
+        }
+        for (size_t i = 0; i < n && rc == UR_OK; i++) {
+            rc = e[i].indirect ? UR_OK : ur_buf_append(out, e[i].value, (size_t)e[i].value_len, err);
+        }
+        return rc;
+    }
+    for (size_t i = 0; i < n && rc == UR_OK; i++) {
+        rc = ur_buf_put_varint(out, e[i].ref.file, err);
+    }
+    for (size_t i = 0; i < n && rc == UR_OK; i++) {
+        rc = ur_buf_put_varint(out, e[i].ref.offset, err);
+    }
+    for (size_t i = 0; i < n && rc == UR_OK; i++) {
+        rc = ur_buf_put_varint(out, e[i].ref.length, err);
+    }
+    for (size_t i = 0; i < n && rc == UR_OK; i++) {
+        rc = ur_buf_put_varint(out, e[i].stats.num_keys, err);
+    }
+    for (size_t i = 0; i < n && rc == UR_OK; i++) {
+        rc = ur_buf_put_varint(out, e[i].stats.num_tree_bytes, err);
+    }
+    for (size_t i = 0; i < n && rc == UR_OK; i++) {
+        rc = ur_buf_put_varint(out, e[i].stats.num_indirect_value_bytes, err);
+    }
+    return rc;
+}

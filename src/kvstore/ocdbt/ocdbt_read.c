@@ -1,0 +1,841 @@
+/* OCDBT reader: the latest version of a database directory as a read-only ur_kvstore.
+ *
+ * manifest.ocdbt (or the newest manifest.%016x) -> latest inline version -> root B+tree node
+ * -> ... -> leaf entry -> inline value or (data file, offset, length). Every object is read
+ * with pread as exactly its byte range; nothing else is loaded. Data-file paths come from
+ * the containing object's table (transitive base path included), relative to the directory.
+ *
+ * Threads: data-file descriptors and decoded nodes are cached under one mutex; decoded nodes
+ * are refcounted so a node evicted while in use stays valid until released. */
+#define _POSIX_C_SOURCE 200809L
+#include "kvstore_impl.h"
+#include "ocdbt_internal.h"
+
+#include "unroll/alloc.h"
+#include "unroll/fs.h"
+#include "unroll/ocdbt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_FDS 128
+#define CACHE_NODES 64
+#define MAX_OBJECT ((uint64_t)UR_OCDBT_MAX_DECODED + 65536)
+#define MAX_MANIFEST ((size_t)64 << 20)
+
+struct ur_ocdbt_cnode {
+    char *path;
+    uint64_t offset;
+    unsigned refs;
+    uint64_t stamp;
+    ur_ocdbt_btree_node node;
+};
+
+typedef struct {
+    char *path;
+    int fd;
+} fd_slot;
+
+struct ur_ocdbt_reader {
+    ur_kvstore base;
+    char *dir;
+    char *manifest_name;
+    ur_ocdbt_manifest manifest;
+    const ur_ocdbt_version *latest; /* NULL for a config-only database */
+    pthread_mutex_t lock;
+    fd_slot fds[MAX_FDS];
+    size_t n_fds;
+    ur_ocdbt_cnode *cache[CACHE_NODES];
+    uint64_t clock;
+};
+
+static const ur_kvstore_ops reader_ops;
+
+ur_ocdbt_reader *ur_ocdbt_read__from_kv(ur_kvstore *kv)
+{
+    return kv != NULL && kv->ops == &reader_ops ? (ur_ocdbt_reader *)kv : NULL;
+}
+
+const ur_ocdbt_manifest *ur_ocdbt_read__manifest(const ur_ocdbt_reader *r)
+{
+    return &r->manifest;
+}
+
+const char *ur_ocdbt_read__manifest_name(const ur_ocdbt_reader *r)
+{
+    return r->manifest_name;
+}
+
+/* Data-file paths come from the database: refuse anything that could leave the directory. */
+static int check_rel_path(const char *p, ur_err *err)
+{
+    const char *s = p;
+    if (*p == '\0' || *p == '/') {
+        return ur_err_set(err, UR_ECORRUPT, "invalid data file path '%s'", p);
+    }
+    while (*s) {
+        const char *e = strchr(s, '/');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        if (n == 0 || (n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.')) {
+            return ur_err_set(err, UR_ECORRUPT, "invalid data file path '%s'", p);
+        }
+        s += n;
+        if (*s == '/') {
+            s++;
+        }
+    }
+    return UR_OK;
+}
+
+/* A descriptor for `rel`; *temp set when the caller must close it (cache full). */
+static int get_fd(ur_ocdbt_reader *r, const char *rel, int *fd_out, int *temp, ur_err *err)
+{
+    char *path = NULL;
+    int fd, rc = check_rel_path(rel, err);
+
+    if (rc < 0) {
+        return rc;
+    }
+    *temp = 0;
+    pthread_mutex_lock(&r->lock);
+    for (size_t i = 0; i < r->n_fds; i++) {
+        if (strcmp(r->fds[i].path, rel) == 0) {
+            *fd_out = r->fds[i].fd;
+            pthread_mutex_unlock(&r->lock);
+            return UR_OK;
+        }
+    }
+    path = ur_path_join(r->dir, rel);
+    if (path == NULL) {
+        rc = ur_err_oom(err);
+        goto out;
+    }
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        rc = ur_err_set_os(err, e == ENOENT ? UR_ENOTFOUND : UR_EIO, e, path,
+                           "cannot open data file");
+        goto out;
+    }
+    if (r->n_fds < MAX_FDS) {
+        char *copy = ur_strdup(rel);
+        if (copy != NULL) {
+            r->fds[r->n_fds].path = copy;
+            r->fds[r->n_fds].fd = fd;
+            r->n_fds++;
+        } else {
+            *temp = 1;
+        }
+    } else {
+        *temp = 1;
+    }
+    *fd_out = fd;
+out:
+    pthread_mutex_unlock(&r->lock);
+    ur_free(path);
+    return rc;
+}
+
+/* pread [offset, offset+n) of data file `rel` into dst. */
+static int read_file_range(ur_ocdbt_reader *r, const char *rel, uint64_t offset, size_t n,
+                           void *dst, ur_err *err)
+{
+    int fd = -1, temp = 0, rc = get_fd(r, rel, &fd, &temp, err);
+    char *path;
+    if (rc < 0) {
+        return rc;
+    }
+    path = ur_path_join(r->dir, rel);
+    rc = ur_fs_pread_full(fd, dst, n, offset, path ? path : rel, err);
+    ur_free(path);
+    if (temp) {
+        close(fd);
+    }
+    return rc;
+}
+
+/* Fix up an error from decoding the object at [off, off+len) of `rel`: name the file, make
+ * the offset absolute (for a compressed body, point at the object and say where in the
+ * decompressed body). */
+static void locate(ur_ocdbt_reader *r, ur_err *err, const char *rel, uint64_t off, uint64_t len,
+                   int in_body, int compressed)
+{
+    char *path;
+    if (err == NULL) {
+        return;
+    }
+    path = ur_path_join(r->dir, rel);
+    if (err->code == UR_ECORRUPT) {
+        uint64_t at = err->offset;
+        if (at == UR_ERR_NO_OFFSET) {
+            err->offset = off;
+        } else if (!in_body) {
+            err->offset = off + at;
+        } else if (!compressed) {
+            err->offset = off + 14 + at;
+        } else {
+            ur_err_wrap(err, "byte %llu of the decompressed body", (unsigned long long)at);
+            err->offset = off;
+        }
+        ur_err_wrap(err, "object [%llu, +%llu)", (unsigned long long)off,
+                    (unsigned long long)len);
+    }
+    ur_err_set_where(err, path ? path : rel);
+    ur_free(path);
+}
+
+/* Read the object at ref of `file` and check its envelope; body in `body`. */
+static int read_object(ur_ocdbt_reader *r, const char *rel, uint64_t off, uint64_t len,
+                       uint32_t magic, const char *what, ur_buf *body, int *compressed,
+                       ur_err *err)
+{
+    ur_buf raw;
+    int rc;
+
+    ur_buf_init(&raw, 0);
+    if (len < 16 || len > MAX_OBJECT) {
+        rc = ur_err_set_at(err, UR_ECORRUPT, 0, "%s: invalid length %llu", what,
+                           (unsigned long long)len);
+        locate(r, err, rel, off, len, 0, 0);
+        return rc;
+    }
+    rc = ur_buf_reserve(&raw, (size_t)len, err);
+    if (rc == UR_OK) {
+        rc = read_file_range(r, rel, off, (size_t)len, raw.data, err);
+    }
+    if (rc == UR_OK) {
+        raw.len = (size_t)len;
+        rc = ur_ocdbt_codec_decode(body, raw.data, raw.len, magic, what, compressed, err);
+        if (rc < 0) {
+            locate(r, err, rel, off, len, 0, 0);
+        }
+    } else if (rc == UR_ECORRUPT) {
+        ur_err_wrap(err, "%s [%llu, +%llu)", what, (unsigned long long)off,
+                    (unsigned long long)len);
+    }
+    ur_buf_dispose(&raw);
+    return rc;
+}
+
+static void cnode_free(ur_ocdbt_cnode *c)
+{
+    if (c != NULL) {
+        ur_free(c->path);
+        ur_ocdbt_btree_dispose(&c->node);
+        ur_free(c);
+    }
+}
+
+void ur_ocdbt_read__release(ur_ocdbt_reader *r, ur_ocdbt_cnode *c)
+{
+    int last;
+    if (c == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&r->lock);
+    last = --c->refs == 0;
+    pthread_mutex_unlock(&r->lock);
+    if (last) {
+        cnode_free(c);
+    }
+}
+
+const ur_ocdbt_btree_node *ur_ocdbt_read__node(const ur_ocdbt_cnode *c)
+{
+    return &c->node;
+}
+
+static ur_ocdbt_cnode *cache_find(ur_ocdbt_reader *r, const char *path, uint64_t off)
+{
+    ur_ocdbt_cnode *hit = NULL;
+    pthread_mutex_lock(&r->lock);
+    for (size_t i = 0; i < CACHE_NODES; i++) {
+        ur_ocdbt_cnode *c = r->cache[i];
+        if (c != NULL && c->offset == off && strcmp(c->path, path) == 0) {
+            c->refs++;
+            c->stamp = ++r->clock;
+            hit = c;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+    return hit;
+}
+
+static void cache_put(ur_ocdbt_reader *r, ur_ocdbt_cnode *c)
+{
+    size_t victim = 0;
+    ur_ocdbt_cnode *old = NULL;
+    int free_old = 0;
+
+    pthread_mutex_lock(&r->lock);
+    for (size_t i = 0; i < CACHE_NODES; i++) {
+        if (r->cache[i] == NULL) {
+            victim = i;
+            break;
+        }
+        if (r->cache[i]->stamp < r->cache[victim]->stamp) {
+            victim = i;
+        }
+    }
+    old = r->cache[victim];
+    if (old != NULL) {
+        free_old = --old->refs == 0;
+    }
+    c->refs++; /* the cache's reference */
+    c->stamp = ++r->clock;
+    r->cache[victim] = c;
+    pthread_mutex_unlock(&r->lock);
+    if (free_old) {
+        cnode_free(old);
+    }
+}
+
+int ur_ocdbt_read__btree_node(ur_ocdbt_reader *r, const ur_ocdbt_file_id *file,
+                              const ur_ocdbt_ref *ref, int height, ur_ocdbt_cnode **out,
+                              ur_err *err)
+{
+    ur_ocdbt_cnode *c = cache_find(r, file->path, ref->offset);
+    ur_buf body;
+    int rc, compressed = 0;
+
+    if (c == NULL) {
+        ur_buf_init(&body, 0);
+        c = ur_calloc(1, sizeof *c);
+        if (c == NULL) {
+            return ur_err_oom(err);
+        }
+        c->path = ur_strdup(file->path);
+        if (c->path == NULL) {
+            ur_free(c);
+            return ur_err_oom(err);
+        }
+        c->offset = ref->offset;
+        c->refs = 1;
+        rc = read_object(r, file->path, ref->offset, ref->length, UR_OCDBT_MAGIC_BTREE,
+                         "btree node", &body, &compressed, err);
+        if (rc == UR_OK) {
+            rc = ur_ocdbt_btree_decode(&c->node, &body, file->path, file->base_len, err);
+            if (rc < 0) {
+                locate(r, err, file->path, ref->offset, ref->length, 1, compressed);
+            }
+        }
+        ur_buf_dispose(&body);
+        if (rc < 0) {
+            cnode_free(c);
+            return rc;
+        }
+        cache_put(r, c);
+    }
+    if (height >= 0 && c->node.height != height) {
+        rc = ur_err_set_at(err, UR_ECORRUPT, 14, "btree node: height %u, expected %d",
+                           c->node.height, height);
+        locate(r, err, file->path, ref->offset, ref->length, 0, 0);
+        ur_ocdbt_read__release(r, c);
+        return rc;
+    }
+    *out = c;
+    return UR_OK;
+}
+
+int ur_ocdbt_read__version_node(ur_ocdbt_reader *r, const ur_ocdbt_file_id *file,
+                                const ur_ocdbt_ref *ref, ur_ocdbt_version_node *out,
+                                ur_err *err)
+{
+    ur_buf body;
+    int compressed = 0;
+    int rc;
+
+    ur_buf_init(&body, 0);
+    rc = read_object(r, file->path, ref->offset, ref->length, UR_OCDBT_MAGIC_VERSION_NODE,
+                     "version node", &body, &compressed, err);
+    if (rc == UR_OK) {
+        rc = ur_ocdbt_version_node_decode(out, body.data, body.len, file->path, file->base_len,
+                                          err);
+        if (rc < 0) {
+            locate(r, err, file->path, ref->offset, ref->length, 1, compressed);
+        } else if (out->arity_log2 != r->manifest.config.version_tree_arity_log2) {
+            ur_ocdbt_version_node_dispose(out);
+            rc = ur_err_set_at(err, UR_ECORRUPT, 0, "version node: arity differs from config");
+            locate(r, err, file->path, ref->offset, ref->length, 1, compressed);
+        }
+    }
+    ur_buf_dispose(&body);
+    return rc;
+}
+
+/* ---- key lookup ---- */
+
+static int key_cmp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn)
+{
+    size_t m = an < bn ? an : bn;
+    int c = m ? memcmp(a, b, m) : 0;
+    if (c != 0) {
+        return c;
+    }
+    return an < bn ? -1 : (an > bn ? 1 : 0);
+}
+
+static const uint8_t *ekey(const ur_ocdbt_btree_node *n, size_t i)
+{
+    return n->keys + n->e[i].key_off;
+}
+
+/* The child's first key must not precede its parent entry's key (minus subtree prefix). */
+static int check_first_key(ur_ocdbt_reader *r, const ur_ocdbt_file_id *file,
+                           const ur_ocdbt_ref *ref, const ur_ocdbt_btree_node *child,
+                           const uint8_t *min, size_t min_len, ur_err *err)
+{
+    if (key_cmp(ekey(child, 0), child->e[0].key_len, min, min_len) < 0) {
+        int rc = ur_err_set_at(err, UR_ECORRUPT, 14,
+                               "btree node: first key precedes the parent's key for it");
+        locate(r, err, file->path, ref->offset, ref->length, 0, 0);
+        return rc;
+    }
+    return UR_OK;
+}
+
+/* Find `key`; on success *leaf_out holds the leaf (release it) and *idx the entry. */
+static int lookup(ur_ocdbt_reader *r, const uint8_t *key, size_t klen, ur_ocdbt_cnode **leaf_out,
+                  size_t *idx, ur_err *err)
+{
+    const ur_ocdbt_version *v = r->latest;
+    const ur_ocdbt_file_id *file;
+    ur_ocdbt_ref ref;
+    ur_ocdbt_cnode *cur = NULL, *parent = NULL;
+    const uint8_t *min = NULL;
+    size_t min_len = 0, matched = 0;
+    int h, rc;
+
+    if (v == NULL || ur_ocdbt_ref_is_missing(&v->root)) {
+        return ur_err_set(err, UR_ENOTFOUND, "key not found");
+    }
+    file = &r->manifest.table.f[v->root.file];
+    ref = v->root;
+    h = v->root_height;
+    for (;;) {
+        const ur_ocdbt_btree_node *n;
+        const uint8_t *rest = key + matched;
+        size_t rlen = klen - matched, lo = 0, hi;
+
+        rc = ur_ocdbt_read__btree_node(r, file, &ref, h, &cur, err);
+        if (rc == UR_OK && parent != NULL) {
+            rc = check_first_key(r, file, &ref, &cur->node, min, min_len, err);
+        }
+        ur_ocdbt_read__release(r, parent);
+        parent = NULL;
+        if (rc < 0) {
+            ur_ocdbt_read__release(r, cur);
+            return rc;
+        }
+        n = &cur->node;
+        hi = n->n;
+        /* first entry whose key > rest */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (key_cmp(ekey(n, mid), n->e[mid].key_len, rest, rlen) <= 0) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        if (lo == 0) {
+            break; /* before the first key */
+        }
+        lo--;
+        if (h == 0) {
+            if (key_cmp(ekey(n, lo), n->e[lo].key_len, rest, rlen) != 0) {
+                break;
+            }
+            *leaf_out = cur;
+            *idx = lo;
+            return UR_OK;
+        }
+        {
+            size_t s = n->e[lo].subtree_prefix_len;
+            if (rlen < s || memcmp(ekey(n, lo), rest, s) != 0) {
+                break;
+            }
+            matched += s;
+            min = ekey(n, lo) + s;
+            min_len = n->e[lo].key_len - s;
+            file = &n->table.f[n->e[lo].ref.file];
+            ref = n->e[lo].ref;
+            h--;
+            parent = cur; /* keeps min and file alive */
+            cur = NULL;
+        }
+    }
+    ur_ocdbt_read__release(r, cur);
+    return ur_err_set(err, UR_ENOTFOUND, "key not found");
+}
+
+static int find_key(ur_ocdbt_reader *r, const char *key, ur_ocdbt_cnode **leaf, size_t *idx,
+                    ur_err *err)
+{
+    int rc = lookup(r, (const uint8_t *)key, strlen(key), leaf, idx, err);
+    if (rc == UR_ENOTFOUND) {
+        ur_err_set_where(err, key);
+    }
+    return rc;
+}
+
+static int r_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len, void *dst,
+                        ur_err *err)
+{
+    ur_ocdbt_reader *r = (ur_ocdbt_reader *)kv;
+    ur_ocdbt_cnode *leaf = NULL;
+    const ur_ocdbt_btree_entry *e;
+    size_t idx;
+    int rc = find_key(r, key, &leaf, &idx, err);
+
+    if (rc < 0) {
+        return rc;
+    }
+    e = &leaf->node.e[idx];
+    if (offset > e->value_len || len > e->value_len - offset) {
+        rc = ur_err_set(err, UR_ECORRUPT, "%s: range [%llu, +%zu) beyond value of %llu bytes",
+                        key, (unsigned long long)offset, len, (unsigned long long)e->value_len);
+    } else if (len == 0) {
+        rc = UR_OK;
+    } else if (!e->indirect) {
+        memcpy(dst, leaf->node.body.data + e->value_off + offset, len);
+    } else {
+        rc = read_file_range(r, leaf->node.table.f[e->ref.file].path, e->ref.offset + offset,
+                             len, dst, err);
+    }
+    ur_ocdbt_read__release(r, leaf);
+    return rc;
+}
+
+static int r_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
+{
+    ur_ocdbt_reader *r = (ur_ocdbt_reader *)kv;
+    ur_ocdbt_cnode *leaf = NULL;
+    const ur_ocdbt_btree_entry *e;
+    size_t idx;
+    int rc = find_key(r, key, &leaf, &idx, err);
+
+    if (rc < 0) {
+        return rc;
+    }
+    e = &leaf->node.e[idx];
+    if (e->value_len > SIZE_MAX / 2) {
+        rc = ur_err_set(err, UR_ECORRUPT, "%s: value too large", key);
+    } else if (!e->indirect) {
+        rc = ur_buf_append(out, leaf->node.body.data + e->value_off, (size_t)e->value_len, err);
+    } else {
+        rc = ur_buf_reserve(out, (size_t)e->value_len, err);
+        if (rc == UR_OK && e->value_len > 0) {
+            rc = read_file_range(r, leaf->node.table.f[e->ref.file].path, e->ref.offset,
+                                 (size_t)e->value_len, out->data + out->len, err);
+            if (rc == UR_OK) {
+                out->len += (size_t)e->value_len;
+            }
+        }
+    }
+    if (rc < 0 && rc != UR_ENOMEM) {
+        ur_err_set_where(err, key);
+    }
+    ur_ocdbt_read__release(r, leaf);
+    return rc;
+}
+
+static int r_size(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err)
+{
+    ur_ocdbt_reader *r = (ur_ocdbt_reader *)kv;
+    ur_ocdbt_cnode *leaf = NULL;
+    size_t idx;
+    int rc = find_key(r, key, &leaf, &idx, err);
+    if (rc == UR_OK) {
+        *size_out = leaf->node.e[idx].value_len;
+        ur_ocdbt_read__release(r, leaf);
+    }
+    return rc;
+}
+
+/* ---- listing ---- */
+
+typedef struct {
+    ur_ocdbt_reader *r;
+    const uint8_t *prefix;
+    size_t plen;
+    ur_kvstore_list_fn fn;
+    void *ctx;
+    ur_buf key; /* the current node's implicit prefix, then scratch */
+    int stop;   /* past the prefix range: no more keys can match */
+} list_state;
+
+/* Compare full key (key.data[0..base) + k) with the wanted prefix, truncated to its length:
+ * <0 before the range, 0 inside, >0 after. */
+static int range_cmp(const list_state *st, size_t base, const uint8_t *k, size_t klen)
+{
+    size_t n = st->plen, m = base < n ? base : n;
+    int c = m ? memcmp(st->key.data, st->prefix, m) : 0;
+    if (c != 0 || base >= n) {
+        return c;
+    }
+    m = klen < n - base ? klen : n - base;
+    c = m ? memcmp(k, st->prefix + base, m) : 0;
+    if (c != 0) {
+        return c;
+    }
+    return base + klen < n ? -1 : 0;
+}
+
+static int list_node(list_state *st, const ur_ocdbt_file_id *file, const ur_ocdbt_ref *ref,
+                     int h, const uint8_t *min, size_t min_len, ur_err *err)
+{
+    ur_ocdbt_cnode *c = NULL;
+    const ur_ocdbt_btree_node *n;
+    size_t base = st->key.len;
+    int rc = ur_ocdbt_read__btree_node(st->r, file, ref, h, &c, err);
+
+    if (rc == UR_OK && min != NULL) {
+        rc = check_first_key(st->r, file, ref, &c->node, min, min_len, err);
+    }
+    if (rc < 0) {
+        ur_ocdbt_read__release(st->r, c);
+        return rc;
+    }
+    n = &c->node;
+    for (size_t i = 0; i < n->n && rc == UR_OK && !st->stop; i++) {
+        const uint8_t *k = ekey(n, i);
+        size_t klen = n->e[i].key_len;
+        int cmp = range_cmp(st, base, k, klen);
+        if (h == 0) {
+            if (cmp > 0) {
+                st->stop = 1;
+                break;
+            }
+            if (cmp < 0 || memchr(k, 0, klen) != NULL) {
+                continue; /* keys with NUL bytes cannot be named through this API */
+            }
+            st->key.len = base;
+            rc = ur_buf_append(&st->key, k, klen, err);
+            if (rc == UR_OK) {
+                rc = ur_buf_append_byte(&st->key, 0, err);
+            }
+            if (rc == UR_OK) {
+                rc = st->fn(st->ctx, (const char *)st->key.data, n->e[i].value_len);
+                if (rc != 0) {
+                    st->stop = 1;
+                }
+            }
+        } else {
+            size_t s = n->e[i].subtree_prefix_len;
+            if (cmp > 0) {
+                st->stop = 1;
+                break;
+            }
+            if (i + 1 < n->n &&
+                range_cmp(st, base, ekey(n, i + 1), n->e[i + 1].key_len) < 0) {
+                continue; /* the whole child precedes the prefix */
+            }
+            st->key.len = base;
+            rc = ur_buf_append(&st->key, k, s, err);
+            if (rc == UR_OK) {
+                rc = list_node(st, &n->table.f[n->e[i].ref.file], &n->e[i].ref, h - 1, k + s,
+                               klen - s, err);
+            }
+        }
+        st->key.len = base;
+    }
+    st->key.len = base;
+    ur_ocdbt_read__release(st->r, c);
+    return rc;
+}
+
+static int r_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, void *ctx,
+                  ur_err *err)
+{
+    ur_ocdbt_reader *r = (ur_ocdbt_reader *)kv;
+    const ur_ocdbt_version *v = r->latest;
+    list_state st;
+    int rc;
+
+    if (v == NULL || ur_ocdbt_ref_is_missing(&v->root)) {
+        return UR_OK;
+    }
+    memset(&st, 0, sizeof st);
+    st.r = r;
+    st.prefix = (const uint8_t *)prefix;
+    st.plen = strlen(prefix);
+    st.fn = fn;
+    st.ctx = ctx;
+    ur_buf_init(&st.key, 0);
+    rc = ur_buf_reserve(&st.key, 256, err);
+    if (rc == UR_OK) {
+        rc = list_node(&st, &r->manifest.table.f[v->root.file], &v->root, v->root_height, NULL,
+                       0, err);
+    }
+    ur_buf_dispose(&st.key);
+    return rc;
+}
+
+static void r_close(ur_kvstore *kv)
+{
+    ur_ocdbt_reader *r = (ur_ocdbt_reader *)kv;
+    for (size_t i = 0; i < r->n_fds; i++) {
+        close(r->fds[i].fd);
+        ur_free(r->fds[i].path);
+    }
+    for (size_t i = 0; i < CACHE_NODES; i++) {
+        if (r->cache[i] != NULL && --r->cache[i]->refs == 0) {
+            cnode_free(r->cache[i]);
+        }
+    }
+    pthread_mutex_destroy(&r->lock);
+    ur_ocdbt_manifest_dispose(&r->manifest);
+    ur_free(r->manifest_name);
+    ur_free(r->dir);
+    ur_free(r);
+}
+
+static const ur_kvstore_ops reader_ops = {
+    "ocdbt", r_read, r_read_range, r_size, r_list, NULL, NULL, r_close,
+};
+
+/* ---- opening ---- */
+
+static int load_manifest(ur_ocdbt_reader *r, const char *name, ur_ocdbt_manifest *m,
+                         ur_err *err)
+{
+    char *path = ur_path_join(r->dir, name);
+    ur_buf raw, body;
+    int rc, compressed = 0;
+
+    ur_buf_init(&raw, 0);
+    ur_buf_init(&body, 0);
+    if (path == NULL) {
+        return ur_err_oom(err);
+    }
+    rc = ur_fs_read_file(&raw, path, MAX_MANIFEST, err);
+    if (rc == UR_OK) {
+        rc = ur_ocdbt_codec_decode(&body, raw.data, raw.len, UR_OCDBT_MAGIC_MANIFEST, "manifest",
+                                   &compressed, err);
+        if (rc == UR_OK) {
+            rc = ur_ocdbt_manifest_decode(m, body.data, body.len, err);
+            if (rc < 0) {
+                locate(r, err, name, 0, raw.len, 1, compressed);
+            }
+        } else {
+            locate(r, err, name, 0, raw.len, 0, 0);
+        }
+    }
+    ur_buf_dispose(&raw);
+    ur_buf_dispose(&body);
+    ur_free(path);
+    return rc;
+}
+
+static int hex16(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 16; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : (c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1);
+        if (d < 0) {
+            return -1;
+        }
+        v = (v << 4) | (uint64_t)d;
+    }
+    if (s[16] != '\0') {
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Numbered manifests: the largest manifest.%016x holds the versions. */
+static int load_numbered(ur_ocdbt_reader *r, ur_err *err)
+{
+    DIR *d = opendir(r->dir);
+    struct dirent *e;
+    uint64_t best = 0, g;
+    char name[32];
+    ur_ocdbt_manifest m;
+    int rc;
+
+    if (d == NULL) {
+        return ur_err_set_os(err, UR_EIO, errno, r->dir, "cannot list directory");
+    }
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "manifest.", 9) == 0 && hex16(e->d_name + 9, &g) == 0 && g > best) {
+            best = g;
+        }
+    }
+    closedir(d);
+    if (best == 0) {
+        return ur_err_set_os(err, UR_ECORRUPT, 0, r->dir,
+                             "numbered manifest kind but no manifest.%%016x file");
+    }
+    snprintf(name, sizeof name, "manifest.%016llx", (unsigned long long)best);
+    rc = load_manifest(r, name, &m, err);
+    if (rc < 0) {
+        return rc;
+    }
+    if (m.config.manifest_kind != 0 || m.n_versions == 0 ||
+        m.versions[m.n_versions - 1].generation != best) {
+        ur_ocdbt_manifest_dispose(&m);
+        return ur_err_set_os(err, UR_ECORRUPT, 0, name,
+                             "numbered manifest is config-only or its latest generation is not "
+                             "%llu",
+                             (unsigned long long)best);
+    }
+    r->manifest_name = ur_strdup(name);
+    if (r->manifest_name == NULL) {
+        ur_ocdbt_manifest_dispose(&m);
+        return ur_err_oom(err);
+    }
+    ur_ocdbt_manifest_dispose(&r->manifest);
+    r->manifest = m;
+    return UR_OK;
+}
+
+int ur_ocdbt_open(ur_kvstore **out, const char *dir, ur_err *err)
+{
+    ur_ocdbt_reader *r = ur_calloc(1, sizeof *r);
+    int rc;
+
+    if (r == NULL) {
+        return ur_err_oom(err);
+    }
+    r->base.ops = &reader_ops;
+    snprintf(r->base.desc, sizeof r->base.desc, "ocdbt:%s", dir);
+    pthread_mutex_init(&r->lock, NULL);
+    r->dir = ur_strdup(dir);
+    if (r->dir == NULL) {
+        rc = ur_err_oom(err);
+        goto fail;
+    }
+    rc = load_manifest(r, "manifest.ocdbt", &r->manifest, err);
+    if (rc < 0) {
+        goto fail;
+    }
+    if (r->manifest.config.manifest_kind == 1) {
+        rc = load_numbered(r, err);
+        if (rc < 0) {
+            goto fail;
+        }
+    } else {
+        r->manifest_name = ur_strdup("manifest.ocdbt");
+        if (r->manifest_name == NULL) {
+            rc = ur_err_oom(err);
+            goto fail;
+        }
+    }
+    if (r->manifest.n_versions > 0) {
+        r->latest = &r->manifest.versions[r->manifest.n_versions - 1];
+    }
+    *out = &r->base;
+    return UR_OK;
+fail:
+    r_close(&r->base);
+    return rc;
+}

@@ -1,0 +1,664 @@
+/* OCDBT writer: a new single-version database as a write-only ur_kvstore.
+ *
+ * ur_kvstore_write: a value longer than max_inline_value_bytes is appended at once to the
+ * current data file d/<32 hex> (a new file past target_data_file_size); shorter values are
+ * kept in memory with the key index. ur_kvstore_commit: sort the keys (the last write of a key
+ * wins), cut them into leaves of about max_decoded_node_bytes (TensorStore's estimate of a
+ * decoded entry), build interior levels the same way until one root remains, append every
+ * node (zstd when asked) to the data files, fsync them, then write manifest.ocdbt (temp file
+ * + rename + directory fsync), last. Spec §10 (invariants), §6.5 (statistics). */
+#define _POSIX_C_SOURCE 200809L
+#include "kvstore_impl.h"
+#include "ocdbt_format.h"
+
+#include "unroll/alloc.h"
+#include "unroll/fs.h"
+#include "unroll/ocdbt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_TARGET_FILE_SIZE ((uint64_t)2 << 30)
+
+typedef struct {
+    uint8_t *key;
+    size_t klen;
+    size_t seq;
+    int indirect;
+    uint64_t len;
+    uint8_t *value; /* inline */
+    uint32_t file;  /* indirect */
+    uint64_t offset;
+} wentry;
+
+/* One entry of a tree level: a node written below, seen from its parent. */
+typedef struct {
+    const uint8_t *key; /* full first key of the subtree (borrowed from the wentries) */
+    size_t klen;
+    size_t child_prefix; /* length of the child's implicit prefix (absolute) */
+    ur_ocdbt_ref ref;    /* file = writer file index */
+    ur_ocdbt_stats stats;
+} witem;
+
+typedef struct {
+    ur_kvstore base;
+    char *dir;
+    ur_ocdbt_write_opts opts;
+    ur_ocdbt_config config;
+    wentry *e;
+    size_t n, cap;
+    char **files; /* "d/<32 hex>" */
+    size_t n_files;
+    int fd;
+    uint64_t cur_size;
+    int committed;
+} ocdbt_writer;
+
+void ur_ocdbt_write_opts_init(ur_ocdbt_write_opts *opts)
+{
+    opts->target_data_file_size = DEFAULT_TARGET_FILE_SIZE;
+    opts->max_inline_value_bytes = 1024;
+    opts->max_decoded_node_bytes = 100000000;
+    opts->compress = 1;
+    opts->zstd_level = 0;
+}
+
+static int random_bytes(uint8_t *p, size_t n, ur_err *err)
+{
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    int rc;
+    if (fd < 0) {
+        return ur_err_set_os(err, UR_EIO, errno, "/dev/urandom", "cannot open");
+    }
+    rc = ur_fs_pread_full(fd, p, n, 0, "/dev/urandom", err);
+    close(fd);
+    return rc;
+}
+
+static int close_data_file(ocdbt_writer *w, ur_err *err)
+{
+    int rc = UR_OK;
+    if (w->fd >= 0) {
+        if (fsync(w->fd) != 0) {
+            rc = ur_err_set_os(err, UR_EIO, errno, w->files[w->n_files - 1], "fsync failed");
+        }
+        if (close(w->fd) != 0 && rc == UR_OK) {
+            rc = ur_err_set_os(err, UR_EIO, errno, w->files[w->n_files - 1], "close failed");
+        }
+        w->fd = -1;
+    }
+    return rc;
+}
+
+static int new_data_file(ocdbt_writer *w, ur_err *err)
+{
+    uint8_t rnd[16];
+    char name[40], *path, **files;
+    int rc = close_data_file(w, err);
+
+    if (rc == UR_OK) {
+        rc = random_bytes(rnd, sizeof rnd, err);
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    memcpy(name, "d/", 2);
+    for (int i = 0; i < 16; i++) {
+        static const char hex[] = "0123456789abcdef";
+        name[2 + 2 * i] = hex[rnd[i] >> 4];
+        name[3 + 2 * i] = hex[rnd[i] & 15];
+    }
+    name[34] = '\0';
+    files = ur_realloc(w->files, (w->n_files + 1) * sizeof *files);
+    if (files == NULL) {
+        return ur_err_oom(err);
+    }
+    w->files = files;
+    w->files[w->n_files] = ur_strdup(name);
+    path = ur_path_join(w->dir, name);
+    if (w->files[w->n_files] == NULL || path == NULL) {
+        ur_free(w->files[w->n_files]);
+        ur_free(path);
+        return ur_err_oom(err);
+    }
+    w->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (w->fd < 0) {
+        rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot create data file");
+        ur_free(w->files[w->n_files]);
+    } else {
+        w->n_files++;
+        w->cur_size = 0;
+    }
+    ur_free(path);
+    return rc;
+}
+
+/* Append n bytes to the data files; where they landed in *file / *offset. */
+static int append_data(ocdbt_writer *w, const void *p, size_t n, uint32_t *file, uint64_t *offset,
+                       ur_err *err)
+{
+    int rc;
+    if (w->fd < 0 || (w->cur_size > 0 && w->cur_size + n > w->opts.target_data_file_size)) {
+        rc = new_data_file(w, err);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    rc = ur_fs_write_full(w->fd, p, n, w->files[w->n_files - 1], err);
+    if (rc < 0) {
+        return rc;
+    }
+    *file = (uint32_t)(w->n_files - 1);
+    *offset = w->cur_size;
+    w->cur_size += n;
+    return UR_OK;
+}
+
+static int w_write(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err)
+{
+    ocdbt_writer *w = (ocdbt_writer *)kv;
+    size_t klen = strlen(key);
+    wentry *e;
+    int rc;
+
+    if (w->committed) {
+        return ur_err_set(err, UR_EINTERNAL, "%s: already committed", kv->desc);
+    }
+    if (klen > UR_OCDBT_MAX_KEY) {
+        return ur_err_set(err, UR_EINVAL, "key of %zu bytes is longer than %u", klen,
+                          UR_OCDBT_MAX_KEY);
+    }
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 256;
+        wentry *ne = ur_realloc(w->e, cap * sizeof *ne);
+        if (ne == NULL) {
+            return ur_err_oom(err);
+        }
+        w->e = ne;
+        w->cap = cap;
+    }
+    e = &w->e[w->n];
+    memset(e, 0, sizeof *e);
+    e->key = (uint8_t *)ur_strndup(key, klen);
+    if (e->key == NULL) {
+        return ur_err_oom(err);
+    }
+    e->klen = klen;
+    e->seq = w->n;
+    e->len = n;
+    if (n > w->opts.max_inline_value_bytes) {
+        e->indirect = 1;
+        rc = append_data(w, data, n, &e->file, &e->offset, err);
+    } else if (n > 0) {
+        e->value = ur_malloc(n);
+        rc = e->value ? UR_OK : ur_err_oom(err);
+        if (rc == UR_OK) {
+            memcpy(e->value, data, n);
+        }
+    } else {
+        rc = UR_OK;
+    }
+    if (rc < 0) {
+        ur_free(e->key);
+        ur_free(e->value);
+        return rc;
+    }
+    w->n++;
+    return UR_OK;
+}
+
+static int cmp_wentry(const void *a, const void *b)
+{
+    const wentry *x = a, *y = b;
+    size_t m = x->klen < y->klen ? x->klen : y->klen;
+    int c = memcmp(x->key, y->key, m);
+    if (c != 0) {
+        return c;
+    }
+    if (x->klen != y->klen) {
+        return x->klen < y->klen ? -1 : 1;
+    }
+    return x->seq < y->seq ? -1 : 1;
+}
+
+static size_t lcp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn)
+{
+    size_t i = 0;
+    while (i < an && i < bn && a[i] == b[i]) {
+        i++;
+    }
+    return i;
+}
+
+/* A table holding the writer files in `used` (flags), and the writer->table index map. */
+static int make_table(ocdbt_writer *w, const uint8_t *used, ur_ocdbt_table *t, uint32_t *map,
+                      ur_err *err)
+{
+    size_t k = 0;
+    t->n = 0;
+    t->f = NULL;
+    for (size_t i = 0; i < w->n_files; i++) {
+        k += used[i] ? 1 : 0;
+    }
+    if (k == 0) {
+        return UR_OK;
+    }
+    t->f = ur_calloc(k, sizeof *t->f);
+    if (t->f == NULL) {
+        return ur_err_oom(err);
+    }
+    /* Writer files all have base "" and names "d/<hex>": sort by name. */
+    for (size_t i = 0; i < w->n_files; i++) {
+        if (!used[i]) {
+            continue;
+        }
+        t->f[t->n].path = ur_strdup(w->files[i]);
+        if (t->f[t->n].path == NULL) {
+            ur_ocdbt_table_dispose(t);
+            return ur_err_oom(err);
+        }
+        t->f[t->n].len = strlen(w->files[i]);
+        t->f[t->n].base_len = 0;
+        t->n++;
+    }
+    ur_ocdbt_table_sort(t);
+    for (size_t i = 0; i < w->n_files; i++) {
+        for (size_t j = 0; used[i] && j < t->n; j++) {
+            if (strcmp(t->f[j].path, w->files[i]) == 0) {
+                map[i] = (uint32_t)j;
+            }
+        }
+    }
+    return UR_OK;
+}
+
+/* Encode one node (entries already relative), envelope it, append it; *ref gets its place. */
+static int emit_node(ocdbt_writer *w, uint8_t height, ur_ocdbt_btree_enc_entry *enc, size_t n,
+                     uint8_t *used, uint32_t *map, ur_ocdbt_ref *ref, ur_err *err)
+{
+    ur_ocdbt_table t = {0, NULL};
+    ur_buf body, obj;
+    uint32_t file;
+    int rc;
+
+    ur_buf_init(&body, 0);
+    ur_buf_init(&obj, 0);
+    rc = make_table(w, used, &t, map, err);
+    if (rc == UR_OK) {
+        for (size_t i = 0; i < n; i++) {
+            if (height > 0 || enc[i].indirect) {
+                enc[i].ref.file = map[enc[i].ref.file];
+            }
+        }
+        rc = ur_ocdbt_btree_encode(&body, height, &t, enc, n, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_ocdbt_codec_encode(&obj, UR_OCDBT_MAGIC_BTREE, body.data, body.len,
+                                   w->opts.compress, w->opts.zstd_level, err);
+    }
+    if (rc == UR_OK) {
+        rc = append_data(w, obj.data, obj.len, &file, &ref->offset, err);
+        ref->file = file;
+        ref->length = obj.len;
+    }
+    ur_ocdbt_table_dispose(&t);
+    ur_buf_dispose(&body);
+    ur_buf_dispose(&obj);
+    return rc;
+}
+
+/* Where the group starting at `start` ends, by TensorStore's decoded-size estimate. */
+static size_t group_end(const size_t *est, size_t start, size_t n, uint64_t max_bytes,
+                        size_t min_arity)
+{
+    uint64_t size = 0;
+    size_t i = start;
+    while (i < n) {
+        size_t count = i - start;
+        if (count >= UR_OCDBT_MAX_NODE_ENTRIES) {
+            break;
+        }
+        if (count >= min_arity && size + est[i] > max_bytes) {
+            break;
+        }
+        size += est[i];
+        i++;
+    }
+    return i;
+}
+
+static void add_stats(ur_ocdbt_stats *s, const ur_ocdbt_stats *a)
+{
+    s->num_keys += a->num_keys;
+    s->num_tree_bytes += a->num_tree_bytes;
+    s->num_indirect_value_bytes += a->num_indirect_value_bytes;
+}
+
+/* Write the leaves of entries e[0..n): one witem per leaf into *items. */
+static int write_leaves(ocdbt_writer *w, witem *items, size_t *n_items, int *is_root,
+                        uint8_t *used, uint32_t *map, ur_err *err)
+{
+    size_t n = w->n, *est = ur_calloc(n, sizeof *est), k = 0;
+    ur_ocdbt_btree_enc_entry *enc = ur_calloc(n, sizeof *enc);
+    int rc = UR_OK;
+
+    if (est == NULL || enc == NULL) {
+        rc = ur_err_oom(err);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        est[i] = w->e[i].klen + 16 + (w->e[i].indirect ? 16 + 34 : (size_t)w->e[i].len);
+    }
+    *is_root = group_end(est, 0, n, w->opts.max_decoded_node_bytes, 1) == n;
+    for (size_t start = 0; start < n && rc == UR_OK;) {
+        size_t end = group_end(est, start, n, w->opts.max_decoded_node_bytes, 1);
+        size_t pl = *is_root ? 0
+                             : lcp(w->e[start].key, w->e[start].klen, w->e[end - 1].key,
+                                   w->e[end - 1].klen);
+        witem *it = &items[k++];
+        memset(used, 0, w->n_files ? w->n_files : 1);
+        memset(it, 0, sizeof *it);
+        for (size_t i = start; i < end; i++) {
+            const wentry *e = &w->e[i];
+            ur_ocdbt_btree_enc_entry *x = &enc[i - start];
+            memset(x, 0, sizeof *x);
+            x->key = e->key + pl;
+            x->key_len = e->klen - pl;
+            x->indirect = e->indirect;
+            x->value = e->value;
+            x->value_len = e->len;
+            if (e->indirect) {
+                x->ref.file = e->file;
+                x->ref.offset = e->offset;
+                x->ref.length = e->len;
+                used[e->file] = 1;
+                it->stats.num_indirect_value_bytes += e->len;
+            }
+        }
+        it->key = w->e[start].key;
+        it->klen = w->e[start].klen;
+        it->child_prefix = pl;
+        it->stats.num_keys = end - start;
+        rc = emit_node(w, 0, enc, end - start, used, map, &it->ref, err);
+        it->stats.num_tree_bytes = it->ref.length;
+        start = end;
+    }
+    *n_items = k;
+out:
+    ur_free(est);
+    ur_free(enc);
+    return rc;
+}
+
+/* Write one interior level over items[0..n); the parents replace them in place. */
+static int write_level(ocdbt_writer *w, uint8_t height, witem *items, size_t *n_items,
+                       int *is_root, uint8_t *used, uint32_t *map, ur_err *err)
+{
+    size_t n = *n_items, *est = ur_calloc(n, sizeof *est), k = 0;
+    ur_ocdbt_btree_enc_entry *enc = ur_calloc(n, sizeof *enc);
+    int rc = UR_OK;
+
+    if (est == NULL || enc == NULL) {
+        rc = ur_err_oom(err);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        est[i] = items[i].klen + 56 + 34;
+    }
+    *is_root = group_end(est, 0, n, w->opts.max_decoded_node_bytes, 2) == n;
+    for (size_t start = 0; start < n && rc == UR_OK;) {
+        size_t end = group_end(est, start, n, w->opts.max_decoded_node_bytes, 2);
+        size_t pl = 0;
+        witem parent;
+        memset(&parent, 0, sizeof parent);
+        if (!*is_root) {
+            pl = lcp(items[start].key, items[start].klen, items[end - 1].key, items[end - 1].klen);
+            for (size_t i = start; i < end; i++) {
+                pl = items[i].child_prefix < pl ? items[i].child_prefix : pl;
+            }
+        }
+        memset(used, 0, w->n_files);
+        for (size_t i = start; i < end; i++) {
+            ur_ocdbt_btree_enc_entry *x = &enc[i - start];
+            memset(x, 0, sizeof *x);
+            x->key = items[i].key + pl;
+            x->key_len = items[i].klen - pl;
+            x->subtree_prefix_len = items[i].child_prefix - pl;
+            x->ref = items[i].ref;
+            x->stats = items[i].stats;
+            used[items[i].ref.file] = 1;
+            add_stats(&parent.stats, &items[i].stats);
+        }
+        parent.key = items[start].key;
+        parent.klen = items[start].klen;
+        parent.child_prefix = pl;
+        rc = emit_node(w, height, enc, end - start, used, map, &parent.ref, err);
+        parent.stats.num_tree_bytes += parent.ref.length;
+        items[k++] = parent; /* k <= start: never overwrites an unread item */
+        start = end;
+    }
+    *n_items = k;
+out:
+    ur_free(est);
+    ur_free(enc);
+    return rc;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static int write_manifest(ocdbt_writer *w, const ur_ocdbt_version *v, const char *root_file,
+                          ur_err *err)
+{
+    ur_ocdbt_manifest m;
+    ur_ocdbt_file_id fid;
+    ur_buf body, obj;
+    char *tmp = NULL, *path = NULL;
+    int rc;
+
+    memset(&m, 0, sizeof m);
+    m.config = w->config;
+    fid.path = (char *)(uintptr_t)root_file;
+    fid.len = strlen(root_file);
+    fid.base_len = 0;
+    m.table.n = 1;
+    m.table.f = &fid;
+    m.versions = (ur_ocdbt_version *)(uintptr_t)v;
+    m.n_versions = 1;
+    ur_buf_init(&body, 0);
+    ur_buf_init(&obj, 0);
+    rc = ur_ocdbt_manifest_encode(&body, &m, err);
+    if (rc == UR_OK) {
+        rc = ur_ocdbt_codec_encode(&obj, UR_OCDBT_MAGIC_MANIFEST, body.data, body.len,
+                                   w->opts.compress, w->opts.zstd_level, err);
+    }
+    if (rc == UR_OK) {
+        tmp = ur_path_join(w->dir, "manifest.ocdbt.partial");
+        path = ur_path_join(w->dir, "manifest.ocdbt");
+        rc = tmp && path ? UR_OK : ur_err_oom(err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_fs_write_file(tmp, obj.data, obj.len, err);
+    }
+    if (rc == UR_OK && rename(tmp, path) != 0) {
+        rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot rename manifest into place");
+    }
+    if (rc == UR_OK) {
+        rc = ur_fs_fsync_dir(w->dir, err);
+    }
+    ur_free(tmp);
+    ur_free(path);
+    ur_buf_dispose(&body);
+    ur_buf_dispose(&obj);
+    return rc;
+}
+
+static int w_commit(ur_kvstore *kv, ur_err *err)
+{
+    ocdbt_writer *w = (ocdbt_writer *)kv;
+    ur_ocdbt_version v;
+    witem *items = NULL;
+    uint8_t *used = NULL;
+    uint32_t *map = NULL;
+    size_t n_items = 0, k = 0;
+    int rc = UR_OK, is_root = 0;
+    uint8_t height = 0;
+    char *d = NULL;
+
+    if (w->committed) {
+        return ur_err_set(err, UR_EINTERNAL, "%s: already committed", kv->desc);
+    }
+    memset(&v, 0, sizeof v);
+    v.generation = 1;
+    v.commit_time = now_ns();
+    /* sort by key, then write order; keep the last write of each key */
+    if (w->n > 0) {
+        qsort(w->e, w->n, sizeof *w->e, cmp_wentry);
+        for (size_t i = 0; i < w->n; i++) {
+            if (i + 1 < w->n && w->e[i].klen == w->e[i + 1].klen &&
+                memcmp(w->e[i].key, w->e[i + 1].key, w->e[i].klen) == 0) {
+                ur_free(w->e[i].key);
+                ur_free(w->e[i].value);
+                continue;
+            }
+            w->e[k++] = w->e[i];
+        }
+        w->n = k;
+    }
+    if (w->n == 0) {
+        static const char empty[] = "";
+        v.root.offset = UINT64_MAX;
+        v.root.length = UINT64_MAX;
+        rc = write_manifest(w, &v, empty, err);
+        goto done;
+    }
+    items = ur_calloc(w->n, sizeof *items);
+    /* at most one more file appears while nodes are written per node; size generously */
+    used = ur_calloc(w->n_files + 2 * w->n + 2, 1);
+    map = ur_calloc(w->n_files + 2 * w->n + 2, sizeof *map);
+    if (items == NULL || used == NULL || map == NULL) {
+        rc = ur_err_oom(err);
+        goto done;
+    }
+    rc = write_leaves(w, items, &n_items, &is_root, used, map, err);
+    while (rc == UR_OK && !is_root) {
+        if (height == 255) {
+            rc = ur_err_set(err, UR_EINTERNAL, "btree too high");
+            break;
+        }
+        height++;
+        rc = write_level(w, height, items, &n_items, &is_root, used, map, err);
+    }
+    if (rc == UR_OK) {
+        v.root_height = height;
+        v.root = items[0].ref;
+        v.root.file = 0;
+        v.stats = items[0].stats;
+        rc = close_data_file(w, err);
+    }
+    if (rc == UR_OK) {
+        d = ur_path_join(w->dir, "d");
+        rc = d ? ur_fs_fsync_dir(d, err) : ur_err_oom(err);
+    }
+    if (rc == UR_OK) {
+        rc = write_manifest(w, &v, w->files[items[0].ref.file], err);
+    }
+done:
+    if (rc == UR_OK) {
+        w->committed = 1;
+    }
+    ur_free(d);
+    ur_free(items);
+    ur_free(used);
+    ur_free(map);
+    return rc;
+}
+
+static void w_close(ur_kvstore *kv)
+{
+    ocdbt_writer *w = (ocdbt_writer *)kv;
+    if (w->fd >= 0) {
+        close(w->fd);
+    }
+    for (size_t i = 0; i < w->n; i++) {
+        ur_free(w->e[i].key);
+        ur_free(w->e[i].value);
+    }
+    for (size_t i = 0; i < w->n_files; i++) {
+        ur_free(w->files[i]);
+    }
+    ur_free(w->files);
+    ur_free(w->e);
+    ur_free(w->dir);
+    ur_free(w);
+}
+
+static const ur_kvstore_ops writer_ops = {
+    "ocdbt-writer", NULL, NULL, NULL, NULL, w_write, w_commit, w_close,
+};
+
+int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts *opts,
+                    ur_err *err)
+{
+    ocdbt_writer *w;
+    char *manifest = NULL, *d = NULL;
+    int rc;
+
+    if (opts->max_decoded_node_bytes > UINT32_MAX || opts->zstd_level < -131072 ||
+        opts->zstd_level > 22) {
+        return ur_err_set(err, UR_EINVAL, "ocdbt: invalid write options");
+    }
+    w = ur_calloc(1, sizeof *w);
+    if (w == NULL) {
+        return ur_err_oom(err);
+    }
+    w->fd = -1;
+    w->base.ops = &writer_ops;
+    snprintf(w->base.desc, sizeof w->base.desc, "ocdbt:%s", dir);
+    w->opts = *opts;
+    if (w->opts.target_data_file_size == 0) {
+        w->opts.target_data_file_size = DEFAULT_TARGET_FILE_SIZE;
+    }
+    w->dir = ur_strdup(dir);
+    manifest = ur_path_join(dir, "manifest.ocdbt");
+    d = ur_path_join(dir, "d");
+    if (w->dir == NULL || manifest == NULL || d == NULL) {
+        rc = ur_err_oom(err);
+        goto fail;
+    }
+    if (ur_fs_exists(manifest)) {
+        rc = ur_err_set_os(err, UR_EINVAL, 0, manifest, "a database already exists here");
+        goto fail;
+    }
+    rc = ur_fs_mkdirs(d, err);
+    if (rc < 0) {
+        goto fail;
+    }
+    ur_ocdbt_config_init_default(&w->config);
+    rc = random_bytes(w->config.uuid, sizeof w->config.uuid, err);
+    if (rc < 0) {
+        goto fail;
+    }
+    w->config.max_inline_value_bytes = opts->max_inline_value_bytes;
+    w->config.max_decoded_node_bytes = (uint32_t)opts->max_decoded_node_bytes;
+    w->config.compression = opts->compress ? 1 : 0;
+    w->config.zstd_level = opts->compress ? opts->zstd_level : 0;
+    ur_free(manifest);
+    ur_free(d);
+    *out = &w->base;
+    return UR_OK;
+fail:
+    ur_free(manifest);
+    ur_free(d);
+    w_close(&w->base);
+    return rc;
+}

@@ -1,0 +1,647 @@
+/* Opening an Orbax checkpoint: find the item directory, read its metadata files, open the
+ * array store (OCDBT or plain files) and describe every leaf. (orbax
+ * `base_pytree_checkpoint_handler.py`, `_src/path/format_utils.py`, `checkpoint_manager.py`;
+ * doc: orbax-layout.md §1, §2, §6, §9.1.) */
+#include "orbax_impl.h"
+
+#include "unroll/alloc.h"
+#include "unroll/fs.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <string.h>
+
+#define TMP_SUFFIX ".orbax-checkpoint-tmp"
+
+struct ur_orbax_ckpt {
+    char *item_dir;
+    char *step_dir;
+    ur_orbax_arena arena; /* leaves built here when there is no _METADATA; string values */
+    ur_orbax_meta *meta;
+    ur_orbax_leaf *leaves;
+    size_t n_leaves;
+    int use_ocdbt;
+    int use_zarr3;
+    int store_fill;
+    int has_metadata_file;
+    ur_orbax_sharding_map *sharding;
+    ur_orbax_step_meta_doc *step;
+    ur_orbax_array_meta_list *array_meta;
+    ur_kvstore *kv;
+};
+
+/* Read a whole optional file: UR_ENOTFOUND (err untouched) when it is absent. */
+static int read_optional(ur_buf *b, const char *dir, const char *name, ur_err *err)
+{
+    char *path = ur_path_join(dir, name);
+    if (path == NULL) {
+        return ur_err_oom(err);
+    }
+    int rc = UR_ENOTFOUND;
+    if (ur_fs_exists(path)) {
+        rc = ur_fs_read_file(b, path, UR_ORBAX_MAX_JSON_BYTES, err);
+    }
+    ur_free(path);
+    return rc;
+}
+
+static int has_file(const char *dir, const char *name)
+{
+    char *path = ur_path_join(dir, name);
+    int yes = path != NULL && ur_fs_exists(path);
+    ur_free(path);
+    return yes;
+}
+
+/* The directory above `path` (trailing '/' ignored), or NULL when there is none. */
+static char *parent_dir(const char *path)
+{
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') {
+        n--;
+    }
+    while (n > 0 && path[n - 1] != '/') {
+        n--;
+    }
+    if (n == 0) {
+        return ur_strdup(".");
+    }
+    while (n > 1 && path[n - 1] == '/') {
+        n--;
+    }
+    return ur_strndup(path, n);
+}
+
+static int is_item_dir(const char *dir)
+{
+    return has_file(dir, "_METADATA") || has_file(dir, "manifest.ocdbt") ||
+           has_file(dir, "_sharding");
+}
+
+/* A handler typestr of a PyTree item (v0 Standard/PyTree handlers, v1 PyTreeHandler). */
+static int is_pytree_handler(const char *typestr)
+{
+    return strstr(typestr, "PyTreeCheckpointHandler") != NULL ||
+           strstr(typestr, "StandardCheckpointHandler") != NULL ||
+           strstr(typestr, "PyTreeHandler") != NULL;
+}
+
+/* The only subdirectory of `dir` that holds a _METADATA file. */
+static int find_item_by_listing(char **out, const char *dir, ur_err *err)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        return ur_err_set_os(err, UR_EIO, 0, dir, "cannot list the step directory");
+    }
+    char *found = NULL;
+    int rc = UR_OK;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.') {
+            continue;
+        }
+        char *sub = ur_path_join(dir, de->d_name);
+        if (sub == NULL) {
+            rc = ur_err_oom(err);
+            break;
+        }
+        if (ur_fs_is_dir(sub) && has_file(sub, "_METADATA")) {
+            if (found != NULL) {
+                rc = ur_err_set(err, UR_EINVAL,
+                                "%s: several items (%s, %s): give the item directory", dir,
+                                found, sub);
+                ur_free(sub);
+                break;
+            }
+            found = sub;
+        } else {
+            ur_free(sub);
+        }
+    }
+    closedir(d);
+    if (rc < 0) {
+        ur_free(found);
+        return rc;
+    }
+    if (found == NULL) {
+        return ur_err_set(err, UR_ENOTFOUND,
+                          "%s: not an Orbax checkpoint (no _METADATA, no items/ directory)", dir);
+    }
+    *out = found;
+    return UR_OK;
+}
+
+static int load_step_meta(ur_orbax_ckpt *ck, ur_err *err)
+{
+    ur_buf b;
+    ur_buf_init(&b, 0);
+    int rc = read_optional(&b, ck->step_dir, "_CHECKPOINT_METADATA", err);
+    if (rc == UR_ENOTFOUND) {
+        rc = UR_OK;
+    } else if (rc == UR_OK) {
+        rc = ur_orbax_ckpt_meta_parse(&ck->step, (const char *)b.data, b.len, err);
+        if (rc < 0) {
+            ur_err_set_where(err, ck->step_dir);
+        }
+    }
+    ur_buf_dispose(&b);
+    return rc;
+}
+
+/* Decide item_dir and step_dir from the path the user gave. */
+static int resolve_dirs(ur_orbax_ckpt *ck, const char *path, ur_err *err)
+{
+    if (strstr(path, TMP_SUFFIX) != NULL) {
+        return ur_err_set(err, UR_EINVAL,
+                          "%s: incomplete checkpoint (a temporary '" TMP_SUFFIX "' directory)",
+                          path);
+    }
+    if (!ur_fs_is_dir(path)) {
+        return ur_err_set(err, UR_ENOTFOUND, "%s: no such checkpoint directory", path);
+    }
+    if (is_item_dir(path)) {
+        ck->item_dir = ur_strdup(path);
+        if (ck->item_dir == NULL) {
+            return ur_err_oom(err);
+        }
+        if (has_file(path, "_CHECKPOINT_METADATA")) {
+            ck->step_dir = ur_strdup(path); /* a direct checkpoint */
+        } else {
+            char *parent = parent_dir(path);
+            if (parent == NULL) {
+                return ur_err_oom(err);
+            }
+            if (has_file(parent, "_CHECKPOINT_METADATA")) {
+                ck->step_dir = parent;
+            } else {
+                ur_free(parent);
+                return UR_OK;
+            }
+        }
+        return ck->step_dir != NULL ? load_step_meta(ck, err) : ur_err_oom(err);
+    }
+
+    ck->step_dir = ur_strdup(path);
+    if (ck->step_dir == NULL) {
+        return ur_err_oom(err);
+    }
+    int rc = load_step_meta(ck, err);
+    if (rc < 0) {
+        return rc;
+    }
+    static const char *const defaults[] = {"items", "default"};
+    for (size_t i = 0; i < 2; i++) {
+        char *sub = ur_path_join(path, defaults[i]);
+        if (sub == NULL) {
+            return ur_err_oom(err);
+        }
+        if (ur_fs_is_dir(sub)) {
+            ck->item_dir = sub;
+            return UR_OK;
+        }
+        ur_free(sub);
+    }
+    if (ck->step != NULL) {
+        const ur_orbax_step_meta *m = &ck->step->meta;
+        for (size_t i = 0; i < m->n_item_handlers; i++) {
+            if (m->item_names[i] == NULL || !is_pytree_handler(m->item_handlers[i])) {
+                continue;
+            }
+            char *sub = ur_path_join(path, m->item_names[i]);
+            if (sub == NULL) {
+                return ur_err_oom(err);
+            }
+            if (ur_fs_is_dir(sub)) {
+                ck->item_dir = sub;
+                return UR_OK;
+            }
+            ur_free(sub);
+        }
+    }
+    return find_item_by_listing(&ck->item_dir, path, err);
+}
+
+/* ---- A tree rebuilt from the stored arrays when there is no _METADATA ------------------- */
+
+typedef struct {
+    ur_orbax_ckpt *ck;
+    ur_buf names; /* NUL-separated param names */
+    size_t count;
+    int saw_zarr3;
+    int saw_zarr2;
+} list_ctx;
+
+static int collect_array(void *vctx, const char *key, uint64_t size)
+{
+    (void)size;
+    list_ctx *c = vctx;
+    size_t n = strlen(key);
+    size_t cut = 0;
+    if (n > 8 && strcmp(key + n - 8, "/.zarray") == 0) {
+        cut = 8;
+        c->saw_zarr2 = 1;
+    } else if (n > 10 && strcmp(key + n - 10, "/zarr.json") == 0) {
+        cut = 10;
+        c->saw_zarr3 = 1;
+    } else {
+        return 0;
+    }
+    ur_err err;
+    if (ur_buf_append(&c->names, key, n - cut, &err) < 0 ||
+        ur_buf_append_byte(&c->names, 0, &err) < 0) {
+        return UR_ENOMEM;
+    }
+    c->count++;
+    return 0;
+}
+
+static int rebuild_tree(ur_orbax_ckpt *ck, ur_err *err)
+{
+    list_ctx c = {ck, {0}, 0, 0, 0};
+    ur_buf_init(&c.names, 0);
+    int rc = ur_kvstore_list(ck->kv, "", collect_array, &c, err);
+    if (rc == UR_ENOMEM) {
+        rc = ur_err_oom(err);
+    }
+    if (rc < 0) {
+        goto out;
+    }
+    if (c.count == 0) {
+        rc = ur_err_set(err, UR_ENOTFOUND, "%s: no _METADATA and no arrays", ck->item_dir);
+        goto out;
+    }
+    if (c.saw_zarr2 && c.saw_zarr3) {
+        rc = ur_err_set(err, UR_ECORRUPT,
+                        "%s: no _METADATA, and both zarr v2 and v3 arrays are stored",
+                        ck->item_dir);
+        goto out;
+    }
+    ck->use_zarr3 = c.saw_zarr3;
+    ck->leaves = ur_orbax__arena_alloc(&ck->arena, c.count * sizeof(*ck->leaves));
+    if (ck->leaves == NULL) {
+        rc = ur_err_oom(err);
+        goto out;
+    }
+    const char *p = (const char *)c.names.data;
+    for (size_t i = 0; i < c.count; i++) {
+        ur_orbax_leaf *l = &ck->leaves[i];
+        size_t len = strlen(p);
+        size_t depth = 1;
+        for (size_t j = 0; j < len; j++) {
+            depth += p[j] == '.';
+        }
+        ur_orbax_key *path = ur_orbax__arena_alloc(&ck->arena, depth * sizeof(*path));
+        char *name = ur_orbax__arena_strdup(&ck->arena, p);
+        char *split = ur_orbax__arena_strdup(&ck->arena, p);
+        if (path == NULL || name == NULL || split == NULL) {
+            rc = ur_err_oom(err);
+            goto out;
+        }
+        size_t k = 0;
+        char *s = split;
+        for (;;) {
+            char *dot = strchr(s, '.');
+            path[k].key = s;
+            path[k].type = UR_ORBAX_KEY_DICT;
+            k++;
+            if (dot == NULL) {
+                break;
+            }
+            *dot = '\0';
+            s = dot + 1;
+        }
+        ur_buf kp;
+        ur_buf_init(&kp, 0);
+        rc = ur_orbax_tree_keypath(&kp, path, depth, err);
+        if (rc == UR_OK) {
+            l->keypath = ur_orbax__arena_strndup(&ck->arena, (const char *)kp.data, kp.len);
+            rc = l->keypath != NULL ? UR_OK : ur_err_oom(err);
+        }
+        ur_buf_dispose(&kp);
+        if (rc < 0) {
+            goto out;
+        }
+        l->path = path;
+        l->depth = depth;
+        l->name = name;
+        l->value_type = ur_orbax_sharding_find(ck->sharding, name) != NULL
+                            ? UR_ORBAX_VALUE_JAX_ARRAY
+                            : UR_ORBAX_VALUE_NP_ARRAY;
+        l->value_type_name = ur_orbax_value_type_name(l->value_type);
+        l->write_shape_rank = -1;
+        l->array_meta_chunk_rank = -1;
+        p += len + 1;
+    }
+    ck->n_leaves = c.count;
+    rc = ur_orbax_tree_order(ck->leaves, &ck->n_leaves, "stored arrays", err);
+out:
+    ur_buf_dispose(&c.names);
+    return rc;
+}
+
+/* ---- Per-leaf information --------------------------------------------------------------- */
+
+static int attach_strings(ur_orbax_ckpt *ck, ur_err *err)
+{
+    int any = 0;
+    for (size_t i = 0; i < ck->n_leaves; i++) {
+        any |= ck->leaves[i].value_type == UR_ORBAX_VALUE_STRING;
+    }
+    if (!any) {
+        return UR_OK;
+    }
+    ur_buf b;
+    ur_buf_init(&b, 0);
+    cJSON *root = NULL;
+    int rc = read_optional(&b, ck->item_dir, "_strings.json", err);
+    if (rc == UR_ENOTFOUND) {
+        rc = UR_OK; /* restore of those leaves would fail; inspect still works */
+        goto out;
+    }
+    if (rc < 0) {
+        goto out;
+    }
+    rc = ur_orbax__json_parse(&root, (const char *)b.data, b.len, "_strings.json", err);
+    if (rc < 0) {
+        goto out;
+    }
+    for (size_t i = 0; i < ck->n_leaves; i++) {
+        ur_orbax_leaf *l = &ck->leaves[i];
+        if (l->value_type != UR_ORBAX_VALUE_STRING) {
+            continue;
+        }
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, l->name);
+        if (cJSON_IsString(v)) {
+            l->string_value = ur_orbax__arena_strdup(&ck->arena, v->valuestring);
+            if (l->string_value == NULL) {
+                rc = ur_err_oom(err);
+                goto out;
+            }
+        }
+    }
+out:
+    if (rc < 0) {
+        ur_err_set_where(err, ck->item_dir);
+    }
+    cJSON_Delete(root);
+    ur_buf_dispose(&b);
+    return rc;
+}
+
+static int attach_sharding(ur_orbax_ckpt *ck, ur_err *err)
+{
+    for (size_t i = 0; i < ck->n_leaves; i++) {
+        ur_orbax_leaf *l = &ck->leaves[i];
+        if (ck->sharding == NULL || l->value_type != UR_ORBAX_VALUE_JAX_ARRAY ||
+            l->skip_deserialize) {
+            continue;
+        }
+        const ur_orbax_sharding *s = ur_orbax_sharding_find(ck->sharding, l->name);
+        if (s == NULL) {
+            return ur_err_set(err, UR_ECORRUPT,
+                              "_sharding: no entry for array '%s' (Orbax cannot restore it "
+                              "without a target)",
+                              l->name);
+        }
+        l->sharding = *s;
+    }
+    if (ck->array_meta != NULL) {
+        for (size_t i = 0; i < ck->array_meta->n; i++) {
+            const ur_orbax_array_meta *am = &ck->array_meta->items[i];
+            for (size_t j = 0; j < ck->n_leaves; j++) {
+                ur_orbax_leaf *l = &ck->leaves[j];
+                if (strcmp(l->name, am->param_name) == 0) {
+                    l->array_meta_chunk_rank = am->chunk_rank;
+                    memcpy(l->array_meta_chunk_shape, am->chunk_shape,
+                           sizeof(l->array_meta_chunk_shape));
+                    l->random_key_impl = am->random_key_impl;
+                    break;
+                }
+            }
+        }
+    }
+    return UR_OK;
+}
+
+static int describe_arrays(ur_orbax_ckpt *ck, ur_err *err)
+{
+    for (size_t i = 0; i < ck->n_leaves; i++) {
+        ur_orbax_leaf *l = &ck->leaves[i];
+        if (!ur_orbax_value_type_has_array(l->value_type) || l->skip_deserialize) {
+            continue;
+        }
+        ur_zarr_array *arr = NULL;
+        int rc = ur_orbax_ckpt_open_array(ck, l, &arr, err);
+        if (rc < 0) {
+            return rc;
+        }
+        const ur_zarr_info *info = ur_zarr_array_info(arr);
+        l->has_array = 1;
+        l->dtype = info->dtype;
+        l->rank = info->rank;
+        memcpy(l->shape, info->shape, sizeof(l->shape));
+        memcpy(l->chunk_shape, info->chunk_shape, sizeof(l->chunk_shape));
+        ur_zarr_array_close(arr);
+        if (l->sharding.kind == UR_ORBAX_SHARDING_NAMED && l->sharding.spec_rank > l->rank) {
+            return ur_err_set(err, UR_ECORRUPT,
+                              "_sharding: '%s': partition_spec has %d entries for a rank-%d "
+                              "array",
+                              l->name, l->sharding.spec_rank, l->rank);
+        }
+    }
+    return UR_OK;
+}
+
+int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur_err *err)
+{
+    ur_buf b;
+    ur_buf_init(&b, 0);
+    ur_orbax_ckpt *ck = ur_calloc(1, sizeof(*ck));
+    if (ck == NULL) {
+        return ur_err_oom(err);
+    }
+    ur_orbax__arena_init(&ck->arena);
+    int rc = resolve_dirs(ck, path, err);
+    if (rc < 0) {
+        goto out;
+    }
+
+    rc = read_optional(&b, ck->item_dir, "_METADATA", err);
+    if (rc == UR_OK) {
+        ck->has_metadata_file = 1;
+        rc = ur_orbax_meta_parse(&ck->meta, (const char *)b.data, b.len, err);
+        if (rc < 0) {
+            goto out_where;
+        }
+        ck->leaves = ck->meta->leaves;
+        ck->n_leaves = ck->meta->n_leaves;
+        ck->use_zarr3 = ck->meta->use_zarr3;
+        ck->store_fill = ck->meta->store_fill;
+        ck->use_ocdbt = ck->meta->use_ocdbt;
+    } else if (rc == UR_ENOTFOUND) {
+        ck->use_ocdbt = -1;
+    } else {
+        goto out;
+    }
+    if (ck->use_ocdbt < 0) {
+        ck->use_ocdbt = has_file(ck->item_dir, "manifest.ocdbt");
+    }
+
+    ur_buf_reset(&b);
+    rc = read_optional(&b, ck->item_dir, "_sharding", err);
+    if (rc == UR_OK) {
+        rc = ur_orbax_sharding_parse(&ck->sharding, (const char *)b.data, b.len, err);
+    } else if (rc == UR_ENOTFOUND) {
+        rc = UR_OK;
+    }
+    if (rc < 0) {
+        goto out_where;
+    }
+    ur_buf_reset(&b);
+    rc = read_optional(&b, ck->item_dir, "array_metadatas/process_0", err);
+    if (rc == UR_OK) {
+        rc = ur_orbax_array_meta_parse(&ck->array_meta, (const char *)b.data, b.len, err);
+    } else if (rc == UR_ENOTFOUND) {
+        rc = UR_OK;
+    }
+    if (rc < 0) {
+        goto out_where;
+    }
+
+    if (ck->use_ocdbt) {
+        rc = ur_ocdbt_open(&ck->kv, ck->item_dir, err);
+    } else {
+        rc = ur_kvstore_file_open(&ck->kv, ck->item_dir, 0, err);
+    }
+    if (rc < 0) {
+        ur_err_wrap(err, "%s store", ck->use_ocdbt ? "OCDBT" : "file");
+        goto out_where;
+    }
+    if (!ck->has_metadata_file) {
+        rc = rebuild_tree(ck, err);
+        if (rc < 0) {
+            goto out_where;
+        }
+    }
+    rc = attach_sharding(ck, err);
+    if (rc == UR_OK) {
+        rc = attach_strings(ck, err);
+    }
+    if (rc == UR_OK && !(flags & UR_ORBAX_OPEN_NO_ARRAYS)) {
+        rc = describe_arrays(ck, err);
+    }
+    if (rc < 0) {
+        goto out_where;
+    }
+    *out = ck;
+    ck = NULL;
+    goto out;
+out_where:
+    ur_err_set_where(err, ck->item_dir);
+out:
+    ur_buf_dispose(&b);
+    ur_orbax_ckpt_close(ck);
+    return rc;
+}
+
+void ur_orbax_ckpt_close(ur_orbax_ckpt *ck)
+{
+    if (ck == NULL) {
+        return;
+    }
+    ur_kvstore_close(ck->kv);
+    ur_orbax_meta_free(ck->meta);
+    ur_orbax_sharding_map_free(ck->sharding);
+    ur_orbax_ckpt_meta_free(ck->step);
+    ur_orbax_array_meta_free(ck->array_meta);
+    ur_orbax__arena_dispose(&ck->arena);
+    ur_free(ck->item_dir);
+    ur_free(ck->step_dir);
+    ur_free(ck);
+}
+
+const char *ur_orbax_ckpt_item_dir(const ur_orbax_ckpt *ck)
+{
+    return ck->item_dir;
+}
+
+const char *ur_orbax_ckpt_step_dir(const ur_orbax_ckpt *ck)
+{
+    return ck->step_dir;
+}
+
+int ur_orbax_ckpt_use_ocdbt(const ur_orbax_ckpt *ck)
+{
+    return ck->use_ocdbt;
+}
+
+int ur_orbax_ckpt_use_zarr3(const ur_orbax_ckpt *ck)
+{
+    return ck->use_zarr3;
+}
+
+int ur_orbax_ckpt_store_fill_value(const ur_orbax_ckpt *ck)
+{
+    return ck->store_fill;
+}
+
+int ur_orbax_ckpt_has_sharding_file(const ur_orbax_ckpt *ck)
+{
+    return ck->sharding != NULL;
+}
+
+int ur_orbax_ckpt_has_metadata_file(const ur_orbax_ckpt *ck)
+{
+    return ck->has_metadata_file;
+}
+
+const char *ur_orbax_ckpt_custom_metadata(const ur_orbax_ckpt *ck)
+{
+    return ck->meta != NULL ? ck->meta->custom_metadata_json : NULL;
+}
+
+const ur_orbax_step_meta *ur_orbax_ckpt_step_meta(const ur_orbax_ckpt *ck)
+{
+    return ck->step != NULL ? &ck->step->meta : NULL;
+}
+
+size_t ur_orbax_ckpt_leaf_count(const ur_orbax_ckpt *ck)
+{
+    return ck->n_leaves;
+}
+
+const ur_orbax_leaf *ur_orbax_ckpt_leaf(const ur_orbax_ckpt *ck, size_t i)
+{
+    return i < ck->n_leaves ? &ck->leaves[i] : NULL;
+}
+
+int ur_orbax_ckpt_find(const ur_orbax_ckpt *ck, const char *name, const ur_orbax_leaf **out,
+                       ur_err *err)
+{
+    for (size_t i = 0; i < ck->n_leaves; i++) {
+        if (strcmp(ck->leaves[i].name, name) == 0) {
+            *out = &ck->leaves[i];
+            return UR_OK;
+        }
+    }
+    return ur_err_set(err, UR_ENOTFOUND, "no leaf '%s' in the checkpoint", name);
+}
+
+ur_kvstore *ur_orbax_ckpt_kvstore(ur_orbax_ckpt *ck)
+{
+    return ck->kv;
+}
+
+int ur_orbax_ckpt_open_array(ur_orbax_ckpt *ck, const ur_orbax_leaf *leaf, ur_zarr_array **out,
+                             ur_err *err)
+{
+    if (!ur_orbax_value_type_has_array(leaf->value_type) || leaf->skip_deserialize) {
+        return ur_err_set(err, UR_EINVAL, "leaf '%s' (%s) stores no array", leaf->name,
+                          leaf->value_type_name);
+    }
+    int rc = ur_zarr_array_open(out, ck->kv, leaf->name, ck->use_zarr3 ? 3 : 2, err);
+    if (rc < 0) {
+        ur_err_wrap(err, "array '%s'", leaf->name);
+    }
+    return rc;
+}

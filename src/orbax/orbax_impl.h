@@ -1,0 +1,148 @@
+/* Internals shared by the files of the Orbax layer: a string arena, JSON helpers, and the pure
+ * parsers/emitters of the metadata files (no I/O; orbax_ckpt.c and orbax_write.c do that). */
+#ifndef UNROLL_ORBAX_IMPL_H
+#define UNROLL_ORBAX_IMPL_H
+
+#include "unroll/buf.h"
+#include "unroll/err.h"
+#include "unroll/orbax.h"
+
+#include <cjson/cJSON.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Largest metadata file read whole (JSON). */
+#define UR_ORBAX_MAX_JSON_BYTES ((size_t)1 << 30)
+/* Largest extent accepted for a shape or mesh axis (TensorStore's kInfIndex is 2^62 - 2). */
+#define UR_ORBAX_MAX_DIM ((uint64_t)1 << 62)
+
+/* ---- orbax_json.c ----------------------------------------------------------------------- */
+
+/* A bump allocator for the strings and arrays a parse produces; freed in one go. */
+typedef struct ur_orbax__arena_block ur_orbax__arena_block;
+typedef struct ur_orbax_arena {
+    ur_orbax__arena_block *head;
+} ur_orbax_arena;
+
+void ur_orbax__arena_init(ur_orbax_arena *a);
+void ur_orbax__arena_dispose(ur_orbax_arena *a);
+/* Zeroed, aligned for any type; NULL when out of memory. */
+void *ur_orbax__arena_alloc(ur_orbax_arena *a, size_t n);
+char *ur_orbax__arena_strdup(ur_orbax_arena *a, const char *s);
+char *ur_orbax__arena_strndup(ur_orbax_arena *a, const char *s, size_t n);
+
+/* Route cJSON's allocations through ur_malloc (so OOM tests reach them). Idempotent. */
+void ur_orbax__json_hooks(void);
+/* Parse `len` bytes of JSON; UR_ECORRUPT "<what>: invalid JSON near byte N". */
+int ur_orbax__json_parse(cJSON **out, const char *text, size_t len, const char *what, ur_err *err);
+/* Append `s` as a JSON string the way Python's json.dumps writes it (ensure_ascii: non-ASCII
+ * as \uXXXX). UR_EINVAL for invalid UTF-8. */
+int ur_orbax__json_put_str(ur_buf *b, const char *s, ur_err *err);
+/* A JSON number that must be an integer in [lo, hi]; 0 on success, -1 when not. */
+int ur_orbax__json_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out);
+/* Compact text of a JSON value into the arena (NULL when out of memory). */
+char *ur_orbax__json_print(ur_orbax_arena *a, const cJSON *v);
+
+/* ---- orbax_tree.c ----------------------------------------------------------------------- */
+
+/* The tree_metadata key of a path: Python str() of the tuple of key names. */
+int ur_orbax_tree_keypath(ur_buf *out, const ur_orbax_key *path, size_t depth, ur_err *err);
+/* The param name: key names joined by '.'. */
+int ur_orbax_tree_name(ur_buf *out, const ur_orbax_key *path, size_t depth, ur_err *err);
+/* Put the leaves in Orbax's tree order (sort by key path, SEQUENCE keys as integers), drop
+ * entries whose path is a strict prefix of another, and check the structure restore needs:
+ * no duplicates, one key type per parent, list indices 0,1,2,... with no gaps. `*n` may
+ * shrink. UR_ECORRUPT naming the leaf. */
+int ur_orbax_tree_order(ur_orbax_leaf *leaves, size_t *n, const char *what, ur_err *err);
+
+/* ---- orbax_meta.c: _METADATA ------------------------------------------------------------ */
+
+typedef struct ur_orbax_meta {
+    ur_orbax_arena arena;
+    size_t n_leaves;
+    ur_orbax_leaf *leaves;  /* tree order */
+    int use_ocdbt;          /* -1 null/absent (detect), else 0/1 */
+    int use_zarr3;          /* absent: 0 */
+    int store_fill;         /* store_array_data_equal_to_fill_value; absent: 0 */
+    const char *custom_metadata_json; /* NULL for null/absent */
+} ur_orbax_meta;
+
+/* Parse `_METADATA` text. Errors are UR_ECORRUPT naming the entry ("_METADATA: ('a',): ..."). */
+int ur_orbax_meta_parse(ur_orbax_meta **out, const char *json, size_t len, ur_err *err);
+/* Emit as Orbax writes it (Python json.dumps layout, leaves in the given order). Only the
+ * leaves' path, value_type, skip_deserialize and write_shape are used. */
+int ur_orbax_meta_emit(ur_buf *out, const ur_orbax_meta *m, ur_err *err);
+void ur_orbax_meta_free(ur_orbax_meta *m);
+
+/* ---- orbax_sharding.c: _sharding -------------------------------------------------------- */
+
+/* URL-safe base64 with '=' padding, as Python's base64.urlsafe_b64encode. */
+int ur_orbax_b64url_encode(ur_buf *out, const void *p, size_t n, ur_err *err);
+/* Strict decode (padding required, no whitespace). UR_ECORRUPT for bad input. */
+int ur_orbax_b64url_decode(ur_buf *out, const char *s, size_t n, ur_err *err);
+
+typedef struct ur_orbax_sharding_map {
+    ur_orbax_arena arena;
+    size_t n;
+    const char **names;           /* decoded param names, file order */
+    ur_orbax_sharding *shardings; /* kind ABSENT for an empty-string member */
+} ur_orbax_sharding_map;
+
+/* Parse a whole `_sharding` file. Errors name the array ("_sharding: 'a.b': ..."). */
+int ur_orbax_sharding_parse(ur_orbax_sharding_map **out, const char *json, size_t len,
+                            ur_err *err);
+/* Parse one member's value (itself JSON text) into *out; strings go into `a`. */
+int ur_orbax_sharding_value_parse(ur_orbax_sharding *out, ur_orbax_arena *a, const char *json,
+                                  ur_err *err);
+/* One member value as Orbax writes it (Python json.dumps). */
+int ur_orbax_sharding_value_emit(ur_buf *out, const ur_orbax_sharding *s, ur_err *err);
+/* A whole `_sharding` file (compact, as TensorStore's json driver writes it). */
+int ur_orbax_sharding_emit(ur_buf *out, const char *const *names,
+                           const ur_orbax_sharding *shardings, size_t n, ur_err *err);
+/* Borrowed entry, NULL when absent. */
+const ur_orbax_sharding *ur_orbax_sharding_find(const ur_orbax_sharding_map *m,
+                                                const char *name);
+void ur_orbax_sharding_map_free(ur_orbax_sharding_map *m);
+
+/* ---- orbax_ckpt_meta.c: _CHECKPOINT_METADATA, array_metadatas, _strings.json ------------ */
+
+typedef struct ur_orbax_step_meta_doc {
+    ur_orbax_arena arena;
+    ur_orbax_step_meta meta;
+} ur_orbax_step_meta_doc;
+
+int ur_orbax_ckpt_meta_parse(ur_orbax_step_meta_doc **out, const char *json, size_t len,
+                             ur_err *err);
+/* Emit as Orbax writes it; `custom_metadata_json` NULL means {}. */
+int ur_orbax_ckpt_meta_emit(ur_buf *out, const ur_orbax_step_meta *m, ur_err *err);
+void ur_orbax_ckpt_meta_free(ur_orbax_step_meta_doc *d);
+
+typedef struct ur_orbax_array_meta {
+    const char *param_name;
+    int write_rank; /* -1 when absent */
+    uint64_t write_shape[UR_MAX_RANK];
+    int chunk_rank; /* -1 when absent */
+    uint64_t chunk_shape[UR_MAX_RANK];
+    const char *random_key_impl; /* NULL unless ext_metadata names one */
+} ur_orbax_array_meta;
+
+typedef struct ur_orbax_array_meta_list {
+    ur_orbax_arena arena;
+    size_t n;
+    ur_orbax_array_meta *items;
+} ur_orbax_array_meta_list;
+
+int ur_orbax_array_meta_parse(ur_orbax_array_meta_list **out, const char *json, size_t len,
+                              ur_err *err);
+int ur_orbax_array_meta_emit(ur_buf *out, const ur_orbax_array_meta *items, size_t n,
+                             ur_err *err);
+void ur_orbax_array_meta_free(ur_orbax_array_meta_list *l);
+
+/* Parse a JSON list of non-negative integers (a shape) into dims; UR_ECORRUPT otherwise. */
+int ur_orbax__parse_shape(const cJSON *v, uint64_t *dims, int *rank, const char *what,
+                          ur_err *err);
+/* Append "[1, 2, 3]" (Python layout). */
+int ur_orbax__put_shape(ur_buf *b, const uint64_t *dims, int rank, ur_err *err);
+
+#endif

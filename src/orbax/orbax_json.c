@@ -1,0 +1,276 @@
+/* Helpers for the Orbax metadata files: a string arena and the JSON conventions Orbax uses
+ * (Python json.dumps: ", " and ": " separators, ensure_ascii). */
+#include "orbax_impl.h"
+
+#include "unroll/alloc.h"
+
+#include <math.h>
+#include <stdalign.h>
+#include <string.h>
+
+struct ur_orbax__arena_block {
+    ur_orbax__arena_block *next;
+    size_t cap;
+    size_t used;
+    alignas(max_align_t) unsigned char data[];
+};
+
+#define ARENA_BLOCK 4096u
+
+void ur_orbax__arena_init(ur_orbax_arena *a)
+{
+    a->head = NULL;
+}
+
+void ur_orbax__arena_dispose(ur_orbax_arena *a)
+{
+    ur_orbax__arena_block *b = a->head;
+    while (b != NULL) {
+        ur_orbax__arena_block *next = b->next;
+        ur_free(b);
+        b = next;
+    }
+    a->head = NULL;
+}
+
+void *ur_orbax__arena_alloc(ur_orbax_arena *a, size_t n)
+{
+    const size_t align = alignof(max_align_t);
+    size_t need = (n + align - 1) / align * align;
+    if (need < n) {
+        return NULL;
+    }
+    if (need == 0) {
+        need = align;
+    }
+    ur_orbax__arena_block *b = a->head;
+    if (b == NULL || b->cap - b->used < need) {
+        size_t cap = need > ARENA_BLOCK ? need : ARENA_BLOCK;
+        if (cap > SIZE_MAX - sizeof(*b)) {
+            return NULL;
+        }
+        b = ur_malloc(sizeof(*b) + cap);
+        if (b == NULL) {
+            return NULL;
+        }
+        b->cap = cap;
+        b->used = 0;
+        b->next = a->head;
+        a->head = b;
+    }
+    void *p = b->data + b->used;
+    b->used += need;
+    memset(p, 0, n);
+    return p;
+}
+
+char *ur_orbax__arena_strndup(ur_orbax_arena *a, const char *s, size_t n)
+{
+    if (n == SIZE_MAX) {
+        return NULL;
+    }
+    char *p = ur_orbax__arena_alloc(a, n + 1);
+    if (p != NULL) {
+        memcpy(p, s, n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
+char *ur_orbax__arena_strdup(ur_orbax_arena *a, const char *s)
+{
+    return ur_orbax__arena_strndup(a, s, strlen(s));
+}
+
+static void *hook_malloc(size_t n)
+{
+    return ur_malloc(n);
+}
+
+static void hook_free(void *p)
+{
+    ur_free(p);
+}
+
+void ur_orbax__json_hooks(void)
+{
+    cJSON_Hooks hooks = {hook_malloc, hook_free};
+    cJSON_InitHooks(&hooks);
+}
+
+int ur_orbax__json_parse(cJSON **out, const char *text, size_t len, const char *what, ur_err *err)
+{
+    ur_orbax__json_hooks();
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (root == NULL) {
+        size_t off = (end != NULL && end >= text) ? (size_t)(end - text) : 0;
+        /* cJSON reports allocation failure and syntax errors alike; a parse that fails at
+         * the very end of well-formed-looking text is usually truncation. */
+        return ur_err_set_at(err, UR_ECORRUPT, off, "%s: invalid JSON near byte %zu", what, off);
+    }
+    /* Only whitespace may follow the value. */
+    if (end != NULL) {
+        while ((size_t)(end - text) < len && (*end == ' ' || *end == '\n' || *end == '\r' ||
+                                              *end == '\t')) {
+            end++;
+        }
+        if ((size_t)(end - text) < len) {
+            size_t off = (size_t)(end - text);
+            cJSON_Delete(root);
+            return ur_err_set_at(err, UR_ECORRUPT, off, "%s: trailing bytes after JSON at %zu",
+                                 what, off);
+        }
+    }
+    *out = root;
+    return UR_OK;
+}
+
+static int put_u_escape(ur_buf *b, unsigned v, ur_err *err)
+{
+    return ur_buf_printf(b, err, "\\u%04x", v);
+}
+
+int ur_orbax__json_put_str(ur_buf *b, const char *s, ur_err *err)
+{
+    int rc = ur_buf_append_byte(b, '"', err);
+    const unsigned char *p = (const unsigned char *)s;
+    while (rc == UR_OK && *p != '\0') {
+        unsigned c = *p;
+        if (c == '"' || c == '\\') {
+            char esc[2] = {'\\', (char)c};
+            rc = ur_buf_append(b, esc, 2, err);
+            p++;
+        } else if (c == '\n') {
+            rc = ur_buf_append_str(b, "\\n", err);
+            p++;
+        } else if (c == '\r') {
+            rc = ur_buf_append_str(b, "\\r", err);
+            p++;
+        } else if (c == '\t') {
+            rc = ur_buf_append_str(b, "\\t", err);
+            p++;
+        } else if (c == '\b') {
+            rc = ur_buf_append_str(b, "\\b", err);
+            p++;
+        } else if (c == '\f') {
+            rc = ur_buf_append_str(b, "\\f", err);
+            p++;
+        } else if (c < 0x20 || c == 0x7f) {
+            rc = put_u_escape(b, c, err);
+            p++;
+        } else if (c < 0x80) {
+            rc = ur_buf_append_byte(b, (uint8_t)c, err);
+            p++;
+        } else {
+            /* Decode one UTF-8 sequence and write it as \uXXXX (a surrogate pair above the
+             * BMP), as json.dumps(ensure_ascii=True) does. */
+            unsigned cp;
+            int extra;
+            if ((c & 0xe0) == 0xc0) {
+                cp = c & 0x1f;
+                extra = 1;
+            } else if ((c & 0xf0) == 0xe0) {
+                cp = c & 0x0f;
+                extra = 2;
+            } else if ((c & 0xf8) == 0xf0) {
+                cp = c & 0x07;
+                extra = 3;
+            } else {
+                return ur_err_set(err, UR_EINVAL, "invalid UTF-8 in string");
+            }
+            p++;
+            for (int i = 0; i < extra; i++, p++) {
+                if ((*p & 0xc0) != 0x80) {
+                    return ur_err_set(err, UR_EINVAL, "invalid UTF-8 in string");
+                }
+                cp = (cp << 6) | (*p & 0x3fu);
+            }
+            if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) ||
+                (extra == 1 && cp < 0x80) || (extra == 2 && cp < 0x800) ||
+                (extra == 3 && cp < 0x10000)) {
+                return ur_err_set(err, UR_EINVAL, "invalid UTF-8 in string");
+            }
+            if (cp >= 0x10000) {
+                unsigned v = cp - 0x10000;
+                rc = put_u_escape(b, 0xd800 + (v >> 10), err);
+                if (rc == UR_OK) {
+                    rc = put_u_escape(b, 0xdc00 + (v & 0x3ff), err);
+                }
+            } else {
+                rc = put_u_escape(b, cp, err);
+            }
+        }
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_byte(b, '"', err);
+    }
+    return rc;
+}
+
+int ur_orbax__json_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!cJSON_IsNumber(v)) {
+        return -1;
+    }
+    double d = v->valuedouble;
+    if (!isfinite(d) || d != floor(d) || d < -9223372036854775808.0 ||
+        d >= 9223372036854775808.0) {
+        return -1;
+    }
+    int64_t i = (int64_t)d;
+    if (i < lo || i > hi) {
+        return -1;
+    }
+    *out = i;
+    return 0;
+}
+
+char *ur_orbax__json_print(ur_orbax_arena *a, const cJSON *v)
+{
+    ur_orbax__json_hooks();
+    char *text = cJSON_PrintUnformatted(v);
+    if (text == NULL) {
+        return NULL;
+    }
+    char *copy = ur_orbax__arena_strdup(a, text);
+    cJSON_free(text);
+    return copy;
+}
+
+int ur_orbax__parse_shape(const cJSON *v, uint64_t *dims, int *rank, const char *what,
+                          ur_err *err)
+{
+    if (!cJSON_IsArray(v)) {
+        return ur_err_set(err, UR_ECORRUPT, "%s: expected a list of integers", what);
+    }
+    int n = cJSON_GetArraySize(v);
+    if (n > UR_MAX_RANK) {
+        return ur_err_set(err, UR_ECORRUPT, "%s: rank %d exceeds %d", what, n, UR_MAX_RANK);
+    }
+    int i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v)
+    {
+        int64_t d;
+        if (ur_orbax__json_int(e, 0, (int64_t)UR_ORBAX_MAX_DIM, &d) != 0) {
+            return ur_err_set(err, UR_ECORRUPT,
+                              "%s: dimension %d is not an integer in [0, 2^62]", what, i);
+        }
+        dims[i++] = (uint64_t)d;
+    }
+    *rank = n;
+    return UR_OK;
+}
+
+int ur_orbax__put_shape(ur_buf *b, const uint64_t *dims, int rank, ur_err *err)
+{
+    int rc = ur_buf_append_byte(b, '[', err);
+    for (int i = 0; rc == UR_OK && i < rank; i++) {
+        rc = ur_buf_printf(b, err, i == 0 ? "%llu" : ", %llu", (unsigned long long)dims[i]);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_byte(b, ']', err);
+    }
+    return rc;
+}

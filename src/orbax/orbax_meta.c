@@ -1,0 +1,367 @@
+/* `_METADATA`: the PyTree metadata Orbax writes last into an item directory.
+ * (orbax `_src/metadata/tree.py`, `value_metadata_entry.py`; doc: orbax-layout.md §2.2)
+ *
+ *   {"tree_metadata": {"('a',)": {"key_metadata": [{"key": "a", "key_type": 2}],
+ *                                 "value_metadata": {"value_type": "jax.Array",
+ *                                                    "skip_deserialize": false,
+ *                                                    "write_shape": [8]}}, ...},
+ *    "use_ocdbt": true, "use_zarr3": false, "store_array_data_equal_to_fill_value": true,
+ *    "custom_metadata": null}
+ *
+ * The tree_metadata key string is never parsed back (structure comes from key_metadata);
+ * it is kept only for error messages. */
+#include "orbax_impl.h"
+
+#include "unroll/alloc.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    ur_orbax_value_type vt;
+    const char *name;
+} value_types[] = {
+    {UR_ORBAX_VALUE_JAX_ARRAY, "jax.Array"},
+    {UR_ORBAX_VALUE_NP_ARRAY, "np.ndarray"},
+    {UR_ORBAX_VALUE_SCALAR, "scalar"},
+    {UR_ORBAX_VALUE_STRING, "string"},
+    {UR_ORBAX_VALUE_PLACEHOLDER, "placeholder"},
+    {UR_ORBAX_VALUE_EMPTY_DICT, "Dict"},
+    {UR_ORBAX_VALUE_EMPTY_LIST, "List"},
+    {UR_ORBAX_VALUE_EMPTY_TUPLE, "Tuple"},
+    {UR_ORBAX_VALUE_NONE, "None"},
+    {UR_ORBAX_VALUE_EMPTY_NAMED_TUPLE, "NamedTuple"},
+};
+
+const char *ur_orbax_value_type_name(ur_orbax_value_type vt)
+{
+    for (size_t i = 0; i < sizeof value_types / sizeof value_types[0]; i++) {
+        if (value_types[i].vt == vt) {
+            return value_types[i].name;
+        }
+    }
+    return "unknown";
+}
+
+ur_orbax_value_type ur_orbax_value_type_from_name(const char *name)
+{
+    for (size_t i = 0; i < sizeof value_types / sizeof value_types[0]; i++) {
+        if (strcmp(value_types[i].name, name) == 0) {
+            return value_types[i].vt;
+        }
+    }
+    return UR_ORBAX_VALUE_UNKNOWN;
+}
+
+int ur_orbax_value_type_has_array(ur_orbax_value_type vt)
+{
+    return vt == UR_ORBAX_VALUE_JAX_ARRAY || vt == UR_ORBAX_VALUE_NP_ARRAY ||
+           vt == UR_ORBAX_VALUE_SCALAR;
+}
+
+/* "0" or [1-9][0-9]{0,18}: str() of a list index. */
+static int is_index(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 19 || (n > 1 && s[0] == '0')) {
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int parse_entry(ur_orbax_meta *m, ur_orbax_leaf *leaf, const cJSON *entry, ur_err *err)
+{
+    const char *kp = entry->string;
+    ur_buf name;
+    ur_buf_init(&name, 0);
+    int rc = UR_OK;
+
+    leaf->keypath = ur_orbax__arena_strdup(&m->arena, kp);
+    if (leaf->keypath == NULL) {
+        return ur_err_oom(err);
+    }
+    leaf->write_shape_rank = -1;
+    leaf->array_meta_chunk_rank = -1;
+    if (!cJSON_IsObject(entry)) {
+        return ur_err_set(err, UR_ECORRUPT, "_METADATA: %s: entry is not an object", kp);
+    }
+    const cJSON *km = cJSON_GetObjectItemCaseSensitive(entry, "key_metadata");
+    const cJSON *vm = cJSON_GetObjectItemCaseSensitive(entry, "value_metadata");
+    if (!cJSON_IsArray(km)) {
+        return ur_err_set(err, UR_ECORRUPT, "_METADATA: %s: key_metadata is missing or not a list",
+                          kp);
+    }
+    if (!cJSON_IsObject(vm)) {
+        return ur_err_set(err, UR_ECORRUPT,
+                          "_METADATA: %s: value_metadata is missing or not an object", kp);
+    }
+
+    int depth = cJSON_GetArraySize(km);
+    if (depth == 0) {
+        return ur_err_set(err, UR_ECORRUPT, "_METADATA: %s: key_metadata is empty", kp);
+    }
+    ur_orbax_key *path = ur_orbax__arena_alloc(&m->arena, (size_t)depth * sizeof(*path));
+    if (path == NULL) {
+        return ur_err_oom(err);
+    }
+    int i = 0;
+    const cJSON *k;
+    cJSON_ArrayForEach(k, km)
+    {
+        const cJSON *key = cJSON_GetObjectItemCaseSensitive(k, "key");
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(k, "key_type");
+        int64_t t;
+        if (!cJSON_IsString(key) || ur_orbax__json_int(type, 1, 2, &t) != 0) {
+            return ur_err_set(err, UR_ECORRUPT,
+                              "_METADATA: %s: key_metadata[%d] needs a string \"key\" and "
+                              "\"key_type\" 1 or 2",
+                              kp, i);
+        }
+        path[i].type = (ur_orbax_key_type)t;
+        if (path[i].type == UR_ORBAX_KEY_SEQUENCE && !is_index(key->valuestring)) {
+            return ur_err_set(err, UR_ECORRUPT,
+                              "_METADATA: %s: key_metadata[%d]: list index '%s' is not a "
+                              "non-negative integer",
+                              kp, i, key->valuestring);
+        }
+        path[i].key = ur_orbax__arena_strdup(&m->arena, key->valuestring);
+        if (path[i].key == NULL) {
+            return ur_err_oom(err);
+        }
+        i++;
+    }
+    leaf->path = path;
+    leaf->depth = (size_t)depth;
+
+    rc = ur_orbax_tree_name(&name, path, leaf->depth, err);
+    if (rc == UR_OK) {
+        leaf->name = ur_orbax__arena_strndup(&m->arena, (const char *)name.data, name.len);
+        if (leaf->name == NULL) {
+            rc = ur_err_oom(err);
+        }
+    }
+    ur_buf_dispose(&name);
+    if (rc < 0) {
+        return rc;
+    }
+
+    const cJSON *vt = cJSON_GetObjectItemCaseSensitive(vm, "value_type");
+    const cJSON *sd = cJSON_GetObjectItemCaseSensitive(vm, "skip_deserialize");
+    const cJSON *ws = cJSON_GetObjectItemCaseSensitive(vm, "write_shape");
+    if (!cJSON_IsString(vt)) {
+        return ur_err_set(err, UR_ECORRUPT, "_METADATA: %s: value_type is missing or not a string",
+                          kp);
+    }
+    if (!cJSON_IsBool(sd)) {
+        return ur_err_set(err, UR_ECORRUPT,
+                          "_METADATA: %s: skip_deserialize is missing or not a bool", kp);
+    }
+    leaf->value_type_name = ur_orbax__arena_strdup(&m->arena, vt->valuestring);
+    if (leaf->value_type_name == NULL) {
+        return ur_err_oom(err);
+    }
+    leaf->value_type = ur_orbax_value_type_from_name(vt->valuestring);
+    leaf->skip_deserialize = cJSON_IsTrue(sd);
+    if (ws != NULL && !cJSON_IsNull(ws)) {
+        char what[300];
+        snprintf(what, sizeof what, "_METADATA: %s: write_shape", kp);
+        rc = ur_orbax__parse_shape(ws, leaf->write_shape, &leaf->write_shape_rank, what, err);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    return UR_OK;
+}
+
+static int get_flag(const cJSON *root, const char *key, int absent, int *out, ur_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (v == NULL || cJSON_IsNull(v)) {
+        *out = absent;
+        return UR_OK;
+    }
+    if (!cJSON_IsBool(v)) {
+        return ur_err_set(err, UR_ECORRUPT, "_METADATA: %s is not a bool", key);
+    }
+    *out = cJSON_IsTrue(v);
+    return UR_OK;
+}
+
+int ur_orbax_meta_parse(ur_orbax_meta **out, const char *json, size_t len, ur_err *err)
+{
+    cJSON *root = NULL;
+    ur_orbax_meta *m = ur_calloc(1, sizeof(*m));
+    if (m == NULL) {
+        return ur_err_oom(err);
+    }
+    ur_orbax__arena_init(&m->arena);
+    int rc = ur_orbax__json_parse(&root, json, len, "_METADATA", err);
+    if (rc < 0) {
+        goto out;
+    }
+    if (!cJSON_IsObject(root)) {
+        rc = ur_err_set(err, UR_ECORRUPT, "_METADATA: not a JSON object");
+        goto out;
+    }
+    const cJSON *tree = cJSON_GetObjectItemCaseSensitive(root, "tree_metadata");
+    if (!cJSON_IsObject(tree)) {
+        rc = ur_err_set(err, UR_ECORRUPT, "_METADATA: tree_metadata is missing or not an object");
+        goto out;
+    }
+    int n = cJSON_GetArraySize(tree);
+    if (n == 0) {
+        rc = ur_err_set(err, UR_ECORRUPT, "_METADATA: empty tree_metadata (no leaves)");
+        goto out;
+    }
+    m->leaves = ur_orbax__arena_alloc(&m->arena, (size_t)n * sizeof(*m->leaves));
+    if (m->leaves == NULL) {
+        rc = ur_err_oom(err);
+        goto out;
+    }
+    size_t i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, tree)
+    {
+        rc = parse_entry(m, &m->leaves[i], e, err);
+        if (rc < 0) {
+            goto out;
+        }
+        i++;
+    }
+    m->n_leaves = i;
+    rc = ur_orbax_tree_order(m->leaves, &m->n_leaves, "_METADATA", err);
+    if (rc < 0) {
+        goto out;
+    }
+
+    rc = get_flag(root, "use_ocdbt", -1, &m->use_ocdbt, err);
+    if (rc == UR_OK) {
+        rc = get_flag(root, "use_zarr3", 0, &m->use_zarr3, err);
+    }
+    if (rc == UR_OK) {
+        rc = get_flag(root, "store_array_data_equal_to_fill_value", 0, &m->store_fill, err);
+    }
+    if (rc < 0) {
+        goto out;
+    }
+    const cJSON *cm = cJSON_GetObjectItemCaseSensitive(root, "custom_metadata");
+    if (cm != NULL && !cJSON_IsNull(cm)) {
+        char *text = ur_orbax__json_print(&m->arena, cm);
+        if (text == NULL) {
+            rc = ur_err_oom(err);
+            goto out;
+        }
+        m->custom_metadata_json = text;
+    }
+    *out = m;
+    m = NULL;
+out:
+    cJSON_Delete(root);
+    ur_orbax_meta_free(m);
+    return rc;
+}
+
+static int put_bool(ur_buf *b, int v, ur_err *err)
+{
+    return ur_buf_append_str(b, v ? "true" : "false", err);
+}
+
+int ur_orbax_meta_emit(ur_buf *out, const ur_orbax_meta *m, ur_err *err)
+{
+    ur_buf kp;
+    ur_buf_init(&kp, 0);
+    int rc = ur_buf_append_str(out, "{\"tree_metadata\": {", err);
+    for (size_t i = 0; rc == UR_OK && i < m->n_leaves; i++) {
+        const ur_orbax_leaf *l = &m->leaves[i];
+        ur_buf_reset(&kp);
+        rc = ur_orbax_tree_keypath(&kp, l->path, l->depth, err);
+        if (rc == UR_OK) {
+            rc = ur_buf_append_byte(&kp, 0, err);
+        }
+        if (rc == UR_OK && i > 0) {
+            rc = ur_buf_append_str(out, ", ", err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_orbax__json_put_str(out, (const char *)kp.data, err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_buf_append_str(out, ": {\"key_metadata\": [", err);
+        }
+        for (size_t k = 0; rc == UR_OK && k < l->depth; k++) {
+            rc = ur_buf_append_str(out, k == 0 ? "{\"key\": " : ", {\"key\": ", err);
+            if (rc == UR_OK) {
+                rc = ur_orbax__json_put_str(out, l->path[k].key, err);
+            }
+            if (rc == UR_OK) {
+                rc = ur_buf_printf(out, err, ", \"key_type\": %d}", (int)l->path[k].type);
+            }
+        }
+        if (rc == UR_OK) {
+            rc = ur_buf_append_str(out, "], \"value_metadata\": {\"value_type\": ", err);
+        }
+        if (rc == UR_OK) {
+            const char *vt = l->value_type_name != NULL ? l->value_type_name
+                                                        : ur_orbax_value_type_name(l->value_type);
+            rc = ur_orbax__json_put_str(out, vt, err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_buf_append_str(out, ", \"skip_deserialize\": ", err);
+        }
+        if (rc == UR_OK) {
+            rc = put_bool(out, l->skip_deserialize, err);
+        }
+        if (rc == UR_OK && l->write_shape_rank >= 0) {
+            rc = ur_buf_append_str(out, ", \"write_shape\": ", err);
+            if (rc == UR_OK) {
+                rc = ur_orbax__put_shape(out, l->write_shape, l->write_shape_rank, err);
+            }
+        }
+        if (rc == UR_OK) {
+            rc = ur_buf_append_str(out, "}}", err);
+        }
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_str(out, "}, \"use_ocdbt\": ", err);
+    }
+    if (rc == UR_OK) {
+        rc = m->use_ocdbt < 0 ? ur_buf_append_str(out, "null", err) : put_bool(out, m->use_ocdbt, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_str(out, ", \"use_zarr3\": ", err);
+    }
+    if (rc == UR_OK) {
+        rc = put_bool(out, m->use_zarr3, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_str(out, ", \"store_array_data_equal_to_fill_value\": ", err);
+    }
+    if (rc == UR_OK) {
+        rc = put_bool(out, m->store_fill, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_str(out, ", \"custom_metadata\": ", err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_str(
+            out, m->custom_metadata_json != NULL ? m->custom_metadata_json : "null", err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_byte(out, '}', err);
+    }
+    ur_buf_dispose(&kp);
+    return rc;
+}
+
+void ur_orbax_meta_free(ur_orbax_meta *m)
+{
+    if (m == NULL) {
+        return;
+    }
+    ur_orbax__arena_dispose(&m->arena);
+    ur_free(m);
+}

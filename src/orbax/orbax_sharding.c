@@ -1,0 +1,472 @@
+/* `_sharding`: one JSON object, member name = URL-safe base64 of the param name, member value
+ * = a *string* holding the sharding JSON that Python's json.dumps wrote
+ * (orbax `_src/metadata/sharding.py`, `jax_array_handlers.py`; doc: orbax-layout.md §2.4):
+ *
+ *   {"YQ==":"{\"sharding_type\": \"NamedSharding\", \"shape\": [2, 4],
+ *             \"axis_names\": [\"data\", \"model\"], \"axis_types\": [...],
+ *             \"partition_spec\": [\"data\", null, [\"a\", \"b\"]], \"device_mesh\": {...}}"}
+ *
+ * The file itself is compact (TensorStore's json driver); member values keep json.dumps'
+ * ", " / ": " separators. */
+#include "orbax_impl.h"
+
+#include "unroll/alloc.h"
+
+#include <string.h>
+
+static const char b64_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+int ur_orbax_b64url_encode(ur_buf *out, const void *p, size_t n, ur_err *err)
+{
+    const uint8_t *s = p;
+    int rc = UR_OK;
+    for (size_t i = 0; rc == UR_OK && i < n; i += 3) {
+        uint32_t v = (uint32_t)s[i] << 16;
+        size_t left = n - i;
+        if (left > 1) {
+            v |= (uint32_t)s[i + 1] << 8;
+        }
+        if (left > 2) {
+            v |= s[i + 2];
+        }
+        char q[4];
+        q[0] = b64_alphabet[(v >> 18) & 63];
+        q[1] = b64_alphabet[(v >> 12) & 63];
+        q[2] = left > 1 ? b64_alphabet[(v >> 6) & 63] : '=';
+        q[3] = left > 2 ? b64_alphabet[v & 63] : '=';
+        rc = ur_buf_append(out, q, 4, err);
+    }
+    return rc;
+}
+
+static int b64_value(char c)
+{
+    const char *p = c != '\0' ? strchr(b64_alphabet, c) : NULL;
+    return p != NULL ? (int)(p - b64_alphabet) : -1;
+}
+
+int ur_orbax_b64url_decode(ur_buf *out, const char *s, size_t n, ur_err *err)
+{
+    if (n % 4 != 0) {
+        return ur_err_set(err, UR_ECORRUPT, "base64: length %zu is not a multiple of 4", n);
+    }
+    for (size_t i = 0; i < n; i += 4) {
+        int v[4];
+        int pad = 0;
+        for (int j = 0; j < 4; j++) {
+            char c = s[i + (size_t)j];
+            if (c == '=' && i + 4 == n && j >= 2) {
+                v[j] = 0;
+                pad++;
+                continue;
+            }
+            if (pad > 0 || (v[j] = b64_value(c)) < 0) {
+                return ur_err_set_at(err, UR_ECORRUPT, i + (size_t)j,
+                                     "base64: invalid character at %zu", i + (size_t)j);
+            }
+        }
+        uint32_t w = ((uint32_t)v[0] << 18) | ((uint32_t)v[1] << 12) | ((uint32_t)v[2] << 6) |
+                     (uint32_t)v[3];
+        uint8_t bytes[3] = {(uint8_t)(w >> 16), (uint8_t)(w >> 8), (uint8_t)w};
+        int rc = ur_buf_append(out, bytes, (size_t)(3 - pad), err);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    return UR_OK;
+}
+
+/* A partition-spec element: null, "axis", or ["a", "b"] (joined as "a,b"; [] as NULL). */
+static int parse_spec_elem(const char **out, ur_orbax_arena *a, const cJSON *e, ur_err *err)
+{
+    if (cJSON_IsNull(e)) {
+        *out = NULL;
+        return UR_OK;
+    }
+    if (cJSON_IsString(e)) {
+        *out = ur_orbax__arena_strdup(a, e->valuestring);
+        return *out != NULL ? UR_OK : ur_err_oom(err);
+    }
+    if (!cJSON_IsArray(e)) {
+        return ur_err_set(err, UR_ECORRUPT,
+                          "partition_spec entries must be null, a string or a list of strings");
+    }
+    ur_buf b;
+    ur_buf_init(&b, 0);
+    int rc = UR_OK;
+    const cJSON *x;
+    int i = 0;
+    cJSON_ArrayForEach(x, e)
+    {
+        if (!cJSON_IsString(x)) {
+            rc = ur_err_set(err, UR_ECORRUPT, "partition_spec: a tuple entry holds a non-string");
+            break;
+        }
+        if (i++ > 0) {
+            rc = ur_buf_append_byte(&b, ',', err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_buf_append_str(&b, x->valuestring, err);
+        }
+        if (rc < 0) {
+            break;
+        }
+    }
+    if (rc == UR_OK) {
+        if (i == 0) {
+            *out = NULL;
+        } else {
+            *out = ur_orbax__arena_strndup(a, (const char *)b.data, b.len);
+            if (*out == NULL) {
+                rc = ur_err_oom(err);
+            }
+        }
+    }
+    ur_buf_dispose(&b);
+    return rc;
+}
+
+static int parse_named(ur_orbax_sharding *s, ur_orbax_arena *a, const cJSON *root, ur_err *err)
+{
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(root, "shape");
+    const cJSON *names = cJSON_GetObjectItemCaseSensitive(root, "axis_names");
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "axis_types");
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(root, "partition_spec");
+    const cJSON *dm = cJSON_GetObjectItemCaseSensitive(root, "device_mesh");
+    if (!cJSON_IsArray(shape) || !cJSON_IsArray(names) || !cJSON_IsArray(spec)) {
+        return ur_err_set(err, UR_ECORRUPT,
+                          "NamedSharding needs lists \"shape\", \"axis_names\" and "
+                          "\"partition_spec\"");
+    }
+    int rank = cJSON_GetArraySize(shape);
+    if (rank > UR_MAX_RANK || cJSON_GetArraySize(names) != rank) {
+        return ur_err_set(err, UR_ECORRUPT,
+                          "NamedSharding: mesh shape has %d axes but axis_names has %d", rank,
+                          cJSON_GetArraySize(names));
+    }
+    int i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, shape)
+    {
+        int64_t d;
+        if (ur_orbax__json_int(e, -1, (int64_t)1 << 31, &d) != 0) {
+            return ur_err_set(err, UR_ECORRUPT, "NamedSharding: mesh shape[%d] is not a size", i);
+        }
+        s->mesh_shape[i++] = d;
+    }
+    i = 0;
+    cJSON_ArrayForEach(e, names)
+    {
+        if (!cJSON_IsString(e)) {
+            return ur_err_set(err, UR_ECORRUPT, "NamedSharding: axis_names[%d] is not a string",
+                              i);
+        }
+        s->mesh_axis_names[i] = ur_orbax__arena_strdup(a, e->valuestring);
+        if (s->mesh_axis_names[i] == NULL) {
+            return ur_err_oom(err);
+        }
+        i++;
+    }
+    if (types != NULL && !cJSON_IsNull(types)) {
+        if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != rank) {
+            return ur_err_set(err, UR_ECORRUPT,
+                              "NamedSharding: axis_types must list one type per mesh axis");
+        }
+        i = 0;
+        cJSON_ArrayForEach(e, types)
+        {
+            if (!cJSON_IsString(e)) {
+                return ur_err_set(err, UR_ECORRUPT,
+                                  "NamedSharding: axis_types[%d] is not a string", i);
+            }
+            s->mesh_axis_types[i] = ur_orbax__arena_strdup(a, e->valuestring);
+            if (s->mesh_axis_types[i] == NULL) {
+                return ur_err_oom(err);
+            }
+            i++;
+        }
+    }
+    s->mesh_rank = rank;
+    int srank = cJSON_GetArraySize(spec);
+    if (srank > UR_MAX_RANK) {
+        return ur_err_set(err, UR_ECORRUPT, "NamedSharding: partition_spec has %d entries",
+                          srank);
+    }
+    i = 0;
+    cJSON_ArrayForEach(e, spec)
+    {
+        int rc = parse_spec_elem(&s->spec[i], a, e, err);
+        if (rc < 0) {
+            return rc;
+        }
+        i++;
+    }
+    s->spec_rank = srank;
+    s->has_device_mesh = dm != NULL && !cJSON_IsNull(dm);
+    s->kind = UR_ORBAX_SHARDING_NAMED;
+    return UR_OK;
+}
+
+int ur_orbax_sharding_value_parse(ur_orbax_sharding *out, ur_orbax_arena *a, const char *json,
+                                  ur_err *err)
+{
+    memset(out, 0, sizeof(*out));
+    if (json[0] == '\0') {
+        return UR_OK; /* an empty member: Orbax treats the leaf as having no sharding */
+    }
+    cJSON *root = NULL;
+    int rc = ur_orbax__json_parse(&root, json, strlen(json), "sharding", err);
+    if (rc < 0) {
+        return rc;
+    }
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "sharding_type");
+    if (!cJSON_IsObject(root) || !cJSON_IsString(type)) {
+        rc = ur_err_set(err, UR_ECORRUPT, "sharding has no \"sharding_type\" string");
+    } else if (strcmp(type->valuestring, "NamedSharding") == 0) {
+        rc = parse_named(out, a, root, err);
+    } else if (strcmp(type->valuestring, "SingleDeviceSharding") == 0) {
+        const cJSON *dev = cJSON_GetObjectItemCaseSensitive(root, "device_str");
+        if (!cJSON_IsString(dev)) {
+            rc = ur_err_set(err, UR_ECORRUPT, "SingleDeviceSharding has no \"device_str\" string");
+        } else {
+            out->device_str = ur_orbax__arena_strdup(a, dev->valuestring);
+            out->kind = UR_ORBAX_SHARDING_SINGLE_DEVICE;
+            rc = out->device_str != NULL ? UR_OK : ur_err_oom(err);
+        }
+    } else {
+        rc = ur_err_set(err, UR_EUNSUPPORTED, "sharding type '%s' is not supported",
+                        type->valuestring);
+    }
+    cJSON_Delete(root);
+    if (rc < 0) {
+        memset(out, 0, sizeof(*out));
+    }
+    return rc;
+}
+
+/* A spec entry "a,b" is a tuple of mesh axes: ["a", "b"]. */
+static int put_spec_elem(ur_buf *out, const char *e, ur_err *err)
+{
+    if (e == NULL) {
+        return ur_buf_append_str(out, "null", err);
+    }
+    if (strchr(e, ',') == NULL) {
+        return ur_orbax__json_put_str(out, e, err);
+    }
+    int rc = ur_buf_append_byte(out, '[', err);
+    const char *p = e;
+    int first = 1;
+    char part[256];
+    while (rc == UR_OK) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        if (n >= sizeof part) {
+            return ur_err_set(err, UR_EINVAL, "mesh axis name too long");
+        }
+        memcpy(part, p, n);
+        part[n] = '\0';
+        if (!first) {
+            rc = ur_buf_append_str(out, ", ", err);
+        }
+        first = 0;
+        if (rc == UR_OK) {
+            rc = ur_orbax__json_put_str(out, part, err);
+        }
+        if (comma == NULL) {
+            break;
+        }
+        p = comma + 1;
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_byte(out, ']', err);
+    }
+    return rc;
+}
+
+int ur_orbax_sharding_value_emit(ur_buf *out, const ur_orbax_sharding *s, ur_err *err)
+{
+    int rc;
+    if (s->kind == UR_ORBAX_SHARDING_SINGLE_DEVICE) {
+        rc = ur_buf_append_str(out, "{\"sharding_type\": \"SingleDeviceSharding\", "
+                                    "\"device_str\": ", err);
+        if (rc == UR_OK) {
+            rc = ur_orbax__json_put_str(out, s->device_str != NULL ? s->device_str : "", err);
+        }
+        return rc == UR_OK ? ur_buf_append_byte(out, '}', err) : rc;
+    }
+    if (s->kind != UR_ORBAX_SHARDING_NAMED) {
+        return ur_err_set(err, UR_EINVAL, "sharding: nothing to emit");
+    }
+    rc = ur_buf_append_str(out, "{\"sharding_type\": \"NamedSharding\", \"shape\": [", err);
+    for (int i = 0; rc == UR_OK && i < s->mesh_rank; i++) {
+        rc = ur_buf_printf(out, err, i == 0 ? "%lld" : ", %lld", (long long)s->mesh_shape[i]);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_str(out, "], \"axis_names\": [", err);
+    }
+    for (int i = 0; rc == UR_OK && i < s->mesh_rank; i++) {
+        if (i > 0) {
+            rc = ur_buf_append_str(out, ", ", err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_orbax__json_put_str(out, s->mesh_axis_names[i], err);
+        }
+    }
+    if (rc == UR_OK && s->mesh_rank > 0 && s->mesh_axis_types[0] != NULL) {
+        rc = ur_buf_append_str(out, "], \"axis_types\": [", err);
+        for (int i = 0; rc == UR_OK && i < s->mesh_rank; i++) {
+            if (i > 0) {
+                rc = ur_buf_append_str(out, ", ", err);
+            }
+            if (rc == UR_OK) {
+                const char *t = s->mesh_axis_types[i];
+                rc = ur_orbax__json_put_str(out, t != NULL ? t : "AxisType.Auto", err);
+            }
+        }
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_str(out, "], \"partition_spec\": [", err);
+    }
+    for (int i = 0; rc == UR_OK && i < s->spec_rank; i++) {
+        if (i > 0) {
+            rc = ur_buf_append_str(out, ", ", err);
+        }
+        if (rc == UR_OK) {
+            rc = put_spec_elem(out, s->spec[i], err);
+        }
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_str(out, "]}", err);
+    }
+    return rc;
+}
+
+int ur_orbax_sharding_emit(ur_buf *out, const char *const *names,
+                           const ur_orbax_sharding *shardings, size_t n, ur_err *err)
+{
+    ur_buf key;
+    ur_buf val;
+    ur_buf_init(&key, 0);
+    ur_buf_init(&val, 0);
+    int rc = ur_buf_append_byte(out, '{', err);
+    for (size_t i = 0; rc == UR_OK && i < n; i++) {
+        ur_buf_reset(&key);
+        ur_buf_reset(&val);
+        rc = ur_orbax_b64url_encode(&key, names[i], strlen(names[i]), err);
+        if (rc == UR_OK) {
+            rc = ur_buf_append_byte(&key, 0, err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_orbax_sharding_value_emit(&val, &shardings[i], err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_buf_append_byte(&val, 0, err);
+        }
+        if (rc == UR_OK && i > 0) {
+            rc = ur_buf_append_byte(out, ',', err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_orbax__json_put_str(out, (const char *)key.data, err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_buf_append_byte(out, ':', err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_orbax__json_put_str(out, (const char *)val.data, err);
+        }
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_byte(out, '}', err);
+    }
+    ur_buf_dispose(&key);
+    ur_buf_dispose(&val);
+    return rc;
+}
+
+int ur_orbax_sharding_parse(ur_orbax_sharding_map **out, const char *json, size_t len,
+                            ur_err *err)
+{
+    cJSON *root = NULL;
+    ur_buf name;
+    ur_buf_init(&name, 0);
+    ur_orbax_sharding_map *m = ur_calloc(1, sizeof(*m));
+    if (m == NULL) {
+        return ur_err_oom(err);
+    }
+    ur_orbax__arena_init(&m->arena);
+    int rc = ur_orbax__json_parse(&root, json, len, "_sharding", err);
+    if (rc < 0) {
+        goto out;
+    }
+    if (!cJSON_IsObject(root)) {
+        rc = ur_err_set(err, UR_ECORRUPT, "_sharding: not a JSON object");
+        goto out;
+    }
+    size_t n = (size_t)cJSON_GetArraySize(root);
+    m->names = ur_orbax__arena_alloc(&m->arena, n * sizeof(*m->names));
+    m->shardings = ur_orbax__arena_alloc(&m->arena, n * sizeof(*m->shardings));
+    if (m->names == NULL || m->shardings == NULL) {
+        rc = ur_err_oom(err);
+        goto out;
+    }
+    const cJSON *e;
+    size_t i = 0;
+    cJSON_ArrayForEach(e, root)
+    {
+        ur_buf_reset(&name);
+        rc = ur_orbax_b64url_decode(&name, e->string, strlen(e->string), err);
+        if (rc < 0) {
+            ur_err_wrap(err, "_sharding: member '%s' is not a base64 param name", e->string);
+            goto out;
+        }
+        if (memchr(name.data, 0, name.len) != NULL) {
+            rc = ur_err_set(err, UR_ECORRUPT, "_sharding: member '%s' decodes to a name with NUL",
+                            e->string);
+            goto out;
+        }
+        m->names[i] = ur_orbax__arena_strndup(&m->arena, (const char *)name.data, name.len);
+        if (m->names[i] == NULL) {
+            rc = ur_err_oom(err);
+            goto out;
+        }
+        if (!cJSON_IsString(e)) {
+            rc = ur_err_set(err, UR_ECORRUPT, "_sharding: '%s': value is not a string",
+                            m->names[i]);
+            goto out;
+        }
+        rc = ur_orbax_sharding_value_parse(&m->shardings[i], &m->arena, e->valuestring, err);
+        if (rc < 0) {
+            ur_err_wrap(err, "_sharding: '%s'", m->names[i]);
+            goto out;
+        }
+        i++;
+    }
+    m->n = i;
+    *out = m;
+    m = NULL;
+out:
+    cJSON_Delete(root);
+    ur_buf_dispose(&name);
+    ur_orbax_sharding_map_free(m);
+    return rc;
+}
+
+const ur_orbax_sharding *ur_orbax_sharding_find(const ur_orbax_sharding_map *m, const char *name)
+{
+    for (size_t i = 0; m != NULL && i < m->n; i++) {
+        if (strcmp(m->names[i], name) == 0) {
+            return &m->shardings[i];
+        }
+    }
+    return NULL;
+}
+
+void ur_orbax_sharding_map_free(ur_orbax_sharding_map *m)
+{
+    if (m == NULL) {
+        return;
+    }
+    ur_orbax__arena_dispose(&m->arena);
+    ur_free(m);
+}

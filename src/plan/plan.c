@@ -1,0 +1,598 @@
+/* The unroll plan: for every leaf of the input checkpoint, drop it, copy it, or unstack it
+ * along its layer axis into one leaf per layer, with the output key paths MaxText's
+ * generate_param_only_checkpoint.py writes (docs/maxtext-checkpoints.md §3, §4):
+ *
+ *   input layout                         kept                     dropped
+ *   Linen / current NNX training state   params/params/P          opt_state, step, nnx_aux
+ *   older NNX training state             model/P/value            optimizer, RNG variables
+ *   NNX param-only (decode) checkpoint   [base/]P/value
+ *   LoRA adapter                         params/params/P or params/P
+ *
+ *   output: pure_nnx=true  -> P'/value                       (NNX decode layout)
+ *           pure_nnx=false -> params/params/P', step=0, opt_state={}   (Linen decode layout)
+ *           LoRA           -> params/params/P' (Linen) or params/P' (NNX), step=0, opt_state={}
+ *
+ * where P' = P with decoder/<group>/R replaced by decoder/<group>_<i>/R for each layer i when
+ * scan_layers and force_unroll are set. Groups: decoder/layers (num_decoder_layers), or for
+ * decoder_block=deepseek decoder/dense_layers (first_num_dense_layers) and decoder/moe_layers
+ * (the rest, indices restarting at 0). */
+#include "unroll/alloc.h"
+#include "unroll/ckd.h"
+#include "unroll/plan.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const k_scan_names[] = {"layers_per_stage", "layers", "circular_repeats"};
+
+/* Does a spec entry ("fsdp" or "fsdp,expert") name `name`? */
+static int entry_names(const char *entry, const char *name)
+{
+    size_t n = strlen(name);
+    const char *p = entry;
+    if (!entry) {
+        return 0;
+    }
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == n && memcmp(p, name, n) == 0) {
+            return 1;
+        }
+        if (!comma) {
+            return 0;
+        }
+        p = comma + 1;
+    }
+}
+
+static int spec_axis_of(const ur_plan_leaf *leaf, const char *name)
+{
+    for (size_t a = 0; a < leaf->rank; a++) {
+        if (entry_names(leaf->spec[a], name)) {
+            return (int)a;
+        }
+    }
+    return -1;
+}
+
+int ur_plan_scan_axis(const ur_plan_leaf *leaf, const ur_settings *s)
+{
+    int64_t psa = s->param_scan_axis;
+    if (leaf->has_spec) {
+        for (size_t k = 0; k < sizeof k_scan_names / sizeof k_scan_names[0]; k++) {
+            int a = spec_axis_of(leaf, k_scan_names[k]);
+            if (a >= 0) {
+                return a;
+            }
+        }
+        /* physical specs name mesh axes: those the rules map a layer axis to ("stage") */
+        for (size_t k = 0; k < sizeof k_scan_names / sizeof k_scan_names[0]; k++) {
+            for (size_t r = 0; r < s->n_axis_rules; r++) {
+                const ur_axis_rule *rule = &s->axis_rules[r];
+                if (strcmp(rule->name, k_scan_names[k]) != 0) {
+                    continue;
+                }
+                for (size_t m = 0; m < rule->n_mesh; m++) {
+                    int a = spec_axis_of(leaf, rule->mesh[m]);
+                    if (a >= 0) {
+                        return a;
+                    }
+                }
+            }
+        }
+    }
+    if (leaf->rank == 1) {
+        return 0; /* NNX non-parameter state (RNG counts) is stacked on axis 0 */
+    }
+    if (psa < 0) {
+        psa += (int64_t)leaf->rank; /* jnp.take's negative axis */
+        return psa >= 0 ? (int)psa : -1;
+    }
+    if ((int64_t)leaf->rank > psa) {
+        return (int)psa;
+    }
+    return -1;
+}
+
+char *ur_plan_path_format(const char *const *comp, size_t len, char *buf, size_t n)
+{
+    size_t used = 0;
+    if (n == 0) {
+        return buf;
+    }
+    buf[0] = '\0';
+    for (size_t i = 0; i < len && used < n; i++) {
+        int k = snprintf(buf + used, n - used, "%s%s", i ? "/" : "", comp[i]);
+        if (k < 0) {
+            break;
+        }
+        used += (size_t)k;
+    }
+    return buf;
+}
+
+static void shape_format(const ur_plan_leaf *leaf, char *buf, size_t n)
+{
+    size_t used = 0;
+    int k = snprintf(buf, n, "[");
+    used = k > 0 ? (size_t)k : 0;
+    for (size_t a = 0; a < leaf->rank && used < n; a++) {
+        k = snprintf(buf + used, n - used, "%s%llu", a ? ", " : "",
+                     (unsigned long long)leaf->shape[a]);
+        used += k > 0 ? (size_t)k : 0;
+    }
+    if (used < n) {
+        snprintf(buf + used, n - used, "]");
+    }
+}
+
+static void path_dispose(ur_plan_path *p)
+{
+    for (size_t i = 0; i < p->len; i++) {
+        ur_free(p->comp[i]);
+    }
+    ur_free(p->comp);
+    p->comp = NULL;
+    p->len = 0;
+}
+
+void ur_plan_free(ur_plan *plan)
+{
+    if (!plan) {
+        return;
+    }
+    for (size_t i = 0; i < plan->n_actions; i++) {
+        ur_plan_action *a = &plan->actions[i];
+        for (size_t j = 0; j < a->n_out; j++) {
+            path_dispose(&a->out[j]);
+        }
+        ur_free(a->out);
+    }
+    ur_free(plan->actions);
+    for (size_t i = 0; i < plan->n_extras; i++) {
+        path_dispose(&plan->extras[i].path);
+    }
+    ur_free(plan->extras);
+    ur_free(plan);
+}
+
+/* A path from up to four pieces: prefix + middle + tail + suffix. */
+typedef struct {
+    const char *const *c;
+    size_t n;
+} span;
+
+static int path_build(ur_plan_path *out, const span *parts, size_t n_parts, ur_err *err)
+{
+    size_t len = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < n_parts; i++) {
+        len += parts[i].n;
+    }
+    out->comp = ur_calloc(len ? len : 1, sizeof *out->comp);
+    if (!out->comp) {
+        return ur_err_oom(err);
+    }
+    out->len = 0;
+    for (size_t i = 0; i < n_parts; i++) {
+        for (size_t j = 0; j < parts[i].n; j++) {
+            out->comp[k] = ur_strdup(parts[i].c[j]);
+            if (!out->comp[k]) {
+                out->len = k;
+                path_dispose(out);
+                return ur_err_oom(err);
+            }
+            k++;
+        }
+    }
+    out->len = len;
+    return UR_OK;
+}
+
+static int path_is(const ur_plan_leaf *l, size_t i, const char *s)
+{
+    return l->path_len > i && strcmp(l->path[i], s) == 0;
+}
+
+static int has_array_under(const ur_plan_leaf *leaves, size_t n, const char *a, const char *b)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (leaves[i].dtype != UR_DT_INVALID && path_is(&leaves[i], 0, a) &&
+            (!b || path_is(&leaves[i], 1, b))) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int detect_layout(ur_plan_layout *out, const ur_plan_leaf *leaves, size_t n,
+                         ur_plan_input input, ur_err *err)
+{
+    int any_value = 0;
+    if (input == UR_PLAN_INPUT_LORA) {
+        for (size_t i = 0; i < n; i++) {
+            if (path_is(&leaves[i], 0, "params") && path_is(&leaves[i], 1, "params")) {
+                *out = UR_PLAN_LAYOUT_LORA_LINEN;
+                return UR_OK;
+            }
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (path_is(&leaves[i], 0, "params") && leaves[i].path_len > 1) {
+                *out = UR_PLAN_LAYOUT_LORA_NNX;
+                return UR_OK;
+            }
+        }
+        return ur_err_set(err, UR_EINVAL, "LoRA adapter checkpoint has no params/ tree");
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (path_is(&leaves[i], 0, "params") && path_is(&leaves[i], 1, "params")) {
+            *out = UR_PLAN_LAYOUT_LINEN;
+            return UR_OK;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (path_is(&leaves[i], 0, "model") && leaves[i].path_len > 1) {
+            *out = UR_PLAN_LAYOUT_NNX_LEGACY;
+            return UR_OK;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        const ur_plan_leaf *l = &leaves[i];
+        if (l->path_len > 1 && strcmp(l->path[l->path_len - 1], "value") == 0) {
+            any_value = 1;
+        }
+    }
+    if (any_value) {
+        *out = UR_PLAN_LAYOUT_NNX_PARAMS;
+        return UR_OK;
+    }
+    return ur_err_set(err, UR_EINVAL,
+                      "unrecognised checkpoint layout: no params/params/..., model/... or "
+                      ".../value leaves");
+}
+
+/* The model-relative path of a kept leaf ([*start, *end) of its components), or a reason to
+ * drop it. */
+static const char *model_path(const ur_plan_leaf *l, ur_plan_layout layout, size_t *start,
+                              size_t *end)
+{
+    size_t s = 0;
+    size_t e = l->path_len;
+    int strip_value = 0;
+    switch (layout) {
+    case UR_PLAN_LAYOUT_LINEN:
+    case UR_PLAN_LAYOUT_LORA_LINEN:
+        if (path_is(l, 0, "params")) {
+            if (!path_is(l, 1, "params")) {
+                return "not the params collection";
+            }
+            s = 2;
+            break;
+        }
+        if (path_is(l, 0, "opt_state")) {
+            return "opt_state";
+        }
+        if (path_is(l, 0, "step")) {
+            return "step";
+        }
+        if (path_is(l, 0, "nnx_aux")) {
+            return "nnx_aux";
+        }
+        return "outside params";
+    case UR_PLAN_LAYOUT_LORA_NNX:
+        if (!path_is(l, 0, "params")) {
+            return path_is(l, 0, "opt_state") ? "opt_state"
+                   : path_is(l, 0, "step")    ? "step"
+                                              : "outside params";
+        }
+        s = 1;
+        break;
+    case UR_PLAN_LAYOUT_NNX_LEGACY:
+        if (!path_is(l, 0, "model")) {
+            return path_is(l, 0, "optimizer") ? "optimizer" : "outside model";
+        }
+        s = 1;
+        strip_value = 1;
+        break;
+    case UR_PLAN_LAYOUT_NNX_PARAMS:
+        s = path_is(l, 0, "base") ? 1 : 0;
+        strip_value = 1;
+        break;
+    }
+    if (strip_value && e > s && strcmp(l->path[e - 1], "value") == 0) {
+        e--;
+    }
+    for (size_t i = s; i < e; i++) {
+        if (strcmp(l->path[i], "rngs") == 0) {
+            return "rng";
+        }
+    }
+    if (e <= s) {
+        return "empty path";
+    }
+    if (l->dtype == UR_DT_INVALID) {
+        return "not an array";
+    }
+    *start = s;
+    *end = e;
+    return NULL;
+}
+
+static int leaf_elems(const ur_plan_leaf *l, uint64_t *out, ur_err *err)
+{
+    uint64_t n = 1;
+    char name[512];
+    for (size_t a = 0; a < l->rank; a++) {
+        if (ur_ckd_mul64(&n, n, l->shape[a])) {
+            return ur_err_set(err, UR_ECORRUPT, "leaf '%s': shape overflows",
+                              ur_plan_path_format(l->path, l->path_len, name, sizeof name));
+        }
+    }
+    *out = n;
+    return UR_OK;
+}
+
+static int add_bytes(uint64_t *acc, uint64_t elems, size_t itemsize, uint64_t times,
+                     ur_err *err)
+{
+    uint64_t b;
+    if (ur_ckd_mul64(&b, elems, (uint64_t)itemsize) || ur_ckd_mul64(&b, b, times) ||
+        ur_ckd_add64(acc, *acc, b)) {
+        return ur_err_set(err, UR_ECORRUPT, "checkpoint size overflows");
+    }
+    return UR_OK;
+}
+
+int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_settings *s,
+                  ur_plan_input input, ur_err *err)
+{
+    static const char *const k_params2[] = {"params", "params"};
+    static const char *const k_value[] = {"value"};
+    ur_plan *plan = NULL;
+    int lora = input == UR_PLAN_INPUT_LORA;
+    span prefix = {NULL, 0};
+    span suffix = {NULL, 0};
+    int rc;
+
+    plan = ur_calloc(1, sizeof *plan);
+    if (!plan) {
+        return ur_err_oom(err);
+    }
+    plan->actions = ur_calloc(n ? n : 1, sizeof *plan->actions);
+    if (!plan->actions) {
+        rc = ur_err_oom(err);
+        goto out;
+    }
+    rc = detect_layout(&plan->layout, leaves, n, input, err);
+    if (rc < 0) {
+        goto out;
+    }
+    plan->unrolled = s->scan_layers && s->force_unroll;
+    plan->nnx_output = s->pure_nnx && !lora;
+
+    /* generate_param_only_checkpoint asserts the training state has an optimizer state */
+    if (input == UR_PLAN_INPUT_FULL_STATE) {
+        int has_opt = 0;
+        if (plan->layout == UR_PLAN_LAYOUT_LINEN) {
+            has_opt = has_array_under(leaves, n, "opt_state", NULL);
+        } else if (plan->layout == UR_PLAN_LAYOUT_NNX_LEGACY) {
+            has_opt = has_array_under(leaves, n, "optimizer", "opt_state");
+        }
+        if (!has_opt) {
+            rc = ur_err_set(err, UR_EINVAL,
+                            "missing opt_state in training checkpoint: load_full_state_path "
+                            "needs a full training state (use load_parameters_path for a "
+                            "param-only checkpoint)");
+            goto out;
+        }
+    }
+
+    /* layer groups */
+    if (strcmp(s->decoder_block, "deepseek") == 0) {
+        plan->n_groups = 2;
+        plan->groups[0].name = "dense_layers";
+        plan->groups[0].n_layers = s->first_num_dense_layers;
+        plan->groups[1].name = "moe_layers";
+        plan->groups[1].n_layers = s->num_decoder_layers - s->first_num_dense_layers;
+    } else {
+        plan->n_groups = 1;
+        plan->groups[0].name = "layers";
+        plan->groups[0].n_layers = s->num_decoder_layers;
+    }
+    for (size_t g = 0; g < plan->n_groups; g++) {
+        if (plan->unrolled && plan->groups[g].n_layers < 0) {
+            rc = ur_err_set(err, UR_EINVAL,
+                            "decoder/%s would have %lld layers (num_decoder_layers=%lld, "
+                            "first_num_dense_layers=%lld)",
+                            plan->groups[g].name, (long long)plan->groups[g].n_layers,
+                            (long long)s->num_decoder_layers,
+                            (long long)s->first_num_dense_layers);
+            goto out;
+        }
+    }
+
+    /* output prefix and suffix */
+    if (lora) {
+        /* the NNX branch saves the single-nested adapter tree under a TrainState */
+        prefix.c = k_params2;
+        prefix.n = s->pure_nnx ? 1 : 2;
+    } else if (plan->nnx_output) {
+        suffix.c = k_value;
+        suffix.n = 1;
+    } else {
+        prefix.c = k_params2;
+        prefix.n = 2;
+    }
+
+    plan->n_actions = n;
+    plan->summary.leaves_in = n;
+    for (size_t i = 0; i < n; i++) {
+        const ur_plan_leaf *l = &leaves[i];
+        ur_plan_action *a = &plan->actions[i];
+        size_t st = 0;
+        size_t en = 0;
+        uint64_t elems = 0;
+        int g = -1;
+        const char *why;
+        a->group = -1;
+        a->out_dtype = l->dtype;
+        if (l->rank > UR_MAX_RANK) {
+            rc = ur_err_set(err, UR_EINVAL, "leaf rank %zu > %d", l->rank, UR_MAX_RANK);
+            goto out;
+        }
+        if (l->dtype != UR_DT_INVALID) {
+            rc = leaf_elems(l, &elems, err);
+            if (rc == UR_OK) {
+                rc = add_bytes(&plan->summary.bytes_in, elems, ur_dtype_size(l->dtype), 1, err);
+            }
+            if (rc < 0) {
+                goto out;
+            }
+        }
+        why = model_path(l, plan->layout, &st, &en);
+        if (why) {
+            a->kind = UR_PLAN_DROP;
+            a->why = why;
+            plan->summary.leaves_dropped++;
+            continue;
+        }
+        plan->summary.leaves_kept++;
+        rc = add_bytes(&plan->summary.bytes_read, elems, ur_dtype_size(l->dtype), 1, err);
+        if (rc < 0) {
+            goto out;
+        }
+        if (ur_dtype_is_float(l->dtype)) {
+            a->out_dtype = UR_DT_BFLOAT16;
+        }
+        if (plan->unrolled && en - st >= 3 && strcmp(l->path[st], "decoder") == 0) {
+            for (size_t k = 0; k < plan->n_groups; k++) {
+                if (strcmp(l->path[st + 1], plan->groups[k].name) == 0) {
+                    g = (int)k;
+                }
+            }
+        }
+        if (g < 0) {
+            span parts[3] = {prefix, {l->path + st, en - st}, suffix};
+            a->kind = UR_PLAN_COPY;
+            a->n_out = 1;
+            a->out = ur_calloc(1, sizeof *a->out);
+            if (!a->out) {
+                a->n_out = 0;
+                rc = ur_err_oom(err);
+                goto out;
+            }
+            rc = path_build(&a->out[0], parts, 3, err);
+            if (rc < 0) {
+                goto out;
+            }
+            plan->summary.leaves_copied++;
+            plan->summary.leaves_out++;
+            rc = add_bytes(&plan->summary.bytes_out, elems, ur_dtype_size(a->out_dtype), 1, err);
+            if (rc < 0) {
+                goto out;
+            }
+            continue;
+        }
+        {
+            ur_plan_group *grp = &plan->groups[g];
+            int axis = ur_plan_scan_axis(l, s);
+            uint64_t nl = (uint64_t)grp->n_layers;
+            grp->present = 1;
+            grp->n_leaves++;
+            a->group = g;
+            if (axis >= 0) {
+                if (l->shape[axis] != nl) {
+                    char name[512];
+                    char shape[256];
+                    shape_format(l, shape, sizeof shape);
+                    rc = ur_err_set(err, UR_EINVAL,
+                                    "leaf '%s' shape %s: axis %d has length %llu, expected %lld "
+                                    "(the layer count of decoder/%s)",
+                                    ur_plan_path_format(l->path, l->path_len, name, sizeof name),
+                                    shape, axis, (unsigned long long)l->shape[axis],
+                                    (long long)grp->n_layers, grp->name);
+                    goto out;
+                }
+                a->kind = UR_PLAN_UNSTACK;
+                a->axis = (size_t)axis;
+                grp->n_axis[axis]++;
+                plan->summary.leaves_unstacked++;
+                rc = add_bytes(&plan->summary.bytes_out, elems, ur_dtype_size(a->out_dtype), 1,
+                               err);
+            } else {
+                a->kind = UR_PLAN_REPLICATE;
+                plan->summary.leaves_replicated++;
+                rc = add_bytes(&plan->summary.bytes_out, elems, ur_dtype_size(a->out_dtype), nl,
+                               err);
+            }
+            if (rc < 0) {
+                goto out;
+            }
+            a->out = ur_calloc(nl ? nl : 1, sizeof *a->out);
+            if (!a->out) {
+                rc = ur_err_oom(err);
+                goto out;
+            }
+            for (uint64_t li = 0; li < nl; li++) {
+                char layer[96];
+                const char *mid[2] = {"decoder", layer};
+                snprintf(layer, sizeof layer, "%s_%llu", grp->name, (unsigned long long)li);
+                {
+                    span parts[4] = {prefix, {mid, 2}, {l->path + st + 2, en - st - 2}, suffix};
+                    rc = path_build(&a->out[li], parts, 4, err);
+                }
+                if (rc < 0) {
+                    goto out;
+                }
+                a->n_out++;
+            }
+            plan->summary.leaves_out += (size_t)nl;
+        }
+    }
+
+    /* generate_param_only_checkpoint raises "Missing <group>" for the base model; LoRA
+     * adapters without a group are skipped. */
+    if (plan->unrolled && !lora) {
+        for (size_t g = 0; g < plan->n_groups; g++) {
+            if (!plan->groups[g].present && plan->groups[g].n_layers > 0) {
+                rc = ur_err_set(err, UR_EINVAL,
+                                "missing decoder/%s in the input checkpoint (scan_layers=true "
+                                "and force_unroll=true need a scanned checkpoint)",
+                                plan->groups[g].name);
+                goto out;
+            }
+        }
+    }
+
+    /* the Linen decode state: TrainState(step=0, params=..., opt_state={}) */
+    if (!plan->nnx_output) {
+        static const char *const k_step[] = {"step"};
+        static const char *const k_opt[] = {"opt_state"};
+        span p1 = {k_step, 1};
+        span p2 = {k_opt, 1};
+        plan->extras = ur_calloc(2, sizeof *plan->extras);
+        if (!plan->extras) {
+            rc = ur_err_oom(err);
+            goto out;
+        }
+        plan->extras[0].kind = UR_PLAN_EXTRA_ZERO_SCALAR;
+        rc = path_build(&plan->extras[0].path, &p1, 1, err);
+        if (rc < 0) {
+            goto out;
+        }
+        plan->n_extras = 1;
+        plan->extras[1].kind = UR_PLAN_EXTRA_EMPTY_DICT;
+        rc = path_build(&plan->extras[1].path, &p2, 1, err);
+        if (rc < 0) {
+            goto out;
+        }
+        plan->n_extras = 2;
+    }
+    *out = plan;
+    plan = NULL;
+    rc = UR_OK;
+out:
+    ur_plan_free(plan);
+    return rc;
+}

@@ -1,0 +1,519 @@
+/* Running a plan: a pool of workers, each taking the next input chunk, splitting or casting
+ * it into output chunks and encoding them; results are written strictly in work-item
+ * order (a ticket per item), so the output bytes do not depend on the thread count.
+ * See include/unroll/plan_exec.h. */
+#include "unroll/plan_exec.h"
+
+#include "unroll/alloc.h"
+#include "unroll/ckd.h"
+#include "unroll/tensor.h"
+
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+/* One kept input leaf: where it comes from and the arrays it becomes. */
+typedef struct {
+    const ur_plan_action *act;
+    const ur_orbax_leaf *leaf;
+    ur_zarr_array *src;
+    ur_zarr_info info;     /* of src */
+    ur_zarr_array **dst;   /* act->n_out output arrays */
+    int axis;              /* UNSTACK: the layer axis, else -1 */
+    uint64_t first_item;   /* global index of this task's first chunk */
+    size_t out_chunk_bytes;
+    int out_rank;
+    uint64_t out_chunk_shape[UR_MAX_RANK];
+} task;
+
+typedef struct {
+    task *tasks;
+    size_t n_tasks;
+    uint64_t n_items;
+    uint64_t bytes_total;
+
+    pthread_mutex_t lock;
+    pthread_cond_t turn;
+    uint64_t next_claim;  /* next item a worker takes */
+    uint64_t next_commit; /* next item allowed to write */
+    int failed;
+    ur_err err; /* the first failure */
+
+    ur_exec_stats *stats;
+    const ur_exec_opts *opts;
+} runner;
+
+/* Per-worker scratch, grown as needed and reused across items. */
+typedef struct {
+    runner *r;
+    ur_buf in;       /* decoded input chunk */
+    ur_buf out;      /* raw output chunks, back to back */
+    ur_buf *enc;     /* encoded output chunks */
+    size_t n_enc, cap_enc;
+} worker;
+
+static void fail(runner *r, const ur_err *e)
+{
+    pthread_mutex_lock(&r->lock);
+    if (!r->failed) {
+        r->failed = 1;
+        r->err = *e;
+    }
+    pthread_cond_broadcast(&r->turn);
+    pthread_mutex_unlock(&r->lock);
+}
+
+static const task *task_of(const runner *r, uint64_t item)
+{
+    size_t lo = 0, hi = r->n_tasks;
+    /* Largest task whose first_item <= item. */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r->tasks[mid].first_item <= item) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    return &r->tasks[lo];
+}
+
+/* Chunk grid index of the c-th chunk in C order. */
+static void unravel(const ur_zarr_info *info, uint64_t c, uint64_t *idx)
+{
+    for (int d = info->rank - 1; d >= 0; d--) {
+        idx[d] = c % info->grid[d];
+        c /= info->grid[d];
+    }
+}
+
+static int ensure_enc(worker *wk, size_t n, ur_err *err)
+{
+    if (n > wk->cap_enc) {
+        ur_buf *e = ur_realloc(wk->enc, n * sizeof *e);
+        if (e == NULL) {
+            return ur_err_oom(err);
+        }
+        for (size_t i = wk->cap_enc; i < n; i++) {
+            ur_buf_init(&e[i], 0);
+        }
+        wk->enc = e;
+        wk->cap_enc = n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        ur_buf_reset(&wk->enc[i]);
+    }
+    wk->n_enc = n;
+    return UR_OK;
+}
+
+static int ensure_size(ur_buf *b, size_t n, ur_err *err)
+{
+    ur_buf_reset(b);
+    return ur_buf_reserve(b, n, err);
+}
+
+/* Decode the chunk and produce the encoded output chunks into wk->enc. Sets *n_layers to
+ * how many output arrays receive a chunk (UNSTACK: the layers this chunk covers). */
+static int produce(worker *wk, const task *t, const uint64_t *idx, size_t *first_out,
+                   size_t *n_out, ur_err *err)
+{
+    const ur_zarr_info *in = &t->info;
+    ur_dtype out_dt = t->act->out_dtype;
+    ur_tensor_view src, dst;
+    int rc;
+
+    rc = ensure_size(&wk->in, in->chunk_bytes, err);
+    if (rc == UR_OK) {
+        rc = ur_zarr_array_read_chunk(t->src, idx, wk->in.data, err);
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    rc = ur_tensor_view_init_dense(&src, in->dtype, in->rank, in->chunk_shape, wk->in.data, err);
+    if (rc < 0) {
+        return rc;
+    }
+
+    if (t->axis < 0) {
+        /* COPY or REPLICATE: one output chunk, written to every output array. */
+        const void *bytes = wk->in.data;
+        if (out_dt != in->dtype) {
+            uint64_t numel;
+            rc = ensure_size(&wk->out, t->out_chunk_bytes, err);
+            if (rc == UR_OK) {
+                rc = ur_tensor_view_numel(&numel, &src, err);
+            }
+            if (rc == UR_OK) {
+                rc = ur_tensor_cast_dense(wk->out.data, out_dt, wk->in.data, in->dtype,
+                                          (size_t)numel, err);
+            }
+            if (rc < 0) {
+                return rc;
+            }
+            bytes = wk->out.data;
+        }
+        rc = ensure_enc(wk, 1, err);
+        if (rc == UR_OK) {
+            rc = ur_zarr_array_encode_chunk(t->dst[0], bytes, &wk->enc[0], err);
+        }
+        *first_out = 0;
+        *n_out = t->act->n_out;
+        return rc;
+    }
+
+    /* UNSTACK: this chunk holds layers [l0, l0 + cnt) of the layer axis. */
+    {
+        int a = t->axis;
+        uint64_t l0 = idx[a] * in->chunk_shape[a];
+        uint64_t cnt = in->chunk_shape[a];
+        uint64_t start[UR_MAX_RANK] = {0}, count[UR_MAX_RANK];
+        ur_tensor_view dsts_stack[64];
+        ur_tensor_view *dsts = dsts_stack;
+        size_t total;
+
+        if (l0 + cnt > in->shape[a]) {
+            cnt = in->shape[a] - l0;
+        }
+        memcpy(count, in->chunk_shape, sizeof count);
+        count[a] = cnt;
+        rc = ur_tensor_view_slice(&src, &src, start, count, err);
+        if (rc < 0) {
+            return rc;
+        }
+        if (ur_ckd_mul(&total, (size_t)cnt, t->out_chunk_bytes)) {
+            return ur_err_set(err, UR_ECORRUPT, "output chunk size overflows");
+        }
+        rc = ensure_size(&wk->out, total, err);
+        if (rc < 0) {
+            return rc;
+        }
+        if (cnt > 64) {
+            dsts = ur_malloc((size_t)cnt * sizeof *dsts);
+            if (dsts == NULL) {
+                return ur_err_oom(err);
+            }
+        }
+        for (uint64_t i = 0; i < cnt && rc == UR_OK; i++) {
+            rc = ur_tensor_view_init_dense(&dsts[i], out_dt, t->out_rank, t->out_chunk_shape,
+                                           wk->out.data + i * t->out_chunk_bytes, err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_tensor_unstack(dsts, (size_t)cnt, &src, a, err);
+        }
+        if (dsts != dsts_stack) {
+            ur_free(dsts);
+        }
+        if (rc == UR_OK) {
+            rc = ensure_enc(wk, (size_t)cnt, err);
+        }
+        for (uint64_t i = 0; i < cnt && rc == UR_OK; i++) {
+            rc = ur_zarr_array_encode_chunk(t->dst[l0 + i], wk->out.data + i * t->out_chunk_bytes,
+                                            &wk->enc[i], err);
+        }
+        *first_out = (size_t)l0;
+        *n_out = (size_t)cnt;
+        return rc;
+    }
+}
+
+/* Write this item's chunks once every earlier item has written its own. */
+static int commit(worker *wk, const task *t, uint64_t item, const uint64_t *idx,
+                  size_t first_out, size_t n_out, ur_err *err)
+{
+    runner *r = wk->r;
+    uint64_t out_idx[UR_MAX_RANK];
+    int rc = UR_OK;
+    int k = 0;
+
+    for (int d = 0; d < t->info.rank; d++) {
+        if (d != t->axis) {
+            out_idx[k++] = idx[d];
+        }
+    }
+    pthread_mutex_lock(&r->lock);
+    while (!r->failed && r->next_commit != item) {
+        pthread_cond_wait(&r->turn, &r->lock);
+    }
+    if (r->failed) {
+        pthread_mutex_unlock(&r->lock);
+        return UR_OK; /* someone else's error is reported */
+    }
+    for (size_t i = 0; i < n_out && rc == UR_OK; i++) {
+        /* REPLICATE/COPY encode once and write the same bytes to each output. */
+        const ur_buf *e = &wk->enc[t->axis < 0 ? 0 : i];
+        rc = ur_zarr_array_write_encoded(t->dst[first_out + i], out_idx, e->data, e->len, err);
+    }
+    if (rc == UR_OK) {
+        r->next_commit++;
+        r->stats->chunks_in++;
+        r->stats->chunks_out += n_out;
+        r->stats->bytes_in += t->info.chunk_bytes;
+        r->stats->bytes_out += (uint64_t)n_out * t->out_chunk_bytes;
+        if (r->opts->progress != NULL) {
+            r->opts->progress(r->opts->progress_ctx, r->stats->bytes_in, r->bytes_total);
+        }
+        pthread_cond_broadcast(&r->turn);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+static void *work(void *arg)
+{
+    worker *wk = arg;
+    runner *r = wk->r;
+    ur_err err;
+
+    ur_err_clear(&err);
+    for (;;) {
+        uint64_t item, idx[UR_MAX_RANK];
+        const task *t;
+        size_t first_out = 0, n_out = 0;
+        int rc;
+
+        pthread_mutex_lock(&r->lock);
+        if (r->failed || r->next_claim >= r->n_items) {
+            pthread_mutex_unlock(&r->lock);
+            break;
+        }
+        item = r->next_claim++;
+        pthread_mutex_unlock(&r->lock);
+
+        t = task_of(r, item);
+        unravel(&t->info, item - t->first_item, idx);
+        rc = produce(wk, t, idx, &first_out, &n_out, &err);
+        if (rc == UR_OK) {
+            rc = commit(wk, t, item, idx, first_out, n_out, &err);
+        }
+        if (rc < 0) {
+            ur_err_wrap(&err, "tensor '%s'", t->leaf->name);
+            fail(r, &err);
+            break;
+        }
+    }
+    return NULL;
+}
+
+/* ---- setup ------------------------------------------------------------------------------ */
+
+static int path_keys(const ur_plan_path *p, ur_orbax_key *keys)
+{
+    if (p->len > 64) {
+        return -1;
+    }
+    for (size_t i = 0; i < p->len; i++) {
+        keys[i].key = p->comp[i];
+        keys[i].type = UR_ORBAX_KEY_DICT;
+    }
+    return 0;
+}
+
+static int add_extras(const ur_plan *plan, ur_orbax_writer *w, ur_err *err)
+{
+    for (size_t i = 0; i < plan->n_extras; i++) {
+        const ur_plan_extra *x = &plan->extras[i];
+        ur_orbax_key keys[64];
+        int64_t zero = 0;
+        int rc;
+        if (path_keys(&x->path, keys) < 0) {
+            return ur_err_set(err, UR_EINVAL, "output key path too deep");
+        }
+        if (x->kind == UR_PLAN_EXTRA_ZERO_SCALAR) {
+            rc = ur_orbax_writer_add_scalar(w, keys, x->path.len, UR_DT_INT64, &zero, err);
+        } else {
+            rc = ur_orbax_writer_add_empty(w, keys, x->path.len, UR_ORBAX_VALUE_EMPTY_DICT, err);
+        }
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    return UR_OK;
+}
+
+/* Open the input array, check it is what the plan was built from, and create the outputs. */
+static int setup_task(task *t, ur_orbax_ckpt *in, ur_orbax_writer *w, ur_err *err)
+{
+    const ur_plan_action *a = t->act;
+    uint64_t out_shape[UR_MAX_RANK];
+    ur_orbax_key keys[64];
+    int rc, k = 0;
+
+    rc = ur_orbax_ckpt_open_array(in, t->leaf, &t->src, err);
+    if (rc < 0) {
+        return rc;
+    }
+    t->info = *ur_zarr_array_info(t->src);
+    t->axis = a->kind == UR_PLAN_UNSTACK ? (int)a->axis : -1;
+    if (t->axis >= t->info.rank) {
+        return ur_err_set(err, UR_EINTERNAL, "layer axis %d outside rank %d", t->axis,
+                          t->info.rank);
+    }
+    for (int d = 0; d < t->info.rank; d++) {
+        if (d != t->axis) {
+            out_shape[k] = t->info.shape[d];
+            t->out_chunk_shape[k++] = t->info.chunk_shape[d];
+        }
+    }
+    t->out_rank = k;
+    t->out_chunk_bytes = ur_dtype_size(a->out_dtype);
+    for (int d = 0; d < k; d++) {
+        if (ur_ckd_mul(&t->out_chunk_bytes, t->out_chunk_bytes, (size_t)t->out_chunk_shape[d])) {
+            return ur_err_set(err, UR_ECORRUPT, "output chunk size overflows");
+        }
+    }
+    if (t->axis >= 0 && (uint64_t)a->n_out != t->info.shape[t->axis]) {
+        return ur_err_set(err, UR_ECORRUPT, "shape on axis %d is %llu, the plan expects %zu",
+                          t->axis, (unsigned long long)t->info.shape[t->axis], a->n_out);
+    }
+    t->dst = ur_calloc(a->n_out ? a->n_out : 1, sizeof *t->dst);
+    if (t->dst == NULL) {
+        return ur_err_oom(err);
+    }
+    for (size_t i = 0; i < a->n_out; i++) {
+        if (path_keys(&a->out[i], keys) < 0) {
+            return ur_err_set(err, UR_EINVAL, "output key path too deep");
+        }
+        /* Replicated spec (NULL): restorable on any mesh; MaxText reshards on load. */
+        rc = ur_orbax_writer_add_array(w, keys, a->out[i].len, a->out_dtype, k, out_shape,
+                                       t->out_chunk_shape, NULL, &t->dst[i], err);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    return UR_OK;
+}
+
+/* Threads to run: as asked (or one per core), no more than items, and few enough that
+ * their buffers fit the memory limit. */
+static int pick_threads(const runner *r, const ur_exec_opts *opts)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t limit = opts->memory_limit ? opts->memory_limit : UR_EXEC_DEFAULT_MEMORY;
+    uint64_t per = 1;
+    int n = opts->threads > 0 ? opts->threads : (cores > 0 ? (int)cores : 1);
+
+    for (size_t i = 0; i < r->n_tasks; i++) {
+        const task *t = &r->tasks[i];
+        uint64_t outs = t->axis < 0 ? 1 : t->info.chunk_shape[t->axis];
+        /* input chunk + raw outputs + encoded outputs (compression rarely grows data much) */
+        uint64_t need = t->info.chunk_bytes + 2 * outs * t->out_chunk_bytes + 4096;
+        if (need > per) {
+            per = need;
+        }
+    }
+    if ((uint64_t)n > limit / per) {
+        n = (int)(limit / per);
+    }
+    if (n < 1) {
+        n = 1;
+    }
+    if ((uint64_t)n > r->n_items && r->n_items > 0) {
+        n = (int)r->n_items;
+    }
+    return n;
+}
+
+int ur_plan_exec_run(const ur_plan *plan, ur_orbax_ckpt *in, ur_orbax_writer *w,
+                     const ur_exec_opts *opts, ur_exec_stats *stats, ur_err *err)
+{
+    runner r;
+    worker *workers = NULL;
+    pthread_t *tids = NULL;
+    int n_threads = 0, started = 0, rc;
+
+    memset(&r, 0, sizeof r);
+    memset(stats, 0, sizeof *stats);
+    pthread_mutex_init(&r.lock, NULL);
+    pthread_cond_init(&r.turn, NULL);
+    r.stats = stats;
+    r.opts = opts;
+
+    rc = add_extras(plan, w, err);
+    if (rc < 0) {
+        goto out;
+    }
+    r.tasks = ur_calloc(plan->n_actions ? plan->n_actions : 1, sizeof *r.tasks);
+    if (r.tasks == NULL) {
+        rc = ur_err_oom(err);
+        goto out;
+    }
+    for (size_t i = 0; i < plan->n_actions; i++) {
+        const ur_plan_action *a = &plan->actions[i];
+        const ur_orbax_leaf *leaf = ur_orbax_ckpt_leaf(in, i);
+        task *t;
+        if (a->kind == UR_PLAN_DROP) {
+            continue;
+        }
+        if (!leaf->has_array) {
+            rc = ur_err_set(err, UR_EUNSUPPORTED, "tensor '%s': kept leaf stores no array",
+                            leaf->name);
+            goto out;
+        }
+        t = &r.tasks[r.n_tasks++];
+        t->act = a;
+        t->leaf = leaf;
+        t->first_item = r.n_items;
+        rc = setup_task(t, in, w, err);
+        if (rc < 0) {
+            ur_err_wrap(err, "tensor '%s'", leaf->name);
+            goto out;
+        }
+        r.n_items += t->info.chunk_count;
+        r.bytes_total += t->info.chunk_count * t->info.chunk_bytes;
+        stats->tensors_in++;
+        stats->tensors_out += a->n_out;
+    }
+
+    n_threads = pick_threads(&r, opts);
+    stats->threads = n_threads;
+    workers = ur_calloc((size_t)n_threads, sizeof *workers);
+    tids = ur_calloc((size_t)n_threads, sizeof *tids);
+    if (workers == NULL || tids == NULL) {
+        rc = ur_err_oom(err);
+        goto out;
+    }
+    for (int i = 0; i < n_threads; i++) {
+        workers[i].r = &r;
+        ur_buf_init(&workers[i].in, 0);
+        ur_buf_init(&workers[i].out, 0);
+    }
+    for (int i = 1; i < n_threads; i++) {
+        if (pthread_create(&tids[i], NULL, work, &workers[i]) != 0) {
+            break;
+        }
+        started = i;
+    }
+    work(&workers[0]);
+    for (int i = 1; i <= started; i++) {
+        pthread_join(tids[i], NULL);
+    }
+    rc = UR_OK;
+    if (r.failed) {
+        *err = r.err;
+        rc = r.err.code;
+    } else if (r.next_commit != r.n_items) {
+        rc = ur_err_set(err, UR_EINTERNAL, "%llu of %llu chunks written",
+                        (unsigned long long)r.next_commit, (unsigned long long)r.n_items);
+    }
+out:
+    for (int i = 0; i < n_threads && workers != NULL; i++) {
+        ur_buf_dispose(&workers[i].in);
+        ur_buf_dispose(&workers[i].out);
+        for (size_t j = 0; j < workers[i].cap_enc; j++) {
+            ur_buf_dispose(&workers[i].enc[j]);
+        }
+        ur_free(workers[i].enc);
+    }
+    ur_free(workers);
+    ur_free(tids);
+    for (size_t i = 0; i < r.n_tasks; i++) {
+        /* Output arrays belong to the writer; only the input handles are ours. */
+        ur_zarr_array_close(r.tasks[i].src);
+        ur_free(r.tasks[i].dst);
+    }
+    ur_free(r.tasks);
+    pthread_cond_destroy(&r.turn);
+    pthread_mutex_destroy(&r.lock);
+    return rc;
+}

@@ -1,0 +1,234 @@
+/* Element conversions to bfloat16 and the per-dtype-pair run kernels.
+ *
+ * bfloat16 is the top half of a float32: sign, 8 exponent bits, 7 mantissa bits. Rounding a
+ * float32 u to nearest even is (u + 0x7fff + lsb) >> 16, where lsb is bit 16 of u: the carry
+ * out of the low half rounds up, ties go to the even result, a carry into the exponent is
+ * the correct next binade, and the largest finite values round up into +-Inf (0x7f80) as
+ * IEEE overflow requires. NaNs are tested first: ml_dtypes and XLA return the quiet NaN of
+ * the same sign, 0x7fc0 | sign, whatever the payload (checked against jax 0.10.2 /
+ * ml_dtypes 0.7.0, tests/interop/test_tensor_cast.py).
+ *
+ * float16 -> bfloat16 widens to float32 exactly first (every float16 is a float32), then
+ * rounds as above. float64 -> bfloat16 rounds to float32 first (the C conversion: nearest
+ * even, subnormals kept) and then to bfloat16, as JAX does (see unroll/tensor.h).
+ *
+ * The loops are written so gcc/clang vectorize them (branch-free selects, memcpy loads that
+ * allow any alignment); this file is compiled with -O3 outside Debug builds. */
+#include "unroll/tensor.h"
+
+#include <string.h>
+
+#include "unroll/ckd.h"
+
+#include "tensor_impl.h"
+
+/* On x86-64 the dense cast runs are also compiled for AVX2 and picked at load time (an ifunc):
+ * the baseline SSE2 has no 32 -> 16 bit pack, which halves the throughput of these loops. */
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(UR_TENSOR_NO_CLONES)
+#define UR_VEC_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define UR_VEC_CLONES
+#endif
+
+static inline uint16_t f32_bf16(uint32_t u)
+{
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t qnan = ((u >> 16) & 0x8000u) | 0x7fc0u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? qnan : rounded);
+}
+
+/* Exact float16 -> float32 bits. Normal halves and Inf/NaN only need their exponent rebiased
+ * (+112, or to 255); a subnormal half m * 2^-24 is made by converting the integer m to float
+ * and scaling by 2^-24, both exact and free of subnormal operands (which cost a microcode
+ * assist per element on x86). */
+static inline uint32_t f16_f32(uint32_t h)
+{
+    uint32_t e = h & 0x7c00u;
+    uint32_t is_sub = 0u - (uint32_t)(e == 0);       /* all ones or zero: masks, not */
+    uint32_t is_top = 0u - (uint32_t)(e == 0x7c00u); /* branches, so the loop vectorizes */
+    uint32_t norm = ((h & 0x7fffu) << 13) + 0x38000000u + (is_top & 0x38000000u);
+    float sub = (float)(int32_t)(h & 0x3ffu) * 0x1p-24f;
+    uint32_t sub_bits;
+
+    memcpy(&sub_bits, &sub, sizeof sub_bits);
+    return (sub_bits & is_sub) | (norm & ~is_sub) | ((h & 0x8000u) << 16);
+}
+
+static inline uint32_t f64_f32(uint64_t b)
+{
+    double d;
+    float f;
+    uint32_t r;
+
+    memcpy(&d, &b, sizeof d);
+    f = (float)d;
+    memcpy(&r, &f, sizeof r);
+    return r;
+}
+
+uint16_t ur_tensor_cast_f32_to_bf16(uint32_t f32_bits)
+{
+    return f32_bf16(f32_bits);
+}
+
+uint16_t ur_tensor_cast_f64_to_bf16(uint64_t f64_bits)
+{
+    return f32_bf16(f64_f32(f64_bits));
+}
+
+uint16_t ur_tensor_cast_f16_to_bf16(uint16_t f16_bits)
+{
+    return f32_bf16(f16_f32(f16_bits));
+}
+
+/* One dense and one strided run function per conversion. `restrict`: dst and src never
+ * overlap (documented in tensor.h), which lets the compiler vectorize the dense loops. */
+#define UR_CAST_RUNS(name, stype, ssz, conv)                                                    \
+    UR_VEC_CLONES static void name##_dense(char *restrict dst, ptrdiff_t dstep, const char *restrict src,    \
+                             ptrdiff_t sstep, size_t n)                                        \
+    {                                                                                          \
+        (void)dstep;                                                                           \
+        (void)sstep;                                                                           \
+        for (size_t i = 0; i < n; i++) {                                                       \
+            stype v;                                                                           \
+            uint16_t h;                                                                        \
+            memcpy(&v, src + i * (ssz), sizeof v);                                             \
+            h = conv(v);                                                                       \
+            memcpy(dst + i * 2, &h, sizeof h);                                                 \
+        }                                                                                      \
+    }                                                                                          \
+    static void name##_strided(char *restrict dst, ptrdiff_t dstep, const char *restrict src,  \
+                               ptrdiff_t sstep, size_t n)                                      \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++) {                                                       \
+            stype v;                                                                           \
+            uint16_t h;                                                                        \
+            memcpy(&v, src, sizeof v);                                                         \
+            h = conv(v);                                                                       \
+            memcpy(dst, &h, sizeof h);                                                         \
+            src += sstep;                                                                      \
+            dst += dstep;                                                                      \
+        }                                                                                      \
+    }
+
+static inline uint16_t conv_f32(uint32_t v)
+{
+    return f32_bf16(v);
+}
+
+static inline uint16_t conv_f64(uint64_t v)
+{
+    return f32_bf16(f64_f32(v));
+}
+
+static inline uint16_t conv_f16(uint16_t v)
+{
+    return f32_bf16(f16_f32(v));
+}
+
+UR_CAST_RUNS(f32_bf16, uint32_t, 4, conv_f32)
+UR_CAST_RUNS(f64_bf16, uint64_t, 8, conv_f64)
+UR_CAST_RUNS(f16_bf16, uint16_t, 2, conv_f16)
+
+/* Identity: the dense run is a memcpy of n elements; the element size is known only at run
+ * time, so it is passed through the step (the dense run's steps equal the element size). */
+static void same_dense(char *restrict dst, ptrdiff_t dstep, const char *restrict src,
+                       ptrdiff_t sstep, size_t n)
+{
+    (void)sstep;
+    memcpy(dst, src, n * (size_t)dstep);
+}
+
+#define UR_SAME_STRIDED(name, sz)                                                               \
+    static void name(char *restrict dst, ptrdiff_t dstep, const char *restrict src,            \
+                     ptrdiff_t sstep, size_t n)                                                \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++) {                                                       \
+            memcpy(dst, src, (sz));                                                            \
+            src += sstep;                                                                      \
+            dst += dstep;                                                                      \
+        }                                                                                      \
+    }
+
+UR_SAME_STRIDED(same1_strided, 1)
+UR_SAME_STRIDED(same2_strided, 2)
+UR_SAME_STRIDED(same4_strided, 4)
+UR_SAME_STRIDED(same8_strided, 8)
+UR_SAME_STRIDED(same16_strided, 16)
+
+int ur_tensor_cast_supported(ur_dtype dst, ur_dtype src)
+{
+    if (ur_dtype_size(dst) == 0 || ur_dtype_size(src) == 0) {
+        return 0;
+    }
+    if (dst == src) {
+        return 1;
+    }
+    return dst == UR_DT_BFLOAT16 &&
+           (src == UR_DT_FLOAT32 || src == UR_DT_FLOAT64 || src == UR_DT_FLOAT16);
+}
+
+int ur_tensor__kernel_get(ur_tensor__kernel *out, ur_dtype dst, ur_dtype src, ur_err *err)
+{
+    ur_tensor__kernel k = {0};
+
+    if (!ur_tensor_cast_supported(dst, src)) {
+        return ur_err_set(err, UR_EUNSUPPORTED, "tensor: no conversion from %s to %s",
+                          ur_dtype_name(src), ur_dtype_name(dst));
+    }
+    k.dsize = ur_dtype_size(dst);
+    k.ssize = ur_dtype_size(src);
+    if (dst == src) {
+        k.dense = same_dense;
+        switch (k.ssize) {
+        case 1:
+            k.strided = same1_strided;
+            break;
+        case 2:
+            k.strided = same2_strided;
+            break;
+        case 4:
+            k.strided = same4_strided;
+            break;
+        case 8:
+            k.strided = same8_strided;
+            break;
+        case 16:
+            k.strided = same16_strided;
+            break;
+        default:
+            return ur_err_set(err, UR_EINTERNAL, "tensor: element size %zu", k.ssize);
+        }
+    } else if (src == UR_DT_FLOAT32) {
+        k.dense = f32_bf16_dense;
+        k.strided = f32_bf16_strided;
+    } else if (src == UR_DT_FLOAT64) {
+        k.dense = f64_bf16_dense;
+        k.strided = f64_bf16_strided;
+    } else {
+        k.dense = f16_bf16_dense;
+        k.strided = f16_bf16_strided;
+    }
+    *out = k;
+    return UR_OK;
+}
+
+int ur_tensor_cast_dense(void *dst, ur_dtype dst_dtype, const void *src, ur_dtype src_dtype,
+                         size_t n, ur_err *err)
+{
+    ur_tensor__kernel k = {0};
+    size_t bytes;
+    int rc = ur_tensor__kernel_get(&k, dst_dtype, src_dtype, err);
+
+    if (rc < 0) {
+        return rc;
+    }
+    if (ur_ckd_mul(&bytes, n, k.dsize > k.ssize ? k.dsize : k.ssize)) {
+        return ur_err_set(err, UR_EINVAL, "tensor: %zu elements overflow size_t", n);
+    }
+    if (n > 0) {
+        k.dense((char *)dst, (ptrdiff_t)k.dsize, (const char *)src, (ptrdiff_t)k.ssize, n);
+    }
+    return UR_OK;
+}

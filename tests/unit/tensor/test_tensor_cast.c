@@ -1,0 +1,222 @@
+/* tensor_cast: conversions to bfloat16 against the independent reference in tensor_ref.h,
+ * exhaustively for float16 and on structured + random samples for float32 and float64; the
+ * dense (vectorized) runs against the scalar conversions. */
+#include "ur_test.h"
+
+#include "tensor_ref.h"
+
+static void test_tensor_cast__f16_exhaustive(void **state)
+{
+    (void)state;
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        uint16_t want = ref_f16_to_bf16((uint16_t)h);
+        uint16_t got = ur_tensor_cast_f16_to_bf16((uint16_t)h);
+        if (got != want) {
+            fail_msg("f16 0x%04x: got 0x%04x want 0x%04x", h, got, want);
+        }
+    }
+}
+
+static void check_f32(uint32_t u)
+{
+    uint16_t want = ref_f32_to_bf16(u);
+    uint16_t got = ur_tensor_cast_f32_to_bf16(u);
+    if (got != want) {
+        fail_msg("f32 0x%08x: got 0x%04x want 0x%04x", u, got, want);
+    }
+}
+
+/* Every high half (every sign, exponent, and bfloat16 mantissa, so every NaN/Inf/subnormal
+ * class) with the low halves where rounding decides: 0, 1, just below/at/above the tie, max. */
+static void test_tensor_cast__f32_every_high_half(void **state)
+{
+    static const uint32_t lows[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff, 0x4000,
+                                    0xc000};
+    (void)state;
+    for (uint32_t hi = 0; hi < 0x10000; hi++) {
+        for (size_t i = 0; i < sizeof lows / sizeof lows[0]; i++) {
+            check_f32(hi << 16 | lows[i]);
+        }
+    }
+}
+
+static void test_tensor_cast__f32_random(void **state)
+{
+    uint64_t seed = ref_seed(0x7e57ca57);
+    ref_rng r = {seed};
+    (void)state;
+    for (int i = 0; i < 2000000; i++) {
+        uint32_t u = (uint32_t)ref_next(&r);
+        uint16_t want = ref_f32_to_bf16(u);
+        uint16_t got = ur_tensor_cast_f32_to_bf16(u);
+        if (got != want) {
+            fail_msg("seed 0x%llx: f32 0x%08x: got 0x%04x want 0x%04x", (unsigned long long)seed,
+                     u, got, want);
+        }
+    }
+}
+
+static void test_tensor_cast__f32_known_values(void **state)
+{
+    (void)state;
+    assert_int_equal(ur_tensor_cast_f32_to_bf16(0x3f800000), 0x3f80);      /* 1.0 */
+    assert_int_equal(ur_tensor_cast_f32_to_bf16(0x3f808000), 0x3f80);      /* tie -> even */
+    assert_int_equal(ur_tensor_cast_f32_to_bf16(0x3f818000), 0x3f82);      /* tie -> even up */
+    assert_int_equal(ur_tensor_cast_f32_to_bf16(0x3f808001), 0x3f81);      /* above tie */
+    assert_int_equal(ur_tensor_cast_f32_to_bf16(0x7f7fffff), 0x7f80);      /* overflow to Inf */
+    assert_int_equal(ur_tensor_cast_f32_to_bf16(0xff7fffff), 0xff80);      /* to -Inf */
+    assert_int_equal(ur_tensor_cast_f32_to_bf16(0x7f7f7fff), 0x7f7f);      /* max finite */
+    assert_int_equal(ur_tensor_cast_f32_to_bf16(0x80000000), 0x8000);      /* -0 */
+    assert_int_equal(ur_tensor_cast_f32_to_bf16(0x00000001), 0x0000);      /* tiny -> 0 */
+    assert_int_equal(ur_tensor_cast_f32_to_bf16(0x00008000), 0x0000);      /* tie at 0 */
+    assert_int_equal(ur_tensor_cast_f32_to_bf16(0x00018000), 0x0002);      /* subnormal tie */
+    assert_int_equal(ur_tensor_cast_f32_to_bf16(0x007fffff), 0x0080);      /* to min normal */
+    assert_int_equal(ur_tensor_cast_f32_to_bf16(0x7f800001), 0x7fc0);      /* sNaN */
+    assert_int_equal(ur_tensor_cast_f32_to_bf16(0xff800001), 0xffc0);      /* -sNaN */
+    assert_int_equal(ur_tensor_cast_f32_to_bf16(0x7fffffff), 0x7fc0);      /* NaN payload */
+    assert_int_equal(ur_tensor_cast_f32_to_bf16(0xffffffff), 0xffc0);
+    assert_int_equal(ur_tensor_cast_f32_to_bf16(0x7f800000), 0x7f80);      /* Inf */
+}
+
+static void test_tensor_cast__f64_known_values(void **state)
+{
+    double d = 1.0 + 0x1p-8 + 0x1p-30; /* direct rounding gives 0x3f81, JAX 0x3f80 */
+    uint64_t b;
+    (void)state;
+    memcpy(&b, &d, sizeof b);
+    assert_int_equal(ur_tensor_cast_f64_to_bf16(b), 0x3f80);
+    assert_int_equal(ur_tensor_cast_f64_to_bf16(0x7ff8000000000000ull), 0x7fc0);
+    assert_int_equal(ur_tensor_cast_f64_to_bf16(0xfff0000000000001ull), 0xffc0);
+    assert_int_equal(ur_tensor_cast_f64_to_bf16(0x7fffffffffffffffull), 0x7fc0);
+    assert_int_equal(ur_tensor_cast_f64_to_bf16(0x7ff0000000000000ull), 0x7f80);
+    assert_int_equal(ur_tensor_cast_f64_to_bf16(0x8000000000000000ull), 0x8000);
+    d = 1e300; /* beyond float32: Inf */
+    memcpy(&b, &d, sizeof b);
+    assert_int_equal(ur_tensor_cast_f64_to_bf16(b), 0x7f80);
+    d = -1e-300; /* below float32's smallest subnormal: -0 */
+    memcpy(&b, &d, sizeof b);
+    assert_int_equal(ur_tensor_cast_f64_to_bf16(b), 0x8000);
+    d = 1e-39; /* float32 subnormal, kept (bf16 0x000b) */
+    memcpy(&b, &d, sizeof b);
+    assert_int_equal(ur_tensor_cast_f64_to_bf16(b), 0x000b);
+}
+
+/* Random doubles with exponents around float32's range (including its subnormals). */
+static void test_tensor_cast__f64_random(void **state)
+{
+    uint64_t seed = ref_seed(0xd0b1e);
+    ref_rng r = {seed};
+    (void)state;
+    for (int i = 0; i < 1000000; i++) {
+        uint64_t b = ref_next(&r);
+        uint64_t e = 1023 - 160 + ref_below(&r, 300);
+        uint16_t want, got;
+        if (i % 4) {
+            b = (b & 0x800fffffffffffffull) | (e << 52);
+        }
+        want = ref_f64_to_bf16(b);
+        got = ur_tensor_cast_f64_to_bf16(b);
+        if (got != want) {
+            fail_msg("seed 0x%llx: f64 0x%016llx: got 0x%04x want 0x%04x",
+                     (unsigned long long)seed, (unsigned long long)b, got, want);
+        }
+    }
+}
+
+/* The dense runs (vectorized) agree with the scalar conversions, at every alignment and for
+ * lengths around the vector widths. */
+static void test_tensor_cast__dense_runs_match_scalar(void **state)
+{
+    enum { N = 1100 };
+    uint64_t seed = ref_seed(0xde45e);
+    ref_rng r = {seed};
+    uint8_t src[N * 8 + 16], dst[N * 2 + 16];
+    (void)state;
+    for (size_t s = 0; s < sizeof ref_cast_srcs / sizeof ref_cast_srcs[0]; s++) {
+        ur_dtype sdt = ref_cast_srcs[s];
+        size_t ssz = ur_dtype_size(sdt);
+        for (size_t n = 0; n < N; n += 1 + n / 8) {
+            size_t soff = ref_below(&r, 8), doff = ref_below(&r, 8);
+            for (size_t i = 0; i < sizeof src; i++) {
+                src[i] = (uint8_t)ref_next(&r);
+            }
+            memset(dst, REF_GUARD, sizeof dst);
+            assert_int_equal(ur_tensor_cast_dense(dst + doff, UR_DT_BFLOAT16, src + soff, sdt, n,
+                                                  NULL),
+                             UR_OK);
+            for (size_t i = 0; i < n; i++) {
+                uint16_t got, want;
+                memcpy(&got, dst + doff + 2 * i, 2);
+                if (sdt == UR_DT_FLOAT32) {
+                    uint32_t u;
+                    memcpy(&u, src + soff + ssz * i, 4);
+                    want = ur_tensor_cast_f32_to_bf16(u);
+                } else if (sdt == UR_DT_FLOAT64) {
+                    uint64_t u;
+                    memcpy(&u, src + soff + ssz * i, 8);
+                    want = ur_tensor_cast_f64_to_bf16(u);
+                } else {
+                    uint16_t u;
+                    memcpy(&u, src + soff + ssz * i, 2);
+                    want = ur_tensor_cast_f16_to_bf16(u);
+                }
+                if (got != want) {
+                    fail_msg("seed 0x%llx: %s n=%zu i=%zu: got 0x%04x want 0x%04x",
+                             (unsigned long long)seed, ur_dtype_name(sdt), n, i, got, want);
+                }
+            }
+            for (size_t i = 0; i < sizeof dst; i++) {
+                if ((i < doff || i >= doff + 2 * n) && dst[i] != REF_GUARD) {
+                    fail_msg("%s n=%zu: byte %zu outside the run written", ur_dtype_name(sdt),
+                             n, i);
+                }
+            }
+        }
+    }
+}
+
+static void test_tensor_cast__supported_pairs(void **state)
+{
+    ur_err err;
+    uint8_t a[16] = {0}, b[16] = {0};
+    (void)state;
+    for (int d = 0; d < UR_DT_COUNT_; d++) {
+        for (int s = 0; s < UR_DT_COUNT_; s++) {
+            int want = d != UR_DT_INVALID && s != UR_DT_INVALID &&
+                       (d == s || (d == UR_DT_BFLOAT16 &&
+                                   (s == UR_DT_FLOAT32 || s == UR_DT_FLOAT64 ||
+                                    s == UR_DT_FLOAT16)));
+            assert_int_equal(ur_tensor_cast_supported((ur_dtype)d, (ur_dtype)s), want);
+            if (!want) {
+                assert_int_equal(ur_tensor_cast_dense(a, (ur_dtype)d, b, (ur_dtype)s, 1, &err),
+                                 UR_EUNSUPPORTED);
+            }
+        }
+    }
+    assert_int_equal(ur_tensor_cast_dense(a, UR_DT_FLOAT16, b, UR_DT_FLOAT32, 1, &err),
+                     UR_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "float32"));
+    assert_non_null(strstr(err.msg, "float16"));
+    /* Identity of every dtype is a byte copy. */
+    for (int i = 0; i < 16; i++) {
+        b[i] = (uint8_t)(i * 37 + 1);
+    }
+    assert_int_equal(ur_tensor_cast_dense(a, UR_DT_COMPLEX128, b, UR_DT_COMPLEX128, 1, NULL),
+                     UR_OK);
+    assert_memory_equal(a, b, 16);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tensor_cast__f16_exhaustive),
+        cmocka_unit_test(test_tensor_cast__f32_every_high_half),
+        cmocka_unit_test(test_tensor_cast__f32_random),
+        cmocka_unit_test(test_tensor_cast__f32_known_values),
+        cmocka_unit_test(test_tensor_cast__f64_known_values),
+        cmocka_unit_test(test_tensor_cast__f64_random),
+        cmocka_unit_test(test_tensor_cast__dense_runs_match_scalar),
+        cmocka_unit_test(test_tensor_cast__supported_pairs),
+    };
+    return cmocka_run_group_tests_name("tensor_cast", tests, NULL, NULL);
+}

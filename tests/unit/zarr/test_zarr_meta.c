@@ -1,0 +1,2 @@
+#include "ur_test.h"
+int main(void){return 0;}
