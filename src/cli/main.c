@@ -12,12 +12,8 @@ typedef struct {
 } subcommand;
 
 static const subcommand subcommands[] = {
-#ifdef UR_HAVE_CMD_LS
     {"ls", cli_cmd_ls, "list the keys of an OCDBT database or checkpoint directory"},
-#endif
-#ifdef UR_HAVE_CMD_INSPECT
     {"inspect", cli_cmd_inspect, "show a checkpoint's tree, dtypes, shapes and chunking"},
-#endif
     {NULL, NULL, NULL},
 };
 
@@ -30,9 +26,5 @@ int main(int argc, char **argv)
             }
         }
     }
-#ifdef UR_HAVE_CMD_UNROLL
     return cli_cmd_unroll(argc, argv);
-#else
-    return cli_usage_error("usage: unroll <ls|inspect> ...");
-#endif
 }

@@ -86,7 +86,7 @@ static int is_pytree_handler(const char *typestr)
            strstr(typestr, "PyTreeHandler") != NULL;
 }
 
-/* The only subdirectory of `dir` that holds a _METADATA file. */
+/* The only subdirectory of `dir` that looks like a PyTree item (is_item_dir). */
 static int find_item_by_listing(char **out, const char *dir, ur_err *err)
 {
     DIR *d = opendir(dir);
@@ -105,7 +105,7 @@ static int find_item_by_listing(char **out, const char *dir, ur_err *err)
             rc = ur_err_oom(err);
             break;
         }
-        if (ur_fs_is_dir(sub) && has_file(sub, "_METADATA")) {
+        if (ur_fs_is_dir(sub) && is_item_dir(sub)) {
             if (found != NULL) {
                 rc = ur_err_set(err, UR_EINVAL,
                                 "%s: several items (%s, %s): give the item directory", dir,

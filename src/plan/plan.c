@@ -401,6 +401,11 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
         plan->groups[0].n_layers = s->num_decoder_layers;
     }
     for (size_t g = 0; g < plan->n_groups; g++) {
+        if (plan->unrolled && plan->groups[g].n_layers > (1 << 20)) {
+            rc = ur_err_set(err, UR_EINVAL, "decoder/%s: %lld layers is not plausible",
+                            plan->groups[g].name, (long long)plan->groups[g].n_layers);
+            goto out;
+        }
         if (plan->unrolled && plan->groups[g].n_layers < 0) {
             rc = ur_err_set(err, UR_EINVAL,
                             "decoder/%s would have %lld layers (num_decoder_layers=%lld, "

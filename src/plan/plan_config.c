@@ -134,6 +134,37 @@ static int is_file(const char *path)
     return ur_fs_exists(path) && !ur_fs_is_dir(path);
 }
 
+/* rel in dir or in one of dir's ancestors, the nearest first: MaxText looks next to the
+ * config and then in its configs directory, which for a config in a subfolder of it
+ * (inference/, tpu/v5e/) is an ancestor. *out is NULL when no such file exists. */
+static int find_up(char **out, const char *dir, const char *rel, ur_err *err)
+{
+    char *d = ur_strdup(dir);
+    *out = NULL;
+    while (d) {
+        char *up;
+        char *cand = py_join(d, rel);
+        if (!cand) {
+            break;
+        }
+        if (is_file(cand)) {
+            *out = cand;
+            ur_free(d);
+            return UR_OK;
+        }
+        ur_free(cand);
+        if (d[0] == '\0' || strcmp(d, "/") == 0) {
+            ur_free(d);
+            return UR_OK;
+        }
+        up = py_dirname(d);
+        ur_free(d);
+        d = up;
+    }
+    ur_free(d);
+    return ur_err_oom(err);
+}
+
 static const char *env_get(const char *const *envp, const char *name)
 {
     size_t n = strlen(name);
@@ -231,9 +262,23 @@ static int load_config_chain(ur_yval **out, const char *path, int depth, ur_err 
             goto out;
         }
         dir = py_dirname(path);
-        ppath = dir ? py_join(dir, bc->s) : NULL;
-        if (!ppath) {
+        if (!dir) {
             rc = ur_err_oom(err);
+            goto out;
+        }
+        if (bc->s[0] == '/') {
+            ppath = ur_strdup(bc->s);
+            rc = ppath ? UR_OK : ur_err_oom(err);
+        } else {
+            rc = find_up(&ppath, dir, bc->s, err);
+            if (rc == UR_OK && !ppath) {
+                rc = ur_err_set(err, UR_EINVAL,
+                                "%s: base_config '%s' not found next to it or in a parent "
+                                "directory",
+                                path, bc->s);
+            }
+        }
+        if (rc < 0) {
             goto out;
         }
         rc = load_config_chain(&parent, ppath, depth + 1, err);
@@ -913,46 +958,31 @@ static int resolve_settings(ur_config *cfg, const ur_config_opts *opts, const ch
     return build_rules(cfg, err);
 }
 
-/* The model file as pyconfig finds it: <dir>/models/<m>.yml, then <dir>/../models/<m>.yml. */
+/* The model file as pyconfig finds it: <dir>/models/<m>.yml, then <dir>/../models/<m>.yml,
+ * then the configs directory's models/ (here: the nearest ancestor's). */
 static int find_model_file(char **out, const char *config_path, const char *model,
                            ur_err *err)
 {
     char *dir = py_dirname(config_path);
-    char *updir = dir ? py_dirname(dir) : NULL;
-    char *file = NULL;
-    char *cand = NULL;
-    size_t n = strlen(model) + 5;
-    int rc = UR_OK;
-    file = ur_malloc(n);
-    if (!dir || !updir || !file) {
+    char *rel = NULL;
+    size_t n = strlen(model) + 12;
+    int rc;
+    rel = ur_malloc(n);
+    if (!dir || !rel) {
         rc = ur_err_oom(err);
         goto out;
     }
-    snprintf(file, n, "%s.yml", model);
-    for (int pass = 0; pass < 2; pass++) {
-        char *mdir = py_join(pass == 0 ? dir : updir, "models");
-        cand = mdir ? py_join(mdir, file) : NULL;
-        ur_free(mdir);
-        if (!cand) {
-            rc = ur_err_oom(err);
-            goto out;
-        }
-        if (is_file(cand)) {
-            *out = cand;
-            cand = NULL;
-            goto out;
-        }
-        ur_free(cand);
-        cand = NULL;
+    snprintf(rel, n, "models/%s.yml", model);
+    rc = find_up(out, dir, rel, err);
+    if (rc == UR_OK && !*out) {
+        rc = ur_err_set(err, UR_EINVAL,
+                        "model_name '%s': no models/%s.yml next to '%s' or in a parent "
+                        "directory",
+                        model, model, config_path);
     }
-    rc = ur_err_set(err, UR_EINVAL,
-                    "model_name '%s': no models/%s.yml next to '%s' or in its parent directory",
-                    model, model, config_path);
 out:
     ur_free(dir);
-    ur_free(updir);
-    ur_free(file);
-    ur_free(cand);
+    ur_free(rel);
     return rc;
 }
 

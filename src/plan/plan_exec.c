@@ -120,7 +120,7 @@ static int produce(worker *wk, const task *t, const uint64_t *idx, size_t *first
 {
     const ur_zarr_info *in = &t->info;
     ur_dtype out_dt = t->act->out_dtype;
-    ur_tensor_view src, dst;
+    ur_tensor_view src;
     int rc;
 
     rc = ensure_size(&wk->in, in->chunk_bytes, err);

@@ -84,32 +84,33 @@ uint16_t ur_tensor_cast_f16_to_bf16(uint16_t f16_bits)
 
 /* One dense and one strided run function per conversion. `restrict`: dst and src never
  * overlap (documented in tensor.h), which lets the compiler vectorize the dense loops. */
-#define UR_CAST_RUNS(name, stype, ssz, conv)                                                    \
-    UR_VEC_CLONES static void name##_dense(char *restrict dst, ptrdiff_t dstep, const char *restrict src,    \
-                             ptrdiff_t sstep, size_t n)                                        \
-    {                                                                                          \
-        (void)dstep;                                                                           \
-        (void)sstep;                                                                           \
-        for (size_t i = 0; i < n; i++) {                                                       \
-            stype v;                                                                           \
-            uint16_t h;                                                                        \
-            memcpy(&v, src + i * (ssz), sizeof v);                                             \
-            h = conv(v);                                                                       \
-            memcpy(dst + i * 2, &h, sizeof h);                                                 \
-        }                                                                                      \
-    }                                                                                          \
-    static void name##_strided(char *restrict dst, ptrdiff_t dstep, const char *restrict src,  \
-                               ptrdiff_t sstep, size_t n)                                      \
-    {                                                                                          \
-        for (size_t i = 0; i < n; i++) {                                                       \
-            stype v;                                                                           \
-            uint16_t h;                                                                        \
-            memcpy(&v, src, sizeof v);                                                         \
-            h = conv(v);                                                                       \
-            memcpy(dst, &h, sizeof h);                                                         \
-            src += sstep;                                                                      \
-            dst += dstep;                                                                      \
-        }                                                                                      \
+#define UR_CAST_RUNS(name, stype, ssz, conv)                                                 \
+    UR_VEC_CLONES static void name##_dense(char *restrict dst, ptrdiff_t dstep,             \
+                                           const char *restrict src, ptrdiff_t sstep,       \
+                                           size_t n)                                        \
+    {                                                                                       \
+        (void)dstep;                                                                        \
+        (void)sstep;                                                                        \
+        for (size_t i = 0; i < n; i++) {                                                    \
+            stype v;                                                                        \
+            uint16_t h;                                                                     \
+            memcpy(&v, src + i * (ssz), sizeof v);                                          \
+            h = conv(v);                                                                    \
+            memcpy(dst + i * 2, &h, sizeof h);                                              \
+        }                                                                                   \
+    }                                                                                       \
+    static void name##_strided(char *restrict dst, ptrdiff_t dstep, const char *restrict src, \
+                               ptrdiff_t sstep, size_t n)                                   \
+    {                                                                                       \
+        for (size_t i = 0; i < n; i++) {                                                    \
+            stype v;                                                                        \
+            uint16_t h;                                                                     \
+            memcpy(&v, src, sizeof v);                                                      \
+            h = conv(v);                                                                    \
+            memcpy(dst, &h, sizeof h);                                                      \
+            src += sstep;                                                                   \
+            dst += dstep;                                                                   \
+        }                                                                                   \
     }
 
 static inline uint16_t conv_f32(uint32_t v)

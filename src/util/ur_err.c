@@ -18,6 +18,9 @@ void ur_err_clear(ur_err *err)
 }
 
 static int set_v(ur_err *err, ur_code code, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+static int set_v(ur_err *err, ur_code code, const char *fmt, va_list ap)
 {
     if (err == NULL) {
         return code;

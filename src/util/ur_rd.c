@@ -44,7 +44,7 @@ uint8_t ur_rd_u8(ur_rd *rd)
 uint16_t ur_rd_u16le(ur_rd *rd)
 {
     const uint8_t *q = ur_rd_bytes(rd, 2);
-    return q ? (uint16_t)(q[0] | (q[1] << 8)) : 0;
+    return q ? (uint16_t)((unsigned)q[0] | ((unsigned)q[1] << 8)) : 0;
 }
 
 uint32_t ur_rd_u32le(ur_rd *rd)

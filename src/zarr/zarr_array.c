@@ -411,7 +411,7 @@ int ur_zarr_array_read_box(ur_zarr_array *arr, const uint64_t *start, const uint
                            void *dst, ur_err *err)
 {
     const ur_zarr_info *in = &arr->info;
-    uint64_t c0[UR_MAX_RANK], c1[UR_MAX_RANK], idx[UR_MAX_RANK];
+    uint64_t c0[UR_MAX_RANK], c1[UR_MAX_RANK], idx[UR_MAX_RANK] = {0};
     uint64_t lo[UR_MAX_RANK], n[UR_MAX_RANK], src_lo[UR_MAX_RANK], dst_lo[UR_MAX_RANK];
     uint8_t *scratch = NULL;
     int rc = UR_OK, rank = in->rank;
@@ -559,10 +559,10 @@ int ur_zarr_array_create(ur_zarr_array **out, ur_kvstore *kv, const char *prefix
     if (ur_dtype_size(spec->dtype) == 0) {
         return ur_err_set(err, UR_EINVAL, "zarr array '%s': invalid dtype", prefix);
     }
-    if (spec->dtype == UR_DT_UINT4) {
-        /* TensorStore (0.1.85) has no uint4: it could not read the array back. */
-        return ur_err_set(err, UR_EUNSUPPORTED, "zarr array '%s': TensorStore has no uint4",
-                          prefix);
+    if (spec->dtype == UR_DT_UINT4 || spec->dtype == UR_DT_FLOAT8_E4M3) {
+        /* TensorStore (0.1.85) has neither: Orbax could not read the array back. */
+        return ur_err_set(err, UR_EUNSUPPORTED, "zarr array '%s': TensorStore has no %s", prefix,
+                          ur_dtype_name(spec->dtype));
     }
     if (spec->zstd_level < -131072 || spec->zstd_level > 22) {
         return ur_err_set(err, UR_EINVAL, "zarr array '%s': zstd level %d", prefix,
@@ -660,6 +660,23 @@ int ur_zarr_array_write_chunk(ur_zarr_array *arr, const uint64_t *idx, const voi
         rc = ur_kvstore_write(arr->kv, key, b.data, b.len, err);
     }
     ur_buf_dispose(&b);
+    if (rc < 0) {
+        ur_err_wrap(err, "zarr array '%s' chunk '%s'", arr->prefix, key);
+    }
+    return rc;
+}
+
+int ur_zarr_array_write_encoded(ur_zarr_array *arr, const uint64_t *idx, const void *data,
+                                size_t n, ur_err *err)
+{
+    char key[KEY_MAX];
+    int rc;
+
+    key[0] = '\0';
+    rc = ur_zarr_array_chunk_key(arr, idx, key, sizeof(key), err);
+    if (rc == UR_OK) {
+        rc = ur_kvstore_write(arr->kv, key, data, n, err);
+    }
     if (rc < 0) {
         ur_err_wrap(err, "zarr array '%s' chunk '%s'", arr->prefix, key);
     }

@@ -3,7 +3,8 @@
  *
  * Default levels, as TensorStore writes them when Orbax asks for plain "zstd":
  * zarr3 level 3 without checksum (tensorstore/driver/zarr3/codec/zstd.cc), zarr2 level 1
- * (tensorstore/driver/zarr/compressor.cc, zstd_compressor.h). Decoding is capped at the
+ * (tensorstore/driver/zarr/compressor.cc, zstd_compressor.h); ur_zarr_spec.zstd_level 0 picks
+ * these. Decoding is capped at the
  * size the metadata implies, so a bad frame cannot make us allocate or write more. All
  * zstd memory goes through ur_malloc (ZSTD_customMem), so allocation-failure tests reach
  * it too. */

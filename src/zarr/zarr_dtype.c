@@ -68,7 +68,7 @@ static double small_decode(const float_fmt *f, uint32_t code, int *special)
     if (f->kind == FK_E8M0) {
         if (code == 0xff) {
             *special = 1;
-            return NAN;
+            return (double)NAN;
         }
         return ldexp(1.0, (int)code - 127);
     }
@@ -77,15 +77,15 @@ static double small_decode(const float_fmt *f, uint32_t code, int *special)
     mant = code & mmask;
     if (f->kind == FK_FNUZ && code == 0x80) {
         *special = 1;
-        return NAN;
+        return (double)NAN;
     }
     if (f->kind == FK_IEEE && e == emax) {
         *special = mant == 0 ? 2 : 1;
-        return mant == 0 ? (sign ? -INFINITY : INFINITY) : NAN;
+        return mant == 0 ? (sign ? -(double)INFINITY : (double)INFINITY) : (double)NAN;
     }
     if (f->kind == FK_FN && e == emax && mant == mmask) {
         *special = 1;
-        return NAN;
+        return (double)NAN;
     }
     if (e == 0) {
         v = ldexp((double)mant, 1 - f->bias - f->mbits);
@@ -108,7 +108,7 @@ static void put_code(uint8_t *out, const float_fmt *f, uint32_t code)
 static uint32_t small_encode(const float_fmt *f, double v)
 {
     uint32_t ncodes = 1u << f->bits, best = 0, inf_code = 0;
-    double best_d = INFINITY, maxfin = 0;
+    double best_d = (double)INFINITY, maxfin = 0;
     int has_inf = 0, special;
 
     if (isnan(v)) {

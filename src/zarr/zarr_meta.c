@@ -161,8 +161,8 @@ static int parse_int_fill(ur_zarr_meta *m, const char *json, size_t len, ur_err 
             return ur_err_set(err, UR_ECORRUPT, "\"fill_value\" %s is not a valid %s", tmp,
                               ur_dtype_name(m->dtype));
         }
-        /* int4 keeps its low nibble, as TensorStore stores it. */
-        put_le(m->fill, bits == 4 ? (uint64_t)v & 0xfu : (uint64_t)v, size);
+        /* int4: TensorStore holds the fill value sign-extended to a byte (-3 is 0xfd). */
+        put_le(m->fill, (uint64_t)v, size);
     } else {
         unsigned long long v = strtoull(tmp, &end, 10);
         unsigned long long hi = bits == 64 ? UINT64_MAX : (1ULL << bits) - 1;
@@ -203,10 +203,10 @@ static int parse_float_elem(ur_dtype dt, const cJSON *v, uint8_t *out, ur_err *e
             return ur_zarr_dtype__nan(dt, out, err);
         }
         if (strcmp(s, "Infinity") == 0) {
-            return ur_zarr_dtype__from_double(dt, INFINITY, out, err);
+            return ur_zarr_dtype__from_double(dt, (double)INFINITY, out, err);
         }
         if (strcmp(s, "-Infinity") == 0) {
-            return ur_zarr_dtype__from_double(dt, -INFINITY, out, err);
+            return ur_zarr_dtype__from_double(dt, -(double)INFINITY, out, err);
         }
         if (s[0] == '0' && s[1] == 'x' && strlen(s + 2) == 2 * size) {
             uint64_t bits = 0;
@@ -223,6 +223,51 @@ static int parse_float_elem(ur_dtype dt, const cJSON *v, uint8_t *out, ur_err *e
     }
 bad:
     return ur_err_set(err, UR_ECORRUPT, "\"fill_value\" is not a valid %s", ur_dtype_name(dt));
+}
+
+static int b64val(char c)
+{
+    if (c >= 'A' && c <= 'Z') {
+        return c - 'A';
+    }
+    if (c >= 'a' && c <= 'z') {
+        return c - 'a' + 26;
+    }
+    if (c >= '0' && c <= '9') {
+        return c - '0' + 52;
+    }
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+/* zarr2 writes fill values of types without a JSON form (complex in TensorStore) as
+ * base64 of the element's bytes. */
+static int parse_b64_fill(ur_zarr_meta *m, const char *s, ur_err *err)
+{
+    size_t n = strlen(s), out = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+
+    for (size_t i = 0; i < n && s[i] != '='; i++) {
+        int x = b64val(s[i]);
+        if (x < 0) {
+            goto bad;
+        }
+        acc = (acc << 6) | (uint32_t)x;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (out == m->itemsize) {
+                goto bad;
+            }
+            m->fill[out++] = (uint8_t)(acc >> bits);
+        }
+    }
+    if (out == m->itemsize) {
+        return UR_OK;
+    }
+bad:
+    return ur_err_set(err, UR_ECORRUPT, "\"fill_value\" is not a valid %s",
+                      ur_dtype_name(m->dtype));
 }
 
 static int parse_fill(ur_zarr_meta *m, const cJSON *v, const char *json, size_t len, ur_err *err)
@@ -253,6 +298,10 @@ static int parse_fill(ur_zarr_meta *m, const cJSON *v, const char *json, size_t 
             return ur_err_set(err, UR_ECORRUPT, "\"fill_value\" is not an integer");
         }
         return parse_int_fill(m, json, len, err);
+    }
+    if (m->zarr_format == 2 && cJSON_IsString(v) && strcmp(v->valuestring, "NaN") != 0 &&
+        strcmp(v->valuestring, "Infinity") != 0 && strcmp(v->valuestring, "-Infinity") != 0) {
+        return parse_b64_fill(m, v->valuestring, err);
     }
     if (m->dtype == UR_DT_COMPLEX64 || m->dtype == UR_DT_COMPLEX128) {
         ur_dtype part = m->dtype == UR_DT_COMPLEX64 ? UR_DT_FLOAT32 : UR_DT_FLOAT64;
@@ -433,6 +482,11 @@ static int parse_sharding(ur_zarr_meta *m, const cJSON *conf, ur_err *err)
     if (rc < 0) {
         return ur_err_wrap(err, "sharding_indexed index_codecs");
     }
+    size_t fixed;
+    rc = ur_zarr_codec__fixed_size(&m->index, 16, &fixed, err);
+    if (rc < 0) {
+        return rc;
+    }
     loc = member(conf, "index_location");
     m->index_at_start = 0;
     if (loc != NULL) {
@@ -458,8 +512,8 @@ static int parse_chain(ur_zarr_meta *m, ur_zarr_chain *ch, const cJSON *codecs, 
     }
     cJSON_ArrayForEach(c, codecs)
     {
-        const char *name;
-        const cJSON *conf;
+        const char *name = NULL;
+        const cJSON *conf = NULL;
         rc = codec_name(c, &name, &conf, err);
         if (rc < 0) {
             return rc;

@@ -23,6 +23,12 @@ SHARED_FIXTURES = ROOT.parent / "shared" / "fixtures"
 TEST_DATA = ROOT / "tests" / "data"
 
 
+def pytest_configure(config):
+    # Orbax warns on every restore without a target (the tests do that on purpose).
+    config.addinivalue_line(
+        "filterwarnings", "ignore:Sharding info not provided when restoring:UserWarning")
+
+
 @pytest.fixture(scope="session")
 def unroll_bin() -> pathlib.Path:
     path = pathlib.Path(os.environ.get("UNROLL_BIN", ROOT / "build" / "src" / "cli" / "unroll"))

@@ -29,7 +29,6 @@ import zlib
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import optax

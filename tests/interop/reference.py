@@ -116,7 +116,8 @@ def layer_groups(decoder: dict, num_decoder_layers: int,
 
 
 def _bf16(x):
-    return np.asarray(jnp.asarray(x).astype(jnp.bfloat16))
+    """astype(jnp.bfloat16) (XLA convert: round to nearest even, NaN -> quiet NaN, same sign)."""
+    return np.asarray(jax.device_put(np.asarray(x), jax.devices()[0]).astype(jnp.bfloat16))
 
 
 def _cast(tree):
@@ -129,10 +130,19 @@ def _cast(tree):
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
 def _jit_take(x, i: int, axis: int):
-    # jitted like MaxText's per-group slice. (Eager jnp.take with the default mode "fill" goes
-    # through a select that XLA:CPU computes in float32 for bf16, which turns NaN payloads into
-    # the canonical NaN; the jitted gather keeps every bit.)
     return jnp.take(x, i, axis=axis)
+
+
+def _take(x, i: int, axis: int):
+    """jnp.take(x, i, axis), jitted like MaxText's per-group slice, on one device.
+
+    The slice is pure data movement; two XLA:CPU artifacts are avoided on purpose:
+    * eager jnp.take (default mode "fill") goes through a select that XLA:CPU computes in float32
+      for bf16, turning NaN payloads into the canonical NaN;
+    * a jitted take across a *sharded* layer axis (mesh `stage` > 1) is partitioned into a
+      masked all-reduce sum, which flushes subnormals to zero and turns -0 into +0.
+    """
+    return _jit_take(jax.device_put(np.asarray(x), jax.devices()[0]), i, axis)
 
 
 def _take_tree(tree, i: int, axis: int, length: int, path: tuple):
@@ -143,7 +153,7 @@ def _take_tree(tree, i: int, axis: int, length: int, path: tuple):
     if tree.ndim <= axis or tree.shape[axis] != length:
         raise ReferenceError(f"{'/'.join(path)}: shape {tuple(tree.shape)} has no layer axis "
                              f"{axis} of length {length}")
-    return _bf16(_jit_take(tree, i, axis))
+    return _bf16(_take(tree, i, axis))
 
 
 def unroll_params(params: dict, *, num_decoder_layers: int, first_num_dense_layers: int = 0,
@@ -202,6 +212,22 @@ def reference_unroll_lora(adapters_dir, *, num_decoder_layers: int,
         wrapped = unrolled if pure_nnx else {"params": unrolled}
         out[sub.name] = ({"step": 0, "params": wrapped, "opt_state": {}}, cfg)
     return out
+
+
+def reference_for(info, pure_nnx: bool | None = None):
+    """Reference output for a maxtext_fixtures.FixtureInfo (pure_nnx defaults to its config).
+
+    Returns the expected tree of `<checkpoint_dir>/0/items`, or for kind "lora" the dict of
+    reference_unroll_lora (for check_unrolled_lora).
+    """
+    if pure_nnx is None:
+        pure_nnx = info.config["pure_nnx"]
+    if info.kind == "lora":
+        return reference_unroll_lora(info.root, num_decoder_layers=info.num_decoder_layers,
+                                     param_scan_axis=info.param_scan_axis, pure_nnx=pure_nnx)
+    return reference_unroll(info.items, num_decoder_layers=info.num_decoder_layers,
+                            first_num_dense_layers=info.first_num_dense_layers,
+                            param_scan_axis=info.param_scan_axis, pure_nnx=pure_nnx)
 
 
 # ------------------------------------------------------------------------------------------
@@ -339,6 +365,6 @@ def numpy_bf16(x) -> np.ndarray:
 
 __all__ = [
     "ReferenceError", "restore", "params_of", "layer_groups", "unroll_params", "decode_layout",
-    "reference_unroll", "reference_unroll_lora", "compare_trees", "target_of", "check_unrolled",
-    "check_unrolled_lora", "numpy_bf16", "flatten", "unflatten",
+    "reference_unroll", "reference_unroll_lora", "reference_for", "compare_trees", "target_of",
+    "check_unrolled", "check_unrolled_lora", "numpy_bf16", "flatten", "unflatten",
 ]

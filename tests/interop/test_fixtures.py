@@ -197,9 +197,7 @@ def _flip_first_bit(tree, path):
 @pytest.mark.parametrize("pure_nnx", [False, True], ids=["linen_out", "nnx_out"])
 def test_checker_accepts_right_and_rejects_wrong(make_fixture, tmp_path, kind, pure_nnx):
     info = make_fixture(kind, dtype="float32")
-    expected = ref.reference_unroll(info.items, num_decoder_layers=info.num_decoder_layers,
-                                    first_num_dense_layers=info.first_num_dense_layers,
-                                    pure_nnx=pure_nnx)
+    expected = ref.reference_for(info, pure_nnx)
     items = _save_output(tmp_path / "checkpoints", expected)
     ref.check_unrolled(items, expected)
 
@@ -219,7 +217,7 @@ def test_checker_accepts_right_and_rejects_wrong(make_fixture, tmp_path, kind, p
 
 def test_checker_nan_bits_and_lora(make_fixture, tmp_path):
     info = make_fixture("lora", dtype="bfloat16")
-    expected = ref.reference_unroll_lora(info.root, num_decoder_layers=info.num_decoder_layers)
+    expected = ref.reference_for(info)
     out = tmp_path / "ckpt"
     for lora_id, (tree, cfg) in expected.items():
         _save_output(out / "loras" / lora_id, tree, use_zarr3=False)
@@ -248,8 +246,21 @@ def test_fixture_cache_reuses_entries(make_fixture, fixture_cache):
     again = make_fixture("linen")
     assert again.items == info.items
     assert (again.items / "_METADATA").stat().st_mtime_ns == before
-    assert not list(fixture_cache.glob(".tmp-*"))
+    assert again.items.parents[2].name == mf.cache_key("linen", mf.DEFAULT_LAYOUT, "float32")
+    assert again.items.parents[2].parent == fixture_cache
 
 
 def test_jax_sees_eight_devices():
     assert len(jax.devices()) >= 8
+
+
+def test_example_checkpoint_is_the_linen_fixture(example_checkpoint):
+    """tests/data/example holds what make_example.py writes (rerun it if this fails)."""
+    info = mf.describe("linen", "ocdbt-zarr3", "float32")
+    items = example_checkpoint / "9" / "items"
+    ref.compare_trees(ref.restore(items), info.tree, "tests/data/example")
+    meta = json.loads((items / "_METADATA").read_text())
+    assert meta["use_ocdbt"] is True and meta["use_zarr3"] is True
+    got = ref.reference_unroll(items, num_decoder_layers=info.num_decoder_layers, pure_nnx=False)
+    assert sorted(got["params"]["params"]["decoder"]) == [
+        "decoder_norm", "layers_0", "layers_1", "layers_2", "logits_dense"]

@@ -311,7 +311,8 @@ int ur_ocdbt_btree_encode(ur_buf *out, uint8_t height, const ur_ocdbt_table *tab
             rc = e[i].indirect ? ur_buf_put_varint(out, e[i].ref.offset, err) : UR_OK;
         }
         for (size_t i = 0; i < n && rc == UR_OK; i++) {
-            rc = e[i].indirect ? UR_OK : ur_buf_append(out, e[i].value, (size_t)e[i].value_len, err);
+            rc = e[i].indirect ? UR_OK
+                               : ur_buf_append(out, e[i].value, (size_t)e[i].value_len, err);
         }
         return rc;
     }

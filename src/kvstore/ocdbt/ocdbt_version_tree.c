@@ -67,7 +67,8 @@ int ur_ocdbt_versions_decode(ur_ocdbt_version **out, size_t *n_out, ur_rd *rd,
     for (size_t i = 0; i < n; i++) {
         at = rd->pos;
         v[i].generation = ur_rd_varint64(rd);
-        if (!rd->failed && (v[i].generation == 0 || (i > 0 && v[i].generation <= v[i - 1].generation))) {
+        if (!rd->failed &&
+            (v[i].generation == 0 || (i > 0 && v[i].generation <= v[i - 1].generation))) {
             rc = ur_err_set_at(err, UR_ECORRUPT, at,
                                "versions: generation numbers not increasing / zero");
             goto fail;

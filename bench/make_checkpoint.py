@@ -1,0 +1,411 @@
+"""Generate a MaxText-shaped, scanned Linen full-state training checkpoint for the benchmark.
+
+What it writes (real Orbax, the way MaxText's checkpointing.save_checkpoint does):
+
+  <out>/checkpoints/<step>/items        the Orbax item (OCDBT + zarr3, Orbax defaults)
+  <out>/bench_checkpoint.json           the dimensions, layer count, sizes (read by the
+                                        reference pipeline, run.sh and report.py)
+
+Tree: `step`, `params/params/{token_embedder/embedding, decoder/{decoder_norm/scale,
+logits_dense/kernel, layers/{pre,post}_self_attention_layer_norm/scale,
+layers/self_attention/{query,key,value,out}/kernel, layers/mlp/{wi_0,wi_1,wo}/kernel}}}` with the
+layer axis at 1 (../shared/docs/maxtext-checkpoints.md section 1.2), fp32, plus the optax adamw
+state `opt_state = (ScaleByAdamState(count, mu, nu), EmptyState(), ScaleByScheduleState(count))`
+with mu and nu mirroring params (full state = 3x params on disk).
+
+The arrays are jax.Arrays sharded over 8 CPU devices, mesh data=1 x stage=1 x fsdp=4 x
+fsdp_transpose=1 x tensor=2 x expert=1, with the NamedSharding specs flax's logical_to_mesh_axes
+gives under MaxText's logical_axis_rules (the layer axis on `stage`). Saved through
+ocp.CheckpointManager (item `items`) with SaveArgs(chunk_byte_size=2 GiB) on every leaf and
+ocdbt_target_data_file_size=2 GiB, so a zarr chunk is one device shard.
+
+Cheap generation: values from numpy's PCG64 with a fixed seed, one leaf at a time. By default mu
+and nu are the *same* jax.Arrays as params (aliased leaves: Orbax still writes three separate
+copies, but the generator holds only 1x params in memory); --distinct-opt-state makes separate
+values (3x memory).
+
+Subcommands:
+  make_checkpoint.py make --params-gib G --out DIR [--seed S] [--distinct-opt-state]
+  make_checkpoint.py chunks --items ITEMS --out LIST.tsv [--prefix params.params.]
+      the chunk list for bench/floor.c, from tensorstore.ocdbt.dump (see README.md)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import shutil
+import sys
+import time
+
+_DEVICES_FLAG = "--xla_force_host_platform_device_count=8"
+if _DEVICES_FLAG not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _DEVICES_FLAG).strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+GiB = 1024**3
+# MaxText: checkpointing.save_checkpoint with config=None / default config.
+MAXTEXT_CHUNK_BYTES = 2 * GiB
+STEP = 1000  # step directory; the `step` leaf holds the same number
+
+MESH_AXES = ("data", "stage", "fsdp", "fsdp_transpose", "tensor", "expert")
+MESH_SHAPE = (1, 1, 4, 1, 2, 1)
+
+# Subset of MaxText's base.yml logical_axis_rules, in order (first usable rule wins, as in flax).
+LOGICAL_RULES = (
+    ("vocab", ("tensor",)),
+    ("embed_vocab", ("fsdp", "fsdp_transpose", "expert")),
+    ("embed", ("fsdp", "fsdp_transpose", "expert")),
+    ("embed", ("fsdp", "expert")),
+    ("mlp", ("fsdp_transpose", "tensor")),
+    ("heads", ("tensor",)),
+    ("q_heads", ("tensor",)),
+    ("kv_heads", ("tensor",)),
+    ("kv", ()),
+    ("kv_head_dim", ()),
+    ("norm", ("tensor",)),
+    ("layers", ("stage",)),
+)
+
+# Model dimension presets: (emb E, q heads H, kv heads K, head dim D, mlp M, vocab V).
+# The large one is a ~1B-class llama2-style model; the layer count is chosen to reach the size.
+PRESET_LARGE = dict(emb=2048, heads=16, kv_heads=8, head_dim=128, mlp=5632, vocab=32000)
+PRESET_SMALL = dict(emb=256, heads=4, kv_heads=2, head_dim=64, mlp=704, vocab=4096)
+
+
+def leaf_table(d: dict) -> list:
+    """[(path under params/params, logical axes, shape)] for a llama2 decoder, scan axis 1."""
+    E, H, K, D, M, V, L = (d["emb"], d["heads"], d["kv_heads"], d["head_dim"], d["mlp"],
+                           d["vocab"], d["layers"])
+    lay = ("decoder", "layers")
+    return [
+        (("token_embedder", "embedding"), ("vocab", "embed_vocab"), (V, E)),
+        (("decoder", "decoder_norm", "scale"), ("norm",), (E,)),
+        (("decoder", "logits_dense", "kernel"), ("embed_vocab", "vocab"), (E, V)),
+        (lay + ("pre_self_attention_layer_norm", "scale"), ("norm", "layers"), (E, L)),
+        (lay + ("post_self_attention_layer_norm", "scale"), ("norm", "layers"), (E, L)),
+        (lay + ("self_attention", "query", "kernel"), ("embed", "layers", "q_heads", "kv"),
+         (E, L, H, D)),
+        (lay + ("self_attention", "key", "kernel"),
+         ("embed", "layers", "kv_heads", "kv_head_dim"), (E, L, K, D)),
+        (lay + ("self_attention", "value", "kernel"),
+         ("embed", "layers", "kv_heads", "kv_head_dim"), (E, L, K, D)),
+        (lay + ("self_attention", "out", "kernel"), ("heads", "layers", "kv", "embed"),
+         (H, L, D, E)),
+        (lay + ("mlp", "wi_0", "kernel"), ("embed", "layers", "mlp"), (E, L, M)),
+        (lay + ("mlp", "wi_1", "kernel"), ("embed", "layers", "mlp"), (E, L, M)),
+        (lay + ("mlp", "wo", "kernel"), ("mlp", "layers", "embed"), (M, L, E)),
+    ]
+
+
+def dims_for(params_gib: float) -> dict:
+    """Dimensions whose fp32 parameters come closest to `params_gib` (at least 2 layers)."""
+    preset = PRESET_LARGE if params_gib >= 1.0 else PRESET_SMALL
+    d = dict(preset, layers=0)
+    fixed = sum(math.prod(s) for _, _, s in leaf_table(d))
+    d1 = dict(preset, layers=1)
+    per_layer = sum(math.prod(s) for _, _, s in leaf_table(d1)) - fixed
+    target = params_gib * GiB / 4
+    d["layers"] = max(2, round((target - fixed) / per_layer))
+    return d
+
+
+def num_params(d: dict) -> int:
+    return sum(math.prod(s) for _, _, s in leaf_table(d))
+
+
+def logical_to_spec(logical: tuple):
+    from jax.sharding import PartitionSpec as P
+
+    used: set = set()
+    out = []
+    for name in logical:
+        entry = None
+        for rule, axes in LOGICAL_RULES:
+            if rule == name and not used.intersection(axes):
+                used.update(axes)
+                entry = None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
+                break
+        out.append(entry)
+    return P(*out)
+
+
+def make_mesh():
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh
+
+    devices = jax.devices()
+    if len(devices) != math.prod(MESH_SHAPE):
+        raise SystemExit(f"need {math.prod(MESH_SHAPE)} devices, jax sees {len(devices)} "
+                         f"(XLA_FLAGS={os.environ.get('XLA_FLAGS')})")
+    return Mesh(np.array(devices).reshape(MESH_SHAPE), MESH_AXES)
+
+
+def _set(tree: dict, path: tuple, value) -> None:
+    for k in path[:-1]:
+        tree = tree.setdefault(k, {})
+    tree[path[-1]] = value
+
+
+def state_tree(d: dict, mesh, leaf_fn, scalar_fn):
+    """The TrainState pytree (as MaxText saves it) with leaves from leaf_fn(path, logical, shape,
+    sharding) and scalar_fn(path, sharding); mu and nu call leaf_fn with their own paths."""
+    import optax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    def build(prefix):
+        tree: dict = {}
+        for path, logical, shape in leaf_table(d):
+            sh = NamedSharding(mesh, logical_to_spec(logical))
+            _set(tree, path, leaf_fn(prefix + path, logical, shape, sh))
+        return {"params": tree}
+
+    rep = NamedSharding(mesh, P())
+    params = build(("params", "params"))
+    mu = build(("opt_state", "0", "mu", "params"))
+    nu = build(("opt_state", "0", "nu", "params"))
+    adam = optax.ScaleByAdamState(count=scalar_fn(("opt_state", "0", "count"), rep), mu=mu, nu=nu)
+    sched = optax.ScaleByScheduleState(count=scalar_fn(("opt_state", "2", "count"), rep))
+    return {"step": scalar_fn(("step",), rep), "params": params,
+            "opt_state": (adam, optax.EmptyState(), sched)}
+
+
+def abstract_state(d: dict, mesh):
+    """ShapeDtypeStruct tree (with shardings) of the saved state: the restore target."""
+    import jax
+    import numpy as np
+
+    return state_tree(
+        d, mesh,
+        lambda path, logical, shape, sh: jax.ShapeDtypeStruct(shape, np.float32, sharding=sh),
+        lambda path, sh: jax.ShapeDtypeStruct((), np.int32, sharding=sh))
+
+
+def generate(params_gib: float, out: pathlib.Path, seed: int, distinct: bool) -> dict:
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    d = dims_for(params_gib)
+    mesh = make_mesh()
+    rng = np.random.default_rng(seed)
+    made: dict = {}  # params path (under params/params) -> jax.Array, reused for mu/nu
+
+    def leaf(path, logical, shape, sh):
+        key = path[2:] if path[0] == "params" else path[4:]  # path under params/params
+        if not distinct and path[0] == "opt_state" and key in made:
+            return made[key]
+        if logical in (("norm",), ("norm", "layers")):
+            x = np.ones(shape, np.float32)
+            x += rng.standard_normal(shape, dtype=np.float32) * np.float32(0.05)
+        else:
+            x = rng.standard_normal(shape, dtype=np.float32)
+            x *= np.float32(0.02)
+        a = jax.device_put(x, sh)
+        a.block_until_ready()
+        del x
+        if path[0] == "params":
+            made[key] = a
+        return a
+
+    def scalar(path, sh):
+        return jax.device_put(np.int32(STEP), sh)
+
+    t0 = time.monotonic()
+    state = state_tree(d, mesh, leaf, scalar)
+    t_gen = time.monotonic() - t0
+
+    root = out / "checkpoints"
+    save_args = jax.tree.map(lambda _: ocp.SaveArgs(chunk_byte_size=MAXTEXT_CHUNK_BYTES), state)
+    handler = ocp.PyTreeCheckpointHandler(use_ocdbt=True, use_zarr3=True,
+                                          save_concurrent_gb=96, restore_concurrent_gb=96)
+    options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=False)
+    t0 = time.monotonic()
+    with ocp.CheckpointManager(root, item_names=("items",), item_handlers={"items": handler},
+                               options=options) as mngr:
+        mngr.save(STEP, args=ocp.args.Composite(items=ocp.args.PyTreeSave(
+            item=state, save_args=save_args, ocdbt_target_data_file_size=MAXTEXT_CHUNK_BYTES)))
+        mngr.wait_until_finished()
+    t_save = time.monotonic() - t0
+    items = root / str(STEP) / "items"
+    if not (items / "_METADATA").is_file():
+        raise SystemExit(f"Orbax did not write {items}")
+    n = num_params(d)
+    info = {
+        "params_gib_requested": params_gib,
+        "dims": d,
+        "layers": d["layers"],
+        "num_params": n,
+        "params_bytes": 4 * n,
+        "full_state_bytes": 12 * n,
+        "output_bytes": 2 * n,
+        "step": STEP,
+        "items": str(items.resolve()),
+        "mesh_axes": list(MESH_AXES),
+        "mesh_shape": list(MESH_SHAPE),
+        "distinct_opt_state": distinct,
+        "seed": seed,
+        "generate_s": round(t_gen, 2),
+        "save_s": round(t_save, 2),
+        "disk_bytes": sum(p.stat().st_size for p in items.rglob("*") if p.is_file()),
+    }
+    (out / "bench_checkpoint.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def cmd_make(args) -> None:
+    out = pathlib.Path(args.out)
+    if (out / "bench_checkpoint.json").is_file():
+        info = json.loads((out / "bench_checkpoint.json").read_text())
+        print(f"reusing {out}", file=sys.stderr)
+    else:
+        tmp = out.with_name(out.name + ".partial")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        info = generate(args.params_gib, tmp, args.seed, args.distinct_opt_state)
+        tmp.rename(out)
+        info["items"] = str((out / "checkpoints" / str(STEP) / "items").resolve())
+        (out / "bench_checkpoint.json").write_text(json.dumps(info, indent=2) + "\n")
+    print(f"items {info['items']}")
+    print(f"layers {info['layers']}")
+    print(f"params {info['num_params']} ({info['params_bytes'] / GiB:.3f} GiB fp32), "
+          f"on disk {info['disk_bytes'] / GiB:.3f} GiB", file=sys.stderr)
+
+
+# ------------------------------------------------------------------------------------------
+# Chunk list for the floor (bench/floor.c)
+
+
+def _parse_location(loc: str):
+    """'<type>:<base_path>:<file_id>:<offset>:<length>' (tensorstore.ocdbt.dump) -> parts."""
+    kind, rest = loc.split(":", 1)
+    rest, offset, length = rest.rsplit(":", 2)
+    base_path, file_id = rest.split(":", 1) if ":" in rest else ("", rest)
+    return kind, base_path, file_id, int(offset), int(length)
+
+
+def _db_entries(kv_base, location: str):
+    """Yield (key bytes, value) for every leaf entry under the B+tree node at `location`;
+    value is ('inline', bytes) or ('ref', location string)."""
+    import tensorstore as ts
+
+    node = ts.ocdbt.dump(kv_base, location).result()
+    for e in node["entries"]:
+        key = e["key"]
+        if isinstance(key, str):
+            key = key.encode()
+        if node.get("height", 0) > 0:
+            # interior node: a child reference
+            child = e.get("location") or e.get("node")
+            if child is None:
+                raise SystemExit(f"unexpected interior entry {sorted(e)}")
+            yield from _db_entries(kv_base, child)
+        elif "indirect_value" in e:
+            yield key, ("ref", e["indirect_value"])
+        elif "inline_value" in e:
+            yield key, ("inline", e["inline_value"])
+        else:
+            raise SystemExit(f"unexpected leaf entry {sorted(e)}")
+
+
+def chunk_list(items: pathlib.Path, prefix: str) -> tuple:
+    """Every stored zarr3 shard (one OCDBT value) of the float32 arrays whose storage name
+    starts with `prefix`, as (data file path, offset, length, decoded bytes per inner chunk,
+    inner chunks, output bytes), the zstd level of their inner codec, and the (key, size) of
+    the values stored inline in B+tree nodes (left out)."""
+    import tensorstore as ts
+
+    items = items.resolve()
+    base = ts.KvStore.open(f"file://{items}/").result()
+    manifest = ts.ocdbt.dump(base).result()
+    if not manifest.get("versions"):
+        raise SystemExit("manifest has no inline version list (version tree nodes unsupported)")
+    root = manifest["versions"][-1]["root"]["location"]
+    entries = dict(_db_entries(base, root))
+    arrays = {}
+    for key, val in entries.items():
+        k = key.decode()
+        if k.startswith(prefix) and k.endswith("/zarr.json"):
+            kind, data = val
+            if kind != "inline":
+                data = ts.ocdbt.dump(base, data).result()
+            arrays[k[: -len("/zarr.json")]] = json.loads(data)
+    out = []
+    skipped = []
+    levels = set()
+    for name, meta in sorted(arrays.items()):
+        if meta.get("data_type") != "float32":
+            raise SystemExit(f"{name}: data_type {meta.get('data_type')}, expected float32")
+        chunk = meta["chunk_grid"]["configuration"]["chunk_shape"]
+        codecs = meta["codecs"]
+        if len(codecs) != 1 or codecs[0]["name"] != "sharding_indexed":
+            raise SystemExit(f"{name}: codecs {[c['name'] for c in codecs]}, "
+                             "expected Orbax's sharding_indexed")
+        sc = codecs[0]["configuration"]
+        inner_codecs = [c["name"] for c in sc["codecs"]]
+        if inner_codecs != ["bytes", "zstd"] or sc.get("index_location", "end") != "end":
+            raise SystemExit(f"{name}: inner codecs {inner_codecs}, floor handles bytes+zstd "
+                             "with the index at the end")
+        levels.add(sc["codecs"][1].get("configuration", {}).get("level", 0))
+        inner = sc["chunk_shape"]
+        n_inner = math.prod(-(-c // i) for c, i in zip(chunk, inner))
+        decoded = 4 * math.prod(inner)  # bytes per inner chunk
+        if meta["chunk_key_encoding"]["name"] != "default":
+            raise SystemExit(f"{name}: chunk key encoding {meta['chunk_key_encoding']}")
+        for key, (kind, val) in sorted(entries.items()):
+            k = key.decode()
+            if k != f"{name}/c" and not k.startswith(f"{name}/c/"):
+                continue
+            if kind == "inline":
+                # stored inside a B+tree node (<= max_inline_value_bytes, 1 KiB for Orbax):
+                # negligible, left out of the floor and counted
+                skipped.append((k, len(val)))
+                continue
+            _, base_path, file_id, off, length = _parse_location(val)
+            path = items / base_path / file_id
+            out.append((str(path), off, length, decoded, n_inner, n_inner * decoded // 2))
+    if len(levels) != 1:
+        raise SystemExit(f"zstd levels {levels}: expected one")
+    return out, levels.pop(), skipped
+
+
+def cmd_chunks(args) -> None:
+    rows, level, skipped = chunk_list(pathlib.Path(args.items), args.prefix)
+    with open(args.out, "w") as f:
+        f.write(f"# zstd_level {level}\n")
+        f.write("# path\toffset\tlength\tinner_chunk_decoded_bytes\tinner_chunks"
+                "\toutput_bytes\n")
+        for r in rows:
+            f.write("\t".join(str(x) for x in r) + "\n")
+    total_in = sum(r[2] for r in rows)
+    total_dec = sum(r[3] * r[4] for r in rows)
+    print(f"{len(rows)} chunks, {total_in} stored bytes, {total_dec} decoded bytes, "
+          f"zstd level {level}; {len(skipped)} inline values left out "
+          f"({sum(n for _, n in skipped)} bytes)", file=sys.stderr)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("make", help="generate (or reuse) the checkpoint")
+    m.add_argument("--params-gib", type=float, default=2.0)
+    m.add_argument("--out", required=True)
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--distinct-opt-state", action="store_true")
+    m.set_defaults(fn=cmd_make)
+    c = sub.add_parser("chunks", help="list the stored chunks of the params for floor.c")
+    c.add_argument("--items", required=True)
+    c.add_argument("--out", required=True)
+    c.add_argument("--prefix", default="params.params.")
+    c.set_defaults(fn=cmd_chunks)
+    args = ap.parse_args()
+    args.fn(args)
+
+
+if __name__ == "__main__":
+    main()

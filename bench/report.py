@@ -1,0 +1,181 @@
+"""Summarize a bench/run.sh work directory: a table on stdout, and the same figures as JSON.
+
+  report.py --workdir DIR --sizes N1 N2 ... [--json FILE]
+
+Per size (GiB of fp32 parameters) and tool — (a) unroll, (b) the Python reference pipeline,
+(c) the floor — wall time, CPU time (user + sys) and peak RSS (max resident set size) from
+`/usr/bin/time -v`; then the ratios (b)/(a) for time and RSS, (a)/(c) for time, and each
+tool's RSS and wall-time growth from the first size to the last. Standard library only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import re
+import sys
+
+TOOLS = (("unroll", "(a) unroll"), ("reference", "(b) reference"), ("floor", "(c) floor"))
+MiB = 1024**2
+GiB = 1024**3
+
+
+def parse_time(path: pathlib.Path) -> dict | None:
+    """Wall, user, sys seconds and max RSS bytes from a `/usr/bin/time -v` report."""
+    if not path.is_file():
+        return None
+    text = path.read_text()
+
+    def field(label):
+        m = re.search(rf"^\s*{re.escape(label)}:\s*(.+)$", text, re.M)
+        return m.group(1).strip() if m else None
+
+    wall = field("Elapsed (wall clock) time (h:mm:ss or m:ss)")
+    if wall is None:
+        return None
+    secs = 0.0
+    for part in wall.split(":"):
+        secs = secs * 60 + float(part)
+    user = float(field("User time (seconds)") or 0)
+    sys_ = float(field("System time (seconds)") or 0)
+    rss_kib = int(field("Maximum resident set size (kbytes)") or 0)
+    return {"wall_s": secs, "user_s": user, "sys_s": sys_, "cpu_s": user + sys_,
+            "peak_rss_bytes": rss_kib * 1024}
+
+
+def _read(path: pathlib.Path):
+    return path.read_text().strip() if path.is_file() else None
+
+
+def collect(workdir: pathlib.Path, sizes: list) -> dict:
+    out = {"sizes": []}
+    for size in sizes:
+        run = workdir / "runs" / size
+        ckpt = json.loads((workdir / f"ckpt-{size}" / "bench_checkpoint.json").read_text())
+        entry = {
+            "params_gib": float(size),
+            "layers": ckpt["layers"],
+            "num_params": ckpt["num_params"],
+            "params_bytes": ckpt["params_bytes"],
+            "input_disk_bytes": ckpt["disk_bytes"],
+            "threads": int(_read(run / "threads") or 0),
+            "tools": {},
+        }
+        for name, _ in TOOLS:
+            t = parse_time(run / f"{name}.time")
+            if t is None:
+                continue
+            t["exit_status"] = int(_read(run / f"{name}.rc") or -1)
+            ob = _read(run / f"{name}.out.bytes")
+            if ob is not None:
+                t["output_disk_bytes"] = int(ob)
+            entry["tools"][name] = t
+        phases = run / "reference.phases.json"
+        if phases.is_file() and "reference" in entry["tools"]:
+            entry["tools"]["reference"]["phases"] = json.loads(phases.read_text())
+        fl = run / "floor.stdout"
+        if fl.is_file() and "floor" in entry["tools"] and fl.read_text().strip():
+            entry["tools"]["floor"]["detail"] = json.loads(fl.read_text())
+        if (run / "verify.rc").is_file():
+            entry["verify"] = {"identical": _read(run / "verify.rc") == "0",
+                               "detail": (_read(run / "verify.txt") or "")[-2000:]}
+        entry["ratios"] = ratios(entry["tools"])
+        out["sizes"].append(entry)
+    if len(out["sizes"]) >= 2:
+        first, last = out["sizes"][0], out["sizes"][-1]
+        growth = {"from_gib": first["params_gib"], "to_gib": last["params_gib"]}
+        for name, _ in TOOLS:
+            a, b = first["tools"].get(name), last["tools"].get(name)
+            if ok(a) and ok(b):
+                growth[name] = {"rss": b["peak_rss_bytes"] / a["peak_rss_bytes"],
+                                "rss_delta_bytes": b["peak_rss_bytes"] - a["peak_rss_bytes"],
+                                "wall": b["wall_s"] / max(a["wall_s"], 1e-9)}
+        out["growth"] = growth
+    return out
+
+
+def ok(t) -> bool:
+    return bool(t) and t.get("exit_status") == 0
+
+
+def ratios(tools: dict) -> dict:
+    a, b, c = tools.get("unroll"), tools.get("reference"), tools.get("floor")
+    r = {}
+    if ok(a) and ok(b):
+        r["reference_over_unroll_wall"] = b["wall_s"] / max(a["wall_s"], 1e-9)
+        r["reference_over_unroll_cpu"] = b["cpu_s"] / max(a["cpu_s"], 1e-9)
+        r["reference_over_unroll_rss"] = b["peak_rss_bytes"] / max(a["peak_rss_bytes"], 1)
+    if ok(a) and ok(c):
+        r["unroll_over_floor_wall"] = a["wall_s"] / max(c["wall_s"], 1e-9)
+        r["unroll_over_floor_cpu"] = a["cpu_s"] / max(c["cpu_s"], 1e-9)
+    return r
+
+
+def fmt(v, spec=".2f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def table(res: dict) -> str:
+    lines = []
+    hdr = f"{'size':>9} {'layers':>6} {'tool':<15} {'wall s':>9} {'CPU s':>9} {'peak RSS MiB':>13} " \
+          f"{'status':>6}"
+    lines.append(hdr)
+    lines.append("-" * len(hdr))
+    for e in res["sizes"]:
+        for name, label in TOOLS:
+            t = e["tools"].get(name)
+            if t is None:
+                continue
+            lines.append(f"{e['params_gib']:>7g}G {e['layers']:>6} {label:<15} "
+                         f"{t['wall_s']:>9.2f} {t['cpu_s']:>9.2f} "
+                         f"{t['peak_rss_bytes'] / MiB:>13.1f} {t['exit_status']:>6}")
+    lines.append("")
+    for e in res["sizes"]:
+        r = e["ratios"]
+        lines.append(
+            f"{e['params_gib']:g} GiB ({e['threads']} threads): "
+            f"(b)/(a) wall {fmt(r.get('reference_over_unroll_wall'))}x, "
+            f"CPU {fmt(r.get('reference_over_unroll_cpu'))}x, "
+            f"RSS {fmt(r.get('reference_over_unroll_rss'))}x; "
+            f"(a)/(c) wall {fmt(r.get('unroll_over_floor_wall'))}x, "
+            f"CPU {fmt(r.get('unroll_over_floor_cpu'))}x")
+        if "verify" in e:
+            lines.append(f"  (a) output == (b) output, bit for bit: "
+                         f"{'yes' if e['verify']['identical'] else 'NO'}")
+        ph = e["tools"].get("reference", {}).get("phases")
+        if ph:
+            lines.append("  reference phases: " + ", ".join(f"{k} {v:g}" for k, v in ph.items()))
+    g = res.get("growth")
+    if g:
+        parts = []
+        for name, label in TOOLS:
+            if name in g:
+                parts.append(f"{label}: RSS x{g[name]['rss']:.2f} "
+                             f"({g[name]['rss_delta_bytes'] / MiB:+.1f} MiB), "
+                             f"wall x{g[name]['wall']:.2f}")
+        lines.append(f"growth {g['from_gib']:g} -> {g['to_gib']:g} GiB: " + "; ".join(parts))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--sizes", nargs="+", required=True)
+    ap.add_argument("--json", help="also write the figures here")
+    args = ap.parse_args()
+    res = collect(pathlib.Path(args.workdir), args.sizes)
+    print(table(res))
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
+    failed = [(e["params_gib"], n) for e in res["sizes"] for n, t in e["tools"].items()
+              if not ok(t)]
+    bad_verify = [e["params_gib"] for e in res["sizes"]
+                  if "verify" in e and not e["verify"]["identical"]]
+    if failed or bad_verify:
+        print(f"failures: {failed}; verification failed at: {bad_verify}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,610 @@
+/* `unroll path/to/base.yml key=value ...`: the MaxText-style conversion.
+ *
+ * Reads the config as MaxText's pyconfig does, opens the input checkpoint, builds the plan
+ * (what is kept, dropped, and split per layer), and runs it into a staging directory beside
+ * the checkpoint directory. Only when everything (base and every LoRA adapter) is complete is
+ * the staging directory moved into place, replacing an earlier output. */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+
+#include "unroll/alloc.h"
+#include "unroll/fs.h"
+#include "unroll/orbax.h"
+#include "unroll/plan.h"
+#include "unroll/plan_exec.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+typedef struct {
+    int dry_run;
+    int quiet;
+    int threads;
+    uint64_t memory_limit;
+    const char *config;
+    const char **overrides;
+    size_t n_overrides;
+} unroll_args;
+
+static void usage(FILE *f)
+{
+    fputs("usage: unroll [options] path/to/base.yml [key=value ...]\n"
+          "       unroll ls [--sizes] <dir> [prefix]\n"
+          "       unroll inspect [--json] <checkpoint>\n"
+          "\n"
+          "Turn a scanned MaxText/Orbax checkpoint into an unscanned, param-only bfloat16\n"
+          "checkpoint, as MaxText's generate_param_only_checkpoint.py does with\n"
+          "force_unroll=true. The config and key=value overrides are read as MaxText reads\n"
+          "them; keys used: load_full_state_path or load_parameters_path, base_output_directory,\n"
+          "run_name, force_unroll, scan_layers, param_scan_axis, pure_nnx, num_decoder_layers,\n"
+          "first_num_dense_layers, logical_axis_rules, lora_input_adapters_path,\n"
+          "checkpoint_storage_use_ocdbt, checkpoint_storage_use_zarr3, ...\n"
+          "Output: <base_output_directory>/<run_name>/checkpoints/0/items.\n"
+          "\n"
+          "options:\n"
+          "  -n, --dry-run          print the plan (kept, dropped, split leaves; bytes) and stop\n"
+          "  -q, --quiet            no progress and no summary\n"
+          "  -j, --threads N        worker threads (default: one per core)\n"
+          "      --memory-limit S   bytes of chunk buffers in flight, e.g. 512M, 4G (default 1G)\n"
+          "  -h, --help             this help\n"
+          "  -V, --version          the version\n"
+          "\n"
+          "exit status: 0 ok, 1 internal error, 2 usage or config, 3 I/O, 4 corrupt input,\n"
+          "5 unsupported input\n",
+          f);
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    unsigned long long v;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0 || end == s) {
+        return -1;
+    }
+    switch (*end) {
+    case '\0':
+        break;
+    case 'k':
+    case 'K':
+        v <<= 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        v <<= 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        v <<= 30;
+        end++;
+        break;
+    default:
+        return -1;
+    }
+    if (*end == 'i' || *end == 'B') {
+        end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
+    }
+    if (*end != '\0' || v == 0) {
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Returns -1 to go on, else an exit status. */
+static int parse_args(unroll_args *a, int argc, char **argv)
+{
+    a->overrides = ur_calloc((size_t)argc + 1, sizeof *a->overrides);
+    if (a->overrides == NULL) {
+        return cli_usage_error("out of memory");
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
+            usage(stdout);
+            return CLI_EXIT_OK;
+        } else if (strcmp(s, "-V") == 0 || strcmp(s, "--version") == 0) {
+            printf("unroll %s\n", UR_VERSION);
+            return CLI_EXIT_OK;
+        } else if (strcmp(s, "-n") == 0 || strcmp(s, "--dry-run") == 0) {
+            a->dry_run = 1;
+        } else if (strcmp(s, "-q") == 0 || strcmp(s, "--quiet") == 0) {
+            a->quiet = 1;
+        } else if (strcmp(s, "-j") == 0 || strcmp(s, "--threads") == 0) {
+            char *end;
+            long n;
+            if (i + 1 >= argc) {
+                return cli_usage_error("%s needs a number", s);
+            }
+            n = strtol(argv[++i], &end, 10);
+            if (*end != '\0' || n < 1 || n > 1024) {
+                return cli_usage_error("%s: '%s' is not a thread count (1-1024)", s, argv[i]);
+            }
+            a->threads = (int)n;
+        } else if (strcmp(s, "--memory-limit") == 0) {
+            if (i + 1 >= argc || parse_size(argv[i + 1], &a->memory_limit) < 0) {
+                return cli_usage_error("--memory-limit needs a size such as 512M or 4G");
+            }
+            i++;
+        } else if (s[0] == '-') {
+            return cli_usage_error("unknown option '%s' (see unroll --help)", s);
+        } else if (a->config == NULL) {
+            a->config = s;
+        } else {
+            if (strchr(s, '=') == NULL) {
+                return cli_usage_error("argument '%s' is not key=value", s);
+            }
+            a->overrides[a->n_overrides++] = s;
+        }
+    }
+    if (a->config == NULL) {
+        usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    return -1;
+}
+
+/* ---- progress ------------------------------------------------------------------------- */
+
+typedef struct {
+    struct timespec start;
+    double last;
+    const char *what;
+} progress;
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+static void show_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    progress *p = ctx;
+    double t = seconds_since(&p->start);
+    double rate, eta;
+    if (t - p->last < 0.2 && done < total) {
+        return;
+    }
+    p->last = t;
+    rate = t > 0 ? (double)done / t : 0.0;
+    eta = rate > 0 ? (double)(total - done) / rate : 0.0;
+    fprintf(stderr, "\r%s: %5.1f%%  %.2f / %.2f GiB  %.1f MiB/s  ETA %.0fs   ", p->what,
+            total ? 100.0 * (double)done / (double)total : 100.0, (double)done / 1073741824.0,
+            (double)total / 1073741824.0, rate / 1048576.0, eta);
+    if (done >= total) {
+        fputc('\n', stderr);
+    }
+}
+
+/* ---- one conversion --------------------------------------------------------------------- */
+
+typedef struct {
+    ur_plan_leaf *leaves;
+    const char **comps; /* every leaf's key components, back to back */
+    size_t n;
+} leaf_list;
+
+static void leaf_list_dispose(leaf_list *l)
+{
+    ur_free(l->comps);
+    ur_free(l->leaves);
+}
+
+/* The plan's view of the checkpoint's leaves, index for index. */
+static int leaves_of(leaf_list *l, const ur_orbax_ckpt *ck, ur_err *err)
+{
+    size_t n = ur_orbax_ckpt_leaf_count(ck), total = 0, used = 0;
+    for (size_t i = 0; i < n; i++) {
+        total += ur_orbax_ckpt_leaf(ck, i)->depth;
+    }
+    l->leaves = ur_calloc(n ? n : 1, sizeof *l->leaves);
+    l->comps = ur_calloc(total ? total : 1, sizeof *l->comps);
+    if (l->leaves == NULL || l->comps == NULL) {
+        return ur_err_oom(err);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const ur_orbax_leaf *o = ur_orbax_ckpt_leaf(ck, i);
+        ur_plan_leaf *p = &l->leaves[i];
+        for (size_t k = 0; k < o->depth; k++) {
+            l->comps[used + k] = o->path[k].key;
+        }
+        p->path = l->comps + used;
+        p->path_len = o->depth;
+        used += o->depth;
+        p->dtype = o->has_array ? o->dtype : UR_DT_INVALID;
+        p->rank = o->has_array ? (size_t)o->rank : 0;
+        memcpy(p->shape, o->shape, sizeof p->shape);
+        p->has_spec = o->sharding.kind == UR_ORBAX_SHARDING_NAMED;
+        for (int d = 0; d < o->sharding.spec_rank && d < UR_MAX_RANK; d++) {
+            p->spec[d] = o->sharding.spec[d];
+        }
+    }
+    l->n = n;
+    return UR_OK;
+}
+
+static void print_plan(const ur_plan *plan, const leaf_list *leaves, const char *what)
+{
+    char a[1024], b[1024];
+    printf("%s: %zu leaves in, %zu kept, %zu dropped; %zu copied, %zu split, %zu replicated -> "
+           "%zu arrays\n",
+           what, plan->summary.leaves_in, plan->summary.leaves_kept, plan->summary.leaves_dropped,
+           plan->summary.leaves_copied, plan->summary.leaves_unstacked,
+           plan->summary.leaves_replicated, plan->summary.leaves_out);
+    printf("%s: bytes in %llu (read %llu), bytes out %llu\n", what,
+           (unsigned long long)plan->summary.bytes_in, (unsigned long long)plan->summary.bytes_read,
+           (unsigned long long)plan->summary.bytes_out);
+    for (size_t i = 0; i < plan->n_actions; i++) {
+        const ur_plan_action *act = &plan->actions[i];
+        const ur_plan_leaf *l = &leaves->leaves[i];
+        ur_plan_path_format(l->path, l->path_len, a, sizeof a);
+        switch (act->kind) {
+        case UR_PLAN_DROP:
+            printf("  drop    %s (%s)\n", a, act->why ? act->why : "");
+            break;
+        case UR_PLAN_COPY:
+            ur_plan_path_format((const char *const *)act->out[0].comp, act->out[0].len, b,
+                                sizeof b);
+            printf("  copy    %s -> %s %s\n", a, b, ur_dtype_name(act->out_dtype));
+            break;
+        case UR_PLAN_UNSTACK:
+            ur_plan_path_format((const char *const *)act->out[0].comp, act->out[0].len, b,
+                                sizeof b);
+            printf("  split   %s on axis %zu into %zu: %s ... %s\n", a, act->axis, act->n_out, b,
+                   ur_dtype_name(act->out_dtype));
+            break;
+        case UR_PLAN_REPLICATE:
+            printf("  repeat  %s into %zu layers\n", a, act->n_out);
+            break;
+        }
+    }
+}
+
+static int convert(const char *in_path, const char *step_dir, ur_plan_input kind,
+                   const ur_settings *s, const unroll_args *args, const char *what,
+                   ur_exec_stats *total, ur_err *err)
+{
+    ur_orbax_ckpt *ck = NULL;
+    ur_plan *plan = NULL;
+    ur_orbax_writer *w = NULL;
+    leaf_list leaves = {0};
+    ur_orbax_write_opts wo;
+    ur_exec_opts eo;
+    ur_exec_stats st;
+    progress prog;
+    int rc;
+
+    rc = ur_orbax_ckpt_open(&ck, in_path, 0, err);
+    if (rc < 0) {
+        goto out;
+    }
+    rc = leaves_of(&leaves, ck, err);
+    if (rc < 0) {
+        goto out;
+    }
+    rc = ur_plan_build(&plan, leaves.leaves, leaves.n, s, kind, err);
+    if (rc < 0) {
+        ur_err_wrap(err, "%s", in_path);
+        goto out;
+    }
+    if (args->dry_run) {
+        print_plan(plan, &leaves, what);
+        goto out;
+    }
+
+    ur_orbax_write_opts_init(&wo);
+    wo.use_ocdbt = s->use_ocdbt;
+    wo.use_zarr3 = s->use_zarr3;
+    if (s->target_data_file_size > 0) {
+        wo.ocdbt.target_data_file_size = (uint64_t)s->target_data_file_size;
+    }
+    rc = ur_orbax_writer_create(&w, step_dir, &wo, err);
+    if (rc < 0) {
+        goto out;
+    }
+    memset(&eo, 0, sizeof eo);
+    eo.threads = args->threads;
+    eo.memory_limit = args->memory_limit;
+    if (!args->quiet && isatty(STDERR_FILENO)) {
+        clock_gettime(CLOCK_MONOTONIC, &prog.start);
+        prog.last = -1.0;
+        prog.what = what;
+        eo.progress = show_progress;
+        eo.progress_ctx = &prog;
+    }
+    rc = ur_plan_exec_run(plan, ck, w, &eo, &st, err);
+    if (rc < 0) {
+        goto out;
+    }
+    rc = ur_orbax_writer_commit(w, err);
+    w = NULL; /* commit frees the writer either way */
+    if (rc < 0) {
+        goto out;
+    }
+    total->tensors_in += st.tensors_in;
+    total->tensors_out += st.tensors_out;
+    total->bytes_in += st.bytes_in;
+    total->bytes_out += st.bytes_out;
+    total->threads = st.threads;
+out:
+    ur_orbax_writer_abort(w);
+    ur_plan_free(plan);
+    leaf_list_dispose(&leaves);
+    ur_orbax_ckpt_close(ck);
+    return rc;
+}
+
+/* Copy a small file byte for byte (adapter_config.json). */
+static int copy_file(const char *from, const char *to, ur_err *err)
+{
+    ur_buf b;
+    int rc;
+    ur_buf_init(&b, 0);
+    rc = ur_fs_read_file(&b, from, 16u << 20, err);
+    if (rc == UR_OK) {
+        rc = ur_fs_write_file(to, b.data, b.len, err);
+    }
+    ur_buf_dispose(&b);
+    return rc;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every `<adapters>/<id>/` holding adapter_config.json, unrolled to `<staging>/loras/<id>/0`. */
+static int convert_loras(const char *adapters, const char *staging, const ur_settings *s,
+                         const unroll_args *args, ur_exec_stats *total, ur_err *err)
+{
+    DIR *d = opendir(adapters);
+    struct dirent *e;
+    char **ids = NULL;
+    size_t n = 0, cap = 0;
+    int rc = UR_OK;
+
+    if (d == NULL) {
+        return ur_err_set_os(err, errno == ENOENT ? UR_ENOTFOUND : UR_EIO, errno, adapters,
+                             "cannot open the LoRA adapters directory");
+    }
+    while ((e = readdir(d)) != NULL) {
+        char *cfg;
+        int has;
+        if (e->d_name[0] == '.') {
+            continue;
+        }
+        cfg = ur_path_joinf(adapters, "%s/adapter_config.json", e->d_name);
+        has = cfg != NULL && ur_fs_exists(cfg);
+        ur_free(cfg);
+        if (!has) {
+            continue;
+        }
+        if (n == cap) {
+            char **p = ur_realloc(ids, (cap ? cap * 2 : 8) * sizeof *p);
+            if (p == NULL) {
+                rc = ur_err_oom(err);
+                break;
+            }
+            ids = p;
+            cap = cap ? cap * 2 : 8;
+        }
+        ids[n] = ur_strdup(e->d_name);
+        if (ids[n] == NULL) {
+            rc = ur_err_oom(err);
+            break;
+        }
+        n++;
+    }
+    closedir(d);
+    if (rc == UR_OK && n == 0) {
+        rc = ur_err_set_os(err, UR_ENOTFOUND, 0, adapters,
+                           "no LoRA adapter (<id>/adapter_config.json) found");
+    }
+    if (rc == UR_OK) {
+        qsort(ids, n, sizeof *ids, cmp_str);
+    }
+    for (size_t i = 0; i < n && rc == UR_OK; i++) {
+        char *in = ur_path_joinf(adapters, "%s/0/items", ids[i]);
+        char *out = ur_path_joinf(staging, "loras/%s/0", ids[i]);
+        char *cfg_in = ur_path_joinf(adapters, "%s/adapter_config.json", ids[i]);
+        char *cfg_out = ur_path_joinf(staging, "loras/%s/adapter_config.json", ids[i]);
+        char what[300];
+        snprintf(what, sizeof what, "lora %s", ids[i]);
+        if (in == NULL || out == NULL || cfg_in == NULL || cfg_out == NULL) {
+            rc = ur_err_oom(err);
+        } else {
+            rc = convert(in, out, UR_PLAN_INPUT_LORA, s, args, what, total, err);
+            if (rc == UR_OK && !args->dry_run) {
+                rc = copy_file(cfg_in, cfg_out, err);
+            }
+        }
+        ur_free(in);
+        ur_free(out);
+        ur_free(cfg_in);
+        ur_free(cfg_out);
+    }
+    for (size_t i = 0; i < n; i++) {
+        ur_free(ids[i]);
+    }
+    ur_free(ids);
+    return rc;
+}
+
+/* Move the finished staging directory to `dest`, replacing what was there only now. */
+static int publish(const char *staging, const char *dest, ur_err *err)
+{
+    size_t n = strlen(dest);
+    char *old = ur_malloc(n + 32);
+    char *parent = NULL;
+    int rc = UR_OK;
+
+    parent = ur_strdup(dest);
+    if (old == NULL || parent == NULL) {
+        rc = ur_err_oom(err);
+        goto out;
+    }
+    snprintf(old, n + 32, "%s.unroll-old", dest);
+    if (strrchr(parent, '/') != NULL) {
+        *strrchr(parent, '/') = '\0';
+    } else {
+        strcpy(parent, ".");
+    }
+    if (ur_fs_exists(dest)) {
+        rc = ur_fs_remove_tree(old, err);
+        if (rc == UR_OK && rename(dest, old) != 0) {
+            rc = ur_err_set_os(err, UR_EIO, errno, dest, "cannot move the earlier output aside");
+        }
+        if (rc < 0) {
+            goto out;
+        }
+    }
+    if (rename(staging, dest) != 0) {
+        rc = ur_err_set_os(err, UR_EIO, errno, dest, "cannot move the new output into place");
+        if (ur_fs_exists(old)) {
+            (void)rename(old, dest);
+        }
+        goto out;
+    }
+    rc = ur_fs_fsync_dir(parent, err);
+    if (rc == UR_OK) {
+        rc = ur_fs_remove_tree(old, err);
+    }
+out:
+    ur_free(old);
+    ur_free(parent);
+    return rc;
+}
+
+static int run(const unroll_args *args, ur_err *err)
+{
+    ur_config *cfg = NULL;
+    ur_config_opts co;
+    const ur_settings *s;
+    char *dest = NULL, *staging = NULL, *base_step = NULL;
+    const char *in_path;
+    ur_plan_input kind;
+    ur_exec_stats total;
+    struct timespec t0;
+    size_t n;
+    int rc;
+
+    memset(&co, 0, sizeof co);
+    memset(&total, 0, sizeof total);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    co.config_path = args->config;
+    co.overrides = args->overrides;
+    co.n_overrides = args->n_overrides;
+    co.envp = (const char *const *)environ;
+    rc = ur_plan_config_load(&cfg, &co, err);
+    if (rc < 0) {
+        goto out;
+    }
+    s = ur_plan_config_settings(cfg);
+
+    if (s->load_full_state_path[0] != '\0' && s->load_parameters_path[0] != '\0') {
+        rc = ur_err_set(err, UR_EINVAL,
+                        "set only one of load_full_state_path and load_parameters_path");
+        goto out;
+    }
+    if (s->load_full_state_path[0] != '\0') {
+        in_path = s->load_full_state_path;
+        kind = UR_PLAN_INPUT_FULL_STATE;
+    } else if (s->load_parameters_path[0] != '\0') {
+        in_path = s->load_parameters_path;
+        kind = UR_PLAN_INPUT_PARAMS;
+    } else {
+        rc = ur_err_set(err, UR_EINVAL,
+                        "no input: set load_full_state_path=<training checkpoint items dir> "
+                        "(or load_parameters_path=)");
+        goto out;
+    }
+    if (!s->enable_checkpointing && !args->dry_run) {
+        rc = ur_err_set(err, UR_EINVAL,
+                        "enable_checkpointing=false: MaxText would write no checkpoint");
+        goto out;
+    }
+
+    /* checkpoint_dir ends in '/'; the staging directory sits beside it. */
+    n = strlen(s->checkpoint_dir);
+    dest = ur_strndup(s->checkpoint_dir, n);
+    if (dest == NULL) {
+        rc = ur_err_oom(err);
+        goto out;
+    }
+    while (n > 1 && dest[n - 1] == '/') {
+        dest[--n] = '\0';
+    }
+    staging = ur_malloc(n + 32);
+    if (staging == NULL) {
+        rc = ur_err_oom(err);
+        goto out;
+    }
+    snprintf(staging, n + 32, "%s.unroll-tmp", dest);
+    base_step = ur_path_join(staging, s->lora_input_adapters_path[0] ? "base/0" : "0");
+    if (base_step == NULL) {
+        rc = ur_err_oom(err);
+        goto out;
+    }
+    if (!args->dry_run) {
+        /* A staging directory left by a killed run is never a valid output: start afresh. */
+        rc = ur_fs_remove_tree(staging, err);
+        if (rc == UR_OK) {
+            rc = ur_fs_mkdirs(staging, err);
+        }
+        if (rc < 0) {
+            goto out;
+        }
+    }
+
+    rc = convert(in_path, base_step, kind, s, args, "base", &total, err);
+    if (rc == UR_OK && s->lora_input_adapters_path[0] != '\0') {
+        rc = convert_loras(s->lora_input_adapters_path, staging, s, args, &total, err);
+    }
+    if (rc == UR_OK && !args->dry_run) {
+        rc = publish(staging, dest, err);
+    }
+    if (rc == UR_OK && !args->quiet && !args->dry_run) {
+        fprintf(stderr,
+                "unroll: wrote %s/: %zu tensors from %zu, %.3f GiB read, %.3f GiB written, "
+                "%.2f s, %d threads\n",
+                dest, total.tensors_out, total.tensors_in, (double)total.bytes_in / 1073741824.0,
+                (double)total.bytes_out / 1073741824.0, seconds_since(&t0), total.threads);
+    }
+out:
+    if (rc < 0 && staging != NULL && !args->dry_run) {
+        (void)ur_fs_remove_tree(staging, NULL);
+    }
+    ur_free(base_step);
+    ur_free(staging);
+    ur_free(dest);
+    ur_plan_config_free(cfg);
+    return rc;
+}
+
+int cli_cmd_unroll(int argc, char **argv)
+{
+    unroll_args args;
+    ur_err err;
+    int status;
+
+    memset(&args, 0, sizeof args);
+    ur_err_clear(&err);
+    status = parse_args(&args, argc, argv);
+    if (status < 0) {
+        status = run(&args, &err) < 0 ? cli_fail(&err) : CLI_EXIT_OK;
+    }
+    ur_free(args.overrides);
+    return status;
+}

@@ -1,0 +1,621 @@
+/* Writing a checkpoint the way Orbax's CheckpointManager does (one process, item `items`):
+ * everything goes into `<step>.orbax-checkpoint-tmp/`, then `_METADATA`, `_sharding`,
+ * `array_metadatas/process_0`, `_CHECKPOINT_METADATA` and `commit_success.txt` are written,
+ * synced, and the directory is renamed to `<step>` (the commit point). Doc: orbax-layout.md
+ * §1.3-1.5, §9.2. */
+#include "orbax_impl.h"
+
+#include "unroll/alloc.h"
+#include "unroll/fs.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define TMP_SUFFIX ".orbax-checkpoint-tmp"
+#define STANDARD_HANDLER                                                                          \
+    "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
+
+struct ur_orbax_writer {
+    char *final_dir;
+    char *tmp_dir;
+    char *item_dir;
+    ur_orbax_write_opts opts;
+    ur_orbax_arena arena;
+    ur_kvstore *kv;
+    ur_orbax_leaf *leaves;
+    size_t n_leaves;
+    size_t cap_leaves;
+    ur_zarr_array **arrays;
+    size_t n_arrays;
+    size_t cap_arrays;
+    char *custom_metadata;
+    int64_t init_ns;
+};
+
+void ur_orbax_write_opts_init(ur_orbax_write_opts *opts)
+{
+    memset(opts, 0, sizeof(*opts));
+    opts->use_ocdbt = 1;
+    opts->use_zarr3 = 1;
+    ur_ocdbt_write_opts_init(&opts->ocdbt);
+    opts->item_name = "items";
+    opts->mesh_rank = 1;
+    opts->mesh_shape[0] = -1;
+    opts->mesh_axis_names[0] = "x";
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) != 0) {
+        return 0;
+    }
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int ur_orbax_writer_create(ur_orbax_writer **out, const char *step_dir,
+                           const ur_orbax_write_opts *opts, ur_err *err)
+{
+    int rc;
+    ur_orbax_writer *w = ur_calloc(1, sizeof(*w));
+    if (w == NULL) {
+        return ur_err_oom(err);
+    }
+    ur_orbax__arena_init(&w->arena);
+    if (opts != NULL) {
+        w->opts = *opts;
+    } else {
+        ur_orbax_write_opts_init(&w->opts);
+    }
+    if (w->opts.item_name == NULL || w->opts.item_name[0] == '\0' ||
+        strchr(w->opts.item_name, '/') != NULL) {
+        rc = ur_err_set(err, UR_EINVAL, "bad item name");
+        goto fail;
+    }
+    if (w->opts.mesh_rank < 1 || w->opts.mesh_rank > UR_MAX_RANK) {
+        rc = ur_err_set(err, UR_EINVAL, "mesh rank %d out of range", w->opts.mesh_rank);
+        goto fail;
+    }
+    /* Keep private copies of the borrowed strings. */
+    w->opts.item_name = ur_orbax__arena_strdup(&w->arena, w->opts.item_name);
+    for (int i = 0; i < w->opts.mesh_rank; i++) {
+        const char *nm = w->opts.mesh_axis_names[i];
+        if (nm == NULL || nm[0] == '\0' || strchr(nm, ',') != NULL) {
+            rc = ur_err_set(err, UR_EINVAL, "mesh axis %d needs a name without ','", i);
+            goto fail;
+        }
+        w->opts.mesh_axis_names[i] = ur_orbax__arena_strdup(&w->arena, nm);
+        if (w->opts.mesh_axis_names[i] == NULL) {
+            rc = ur_err_oom(err);
+            goto fail;
+        }
+    }
+    if (strstr(step_dir, TMP_SUFFIX) != NULL) {
+        rc = ur_err_set(err, UR_EINVAL, "%s: a step name may not contain '" TMP_SUFFIX "'",
+                        step_dir);
+        goto fail;
+    }
+    if (ur_fs_exists(step_dir)) {
+        rc = ur_err_set(err, UR_EINVAL, "%s already exists", step_dir);
+        goto fail;
+    }
+    {
+        size_t n = strlen(step_dir);
+        while (n > 1 && step_dir[n - 1] == '/') {
+            n--;
+        }
+        w->final_dir = ur_strndup(step_dir, n);
+        w->tmp_dir = ur_malloc(n + sizeof(TMP_SUFFIX));
+        if (w->tmp_dir != NULL) {
+            memcpy(w->tmp_dir, step_dir, n);
+            memcpy(w->tmp_dir + n, TMP_SUFFIX, sizeof(TMP_SUFFIX));
+        }
+    }
+    if (w->final_dir == NULL || w->tmp_dir == NULL || w->opts.item_name == NULL) {
+        rc = ur_err_oom(err);
+        goto fail;
+    }
+    w->item_dir = ur_path_join(w->tmp_dir, w->opts.item_name);
+    if (w->item_dir == NULL) {
+        rc = ur_err_oom(err);
+        goto fail;
+    }
+    /* Orbax deletes a leftover temporary directory of the same step. */
+    rc = ur_fs_remove_tree(w->tmp_dir, err);
+    if (rc == UR_OK) {
+        rc = ur_fs_mkdirs(w->item_dir, err);
+    }
+    if (rc < 0) {
+        goto fail;
+    }
+    w->init_ns = now_ns();
+    if (w->opts.use_ocdbt) {
+        rc = ur_ocdbt_create(&w->kv, w->item_dir, &w->opts.ocdbt, err);
+    } else {
+        rc = ur_kvstore_file_open(&w->kv, w->item_dir, 1, err);
+    }
+    if (rc < 0) {
+        goto fail;
+    }
+    *out = w;
+    return UR_OK;
+fail:
+    ur_orbax_writer_abort(w);
+    return rc;
+}
+
+/* Validate the path, and add a leaf holding it (name, keypath); returns the new leaf. */
+static int add_leaf(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
+                    ur_orbax_leaf **leaf_out, ur_err *err)
+{
+    if (depth == 0 || path == NULL) {
+        return ur_err_set(err, UR_EINVAL, "a leaf needs a key path");
+    }
+    ur_orbax_key *copy = ur_orbax__arena_alloc(&w->arena, depth * sizeof(*copy));
+    if (copy == NULL) {
+        return ur_err_oom(err);
+    }
+    for (size_t i = 0; i < depth; i++) {
+        if (path[i].key == NULL ||
+            (path[i].type != UR_ORBAX_KEY_DICT && path[i].type != UR_ORBAX_KEY_SEQUENCE)) {
+            return ur_err_set(err, UR_EINVAL, "key %zu of a leaf path is invalid", i);
+        }
+        copy[i].type = path[i].type;
+        copy[i].key = ur_orbax__arena_strdup(&w->arena, path[i].key);
+        if (copy[i].key == NULL) {
+            return ur_err_oom(err);
+        }
+    }
+    ur_buf b;
+    ur_buf_init(&b, 0);
+    int rc = ur_orbax_tree_name(&b, copy, depth, err);
+    char *name = rc == UR_OK ? ur_orbax__arena_strndup(&w->arena, (const char *)b.data, b.len)
+                             : NULL;
+    ur_buf_reset(&b);
+    if (rc == UR_OK && name == NULL) {
+        rc = ur_err_oom(err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_orbax_tree_keypath(&b, copy, depth, err);
+    }
+    char *keypath = rc == UR_OK
+                        ? ur_orbax__arena_strndup(&w->arena, (const char *)b.data, b.len)
+                        : NULL;
+    ur_buf_dispose(&b);
+    if (rc == UR_OK && keypath == NULL) {
+        rc = ur_err_oom(err);
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    for (size_t i = 0; i < w->n_leaves; i++) {
+        if (strcmp(w->leaves[i].name, name) == 0) {
+            return ur_err_set(err, UR_EINVAL, "leaf '%s' added twice", name);
+        }
+    }
+    if (w->n_leaves == w->cap_leaves) {
+        size_t cap = w->cap_leaves ? w->cap_leaves * 2 : 16;
+        ur_orbax_leaf *nl = ur_realloc(w->leaves, cap * sizeof(*nl));
+        if (nl == NULL) {
+            return ur_err_oom(err);
+        }
+        w->leaves = nl;
+        w->cap_leaves = cap;
+    }
+    ur_orbax_leaf *l = &w->leaves[w->n_leaves];
+    memset(l, 0, sizeof(*l));
+    l->path = copy;
+    l->depth = depth;
+    l->name = name;
+    l->keypath = keypath;
+    l->write_shape_rank = -1;
+    l->array_meta_chunk_rank = -1;
+    *leaf_out = l;
+    return UR_OK;
+}
+
+static int keep_array(ur_orbax_writer *w, ur_zarr_array *arr, ur_err *err)
+{
+    if (w->n_arrays == w->cap_arrays) {
+        size_t cap = w->cap_arrays ? w->cap_arrays * 2 : 16;
+        ur_zarr_array **na = ur_realloc(w->arrays, cap * sizeof(*na));
+        if (na == NULL) {
+            return ur_err_oom(err);
+        }
+        w->arrays = na;
+        w->cap_arrays = cap;
+    }
+    w->arrays[w->n_arrays++] = arr;
+    return UR_OK;
+}
+
+static int mesh_has_axis(const ur_orbax_writer *w, const char *name, size_t n)
+{
+    for (int i = 0; i < w->opts.mesh_rank; i++) {
+        if (strlen(w->opts.mesh_axis_names[i]) == n &&
+            memcmp(w->opts.mesh_axis_names[i], name, n) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int ur_orbax_writer_add_array(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
+                              ur_dtype dtype, int rank, const uint64_t *shape,
+                              const uint64_t *chunk_shape, const char *const *spec,
+                              ur_zarr_array **arr_out, ur_err *err)
+{
+    if (rank < 0 || rank > UR_MAX_RANK || ur_dtype_size(dtype) == 0) {
+        return ur_err_set(err, UR_EINVAL, "bad rank %d or dtype", rank);
+    }
+    ur_zarr_spec zs;
+    memset(&zs, 0, sizeof(zs));
+    zs.zarr_format = w->opts.use_zarr3 ? 3 : 2;
+    zs.dtype = dtype;
+    zs.rank = rank;
+    zs.zstd_level = w->opts.zstd_level;
+    for (int i = 0; i < rank; i++) {
+        if (chunk_shape[i] == 0 || shape[i] > UR_ORBAX_MAX_DIM) {
+            return ur_err_set(err, UR_EINVAL, "bad shape or chunk shape on axis %d", i);
+        }
+        zs.shape[i] = shape[i];
+        zs.chunk_shape[i] = chunk_shape[i];
+    }
+    ur_orbax_leaf *l = NULL;
+    int rc = add_leaf(w, path, depth, &l, err);
+    if (rc < 0) {
+        return rc;
+    }
+    ur_orbax_sharding *s = &l->sharding;
+    s->kind = UR_ORBAX_SHARDING_NAMED;
+    s->mesh_rank = w->opts.mesh_rank;
+    for (int i = 0; i < s->mesh_rank; i++) {
+        s->mesh_shape[i] = w->opts.mesh_shape[i];
+        s->mesh_axis_names[i] = w->opts.mesh_axis_names[i];
+    }
+    s->spec_rank = rank;
+    for (int i = 0; spec != NULL && i < rank; i++) {
+        if (spec[i] == NULL || spec[i][0] == '\0') {
+            continue;
+        }
+        const char *p = spec[i];
+        for (;;) {
+            const char *comma = strchr(p, ',');
+            size_t n = comma != NULL ? (size_t)(comma - p) : strlen(p);
+            if (!mesh_has_axis(w, p, n)) {
+                return ur_err_set(err, UR_EINVAL,
+                                  "array '%s': partition spec axis '%.*s' is not a mesh axis",
+                                  l->name, (int)n, p);
+            }
+            if (comma == NULL) {
+                break;
+            }
+            p = comma + 1;
+        }
+        s->spec[i] = ur_orbax__arena_strdup(&w->arena, spec[i]);
+        if (s->spec[i] == NULL) {
+            return ur_err_oom(err);
+        }
+    }
+    ur_zarr_array *arr = NULL;
+    rc = ur_zarr_array_create(&arr, w->kv, l->name, &zs, err);
+    if (rc < 0) {
+        return ur_err_wrap(err, "array '%s'", l->name);
+    }
+    rc = keep_array(w, arr, err);
+    if (rc < 0) {
+        ur_zarr_array_close(arr);
+        return rc;
+    }
+    l->value_type = UR_ORBAX_VALUE_JAX_ARRAY;
+    l->value_type_name = ur_orbax_value_type_name(l->value_type);
+    l->write_shape_rank = rank;
+    memcpy(l->write_shape, chunk_shape, (size_t)rank * sizeof(uint64_t));
+    l->has_array = 1;
+    l->dtype = dtype;
+    l->rank = rank;
+    memcpy(l->shape, shape, (size_t)rank * sizeof(uint64_t));
+    memcpy(l->chunk_shape, chunk_shape, (size_t)rank * sizeof(uint64_t));
+    w->n_leaves++;
+    *arr_out = arr;
+    return UR_OK;
+}
+
+int ur_orbax_writer_add_scalar(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
+                               ur_dtype dtype, const void *value, ur_err *err)
+{
+    if (ur_dtype_size(dtype) == 0) {
+        return ur_err_set(err, UR_EINVAL, "bad dtype");
+    }
+    ur_orbax_leaf *l = NULL;
+    int rc = add_leaf(w, path, depth, &l, err);
+    if (rc < 0) {
+        return rc;
+    }
+    ur_zarr_spec zs;
+    memset(&zs, 0, sizeof(zs));
+    zs.zarr_format = w->opts.use_zarr3 ? 3 : 2;
+    zs.dtype = dtype;
+    zs.rank = 0;
+    zs.zstd_level = w->opts.zstd_level;
+    ur_zarr_array *arr = NULL;
+    uint64_t idx[1] = {0};
+    rc = ur_zarr_array_create(&arr, w->kv, l->name, &zs, err);
+    if (rc == UR_OK) {
+        rc = ur_zarr_array_write_chunk(arr, idx, value, err);
+    }
+    ur_zarr_array_close(arr);
+    if (rc < 0) {
+        return ur_err_wrap(err, "scalar '%s'", l->name);
+    }
+    l->value_type = UR_ORBAX_VALUE_SCALAR;
+    l->value_type_name = ur_orbax_value_type_name(l->value_type);
+    l->has_array = 1;
+    l->dtype = dtype;
+    w->n_leaves++;
+    return UR_OK;
+}
+
+int ur_orbax_writer_add_empty(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
+                              ur_orbax_value_type kind, ur_err *err)
+{
+    if (kind != UR_ORBAX_VALUE_EMPTY_DICT && kind != UR_ORBAX_VALUE_EMPTY_LIST &&
+        kind != UR_ORBAX_VALUE_EMPTY_TUPLE && kind != UR_ORBAX_VALUE_NONE &&
+        kind != UR_ORBAX_VALUE_EMPTY_NAMED_TUPLE) {
+        return ur_err_set(err, UR_EINVAL, "not an empty-node kind: %s",
+                          ur_orbax_value_type_name(kind));
+    }
+    ur_orbax_leaf *l = NULL;
+    int rc = add_leaf(w, path, depth, &l, err);
+    if (rc < 0) {
+        return rc;
+    }
+    l->value_type = kind;
+    l->value_type_name = ur_orbax_value_type_name(kind);
+    l->skip_deserialize = 1;
+    w->n_leaves++;
+    return UR_OK;
+}
+
+int ur_orbax_writer_set_custom_metadata(ur_orbax_writer *w, const char *json, ur_err *err)
+{
+    cJSON *root = NULL;
+    int rc = ur_orbax__json_parse(&root, json, strlen(json), "custom_metadata", err);
+    if (rc < 0) {
+        return rc;
+    }
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return ur_err_set(err, UR_EINVAL, "custom_metadata must be a JSON object");
+    }
+    /* Re-print in json.dumps layout is not needed: any JSON object is accepted by Orbax. */
+    char *text = ur_orbax__json_print(&w->arena, root);
+    cJSON_Delete(root);
+    if (text == NULL) {
+        return ur_err_oom(err);
+    }
+    w->custom_metadata = text;
+    return UR_OK;
+}
+
+static int write_json_file(const char *dir, const char *name, const ur_buf *b, ur_err *err)
+{
+    char *path = ur_path_join(dir, name);
+    if (path == NULL) {
+        return ur_err_oom(err);
+    }
+    int rc = ur_fs_write_file(path, b->data, b->len, err);
+    ur_free(path);
+    return rc;
+}
+
+static int write_item_metadata(ur_orbax_writer *w, ur_err *err)
+{
+    ur_buf b;
+    ur_buf_init(&b, 0);
+    const char **names = NULL;
+    ur_orbax_sharding *sh = NULL;
+    ur_orbax_array_meta *am = NULL;
+    ur_orbax_leaf *ordered = NULL;
+    int rc = UR_OK;
+    size_t n = w->n_leaves;
+
+    /* _METADATA lists the leaves in tree order; the order check also catches gaps in list
+     * indices and mixed list/dict parents, which Orbax could not restore. */
+    ordered = ur_malloc((n ? n : 1) * sizeof(*ordered));
+    names = ur_malloc((n ? n : 1) * sizeof(*names));
+    sh = ur_malloc((n ? n : 1) * sizeof(*sh));
+    am = ur_calloc(n ? n : 1, sizeof(*am));
+    if (ordered == NULL || names == NULL || sh == NULL || am == NULL) {
+        rc = ur_err_oom(err);
+        goto out;
+    }
+    memcpy(ordered, w->leaves, n * sizeof(*ordered));
+    size_t kept = n;
+    rc = ur_orbax_tree_order(ordered, &kept, "checkpoint tree", err);
+    if (rc == UR_OK && kept != n) {
+        rc = ur_err_set(err, UR_EINVAL, "a leaf's path is a prefix of another leaf's path");
+    }
+    if (rc < 0) {
+        goto out;
+    }
+    ur_orbax_meta m;
+    memset(&m, 0, sizeof(m));
+    m.leaves = ordered;
+    m.n_leaves = n;
+    m.use_ocdbt = w->opts.use_ocdbt ? 1 : 0;
+    m.use_zarr3 = w->opts.use_zarr3 ? 1 : 0;
+    m.store_fill = 1;
+    rc = ur_orbax_meta_emit(&b, &m, err);
+    if (rc == UR_OK) {
+        rc = write_json_file(w->item_dir, "_METADATA", &b, err);
+    }
+    if (rc < 0) {
+        goto out;
+    }
+
+    size_t na = 0;
+    for (size_t i = 0; i < n; i++) {
+        const ur_orbax_leaf *l = &ordered[i];
+        if (l->value_type != UR_ORBAX_VALUE_JAX_ARRAY) {
+            continue;
+        }
+        names[na] = l->name;
+        sh[na] = l->sharding;
+        am[na].param_name = l->name;
+        am[na].write_rank = l->rank;
+        am[na].chunk_rank = l->rank;
+        memcpy(am[na].write_shape, l->write_shape, sizeof(am[na].write_shape));
+        memcpy(am[na].chunk_shape, l->chunk_shape, sizeof(am[na].chunk_shape));
+        na++;
+    }
+    if (na > 0) {
+        ur_buf_reset(&b);
+        rc = ur_orbax_sharding_emit(&b, names, sh, na, err);
+        if (rc == UR_OK) {
+            rc = write_json_file(w->item_dir, "_sharding", &b, err);
+        }
+        if (rc < 0) {
+            goto out;
+        }
+        char *dir = ur_path_join(w->item_dir, "array_metadatas");
+        if (dir == NULL) {
+            rc = ur_err_oom(err);
+            goto out;
+        }
+        ur_buf_reset(&b);
+        rc = ur_fs_mkdirs(dir, err);
+        if (rc == UR_OK) {
+            rc = ur_orbax_array_meta_emit(&b, am, na, err);
+        }
+        if (rc == UR_OK) {
+            rc = write_json_file(dir, "process_0", &b, err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_fs_fsync_dir(dir, err);
+        }
+        ur_free(dir);
+    }
+out:
+    ur_buf_dispose(&b);
+    ur_free(ordered);
+    ur_free(names);
+    ur_free(sh);
+    ur_free(am);
+    return rc;
+}
+
+static int write_commit_marker(const char *dir, const char *final_dir, ur_err *err)
+{
+    ur_buf b;
+    ur_buf_init(&b, 0);
+    int rc = ur_buf_printf(&b, err, "Checkpoint commit was successful to %s", final_dir);
+    if (rc == UR_OK) {
+        rc = write_json_file(dir, "commit_success.txt", &b, err);
+    }
+    ur_buf_dispose(&b);
+    return rc;
+}
+
+int ur_orbax_writer_commit(ur_orbax_writer *w, ur_err *err)
+{
+    ur_buf b;
+    ur_buf_init(&b, 0);
+    char *parent = NULL;
+    int rc = UR_OK;
+    for (size_t i = 0; i < w->n_arrays; i++) {
+        ur_zarr_array_close(w->arrays[i]);
+    }
+    w->n_arrays = 0;
+    if (w->n_leaves == 0) {
+        rc = ur_err_set(err, UR_EINVAL, "a checkpoint needs at least one leaf");
+        goto out;
+    }
+    rc = ur_kvstore_commit(w->kv, err);
+    ur_kvstore_close(w->kv);
+    w->kv = NULL;
+    if (rc == UR_OK) {
+        rc = write_item_metadata(w, err);
+    }
+    if (rc == UR_OK) {
+        rc = write_commit_marker(w->item_dir, w->final_dir, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_fs_fsync_dir(w->item_dir, err);
+    }
+    if (rc < 0) {
+        goto out;
+    }
+
+    const char *item_names[1] = {w->opts.item_name};
+    const char *handlers[1] = {STANDARD_HANDLER};
+    ur_orbax_step_meta sm;
+    memset(&sm, 0, sizeof(sm));
+    sm.n_item_handlers = 1;
+    sm.item_names = item_names;
+    sm.item_handlers = handlers;
+    sm.has_init_timestamp = 1;
+    sm.init_timestamp_nsecs = w->init_ns;
+    sm.has_commit_timestamp = 1;
+    sm.commit_timestamp_nsecs = now_ns();
+    sm.custom_metadata_json = w->custom_metadata;
+    rc = ur_orbax_ckpt_meta_emit(&b, &sm, err);
+    if (rc == UR_OK) {
+        rc = write_json_file(w->tmp_dir, "_CHECKPOINT_METADATA", &b, err);
+    }
+    if (rc == UR_OK) {
+        rc = write_commit_marker(w->tmp_dir, w->final_dir, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_fs_fsync_dir(w->tmp_dir, err);
+    }
+    if (rc < 0) {
+        goto out;
+    }
+    if (rename(w->tmp_dir, w->final_dir) != 0) {
+        rc = ur_err_set_os(err, UR_EIO, errno, w->final_dir, "cannot rename %s into place",
+                           w->tmp_dir);
+        goto out;
+    }
+    parent = ur_path_join(w->final_dir, "..");
+    if (parent == NULL) {
+        rc = ur_err_oom(err);
+        goto out;
+    }
+    rc = ur_fs_fsync_dir(parent, err);
+out:
+    ur_free(parent);
+    ur_buf_dispose(&b);
+    if (rc < 0) {
+        ur_orbax_writer_abort(w);
+    } else {
+        ur_free(w->tmp_dir);
+        w->tmp_dir = NULL; /* renamed: nothing left to remove */
+        ur_orbax_writer_abort(w);
+    }
+    return rc;
+}
+
+void ur_orbax_writer_abort(ur_orbax_writer *w)
+{
+    if (w == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < w->n_arrays; i++) {
+        ur_zarr_array_close(w->arrays[i]);
+    }
+    ur_kvstore_close(w->kv);
+    if (w->tmp_dir != NULL) {
+        ur_err ignored;
+        ur_fs_remove_tree(w->tmp_dir, &ignored);
+    }
+    ur_free(w->arrays);
+    ur_free(w->leaves);
+    ur_free(w->final_dir);
+    ur_free(w->tmp_dir);
+    ur_free(w->item_dir);
+    ur_orbax__arena_dispose(&w->arena);
+    ur_free(w);
+}

@@ -1,0 +1,162 @@
+/* Differential fuzz target for the tensor kernels: ur_tensor_copy and ur_tensor_unstack against
+ * the naive index-by-index reference of tests/unit/tensor/tensor_ref.h.
+ *
+ * Input bytes, in order: op (copy / unstack / unsupported pair), rank, axis, dtype pair, one
+ * byte per dim for the shape, layout modes, 8 bytes seeding the layout details (permutation,
+ * padding, negative and broadcast strides, byte offsets), then the source element bytes
+ * (cycled). Any difference, including a write outside the destination views, aborts. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../unit/tensor/tensor_ref.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+typedef struct {
+    const uint8_t *p;
+    size_t n;
+} fz_bytes;
+
+static unsigned fz_u8(fz_bytes *b)
+{
+    unsigned v = 0;
+    if (b->n > 0) {
+        v = *b->p++;
+        b->n--;
+    }
+    return v;
+}
+
+static void fz_fill(ref_layout *l, const fz_bytes *b)
+{
+    for (size_t i = 0; i < l->size; i++) {
+        l->buf[i] = b->n ? b->p[i % b->n] : (uint8_t)(i * 131u + 7u);
+    }
+}
+
+static void fz_check(int cond)
+{
+    if (!cond) {
+        abort();
+    }
+}
+
+static void fz_copy(fz_bytes *b, int rank, const uint64_t *shape, ur_dtype ddt, ur_dtype sdt,
+                    int dmode, int smode, ref_rng *r, int expect_ok)
+{
+    ref_layout src, dst, want;
+    ref_rng twin;
+    int rc;
+
+    ref_layout_make(&src, r, sdt, rank, shape, smode, 1);
+    twin = *r;
+    ref_layout_make(&dst, r, ddt, rank, shape, dmode, 0);
+    ref_layout_make(&want, &twin, ddt, rank, shape, dmode, 0);
+    fz_fill(&src, b);
+    rc = ur_tensor_copy(&dst.v, &src.v, NULL);
+    if (expect_ok) {
+        fz_check(rc == UR_OK);
+        ref_copy(&want.v, &src.v);
+    } else {
+        fz_check(rc == UR_EUNSUPPORTED);
+    }
+    fz_check(memcmp(dst.buf, want.buf, dst.size) == 0);
+    ref_layout_free(&src);
+    ref_layout_free(&dst);
+    ref_layout_free(&want);
+}
+
+static void fz_unstack(fz_bytes *b, int rank, int axis, const uint64_t *shape, ur_dtype ddt,
+                       ur_dtype sdt, int dmode, int smode, int own, ref_rng *r)
+{
+    enum { MAXN = 16 };
+    uint64_t dshape[UR_MAX_RANK];
+    ref_layout src, got[MAXN], want[MAXN];
+    ur_tensor_view dv[MAXN], wv[MAXN];
+    size_t n = (size_t)shape[axis];
+    ref_rng twin;
+    int rc;
+
+    for (int d = 0, o = 0; d < rank; d++) {
+        if (d != axis) {
+            dshape[o++] = shape[d];
+        }
+    }
+    ref_layout_make(&src, r, sdt, rank, shape, smode, 1);
+    fz_fill(&src, b);
+    for (size_t i = 0; i < n; i++) {
+        /* own: a layout per destination; else one layout repeated in separate buffers. */
+        ref_rng lay = *r;
+        twin = *r;
+        ref_layout_make(&got[i], &lay, ddt, rank - 1, dshape, dmode, 0);
+        ref_layout_make(&want[i], &twin, ddt, rank - 1, dshape, dmode, 0);
+        if (own || i + 1 == n) {
+            *r = lay;
+        }
+        dv[i] = got[i].v;
+        wv[i] = want[i].v;
+    }
+    rc = ur_tensor_unstack(dv, n, &src.v, axis, NULL);
+    fz_check(rc == UR_OK);
+    for (size_t i = 0; i < n; i++) {
+        ur_tensor_view slice;
+        fz_check(ur_tensor_view_take(&slice, &src.v, axis, i, NULL) == UR_OK);
+        ref_copy(&wv[i], &slice);
+        fz_check(memcmp(got[i].buf, want[i].buf, got[i].size) == 0);
+        ref_layout_free(&got[i]);
+        ref_layout_free(&want[i]);
+    }
+    ref_layout_free(&src);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fz_bytes b = {data, size};
+    uint64_t shape[UR_MAX_RANK];
+    unsigned op = fz_u8(&b) % 3;
+    int rank = (int)(fz_u8(&b) % 7);
+    unsigned axis_byte = fz_u8(&b);
+    unsigned pair = fz_u8(&b);
+    ur_dtype sdt, ddt;
+    unsigned modes;
+    ref_rng r = {0};
+    int axis;
+
+    if (op == 1 && rank == 0) {
+        rank = 1;
+    }
+    axis = rank > 0 ? (int)(axis_byte % (unsigned)rank) : 0;
+    if (pair & 0x80) {
+        sdt = ref_cast_srcs[(pair & 0x7f) % 3];
+        ddt = UR_DT_BFLOAT16;
+    } else {
+        sdt = (ur_dtype)(1 + pair % (UR_DT_COUNT_ - 1));
+        ddt = sdt;
+    }
+    for (int d = 0; d < rank; d++) {
+        shape[d] = fz_u8(&b) % 9; /* 0 .. 8, so empty views too */
+    }
+    if (op == 1) {
+        shape[axis] = shape[axis] % 16;
+    }
+    if (ref_numel(rank, shape) > 4096) {
+        return 0;
+    }
+    modes = fz_u8(&b);
+    for (int i = 0; i < 8; i++) {
+        r.s = r.s << 8 | fz_u8(&b);
+    }
+    if (op == 0) {
+        fz_copy(&b, rank, shape, ddt, sdt, (int)(modes & 1), (int)(modes >> 1 & 1), &r, 1);
+    } else if (op == 1) {
+        fz_unstack(&b, rank, axis, shape, ddt, sdt, (int)(modes & 1), (int)(modes >> 1 & 1),
+                   (int)(modes >> 2 & 1), &r);
+    } else if (sdt != UR_DT_FLOAT16) {
+        /* float16 <- anything but float16 is never supported: the kernel must refuse it and
+         * leave dst alone. */
+        fz_copy(&b, rank, shape, UR_DT_FLOAT16, sdt, (int)(modes & 1), (int)(modes >> 1 & 1), &r,
+                0);
+    }
+    return 0;
+}

@@ -1,0 +1,223 @@
+/* ocdbt_btree (+ data-file table): the golden leaf of spec §10.4, round trips of leaf and
+ * interior nodes and of tables with base paths, corruption at every offset, OOM. */
+#include "ur_test.h"
+
+#include "ocdbt_format.h"
+#include "unroll/alloc.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* spec §10.4 leaf body (after the 14-byte header, before the CRC) */
+static uint8_t golden_body[] = {
+    0x00, 0x01, 0x22, 0x00, 'd', '/', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0',
+    '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0',
+    '0', '0', '0', 0x03, 0x01, 0x00, 0x01, 0x06, 0x03, 'a', 'b', 'c', '/', 'd', 'e', 'f', 'b',
+    'i', 'g', 0x05, 0x00, 0x80, 0x04, 0x00, 0x00, 0x01, 0x00, 0x00, 'h', 'e', 'l', 'l', 'o'};
+
+static void test_ocdbt_btree__golden_leaf(void **state)
+{
+    ur_ocdbt_btree_node node;
+    ur_buf body, obj;
+    ur_ocdbt_btree_enc_entry e[3];
+    (void)state;
+
+    ur_buf_init(&body, 0);
+    assert_int_equal(ur_buf_append(&body, golden_body, sizeof golden_body, NULL), UR_OK);
+    assert_int_equal(ur_ocdbt_btree_decode(&node, &body, "", 0, NULL), UR_OK);
+    assert_int_equal(node.height, 0);
+    assert_int_equal(node.n, 3);
+    assert_int_equal(node.e[1].key_len, 7);
+    assert_memory_equal(node.keys + node.e[1].key_off, "abc/def", 7);
+    assert_int_equal(node.e[0].value_len, 5);
+    assert_memory_equal(node.body.data + node.e[0].value_off, "hello", 5);
+    assert_int_equal(node.e[2].indirect, 1);
+    assert_int_equal(node.e[2].ref.offset, 0);
+    assert_int_equal(node.e[2].ref.length, 512);
+    /* re-encode: same body, and the envelope is 86 bytes with the spec's CRC */
+    memset(e, 0, sizeof e);
+    for (size_t i = 0; i < 3; i++) {
+        e[i].key = node.keys + node.e[i].key_off;
+        e[i].key_len = node.e[i].key_len;
+        e[i].indirect = node.e[i].indirect;
+        e[i].value = node.body.data + node.e[i].value_off;
+        e[i].value_len = node.e[i].value_len;
+        e[i].ref = node.e[i].ref;
+    }
+    ur_buf_init(&obj, 0);
+    assert_int_equal(ur_ocdbt_btree_encode(&body, 0, &node.table, e, 3, NULL), UR_OK);
+    assert_int_equal(body.len, sizeof golden_body);
+    assert_memory_equal(body.data, golden_body, sizeof golden_body);
+    assert_int_equal(ur_ocdbt_codec_encode(&obj, UR_OCDBT_MAGIC_BTREE, body.data, body.len, 0, 0,
+                                           NULL),
+                     UR_OK);
+    assert_int_equal(obj.len, 86);
+    assert_int_equal(obj.data[82], 0x55);
+    assert_int_equal(obj.data[85], 0xa7);
+    ur_ocdbt_btree_dispose(&node);
+    ur_buf_dispose(&body);
+    ur_buf_dispose(&obj);
+}
+
+static void encode_interior(ur_buf *body)
+{
+    static char pa[] = "ocdbt.process_0/d/aa", pb[] = "ocdbt.process_0/d/ab", pc[] = "d/zz";
+    ur_ocdbt_file_id f[3] = {{pc, 4, 0}, {pa, 20, 16}, {pb, 20, 16}};
+    ur_ocdbt_table t = {3, f};
+    ur_ocdbt_btree_enc_entry e[3];
+    memset(e, 0, sizeof e);
+    e[0] = (ur_ocdbt_btree_enc_entry){(const uint8_t *)"abc/x", 5, 4, 0, NULL, 0,
+                                      {0, 0, 40}, {3, 40, 0}};
+    e[1] = (ur_ocdbt_btree_enc_entry){(const uint8_t *)"abc/y", 5, 5, 0, NULL, 0,
+                                      {1, 40, 50}, {1, 50, 9}};
+    e[2] = (ur_ocdbt_btree_enc_entry){(const uint8_t *)"b", 1, 0, 0, NULL, 0,
+                                      {2, 90, 60}, {2, 60, 0}};
+    ur_ocdbt_table_sort(&t); /* already sorted: "" < "ocdbt.process_0/" */
+    assert_int_equal(t.n, 3);
+    assert_int_equal(ur_ocdbt_btree_encode(body, 2, &t, e, 3, NULL), UR_OK);
+}
+
+static void test_ocdbt_btree__interior_roundtrip(void **state)
+{
+    ur_ocdbt_btree_node node;
+    ur_buf body;
+    (void)state;
+    ur_buf_init(&body, 0);
+    encode_interior(&body);
+    assert_int_equal(ur_ocdbt_btree_decode(&node, &body, "top/", 4, NULL), UR_OK);
+    assert_int_equal(node.height, 2);
+    assert_int_equal(node.n, 3);
+    assert_int_equal(node.e[0].subtree_prefix_len, 4);
+    assert_int_equal(node.e[1].stats.num_indirect_value_bytes, 9);
+    assert_int_equal(node.e[2].ref.offset, 90);
+    assert_string_equal(node.table.f[0].path, "top/d/zz");
+    assert_int_equal(node.table.f[0].base_len, 4);
+    assert_string_equal(node.table.f[2].path, "top/ocdbt.process_0/d/ab");
+    assert_int_equal(node.table.f[2].base_len, 20);
+    ur_ocdbt_btree_dispose(&node);
+}
+
+static void test_ocdbt_btree__corrupt_every_offset(void **state)
+{
+    ur_ocdbt_btree_node node;
+    ur_buf body, copy;
+    ur_err err;
+    (void)state;
+    ur_buf_init(&body, 0);
+    encode_interior(&body);
+    for (size_t cut = 0; cut < body.len; cut++) {
+        ur_buf_init(&copy, 0);
+        assert_int_equal(ur_buf_append(&copy, body.data, cut, NULL), UR_OK);
+        assert_int_equal(ur_ocdbt_btree_decode(&node, &copy, "", 0, &err), UR_ECORRUPT);
+        ur_buf_dispose(&copy);
+    }
+    for (size_t i = 0; i < body.len; i++) {
+        for (int bit = 0; bit < 8; bit++) {
+            int rc;
+            ur_buf_init(&copy, 0);
+            assert_int_equal(ur_buf_append(&copy, body.data, body.len, NULL), UR_OK);
+            copy.data[i] ^= (uint8_t)(1u << bit);
+            rc = ur_ocdbt_btree_decode(&node, &copy, "", 0, &err);
+            assert_true(rc == UR_OK || rc == UR_ECORRUPT);
+            ur_ocdbt_btree_dispose(&node);
+            ur_buf_dispose(&copy);
+        }
+    }
+    /* same for the golden leaf */
+    for (size_t cut = 0; cut < sizeof golden_body; cut++) {
+        ur_buf_init(&copy, 0);
+        assert_int_equal(ur_buf_append(&copy, golden_body, cut, NULL), UR_OK);
+        assert_int_equal(ur_ocdbt_btree_decode(&node, &copy, "", 0, &err), UR_ECORRUPT);
+        ur_buf_dispose(&copy);
+    }
+    ur_buf_dispose(&body);
+}
+
+static void test_ocdbt_btree__key_order(void **state)
+{
+    ur_ocdbt_btree_enc_entry e[2];
+    ur_ocdbt_table t = {0, NULL};
+    ur_ocdbt_btree_node node;
+    ur_buf body;
+    ur_err err;
+    (void)state;
+    memset(e, 0, sizeof e);
+    e[0].key = (const uint8_t *)"b";
+    e[0].key_len = 1;
+    e[1].key = (const uint8_t *)"a";
+    e[1].key_len = 1;
+    ur_buf_init(&body, 0);
+    assert_int_equal(ur_ocdbt_btree_encode(&body, 0, &t, e, 2, NULL), UR_OK);
+    assert_int_equal(ur_ocdbt_btree_decode(&node, &body, "", 0, &err), UR_ECORRUPT);
+    assert_non_null(strstr(err.msg, "key order"));
+    e[1].key = (const uint8_t *)"b"; /* duplicate */
+    ur_buf_init(&body, 0);
+    assert_int_equal(ur_ocdbt_btree_encode(&body, 0, &t, e, 2, NULL), UR_OK);
+    assert_int_equal(ur_ocdbt_btree_decode(&node, &body, "", 0, &err), UR_ECORRUPT);
+}
+
+static void test_ocdbt_btree__table_edge_cases(void **state)
+{
+    static char s0[] = "", s1[] = "a", s2[] = "ab", s3[] = "ac", s4[] = "a/x", s5[] = "a/y";
+    ur_ocdbt_file_id f[6] = {{s5, 3, 2}, {s2, 2, 0}, {s0, 0, 0}, {s3, 2, 0}, {s1, 1, 0},
+                             {s4, 3, 2}};
+    ur_ocdbt_table t = {6, f}, d;
+    ur_buf b;
+    ur_rd rd;
+    (void)state;
+    ur_ocdbt_table_sort(&t);
+    ur_buf_init(&b, 0);
+    assert_int_equal(ur_ocdbt_table_encode(&b, &t, NULL), UR_OK);
+    ur_rd_init(&rd, b.data, b.len);
+    assert_int_equal(ur_ocdbt_table_decode(&d, &rd, "t/", 2, NULL), UR_OK);
+    assert_int_equal(ur_rd_finish(&rd, "t", NULL), UR_OK);
+    assert_int_equal(d.n, 6);
+    for (size_t i = 0; i < 6; i++) {
+        assert_int_equal(d.f[i].len, t.f[i].len + 2);
+        assert_int_equal(d.f[i].base_len, t.f[i].base_len + 2);
+        assert_memory_equal(d.f[i].path + 2, t.f[i].path, t.f[i].len);
+    }
+    ur_ocdbt_table_dispose(&d);
+    for (size_t cut = 0; cut < b.len; cut++) {
+        ur_rd_init(&rd, b.data, cut);
+        assert_int_equal(ur_ocdbt_table_decode(&d, &rd, "", 0, NULL) == UR_OK &&
+                             ur_rd_finish(&rd, "t", NULL) == UR_OK,
+                         0);
+        ur_ocdbt_table_dispose(&d);
+    }
+    ur_buf_dispose(&b);
+}
+
+static void test_ocdbt_btree__oom(void **state)
+{
+    ur_ocdbt_btree_node node;
+    ur_buf body, copy;
+    int rc = UR_ENOMEM;
+    (void)state;
+    ur_buf_init(&body, 0);
+    encode_interior(&body);
+    for (long n = 0; rc == UR_ENOMEM && n < 200; n++) {
+        ur_buf_init(&copy, 0);
+        assert_int_equal(ur_buf_append(&copy, body.data, body.len, NULL), UR_OK);
+        ur_alloc_fail_after(n);
+        rc = ur_ocdbt_btree_decode(&node, &copy, "x/", 2, NULL);
+        ur_alloc_fail_after(-1);
+        ur_buf_dispose(&copy);
+    }
+    assert_int_equal(rc, UR_OK);
+    ur_ocdbt_btree_dispose(&node);
+    ur_buf_dispose(&body);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ocdbt_btree__golden_leaf),
+        cmocka_unit_test(test_ocdbt_btree__interior_roundtrip),
+        cmocka_unit_test(test_ocdbt_btree__corrupt_every_offset),
+        cmocka_unit_test(test_ocdbt_btree__key_order),
+        cmocka_unit_test(test_ocdbt_btree__table_edge_cases),
+        cmocka_unit_test(test_ocdbt_btree__oom),
+    };
+    return cmocka_run_group_tests_name("ocdbt_btree", tests, NULL, NULL);
+}

@@ -1,0 +1,661 @@
+/* plan: the scan-axis resolver and the leaf -> output mapping for every input layout. */
+#include "ur_test.h"
+
+#include "unroll/alloc.h"
+#include "unroll/plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXL 32
+
+/* A test leaf: its path as one '/'-separated string split in place. */
+typedef struct {
+    char buf[256];
+    const char *comp[24];
+    ur_plan_leaf leaf;
+} tleaf;
+
+typedef struct {
+    tleaf t[MAXL];
+    ur_plan_leaf leaves[MAXL];
+    size_t n;
+} tset;
+
+static const char *const k_stage[] = {"stage"};
+static const char *const k_fsdp[] = {"fsdp"};
+static const ur_axis_rule k_rules[] = {
+    {"layers", k_stage, 1},
+    {"circular_repeats", NULL, 0},
+    {"embed", k_fsdp, 1},
+};
+
+static ur_settings base_settings(void)
+{
+    ur_settings s;
+    memset(&s, 0, sizeof s);
+    s.load_full_state_path = "";
+    s.load_parameters_path = "";
+    s.lora_input_adapters_path = "";
+    s.base_output_directory = "/out";
+    s.run_name = "r";
+    s.checkpoint_dir = "/out/r/checkpoints/";
+    s.model_name = "default";
+    s.decoder_block = "llama2";
+    s.scan_layers = 1;
+    s.force_unroll = 1;
+    s.pure_nnx = 1;
+    s.enable_nnx = 1;
+    s.enable_checkpointing = 1;
+    s.param_scan_axis = 1;
+    s.global_parameter_scale = 1;
+    s.base_num_decoder_layers = 4;
+    s.num_decoder_layers = 4;
+    s.axis_rules = k_rules;
+    s.n_axis_rules = sizeof k_rules / sizeof k_rules[0];
+    return s;
+}
+
+/* add(set, "a/b/c", dtype, "6,4,16", spec) - spec: per-axis names separated by ' ' with "-"
+ * for None, or NULL for no spec. */
+static void add(tset *ts, const char *path, ur_dtype dt, const char *shape, const char *spec)
+{
+    tleaf *t = &ts->t[ts->n];
+    ur_plan_leaf *l = &t->leaf;
+    char *p;
+    size_t k = 0;
+    assert_true(ts->n < MAXL);
+    memset(t, 0, sizeof *t);
+    snprintf(t->buf, sizeof t->buf, "%s", path);
+    p = t->buf;
+    for (;;) {
+        char *slash = strchr(p, '/');
+        t->comp[k++] = p;
+        if (!slash) {
+            break;
+        }
+        *slash = '\0';
+        p = slash + 1;
+    }
+    l->path = t->comp;
+    l->path_len = k;
+    l->dtype = dt;
+    if (shape && shape[0]) {
+        const char *q = shape;
+        while (*q) {
+            char *end;
+            l->shape[l->rank++] = strtoull(q, &end, 10);
+            q = *end == ',' ? end + 1 : end;
+        }
+    }
+    if (spec) {
+        static char specbuf[MAXL][128];
+        char *sp = specbuf[ts->n];
+        size_t a = 0;
+        snprintf(sp, 128, "%s", spec);
+        l->has_spec = 1;
+        for (char *tok = sp; tok && *tok && a < l->rank; a++) {
+            char *sp2 = strchr(tok, ' ');
+            if (sp2) {
+                *sp2 = '\0';
+            }
+            l->spec[a] = strcmp(tok, "-") == 0 ? NULL : tok;
+            tok = sp2 ? sp2 + 1 : NULL;
+        }
+    }
+    ts->n++;
+}
+
+static ur_plan *build_ok(tset *ts, const ur_settings *s, ur_plan_input in)
+{
+    ur_plan *plan = NULL;
+    ur_err err;
+    int rc;
+    for (size_t i = 0; i < ts->n; i++) {
+        ts->leaves[i] = ts->t[i].leaf;
+    }
+    rc = ur_plan_build(&plan, ts->leaves, ts->n, s, in, &err);
+    if (rc != UR_OK) {
+        fail_msg("plan failed: %s", err.msg);
+    }
+    assert_int_equal(plan->n_actions, ts->n);
+    return plan;
+}
+
+static int build_fail(tset *ts, const ur_settings *s, ur_plan_input in, ur_err *err)
+{
+    ur_plan *plan = NULL;
+    int rc;
+    for (size_t i = 0; i < ts->n; i++) {
+        ts->leaves[i] = ts->t[i].leaf;
+    }
+    rc = ur_plan_build(&plan, ts->leaves, ts->n, s, in, err);
+    assert_true(rc < 0);
+    assert_null(plan);
+    return rc;
+}
+
+static const char *fmt(const ur_plan_path *p)
+{
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    return ur_plan_path_format((const char *const *)p->comp, p->len, buf[k], sizeof buf[k]);
+}
+
+static void expect_unstack(const ur_plan *plan, size_t i, size_t axis, size_t n,
+                           const char *first, const char *last)
+{
+    const ur_plan_action *a = &plan->actions[i];
+    assert_int_equal(a->kind, UR_PLAN_UNSTACK);
+    assert_int_equal(a->axis, axis);
+    assert_int_equal(a->n_out, n);
+    assert_string_equal(fmt(&a->out[0]), first);
+    assert_string_equal(fmt(&a->out[n - 1]), last);
+}
+
+static void expect_copy(const ur_plan *plan, size_t i, const char *to)
+{
+    const ur_plan_action *a = &plan->actions[i];
+    assert_int_equal(a->kind, UR_PLAN_COPY);
+    assert_int_equal(a->n_out, 1);
+    assert_string_equal(fmt(&a->out[0]), to);
+}
+
+static void expect_drop(const ur_plan *plan, size_t i, const char *why)
+{
+    const ur_plan_action *a = &plan->actions[i];
+    assert_int_equal(a->kind, UR_PLAN_DROP);
+    assert_int_equal(a->n_out, 0);
+    assert_string_equal(a->why, why);
+}
+
+/* ---- resolver -------------------------------------------------------------------------- */
+
+static int axis_of(const char *shape, const char *spec, const ur_settings *s)
+{
+    tset ts;
+    ts.n = 0;
+    add(&ts, "x", UR_DT_FLOAT32, shape, spec);
+    return ur_plan_scan_axis(&ts.t[0].leaf, s);
+}
+
+static void test_plan__scan_axis_resolver(void **state)
+{
+    ur_settings s = base_settings();
+    ur_settings no_rules = base_settings();
+    ur_settings psa0 = base_settings();
+    ur_settings psa2 = base_settings();
+    ur_settings psa_neg = base_settings();
+    (void)state;
+    no_rules.n_axis_rules = 0;
+    psa0.param_scan_axis = 0;
+    psa2.param_scan_axis = 2;
+    psa_neg.param_scan_axis = -1;
+    /* a logical name in the spec wins over param_scan_axis */
+    assert_int_equal(axis_of("6,16,4", "fsdp - layers", &s), 2);
+    assert_int_equal(axis_of("4,6", "layers_per_stage fsdp", &s), 0);
+    assert_int_equal(axis_of("2,4,6", "circular_repeats - -", &s), 0);
+    /* name order: layers_per_stage, layers, circular_repeats */
+    assert_int_equal(axis_of("2,4,6", "circular_repeats layers -", &s), 1);
+    /* a tuple entry matches when any of its names does */
+    assert_int_equal(axis_of("4,6,8", "fsdp,layers - -", &s), 0);
+    /* a mesh axis the rules map a layer axis to ("stage") */
+    assert_int_equal(axis_of("6,16,4", "fsdp - stage", &s), 2);
+    assert_int_equal(axis_of("6,16,4", "fsdp - tensor,stage", &s), 2);
+    assert_int_equal(axis_of("6,16,4", "fsdp - stage", &no_rules), 1);
+    /* names match whole: no prefix matches */
+    assert_int_equal(axis_of("6,4,16", "layers_0 - -", &s), 1);
+    assert_int_equal(axis_of("6,4,16", "stages - -", &s), 1);
+    /* rank 1 is stacked on axis 0 (NNX non-parameter state) */
+    assert_int_equal(axis_of("4", NULL, &s), 0);
+    assert_int_equal(axis_of("4", "-", &s), 0);
+    assert_int_equal(axis_of("4", NULL, &psa2), 0);
+    /* fallback param_scan_axis when the rank allows it */
+    assert_int_equal(axis_of("6,4,16", NULL, &s), 1);
+    assert_int_equal(axis_of("6,4,16", "fsdp - tensor", &s), 1);
+    assert_int_equal(axis_of("4,6,16", NULL, &psa0), 0);
+    assert_int_equal(axis_of("6,4", NULL, &psa2), -1);
+    assert_int_equal(axis_of("6,16,4", NULL, &psa2), 2);
+    assert_int_equal(axis_of("6,16,4", NULL, &psa_neg), 2);
+    assert_int_equal(axis_of("", NULL, &s), -1);
+    /* a spec not present is not consulted */
+    {
+        tset ts;
+        ts.n = 0;
+        add(&ts, "x", UR_DT_FLOAT32, "6,16,4", "- - layers");
+        ts.t[0].leaf.has_spec = 0;
+        assert_int_equal(ur_plan_scan_axis(&ts.t[0].leaf, &s), 1);
+    }
+}
+
+/* ---- layouts ---------------------------------------------------------------------------- */
+
+static void linen_full_state(tset *ts)
+{
+    ts->n = 0;
+    add(ts, "params/params/token_embedder/embedding", UR_DT_FLOAT32, "32,6", "tensor fsdp");
+    add(ts, "params/params/decoder/decoder_norm/scale", UR_DT_FLOAT32, "6", "tensor");
+    add(ts, "params/params/decoder/layers/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,4,16",
+        "fsdp - tensor");
+    add(ts, "params/params/decoder/layers/pre_self_attention_layer_norm/scale", UR_DT_FLOAT32,
+        "6,4", NULL);
+    add(ts, "params/params/decoder/layers/self_attention/query/kernel", UR_DT_BFLOAT16,
+        "6,4,2,3", "fsdp stage tensor -");
+    add(ts, "opt_state/0/mu/params/decoder/layers/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,4,16",
+        NULL);
+    add(ts, "opt_state/0/count", UR_DT_INT32, "", NULL);
+    add(ts, "opt_state/1", UR_DT_INVALID, "", NULL);
+    add(ts, "step", UR_DT_INT32, "", NULL);
+}
+
+static void test_plan__linen_full_state_to_linen_decode(void **state)
+{
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    (void)state;
+    s.pure_nnx = 0;
+    linen_full_state(&ts);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_FULL_STATE);
+    assert_int_equal(plan->layout, UR_PLAN_LAYOUT_LINEN);
+    assert_true(plan->unrolled);
+    assert_false(plan->nnx_output);
+    expect_copy(plan, 0, "params/params/token_embedder/embedding");
+    assert_int_equal(plan->actions[0].out_dtype, UR_DT_BFLOAT16);
+    expect_copy(plan, 1, "params/params/decoder/decoder_norm/scale");
+    expect_unstack(plan, 2, 1, 4, "params/params/decoder/layers_0/mlp/wi_0/kernel",
+                   "params/params/decoder/layers_3/mlp/wi_0/kernel");
+    assert_int_equal(plan->actions[2].out_dtype, UR_DT_BFLOAT16);
+    assert_int_equal(plan->actions[2].group, 0);
+    expect_unstack(plan, 3, 1, 4,
+                   "params/params/decoder/layers_0/pre_self_attention_layer_norm/scale",
+                   "params/params/decoder/layers_3/pre_self_attention_layer_norm/scale");
+    expect_unstack(plan, 4, 1, 4, "params/params/decoder/layers_0/self_attention/query/kernel",
+                   "params/params/decoder/layers_3/self_attention/query/kernel");
+    expect_drop(plan, 5, "opt_state");
+    expect_drop(plan, 6, "opt_state");
+    expect_drop(plan, 7, "opt_state");
+    expect_drop(plan, 8, "step");
+    /* the Linen decode state: step = 0 and an empty opt_state */
+    assert_int_equal(plan->n_extras, 2);
+    assert_int_equal(plan->extras[0].kind, UR_PLAN_EXTRA_ZERO_SCALAR);
+    assert_string_equal(fmt(&plan->extras[0].path), "step");
+    assert_int_equal(plan->extras[1].kind, UR_PLAN_EXTRA_EMPTY_DICT);
+    assert_string_equal(fmt(&plan->extras[1].path), "opt_state");
+    /* summary */
+    assert_int_equal(plan->summary.leaves_in, 9);
+    assert_int_equal(plan->summary.leaves_kept, 5);
+    assert_int_equal(plan->summary.leaves_dropped, 4);
+    assert_int_equal(plan->summary.leaves_copied, 2);
+    assert_int_equal(plan->summary.leaves_unstacked, 3);
+    assert_int_equal(plan->summary.leaves_out, 2 + 3 * 4);
+    assert_true(plan->summary.bytes_in ==
+                (32 * 6 + 6 + 6 * 4 * 16 + 6 * 4 + 6 * 4 * 16) * 4 + 6 * 4 * 2 * 3 * 2 + 4 + 4);
+    assert_true(plan->summary.bytes_read == (32 * 6 + 6 + 6 * 4 * 16 + 6 * 4) * 4 + 144 * 2);
+    assert_true(plan->summary.bytes_out == (32 * 6 + 6 + 6 * 4 * 16 + 6 * 4 + 144) * 2);
+    assert_int_equal(plan->n_groups, 1);
+    assert_string_equal(plan->groups[0].name, "layers");
+    assert_int_equal(plan->groups[0].n_layers, 4);
+    assert_int_equal(plan->groups[0].n_leaves, 3);
+    assert_int_equal(plan->groups[0].n_axis[1], 3);
+    ur_plan_free(plan);
+}
+
+static void test_plan__linen_full_state_to_nnx_decode(void **state)
+{
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    (void)state;
+    linen_full_state(&ts);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_FULL_STATE);
+    assert_true(plan->nnx_output);
+    expect_copy(plan, 0, "token_embedder/embedding/value");
+    expect_unstack(plan, 2, 1, 4, "decoder/layers_0/mlp/wi_0/kernel/value",
+                   "decoder/layers_3/mlp/wi_0/kernel/value");
+    assert_int_equal(plan->n_extras, 0);
+    ur_plan_free(plan);
+}
+
+static void test_plan__nnx_current_with_rank1_rng_counts(void **state)
+{
+    /* the seed case: NNX training state = Linen layout + nnx_aux with [L] RNG counts */
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    (void)state;
+    linen_full_state(&ts);
+    add(&ts, "nnx_aux/model/decoder/layers/dropout/rngs/params/count", UR_DT_UINT32, "4",
+        NULL);
+    add(&ts, "nnx_aux/model/decoder/layers/self_attention/rngs/dropout/key", UR_DT_INVALID, "4",
+        NULL);
+    add(&ts, "nnx_aux/model/decoder/rngs/params/count", UR_DT_UINT32, "", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_FULL_STATE);
+    expect_drop(plan, 9, "nnx_aux");
+    expect_drop(plan, 10, "nnx_aux");
+    expect_drop(plan, 11, "nnx_aux");
+    assert_int_equal(plan->summary.leaves_unstacked, 3);
+    ur_plan_free(plan);
+}
+
+static void nnx_legacy(tset *ts)
+{
+    ts->n = 0;
+    add(ts, "model/token_embedder/embedding/value", UR_DT_FLOAT32, "32,6", NULL);
+    add(ts, "model/decoder/layers/mlp/wi_0/kernel/value", UR_DT_FLOAT32, "6,4,16", NULL);
+    add(ts, "model/decoder/layers/self_attention/rngs/params/count/value", UR_DT_UINT32, "4",
+        NULL);
+    add(ts, "model/decoder/layers/moe_bias/value", UR_DT_FLOAT32, "4", NULL);
+    add(ts, "model/decoder/rngs/params/key/value", UR_DT_UINT32, "2", NULL);
+    add(ts, "optimizer/opt_state/0/mu/decoder/layers/mlp/wi_0/kernel/value", UR_DT_FLOAT32,
+        "6,4,16", NULL);
+    add(ts, "optimizer/step/value", UR_DT_UINT32, "", NULL);
+}
+
+static void test_plan__older_nnx_layout(void **state)
+{
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    (void)state;
+    nnx_legacy(&ts);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_FULL_STATE);
+    assert_int_equal(plan->layout, UR_PLAN_LAYOUT_NNX_LEGACY);
+    expect_copy(plan, 0, "token_embedder/embedding/value");
+    expect_unstack(plan, 1, 1, 4, "decoder/layers_0/mlp/wi_0/kernel/value",
+                   "decoder/layers_3/mlp/wi_0/kernel/value");
+    expect_drop(plan, 2, "rng");
+    /* a rank-1 [L] non-RNG variable is stacked on axis 0 */
+    expect_unstack(plan, 3, 0, 4, "decoder/layers_0/moe_bias/value",
+                   "decoder/layers_3/moe_bias/value");
+    expect_drop(plan, 4, "rng");
+    expect_drop(plan, 5, "optimizer");
+    expect_drop(plan, 6, "optimizer");
+    ur_plan_free(plan);
+
+    s.pure_nnx = 0;
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_FULL_STATE);
+    expect_copy(plan, 0, "params/params/token_embedder/embedding");
+    expect_unstack(plan, 1, 1, 4, "params/params/decoder/layers_0/mlp/wi_0/kernel",
+                   "params/params/decoder/layers_3/mlp/wi_0/kernel");
+    assert_int_equal(plan->n_extras, 2);
+    ur_plan_free(plan);
+}
+
+static void test_plan__param_only_inputs(void **state)
+{
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    ur_err err;
+    (void)state;
+    /* NNX decode layout, under an RL "base" key */
+    ts.n = 0;
+    add(&ts, "base/token_embedder/embedding/value", UR_DT_BFLOAT16, "32,6", NULL);
+    add(&ts, "base/decoder/layers/mlp/wi_0/kernel/value", UR_DT_BFLOAT16, "6,4,16", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    assert_int_equal(plan->layout, UR_PLAN_LAYOUT_NNX_PARAMS);
+    expect_copy(plan, 0, "token_embedder/embedding/value");
+    expect_unstack(plan, 1, 1, 4, "decoder/layers_0/mlp/wi_0/kernel/value",
+                   "decoder/layers_3/mlp/wi_0/kernel/value");
+    ur_plan_free(plan);
+    /* ... is not a full state */
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "missing opt_state"));
+
+    /* a Linen decode checkpoint: step, params, empty opt_state */
+    ts.n = 0;
+    add(&ts, "step", UR_DT_INT64, "", NULL);
+    add(&ts, "params/params/decoder/layers/mlp/wi_0/kernel", UR_DT_BFLOAT16, "6,4,16", NULL);
+    add(&ts, "opt_state", UR_DT_INVALID, "", NULL);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "missing opt_state in training checkpoint"));
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_drop(plan, 0, "step");
+    expect_unstack(plan, 1, 1, 4, "decoder/layers_0/mlp/wi_0/kernel/value",
+                   "decoder/layers_3/mlp/wi_0/kernel/value");
+    expect_drop(plan, 2, "opt_state");
+    ur_plan_free(plan);
+}
+
+static void test_plan__length_mismatch_is_an_error(void **state)
+{
+    tset ts;
+    ur_settings s = base_settings();
+    ur_err err;
+    (void)state;
+    linen_full_state(&ts);
+    ts.t[2].leaf.shape[1] = 3;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "params/params/decoder/layers/mlp/wi_0/kernel"));
+    assert_non_null(strstr(err.msg, "[6, 3, 16]"));
+    assert_non_null(strstr(err.msg, "axis 1"));
+    assert_non_null(strstr(err.msg, "expected 4"));
+    /* with param_scan_axis=0 the [E, L] norm scale is read on axis 0 and does not fit */
+    linen_full_state(&ts);
+    s.param_scan_axis = 0;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "axis 0"));
+}
+
+static void test_plan__missing_group_and_no_unroll(void **state)
+{
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    ur_err err;
+    (void)state;
+    ts.n = 0;
+    add(&ts, "params/params/decoder/layers_0/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,16", NULL);
+    add(&ts, "opt_state/0/count", UR_DT_INT32, "", NULL);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "missing decoder/layers"));
+    /* without force_unroll everything is copied, scanned or not */
+    s.force_unroll = 0;
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_FULL_STATE);
+    assert_false(plan->unrolled);
+    expect_copy(plan, 0, "decoder/layers_0/mlp/wi_0/kernel/value");
+    ur_plan_free(plan);
+    linen_full_state(&ts);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_FULL_STATE);
+    expect_copy(plan, 2, "decoder/layers/mlp/wi_0/kernel/value");
+    ur_plan_free(plan);
+}
+
+static void test_plan__replicate_and_dtypes(void **state)
+{
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    (void)state;
+    ts.n = 0;
+    add(&ts, "params/params/decoder/layers/mlp/wi_0/kernel", UR_DT_FLOAT64, "6,4,16", NULL);
+    add(&ts, "params/params/decoder/layers/some_scalar", UR_DT_FLOAT32, "", NULL);
+    add(&ts, "params/params/decoder/positions", UR_DT_INT32, "8", NULL);
+    add(&ts, "params/params/decoder/layers/gate/kernel", UR_DT_FLOAT16, "6,16,4",
+        "fsdp - layers");
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    assert_int_equal(plan->actions[0].out_dtype, UR_DT_BFLOAT16);
+    assert_int_equal(plan->actions[1].kind, UR_PLAN_REPLICATE);
+    assert_int_equal(plan->actions[1].n_out, 4);
+    assert_string_equal(fmt(&plan->actions[1].out[2]), "decoder/layers_2/some_scalar/value");
+    expect_copy(plan, 2, "decoder/positions/value");
+    assert_int_equal(plan->actions[2].out_dtype, UR_DT_INT32);
+    expect_unstack(plan, 3, 2, 4, "decoder/layers_0/gate/kernel/value",
+                   "decoder/layers_3/gate/kernel/value");
+    assert_int_equal(plan->summary.leaves_replicated, 1);
+    assert_true(plan->summary.bytes_out == (6 * 4 * 16 + 4 + 6 * 16 * 4) * 2 + 8 * 4);
+    ur_plan_free(plan);
+}
+
+static void test_plan__deepseek_groups(void **state)
+{
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    ur_err err;
+    (void)state;
+    s.decoder_block = "deepseek";
+    s.num_decoder_layers = 5;
+    s.first_num_dense_layers = 2;
+    s.pure_nnx = 0;
+    ts.n = 0;
+    add(&ts, "params/params/decoder/dense_layers/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,2,16",
+        NULL);
+    add(&ts, "params/params/decoder/moe_layers/DeepSeekMoeBlock_0/MoeBlock_0/wi_0",
+        UR_DT_FLOAT32, "8,3,6,16", NULL);
+    add(&ts, "params/params/decoder/moe_layers/DeepSeekMoeBlock_0/MoeBlock_0/gate/bias",
+        UR_DT_FLOAT32, "8,3", NULL);
+    add(&ts, "params/params/decoder/decoder_norm/scale", UR_DT_FLOAT32, "6", NULL);
+    add(&ts, "opt_state/0/count", UR_DT_INT32, "", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_FULL_STATE);
+    assert_int_equal(plan->n_groups, 2);
+    expect_unstack(plan, 0, 1, 2, "params/params/decoder/dense_layers_0/mlp/wi_0/kernel",
+                   "params/params/decoder/dense_layers_1/mlp/wi_0/kernel");
+    /* the MoE index restarts at 0 */
+    expect_unstack(plan, 1, 1, 3,
+                   "params/params/decoder/moe_layers_0/DeepSeekMoeBlock_0/MoeBlock_0/wi_0",
+                   "params/params/decoder/moe_layers_2/DeepSeekMoeBlock_0/MoeBlock_0/wi_0");
+    expect_unstack(plan, 2, 1, 3,
+                   "params/params/decoder/moe_layers_0/DeepSeekMoeBlock_0/MoeBlock_0/gate/bias",
+                   "params/params/decoder/moe_layers_2/DeepSeekMoeBlock_0/MoeBlock_0/gate/bias");
+    assert_int_equal(plan->actions[1].group, 1);
+    assert_int_equal(plan->groups[1].n_leaves, 2);
+    expect_copy(plan, 3, "params/params/decoder/decoder_norm/scale");
+    ur_plan_free(plan);
+    /* a wrong MoE count names the group */
+    ts.t[1].leaf.shape[1] = 5;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "moe_layers"));
+    assert_non_null(strstr(err.msg, "expected 3"));
+    /* no moe_layers at all */
+    ts.n = 1;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "missing decoder/moe_layers"));
+}
+
+static void lora_adapter(tset *ts, const char *root)
+{
+    char p[256];
+    ts->n = 0;
+    snprintf(p, sizeof p, "%s/decoder/layers/self_attention/query/lora_a.kernel", root);
+    add(ts, p, UR_DT_FLOAT32, "6,4,2", NULL);
+    snprintf(p, sizeof p, "%s/decoder/layers/self_attention/query/lora_b.kernel", root);
+    add(ts, p, UR_DT_FLOAT32, "2,4,3,5", NULL);
+    snprintf(p, sizeof p, "%s/decoder/layers/self_attention/out/lora_b.kernel", root);
+    add(ts, p, UR_DT_FLOAT32, "2,4,6", "- stage fsdp");
+    snprintf(p, sizeof p, "%s/decoder/layers/mlp/wi_0/kernel", root);
+    add(ts, p, UR_DT_INVALID, "", NULL); /* None: not a LoRA target */
+    add(ts, "step", UR_DT_INT64, "", NULL);
+}
+
+static void test_plan__lora_adapters(void **state)
+{
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    (void)state;
+    s.pure_nnx = 0;
+    lora_adapter(&ts, "params/params");
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_LORA);
+    assert_int_equal(plan->layout, UR_PLAN_LAYOUT_LORA_LINEN);
+    expect_unstack(plan, 0, 1, 4,
+                   "params/params/decoder/layers_0/self_attention/query/lora_a.kernel",
+                   "params/params/decoder/layers_3/self_attention/query/lora_a.kernel");
+    expect_unstack(plan, 1, 1, 4,
+                   "params/params/decoder/layers_0/self_attention/query/lora_b.kernel",
+                   "params/params/decoder/layers_3/self_attention/query/lora_b.kernel");
+    expect_unstack(plan, 2, 1, 4,
+                   "params/params/decoder/layers_0/self_attention/out/lora_b.kernel",
+                   "params/params/decoder/layers_3/self_attention/out/lora_b.kernel");
+    expect_drop(plan, 3, "not an array");
+    expect_drop(plan, 4, "step");
+    assert_int_equal(plan->n_extras, 2);
+    ur_plan_free(plan);
+    /* NNX: single-nested adapter tree, saved under a TrainState */
+    s.pure_nnx = 1;
+    lora_adapter(&ts, "params");
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_LORA);
+    assert_int_equal(plan->layout, UR_PLAN_LAYOUT_LORA_NNX);
+    expect_unstack(plan, 0, 1, 4, "params/decoder/layers_0/self_attention/query/lora_a.kernel",
+                   "params/decoder/layers_3/self_attention/query/lora_a.kernel");
+    assert_int_equal(plan->n_extras, 2);
+    ur_plan_free(plan);
+    /* an adapter without the layer group is skipped, not refused */
+    ts.n = 0;
+    add(&ts, "params/params/decoder/other/lora_a.kernel", UR_DT_FLOAT32, "6,2", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_LORA);
+    expect_copy(plan, 0, "params/decoder/other/lora_a.kernel");
+    ur_plan_free(plan);
+}
+
+static void test_plan__unrecognised_layout(void **state)
+{
+    tset ts;
+    ur_settings s = base_settings();
+    ur_err err;
+    (void)state;
+    ts.n = 0;
+    add(&ts, "weights/w", UR_DT_FLOAT32, "4", NULL);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "unrecognised checkpoint layout"));
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_LORA, &err), UR_EINVAL);
+    s.num_decoder_layers = 1;
+    s.decoder_block = "deepseek";
+    s.first_num_dense_layers = 2;
+    linen_full_state(&ts);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "-1 layers"));
+}
+
+static void test_plan__oom_loop(void **state)
+{
+    tset ts;
+    ur_settings s = base_settings();
+    int ok = 0;
+    (void)state;
+    s.pure_nnx = 0;
+    linen_full_state(&ts);
+    for (size_t i = 0; i < ts.n; i++) {
+        ts.leaves[i] = ts.t[i].leaf;
+    }
+    for (long n = 0; n < 10000 && !ok; n++) {
+        ur_plan *plan = NULL;
+        ur_err err;
+        int rc;
+        ur_alloc_fail_after(n);
+        rc = ur_plan_build(&plan, ts.leaves, ts.n, &s, UR_PLAN_INPUT_FULL_STATE, &err);
+        ur_alloc_fail_after(-1);
+        if (rc == UR_OK) {
+            assert_int_equal(plan->summary.leaves_out, 14);
+            ok = 1;
+        } else {
+            assert_int_equal(rc, UR_ENOMEM);
+            assert_null(plan);
+        }
+        ur_plan_free(plan);
+    }
+    assert_true(ok);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan__scan_axis_resolver),
+        cmocka_unit_test(test_plan__linen_full_state_to_linen_decode),
+        cmocka_unit_test(test_plan__linen_full_state_to_nnx_decode),
+        cmocka_unit_test(test_plan__nnx_current_with_rank1_rng_counts),
+        cmocka_unit_test(test_plan__older_nnx_layout),
+        cmocka_unit_test(test_plan__param_only_inputs),
+        cmocka_unit_test(test_plan__length_mismatch_is_an_error),
+        cmocka_unit_test(test_plan__missing_group_and_no_unroll),
+        cmocka_unit_test(test_plan__replicate_and_dtypes),
+        cmocka_unit_test(test_plan__deepseek_groups),
+        cmocka_unit_test(test_plan__lora_adapters),
+        cmocka_unit_test(test_plan__unrecognised_layout),
+        cmocka_unit_test(test_plan__oom_loop),
+    };
+    return cmocka_run_group_tests_name("plan", tests, NULL, NULL);
+}
