@@ -48,6 +48,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 GiB = 1024**3
 # MaxText: checkpointing.save_checkpoint with config=None / default config.
 MAXTEXT_CHUNK_BYTES = 2 * GiB
+SAVE_CONCURRENT_GB = int(os.environ.get("BENCH_SAVE_CONCURRENT_GB", "1"))
 STEP = 1000  # step directory; the `step` leaf holds the same number
 
 MESH_AXES = ("data", "stage", "fsdp", "fsdp_transpose", "tensor", "expert")
@@ -220,8 +221,11 @@ def generate(params_gib: float, out: pathlib.Path, seed: int, distinct: bool) ->
 
     root = out / "checkpoints"
     save_args = jax.tree.map(lambda _: ocp.SaveArgs(chunk_byte_size=MAXTEXT_CHUNK_BYTES), state)
+    # MaxText passes 96 GB; a small in-flight limit keeps the generator's memory near 1x params
+    # on a small machine (it changes the order of writes, not the format)
     handler = ocp.PyTreeCheckpointHandler(use_ocdbt=True, use_zarr3=True,
-                                          save_concurrent_gb=96, restore_concurrent_gb=96)
+                                          save_concurrent_gb=SAVE_CONCURRENT_GB,
+                                          restore_concurrent_gb=96)
     options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=False)
     t0 = time.monotonic()
     with ocp.CheckpointManager(root, item_names=("items",), item_handlers={"items": handler},

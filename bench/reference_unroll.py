@@ -173,8 +173,9 @@ def compare(a: pathlib.Path, b: pathlib.Path) -> tuple:
         if x.dtype != y.dtype or x.shape != y.shape:
             diffs.append(f"{k}: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}")
         elif x.tobytes() != y.tobytes():
-            n = int(np.sum(x.view(np.uint8).reshape(x.size, -1) != y.view(np.uint8).reshape(
-                y.size, -1)).any(axis=1).sum()) if x.size else 0
+            xb = np.ascontiguousarray(x).reshape(-1).view(np.uint8).reshape(x.size, -1)
+            yb = np.ascontiguousarray(y).reshape(-1).view(np.uint8).reshape(y.size, -1)
+            n = int((xb != yb).any(axis=1).sum())
             diffs.append(f"{k}: {n} of {x.size} elements differ")
     # the tree structures themselves (empty opt_state etc.) from _METADATA
     ma = json.loads((a / "_METADATA").read_text())["tree_metadata"]

@@ -102,6 +102,9 @@ typedef struct {
     const char *const *path; /* key components, e.g. {"params","params","decoder",...} */
     size_t path_len;
     ur_dtype dtype; /* UR_DT_INVALID: not an array (empty {} / None entry, opaque value) */
+    /* For a non-array leaf: the empty entry it is (carried into the output as the same
+     * entry, e.g. the None leaves of a LoRA adapter), or UR_PLAN_NOT_PLACEHOLDER. */
+    int placeholder;
     size_t rank;
     uint64_t shape[UR_MAX_RANK];
     int has_spec; /* a partition spec was stored for this leaf */
@@ -109,6 +112,14 @@ typedef struct {
      * ("fsdp,expert"). Entries past the stored spec's length are NULL. */
     const char *spec[UR_MAX_RANK];
 } ur_plan_leaf;
+
+/* ur_plan_leaf.placeholder */
+enum {
+    UR_PLAN_NOT_PLACEHOLDER = 0,
+    UR_PLAN_PLACEHOLDER_NONE,
+    UR_PLAN_PLACEHOLDER_EMPTY_DICT,
+    UR_PLAN_PLACEHOLDER_EMPTY_LIST
+};
 
 typedef enum {
     UR_PLAN_DROP,     /* not in the output */
@@ -125,7 +136,8 @@ typedef struct {
 typedef struct {
     ur_plan_kind kind;
     const char *why;    /* DROP: static reason ("opt_state", "step", "nnx_aux", "rng", ...) */
-    ur_dtype out_dtype; /* bfloat16 for float inputs, else the input dtype */
+    ur_dtype out_dtype; /* bfloat16 for float inputs, else the input dtype; UR_DT_INVALID
+                         * for a placeholder leaf (written as the same empty entry) */
     size_t axis;        /* UNSTACK: the layer axis */
     int group;          /* UNSTACK/REPLICATE: index into ur_plan.groups, else -1 */
     size_t n_out;

@@ -202,6 +202,20 @@ static void leaf_list_dispose(leaf_list *l)
     ur_free(l->leaves);
 }
 
+static int placeholder_of(ur_orbax_value_type vt)
+{
+    switch (vt) {
+    case UR_ORBAX_VALUE_NONE:
+        return UR_PLAN_PLACEHOLDER_NONE;
+    case UR_ORBAX_VALUE_EMPTY_DICT:
+        return UR_PLAN_PLACEHOLDER_EMPTY_DICT;
+    case UR_ORBAX_VALUE_EMPTY_LIST:
+        return UR_PLAN_PLACEHOLDER_EMPTY_LIST;
+    default:
+        return UR_PLAN_NOT_PLACEHOLDER;
+    }
+}
+
 /* The plan's view of the checkpoint's leaves, index for index. */
 static int leaves_of(leaf_list *l, const ur_orbax_ckpt *ck, ur_err *err)
 {
@@ -224,6 +238,7 @@ static int leaves_of(leaf_list *l, const ur_orbax_ckpt *ck, ur_err *err)
         p->path_len = o->depth;
         used += o->depth;
         p->dtype = o->has_array ? o->dtype : UR_DT_INVALID;
+        p->placeholder = placeholder_of(o->value_type);
         p->rank = o->has_array ? (size_t)o->rank : 0;
         memcpy(p->shape, o->shape, sizeof p->shape);
         p->has_spec = o->sharding.kind == UR_ORBAX_SHARDING_NAMED;

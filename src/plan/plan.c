@@ -311,7 +311,7 @@ static const char *model_path(const ur_plan_leaf *l, ur_plan_layout layout, size
     if (e <= s) {
         return "empty path";
     }
-    if (l->dtype == UR_DT_INVALID) {
+    if (l->dtype == UR_DT_INVALID && l->placeholder == UR_PLAN_NOT_PLACEHOLDER) {
         return "not an array";
     }
     *start = s;

@@ -331,6 +331,24 @@ static int add_extras(const ur_plan *plan, ur_orbax_writer *w, ur_err *err)
     return UR_OK;
 }
 
+/* An empty entry (None, {}, []) kept in the output: the same entry at every output path. */
+static int add_placeholders(const ur_plan_action *a, const ur_orbax_leaf *leaf,
+                            ur_orbax_writer *w, ur_err *err)
+{
+    for (size_t i = 0; i < a->n_out; i++) {
+        ur_orbax_key keys[64];
+        int rc;
+        if (path_keys(&a->out[i], keys) < 0) {
+            return ur_err_set(err, UR_EINVAL, "output key path too deep");
+        }
+        rc = ur_orbax_writer_add_empty(w, keys, a->out[i].len, leaf->value_type, err);
+        if (rc < 0) {
+            return ur_err_wrap(err, "tensor '%s'", leaf->name);
+        }
+    }
+    return UR_OK;
+}
+
 /* Open the input array, check it is what the plan was built from, and create the outputs. */
 static int setup_task(task *t, ur_orbax_ckpt *in, ur_orbax_writer *w, ur_err *err)
 {
@@ -443,6 +461,13 @@ int ur_plan_exec_run(const ur_plan *plan, ur_orbax_ckpt *in, ur_orbax_writer *w,
         const ur_orbax_leaf *leaf = ur_orbax_ckpt_leaf(in, i);
         task *t;
         if (a->kind == UR_PLAN_DROP) {
+            continue;
+        }
+        if (a->out_dtype == UR_DT_INVALID) {
+            rc = add_placeholders(a, leaf, w, err);
+            if (rc < 0) {
+                goto out;
+            }
             continue;
         }
         if (!leaf->has_array) {

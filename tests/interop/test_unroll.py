@@ -1,0 +1,139 @@
+"""`unroll` end to end against the oracle: real Orbax checkpoints of every MaxText layout in
+every storage layout are unrolled by the C tool, restored with stock Orbax, and compared bit
+for bit with the Python reference unroll (jnp.take per layer + astype(bfloat16))."""
+import pathlib
+import subprocess
+
+import pytest
+
+import maxtext_fixtures
+import reference
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "tests" / "data" / "example" / "unroll.yml"
+LAYOUTS = tuple(maxtext_fixtures.LAYOUTS)
+STORAGE = {name: flags for name, flags in maxtext_fixtures.LAYOUTS.items()}
+
+
+def run_unroll(unroll_bin, info, out_dir, *, pure_nnx=None, layout=None, extra=()):
+    """Run unroll on a fixture with the config keys the fixture says a MaxText run needs."""
+    cfg = info.config
+    use_ocdbt, use_zarr3 = STORAGE[layout or info.layout]
+    args = [str(unroll_bin), str(CONFIG), "-q",
+            f"{info.input_key}={cfg[info.input_key]}",
+            f"base_output_directory={out_dir}", "run_name=run",
+            f"base_num_decoder_layers={cfg['num_decoder_layers']}",
+            f"first_num_dense_layers={cfg.get('first_num_dense_layers', 0)}",
+            f"param_scan_axis={cfg['param_scan_axis']}",
+            "scan_layers=true", "force_unroll=true",
+            f"pure_nnx={str(cfg['pure_nnx'] if pure_nnx is None else pure_nnx).lower()}",
+            f"decoder_block={cfg['decoder_block']}",
+            f"checkpoint_storage_use_ocdbt={str(use_ocdbt).lower()}",
+            f"checkpoint_storage_use_zarr3={str(use_zarr3).lower()}", *extra]
+    return subprocess.run(args, capture_output=True, text=True, timeout=300)
+
+
+def checkpoint_dir(out_dir):
+    return pathlib.Path(out_dir) / "run" / "checkpoints"
+
+
+@pytest.mark.parametrize("dtype", maxtext_fixtures.DTYPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("kind", ["linen", "nnx", "nnx_legacy", "params", "deepseek"])
+def test_unroll_matches_reference(unroll_bin, make_fixture, tmp_path, kind, layout, dtype):
+    info = make_fixture(kind, layout, dtype)
+    res = run_unroll(unroll_bin, info, tmp_path)
+    assert res.returncode == 0, res.stderr
+    expected = reference.reference_for(info)
+    reference.check_unrolled(checkpoint_dir(tmp_path) / "0" / "items", expected)
+
+
+@pytest.mark.parametrize("pure_nnx", [True, False])
+@pytest.mark.parametrize("kind", ["linen", "nnx"])
+def test_unroll_both_output_layouts(unroll_bin, make_fixture, tmp_path, kind, pure_nnx):
+    """The NNX decode layout ({value} leaves) and the Linen one (step, params/params, opt_state)."""
+    info = make_fixture(kind, "ocdbt-zarr3", "float32")
+    res = run_unroll(unroll_bin, info, tmp_path, pure_nnx=pure_nnx)
+    assert res.returncode == 0, res.stderr
+    expected = reference.reference_for(info, pure_nnx=pure_nnx)
+    reference.check_unrolled(checkpoint_dir(tmp_path) / "0" / "items", expected)
+
+
+@pytest.mark.parametrize("out_layout", LAYOUTS)
+def test_unroll_writes_every_storage_layout(unroll_bin, make_fixture, tmp_path, out_layout):
+    info = make_fixture("linen", "ocdbt-zarr3", "bfloat16")
+    res = run_unroll(unroll_bin, info, tmp_path, layout=out_layout)
+    assert res.returncode == 0, res.stderr
+    items = checkpoint_dir(tmp_path) / "0" / "items"
+    assert (items / "manifest.ocdbt").exists() == STORAGE[out_layout][0]
+    reference.check_unrolled(items, reference.reference_for(info))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_unroll_lora_adapters(unroll_bin, make_fixture, tmp_path, layout):
+    """With lora_input_adapters_path the base goes to checkpoints/base/0/items and each
+    adapter, unrolled by the same resolver, to checkpoints/loras/<id>/0/items."""
+    base = make_fixture("linen", layout, "float32")
+    lora = make_fixture("lora", layout, "float32")
+    res = run_unroll(unroll_bin, base, tmp_path, pure_nnx=False,
+                     extra=[f"lora_input_adapters_path={lora.root}"])
+    assert res.returncode == 0, res.stderr
+    ckpt = checkpoint_dir(tmp_path)
+    reference.check_unrolled(ckpt / "base" / "0" / "items",
+                             reference.reference_for(base, pure_nnx=False), via_manager=True)
+    reference.check_unrolled_lora(ckpt, reference.reference_for(lora, pure_nnx=False))
+    assert not (ckpt / "0").exists()
+
+
+def test_unroll_replaces_earlier_output_only_when_complete(unroll_bin, make_fixture, tmp_path):
+    info = make_fixture("linen", "ocdbt-zarr3", "float32")
+    ckpt = checkpoint_dir(tmp_path)
+    ckpt.mkdir(parents=True)
+    (ckpt / "old-marker").write_text("earlier output")
+    # A failing run (wrong layer count) leaves the earlier output as it was.
+    bad = run_unroll(unroll_bin, info, tmp_path, extra=["base_num_decoder_layers=5"])
+    assert bad.returncode == 2, bad.stderr
+    assert (ckpt / "old-marker").read_text() == "earlier output"
+    assert not list(tmp_path.joinpath("run").glob("*.unroll-tmp"))
+    # A good run replaces it.
+    res = run_unroll(unroll_bin, info, tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert not (ckpt / "old-marker").exists()
+    reference.check_unrolled(ckpt / "0" / "items", reference.reference_for(info))
+
+
+def test_layer_count_mismatch_names_leaf_shape_axis(unroll_bin, make_fixture, tmp_path):
+    info = make_fixture("linen", "ocdbt-zarr3", "float32")
+    res = run_unroll(unroll_bin, info, tmp_path, extra=["base_num_decoder_layers=4"])
+    assert res.returncode == 2
+    line = res.stderr.strip()
+    assert "\n" not in line
+    assert "layers" in line and "axis 1" in line and "4" in line, line
+    assert not checkpoint_dir(tmp_path).exists()
+
+
+def test_dry_run_prints_plan_and_writes_nothing(unroll_bin, make_fixture, tmp_path):
+    info = make_fixture("nnx", "ocdbt-zarr3", "float32")
+    res = run_unroll(unroll_bin, info, tmp_path, extra=["--dry-run"])
+    assert res.returncode == 0, res.stderr
+    assert "split" in res.stdout and "drop" in res.stdout
+    assert "nnx_aux" in res.stdout
+    assert not (tmp_path / "run").exists()
+
+
+def test_input_is_never_modified(unroll_bin, make_fixture, tmp_path):
+    import hashlib
+    info = make_fixture("nnx", "plain-zarr2", "float32")
+
+    def tree_hash(root):
+        h = hashlib.sha256()
+        for p in sorted(pathlib.Path(root).rglob("*")):
+            h.update(str(p.relative_to(root)).encode())
+            if p.is_file():
+                h.update(p.read_bytes())
+        return h.hexdigest()
+
+    before = tree_hash(info.root)
+    assert run_unroll(unroll_bin, info, tmp_path).returncode == 0
+    assert run_unroll(unroll_bin, info, tmp_path, extra=["base_num_decoder_layers=9"]).returncode != 0
+    assert tree_hash(info.root) == before
