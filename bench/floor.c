@@ -7,7 +7,7 @@
  * zstd-compressed inner chunks followed by the shard index (inner_chunks x {offset, nbytes},
  * little-endian uint64, then a CRC-32C).
  *
- * With T threads taking rows from a shared counter, for every row: pread the stored bytes,
+ * With T threads taking rows (largest first) from a shared counter, for every row: pread the stored bytes,
  * for every inner chunk ZSTD_decompress it into a buffer of its decoded size, cast the float32
  * values to bfloat16 (round to nearest even, NaN kept quiet), ZSTD_compress the bf16 bytes at
  * the input's zstd level, and pwrite the frame to OUT at a reserved offset.
@@ -16,7 +16,7 @@
  * and Orbax metadata, the index CRC-32C, the per-layer strided slicing, output B+tree and
  * metadata, fsync.
  *
- * Build: cc -O2 -std=c11 -o floor bench/floor.c -lzstd -lpthread
+ * Build: cc -O3 -std=c11 -o floor bench/floor.c -lzstd -lpthread
  * Usage: floor [-t THREADS] [-l LEVEL] LIST.tsv OUT
  */
 #define _GNU_SOURCE
@@ -115,21 +115,16 @@ static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
     return 0;
 }
 
-static uint16_t f32_to_bf16(uint32_t x)
-{
-    if ((x & 0x7fffffffu) > 0x7f800000u) {
-        return (uint16_t)((x >> 16) | 0x0040u); /* NaN: keep sign and payload top, quiet */
-    }
-    uint32_t lsb = (x >> 16) & 1u;
-    return (uint16_t)((x + 0x7fffu + lsb) >> 16);
-}
-
+/* float32 -> bfloat16, round to nearest even; NaN stays NaN (quiet). Branch-free so that the
+ * loop vectorizes. */
 static void cast_bf16(const unsigned char *in, uint16_t *out, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         uint32_t x;
         memcpy(&x, in + 4 * i, 4);
-        out[i] = f32_to_bf16(x);
+        uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+        uint32_t quiet = (x >> 16) | 0x0040u;
+        out[i] = (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
     }
 }
 
@@ -241,6 +236,14 @@ static int open_cached(struct file **files, size_t *nfiles, const char *path)
     return fd;
 }
 
+/* largest decoded size first, so that the last rows taken are the small ones */
+static int cmp_rows(const void *a, const void *b)
+{
+    const struct row *x = a, *y = b;
+    uint64_t sx = x->inner_bytes * x->inner_chunks, sy = y->inner_bytes * y->inner_chunks;
+    return sx < sy ? 1 : sx > sy ? -1 : 0;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -315,6 +318,7 @@ int main(int argc, char **argv)
         }
     }
     fclose(list);
+    qsort(rows, nrows, sizeof *rows, cmp_rows);
     if (level == -1000) {
         level = 3;
     }

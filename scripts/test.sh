@@ -15,5 +15,5 @@ ctest --test-dir "$UNROLL_BUILD_DIR" --output-on-failure -j"$(nproc)" || status=
 
 export UNROLL_BIN="$UNROLL_BUILD_DIR/src/cli/unroll"
 export UNROLL_FIXTURE_CACHE="$UNROLL_BUILD_DIR/fixtures"
-.venv/bin/python -m pytest -q tests/interop "$@" || status=1
+.venv/bin/python -m pytest -q tests/cli tests/interop "$@" || status=1
 exit $status

@@ -21,6 +21,10 @@ typedef struct ur_ocdbt_write_opts {
     uint64_t max_decoded_node_bytes; /* B+tree node size target; TensorStore's default 8 MiB */
     int compress;                    /* 1: zstd-compress manifest and nodes (as Orbax) */
     int zstd_level;                  /* level for nodes; Orbax configures 0 (libzstd default) */
+    /* 0: the database uuid and data-file names are random, as TensorStore makes them.
+     * Otherwise they are derived from this seed, so the same writes give the same bytes
+     * (names stay unique within the database, which is all a reader needs). */
+    uint64_t seed;
 } ur_ocdbt_write_opts;
 
 /* Fill with Orbax's settings. */

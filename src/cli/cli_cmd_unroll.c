@@ -322,6 +322,8 @@ static int convert(const char *in_path, const char *step_dir, ur_plan_input kind
     ur_orbax_write_opts_init(&wo);
     wo.use_ocdbt = s->use_ocdbt;
     wo.use_zarr3 = s->use_zarr3;
+    /* Reproducible data-file names: the same input gives the same output bytes. */
+    wo.ocdbt.seed = 0x756e726f6c6c0001ull;
     if (s->target_data_file_size > 0) {
         wo.ocdbt.target_data_file_size = (uint64_t)s->target_data_file_size;
     }
@@ -502,6 +504,55 @@ out:
     return rc;
 }
 
+/* The outermost directory on the way to `path` that does not exist yet (path itself when
+ * its parent exists), or NULL when out of memory or when path exists. */
+static char *first_missing_ancestor(const char *path)
+{
+    char *p = ur_strdup(path);
+    char *best = NULL;
+    if (p == NULL) {
+        return NULL;
+    }
+    for (;;) {
+        char *slash;
+        if (ur_fs_exists(p)) {
+            break;
+        }
+        ur_free(best);
+        best = ur_strdup(p);
+        slash = strrchr(p, '/');
+        if (slash == NULL || slash == p) {
+            break;
+        }
+        *slash = '\0';
+    }
+    ur_free(p);
+    return best;
+}
+
+/* After a failure: remove the (now empty) directories this run created above `path`,
+ * up to and including `top`, so a failed run leaves nothing behind. */
+static void remove_created_parents(const char *path, const char *top)
+{
+    char *p;
+    size_t top_len;
+    if (top == NULL) {
+        return;
+    }
+    p = ur_strdup(path);
+    top_len = strlen(top);
+    while (p != NULL && strlen(p) >= top_len && strncmp(p, top, top_len) == 0) {
+        char *slash;
+        (void)rmdir(p); /* fails harmlessly when not empty or already gone */
+        slash = strrchr(p, '/');
+        if (slash == NULL || (size_t)(slash - p) < top_len) {
+            break;
+        }
+        *slash = '\0';
+    }
+    ur_free(p);
+}
+
 static int run(const unroll_args *args, ur_err *err)
 {
     ur_config *cfg = NULL;
@@ -512,6 +563,7 @@ static int run(const unroll_args *args, ur_err *err)
     ur_plan_input kind;
     ur_exec_stats total;
     struct timespec t0;
+    char *created_from = NULL;
     size_t n;
     int rc;
 
@@ -575,12 +627,10 @@ static int run(const unroll_args *args, ur_err *err)
     if (!args->dry_run) {
         /* A staging directory left by a killed run is never a valid output: start afresh. */
         rc = ur_fs_remove_tree(staging, err);
-        if (rc == UR_OK) {
-            rc = ur_fs_mkdirs(staging, err);
-        }
         if (rc < 0) {
             goto out;
         }
+        created_from = first_missing_ancestor(staging);
     }
 
     rc = convert(in_path, base_step, kind, s, args, "base", &total, err);
@@ -600,7 +650,9 @@ static int run(const unroll_args *args, ur_err *err)
 out:
     if (rc < 0 && staging != NULL && !args->dry_run) {
         (void)ur_fs_remove_tree(staging, NULL);
+        remove_created_parents(staging, created_from);
     }
+    ur_free(created_from);
     ur_free(base_step);
     ur_free(staging);
     ur_free(dest);

@@ -137,3 +137,25 @@ def test_input_is_never_modified(unroll_bin, make_fixture, tmp_path):
     assert run_unroll(unroll_bin, info, tmp_path).returncode == 0
     assert run_unroll(unroll_bin, info, tmp_path, extra=["base_num_decoder_layers=9"]).returncode != 0
     assert tree_hash(info.root) == before
+
+
+def _tree_bytes(items):
+    """Every file of an item directory but the ones that record the time or the path."""
+    out = {}
+    for p in sorted(pathlib.Path(items).rglob("*")):
+        if p.is_file() and p.name not in ("commit_success.txt", "_CHECKPOINT_METADATA"):
+            out[str(p.relative_to(items))] = p.read_bytes()
+    return out
+
+
+@pytest.mark.parametrize("layout", ["ocdbt-zarr3", "plain-zarr2"])
+def test_output_bytes_do_not_depend_on_thread_count(unroll_bin, make_fixture, tmp_path, layout):
+    info = make_fixture("deepseek", layout, "float32")
+    trees = []
+    for threads in ("1", "2", "5"):
+        out = tmp_path / f"j{threads}"
+        res = run_unroll(unroll_bin, info, out, extra=["--threads", threads])
+        assert res.returncode == 0, res.stderr
+        trees.append(_tree_bytes(checkpoint_dir(out) / "0" / "items"))
+    assert trees[0] == trees[1] == trees[2]
+    assert len(trees[0]) > 3

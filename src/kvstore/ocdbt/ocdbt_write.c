@@ -57,6 +57,7 @@ typedef struct {
     int fd;
     uint64_t cur_size;
     int committed;
+    uint64_t seed_state; /* 0: random ids; else the splitmix64 state */
 } ocdbt_writer;
 
 void ur_ocdbt_write_opts_init(ur_ocdbt_write_opts *opts)
@@ -66,6 +67,16 @@ void ur_ocdbt_write_opts_init(ur_ocdbt_write_opts *opts)
     opts->max_decoded_node_bytes = 100000000;
     opts->compress = 1;
     opts->zstd_level = 0;
+    opts->seed = 0;
+}
+
+/* splitmix64: a well-mixed sequence from a seed, for reproducible ids. */
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
 }
 
 static int random_bytes(uint8_t *p, size_t n, ur_err *err)
@@ -78,6 +89,22 @@ static int random_bytes(uint8_t *p, size_t n, ur_err *err)
     rc = ur_fs_pread_full(fd, p, n, 0, "/dev/urandom", err);
     close(fd);
     return rc;
+}
+
+/* Random bytes, or the next bytes of the seeded sequence when the caller asked for
+ * reproducible output. */
+static int id_bytes(ocdbt_writer *w, uint8_t *p, size_t n, ur_err *err)
+{
+    if (w->seed_state == 0) {
+        return random_bytes(p, n, err);
+    }
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t v = splitmix64(&w->seed_state);
+        for (size_t k = 0; k < 8 && i + k < n; k++) {
+            p[i + k] = (uint8_t)(v >> (8 * k));
+        }
+    }
+    return UR_OK;
 }
 
 static int close_data_file(ocdbt_writer *w, ur_err *err)
@@ -102,7 +129,7 @@ static int new_data_file(ocdbt_writer *w, ur_err *err)
     int rc = close_data_file(w, err);
 
     if (rc == UR_OK) {
-        rc = random_bytes(rnd, sizeof rnd, err);
+        rc = id_bytes(w, rnd, sizeof rnd, err);
     }
     if (rc < 0) {
         return rc;
@@ -644,7 +671,8 @@ int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts
         goto fail;
     }
     ur_ocdbt_config_init_default(&w->config);
-    rc = random_bytes(w->config.uuid, sizeof w->config.uuid, err);
+    w->seed_state = opts->seed;
+    rc = id_bytes(w, w->config.uuid, sizeof w->config.uuid, err);
     if (rc < 0) {
         goto fail;
     }
