@@ -98,6 +98,11 @@ def ok(t) -> bool:
     return bool(t) and t.get("exit_status") == 0
 
 
+def killed(t) -> bool:
+    """Killed by SIGKILL (exit status 137): on these runs, the kernel's out-of-memory killer."""
+    return bool(t) and t.get("exit_status") in (137, -9)
+
+
 def ratios(tools: dict) -> dict:
     a, b, c = tools.get("unroll"), tools.get("reference"), tools.get("floor")
     r = {}
@@ -105,6 +110,12 @@ def ratios(tools: dict) -> dict:
         r["reference_over_unroll_wall"] = b["wall_s"] / max(a["wall_s"], 1e-9)
         r["reference_over_unroll_cpu"] = b["cpu_s"] / max(a["cpu_s"], 1e-9)
         r["reference_over_unroll_rss"] = b["peak_rss_bytes"] / max(a["peak_rss_bytes"], 1)
+    elif ok(a) and killed(b):
+        # lower bounds: the reference had used this much when it was killed
+        r["reference_killed"] = True
+        r["reference_over_unroll_wall_at_least"] = b["wall_s"] / max(a["wall_s"], 1e-9)
+        r["reference_over_unroll_rss_at_least"] = b["peak_rss_bytes"] / max(
+            a["peak_rss_bytes"], 1)
     if ok(a) and ok(c):
         r["unroll_over_floor_wall"] = a["wall_s"] / max(c["wall_s"], 1e-9)
         r["unroll_over_floor_cpu"] = a["cpu_s"] / max(c["cpu_s"], 1e-9)
@@ -126,9 +137,10 @@ def table(res: dict) -> str:
             t = e["tools"].get(name)
             if t is None:
                 continue
+            status = "killed" if killed(t) else str(t["exit_status"])
             lines.append(f"{e['params_gib']:>7g}G {e['layers']:>6} {label:<15} "
                          f"{t['wall_s']:>9.2f} {t['cpu_s']:>9.2f} "
-                         f"{t['peak_rss_bytes'] / MiB:>13.1f} {t['exit_status']:>6}")
+                         f"{t['peak_rss_bytes'] / MiB:>13.1f} {status:>6}")
     lines.append("")
     for e in res["sizes"]:
         r = e["ratios"]
@@ -139,6 +151,12 @@ def table(res: dict) -> str:
             f"RSS {fmt(r.get('reference_over_unroll_rss'))}x; "
             f"(a)/(c) wall {fmt(r.get('unroll_over_floor_wall'))}x, "
             f"CPU {fmt(r.get('unroll_over_floor_cpu'))}x")
+        if r.get("reference_killed"):
+            lines.append(f"  (b) was killed (SIGKILL, most likely out of memory) after "
+                         f"{e['tools']['reference']['wall_s']:.1f} s at "
+                         f"{e['tools']['reference']['peak_rss_bytes'] / GiB:.1f} GiB RSS: "
+                         f"(b)/(a) wall >= {r['reference_over_unroll_wall_at_least']:.2f}x, "
+                         f"RSS >= {r['reference_over_unroll_rss_at_least']:.2f}x")
         if "verify" in e:
             lines.append(f"  (a) output == (b) output, bit for bit: "
                          f"{'yes' if e['verify']['identical'] else 'NO'}")
@@ -168,8 +186,9 @@ def main() -> None:
     print(table(res))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
+    # a reference killed for lack of memory is a result, not a benchmark failure
     failed = [(e["params_gib"], n) for e in res["sizes"] for n, t in e["tools"].items()
-              if not ok(t)]
+              if not ok(t) and not (n == "reference" and killed(t))]
     bad_verify = [e["params_gib"] for e in res["sizes"]
                   if "verify" in e and not e["verify"]["identical"]]
     if failed or bad_verify:

@@ -69,7 +69,7 @@ fi
 [ -x "$UNROLL_BIN" ] || { echo "run.sh: no unroll binary at $UNROLL_BIN" >&2; exit 1; }
 mkdir -p "$workdir/bin"
 log "building floor"
-cc -O2 -std=c11 -o "$workdir/bin/floor" "$bench/floor.c" -lzstd -lpthread
+cc -O3 -std=c11 -o "$workdir/bin/floor" "$bench/floor.c" -lzstd -lpthread
 FLOOR=$workdir/bin/floor
 
 # Run a command under /usr/bin/time -v; never abort the benchmark on its failure (the status

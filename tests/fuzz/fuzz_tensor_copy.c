@@ -113,7 +113,7 @@ static void fz_unstack(fz_bytes *b, int rank, int axis, const uint64_t *shape, u
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fz_bytes b = {data, size};
-    uint64_t shape[UR_MAX_RANK];
+    uint64_t shape[UR_MAX_RANK] = {0};
     unsigned op = fz_u8(&b) % 3;
     int rank = (int)(fz_u8(&b) % 7);
     unsigned axis_byte = fz_u8(&b);

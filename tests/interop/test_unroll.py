@@ -140,10 +140,13 @@ def test_input_is_never_modified(unroll_bin, make_fixture, tmp_path):
 
 
 def _tree_bytes(items):
-    """Every file of an item directory but the ones that record the time or the path."""
+    """Every file of an item directory but the ones that record the time or the path
+    (commit_success.txt, _CHECKPOINT_METADATA, and manifest.ocdbt, whose version records
+    its commit time; the B+tree it points to lives in the data files, compared here)."""
     out = {}
+    skip = ("commit_success.txt", "_CHECKPOINT_METADATA", "manifest.ocdbt")
     for p in sorted(pathlib.Path(items).rglob("*")):
-        if p.is_file() and p.name not in ("commit_success.txt", "_CHECKPOINT_METADATA"):
+        if p.is_file() and p.name not in skip:
             out[str(p.relative_to(items))] = p.read_bytes()
     return out
 
@@ -159,3 +162,26 @@ def test_output_bytes_do_not_depend_on_thread_count(unroll_bin, make_fixture, tm
         trees.append(_tree_bytes(checkpoint_dir(out) / "0" / "items"))
     assert trees[0] == trees[1] == trees[2]
     assert len(trees[0]) > 3
+
+
+def test_maxtext_base_yml_and_model_file_unchanged(unroll_bin, make_fixture, fixture_cache,
+                                                   tmp_path):
+    """MaxText's own configs (from the maxtext package) drive a real run: base.yml plus a
+    model file via model_name=, with key=value overrides as MaxText's command line takes."""
+    from test_config import _configs_dir
+    configs = _configs_dir(fixture_cache)
+    info = make_fixture("linen", "ocdbt-zarr3", "float32")
+    # llama2-7b sets base_num_decoder_layers=32; the tiny fixture has 3 layers, so the model
+    # file's value must be overridden, which MaxText allows with override_model_config=true.
+    args = [str(unroll_bin), str(configs / "base.yml"), "-q", "model_name=llama2-7b",
+            "override_model_config=true", f"load_full_state_path={info.items}",
+            f"base_output_directory={tmp_path}", "run_name=run", "force_unroll=true",
+            "base_num_decoder_layers=3", "pure_nnx=false"]
+    res = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    reference.check_unrolled(checkpoint_dir(tmp_path) / "0" / "items",
+                             reference.reference_for(info, pure_nnx=False))
+    # Without override_model_config the conflicting key is an error naming it.
+    args.remove("override_model_config=true")
+    res = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "base_num_decoder_layers" in res.stderr
