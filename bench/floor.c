@@ -7,10 +7,10 @@
  * zstd-compressed inner chunks followed by the shard index (inner_chunks x {offset, nbytes},
  * little-endian uint64, then a CRC-32C).
  *
- * With T threads taking rows (largest first) from a shared counter, for every row: pread the stored bytes,
- * for every inner chunk ZSTD_decompress it into a buffer of its decoded size, cast the float32
- * values to bfloat16 (round to nearest even, NaN kept quiet), ZSTD_compress the bf16 bytes at
- * the input's zstd level, and pwrite the frame to OUT at a reserved offset.
+ * With T threads taking rows (largest first) from a shared counter, for every row: pread the
+ * stored bytes, for every inner chunk ZSTD_decompress it into a buffer of its decoded size,
+ * cast the float32 values to bfloat16 (round to nearest even, NaN kept quiet), ZSTD_compress
+ * the bf16 bytes at the input's zstd level, and pwrite the frame to OUT at a reserved offset.
  *
  * Left out, on purpose (that is what makes it a floor): the OCDBT B+tree and manifest, zarr
  * and Orbax metadata, the index CRC-32C, the per-layer strided slicing, output B+tree and

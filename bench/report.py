@@ -128,8 +128,8 @@ def fmt(v, spec=".2f") -> str:
 
 def table(res: dict) -> str:
     lines = []
-    hdr = f"{'size':>9} {'layers':>6} {'tool':<15} {'wall s':>9} {'CPU s':>9} {'peak RSS MiB':>13} " \
-          f"{'status':>6}"
+    hdr = (f"{'size':>9} {'layers':>6} {'tool':<15} {'wall s':>9} {'CPU s':>9} "
+           f"{'peak RSS MiB':>13} {'status':>6}")
     lines.append(hdr)
     lines.append("-" * len(hdr))
     for e in res["sizes"]:

@@ -27,5 +27,6 @@ int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_cmd_ls(int argc, char **argv);
 int cli_cmd_inspect(int argc, char **argv);
 int cli_cmd_unroll(int argc, char **argv);
+int cli_cmd_verify(int argc, char **argv);
 
 #endif

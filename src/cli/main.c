@@ -14,6 +14,7 @@ typedef struct {
 static const subcommand subcommands[] = {
     {"ls", cli_cmd_ls, "list the keys of an OCDBT database or checkpoint directory"},
     {"inspect", cli_cmd_inspect, "show a checkpoint's tree, dtypes, shapes and chunking"},
+    {"verify", cli_cmd_verify, "check an unrolled checkpoint against the scanned one"},
     {NULL, NULL, NULL},
 };
 

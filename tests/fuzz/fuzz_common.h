@@ -8,15 +8,19 @@
 #include "unroll/err.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* Abort (a finding) unless cond holds: used for invariants every decoder must keep. */
-static inline void fz_check(int cond)
+#define fz_check(cond) fz_check_at((cond), #cond, __FILE__, __LINE__)
+
+static inline void fz_check_at(int ok, const char *what, const char *file, int line)
 {
-    if (!cond) {
+    if (!ok) {
+        fprintf(stderr, "%s:%d: check failed: %s\n", file, line, what);
         abort();
     }
 }
@@ -27,8 +31,8 @@ static inline void fz_check_err(int rc, const ur_err *err)
     if (rc < 0) {
         fz_check(err->code == rc);
         fz_check(err->msg[0] != '\0');
-        fz_check(memchr(err->msg, '\n', sizeof err->msg) == NULL);
         fz_check(memchr(err->msg, '\0', sizeof err->msg) != NULL);
+        fz_check(strchr(err->msg, '\n') == NULL);
     }
 }
 

@@ -17,8 +17,8 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CORPORA = ROOT / "tests" / "fuzz" / "corpora"
-MAX_SEED = 64 * 1024
-PER_TARGET = 60
+MAX_SEED = 32 * 1024
+PER_TARGET = 40
 
 MAGIC = {"manifest": 0x0CDB3A2A, "btree": 0x0CDB20DE, "vnode": 0x0CDB1234}
 counts = {}
@@ -88,7 +88,7 @@ def seed_ocdbt(path):
         if not b[:4] in (struct.pack(">I", m) for m in MAGIC.values()):
             add(target, b)
         if kind == "btree" and len(b) > 2:
-            add("ocdbt_table", b"\x00" + b[2:])  # version byte, height byte, then the table
+            add("ocdbt_table", b"\x00" + b[1:])  # height byte, then the table
         if kind == "vnode" and len(b) > 2:
             add("ocdbt_table", b"\x01" + b[2:])  # arity byte, height byte, then the table
 

@@ -1,0 +1,214 @@
+/* `unroll verify <scanned> <unrolled> [config.yml] [key=value ...]`: check an unrolled
+ * checkpoint against the scanned one it was made from (include/unroll/plan_verify.h).
+ * Exit 0 when every leaf matches, CLI_EXIT_VERIFY when something differs, is missing or is
+ * extra; the other statuses as for any command. */
+#include "cli.h"
+
+#include "unroll/alloc.h"
+#include "unroll/orbax.h"
+#include "unroll/plan.h"
+#include "unroll/plan_verify.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern char **environ;
+
+static void usage(FILE *f)
+{
+    fputs("usage: unroll verify [options] <scanned checkpoint> <unrolled checkpoint>\n"
+          "                     [config.yml] [key=value ...]\n"
+          "\n"
+          "Check that every leaf of the unrolled checkpoint equals the matching slice of the\n"
+          "scanned one after the cast to bfloat16, and that no leaf is missing or extra.\n"
+          "The correspondence is worked out from the output's names and shapes. A config\n"
+          "(MaxText's base.yml with key=value overrides) supplies param_scan_axis and\n"
+          "num_decoder_layers; without one, param_scan_axis=N and num_decoder_layers=N may be\n"
+          "given alone.\n"
+          "\n"
+          "options:\n"
+          "  -m, --max-issues N   issues to print (default 20)\n"
+          "  -q, --quiet          print only the issues\n"
+          "  -h, --help           this help\n"
+          "\n"
+          "exit status: 0 all leaves match, 6 a mismatch, missing or extra leaf, 2 usage,\n"
+          "3 I/O, 4 corrupt input, 5 unsupported, 1 internal error\n",
+          f);
+}
+
+static int parse_i64(const char *s, int64_t *out)
+{
+    char *end;
+    long long v;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0') {
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+typedef struct {
+    const char *in, *out, *config;
+    const char **overrides;
+    size_t n_overrides;
+    int quiet;
+    size_t max_issues;
+} verify_args;
+
+static int parse_args(verify_args *a, int argc, char **argv)
+{
+    a->overrides = ur_calloc((size_t)argc + 1, sizeof *a->overrides);
+    if (a->overrides == NULL) {
+        return cli_usage_error("out of memory");
+    }
+    a->max_issues = 20;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
+            usage(stdout);
+            return CLI_EXIT_OK;
+        } else if (strcmp(s, "-q") == 0 || strcmp(s, "--quiet") == 0) {
+            a->quiet = 1;
+        } else if (strcmp(s, "-m") == 0 || strcmp(s, "--max-issues") == 0) {
+            int64_t v;
+            if (i + 1 >= argc || parse_i64(argv[i + 1], &v) < 0 || v < 1 || v > 100000) {
+                return cli_usage_error("%s needs a count (1-100000)", s);
+            }
+            a->max_issues = (size_t)v;
+            i++;
+        } else if (s[0] == '-') {
+            return cli_usage_error("unknown option '%s' (see unroll verify --help)", s);
+        } else if (a->in == NULL) {
+            a->in = s;
+        } else if (a->out == NULL) {
+            a->out = s;
+        } else if (strchr(s, '=') != NULL) {
+            a->overrides[a->n_overrides++] = s;
+        } else if (a->config == NULL && (ends_with(s, ".yml") || ends_with(s, ".yaml"))) {
+            a->config = s;
+        } else {
+            return cli_usage_error("argument '%s' is neither a config .yml nor key=value", s);
+        }
+    }
+    if (a->in == NULL || a->out == NULL) {
+        usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    return -1;
+}
+
+/* param_scan_axis and num_decoder_layers from the config, or from bare overrides. */
+static int read_config(const verify_args *a, ur_verify_opts *vo, ur_err *err)
+{
+    if (a->config != NULL) {
+        ur_config *cfg = NULL;
+        ur_config_opts co;
+        const ur_settings *s;
+        int rc;
+        memset(&co, 0, sizeof co);
+        co.config_path = a->config;
+        co.overrides = a->overrides;
+        co.n_overrides = a->n_overrides;
+        co.envp = (const char *const *)environ;
+        rc = ur_plan_config_load(&cfg, &co, err);
+        if (rc < 0) {
+            return rc;
+        }
+        s = ur_plan_config_settings(cfg);
+        vo->param_scan_axis = s->param_scan_axis;
+        vo->num_decoder_layers = s->num_decoder_layers;
+        ur_plan_config_free(cfg);
+        return UR_OK;
+    }
+    for (size_t i = 0; i < a->n_overrides; i++) {
+        const char *s = a->overrides[i];
+        const char *eq = strchr(s, '=');
+        int64_t v;
+        if (parse_i64(eq + 1, &v) < 0) {
+            return ur_err_set(err, UR_EINVAL, "'%s': not an integer", s);
+        }
+        if ((size_t)(eq - s) == 15 && strncmp(s, "param_scan_axis", 15) == 0) {
+            vo->param_scan_axis = v;
+        } else if (((size_t)(eq - s) == 18 && strncmp(s, "num_decoder_layers", 18) == 0) ||
+                   ((size_t)(eq - s) == 23 && strncmp(s, "base_num_decoder_layers", 23) == 0)) {
+            vo->num_decoder_layers = v;
+        } else {
+            return ur_err_set(err, UR_EINVAL,
+                              "'%s': without a config only param_scan_axis and "
+                              "num_decoder_layers are read",
+                              s);
+        }
+    }
+    return UR_OK;
+}
+
+int cli_cmd_verify(int argc, char **argv)
+{
+    verify_args a;
+    ur_verify_opts vo;
+    ur_verify_report rep;
+    ur_orbax_ckpt *in = NULL, *out = NULL;
+    ur_err err;
+    int status, rc;
+
+    memset(&a, 0, sizeof a);
+    memset(&rep, 0, sizeof rep);
+    ur_err_clear(&err);
+    status = parse_args(&a, argc, argv);
+    if (status >= 0) {
+        ur_free(a.overrides);
+        return status;
+    }
+    ur_plan_verify_opts_init(&vo);
+    vo.max_issues = a.max_issues;
+    rc = read_config(&a, &vo, &err);
+    if (rc == UR_OK) {
+        rc = ur_orbax_ckpt_open(&in, a.in, 0, &err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_orbax_ckpt_open(&out, a.out, 0, &err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_plan_verify_run(&rep, in, out, &vo, &err);
+    }
+    if (rc < 0) {
+        status = cli_fail(&err);
+    } else {
+        char line[2048];
+        for (size_t i = 0; i < rep.n_issues; i++) {
+            printf("%s\n", ur_plan_verify_issue_format(&rep.issues[i], line, sizeof line));
+        }
+        if (rep.n_issues_total > rep.n_issues) {
+            printf("... %zu more issues\n", rep.n_issues_total - rep.n_issues);
+        }
+        if (!a.quiet) {
+            printf("verify: %zu output leaves, %zu input leaves, %zu arrays and %llu elements "
+                   "compared, %llu elements differ: %s\n",
+                   rep.leaves_out, rep.leaves_in, rep.arrays_compared,
+                   (unsigned long long)rep.elements, (unsigned long long)rep.elements_bad,
+                   rep.n_issues_total ? "FAILED" : "OK");
+        }
+        status = rep.n_issues_total ? CLI_EXIT_VERIFY : CLI_EXIT_OK;
+        if (rep.n_issues_total) {
+            fprintf(stderr, "unroll: verify: %zu issue%s (first: %s)\n", rep.n_issues_total,
+                    rep.n_issues_total == 1 ? "" : "s",
+                    rep.n_issues ? ur_plan_verify_issue_format(&rep.issues[0], line, sizeof line)
+                                 : "?");
+        }
+    }
+    ur_plan_verify_report_dispose(&rep);
+    ur_orbax_ckpt_close(out);
+    ur_orbax_ckpt_close(in);
+    ur_free(a.overrides);
+    return status;
+}

@@ -1,0 +1,995 @@
+/* `unroll verify`: every output leaf against the slice of the input it must come from.
+ * See include/unroll/plan_verify.h for the correspondence. Nothing here uses plan.c: the
+ * source of each output leaf is found from the output's names and shapes alone. */
+#include "unroll/plan_verify.h"
+
+#include "unroll/alloc.h"
+#include "unroll/ckd.h"
+#include "unroll/tensor.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SEP '\x1f' /* joins key components into one string (never inside a MaxText key) */
+#define VALUE_ISSUES_PER_LEAF 3
+
+/* One leaf of either checkpoint, by its model path. */
+typedef struct {
+    const ur_orbax_leaf *leaf;
+    const char *const *comp; /* model path components */
+    size_t len;
+    char *key; /* components joined with SEP */
+    /* input only */
+    int table;       /* the scanned group it was sliced from, -1: none (yet) */
+    int64_t sub;     /* cycle sub-layer j, -1: not a cycle leaf */
+    size_t rest;     /* first component after the group (and sub-layer) */
+    size_t hits;     /* output leaves taken from it */
+    uint8_t *seen;   /* scanned: which layers were found in the output (table's n) */
+} vleaf;
+
+typedef struct {
+    vleaf *v;
+    size_t n;
+    const char **comps; /* storage for every leaf's components */
+} vset;
+
+/* The layers of output group D/X_<g>: where each g comes from in the input. */
+typedef struct {
+    char *dkey;    /* D joined */
+    size_t dlen;   /* components of D */
+    char *x;       /* X */
+    const char *g; /* the scanned node under D in the input (X or "scanned_blocks"), or NULL */
+    int64_t k;     /* sub-layers per block (1: a plain group) */
+    int64_t h;     /* unscanned D/X_<i> before the blocks */
+    int64_t r;     /* D/layers_remainder/layers_<j> after the blocks */
+    int64_t n_out; /* output layers (max g + 1) */
+    int64_t n;     /* scan length: (n_out - h - r) / k */
+} table;
+
+typedef struct {
+    ur_orbax_ckpt *in_ck, *out_ck;
+    vset in, out;
+    table *tables;
+    size_t n_tables, cap_tables;
+    const ur_verify_opts *opts;
+    ur_verify_report *rep;
+    ur_buf bo, bi, be; /* output box, input box, cast input box */
+} verifier;
+
+/* ---- report ----------------------------------------------------------------------------- */
+
+static ur_verify_issue *issue_add(verifier *vf, ur_verify_issue_kind kind, const char *leaf,
+                                  const char *source)
+{
+    ur_verify_report *rep = vf->rep;
+    size_t max = vf->opts->max_issues ? vf->opts->max_issues : 20;
+    ur_verify_issue *is;
+    if (kind != UR_VERIFY_VALUE) {
+        rep->n_issues_total++;
+    }
+    if (rep->n_issues >= max) {
+        return NULL;
+    }
+    if (rep->issues == NULL) {
+        rep->issues = ur_calloc(max, sizeof *rep->issues);
+        if (rep->issues == NULL) {
+            return NULL; /* the count above still records it */
+        }
+    }
+    is = &rep->issues[rep->n_issues++];
+    memset(is, 0, sizeof *is);
+    is->kind = kind;
+    snprintf(is->leaf, sizeof is->leaf, "%s", leaf ? leaf : "");
+    snprintf(is->source, sizeof is->source, "%s", source ? source : "");
+    return is;
+}
+
+static const char *kind_name(ur_verify_issue_kind k)
+{
+    switch (k) {
+    case UR_VERIFY_VALUE:
+        return "mismatch";
+    case UR_VERIFY_MISSING:
+        return "missing";
+    case UR_VERIFY_EXTRA:
+        return "extra";
+    case UR_VERIFY_SHAPE:
+        return "shape";
+    case UR_VERIFY_DTYPE:
+        return "dtype";
+    case UR_VERIFY_KIND:
+        return "kind";
+    }
+    return "?";
+}
+
+char *ur_plan_verify_issue_format(const ur_verify_issue *is, char *buf, size_t n)
+{
+    char idx[256];
+    size_t used = 0;
+    idx[0] = '\0';
+    if (is->kind == UR_VERIFY_VALUE) {
+        int k = snprintf(idx, sizeof idx, " index [");
+        used = k > 0 ? (size_t)k : 0;
+        for (int d = 0; d < is->rank && used < sizeof idx; d++) {
+            k = snprintf(idx + used, sizeof idx - used, "%s%" PRIu64, d ? ", " : "",
+                         is->index[d]);
+            used += k > 0 ? (size_t)k : 0;
+        }
+        if (used < sizeof idx) {
+            snprintf(idx + used, sizeof idx - used, "]");
+        }
+    }
+    snprintf(buf, n, "%s: leaf '%s'%s%s%s%s%s%s%s%s", kind_name(is->kind), is->leaf, idx,
+             is->expected[0] ? ": expected " : "", is->expected, is->got[0] ? ", got " : "",
+             is->got, is->source[0] ? " (source: " : "", is->source, is->source[0] ? ")" : "");
+    return buf;
+}
+
+void ur_plan_verify_opts_init(ur_verify_opts *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->param_scan_axis = 1;
+    opts->max_issues = 20;
+}
+
+void ur_plan_verify_report_dispose(ur_verify_report *rep)
+{
+    if (rep == NULL) {
+        return;
+    }
+    ur_free(rep->issues);
+    memset(rep, 0, sizeof *rep);
+}
+
+/* ---- names -------------------------------------------------------------------------------- */
+
+static void join(const char *const *c, size_t n, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && used + 1 < cap; i++) {
+        int k = snprintf(buf + used, cap - used, "%s%s", i ? "/" : "", c[i]);
+        if (k < 0) {
+            break;
+        }
+        used += (size_t)k;
+    }
+}
+
+static void leaf_name(const vleaf *l, char *buf, size_t cap)
+{
+    join(l->comp, l->len, buf, cap);
+}
+
+/* "X_<g>": 1 and the parts when s is a name, an underscore and a decimal index. */
+static int split_index(const char *s, size_t *xlen, int64_t *g)
+{
+    const char *u = strrchr(s, '_');
+    const char *p;
+    int64_t v = 0;
+    if (u == NULL || u == s || u[1] == '\0' || (u[1] == '0' && u[2] != '\0')) {
+        return 0;
+    }
+    for (p = u + 1; *p; p++) {
+        if (*p < '0' || *p > '9' || v > (INT64_MAX - 9) / 10) {
+            return 0;
+        }
+        v = v * 10 + (*p - '0');
+    }
+    *xlen = (size_t)(u - s);
+    *g = v;
+    return 1;
+}
+
+/* "layers_<j>" or "layer_<j>" (a sub-layer of a scanned block). */
+static int sub_index(const char *s, int64_t *j)
+{
+    size_t xl;
+    return split_index(s, &xl, j) &&
+           ((xl == 6 && memcmp(s, "layers", 6) == 0) || (xl == 5 && memcmp(s, "layer", 5) == 0));
+}
+
+static char *key_of(const char *const *c, size_t n)
+{
+    size_t len = 1;
+    char *k, *p;
+    for (size_t i = 0; i < n; i++) {
+        len += strlen(c[i]) + 1;
+    }
+    k = ur_malloc(len);
+    if (k == NULL) {
+        return NULL;
+    }
+    p = k;
+    for (size_t i = 0; i < n; i++) {
+        size_t m = strlen(c[i]);
+        memcpy(p, c[i], m);
+        p += m;
+        if (i + 1 < n) {
+            *p++ = SEP;
+        }
+    }
+    *p = '\0';
+    return k;
+}
+
+static int is_placeholder(const ur_orbax_leaf *l)
+{
+    switch (l->value_type) {
+    case UR_ORBAX_VALUE_NONE:
+    case UR_ORBAX_VALUE_EMPTY_DICT:
+    case UR_ORBAX_VALUE_EMPTY_LIST:
+    case UR_ORBAX_VALUE_EMPTY_TUPLE:
+    case UR_ORBAX_VALUE_EMPTY_NAMED_TUPLE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int comp_is(const ur_orbax_leaf *l, size_t i, const char *s)
+{
+    return l->depth > i && strcmp(l->path[i].key, s) == 0;
+}
+
+/* ---- leaf sets ---------------------------------------------------------------------------- */
+
+typedef enum { WRAP_PARAMS2, WRAP_PARAMS1, WRAP_MODEL, WRAP_VALUE } wrapping;
+
+static wrapping wrapping_of(const ur_orbax_ckpt *ck)
+{
+    size_t n = ur_orbax_ckpt_leaf_count(ck);
+    int p1 = 0, model = 0;
+    for (size_t i = 0; i < n; i++) {
+        const ur_orbax_leaf *l = ur_orbax_ckpt_leaf(ck, i);
+        if (comp_is(l, 0, "params") && comp_is(l, 1, "params") && l->depth > 2) {
+            return WRAP_PARAMS2;
+        }
+        p1 |= comp_is(l, 0, "params") && l->depth > 1;
+        model |= comp_is(l, 0, "model") && l->depth > 1;
+    }
+    return p1 ? WRAP_PARAMS1 : model ? WRAP_MODEL : WRAP_VALUE;
+}
+
+static void vset_dispose(vset *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        ur_free(s->v[i].key);
+        ur_free(s->v[i].seen);
+    }
+    ur_free(s->v);
+    ur_free(s->comps);
+    memset(s, 0, sizeof *s);
+}
+
+/* The model-path leaves of a checkpoint. For the output, `extras` gets the indices of the
+ * top-level step / opt_state leaves and `bad` the leaves outside the wrapper. */
+static int vset_build(vset *s, const ur_orbax_ckpt *ck, int is_output, verifier *vf, ur_err *err)
+{
+    size_t n = ur_orbax_ckpt_leaf_count(ck), total = 0, used = 0;
+    wrapping w = wrapping_of(ck);
+    char name[1024];
+
+    for (size_t i = 0; i < n; i++) {
+        total += ur_orbax_ckpt_leaf(ck, i)->depth;
+    }
+    s->v = ur_calloc(n ? n : 1, sizeof *s->v);
+    s->comps = ur_calloc(total ? total : 1, sizeof *s->comps);
+    if (s->v == NULL || s->comps == NULL) {
+        return ur_err_oom(err);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const ur_orbax_leaf *l = ur_orbax_ckpt_leaf(ck, i);
+        size_t st = 0, en = l->depth;
+        int keep = 1;
+        vleaf *v;
+        for (size_t k = 0; k < l->depth; k++) {
+            s->comps[used + k] = l->path[k].key;
+        }
+        switch (w) {
+        case WRAP_PARAMS2:
+            keep = comp_is(l, 0, "params") && comp_is(l, 1, "params");
+            st = 2;
+            break;
+        case WRAP_PARAMS1:
+            keep = comp_is(l, 0, "params");
+            st = 1;
+            break;
+        case WRAP_MODEL:
+            keep = comp_is(l, 0, "model");
+            st = 1;
+            break;
+        case WRAP_VALUE:
+            st = !is_output && comp_is(l, 0, "base") ? 1 : 0;
+            break;
+        }
+        if (keep && (w == WRAP_MODEL || w == WRAP_VALUE)) {
+            if (en > st && strcmp(l->path[en - 1].key, "value") == 0) {
+                en--;
+            } else if (is_output) {
+                keep = 0;
+            }
+        }
+        for (size_t k = st; keep && k < en; k++) {
+            if (!is_output && strcmp(l->path[k].key, "rngs") == 0) {
+                keep = 0;
+            }
+        }
+        if (keep && !l->has_array && !is_placeholder(l)) {
+            keep = 0;
+        }
+        if (keep && en <= st) {
+            keep = 0;
+        }
+        if (!keep && is_output) {
+            /* step = 0 and opt_state = {} beside a params wrapper (the Linen decode state) */
+            int lin = w == WRAP_PARAMS2 || w == WRAP_PARAMS1;
+            join(s->comps + used, l->depth, name, sizeof name);
+            if (lin && l->depth == 1 && strcmp(l->path[0].key, "opt_state") == 0) {
+                if (l->value_type != UR_ORBAX_VALUE_EMPTY_DICT) {
+                    ur_verify_issue *is = issue_add(vf, UR_VERIFY_KIND, name, NULL);
+                    if (is) {
+                        snprintf(is->expected, sizeof is->expected, "an empty dict");
+                        snprintf(is->got, sizeof is->got, "%s", l->value_type_name);
+                    }
+                }
+            } else if (lin && l->depth == 1 && strcmp(l->path[0].key, "step") == 0) {
+                int64_t val = -1;
+                int ok = 0;
+                if (l->has_array && l->rank == 0 && ur_dtype_size(l->dtype) <= 8 &&
+                    !ur_dtype_is_float(l->dtype)) {
+                    ur_zarr_array *a = NULL;
+                    unsigned char b[8] = {0};
+                    uint64_t none[1] = {0};
+                    int rc = ur_orbax_ckpt_open_array(vf->out_ck, l, &a, err);
+                    if (rc == UR_OK) {
+                        rc = ur_zarr_array_read_box(a, none, none, b, err);
+                    }
+                    ur_zarr_array_close(a);
+                    if (rc < 0) {
+                        return rc;
+                    }
+                    memcpy(&val, b, sizeof val); /* little-endian host; upper bytes zero */
+                    ok = val == 0;
+                }
+                if (!ok) {
+                    ur_verify_issue *is = issue_add(vf, UR_VERIFY_KIND, name, NULL);
+                    if (is) {
+                        snprintf(is->expected, sizeof is->expected, "an integer scalar 0");
+                        snprintf(is->got, sizeof is->got, "%s %s", l->value_type_name,
+                                 l->has_array ? ur_dtype_name(l->dtype) : "");
+                    }
+                }
+            } else {
+                issue_add(vf, UR_VERIFY_EXTRA, name, "outside the params tree");
+            }
+            vf->rep->leaves_out++;
+        }
+        if (keep) {
+            v = &s->v[s->n++];
+            v->leaf = l;
+            v->comp = s->comps + used + st;
+            v->len = en - st;
+            v->table = -1;
+            v->sub = -1;
+            v->key = key_of(v->comp, v->len);
+            if (v->key == NULL) {
+                return ur_err_oom(err);
+            }
+        }
+        used += l->depth;
+    }
+    return UR_OK;
+}
+
+/* The input leaf with model path `c` (n components), or NULL. */
+static vleaf *find_in(verifier *vf, const char *const *c, size_t n)
+{
+    for (size_t i = 0; i < vf->in.n; i++) {
+        vleaf *v = &vf->in.v[i];
+        if (v->len != n) {
+            continue;
+        }
+        size_t k = 0;
+        while (k < n && strcmp(v->comp[k], c[k]) == 0) {
+            k++;
+        }
+        if (k == n) {
+            return v;
+        }
+    }
+    return NULL;
+}
+
+static int has_prefix(const vleaf *v, const char *const *d, size_t dlen)
+{
+    if (v->len < dlen) {
+        return 0;
+    }
+    for (size_t k = 0; k < dlen; k++) {
+        if (strcmp(v->comp[k], d[k]) != 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* ---- layer tables ------------------------------------------------------------------------- */
+
+static int64_t max_index_under(const vset *s, const char *const *d, size_t dlen, const char *x,
+                               size_t xl, int need_more)
+{
+    int64_t best = -1;
+    for (size_t i = 0; i < s->n; i++) {
+        const vleaf *v = &s->v[i];
+        size_t l2;
+        int64_t g;
+        if (!has_prefix(v, d, dlen) || v->len <= dlen + (size_t)need_more) {
+            continue;
+        }
+        if (split_index(v->comp[dlen], &l2, &g) && l2 == xl && memcmp(v->comp[dlen], x, xl) == 0 &&
+            g > best) {
+            best = g;
+        }
+    }
+    return best;
+}
+
+static int any_under(const vset *s, const char *const *d, size_t dlen, const char *node)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        const vleaf *v = &s->v[i];
+        if (has_prefix(v, d, dlen) && v->len > dlen + 1 && strcmp(v->comp[dlen], node) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The table for output D/X_<g> (D = q[0..dlen)), built on first use. */
+static int table_get(verifier *vf, const char *const *q, size_t dlen, const char *x, size_t xl,
+                     int *out, ur_err *err)
+{
+    char *dkey = key_of(q, dlen);
+    table *t;
+    if (dkey == NULL) {
+        return ur_err_oom(err);
+    }
+    for (size_t i = 0; i < vf->n_tables; i++) {
+        t = &vf->tables[i];
+        if (t->dlen == dlen && strcmp(t->dkey, dkey) == 0 && strlen(t->x) == xl &&
+            memcmp(t->x, x, xl) == 0) {
+            ur_free(dkey);
+            *out = (int)i;
+            return UR_OK;
+        }
+    }
+    if (vf->n_tables == vf->cap_tables) {
+        size_t cap = vf->cap_tables ? vf->cap_tables * 2 : 8;
+        table *p = ur_realloc(vf->tables, cap * sizeof *p);
+        if (p == NULL) {
+            ur_free(dkey);
+            return ur_err_oom(err);
+        }
+        vf->tables = p;
+        vf->cap_tables = cap;
+    }
+    t = &vf->tables[vf->n_tables];
+    memset(t, 0, sizeof *t);
+    t->dkey = dkey;
+    t->dlen = dlen;
+    t->x = ur_strndup(x, xl);
+    if (t->x == NULL) {
+        ur_free(dkey);
+        return ur_err_oom(err);
+    }
+    vf->n_tables++;
+    if (any_under(&vf->in, q, dlen, t->x)) {
+        t->g = t->x;
+    } else if (strcmp(t->x, "layers") == 0 && any_under(&vf->in, q, dlen, "scanned_blocks")) {
+        t->g = "scanned_blocks";
+    }
+    t->k = 1;
+    if (t->g != NULL) {
+        /* a block of sub-layers when every leaf under D/G continues with layers_<j> */
+        int64_t kmax = -1;
+        int all = 1;
+        for (size_t i = 0; i < vf->in.n; i++) {
+            const vleaf *v = &vf->in.v[i];
+            int64_t j;
+            if (!has_prefix(v, q, dlen) || v->len <= dlen + 1 || strcmp(v->comp[dlen], t->g)) {
+                continue;
+            }
+            if (v->len > dlen + 2 && sub_index(v->comp[dlen + 1], &j)) {
+                kmax = j > kmax ? j : kmax;
+            } else {
+                all = 0;
+            }
+        }
+        if (all && kmax >= 0) {
+            t->k = kmax + 1;
+        }
+        t->h = max_index_under(&vf->in, q, dlen, t->x, xl, 1) + 1;
+    }
+    if (strcmp(t->x, "layers") == 0 && any_under(&vf->in, q, dlen, "layers_remainder")) {
+        const char *dr[64];
+        if (dlen < 63) {
+            memcpy(dr, q, dlen * sizeof *dr);
+            dr[dlen] = "layers_remainder";
+            t->r = max_index_under(&vf->in, dr, dlen + 1, "layers", 6, 1) + 1;
+        }
+    }
+    t->n_out = max_index_under(&vf->out, q, dlen, t->x, xl, 1) + 1;
+    t->n = (t->n_out - t->h - t->r) / t->k;
+    if (t->n < 0 || t->g == NULL) {
+        t->n = 0;
+    }
+    *out = (int)(vf->n_tables - 1);
+    return UR_OK;
+}
+
+/* ---- values ------------------------------------------------------------------------------- */
+
+static void format_value(char *buf, size_t n, ur_dtype dt, const unsigned char *p)
+{
+    size_t sz = ur_dtype_size(dt);
+    uint64_t bits = 0;
+    memcpy(&bits, p, sz < 8 ? sz : 8);
+    if (dt == UR_DT_BFLOAT16 || dt == UR_DT_FLOAT32) {
+        uint32_t f32 = dt == UR_DT_BFLOAT16 ? (uint32_t)bits << 16 : (uint32_t)bits;
+        float f;
+        memcpy(&f, &f32, sizeof f);
+        snprintf(buf, n, "0x%0*" PRIx64 " (%.9g)", (int)(2 * sz), bits, (double)f);
+    } else if (dt == UR_DT_FLOAT64) {
+        double d;
+        memcpy(&d, &bits, sizeof d);
+        snprintf(buf, n, "0x%016" PRIx64 " (%.17g)", bits, d);
+    } else {
+        snprintf(buf, n, "0x%0*" PRIx64, (int)(2 * (sz ? sz : 1)), bits);
+    }
+}
+
+static ur_dtype cast_of(ur_dtype in)
+{
+    return ur_dtype_is_float(in) ? UR_DT_BFLOAT16 : in;
+}
+
+/* Compare output leaf `o` with input leaf `i` (sliced at `layer` on `axis`, or whole when
+ * axis < 0), one output chunk at a time. */
+static int compare_values(verifier *vf, const vleaf *o, const vleaf *i, int axis, int64_t layer,
+                          const char *oname, const char *src, ur_err *err)
+{
+    ur_zarr_array *ao = NULL, *ai = NULL;
+    const ur_zarr_info *io;
+    ur_dtype want = cast_of(i->leaf->dtype);
+    size_t isz = ur_dtype_size(i->leaf->dtype), osz = ur_dtype_size(want);
+    int value_issues = 0, bad_leaf = 0;
+    int rc;
+
+    rc = ur_orbax_ckpt_open_array(vf->out_ck, o->leaf, &ao, err);
+    if (rc == UR_OK) {
+        rc = ur_orbax_ckpt_open_array(vf->in_ck, i->leaf, &ai, err);
+    }
+    if (rc < 0) {
+        goto out;
+    }
+    io = ur_zarr_array_info(ao);
+    vf->rep->arrays_compared++;
+    for (uint64_t c = 0; c < io->chunk_count; c++) {
+        uint64_t idx[UR_MAX_RANK], start[UR_MAX_RANK], count[UR_MAX_RANK];
+        uint64_t istart[UR_MAX_RANK], icount[UR_MAX_RANK];
+        uint64_t rem = c, nel = 1;
+        size_t bytes_o, bytes_i;
+        const unsigned char *exp, *got;
+        int k = 0;
+        for (int d = io->rank - 1; d >= 0; d--) {
+            idx[d] = rem % io->grid[d];
+            rem /= io->grid[d];
+        }
+        for (int d = 0; d < io->rank; d++) {
+            start[d] = idx[d] * io->chunk_shape[d];
+            count[d] = io->shape[d] - start[d];
+            if (count[d] > io->chunk_shape[d]) {
+                count[d] = io->chunk_shape[d];
+            }
+            nel *= count[d];
+        }
+        for (int d = 0; d < (int)i->leaf->rank; d++) {
+            if (d == axis) {
+                istart[d] = (uint64_t)layer;
+                icount[d] = 1;
+            } else {
+                istart[d] = start[k];
+                icount[d] = count[k];
+                k++;
+            }
+        }
+        if (ur_ckd_mul(&bytes_o, (size_t)nel, osz) || ur_ckd_mul(&bytes_i, (size_t)nel, isz)) {
+            rc = ur_err_set(err, UR_ECORRUPT, "chunk size overflows");
+            goto out;
+        }
+        ur_buf_reset(&vf->bo);
+        ur_buf_reset(&vf->bi);
+        ur_buf_reset(&vf->be);
+        if ((rc = ur_buf_reserve(&vf->bo, bytes_o, err)) < 0 ||
+            (rc = ur_buf_reserve(&vf->bi, bytes_i, err)) < 0 ||
+            (rc = ur_buf_reserve(&vf->be, bytes_o, err)) < 0) {
+            goto out;
+        }
+        rc = ur_zarr_array_read_box(ao, start, count, vf->bo.data, err);
+        if (rc == UR_OK) {
+            rc = ur_zarr_array_read_box(ai, istart, icount, vf->bi.data, err);
+        }
+        if (rc < 0) {
+            goto out;
+        }
+        if (want != i->leaf->dtype) {
+            rc = ur_tensor_cast_dense(vf->be.data, want, vf->bi.data, i->leaf->dtype, (size_t)nel,
+                                      err);
+            if (rc < 0) {
+                goto out;
+            }
+            exp = vf->be.data;
+        } else {
+            exp = vf->bi.data;
+        }
+        got = vf->bo.data;
+        vf->rep->elements += nel;
+        if (memcmp(exp, got, bytes_o) == 0) {
+            continue;
+        }
+        for (uint64_t e = 0; e < nel; e++) {
+            ur_verify_issue *is;
+            uint64_t r2 = e;
+            if (memcmp(exp + e * osz, got + e * osz, osz) == 0) {
+                continue;
+            }
+            vf->rep->elements_bad++;
+            if (!bad_leaf) {
+                bad_leaf = 1;
+                vf->rep->n_issues_total++;
+            }
+            if (value_issues >= VALUE_ISSUES_PER_LEAF) {
+                continue;
+            }
+            value_issues++;
+            is = issue_add(vf, UR_VERIFY_VALUE, oname, src);
+            if (is == NULL) {
+                continue;
+            }
+            is->rank = io->rank;
+            for (int d = io->rank - 1; d >= 0; d--) {
+                is->index[d] = start[d] + r2 % count[d];
+                r2 /= count[d];
+            }
+            format_value(is->expected, sizeof is->expected, want, exp + e * osz);
+            format_value(is->got, sizeof is->got, want, got + e * osz);
+        }
+    }
+out:
+    ur_zarr_array_close(ao);
+    ur_zarr_array_close(ai);
+    if (rc < 0) {
+        ur_err_wrap(err, "verify '%s'", oname);
+    }
+    return rc;
+}
+
+/* ---- matching ----------------------------------------------------------------------------- */
+
+static int shape_str(char *buf, size_t n, const uint64_t *s, int rank)
+{
+    size_t used = 0;
+    int k = snprintf(buf, n, "[");
+    used = k > 0 ? (size_t)k : 0;
+    for (int d = 0; d < rank && used < n; d++) {
+        k = snprintf(buf + used, n - used, "%s%" PRIu64, d ? ", " : "", s[d]);
+        used += k > 0 ? (size_t)k : 0;
+    }
+    if (used < n) {
+        snprintf(buf + used, n - used, "]");
+    }
+    return 0;
+}
+
+/* The layer axis of input leaf i for output leaf o: removing it gives o's shape and its
+ * length is n. Several fit: param_scan_axis if it is one of them, else the first. */
+static int layer_axis(const verifier *vf, const vleaf *o, const vleaf *i, int64_t n)
+{
+    int first = -1;
+    if (o->leaf->rank + 1 != i->leaf->rank) {
+        return -1;
+    }
+    for (int a = 0; a < i->leaf->rank; a++) {
+        int ok = i->leaf->shape[a] == (uint64_t)n;
+        for (int d = 0, k = 0; ok && d < i->leaf->rank; d++) {
+            if (d != a) {
+                ok = i->leaf->shape[d] == o->leaf->shape[k++];
+            }
+        }
+        if (ok && a == vf->opts->param_scan_axis) {
+            return a;
+        }
+        if (ok && first < 0) {
+            first = a;
+        }
+    }
+    return first;
+}
+
+/* Check one output leaf against its source. */
+static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t layer,
+                      ur_err *err)
+{
+    char oname[1024], iname[1024], src[1200], a[256], b[256];
+    const table *t = tbl >= 0 ? &vf->tables[tbl] : NULL;
+    int axis = -1;
+    ur_verify_issue *is;
+
+    leaf_name(o, oname, sizeof oname);
+    leaf_name(i, iname, sizeof iname);
+    if (t != NULL) {
+        snprintf(src, sizeof src, "%s[layer %" PRId64 " of %" PRId64 "]", iname, layer, t->n);
+        if (i->seen == NULL) {
+            i->seen = ur_calloc((size_t)(t->n ? t->n : 1), 1);
+            if (i->seen == NULL) {
+                return ur_err_oom(err);
+            }
+            i->table = tbl;
+        }
+        if (layer < t->n) {
+            i->seen[layer] = 1;
+        }
+    } else {
+        snprintf(src, sizeof src, "%s", iname);
+    }
+    i->hits++;
+
+    if (is_placeholder(o->leaf) || is_placeholder(i->leaf)) {
+        if (o->leaf->value_type != i->leaf->value_type) {
+            is = issue_add(vf, UR_VERIFY_KIND, oname, src);
+            if (is) {
+                snprintf(is->expected, sizeof is->expected, "%s", i->leaf->value_type_name);
+                snprintf(is->got, sizeof is->got, "%s", o->leaf->value_type_name);
+            }
+        }
+        return UR_OK;
+    }
+    if (o->leaf->dtype != cast_of(i->leaf->dtype)) {
+        is = issue_add(vf, UR_VERIFY_DTYPE, oname, src);
+        if (is) {
+            snprintf(is->expected, sizeof is->expected, "%s",
+                     ur_dtype_name(cast_of(i->leaf->dtype)));
+            snprintf(is->got, sizeof is->got, "%s", ur_dtype_name(o->leaf->dtype));
+        }
+        return UR_OK;
+    }
+    if (t != NULL) {
+        axis = layer_axis(vf, o, i, t->n);
+        if (axis < 0) {
+            is = issue_add(vf, UR_VERIFY_SHAPE, oname, src);
+            if (is) {
+                shape_str(a, sizeof a, i->leaf->shape, i->leaf->rank);
+                shape_str(b, sizeof b, o->leaf->shape, o->leaf->rank);
+                snprintf(is->expected, sizeof is->expected,
+                         "input %.100s less an axis of length %" PRId64, a, t->n);
+                snprintf(is->got, sizeof is->got, "%s", b);
+            }
+            return UR_OK;
+        }
+        snprintf(src + strlen(src) - 1, sizeof src - strlen(src) + 1, ", axis %d]", axis);
+    } else if (o->leaf->rank != i->leaf->rank ||
+               memcmp(o->leaf->shape, i->leaf->shape,
+                      (size_t)o->leaf->rank * sizeof o->leaf->shape[0]) != 0) {
+        is = issue_add(vf, UR_VERIFY_SHAPE, oname, src);
+        if (is) {
+            shape_str(is->expected, sizeof is->expected, i->leaf->shape, i->leaf->rank);
+            shape_str(is->got, sizeof is->got, o->leaf->shape, o->leaf->rank);
+        }
+        return UR_OK;
+    }
+    if (!ur_tensor_cast_supported(cast_of(i->leaf->dtype), i->leaf->dtype)) {
+        is = issue_add(vf, UR_VERIFY_DTYPE, oname, src);
+        if (is) {
+            snprintf(is->expected, sizeof is->expected, "a dtype unroll can cast (not %s)",
+                     ur_dtype_name(i->leaf->dtype));
+        }
+        return UR_OK;
+    }
+    return compare_values(vf, o, i, axis, layer, oname, src, err);
+}
+
+/* Find the source of output leaf o and check it. */
+static int match_output(verifier *vf, const vleaf *o, ur_err *err)
+{
+    const char *c[UR_MAX_RANK + 64];
+    char oname[1024];
+    vleaf *src;
+    int rc;
+
+    vf->rep->leaves_out++;
+    src = find_in(vf, o->comp, o->len);
+    if (src != NULL) {
+        return check_pair(vf, o, src, -1, 0, err);
+    }
+    if (o->len + 1 > sizeof c / sizeof c[0]) {
+        return ur_err_set(err, UR_EUNSUPPORTED, "key path too deep");
+    }
+    for (size_t k = 0; k < o->len; k++) {
+        size_t xl;
+        int64_t g, gg;
+        int ti;
+        const table *t;
+        size_t rest = o->len - k - 1;
+        if (!split_index(o->comp[k], &xl, &g)) {
+            continue;
+        }
+        rc = table_get(vf, o->comp, k, o->comp[k], xl, &ti, err);
+        if (rc < 0) {
+            return rc;
+        }
+        t = &vf->tables[ti];
+        memcpy(c, o->comp, k * sizeof *c);
+        gg = g - t->h;
+        if (t->g != NULL && t->k == 1 && gg >= 0 && gg < t->n) {
+            c[k] = t->g;
+            memcpy(c + k + 1, o->comp + k + 1, rest * sizeof *c);
+            src = find_in(vf, c, o->len);
+            if (src != NULL) {
+                src->rest = k + 1;
+                return check_pair(vf, o, src, ti, gg, err);
+            }
+        } else if (t->g != NULL && gg >= 0 && gg < t->n * t->k) {
+            char s1[32], s2[32];
+            snprintf(s1, sizeof s1, "layers_%" PRId64, gg % t->k);
+            snprintf(s2, sizeof s2, "layer_%" PRId64, gg % t->k);
+            c[k] = t->g;
+            memcpy(c + k + 2, o->comp + k + 1, rest * sizeof *c);
+            c[k + 1] = s1;
+            src = find_in(vf, c, o->len + 1);
+            if (src == NULL) {
+                c[k + 1] = s2;
+                src = find_in(vf, c, o->len + 1);
+            }
+            if (src != NULL) {
+                src->sub = gg % t->k;
+                src->rest = k + 2;
+                return check_pair(vf, o, src, ti, gg / t->k, err);
+            }
+        }
+        gg = g - t->h - t->n * t->k;
+        if (t->r > 0 && gg >= 0 && gg < t->r) {
+            char s1[32];
+            snprintf(s1, sizeof s1, "layers_%" PRId64, gg);
+            c[k] = "layers_remainder";
+            c[k + 1] = s1;
+            memcpy(c + k + 2, o->comp + k + 1, rest * sizeof *c);
+            src = find_in(vf, c, o->len + 1);
+            if (src != NULL) {
+                return check_pair(vf, o, src, -1, 0, err);
+            }
+        }
+    }
+    leaf_name(o, oname, sizeof oname);
+    issue_add(vf, UR_VERIFY_EXTRA, oname, "no matching input leaf");
+    return UR_OK;
+}
+
+/* Input leaves (or layers of them) that no output leaf came from. */
+static void report_missing(verifier *vf)
+{
+    char iname[1024], oname[1100];
+    for (size_t i = 0; i < vf->in.n; i++) {
+        const vleaf *v = &vf->in.v[i];
+        leaf_name(v, iname, sizeof iname);
+        if (v->hits == 0) {
+            issue_add(vf, UR_VERIFY_MISSING, "(no output leaf)", iname);
+            continue;
+        }
+        if (v->table >= 0) {
+            const table *t = &vf->tables[v->table];
+            for (int64_t b = 0; b < t->n; b++) {
+                char tail[1024], head[1024];
+                if (v->seen[b]) {
+                    continue;
+                }
+                join(v->comp, t->dlen, head, sizeof head);
+                join(v->comp + v->rest, v->len - v->rest, tail, sizeof tail);
+                snprintf(oname, sizeof oname, "%s%s%s_%" PRId64 "/%s", head, t->dlen ? "/" : "",
+                         t->x, t->h + b * t->k + (v->sub > 0 ? v->sub : 0), tail);
+                issue_add(vf, UR_VERIFY_MISSING, oname, iname);
+            }
+        }
+    }
+}
+
+/* The layers of each parent must add up to num_decoder_layers. */
+static void check_layer_count(verifier *vf)
+{
+    for (size_t i = 0; i < vf->n_tables; i++) {
+        int64_t sum = 0;
+        int first = 1, any = 0;
+        for (size_t j = 0; j < vf->n_tables; j++) {
+            const table *t = &vf->tables[j];
+            if (strcmp(t->dkey, vf->tables[i].dkey) != 0) {
+                continue;
+            }
+            if (j < i) {
+                first = 0;
+            }
+            if (t->g != NULL || t->r > 0) {
+                any = 1;
+                sum += t->n_out;
+            }
+        }
+        if (first && any && sum != vf->opts->num_decoder_layers) {
+            char d[600];
+            ur_verify_issue *is;
+            snprintf(d, sizeof d, "%s/*", vf->tables[i].dkey);
+            for (char *p = d; *p; p++) {
+                *p = *p == SEP ? '/' : *p;
+            }
+            is = issue_add(vf, UR_VERIFY_SHAPE, d, "num_decoder_layers");
+            if (is) {
+                snprintf(is->expected, sizeof is->expected, "%" PRId64 " layers",
+                         vf->opts->num_decoder_layers);
+                snprintf(is->got, sizeof is->got, "%" PRId64, sum);
+            }
+        }
+    }
+}
+
+int ur_plan_verify_run(ur_verify_report *rep, ur_orbax_ckpt *in, ur_orbax_ckpt *out,
+                       const ur_verify_opts *opts, ur_err *err)
+{
+    verifier vf;
+    ur_verify_opts dflt;
+    int rc;
+
+    memset(rep, 0, sizeof *rep);
+    memset(&vf, 0, sizeof vf);
+    if (opts == NULL) {
+        ur_plan_verify_opts_init(&dflt);
+        opts = &dflt;
+    }
+    vf.in_ck = in;
+    vf.out_ck = out;
+    vf.opts = opts;
+    vf.rep = rep;
+    ur_buf_init(&vf.bo, 0);
+    ur_buf_init(&vf.bi, 0);
+    ur_buf_init(&vf.be, 0);
+    rc = vset_build(&vf.in, in, 0, &vf, err);
+    if (rc == UR_OK) {
+        rc = vset_build(&vf.out, out, 1, &vf, err);
+    }
+    if (rc < 0) {
+        goto done;
+    }
+    rep->leaves_in = vf.in.n;
+    for (size_t i = 0; i < vf.out.n && rc == UR_OK; i++) {
+        rc = match_output(&vf, &vf.out.v[i], err);
+    }
+    if (rc < 0) {
+        goto done;
+    }
+    report_missing(&vf);
+    if (opts->num_decoder_layers > 0) {
+        check_layer_count(&vf);
+    }
+done:
+    vset_dispose(&vf.in);
+    vset_dispose(&vf.out);
+    for (size_t i = 0; i < vf.n_tables; i++) {
+        ur_free(vf.tables[i].dkey);
+        ur_free(vf.tables[i].x);
+    }
+    ur_free(vf.tables);
+    ur_buf_dispose(&vf.bo);
+    ur_buf_dispose(&vf.bi);
+    ur_buf_dispose(&vf.be);
+    return rc;
+}
