@@ -67,6 +67,9 @@ typedef struct {
     int64_t first_num_dense_layers;
     const ur_axis_rule *axis_rules; /* logical_axis_rules after MaxText's merge by name */
     size_t n_axis_rules;
+    /* K sub-layers per scanned block (llama4, gpt-oss, olmo3, qwen3-next, envy); 0 or 1: none */
+    int64_t inhomogeneous_layer_cycle_interval;
+    int64_t first_num_hash_layers; /* deepseek4: unscanned layers before scanned_blocks */
 } ur_settings;
 
 /* Load `opts->config_path` with its base_config chain, the model file named by model_name
@@ -162,12 +165,18 @@ typedef enum {
     UR_PLAN_LAYOUT_LORA_NNX    /* params/... adapter (single-nested) */
 } ur_plan_layout;
 
+/* A scanned group decoder/<name>. Plain (cycle 1): slice i of a leaf decoder/<name>/R is
+ * decoder/<name>_<i>/R. Blocks of `cycle` = K sub-layers (decoder/<name>/layers_<j>/R or
+ * .../layer_<j>/R): slice b of sub-layer j is decoder/<out_name>_<first_out + b*K + j>/R. */
 typedef struct {
-    const char *name;  /* "layers", "dense_layers", "moe_layers" */
-    int64_t n_layers;  /* expected length of the layer axis */
+    const char *name;  /* "layers", "dense_layers", "moe_layers", "scanned_blocks" */
+    int64_t n_layers;  /* expected length of the layer axis (blocks when cycle > 1) */
     size_t n_leaves;   /* leaves unstacked or replicated */
     size_t n_axis[UR_MAX_RANK]; /* how many leaves were sliced on each axis */
     int present;       /* the input has decoder/<name> */
+    int64_t cycle;     /* sub-layers per block; 1: a plain group */
+    int64_t first_out; /* global index of the first output layer (deepseek4 hash layers) */
+    const char *out_name; /* output layer prefix ("layers" for a block group) */
 } ur_plan_group;
 
 typedef struct {
@@ -190,6 +199,10 @@ typedef struct {
     size_t n_groups;
     ur_plan_group groups[2];
     ur_plan_summary summary;
+    /* gemma3: decoder/layers_remainder/layers_<j>/R (unscanned) is copied to
+     * decoder/layers_<remainder_first + j>/R for j < n_remainder. */
+    int64_t n_remainder;
+    int64_t remainder_first;
 } ur_plan;
 
 /* The scan (layer) axis of a leaf: the axis whose spec entry names layers_per_stage, layers
@@ -199,9 +212,15 @@ typedef struct {
 int ur_plan_scan_axis(const ur_plan_leaf *leaf, const ur_settings *s);
 
 /* Build the plan for `n` input leaves. Owned by the caller (ur_plan_free).
+ * Layer groups (docs/maxtext-checkpoints.md §5): decoder_block deepseek -> dense_layers,
+ * moe_layers; gemma3 -> blocks of 6 in decoder/layers + decoder/layers_remainder;
+ * deepseek4 -> first_num_hash_layers unscanned layers + blocks of 2 in scanned_blocks;
+ * inhomogeneous_layer_cycle_interval K > 1 -> blocks of K in decoder/layers; else layers.
  * UR_EINVAL: a full-state input without opt_state, a missing layer group, a leaf whose
  * layer axis length differs from its group's layer count (message names leaf, shape, axis
- * and expected length), an unrecognised layout; UR_ENOMEM. */
+ * and expected length), a leaf of a block group outside layers_<j>/layer_<j> (j < K), a
+ * layer count the blocks do not divide, an unrecognised layout; UR_EUNSUPPORTED: pipeline
+ * stacks (decoder/pipeline_module), gemma4 nested blocks, engram chunks; UR_ENOMEM. */
 int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_settings *s,
                   ur_plan_input input, ur_err *err);
 void ur_plan_free(ur_plan *plan);

@@ -24,7 +24,7 @@ typedef struct ur_exec_opts {
     void *progress_ctx;
 } ur_exec_opts;
 
-#define UR_EXEC_DEFAULT_MEMORY ((uint64_t)1 << 30)
+#define UR_EXEC_DEFAULT_MEMORY ((uint64_t)256 << 20)
 
 typedef struct ur_exec_stats {
     size_t tensors_in;   /* input leaves read */

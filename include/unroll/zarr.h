@@ -99,4 +99,51 @@ int ur_zarr_array_write_encoded(ur_zarr_array *arr, const uint64_t *idx, const v
 /* NULL-safe. Does not close the kvstore. */
 void ur_zarr_array_close(ur_zarr_array *arr);
 
+/* ---- streaming one chunk ---------------------------------------------------------------
+ *
+ * A chunk stream hands out the decoded bytes of one chunk (the read unit, as read_chunk)
+ * in C order, in pieces of any size, so a chunk larger than the memory budget (Orbax may
+ * write chunks up to 2 GiB) is never held whole. The bytes are exactly those
+ * ur_zarr_array_read_chunk writes: chunk_bytes in total, little-endian, the full chunk shape
+ * with the part past the array's edge holding the fill value.
+ *
+ * Incremental (memory O(piece + zstd window or 32 KiB deflate window), independent of the
+ * chunk size): chains of a `bytes` codec (little- or big-endian; swapped in the stream)
+ * followed by at most one compressor (zstd, gzip or zlib) and at most one crc32c after it,
+ * unsharded (zarr2 `.zarray` with order C, zarr3) or inside sharding_indexed. The stored
+ * bytes are read in pieces of 1 MiB with ur_kvstore_read_range; the shard index with one
+ * small range read. A missing chunk streams the fill value.
+ * Fallback (memory: one decoded chunk, plus what read_chunk needs to decode it): any chain
+ * with transpose (zarr2 order F included) or other bytes->bytes codec orders; open then
+ * decodes the whole chunk with ur_zarr_array_read_chunk and the stream copies from it.
+ *
+ * Thread-safe as read_chunk: several streams of one array may be open and read on different
+ * threads at once; one stream is used by one thread at a time. The array must outlive its
+ * streams. */
+typedef struct ur_zarr_chunk_stream ur_zarr_chunk_stream;
+
+/* Open chunk `idx` (grid index, rank entries) for sequential reading. Errors as read_chunk:
+ * UR_EINVAL (index outside the grid), UR_ENOTFOUND naming the key (chunk missing and
+ * fill_missing off), UR_ECORRUPT / UR_EIO naming the array and chunk key, UR_ENOMEM. */
+int ur_zarr_chunk_stream_open(ur_zarr_chunk_stream **out, ur_zarr_array *arr,
+                              const uint64_t *idx, ur_err *err);
+
+/* Copy the next n decoded bytes into dst; n must not exceed ur_zarr_chunk_stream_remaining
+ * (UR_EINVAL). UR_ECORRUPT, naming the array and chunk key, when the stored data ends
+ * early, has trailing bytes, fails its checksum or decodes to a size other than
+ * chunk_bytes: found as early as the data allows and at the latest by the read that
+ * returns the last byte. After any failure the stream stays failed and every later read
+ * returns the same error. */
+int ur_zarr_chunk_stream_read(ur_zarr_chunk_stream *s, void *dst, size_t n, ur_err *err);
+
+/* Decoded bytes not yet read (chunk_bytes right after open). */
+size_t ur_zarr_chunk_stream_remaining(const ur_zarr_chunk_stream *s);
+
+/* 1 when the stream decodes incrementally (bounded memory), 0 when it fell back to
+ * decoding the whole chunk at open. */
+int ur_zarr_chunk_stream_is_incremental(const ur_zarr_chunk_stream *s);
+
+/* NULL-safe. A stream may be closed before it is read to the end. */
+void ur_zarr_chunk_stream_close(ur_zarr_chunk_stream *s);
+
 #endif

@@ -52,7 +52,7 @@ static void usage(FILE *f)
           "  -n, --dry-run          print the plan (kept, dropped, split leaves; bytes) and stop\n"
           "  -q, --quiet            no progress and no summary\n"
           "  -j, --threads N        worker threads (default: one per core)\n"
-          "      --memory-limit S   bytes of chunk buffers in flight, e.g. 512M, 4G (default 1G)\n"
+          "      --memory-limit S   bytes of chunk buffers in flight, e.g. 512M, 4G (default 256M)\n"
           "  -h, --help             this help\n"
           "  -V, --version          the version\n"
           "\n"

@@ -642,6 +642,12 @@ int ur_orbax_ckpt_open_array(ur_orbax_ckpt *ck, const ur_orbax_leaf *leaf, ur_za
     int rc = ur_zarr_array_open(out, ck->kv, leaf->name, ck->use_zarr3 ? 3 : 2, err);
     if (rc < 0) {
         ur_err_wrap(err, "array '%s'", leaf->name);
+        return rc;
+    }
+    /* Orbax wrote every chunk (store_array_data_equal_to_fill_value): a missing one is lost
+     * data, not the fill value. */
+    if (ck->store_fill) {
+        ur_zarr_array_set_fill_missing(*out, 0);
     }
     return rc;
 }

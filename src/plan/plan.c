@@ -344,6 +344,134 @@ static int add_bytes(uint64_t *acc, uint64_t elems, size_t itemsize, uint64_t ti
     return UR_OK;
 }
 
+/* "layers_<j>" or "layer_<j>" with j < k: 1 and j. */
+static int sub_layer(const char *c, int64_t k, int64_t *j)
+{
+    const char *p;
+    int64_t v = 0;
+    if (strncmp(c, "layers_", 7) == 0) {
+        p = c + 7;
+    } else if (strncmp(c, "layer_", 6) == 0) {
+        p = c + 6;
+    } else {
+        return 0;
+    }
+    if (*p == '\0' || (p[0] == '0' && p[1] != '\0')) {
+        return 0;
+    }
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9' || v > k) {
+            return 0;
+        }
+        v = v * 10 + (*p - '0');
+    }
+    if (v >= k) {
+        return 0;
+    }
+    *j = v;
+    return 1;
+}
+
+static void group_set(ur_plan_group *g, const char *name, int64_t n_layers, int64_t cycle,
+                      int64_t first_out, const char *out_name)
+{
+    g->name = name;
+    g->n_layers = n_layers;
+    g->cycle = cycle;
+    g->first_out = first_out;
+    g->out_name = out_name;
+}
+
+/* The scanned groups the config calls for (docs/maxtext-checkpoints.md §5; MaxText
+ * nnx_decoders.py _init_scanned_*), checked against the tree for layouts not handled. */
+static int setup_groups(ur_plan *plan, const ur_plan_leaf *leaves, size_t n, const ur_settings *s,
+                        ur_err *err)
+{
+    int64_t nl = s->num_decoder_layers;
+    int64_t k = s->inhomogeneous_layer_cycle_interval > 1 ? s->inhomogeneous_layer_cycle_interval
+                                                          : 1;
+    for (size_t i = 0; i < n && plan->unrolled; i++) {
+        const ur_plan_leaf *l = &leaves[i];
+        for (size_t c = 0; c + 1 < l->path_len; c++) {
+            if (strcmp(l->path[c], "decoder") != 0) {
+                continue;
+            }
+            if (strcmp(l->path[c + 1], "pipeline_module") == 0) {
+                return ur_err_set(err, UR_EUNSUPPORTED,
+                                  "pipeline-parallel checkpoint (decoder/pipeline_module): "
+                                  "unrolling pipeline stacks is not supported");
+            }
+            if (strncmp(l->path[c + 1], "dense_layers_", 13) == 0 ||
+                strncmp(l->path[c + 1], "moe_layers_", 11) == 0) {
+                return ur_err_set(err, UR_EUNSUPPORTED,
+                                  "decoder/%s: DeepSeek engram layer chunks are not supported",
+                                  l->path[c + 1]);
+            }
+        }
+    }
+    if (strcmp(s->decoder_block, "deepseek") == 0) {
+        plan->n_groups = 2;
+        group_set(&plan->groups[0], "dense_layers", s->first_num_dense_layers, 1, 0, NULL);
+        group_set(&plan->groups[1], "moe_layers", nl - s->first_num_dense_layers, 1, 0, NULL);
+    } else if (strcmp(s->decoder_block, "gemma3") == 0) {
+        /* GEMMA3_ATTENTION_PATTERN: 5 local + 1 global */
+        plan->n_groups = 1;
+        group_set(&plan->groups[0], "layers", nl / 6, 6, 0, "layers");
+        plan->n_remainder = nl % 6;
+        plan->remainder_first = nl / 6 * 6;
+    } else if (strcmp(s->decoder_block, "gemma4") == 0) {
+        if (plan->unrolled) {
+            return ur_err_set(err, UR_EUNSUPPORTED,
+                              "decoder_block gemma4: its scanned blocks nest a second scan "
+                              "(scanned_blocks/local_layers); unrolling them is not supported");
+        }
+        plan->n_groups = 0;
+    } else if (strcmp(s->decoder_block, "deepseek4") == 0) {
+        int64_t h = s->first_num_hash_layers;
+        if (h < 0 || h > nl) {
+            return ur_err_set(err, UR_EINVAL,
+                              "first_num_hash_layers=%lld does not fit num_decoder_layers=%lld",
+                              (long long)h, (long long)nl);
+        }
+        plan->n_groups = 1;
+        group_set(&plan->groups[0], "scanned_blocks", (nl - h) / 2, 2, h, "layers");
+        if ((nl - h) % 2 != 0 && plan->unrolled) {
+            return ur_err_set(err, UR_EINVAL,
+                              "deepseek4: %lld layers after %lld hash layers is odd; MaxText "
+                              "scans them in blocks of 2",
+                              (long long)(nl - h), (long long)h);
+        }
+    } else if (k > 1) {
+        plan->n_groups = 1;
+        group_set(&plan->groups[0], "layers", nl / k, k, 0, "layers");
+        if (nl % k != 0 && plan->unrolled) {
+            return ur_err_set(err, UR_EINVAL,
+                              "num_decoder_layers=%lld is not a multiple of "
+                              "inhomogeneous_layer_cycle_interval=%lld: MaxText's scan would "
+                              "drop the last %lld layers",
+                              (long long)nl, (long long)k, (long long)(nl % k));
+        }
+    } else {
+        plan->n_groups = 1;
+        group_set(&plan->groups[0], "layers", nl, 1, 0, NULL);
+    }
+    for (size_t g = 0; g < plan->n_groups; g++) {
+        if (plan->unrolled && plan->groups[g].n_layers > (1 << 20)) {
+            return ur_err_set(err, UR_EINVAL, "decoder/%s: %lld layers is not plausible",
+                              plan->groups[g].name, (long long)plan->groups[g].n_layers);
+        }
+        if (plan->unrolled && plan->groups[g].n_layers < 0) {
+            return ur_err_set(err, UR_EINVAL,
+                              "decoder/%s would have %lld layers (num_decoder_layers=%lld, "
+                              "first_num_dense_layers=%lld)",
+                              plan->groups[g].name, (long long)plan->groups[g].n_layers,
+                              (long long)s->num_decoder_layers,
+                              (long long)s->first_num_dense_layers);
+        }
+    }
+    return UR_OK;
+}
+
 int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_settings *s,
                   ur_plan_input input, ur_err *err)
 {
@@ -351,6 +479,7 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
     static const char *const k_value[] = {"value"};
     ur_plan *plan = NULL;
     int lora = input == UR_PLAN_INPUT_LORA;
+    int gemma3 = strcmp(s->decoder_block, "gemma3") == 0;
     span prefix = {NULL, 0};
     span suffix = {NULL, 0};
     int rc;
@@ -389,32 +518,9 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
     }
 
     /* layer groups */
-    if (strcmp(s->decoder_block, "deepseek") == 0) {
-        plan->n_groups = 2;
-        plan->groups[0].name = "dense_layers";
-        plan->groups[0].n_layers = s->first_num_dense_layers;
-        plan->groups[1].name = "moe_layers";
-        plan->groups[1].n_layers = s->num_decoder_layers - s->first_num_dense_layers;
-    } else {
-        plan->n_groups = 1;
-        plan->groups[0].name = "layers";
-        plan->groups[0].n_layers = s->num_decoder_layers;
-    }
-    for (size_t g = 0; g < plan->n_groups; g++) {
-        if (plan->unrolled && plan->groups[g].n_layers > (1 << 20)) {
-            rc = ur_err_set(err, UR_EINVAL, "decoder/%s: %lld layers is not plausible",
-                            plan->groups[g].name, (long long)plan->groups[g].n_layers);
-            goto out;
-        }
-        if (plan->unrolled && plan->groups[g].n_layers < 0) {
-            rc = ur_err_set(err, UR_EINVAL,
-                            "decoder/%s would have %lld layers (num_decoder_layers=%lld, "
-                            "first_num_dense_layers=%lld)",
-                            plan->groups[g].name, (long long)plan->groups[g].n_layers,
-                            (long long)s->num_decoder_layers,
-                            (long long)s->first_num_dense_layers);
-            goto out;
-        }
+    rc = setup_groups(plan, leaves, n, s, err);
+    if (rc < 0) {
+        goto out;
     }
 
     /* output prefix and suffix */
@@ -439,6 +545,10 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
         size_t en = 0;
         uint64_t elems = 0;
         int g = -1;
+        int64_t sub = 0;
+        size_t rest = 0;
+        int remainder = 0;
+        char rem_layer[64];
         const char *why;
         a->group = -1;
         a->out_dtype = l->dtype;
@@ -470,12 +580,75 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
         if (ur_dtype_is_float(l->dtype)) {
             a->out_dtype = UR_DT_BFLOAT16;
         }
+        rest = st + 2;
         if (plan->unrolled && en - st >= 3 && strcmp(l->path[st], "decoder") == 0) {
             for (size_t k = 0; k < plan->n_groups; k++) {
                 if (strcmp(l->path[st + 1], plan->groups[k].name) == 0) {
                     g = (int)k;
                 }
             }
+            if (g >= 0 && plan->groups[g].cycle > 1) {
+                /* a block of K sub-layers: decoder/<group>/layers_<j>/R */
+                if (en - st < 4 || !sub_layer(l->path[st + 2], plan->groups[g].cycle, &sub)) {
+                    char name[512];
+                    rc = ur_err_set(err, UR_EINVAL,
+                                    "leaf '%s': decoder/%s holds blocks of %lld sub-layers, but "
+                                    "this leaf is not under layers_<j> or layer_<j> (j < %lld)",
+                                    ur_plan_path_format(l->path, l->path_len, name, sizeof name),
+                                    plan->groups[g].name, (long long)plan->groups[g].cycle,
+                                    (long long)plan->groups[g].cycle);
+                    goto out;
+                }
+                rest = st + 3;
+            }
+            if (g < 0 && gemma3 && strcmp(l->path[st + 1], "layers_remainder") == 0) {
+                int64_t j = 0;
+                char name[512];
+                if (en - st >= 4 && strncmp(l->path[st + 2], "layers_", 7) == 0 &&
+                    sub_layer(l->path[st + 2], plan->n_remainder, &j)) {
+                    snprintf(rem_layer, sizeof rem_layer, "layers_%lld",
+                             (long long)(plan->remainder_first + j));
+                    remainder = 1;
+                } else if (plan->n_remainder == 0 && l->dtype == UR_DT_INVALID) {
+                    a->kind = UR_PLAN_DROP; /* the empty remainder block NNX builds */
+                    a->why = "empty layers_remainder";
+                    plan->summary.leaves_kept--;
+                    plan->summary.leaves_dropped++;
+                    continue;
+                } else {
+                    rc = ur_err_set(err, UR_EINVAL,
+                                    "leaf '%s': gemma3 with num_decoder_layers=%lld has %lld "
+                                    "remainder layers (decoder/layers_remainder/layers_0..%lld)",
+                                    ur_plan_path_format(l->path, l->path_len, name, sizeof name),
+                                    (long long)s->num_decoder_layers,
+                                    (long long)plan->n_remainder,
+                                    (long long)plan->n_remainder - 1);
+                    goto out;
+                }
+            }
+        }
+        if (remainder) {
+            const char *mid[2] = {"decoder", rem_layer};
+            span parts[4] = {prefix, {mid, 2}, {l->path + st + 3, en - st - 3}, suffix};
+            a->kind = UR_PLAN_COPY;
+            a->n_out = 1;
+            a->out = ur_calloc(1, sizeof *a->out);
+            if (!a->out) {
+                a->n_out = 0;
+                rc = ur_err_oom(err);
+                goto out;
+            }
+            rc = path_build(&a->out[0], parts, 4, err);
+            if (rc < 0) {
+                goto out;
+            }
+            plan->summary.leaves_copied++;
+            plan->summary.leaves_out++;
+            rc = add_bytes(&plan->summary.bytes_out, elems, ur_dtype_size(a->out_dtype), 1, err);
+            if (rc < 0) {
+                goto out;
+            }
+            continue;
         }
         if (g < 0) {
             span parts[3] = {prefix, {l->path + st, en - st}, suffix};
@@ -542,9 +715,14 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
             for (uint64_t li = 0; li < nl; li++) {
                 char layer[96];
                 const char *mid[2] = {"decoder", layer};
-                snprintf(layer, sizeof layer, "%s_%llu", grp->name, (unsigned long long)li);
+                if (grp->cycle > 1) {
+                    snprintf(layer, sizeof layer, "%s_%lld", grp->out_name,
+                             (long long)(grp->first_out + (int64_t)li * grp->cycle + sub));
+                } else {
+                    snprintf(layer, sizeof layer, "%s_%llu", grp->name, (unsigned long long)li);
+                }
                 {
-                    span parts[4] = {prefix, {mid, 2}, {l->path + st + 2, en - st - 2}, suffix};
+                    span parts[4] = {prefix, {mid, 2}, {l->path + rest, en - rest}, suffix};
                     rc = path_build(&a->out[li], parts, 4, err);
                 }
                 if (rc < 0) {
@@ -567,6 +745,28 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
                                 plan->groups[g].name);
                 goto out;
             }
+        }
+    }
+
+    if (plan->unrolled && !lora && gemma3 && plan->n_remainder > 0) {
+        int found = 0;
+        for (size_t i = 0; i < n && !found; i++) {
+            found = plan->actions[i].kind == UR_PLAN_COPY && plan->actions[i].n_out == 1 &&
+                    leaves[i].path_len > 2;
+            if (found) {
+                found = 0;
+                for (size_t c = 0; c + 1 < leaves[i].path_len; c++) {
+                    found |= strcmp(leaves[i].path[c], "decoder") == 0 &&
+                             strcmp(leaves[i].path[c + 1], "layers_remainder") == 0;
+                }
+            }
+        }
+        if (!found) {
+            rc = ur_err_set(err, UR_EINVAL,
+                            "missing decoder/layers_remainder in the input checkpoint (gemma3 "
+                            "with num_decoder_layers=%lld has %lld layers after the blocks of 6)",
+                            (long long)s->num_decoder_layers, (long long)plan->n_remainder);
+            goto out;
         }
     }
 

@@ -879,7 +879,10 @@ static int resolve_settings(ur_config *cfg, const ur_config_opts *opts, const ch
         (rc = opt_int(cfg, "param_scan_axis", 1, &s->param_scan_axis, err)) ||
         (rc = opt_int(cfg, "global_parameter_scale", 1, &s->global_parameter_scale, err)) ||
         (rc = opt_int(cfg, "base_num_decoder_layers", 16, &s->base_num_decoder_layers, err)) ||
-        (rc = opt_int(cfg, "first_num_dense_layers", 0, &s->first_num_dense_layers, err))) {
+        (rc = opt_int(cfg, "first_num_dense_layers", 0, &s->first_num_dense_layers, err)) ||
+        (rc = opt_int(cfg, "inhomogeneous_layer_cycle_interval", 1,
+                      &s->inhomogeneous_layer_cycle_interval, err)) ||
+        (rc = opt_int(cfg, "first_num_hash_layers", 0, &s->first_num_hash_layers, err))) {
         return rc;
     }
     if (s->model_name[0] == '\0') {

@@ -12,19 +12,40 @@
 #include <string.h>
 #include <unistd.h>
 
-/* One kept input leaf: where it comes from and the arrays it becomes. */
+/* One kept input leaf: where it comes from, the arrays it becomes, and how its chunks are
+ * cut. A chunk is processed in slabs: slab = the chunk's box [origin, origin + slab_shape)
+ * with extent 1 on the axes before `k`, `h` on axis k and the whole chunk after k, so every
+ * slab is one contiguous run of the chunk's C-order bytes. When the chunk fits the memory
+ * budget the slab is the whole chunk (k = 0, h = chunk_shape[0]); otherwise the chunk is
+ * streamed slab by slab. The output chunk shape is the slab shape without the layer axis,
+ * so each slab yields whole output chunks. */
 typedef struct {
     const ur_plan_action *act;
     const ur_orbax_leaf *leaf;
     ur_zarr_array *src;
-    ur_zarr_info info;     /* of src */
-    ur_zarr_array **dst;   /* act->n_out output arrays */
-    int axis;              /* UNSTACK: the layer axis, else -1 */
-    uint64_t first_item;   /* global index of this task's first chunk */
+    ur_zarr_info info;   /* of src */
+    ur_zarr_array **dst; /* act->n_out output arrays */
+    int axis;            /* UNSTACK: the layer axis, else -1 */
+    int k;               /* slab axis (-1 for rank 0) */
+    uint64_t slab_shape[UR_MAX_RANK];
+    uint64_t slab_grid[UR_MAX_RANK + 1]; /* slabs per chunk along axes 0..k */
+    uint64_t slabs_per_chunk;
+    size_t slab_bytes;   /* decoded input bytes of one slab */
+    uint64_t first_item; /* global index of this task's first slab */
     size_t out_chunk_bytes;
     int out_rank;
     uint64_t out_chunk_shape[UR_MAX_RANK];
 } task;
+
+/* The decoding stream of a chunk being read slab by slab; slabs are read in order, each by
+ * the worker that claimed it, so decoding overlaps the other workers' casting and encoding. */
+typedef struct {
+    const task *t;
+    uint64_t chunk;
+    ur_zarr_chunk_stream *s;
+    uint64_t next_slab; /* the slab whose bytes come next */
+    int used;
+} stream_slot;
 
 typedef struct {
     task *tasks;
@@ -33,9 +54,11 @@ typedef struct {
     uint64_t bytes_total;
 
     pthread_mutex_t lock;
-    pthread_cond_t turn;
+    pthread_cond_t turn;  /* signalled on every commit, stream step and failure */
     uint64_t next_claim;  /* next item a worker takes */
     uint64_t next_commit; /* next item allowed to write */
+    stream_slot *slots;   /* one per worker */
+    int n_slots;
     int failed;
     ur_err err; /* the first failure */
 
@@ -46,11 +69,27 @@ typedef struct {
 /* Per-worker scratch, grown as needed and reused across items. */
 typedef struct {
     runner *r;
-    ur_buf in;       /* decoded input chunk */
-    ur_buf out;      /* raw output chunks, back to back */
-    ur_buf *enc;     /* encoded output chunks */
+    ur_buf in;   /* decoded input slab */
+    ur_buf out;  /* raw output chunks, back to back */
+    ur_buf *enc; /* encoded output chunks */
     size_t n_enc, cap_enc;
 } worker;
+
+/* What one work item is. */
+typedef struct {
+    const task *t;
+    uint64_t item;
+    uint64_t chunk;                /* linear chunk index within the task */
+    uint64_t slab;                 /* slab index within the chunk */
+    uint64_t idx[UR_MAX_RANK];     /* chunk grid index */
+    uint64_t global[UR_MAX_RANK];  /* global coordinates of the slab's first element */
+    int beyond_edge;               /* the slab lies wholly in the chunk's edge padding */
+    stream_slot *slot;             /* streamed chunks only */
+} item_info;
+
+/* Returned (positive) by a step that stops because another worker failed: that worker's
+ * error is the one reported. */
+#define STOPPED 1
 
 static void fail(runner *r, const ur_err *e)
 {
@@ -78,12 +117,33 @@ static const task *task_of(const runner *r, uint64_t item)
     return &r->tasks[lo];
 }
 
-/* Chunk grid index of the c-th chunk in C order. */
-static void unravel(const ur_zarr_info *info, uint64_t c, uint64_t *idx)
+/* Fill in everything about work item `item` but its stream slot. */
+static void describe_item(const runner *r, uint64_t item, item_info *it)
 {
-    for (int d = info->rank - 1; d >= 0; d--) {
-        idx[d] = c % info->grid[d];
-        c /= info->grid[d];
+    const task *t = task_of(r, item);
+    const ur_zarr_info *in = &t->info;
+    uint64_t rel = item - t->first_item, c, s;
+    uint64_t pos[UR_MAX_RANK + 1];
+
+    memset(it, 0, sizeof *it);
+    it->t = t;
+    it->item = item;
+    it->chunk = c = rel / t->slabs_per_chunk;
+    it->slab = s = rel % t->slabs_per_chunk;
+    for (int d = in->rank - 1; d >= 0; d--) {
+        it->idx[d] = c % in->grid[d];
+        c /= in->grid[d];
+    }
+    for (int d = t->k; d >= 0; d--) {
+        pos[d] = s % t->slab_grid[d];
+        s /= t->slab_grid[d];
+    }
+    for (int d = 0; d < in->rank; d++) {
+        uint64_t origin = d <= t->k ? pos[d] * t->slab_shape[d] : 0;
+        it->global[d] = it->idx[d] * in->chunk_shape[d] + origin;
+        if (it->global[d] >= in->shape[d]) {
+            it->beyond_edge = 1;
+        }
     }
 }
 
@@ -113,40 +173,72 @@ static int ensure_size(ur_buf *b, size_t n, ur_err *err)
     return ur_buf_reserve(b, n, err);
 }
 
-/* Decode the chunk and produce the encoded output chunks into wk->enc. Sets *n_layers to
- * how many output arrays receive a chunk (UNSTACK: the layers this chunk covers). */
-static int produce(worker *wk, const task *t, const uint64_t *idx, size_t *first_out,
-                   size_t *n_out, ur_err *err)
+/* Read the item's slab into wk->in: the whole chunk with one read, or the next slab of the
+ * chunk's stream once every earlier slab of it has been read. */
+static int read_slab(worker *wk, item_info *it, ur_err *err)
 {
+    runner *r = wk->r;
+    const task *t = it->t;
+    stream_slot *slot = it->slot;
+    int rc;
+
+    rc = ensure_size(&wk->in, t->slab_bytes, err);
+    if (rc < 0) {
+        return rc;
+    }
+    if (slot == NULL) {
+        return ur_zarr_array_read_chunk(t->src, it->idx, wk->in.data, err);
+    }
+    pthread_mutex_lock(&r->lock);
+    while (!r->failed && slot->next_slab != it->slab) {
+        pthread_cond_wait(&r->turn, &r->lock);
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (r->failed) {
+        return STOPPED;
+    }
+    /* This worker alone touches the stream until it moves next_slab on. */
+    if (it->slab == 0) {
+        rc = ur_zarr_chunk_stream_open(&slot->s, t->src, it->idx, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_zarr_chunk_stream_read(slot->s, wk->in.data, t->slab_bytes, err);
+    }
+    pthread_mutex_lock(&r->lock);
+    slot->next_slab++;
+    if (slot->next_slab == t->slabs_per_chunk || rc < 0) {
+        ur_zarr_chunk_stream_close(slot->s);
+        slot->s = NULL;
+        slot->used = rc < 0; /* a failed stream stays claimed: the run is over */
+    }
+    pthread_cond_broadcast(&r->turn);
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+/* Cast or split the slab in wk->in and encode the output chunks into wk->enc. Sets the
+ * range of output arrays that receive a chunk (UNSTACK: the layers the slab covers). */
+static int produce(worker *wk, const item_info *it, size_t *first_out, size_t *n_out,
+                   ur_err *err)
+{
+    const task *t = it->t;
     const ur_zarr_info *in = &t->info;
     ur_dtype out_dt = t->act->out_dtype;
     ur_tensor_view src;
     int rc;
 
-    rc = ensure_size(&wk->in, in->chunk_bytes, err);
-    if (rc == UR_OK) {
-        rc = ur_zarr_array_read_chunk(t->src, idx, wk->in.data, err);
-    }
+    rc = ur_tensor_view_init_dense(&src, in->dtype, in->rank, t->slab_shape, wk->in.data, err);
     if (rc < 0) {
         return rc;
     }
-    rc = ur_tensor_view_init_dense(&src, in->dtype, in->rank, in->chunk_shape, wk->in.data, err);
-    if (rc < 0) {
-        return rc;
-    }
-
     if (t->axis < 0) {
         /* COPY or REPLICATE: one output chunk, written to every output array. */
         const void *bytes = wk->in.data;
         if (out_dt != in->dtype) {
-            uint64_t numel;
             rc = ensure_size(&wk->out, t->out_chunk_bytes, err);
             if (rc == UR_OK) {
-                rc = ur_tensor_view_numel(&numel, &src, err);
-            }
-            if (rc == UR_OK) {
                 rc = ur_tensor_cast_dense(wk->out.data, out_dt, wk->in.data, in->dtype,
-                                          (size_t)numel, err);
+                                          t->slab_bytes / ur_dtype_size(in->dtype), err);
             }
             if (rc < 0) {
                 return rc;
@@ -162,11 +254,11 @@ static int produce(worker *wk, const task *t, const uint64_t *idx, size_t *first
         return rc;
     }
 
-    /* UNSTACK: this chunk holds layers [l0, l0 + cnt) of the layer axis. */
+    /* UNSTACK: the slab holds layers [l0, l0 + cnt) of the layer axis. */
     {
         int a = t->axis;
-        uint64_t l0 = idx[a] * in->chunk_shape[a];
-        uint64_t cnt = in->chunk_shape[a];
+        uint64_t l0 = it->global[a];
+        uint64_t cnt = t->slab_shape[a];
         uint64_t start[UR_MAX_RANK] = {0}, count[UR_MAX_RANK];
         ur_tensor_view dsts_stack[64];
         ur_tensor_view *dsts = dsts_stack;
@@ -175,7 +267,7 @@ static int produce(worker *wk, const task *t, const uint64_t *idx, size_t *first
         if (l0 + cnt > in->shape[a]) {
             cnt = in->shape[a] - l0;
         }
-        memcpy(count, in->chunk_shape, sizeof count);
+        memcpy(count, t->slab_shape, sizeof count);
         count[a] = cnt;
         rc = ur_tensor_view_slice(&src, &src, start, count, err);
         if (rc < 0) {
@@ -218,37 +310,39 @@ static int produce(worker *wk, const task *t, const uint64_t *idx, size_t *first
 }
 
 /* Write this item's chunks once every earlier item has written its own. */
-static int commit(worker *wk, const task *t, uint64_t item, const uint64_t *idx,
-                  size_t first_out, size_t n_out, ur_err *err)
+static int commit(worker *wk, const item_info *it, size_t first_out, size_t n_out, ur_err *err)
 {
     runner *r = wk->r;
+    const task *t = it->t;
     uint64_t out_idx[UR_MAX_RANK];
     int rc = UR_OK;
     int k = 0;
 
     for (int d = 0; d < t->info.rank; d++) {
         if (d != t->axis) {
-            out_idx[k++] = idx[d];
+            out_idx[k++] = it->global[d] / t->slab_shape[d];
         }
     }
     pthread_mutex_lock(&r->lock);
-    while (!r->failed && r->next_commit != item) {
+    while (!r->failed && r->next_commit != it->item) {
         pthread_cond_wait(&r->turn, &r->lock);
     }
     if (r->failed) {
         pthread_mutex_unlock(&r->lock);
-        return UR_OK; /* someone else's error is reported */
+        return STOPPED;
     }
     for (size_t i = 0; i < n_out && rc == UR_OK; i++) {
-        /* REPLICATE/COPY encode once and write the same bytes to each output. */
+        /* COPY/REPLICATE encode once and write the same bytes to each output. */
         const ur_buf *e = &wk->enc[t->axis < 0 ? 0 : i];
         rc = ur_zarr_array_write_encoded(t->dst[first_out + i], out_idx, e->data, e->len, err);
     }
     if (rc == UR_OK) {
         r->next_commit++;
-        r->stats->chunks_in++;
+        if (it->slab + 1 == t->slabs_per_chunk) {
+            r->stats->chunks_in++;
+        }
         r->stats->chunks_out += n_out;
-        r->stats->bytes_in += t->info.chunk_bytes;
+        r->stats->bytes_in += t->slab_bytes;
         r->stats->bytes_out += (uint64_t)n_out * t->out_chunk_bytes;
         if (r->opts->progress != NULL) {
             r->opts->progress(r->opts->progress_ctx, r->stats->bytes_in, r->bytes_total);
@@ -259,6 +353,31 @@ static int commit(worker *wk, const task *t, uint64_t item, const uint64_t *idx,
     return rc;
 }
 
+/* Under the runner's lock: the stream slot of a streamed chunk (made by its first slab). */
+static stream_slot *slot_for(runner *r, const item_info *it)
+{
+    stream_slot *free_slot = NULL;
+    for (int i = 0; i < r->n_slots; i++) {
+        stream_slot *s = &r->slots[i];
+        if (s->used && s->t == it->t && s->chunk == it->chunk) {
+            return s;
+        }
+        if (!s->used && free_slot == NULL) {
+            free_slot = s;
+        }
+    }
+    /* Claims are handed out in order and each worker holds one, so a chunk's first slab is
+     * claimed before its others and at most n_slots chunks are open at once. */
+    if (free_slot != NULL) {
+        free_slot->used = 1;
+        free_slot->t = it->t;
+        free_slot->chunk = it->chunk;
+        free_slot->next_slab = 0;
+        free_slot->s = NULL;
+    }
+    return free_slot;
+}
+
 static void *work(void *arg)
 {
     worker *wk = arg;
@@ -267,8 +386,7 @@ static void *work(void *arg)
 
     ur_err_clear(&err);
     for (;;) {
-        uint64_t item, idx[UR_MAX_RANK];
-        const task *t;
+        item_info it;
         size_t first_out = 0, n_out = 0;
         int rc;
 
@@ -277,17 +395,28 @@ static void *work(void *arg)
             pthread_mutex_unlock(&r->lock);
             break;
         }
-        item = r->next_claim++;
+        describe_item(r, r->next_claim++, &it);
+        if (it.t->slabs_per_chunk > 1) {
+            it.slot = slot_for(r, &it);
+        }
         pthread_mutex_unlock(&r->lock);
 
-        t = task_of(r, item);
-        unravel(&t->info, item - t->first_item, idx);
-        rc = produce(wk, t, idx, &first_out, &n_out, &err);
+        if (it.t->slabs_per_chunk > 1 && it.slot == NULL) {
+            rc = ur_err_set(&err, UR_EINTERNAL, "no stream slot free");
+        } else {
+            rc = read_slab(wk, &it, &err);
+        }
+        if (rc == UR_OK && !it.beyond_edge) {
+            rc = produce(wk, &it, &first_out, &n_out, &err);
+        }
         if (rc == UR_OK) {
-            rc = commit(wk, t, item, idx, first_out, n_out, &err);
+            rc = commit(wk, &it, first_out, n_out, &err);
+        }
+        if (rc == STOPPED) {
+            break;
         }
         if (rc < 0) {
-            ur_err_wrap(&err, "tensor '%s'", t->leaf->name);
+            ur_err_wrap(&err, "tensor '%s'", it.t->leaf->name);
             fail(r, &err);
             break;
         }
@@ -349,8 +478,86 @@ static int add_placeholders(const ur_plan_action *a, const ur_orbax_leaf *leaf,
     return UR_OK;
 }
 
-/* Open the input array, check it is what the plan was built from, and create the outputs. */
-static int setup_task(task *t, ur_orbax_ckpt *in, ur_orbax_writer *w, ur_err *err)
+/* Bytes a worker holds for a slab of `elems` input elements: the decoded input, the raw
+ * output and the encoded output (compression rarely grows data by much). */
+static uint64_t slab_cost(const task *t, uint64_t elems)
+{
+    uint64_t in = ur_dtype_size(t->info.dtype), out = ur_dtype_size(t->act->out_dtype);
+    return elems * (in + 2 * out);
+}
+
+/* Largest divisor of n that is <= cap (1 when cap < 1). */
+static uint64_t largest_divisor_at_most(uint64_t n, uint64_t cap)
+{
+    uint64_t best = 1;
+    if (cap >= n) {
+        return n;
+    }
+    for (uint64_t d = 1; d * d <= n; d++) {
+        if (n % d == 0) {
+            if (d <= cap && d > best) {
+                best = d;
+            }
+            if (n / d <= cap && n / d > best) {
+                best = n / d;
+            }
+        }
+    }
+    return best;
+}
+
+/* Cut the chunk into slabs that fit `budget` bytes (see `task`). Slab boundaries must be
+ * chunk-aligned in every output array, so h divides the chunk extent on axis k. */
+static int choose_slabs(task *t, uint64_t budget, ur_err *err)
+{
+    const ur_zarr_info *in = &t->info;
+    uint64_t tail = 1; /* elements of the chunk after axis k */
+    int k;
+
+    if (in->rank == 0) {
+        t->k = -1;
+        t->slabs_per_chunk = 1;
+        t->slab_bytes = in->chunk_bytes;
+        return UR_OK;
+    }
+    for (k = in->rank - 1; k >= 0; k--) {
+        /* find the outermost axis whose rows fit: scan from the innermost outwards */
+        if (slab_cost(t, tail * in->chunk_shape[k]) > budget) {
+            break;
+        }
+        tail *= in->chunk_shape[k];
+    }
+    if (k < 0) {
+        k = 0; /* the whole chunk fits */
+        tail /= in->chunk_shape[0];
+    }
+    t->k = k;
+    for (int d = 0; d < in->rank; d++) {
+        t->slab_shape[d] = d < k ? 1 : in->chunk_shape[d];
+    }
+    {
+        uint64_t per_row = slab_cost(t, tail);
+        uint64_t cap = per_row >= budget ? 1 : budget / per_row;
+        t->slab_shape[k] = largest_divisor_at_most(in->chunk_shape[k], cap);
+    }
+    t->slabs_per_chunk = 1;
+    for (int d = 0; d <= k; d++) {
+        t->slab_grid[d] = in->chunk_shape[d] / t->slab_shape[d];
+        if (ur_ckd_mul64(&t->slabs_per_chunk, t->slabs_per_chunk, t->slab_grid[d])) {
+            return ur_err_set(err, UR_ECORRUPT, "chunk shape overflows");
+        }
+    }
+    t->slab_bytes = ur_dtype_size(in->dtype);
+    for (int d = 0; d < in->rank; d++) {
+        t->slab_bytes *= (size_t)t->slab_shape[d]; /* <= chunk_bytes: cannot overflow */
+    }
+    return UR_OK;
+}
+
+/* Open the input array, check it is what the plan was built from, cut its chunks into slabs
+ * that fit `budget`, and create the outputs. */
+static int setup_task(task *t, ur_orbax_ckpt *in, ur_orbax_writer *w, uint64_t budget,
+                      ur_err *err)
 {
     const ur_plan_action *a = t->act;
     uint64_t out_shape[UR_MAX_RANK];
@@ -367,10 +574,18 @@ static int setup_task(task *t, ur_orbax_ckpt *in, ur_orbax_writer *w, ur_err *er
         return ur_err_set(err, UR_EINTERNAL, "layer axis %d outside rank %d", t->axis,
                           t->info.rank);
     }
+    if (t->axis >= 0 && (uint64_t)a->n_out != t->info.shape[t->axis]) {
+        return ur_err_set(err, UR_ECORRUPT, "shape on axis %d is %llu, the plan expects %zu",
+                          t->axis, (unsigned long long)t->info.shape[t->axis], a->n_out);
+    }
+    rc = choose_slabs(t, budget, err);
+    if (rc < 0) {
+        return rc;
+    }
     for (int d = 0; d < t->info.rank; d++) {
         if (d != t->axis) {
             out_shape[k] = t->info.shape[d];
-            t->out_chunk_shape[k++] = t->info.chunk_shape[d];
+            t->out_chunk_shape[k++] = t->slab_shape[d];
         }
     }
     t->out_rank = k;
@@ -379,10 +594,6 @@ static int setup_task(task *t, ur_orbax_ckpt *in, ur_orbax_writer *w, ur_err *er
         if (ur_ckd_mul(&t->out_chunk_bytes, t->out_chunk_bytes, (size_t)t->out_chunk_shape[d])) {
             return ur_err_set(err, UR_ECORRUPT, "output chunk size overflows");
         }
-    }
-    if (t->axis >= 0 && (uint64_t)a->n_out != t->info.shape[t->axis]) {
-        return ur_err_set(err, UR_ECORRUPT, "shape on axis %d is %llu, the plan expects %zu",
-                          t->axis, (unsigned long long)t->info.shape[t->axis], a->n_out);
     }
     t->dst = ur_calloc(a->n_out ? a->n_out : 1, sizeof *t->dst);
     if (t->dst == NULL) {
@@ -402,34 +613,10 @@ static int setup_task(task *t, ur_orbax_ckpt *in, ur_orbax_writer *w, ur_err *er
     return UR_OK;
 }
 
-/* Threads to run: as asked (or one per core), no more than items, and few enough that
- * their buffers fit the memory limit. */
-static int pick_threads(const runner *r, const ur_exec_opts *opts)
+static int requested_threads(const ur_exec_opts *opts)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    uint64_t limit = opts->memory_limit ? opts->memory_limit : UR_EXEC_DEFAULT_MEMORY;
-    uint64_t per = 1;
-    int n = opts->threads > 0 ? opts->threads : (cores > 0 ? (int)cores : 1);
-
-    for (size_t i = 0; i < r->n_tasks; i++) {
-        const task *t = &r->tasks[i];
-        uint64_t outs = t->axis < 0 ? 1 : t->info.chunk_shape[t->axis];
-        /* input chunk + raw outputs + encoded outputs (compression rarely grows data much) */
-        uint64_t need = t->info.chunk_bytes + 2 * outs * t->out_chunk_bytes + 4096;
-        if (need > per) {
-            per = need;
-        }
-    }
-    if ((uint64_t)n > limit / per) {
-        n = (int)(limit / per);
-    }
-    if (n < 1) {
-        n = 1;
-    }
-    if ((uint64_t)n > r->n_items && r->n_items > 0) {
-        n = (int)r->n_items;
-    }
-    return n;
+    return opts->threads > 0 ? opts->threads : (cores > 0 ? (int)cores : 1);
 }
 
 int ur_plan_exec_run(const ur_plan *plan, ur_orbax_ckpt *in, ur_orbax_writer *w,
@@ -438,7 +625,9 @@ int ur_plan_exec_run(const ur_plan *plan, ur_orbax_ckpt *in, ur_orbax_writer *w,
     runner r;
     worker *workers = NULL;
     pthread_t *tids = NULL;
-    int n_threads = 0, started = 0, rc;
+    uint64_t limit = opts->memory_limit ? opts->memory_limit : UR_EXEC_DEFAULT_MEMORY;
+    uint64_t budget;
+    int n_threads = requested_threads(opts), started = 0, rc;
 
     memset(&r, 0, sizeof r);
     memset(stats, 0, sizeof *stats);
@@ -446,6 +635,11 @@ int ur_plan_exec_run(const ur_plan *plan, ur_orbax_ckpt *in, ur_orbax_writer *w,
     pthread_cond_init(&r.turn, NULL);
     r.stats = stats;
     r.opts = opts;
+    /* Each worker gets an equal share of the memory limit for its slab. */
+    budget = limit / (uint64_t)n_threads;
+    if (budget < 16) {
+        budget = 16;
+    }
 
     rc = add_extras(plan, w, err);
     if (rc < 0) {
@@ -479,22 +673,26 @@ int ur_plan_exec_run(const ur_plan *plan, ur_orbax_ckpt *in, ur_orbax_writer *w,
         t->act = a;
         t->leaf = leaf;
         t->first_item = r.n_items;
-        rc = setup_task(t, in, w, err);
+        rc = setup_task(t, in, w, budget, err);
         if (rc < 0) {
             ur_err_wrap(err, "tensor '%s'", leaf->name);
             goto out;
         }
-        r.n_items += t->info.chunk_count;
+        r.n_items += t->info.chunk_count * t->slabs_per_chunk;
         r.bytes_total += t->info.chunk_count * t->info.chunk_bytes;
         stats->tensors_in++;
         stats->tensors_out += a->n_out;
     }
 
-    n_threads = pick_threads(&r, opts);
+    if ((uint64_t)n_threads > r.n_items && r.n_items > 0) {
+        n_threads = (int)r.n_items;
+    }
     stats->threads = n_threads;
     workers = ur_calloc((size_t)n_threads, sizeof *workers);
     tids = ur_calloc((size_t)n_threads, sizeof *tids);
-    if (workers == NULL || tids == NULL) {
+    r.slots = ur_calloc((size_t)n_threads, sizeof *r.slots);
+    r.n_slots = n_threads;
+    if (workers == NULL || tids == NULL || r.slots == NULL) {
         rc = ur_err_oom(err);
         goto out;
     }
@@ -530,6 +728,10 @@ out:
         }
         ur_free(workers[i].enc);
     }
+    for (int i = 0; i < r.n_slots; i++) {
+        ur_zarr_chunk_stream_close(r.slots[i].s);
+    }
+    ur_free(r.slots);
     ur_free(workers);
     ur_free(tids);
     for (size_t i = 0; i < r.n_tasks; i++) {

@@ -774,9 +774,11 @@ static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t l
             if (is) {
                 shape_str(a, sizeof a, i->leaf->shape, i->leaf->rank);
                 shape_str(b, sizeof b, o->leaf->shape, o->leaf->rank);
-                snprintf(is->expected, sizeof is->expected,
-                         "input %.100s less an axis of length %" PRId64, a, t->n);
-                snprintf(is->got, sizeof is->got, "%s", b);
+                if (snprintf(is->expected, sizeof is->expected,
+                             "input %.80s less an axis of length %" PRId64, a, t->n) < 0 ||
+                    snprintf(is->got, sizeof is->got, "%.120s", b) < 0) {
+                    is->got[0] = '\0';
+                }
             }
             return UR_OK;
         }
@@ -821,7 +823,7 @@ static int match_output(verifier *vf, const vleaf *o, ur_err *err)
     for (size_t k = 0; k < o->len; k++) {
         size_t xl;
         int64_t g, gg;
-        int ti;
+        int ti = -1;
         const table *t;
         size_t rest = o->len - k - 1;
         if (!split_index(o->comp[k], &xl, &g)) {
@@ -898,8 +900,11 @@ static void report_missing(verifier *vf)
                 }
                 join(v->comp, t->dlen, head, sizeof head);
                 join(v->comp + v->rest, v->len - v->rest, tail, sizeof tail);
-                snprintf(oname, sizeof oname, "%s%s%s_%" PRId64 "/%s", head, t->dlen ? "/" : "",
-                         t->x, t->h + b * t->k + (v->sub > 0 ? v->sub : 0), tail);
+                if (snprintf(oname, sizeof oname, "%.500s%s%.100s_%" PRId64 "/%.400s", head,
+                             t->dlen ? "/" : "", t->x,
+                             t->h + b * t->k + (v->sub > 0 ? v->sub : 0), tail) < 0) {
+                    oname[0] = '\0';
+                }
                 issue_add(vf, UR_VERIFY_MISSING, oname, iname);
             }
         }

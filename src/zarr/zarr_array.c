@@ -179,6 +179,16 @@ const ur_zarr_meta *ur_zarr_array__meta(const ur_zarr_array *arr)
     return &arr->meta;
 }
 
+ur_kvstore *ur_zarr_array__kvstore(const ur_zarr_array *arr)
+{
+    return arr->kv;
+}
+
+int ur_zarr_array__fill_missing(const ur_zarr_array *arr)
+{
+    return arr->fill_missing;
+}
+
 void ur_zarr_array_set_fill_missing(ur_zarr_array *arr, int fill_missing)
 {
     arr->fill_missing = fill_missing != 0;

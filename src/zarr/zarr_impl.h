@@ -171,4 +171,13 @@ int ur_zarr_array__create_meta(ur_zarr_array **out, ur_kvstore *kv, const char *
 /* The parsed metadata of an open array (borrowed). */
 const ur_zarr_meta *ur_zarr_array__meta(const ur_zarr_array *arr);
 
+/* zarr_array.c: the kvstore and fill_missing setting of an open array (for zarr_stream.c). */
+ur_kvstore *ur_zarr_array__kvstore(const ur_zarr_array *arr);
+int ur_zarr_array__fill_missing(const ur_zarr_array *arr);
+
+/* zarr_stream.c: stored bytes are read in pieces of this size (the default). */
+#define UR_ZARR_STREAM_PIECE ((size_t)1 << 20)
+/* Tests: use pieces of `piece` bytes (>= 1) instead; call before the first read. */
+void ur_zarr_chunk_stream__set_piece_size(ur_zarr_chunk_stream *s, size_t piece);
+
 #endif

@@ -185,3 +185,18 @@ def test_maxtext_base_yml_and_model_file_unchanged(unroll_bin, make_fixture, fix
     args.remove("override_model_config=true")
     res = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert res.returncode == 2 and "base_num_decoder_layers" in res.stderr
+
+
+@pytest.mark.parametrize("limit", ["64", "300", "2K"])
+@pytest.mark.parametrize("kind,layout,dtype", [("linen", "ocdbt-zarr3", "float32"),
+                                               ("nnx", "plain-zarr2", "bfloat16"),
+                                               ("deepseek", "ocdbt-zarr2", "float32")])
+def test_memory_limit_streams_chunks_in_slabs(unroll_bin, make_fixture, tmp_path, kind, layout,
+                                              dtype, limit):
+    """A memory limit smaller than the input chunks makes unroll stream each chunk in slabs
+    (and write smaller output chunks); the result is still exactly the reference."""
+    info = make_fixture(kind, layout, dtype)
+    res = run_unroll(unroll_bin, info, tmp_path, extra=["--memory-limit", limit, "-j", "2"])
+    assert res.returncode == 0, res.stderr
+    reference.check_unrolled(checkpoint_dir(tmp_path) / "0" / "items",
+                             reference.reference_for(info))

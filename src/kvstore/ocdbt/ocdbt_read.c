@@ -118,7 +118,7 @@ static int get_fd(ur_ocdbt_reader *r, const char *rel, int *fd_out, int *temp, u
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        rc = ur_err_set_os(err, e == ENOENT ? UR_ENOTFOUND : UR_EIO, e, path,
+        rc = ur_err_set_os(err, UR_EIO, e, path,
                            "cannot open data file");
         goto out;
     }

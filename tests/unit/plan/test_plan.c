@@ -640,6 +640,153 @@ static void test_plan__oom_loop(void **state)
     assert_true(ok);
 }
 
+/* ---- block layouts (docs/maxtext-checkpoints.md §5.2) --------------------------------- */
+
+/* Every output path of action i, in order. */
+static void expect_out(const ur_plan *plan, size_t i, const char *const *want, size_t n)
+{
+    const ur_plan_action *a = &plan->actions[i];
+    assert_int_equal(a->n_out, n);
+    for (size_t k = 0; k < n; k++) {
+        assert_string_equal(fmt(&a->out[k]), want[k]);
+    }
+}
+
+static void test_plan__inhomogeneous_cycle(void **state)
+{
+    static const char *const j1[] = {"decoder/layers_1/mlp/wi_0/kernel/value",
+                                     "decoder/layers_5/mlp/wi_0/kernel/value"};
+    static const char *const j3[] = {"decoder/layers_3/moe/gate/kernel/value",
+                                     "decoder/layers_7/moe/gate/kernel/value"};
+    static const char *const q2[] = {"decoder/layers_2/attn/scale/value",
+                                     "decoder/layers_5/attn/scale/value",
+                                     "decoder/layers_8/attn/scale/value"};
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    ur_err err;
+    (void)state;
+    /* llama4: K = 4, 8 layers -> 2 blocks; block b of layers_<j> is layer b*4 + j */
+    s.decoder_block = "llama4";
+    s.num_decoder_layers = 8;
+    s.inhomogeneous_layer_cycle_interval = 4;
+    ts.n = 0;
+    add(&ts, "params/params/decoder/layers/layers_1/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,2,16",
+        NULL);
+    add(&ts, "params/params/decoder/layers/layers_3/moe/gate/kernel", UR_DT_FLOAT32, "6,2,3",
+        NULL);
+    add(&ts, "params/params/decoder/decoder_norm/scale", UR_DT_FLOAT32, "6", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    assert_int_equal(plan->actions[0].kind, UR_PLAN_UNSTACK);
+    assert_int_equal(plan->actions[0].axis, 1);
+    expect_out(plan, 0, j1, 2);
+    expect_out(plan, 1, j3, 2);
+    expect_copy(plan, 2, "decoder/decoder_norm/scale/value");
+    assert_int_equal(plan->groups[0].n_layers, 2);
+    assert_int_equal(plan->groups[0].cycle, 4);
+    ur_plan_free(plan);
+    /* K unknown (1): the block axis has 2, not 8 -> error naming the leaf, never NaN slices */
+    s.inhomogeneous_layer_cycle_interval = 1;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "decoder/layers/layers_1/mlp"));
+    assert_non_null(strstr(err.msg, "expected 8"));
+    /* N not a multiple of K */
+    s.inhomogeneous_layer_cycle_interval = 3;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "not a multiple"));
+    /* a sub-layer index >= K (layers_3 with K = 2; 4 layers -> 2 blocks) */
+    s.inhomogeneous_layer_cycle_interval = 2;
+    s.num_decoder_layers = 4;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "layers_<j> or layer_<j>"));
+    /* qwen3-next: singular layer_<j>, K = 3 here, 9 layers -> 3 blocks */
+    ts.n = 0;
+    add(&ts, "params/params/decoder/layers/layer_2/attn/scale", UR_DT_BFLOAT16, "6,3", NULL);
+    s.decoder_block = "qwen3_next";
+    s.inhomogeneous_layer_cycle_interval = 3;
+    s.num_decoder_layers = 9;
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_out(plan, 0, q2, 3);
+    ur_plan_free(plan);
+}
+
+static void test_plan__gemma3_blocks_and_remainder(void **state)
+{
+    static const char *const b5[] = {"params/params/decoder/layers_5/mlp/wo/kernel",
+                                     "params/params/decoder/layers_11/mlp/wo/kernel"};
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    ur_err err;
+    (void)state;
+    s.decoder_block = "gemma3";
+    s.num_decoder_layers = 14; /* 2 blocks of 6 + 2 */
+    s.pure_nnx = 0;
+    ts.n = 0;
+    add(&ts, "params/params/decoder/layers/layers_5/mlp/wo/kernel", UR_DT_FLOAT32, "4,2,6", NULL);
+    add(&ts, "params/params/decoder/layers_remainder/layers_1/mlp/wo/kernel", UR_DT_FLOAT32,
+        "4,6", NULL);
+    add(&ts, "params/params/decoder/layers_remainder/layers_0/pre_ffw_norm/scale", UR_DT_FLOAT32,
+        "6", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_out(plan, 0, b5, 2);
+    expect_copy(plan, 1, "params/params/decoder/layers_13/mlp/wo/kernel");
+    expect_copy(plan, 2, "params/params/decoder/layers_12/pre_ffw_norm/scale");
+    assert_int_equal(plan->n_remainder, 2);
+    ur_plan_free(plan);
+    /* 13 layers: one remainder layer, so layers_remainder/layers_1 is wrong */
+    s.num_decoder_layers = 13;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "layers_remainder/layers_1"));
+    /* 14 layers but no remainder in the tree */
+    s.num_decoder_layers = 14;
+    ts.n = 1;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "missing decoder/layers_remainder"));
+}
+
+static void test_plan__deepseek4_hash_layers_and_blocks(void **state)
+{
+    static const char *const b1[] = {"decoder/layers_2/attn/wq/value",
+                                     "decoder/layers_4/attn/wq/value"};
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    (void)state;
+    s.decoder_block = "deepseek4";
+    s.num_decoder_layers = 5;
+    s.first_num_hash_layers = 1;
+    ts.n = 0;
+    add(&ts, "params/params/decoder/layers_0/attn/wq", UR_DT_FLOAT32, "4,6", NULL);
+    add(&ts, "params/params/decoder/scanned_blocks/layers_1/attn/wq", UR_DT_FLOAT32, "4,2,6",
+        NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_copy(plan, 0, "decoder/layers_0/attn/wq/value");
+    expect_out(plan, 1, b1, 2);
+    ur_plan_free(plan);
+}
+
+static void test_plan__unsupported_stacks(void **state)
+{
+    tset ts;
+    ur_settings s = base_settings();
+    ur_err err;
+    (void)state;
+    ts.n = 0;
+    add(&ts, "params/params/decoder/pipeline_module/layers/mlp/wi_0/kernel", UR_DT_FLOAT32,
+        "2,2,6,16", NULL);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "pipeline_module"));
+    ts.n = 0;
+    s.decoder_block = "deepseek";
+    add(&ts, "params/params/decoder/dense_layers_0_2/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,3,16",
+        NULL);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "engram"));
+    s.decoder_block = "gemma4";
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EUNSUPPORTED);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -656,6 +803,10 @@ int main(void)
         cmocka_unit_test(test_plan__lora_adapters),
         cmocka_unit_test(test_plan__unrecognised_layout),
         cmocka_unit_test(test_plan__oom_loop),
+        cmocka_unit_test(test_plan__inhomogeneous_cycle),
+        cmocka_unit_test(test_plan__gemma3_blocks_and_remainder),
+        cmocka_unit_test(test_plan__deepseek4_hash_layers_and_blocks),
+        cmocka_unit_test(test_plan__unsupported_stacks),
     };
     return cmocka_run_group_tests_name("plan", tests, NULL, NULL);
 }

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Sanitizer and valgrind gate (CI): zero findings or a non-zero exit.
+#   1. Build with -DUR_SANITIZE=address,undefined in build-asan (UNROLL_ASAN_BUILD_DIR), run
+#      every CTest test (unit + fuzz corpus replay) and the interop tests (pytest) against that
+#      binary. UBSan is built with -fno-sanitize-recover=all, so any report fails the test.
+#   2. Build the normal tree (UNROLL_BUILD_DIR, default build) and run every unit-test
+#      executable and fuzz replay binary under valgrind --error-exitcode=1 --leak-check=full.
+# Extra arguments go to pytest (e.g. -k damaged). UNROLL_SKIP_INTEROP=1 skips step 1's pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+scripts/setup.sh --tests
+status=0
+
+asan=${UNROLL_ASAN_BUILD_DIR:-$root/build-asan}
+UNROLL_BUILD_DIR=$asan scripts/build.sh -DUR_TESTS=ON -DUR_SANITIZE=address,undefined \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+echo "== sanitize: ctest (ASan+UBSan) in $asan"
+ctest --test-dir "$asan" --output-on-failure -j"$(nproc)" || status=1
+if [ "${UNROLL_SKIP_INTEROP:-0}" != 1 ]; then
+  echo "== sanitize: interop tests against the ASan+UBSan binary"
+  # Python is not instrumented: only the unroll subprocesses are. A sanitizer report makes
+  # unroll exit non-zero (abort), which fails the test that ran it.
+  UNROLL_BIN="$asan/src/cli/unroll" UNROLL_BUILD_DIR="$asan" \
+    UNROLL_FIXTURE_CACHE="${UNROLL_FIXTURE_CACHE:-$root/build/fixtures}" \
+    .venv/bin/python -m pytest -q tests/interop "$@" || status=1
+fi
+
+build=${UNROLL_BUILD_DIR:-$root/build}
+UNROLL_BUILD_DIR=$build scripts/build.sh -DUR_TESTS=ON -DUR_SANITIZE=
+echo "== sanitize: valgrind on every unit test and fuzz replay in $build"
+vg=(valgrind -q --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect,possible
+    --errors-for-leak-kinds=definite,indirect,possible --track-origins=yes)
+n=0
+while IFS= read -r exe; do
+  name=$(basename "$exe")
+  args=()
+  if [[ $name == fuzz_replay_* ]]; then
+    args=("$root/tests/fuzz/corpora/${name#fuzz_replay_}")
+  fi
+  n=$((n + 1))
+  if ! (cd "$(dirname "$exe")" && "${vg[@]}" "$exe" "${args[@]}" >/tmp/unroll-vg.$$ 2>&1); then
+    echo "valgrind: $name FAILED"
+    tail -40 /tmp/unroll-vg.$$
+    status=1
+  fi
+done < <(find "$build/tests" -type f -perm -u+x \( -name 'test_*' -o -name 'fuzz_replay_*' \) | sort)
+rm -f /tmp/unroll-vg.$$
+echo "== sanitize: valgrind ran $n executables"
+[ "$n" -gt 0 ] || status=1
+exit $status

@@ -1,0 +1,253 @@
+"""Scanned MaxText layouts beyond `decoder/layers` (../shared/docs/maxtext-checkpoints.md §5),
+written by the real Orbax stack with the helpers of maxtext_fixtures (which stays unchanged, so
+its cache keys do not move), plus an independent reference unroll of each and the tree a
+`scan_layers=false` MaxText model has.
+
+Families (tiny dims, param-only checkpoints {step: 0, params: {params: ...}, opt_state: {}}):
+
+  llama4, gpt_oss, olmo3   decoder/layers/layers_<j>/...  (K sub-layers per scanned block)
+  qwen3_next               decoder/layers/layer_<j>/...   (singular sub-layer names)
+  gemma3                   decoder/layers/layers_<j>/... (blocks of 6) + decoder/layers_remainder/
+                           layers_<j>/... (the last N % 6 layers, unscanned)
+  deepseek4                decoder/layers_<i> (first_num_hash_layers, unscanned) +
+                           decoder/scanned_blocks/layers_<j>/... (blocks of 2)
+
+The layouts follow MaxText e591f30cbbf2: nnx_decoders.py `_init_scanned_generic` (scan length
+int(N / K), module `layers`), the ScannableBlocks of llama4.py / gpt_oss.py / olmo3.py
+(`layers_{layer_id}`), qwen3.py / qwen3_5.py (`layer_{i}`), `_init_scanned_gemma3`
+(`layers` of N // 6 blocks, `layers_remainder` with N % 6 layers, GEMMA3_ATTENTION_PATTERN of
+length 6), `_init_scanned_deepseek4` (`layers_<i>` hash layers, `scanned_blocks` of
+(N - H) // 2 DeepSeek4ScannableBlock with `layers_0`, `layers_1`). The unscanned model
+(`_init_sequential_generic`) registers one `layers_<lyr>` per layer of the same layer class, so
+its leaf names inside a layer are those of the scanned sub-layer. The maxtext package needs
+Python >= 3.12 and could not be imported here, so `unscanned_tree` derives the
+`scan_layers=false` tree from that code instead of running `jax.eval_shape` on the model.
+
+Sub-layers differ as in the real models (llama4 alternates dense and MoE layers): in the cycle
+families sub-layer j has an MLP when j is even and a MoE gate + experts when it is odd.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import pathlib
+import shutil
+import tempfile
+
+import numpy as np
+
+import maxtext_fixtures as mf
+import reference
+
+E, H, D, M, V, X = 8, 4, 3, 6, 10, 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    name: str
+    decoder_block: str
+    cycle: int  # sub-layers per scanned block (K)
+    num_layers: int  # num_decoder_layers (N)
+    sub_name: str = "layers"  # "layers" or "layer" (qwen3-next)
+    group: str = "layers"  # the scanned node under decoder
+    hash_layers: int = 0  # deepseek4 first_num_hash_layers
+    remainder: bool = False  # gemma3: layers_remainder holds N % K layers
+
+    @property
+    def blocks(self) -> int:
+        return (self.num_layers - self.hash_layers) // self.cycle
+
+    @property
+    def n_remainder(self) -> int:
+        return (self.num_layers - self.hash_layers) % self.cycle if self.remainder else 0
+
+    @property
+    def interval(self) -> int:
+        """inhomogeneous_layer_cycle_interval of the model's yml."""
+        return self.cycle if self.decoder_block not in ("gemma3", "deepseek4") else 1
+
+
+FAMILIES = {
+    f.name: f
+    for f in (
+        Family("llama4", "llama4", 4, 8),
+        Family("gpt_oss", "gpt_oss", 2, 6),
+        Family("olmo3", "olmo3", 4, 4),
+        Family("qwen3_next", "qwen3_next", 4, 8, sub_name="layer"),
+        Family("gemma3", "gemma3", 6, 14, remainder=True),
+        Family("deepseek4", "deepseek4", 2, 5, group="scanned_blocks", hash_layers=1),
+    )
+}
+
+
+def _layer_leaves(kind: str) -> list:
+    """(path in a layer, logical axes, unscanned shape) of one decoder layer."""
+    out = [
+        (("pre_self_attention_layer_norm", "scale"), ("norm",), (E,)),
+        (("self_attention", "query", "kernel"), ("embed", "q_heads", "kv"), (E, H, D)),
+        (("self_attention", "out", "kernel"), ("heads", "kv", "embed"), (H, D, E)),
+    ]
+    if kind == "moe":
+        out += [
+            (("moe", "gate", "kernel"), ("embed", "exp"), (E, X)),
+            (("moe", "wi_0"), ("exp", "embed", "mlp"), (X, E, M)),
+        ]
+    else:
+        out += [
+            (("mlp", "wi_0", "kernel"), ("embed", "mlp"), (E, M)),
+            (("mlp", "wo", "kernel"), ("mlp", "embed"), (M, E)),
+        ]
+    return out
+
+
+def layer_kind(fam: Family, g: int) -> str:
+    """The kind of global layer g (what the unscanned model builds at index g)."""
+    if fam.decoder_block == "gemma3" or g < fam.hash_layers:
+        return "dense"
+    return "moe" if (g - fam.hash_layers) % fam.cycle % 2 else "dense"
+
+
+def unscanned_tree(fam: Family) -> dict:
+    """{model path: shape} of the scan_layers=false model's params (no wrapper)."""
+    out = {("token_embedder", "embedding"): (V, E), ("decoder", "decoder_norm", "scale"): (E,)}
+    for g in range(fam.num_layers):
+        for path, _, shape in _layer_leaves(layer_kind(fam, g)):
+            out[("decoder", f"layers_{g}") + path] = shape
+    return out
+
+
+def _scanned(logical: tuple, shape: tuple, n: int):
+    """Insert the block axis at param_scan_axis = 1 (clamped for rank-1 leaves)."""
+    return logical[:1] + ("layers",) + logical[1:], shape[:1] + (n,) + shape[1:]
+
+
+def _state(fam: Family, dtype: str):
+    b = mf._Builder("layout-" + fam.name, dtype, mf.DEFAULT_MESH)
+    pp = ("params", "params")
+    params: dict = {}
+
+    def add(path, logical, shape, axis):
+        mf._set(params, path, b.array(pp + path, logical, shape, axis))
+
+    add(("token_embedder", "embedding"), ("vocab", "embed_vocab"), (V, E), None)
+    add(("decoder", "decoder_norm", "scale"), ("norm",), (E,), None)
+    for i in range(fam.hash_layers):
+        for path, logical, shape in _layer_leaves("dense"):
+            add(("decoder", f"layers_{i}") + path, logical, shape, None)
+    if fam.blocks > 0:
+        for j in range(fam.cycle):
+            kind = "dense" if fam.decoder_block == "gemma3" else ("moe" if j % 2 else "dense")
+            for path, logical, shape in _layer_leaves(kind):
+                lg, sh = _scanned(logical, shape, fam.blocks)
+                add(("decoder", fam.group, f"{fam.sub_name}_{j}") + path, lg, sh, 1)
+    for j in range(fam.n_remainder):
+        for path, logical, shape in _layer_leaves("dense"):
+            add(("decoder", "layers_remainder", f"layers_{j}") + path, logical, shape, None)
+    return {"step": 0, "params": {"params": params}, "opt_state": {}}, b
+
+
+@dataclasses.dataclass
+class LayoutInfo:
+    family: Family
+    layout: str
+    dtype: str
+    items: pathlib.Path
+
+    def overrides(self) -> list:
+        f = self.family
+        return [f"load_parameters_path={self.items}", f"base_num_decoder_layers={f.num_layers}",
+                f"decoder_block={f.decoder_block}",
+                f"inhomogeneous_layer_cycle_interval={f.interval}",
+                f"first_num_hash_layers={f.hash_layers}", "param_scan_axis=1"]
+
+
+def _source_hash() -> str:
+    h = hashlib.sha256(pathlib.Path(__file__).read_bytes())
+    h.update(pathlib.Path(mf.__file__).read_bytes())
+    return h.hexdigest()[:12]
+
+
+def make_layout_checkpoint(family: str, layout: str, dtype: str, cache_dir) -> LayoutInfo:
+    """Write (or reuse) the fixture of `family` under cache_dir; returns where it is."""
+    fam = FAMILIES[family]
+    use_ocdbt, use_zarr3 = mf.LAYOUTS[layout]
+    cache_dir = pathlib.Path(cache_dir)
+    final = cache_dir / f"layout-{family}-{layout}-{dtype}-{_source_hash()}"
+    items = final / "checkpoints" / "0" / "items"
+    if not (items / "_METADATA").is_file():
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=cache_dir))
+        try:
+            state, b = _state(fam, dtype)
+            mf._save(tmp / "x" / "checkpoints", 0, state, b.specs, mf.DEFAULT_MESH, use_ocdbt,
+                     use_zarr3, mf.MAXTEXT_CHUNK_BYTES)
+            try:
+                os.rename(tmp / "x", final)
+            except OSError:
+                if not (items / "_METADATA").is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return LayoutInfo(fam, layout, dtype, items)
+
+
+# ------------------------------------------------------------------------------------------
+# Reference unroll: numpy slicing of the restored input, independent of the C code.
+
+
+def _take(tree, b: int, path: tuple):
+    if isinstance(tree, dict):
+        return {k: _take(v, b, path + (k,)) for k, v in tree.items()}
+    x = np.asarray(tree)
+    return reference._bf16(np.take(x, b, axis=1))
+
+
+def _cast(tree):
+    if isinstance(tree, dict):
+        return {k: _cast(v) for k, v in tree.items()}
+    return reference._bf16(np.asarray(tree))
+
+
+def _index(name: str, prefix: str) -> int | None:
+    if name.startswith(prefix + "_") and name[len(prefix) + 1:].isdigit():
+        return int(name[len(prefix) + 1:])
+    return None
+
+
+def reference_unroll(info: LayoutInfo, pure_nnx: bool) -> dict:
+    """Expected output tree: block b of sub-layer j -> layers_<H + b*K + j>; the remainder's
+    layers_<j> -> layers_<H + blocks*K + j>; hash layers kept; everything cast to bf16."""
+    fam = info.family
+    params = reference.restore(info.items)["params"]["params"]
+    dec = params["decoder"]
+    out_dec: dict = {}
+    hash_n = sum(1 for k in dec if _index(k, "layers") is not None)
+    stacked = dec.get(fam.group, {})
+    subs = {}
+    for k, v in stacked.items():
+        j = _index(k, fam.sub_name)
+        if j is None:
+            raise reference.ReferenceError(f"decoder/{fam.group}/{k}: not a sub-layer")
+        subs[j] = v
+    k_cycle = len(subs)
+    lengths = {np.shape(x)[1] for x in mf.flatten(stacked).values()}
+    if len(lengths) > 1:
+        raise reference.ReferenceError(f"block axis lengths differ: {lengths}")
+    blocks = lengths.pop() if lengths else 0
+    for k, v in dec.items():
+        if k in (fam.group, "layers_remainder"):
+            continue
+        out_dec[k] = _cast(v)  # non-layer leaves and deepseek4 hash layers
+    for j, sub in subs.items():
+        for b in range(blocks):
+            out_dec[f"layers_{hash_n + b * k_cycle + j}"] = _take(sub, b, ())
+    for k, v in dec.get("layers_remainder", {}).items():
+        out_dec[f"layers_{hash_n + blocks * k_cycle + _index(k, 'layers')}"] = _cast(v)
+    out = {k: _cast(v) for k, v in params.items() if k != "decoder"}
+    out["decoder"] = out_dec
+    return reference.decode_layout(out, pure_nnx)
+
+
+__all__ = ["FAMILIES", "Family", "LayoutInfo", "make_layout_checkpoint", "reference_unroll",
+           "unscanned_tree", "layer_kind"]
