@@ -585,7 +585,7 @@ static void post(const ur_zarr_chunk_stream *s, uint8_t *p, size_t e0, size_t ne
     size_t isz = s->itemsize;
     int rank = in->rank;
 
-    if (0 && s->big_endian) {
+    if (s->big_endian) {
         ur_zarr_codec_bytes__swap(p, ne * isz, isz, s->is_complex);
     }
     if (!s->edge) {

@@ -965,6 +965,7 @@ static void test_zarr_stream__large_chunk_bounded_memory(void **state)
         }
         ur_zarr_chunk_stream_close(s);
         long after = peak_kib(0);
+        print_message("peak RSS %ld -> %ld KiB\n", before, after);
         assert_int_equal(bad, 0);
         /* A whole chunk would add 64-256 MiB; the stream adds piece + zstd window. */
         if (after - before > 32 * 1024) {
