@@ -20,3 +20,5 @@ echo "== unroll"
   force_unroll=true
 echo "== output: $out/example/checkpoints/0/items"
 "$bin" inspect "$out/example/checkpoints/0/items"
+echo "== unroll verify (every output leaf against its slice of the input)"
+"$bin" verify "$example/checkpoints/9/items" "$out/example/checkpoints/0/items"
