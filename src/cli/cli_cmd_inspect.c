@@ -5,6 +5,7 @@
 
 #include "unroll/alloc.h"
 #include "unroll/orbax.h"
+#include "unroll/plan.h"
 
 #include <cjson/cJSON.h>
 
@@ -161,6 +162,44 @@ typedef struct {
     size_t arrays;
 } totals;
 
+/* The axis `unroll` would slice this leaf on, with MaxText's defaults (param_scan_axis 1,
+ * `layers` mapped to the mesh axis `stage`), for leaves inside a scanned layer group; -1
+ * for the others. A run's config may say otherwise (--dry-run shows the real plan). */
+static int default_scan_axis(const ur_orbax_leaf *l)
+{
+    static const char *const stage[] = {"stage"};
+    static const ur_axis_rule rules[] = {{"layers", stage, 1}};
+    static const char *const groups[] = {"layers", "dense_layers", "moe_layers",
+                                         "scanned_blocks"};
+    ur_settings s;
+    ur_plan_leaf p;
+    int in_group = 0;
+
+    for (size_t k = 0; k < l->depth && !in_group; k++) {
+        for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+            if (strcmp(l->path[k].key, groups[g]) == 0) {
+                in_group = 1;
+            }
+        }
+    }
+    if (!in_group || !l->has_array) {
+        return -1;
+    }
+    memset(&s, 0, sizeof s);
+    s.param_scan_axis = 1;
+    s.axis_rules = rules;
+    s.n_axis_rules = 1;
+    memset(&p, 0, sizeof p);
+    p.dtype = l->dtype;
+    p.rank = (size_t)l->rank;
+    memcpy(p.shape, l->shape, sizeof p.shape);
+    p.has_spec = l->sharding.kind == UR_ORBAX_SHARDING_NAMED;
+    for (int d = 0; d < l->sharding.spec_rank && d < UR_MAX_RANK; d++) {
+        p.spec[d] = l->sharding.spec[d];
+    }
+    return ur_plan_scan_axis(&p, &s);
+}
+
 /* Describe one leaf: as text on stdout, or as a JSON object appended to `list`. */
 static int inspect_leaf(ur_orbax_ckpt *ck, const ur_orbax_leaf *l, int hash, cJSON *list,
                         totals *t, ur_err *err)
@@ -198,6 +237,9 @@ static int inspect_leaf(ur_orbax_ckpt *ck, const ur_orbax_leaf *l, int hash, cJS
             print_dims(stdout, info->grid, info->rank);
             printf("  %" PRIu64 " B stored  ", stored);
             print_spec(stdout, &l->sharding);
+            if (default_scan_axis(l) >= 0) {
+                printf("  layer axis %d", default_scan_axis(l));
+            }
             if (hash) {
                 printf("  fnv1a64:%016" PRIx64, digest);
             }
@@ -229,6 +271,11 @@ static int inspect_leaf(ur_orbax_ckpt *ck, const ur_orbax_leaf *l, int hash, cJS
         cJSON_AddItemToObject(o, "grid", dims_json(info->grid, info->rank));
         cJSON_AddNumberToObject(o, "stored_bytes", (double)stored);
         cJSON_AddNumberToObject(o, "nbytes", (double)info->nbytes);
+        if (default_scan_axis(l) >= 0) {
+            cJSON_AddNumberToObject(o, "scan_axis", default_scan_axis(l));
+        } else {
+            cJSON_AddNullToObject(o, "scan_axis");
+        }
         if (hash) {
             char hex[32];
             snprintf(hex, sizeof hex, "%016" PRIx64, digest);

@@ -164,3 +164,15 @@ def test_ls_and_inspect_on_the_example():
     assert "params.params.decoder.layers.mlp.wi_0.kernel/zarr.json" in res.stdout
     res = run("inspect", "--json", ITEMS)
     assert res.returncode == 0 and '"leaves"' in res.stdout or '"name"' in res.stdout
+
+
+def test_inspect_shows_the_layer_axis_of_scanned_leaves():
+    import json
+    res = run("inspect", "--json", ITEMS)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    leaves = {l["name"]: l for l in doc["leaves"]}
+    assert leaves["params.params.decoder.layers.mlp.wi_0.kernel"]["scan_axis"] == 1
+    assert leaves["params.params.token_embedder.embedding"]["scan_axis"] is None
+    res = run("inspect", ITEMS)
+    assert "layer axis 1" in res.stdout
