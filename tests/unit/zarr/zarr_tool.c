@@ -3,6 +3,11 @@
  *   zarr_tool read  <dir> <prefix> [format]           header line + whole array
  *   zarr_tool box   <dir> <prefix> <start> <count>    header line + that box
  *   zarr_tool chunk <dir> <prefix> <idx>              header line + one decoded chunk
+ *   zarr_tool stream <dir> <prefix> <idx> [pieces]    the same through ur_zarr_chunk_stream,
+ *                                                      read in pieces of the given sizes
+ *                                                      (comma-separated, cycled; default
+ *                                                      the whole chunk); the header also
+ *                                                      has "incremental":0|1
  *   zarr_tool write <dir> <prefix> <2|3> <dtype> <shape> <chunk_shape> [zstd_level]
  *                                                      raw C-order bytes on stdin
  *   zarr_tool stored <dir> <prefix>                   stored bytes, one line
@@ -47,7 +52,8 @@ static int parse_dims(const char *s, uint64_t *out)
     return n;
 }
 
-static void header(const ur_zarr_info *in, const uint64_t *shape, uint64_t nbytes)
+static void header(const ur_zarr_info *in, const uint64_t *shape, uint64_t nbytes,
+                   const char *extra)
 {
     printf("{\"dtype\":\"%s\",\"shape\":[", ur_dtype_name(in->dtype));
     for (int d = 0; d < in->rank; d++) {
@@ -57,7 +63,42 @@ static void header(const ur_zarr_info *in, const uint64_t *shape, uint64_t nbyte
     for (int d = 0; d < in->rank; d++) {
         printf("%s%llu", d ? "," : "", (unsigned long long)in->chunk_shape[d]);
     }
-    printf("],\"zarr_format\":%d,\"nbytes\":%llu}\n", in->zarr_format, (unsigned long long)nbytes);
+    printf("],\"zarr_format\":%d,\"nbytes\":%llu%s}\n", in->zarr_format,
+           (unsigned long long)nbytes, extra);
+}
+
+/* Read chunk idx through a chunk stream in pieces[k % np] bytes (np 0: all at once). */
+static int stream_chunk(ur_zarr_array *a, const uint64_t *idx, const uint64_t *pieces, int np,
+                        ur_err *err)
+{
+    const ur_zarr_info *in = ur_zarr_array_info(a);
+    ur_zarr_chunk_stream *s = NULL;
+    uint8_t *buf = ur_malloc(in->chunk_bytes ? in->chunk_bytes : 1);
+    size_t pos = 0;
+    int rc, k = 0;
+
+    if (buf == NULL) {
+        return ur_err_oom(err);
+    }
+    rc = ur_zarr_chunk_stream_open(&s, a, idx, err);
+    while (rc == UR_OK && pos < in->chunk_bytes) {
+        size_t n = in->chunk_bytes - pos;
+        if (np > 0 && pieces[k % np] < n) {
+            n = (size_t)pieces[k % np];
+        }
+        k++;
+        rc = ur_zarr_chunk_stream_read(s, buf + pos, n, err);
+        pos += n;
+    }
+    if (rc == UR_OK) {
+        header(in, in->chunk_shape, in->chunk_bytes,
+               ur_zarr_chunk_stream_is_incremental(s) ? ",\"incremental\":1"
+                                                      : ",\"incremental\":0");
+        fwrite(buf, 1, in->chunk_bytes, stdout);
+    }
+    ur_zarr_chunk_stream_close(s);
+    ur_free(buf);
+    return rc;
 }
 
 static int cmd_read(int argc, char **argv, ur_err *err)
@@ -89,9 +130,25 @@ static int cmd_read(int argc, char **argv, ur_err *err)
         buf = ur_malloc(in->chunk_bytes);
         rc = buf ? ur_zarr_array_read_chunk(a, start, buf, err) : ur_err_oom(err);
         if (rc == UR_OK) {
-            header(in, in->chunk_shape, in->chunk_bytes);
+            header(in, in->chunk_shape, in->chunk_bytes, "");
             fwrite(buf, 1, in->chunk_bytes, stdout);
         }
+        goto out;
+    }
+    if (strcmp(mode, "stream") == 0) {
+        uint64_t pieces[UR_MAX_RANK];
+        int np = argc > 5 ? parse_dims(argv[5], pieces) : 0;
+        if (argc < 5 || parse_dims(argv[4], start) != in->rank || np < 0) {
+            rc = ur_err_set(err, UR_EINVAL, "bad chunk index or piece sizes");
+            goto out;
+        }
+        for (int i = 0; i < np; i++) {
+            if (pieces[i] == 0) {
+                rc = ur_err_set(err, UR_EINVAL, "piece size 0");
+                goto out;
+            }
+        }
+        rc = stream_chunk(a, start, pieces, np, err);
         goto out;
     }
     if (strcmp(mode, "box") == 0) {
@@ -109,7 +166,7 @@ static int cmd_read(int argc, char **argv, ur_err *err)
     buf = ur_malloc((size_t)n);
     rc = buf ? ur_zarr_array_read_box(a, start, count, buf, err) : ur_err_oom(err);
     if (rc == UR_OK) {
-        header(in, count, n);
+        header(in, count, n, "");
         fwrite(buf, 1, (size_t)n, stdout);
     }
 out:
@@ -224,7 +281,7 @@ int main(int argc, char **argv)
 
     ur_err_clear(&err);
     if (argc < 4) {
-        fprintf(stderr, "usage: zarr_tool read|box|chunk|write|stored <dir> <prefix> ...\n");
+        fprintf(stderr, "usage: zarr_tool read|box|chunk|stream|write|stored <dir> <prefix> ...\n");
         return 2;
     }
     if (strcmp(argv[1], "write") == 0) {
@@ -232,7 +289,7 @@ int main(int argc, char **argv)
     } else if (strcmp(argv[1], "stored") == 0) {
         rc = cmd_stored(argv, &err);
     } else if (strcmp(argv[1], "read") == 0 || strcmp(argv[1], "box") == 0 ||
-               strcmp(argv[1], "chunk") == 0) {
+               strcmp(argv[1], "chunk") == 0 || strcmp(argv[1], "stream") == 0) {
         rc = cmd_read(argc, argv, &err);
     } else {
         fprintf(stderr, "unknown command %s\n", argv[1]);
