@@ -472,6 +472,26 @@ static int setup_groups(ur_plan *plan, const ur_plan_leaf *leaves, size_t n, con
     return UR_OK;
 }
 
+/* Make `a` a COPY to the path made of `parts`, and count it in the summary. */
+static int set_copy(ur_plan *plan, ur_plan_action *a, const span *parts, size_t n_parts,
+                    uint64_t elems, ur_err *err)
+{
+    int rc;
+    a->kind = UR_PLAN_COPY;
+    a->out = ur_calloc(1, sizeof *a->out);
+    if (!a->out) {
+        return ur_err_oom(err);
+    }
+    a->n_out = 1;
+    rc = path_build(&a->out[0], parts, n_parts, err);
+    if (rc < 0) {
+        return rc;
+    }
+    plan->summary.leaves_copied++;
+    plan->summary.leaves_out++;
+    return add_bytes(&plan->summary.bytes_out, elems, ur_dtype_size(a->out_dtype), 1, err);
+}
+
 int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_settings *s,
                   ur_plan_input input, ur_err *err)
 {
@@ -630,21 +650,7 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
         if (remainder) {
             const char *mid[2] = {"decoder", rem_layer};
             span parts[4] = {prefix, {mid, 2}, {l->path + st + 3, en - st - 3}, suffix};
-            a->kind = UR_PLAN_COPY;
-            a->n_out = 1;
-            a->out = ur_calloc(1, sizeof *a->out);
-            if (!a->out) {
-                a->n_out = 0;
-                rc = ur_err_oom(err);
-                goto out;
-            }
-            rc = path_build(&a->out[0], parts, 4, err);
-            if (rc < 0) {
-                goto out;
-            }
-            plan->summary.leaves_copied++;
-            plan->summary.leaves_out++;
-            rc = add_bytes(&plan->summary.bytes_out, elems, ur_dtype_size(a->out_dtype), 1, err);
+            rc = set_copy(plan, a, parts, 4, elems, err);
             if (rc < 0) {
                 goto out;
             }
@@ -652,21 +658,7 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
         }
         if (g < 0) {
             span parts[3] = {prefix, {l->path + st, en - st}, suffix};
-            a->kind = UR_PLAN_COPY;
-            a->n_out = 1;
-            a->out = ur_calloc(1, sizeof *a->out);
-            if (!a->out) {
-                a->n_out = 0;
-                rc = ur_err_oom(err);
-                goto out;
-            }
-            rc = path_build(&a->out[0], parts, 3, err);
-            if (rc < 0) {
-                goto out;
-            }
-            plan->summary.leaves_copied++;
-            plan->summary.leaves_out++;
-            rc = add_bytes(&plan->summary.bytes_out, elems, ur_dtype_size(a->out_dtype), 1, err);
+            rc = set_copy(plan, a, parts, 3, elems, err);
             if (rc < 0) {
                 goto out;
             }

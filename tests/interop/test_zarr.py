@@ -433,3 +433,125 @@ def test_chunk_of_wrong_size_is_corrupt(tool, tmp_path, fmt):
     p = c_run(tool, "read", tmp_path, "a", check=False)
     msg = p.stderr.decode()
     assert p.returncode == 1 and "corrupt" in msg and key in msg, msg
+
+
+# ---- chunk streams (ur_zarr_chunk_stream, zarr_tool stream) -----------------------------
+
+STREAM_PIECES = ["", "1", "7,1,4093", "1048577", "65536,3"]
+
+
+def c_stream(tool, path, prefix, idx, pieces):
+    args = ["stream", path, prefix, ",".join(map(str, idx)) or "-"]
+    if pieces:
+        args.append(pieces)
+    p = c_run(tool, *args)
+    nl = p.stdout.index(b"\n")
+    head = json.loads(p.stdout[:nl])
+    body = p.stdout[nl + 1:]
+    assert len(body) == head["nbytes"]
+    return head, body
+
+
+def expected_chunk(data, chunk, idx, fill):
+    """The chunk as read_chunk fills it: the array's part, fill value past the edge."""
+    out = np.full(chunk, fill, dtype=data.dtype)
+    sl = tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(idx, chunk, data.shape))
+    part = data[sl]
+    out[tuple(slice(0, n) for n in part.shape)] = part
+    return out.tobytes()
+
+
+def all_indices(shape, chunk):
+    grid = [-(-s // c) for s, c in zip(shape, chunk)]
+    return [list(i) for i in np.ndindex(*grid)]
+
+
+STREAM_CASES = {
+    # (driver, metadata, incremental)
+    "zarr3_orbax": ("zarr3", lambda dt: orbax_v3([100, 96]), 1),
+    "zarr3_shard_start_big_crc": ("zarr3", lambda dt: sharded(
+        dt, [128, 192], [64, 96], "start",
+        inner_codecs=[bytes_codec(dt, "big"), {"name": "zstd", "configuration": {"checksum": True}},
+                      {"name": "crc32c"}]), 1),
+    "zarr3_gzip_crc": ("zarr3", lambda dt: v3_meta([100, 96], [bytes_codec(dt), {"name": "gzip"},
+                                                               {"name": "crc32c"}]), 1),
+    "zarr3_transpose": ("zarr3", lambda dt: v3_meta([100, 96], [
+        {"name": "transpose", "configuration": {"order": [1, 0]}}, bytes_codec(dt),
+        {"name": "zstd"}]), 0),
+    "zarr2_zstd": ("zarr", lambda dt: {"chunks": [100, 96], "compressor": {"id": "zstd", "level": 1}}, 1),
+    "zarr2_none": ("zarr", lambda dt: {"chunks": [100, 96], "compressor": None}, 1),
+    "zarr2_order_f": ("zarr", lambda dt: {"chunks": [100, 96], "compressor": {"id": "zstd"},
+                                          "order": "F"}, 0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STREAM_CASES))
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "complex64"])
+def test_c_streams_tensorstore_chunks(tool, tmp_path, case, dtype):
+    driver, meta, incremental = STREAM_CASES[case]
+    shape = [230, 200]  # edge chunks on both axes
+    data = random_array(dtype, shape, 21)
+    data[0:64, 0:96] = np.zeros((), dtype=data.dtype)  # absent (inner) chunk where sharded
+    t = ts_create(tmp_path / "a", driver, dtype, shape, meta(dtype))
+    t.write(data).result()
+    got_ts = ts_read(tmp_path / "a", driver)
+    assert got_ts.tobytes() == data.tobytes()
+    chunk = json.loads(c_run(tool, "chunk", tmp_path, "a", "0,0").stdout.split(b"\n")[0])[
+        "chunk_shape"]
+    for n, idx in enumerate(all_indices(shape, chunk)):
+        pieces = STREAM_PIECES[n % len(STREAM_PIECES)]
+        head, body = c_stream(tool, tmp_path, "a", idx, pieces)
+        assert head["incremental"] == incremental
+        assert body == expected_chunk(data, chunk, idx, 0), (idx, pieces)
+        _, ref = c_read(tool, tmp_path, "a", ",".join(map(str, idx)), mode="chunk")
+        assert body == ref
+
+
+ORBAX_GEN = r"""
+import os, sys
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+import numpy as np, jax, ml_dtypes
+import orbax.checkpoint as ocp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+root, use_zarr3 = sys.argv[1], sys.argv[2] == "1"
+mesh = Mesh(np.array(jax.devices()), ("d",))
+rng = np.random.default_rng(3)
+w = rng.standard_normal((1024, 1536)).astype(ml_dtypes.bfloat16)  # shards of 1.5 MiB
+w[:, :700] = 0.25  # compressible part
+b = rng.standard_normal(1000).astype(np.float32)
+tree = {"w": jax.device_put(w, NamedSharding(mesh, P("d", None))),
+        "b": jax.device_put(b, NamedSharding(mesh, P()))}
+mngr = ocp.CheckpointManager(root, item_names=("items",), item_handlers={
+    "items": ocp.PyTreeCheckpointHandler(use_ocdbt=False, use_zarr3=use_zarr3)})
+mngr.save(0, args=ocp.args.Composite(items=ocp.args.PyTreeSave(tree)))
+mngr.wait_until_finished()
+mngr.close()
+np.save(os.path.join(root, "w.npy"), w.view(np.uint16))
+"""
+
+
+@pytest.mark.parametrize("use_zarr3", [True, False], ids=["zarr3", "zarr2"])
+def test_c_streams_orbax_written_chunks(tool, tmp_path, use_zarr3):
+    import sys
+    root = tmp_path / "ckpt"
+    p = subprocess.run([sys.executable, "-c", ORBAX_GEN, str(root), str(int(use_zarr3))],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-4000:]
+    items = root / "0" / "items"
+    driver = "zarr3" if use_zarr3 else "zarr"
+    w = np.load(root / "w.npy").view(ml_dtypes.bfloat16)
+    for name, arr in [("w", w), ("b", None)]:
+        t = ts.open({"driver": driver, "kvstore": {"driver": "file", "path": str(items / name)}}).result()
+        full = np.asarray(t.read().result())
+        if arr is not None:
+            assert full.tobytes() == arr.tobytes()
+        head0, _ = c_read(tool, items, name, ",".join(["0"] * full.ndim), mode="chunk")
+        chunk = head0["chunk_shape"]
+        if name == "w":
+            assert chunk == [512, 1536]  # Orbax: one chunk per device shard
+        for n, idx in enumerate(all_indices(list(full.shape), chunk)):
+            for pieces in ["", "1048575,2", "4093"]:
+                head, body = c_stream(tool, items, name, idx, pieces)
+                assert head["incremental"] == 1
+                assert body == expected_chunk(full, chunk, idx, 0), (name, idx, pieces)
