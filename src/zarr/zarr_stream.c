@@ -573,11 +573,6 @@ static int raw(ur_zarr_chunk_stream *s, uint8_t *out, size_t n, ur_err *err)
 
 /* ---- post-processing: byte order and edge padding ------------------------------------------ */
 
-static void fill_elems(uint8_t *p, size_t count, const uint8_t *fill, size_t itemsize)
-{
-    ur_zarr_chunk_grid__fill(p, count, fill, itemsize);
-}
-
 /* p holds the decoded elements [e0, e0 + ne) of the chunk, element-aligned. */
 static void post(const ur_zarr_chunk_stream *s, uint8_t *p, size_t e0, size_t ne)
 {
@@ -605,10 +600,10 @@ static void post(const ur_zarr_chunk_stream *s, uint8_t *p, size_t e0, size_t ne
         }
         uint8_t *q = p + (size_t)(e - e0) * isz;
         if (!row_ok) {
-            fill_elems(q, run, s->fill, isz);
+            ur_zarr_chunk_grid__fill(q, run, s->fill, isz);
         } else if (col + run > vlast) {
             uint64_t from = col > vlast ? col : vlast;
-            fill_elems(q + (size_t)(from - col) * isz, col + run - from, s->fill, isz);
+            ur_zarr_chunk_grid__fill(q + (size_t)(from - col) * isz, col + run - from, s->fill, isz);
         }
         e += run;
     }

@@ -517,8 +517,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 root, use_zarr3 = sys.argv[1], sys.argv[2] == "1"
 mesh = Mesh(np.array(jax.devices()), ("d",))
 rng = np.random.default_rng(3)
-w = rng.standard_normal((1024, 1536)).astype(ml_dtypes.bfloat16)  # shards of 1.5 MiB
-w[:, :700] = 0.25  # compressible part
+w = rng.standard_normal((1024, 2048)).astype(ml_dtypes.bfloat16)  # shards of 2 MiB
+w[:, :300] = 0.25  # compressible part; the rest stores over 1 MiB per chunk
 b = rng.standard_normal(1000).astype(np.float32)
 tree = {"w": jax.device_put(w, NamedSharding(mesh, P("d", None))),
         "b": jax.device_put(b, NamedSharding(mesh, P()))}
@@ -549,7 +549,10 @@ def test_c_streams_orbax_written_chunks(tool, tmp_path, use_zarr3):
         head0, _ = c_read(tool, items, name, ",".join(["0"] * full.ndim), mode="chunk")
         chunk = head0["chunk_shape"]
         if name == "w":
-            assert chunk == [512, 1536]  # Orbax: one chunk per device shard
+            assert chunk == [512, 2048]  # Orbax: one chunk per device shard
+            stored = [f.stat().st_size for f in (items / "w").rglob("*") if f.is_file()
+                      and not f.name.startswith((".z", "zarr.json"))]
+            assert len(stored) == 2 and min(stored) > 1 << 20  # several 1 MiB pieces
         for n, idx in enumerate(all_indices(list(full.shape), chunk)):
             for pieces in ["", "1048575,2", "4093"]:
                 head, body = c_stream(tool, items, name, idx, pieces)
