@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/build.sh -DUR_TESTS=OFF
+scripts/build.sh
 bin=build/src/cli/unroll
 example=tests/data/example
 out=build/example-out
