@@ -12,7 +12,7 @@ root=$(pwd)
 scripts/setup.sh --tests
 status=0
 
-asan=${UNROLL_ASAN_BUILD_DIR:-$root/build-asan}
+asan=$(realpath -m "${UNROLL_ASAN_BUILD_DIR:-$root/build-asan}")
 UNROLL_BUILD_DIR=$asan scripts/build.sh -DUR_TESTS=ON -DUR_SANITIZE=address,undefined \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}
@@ -28,7 +28,7 @@ if [ "${UNROLL_SKIP_INTEROP:-0}" != 1 ]; then
     .venv/bin/python -m pytest -q tests/interop "$@" || status=1
 fi
 
-build=${UNROLL_BUILD_DIR:-$root/build}
+build=$(realpath -m "${UNROLL_BUILD_DIR:-$root/build}")
 UNROLL_BUILD_DIR=$build scripts/build.sh -DUR_TESTS=ON -DUR_SANITIZE=
 echo "== sanitize: valgrind on every unit test and fuzz replay in $build"
 vg=(valgrind -q --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect,possible

@@ -420,6 +420,11 @@ int ur_orbax_sharding_parse(ur_orbax_sharding_map **out, const char *json, size_
             ur_err_wrap(err, "_sharding: member '%s' is not a base64 param name", e->string);
             goto out;
         }
+        if (name.len == 0) {
+            rc = ur_err_set(err, UR_ECORRUPT, "_sharding: member '%s' decodes to an empty name",
+                            e->string);
+            goto out;
+        }
         if (memchr(name.data, 0, name.len) != NULL) {
             rc = ur_err_set(err, UR_ECORRUPT, "_sharding: member '%s' decodes to a name with NUL",
                             e->string);

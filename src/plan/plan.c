@@ -56,31 +56,43 @@ static int spec_axis_of(const ur_plan_leaf *leaf, const char *name)
     return -1;
 }
 
+/* The layer axis the leaf's own partition spec names (directly, or through a mesh axis the
+ * rules map a layer axis to), or -1. */
+static int spec_scan_axis(const ur_plan_leaf *leaf, const ur_settings *s)
+{
+    if (!leaf->has_spec) {
+        return -1;
+    }
+    for (size_t k = 0; k < sizeof k_scan_names / sizeof k_scan_names[0]; k++) {
+        int a = spec_axis_of(leaf, k_scan_names[k]);
+        if (a >= 0) {
+            return a;
+        }
+    }
+    /* physical specs name mesh axes: those the rules map a layer axis to ("stage") */
+    for (size_t k = 0; k < sizeof k_scan_names / sizeof k_scan_names[0]; k++) {
+        for (size_t r = 0; r < s->n_axis_rules; r++) {
+            const ur_axis_rule *rule = &s->axis_rules[r];
+            if (strcmp(rule->name, k_scan_names[k]) != 0) {
+                continue;
+            }
+            for (size_t m = 0; m < rule->n_mesh; m++) {
+                int a = spec_axis_of(leaf, rule->mesh[m]);
+                if (a >= 0) {
+                    return a;
+                }
+            }
+        }
+    }
+    return -1;
+}
+
 int ur_plan_scan_axis(const ur_plan_leaf *leaf, const ur_settings *s)
 {
     int64_t psa = s->param_scan_axis;
-    if (leaf->has_spec) {
-        for (size_t k = 0; k < sizeof k_scan_names / sizeof k_scan_names[0]; k++) {
-            int a = spec_axis_of(leaf, k_scan_names[k]);
-            if (a >= 0) {
-                return a;
-            }
-        }
-        /* physical specs name mesh axes: those the rules map a layer axis to ("stage") */
-        for (size_t k = 0; k < sizeof k_scan_names / sizeof k_scan_names[0]; k++) {
-            for (size_t r = 0; r < s->n_axis_rules; r++) {
-                const ur_axis_rule *rule = &s->axis_rules[r];
-                if (strcmp(rule->name, k_scan_names[k]) != 0) {
-                    continue;
-                }
-                for (size_t m = 0; m < rule->n_mesh; m++) {
-                    int a = spec_axis_of(leaf, rule->mesh[m]);
-                    if (a >= 0) {
-                        return a;
-                    }
-                }
-            }
-        }
+    int a = spec_scan_axis(leaf, s);
+    if (a >= 0) {
+        return a;
     }
     if (leaf->rank == 1) {
         return 0; /* NNX non-parameter state (RNG counts) is stacked on axis 0 */
@@ -472,6 +484,31 @@ static int setup_groups(ur_plan *plan, const ur_plan_leaf *leaves, size_t n, con
     return UR_OK;
 }
 
+/* 1 when another array leaf sharing l's first `depth` key components has length `nl` on
+ * its own layer axis. */
+static int sibling_has_length(const ur_plan_leaf *leaves, size_t n, const ur_plan_leaf *l,
+                              size_t depth, const ur_settings *s, uint64_t nl)
+{
+    for (size_t i = 0; i < n; i++) {
+        const ur_plan_leaf *o = &leaves[i];
+        int axis;
+        size_t k;
+        if (o == l || o->dtype == UR_DT_INVALID || o->path_len < depth) {
+            continue;
+        }
+        for (k = 0; k < depth && strcmp(o->path[k], l->path[k]) == 0; k++) {
+        }
+        if (k < depth) {
+            continue;
+        }
+        axis = ur_plan_scan_axis(o, s);
+        if (axis >= 0 && o->shape[axis] == nl) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Make `a` a COPY to the path made of `parts`, and count it in the summary. */
 static int set_copy(ur_plan *plan, ur_plan_action *a, const span *parts, size_t n_parts,
                     uint64_t elems, ur_err *err)
@@ -676,7 +713,12 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
                     char name[512];
                     char shape[256];
                     shape_format(l, shape, sizeof shape);
-                    rc = ur_err_set(err, UR_EINVAL,
+                    /* The checkpoint contradicts itself when its own spec names this
+                     * axis as the layer axis and the group's other leaves have the expected
+                     * count: a damaged input. Otherwise the config does not fit it. */
+                    int damaged = spec_scan_axis(l, s) == axis &&
+                                  sibling_has_length(leaves, n, l, st + 2, s, nl);
+                    rc = ur_err_set(err, damaged ? UR_ECORRUPT : UR_EINVAL,
                                     "leaf '%s' shape %s: axis %d has length %llu, expected %lld "
                                     "(the layer count of decoder/%s)",
                                     ur_plan_path_format(l->path, l->path_len, name, sizeof name),

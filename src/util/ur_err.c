@@ -17,6 +17,18 @@ void ur_err_clear(ur_err *err)
     err->msg[0] = '\0';
 }
 
+/* Messages and paths quote untrusted bytes (JSON keys, file names): replace every control
+ * character so an error stays one printable line. */
+static void one_line(char *s)
+{
+    for (; *s != '\0'; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c < 0x20 || c == 0x7f) {
+            *s = '?';
+        }
+    }
+}
+
 static int set_v(ur_err *err, ur_code code, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
 
@@ -30,6 +42,7 @@ static int set_v(ur_err *err, ur_code code, const char *fmt, va_list ap)
     err->offset = UR_ERR_NO_OFFSET;
     err->where[0] = '\0';
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    one_line(err->msg);
     return code;
 }
 
@@ -67,6 +80,7 @@ int ur_err_set_os(ur_err *err, ur_code code, int os_errno, const char *where, co
     err->os_errno = os_errno;
     if (where != NULL) {
         snprintf(err->where, sizeof err->where, "%s", where);
+        one_line(err->where);
     }
     if (os_errno != 0) {
         size_t used = strlen(err->msg);
@@ -120,6 +134,7 @@ int ur_err_wrap(ur_err *err, const char *fmt, ...)
     memcpy(old, err->msg, sizeof old);
     /* Truncation is fine here: the start of the line matters most. */
     append_trunc(err->msg, sizeof err->msg, prefix, ": ", old);
+    one_line(err->msg);
     return err->code;
 }
 
@@ -129,6 +144,7 @@ void ur_err_set_where(ur_err *err, const char *where)
         return;
     }
     snprintf(err->where, sizeof err->where, "%s", where);
+    one_line(err->where);
 }
 
 const char *ur_code_name(ur_code code)

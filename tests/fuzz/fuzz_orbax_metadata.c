@@ -26,7 +26,7 @@ static void check_leaves(const ur_orbax_meta *m)
         fz_check(ur_orbax_meta_parse(&m2, (const char *)a.data, a.len, &err) == UR_OK);
         fz_check(m2->n_leaves == m->n_leaves);
         for (size_t i = 0; i < m->n_leaves; i++) {
-            fz_check(strcmp(m2->leaves[i].keypath, m->leaves[i].keypath) == 0);
+            fz_check(strcmp(m2->leaves[i].name, m->leaves[i].name) == 0);
             fz_check(m2->leaves[i].value_type == m->leaves[i].value_type);
         }
         fz_check(ur_orbax_meta_emit(&b, m2, &err) == UR_OK);

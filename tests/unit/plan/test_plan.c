@@ -426,13 +426,23 @@ static void test_plan__length_mismatch_is_an_error(void **state)
     ur_settings s = base_settings();
     ur_err err;
     (void)state;
+    /* one leaf disagrees with the rest of its group on the axis its own spec names as the
+     * layer axis: the checkpoint is damaged */
     linen_full_state(&ts);
     ts.t[2].leaf.shape[1] = 3;
-    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EINVAL);
+    ts.t[2].leaf.has_spec = 1;
+    ts.t[2].leaf.spec[1] = "layers";
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_ECORRUPT);
     assert_non_null(strstr(err.msg, "params/params/decoder/layers/mlp/wi_0/kernel"));
     assert_non_null(strstr(err.msg, "[6, 3, 16]"));
     assert_non_null(strstr(err.msg, "axis 1"));
     assert_non_null(strstr(err.msg, "expected 4"));
+    /* every leaf disagrees with the config's layer count: the config is wrong */
+    linen_full_state(&ts);
+    s.num_decoder_layers = 5;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "expected 5"));
+    s = base_settings();
     /* with param_scan_axis=0 the [E, L] norm scale is read on axis 0 and does not fit */
     linen_full_state(&ts);
     s.param_scan_axis = 0;
