@@ -5,6 +5,7 @@
  * the checkpoint directory. Only when everything (base and every LoRA adapter) is complete is
  * the staging directory moved into place, replacing an earlier output. */
 #define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* renameat2 with RENAME_EXCHANGE: an atomic swap of the outputs */
 #include "cli.h"
 
 #include "unroll/alloc.h"
@@ -15,13 +16,14 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-extern char **environ;
+
 
 typedef struct {
     int dry_run;
@@ -464,10 +466,9 @@ static int publish(const char *staging, const char *dest, ur_err *err)
 {
     size_t n = strlen(dest);
     char *old = ur_malloc(n + 32);
-    char *parent = NULL;
+    char *parent = ur_strdup(dest);
     int rc = UR_OK;
 
-    parent = ur_strdup(dest);
     if (old == NULL || parent == NULL) {
         rc = ur_err_oom(err);
         goto out;
@@ -479,6 +480,22 @@ static int publish(const char *staging, const char *dest, ur_err *err)
         strcpy(parent, ".");
     }
     if (ur_fs_exists(dest)) {
+        if (!ur_fs_is_dir(dest)) {
+            rc = ur_err_set_os(err, UR_EIO, ENOTDIR, dest,
+                               "exists and is not a checkpoint directory: not replaced");
+            goto out;
+        }
+        /* Swap the new output and the earlier one in one step, so a crash at any moment
+         * leaves one complete checkpoint in place; the earlier one, now under the staging
+         * name, is then removed. */
+        if (renameat2(AT_FDCWD, staging, AT_FDCWD, dest, RENAME_EXCHANGE) == 0) {
+            rc = ur_fs_fsync_dir(parent, err);
+            if (rc == UR_OK) {
+                rc = ur_fs_remove_tree(staging, err);
+            }
+            goto out;
+        }
+        /* File systems without the exchange: move the earlier output aside first. */
         rc = ur_fs_remove_tree(old, err);
         if (rc == UR_OK && rename(dest, old) != 0) {
             rc = ur_err_set_os(err, UR_EIO, errno, dest, "cannot move the earlier output aside");
@@ -612,6 +629,11 @@ static int run(const unroll_args *args, ur_err *err)
     }
     while (n > 1 && dest[n - 1] == '/') {
         dest[--n] = '\0';
+    }
+    if (ur_fs_exists(dest) && !ur_fs_is_dir(dest)) {
+        rc = ur_err_set_os(err, UR_EIO, ENOTDIR, dest,
+                           "exists and is not a checkpoint directory: not replaced");
+        goto out;
     }
     staging = ur_malloc(n + 32);
     if (staging == NULL) {

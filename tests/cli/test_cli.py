@@ -176,3 +176,27 @@ def test_inspect_shows_the_layer_axis_of_scanned_leaves():
     assert leaves["params.params.token_embedder.embedding"]["scan_axis"] is None
     res = run("inspect", ITEMS)
     assert "layer axis 1" in res.stdout
+
+
+def test_destination_that_is_a_file_is_refused_not_deleted(tmp_path):
+    ckpt = tmp_path / "run" / "checkpoints"
+    ckpt.parent.mkdir()
+    ckpt.write_text("not a checkpoint")
+    res = run(CONFIG, f"load_full_state_path={ITEMS}", f"base_output_directory={tmp_path}",
+              "run_name=run", "force_unroll=true")
+    assert res.returncode == 3
+    one_line_error(res, "not a checkpoint directory")
+    assert ckpt.read_text() == "not a checkpoint"
+    assert sorted(p.name for p in ckpt.parent.iterdir()) == ["checkpoints"]
+
+
+def test_rerun_replaces_the_earlier_output(tmp_path):
+    args = [CONFIG, f"load_full_state_path={ITEMS}", f"base_output_directory={tmp_path}",
+            "run_name=run", "force_unroll=true", "-q"]
+    assert run(*args).returncode == 0
+    marker = tmp_path / "run" / "checkpoints" / "marker"
+    marker.write_text("old")
+    assert run(*args).returncode == 0
+    assert not marker.exists()
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoints"]
+    assert (tmp_path / "run" / "checkpoints" / "0" / "items" / "_METADATA").is_file()
