@@ -47,6 +47,9 @@ typedef struct {
     int used;
 } stream_slot;
 
+/* A finished item waiting for its turn to be written (it owns its encoded chunks). */
+typedef struct parked parked;
+
 typedef struct {
     task *tasks;
     size_t n_tasks;
@@ -59,6 +62,9 @@ typedef struct {
     uint64_t next_commit; /* next item allowed to write */
     stream_slot *slots;   /* one per worker */
     int n_slots;
+    parked *parked;       /* finished items waiting for their turn, one slot per worker */
+    int n_parked;
+    int writing;          /* a worker is writing items (outside the lock) */
     int failed;
     ur_err err; /* the first failure */
 
@@ -86,6 +92,14 @@ typedef struct {
     int beyond_edge;               /* the slab lies wholly in the chunk's edge padding */
     stream_slot *slot;             /* streamed chunks only */
 } item_info;
+
+struct parked {
+    int used;
+    item_info it;
+    size_t first_out, n_out;
+    ur_buf *enc; /* owned */
+    size_t cap_enc;
+};
 
 /* Returned (positive) by a step that stops because another worker failed: that worker's
  * error is the one reported. */
@@ -309,10 +323,10 @@ static int produce(worker *wk, const item_info *it, size_t *first_out, size_t *n
     }
 }
 
-/* Write this item's chunks once every earlier item has written its own. */
-static int commit(worker *wk, const item_info *it, size_t first_out, size_t n_out, ur_err *err)
+/* Store an item's encoded chunks (no lock held: only the one writer calls this). */
+static int write_item(const item_info *it, size_t first_out, size_t n_out, const ur_buf *enc,
+                      ur_err *err)
 {
-    runner *r = wk->r;
     const task *t = it->t;
     uint64_t out_idx[UR_MAX_RANK];
     int rc = UR_OK;
@@ -323,32 +337,132 @@ static int commit(worker *wk, const item_info *it, size_t first_out, size_t n_ou
             out_idx[k++] = it->global[d] / t->slab_shape[d];
         }
     }
-    pthread_mutex_lock(&r->lock);
-    while (!r->failed && r->next_commit != it->item) {
-        pthread_cond_wait(&r->turn, &r->lock);
-    }
-    if (r->failed) {
-        pthread_mutex_unlock(&r->lock);
-        return STOPPED;
-    }
     for (size_t i = 0; i < n_out && rc == UR_OK; i++) {
         /* COPY/REPLICATE encode once and write the same bytes to each output. */
-        const ur_buf *e = &wk->enc[t->axis < 0 ? 0 : i];
+        const ur_buf *e = &enc[t->axis < 0 ? 0 : i];
         rc = ur_zarr_array_write_encoded(t->dst[first_out + i], out_idx, e->data, e->len, err);
     }
-    if (rc == UR_OK) {
-        r->next_commit++;
-        if (it->slab + 1 == t->slabs_per_chunk) {
-            r->stats->chunks_in++;
-        }
-        r->stats->chunks_out += n_out;
-        r->stats->bytes_in += t->slab_bytes;
-        r->stats->bytes_out += (uint64_t)n_out * t->out_chunk_bytes;
-        if (r->opts->progress != NULL) {
-            r->opts->progress(r->opts->progress_ctx, r->stats->bytes_in, r->bytes_total);
-        }
-        pthread_cond_broadcast(&r->turn);
+    return rc;
+}
+
+/* Under the lock: count a written item and report progress. */
+static void account(runner *r, const item_info *it, size_t n_out)
+{
+    const task *t = it->t;
+    r->next_commit++;
+    if (it->slab + 1 == t->slabs_per_chunk) {
+        r->stats->chunks_in++;
     }
+    r->stats->chunks_out += n_out;
+    r->stats->bytes_in += t->slab_bytes;
+    r->stats->bytes_out += (uint64_t)n_out * t->out_chunk_bytes;
+    if (r->opts->progress != NULL) {
+        r->opts->progress(r->opts->progress_ctx, r->stats->bytes_in, r->bytes_total);
+    }
+}
+
+static void dispose_bufs(ur_buf *enc, size_t cap)
+{
+    for (size_t j = 0; j < cap; j++) {
+        ur_buf_dispose(&enc[j]);
+    }
+    ur_free(enc);
+}
+
+/* Under the lock: the parked result of item `item`, or NULL. */
+static parked *parked_find(runner *r, uint64_t item)
+{
+    for (int i = 0; i < r->n_parked; i++) {
+        if (r->parked[i].used && r->parked[i].it.item == item) {
+            return &r->parked[i];
+        }
+    }
+    return NULL;
+}
+
+static parked *parked_free_slot(runner *r)
+{
+    for (int i = 0; i < r->n_parked; i++) {
+        if (!r->parked[i].used) {
+            return &r->parked[i];
+        }
+    }
+    return NULL;
+}
+
+/* Hand in a finished item. Items are written strictly in order by one writer at a time:
+ * the item whose turn it is is written now, by this worker, followed by any parked items
+ * that come next; an item finished early is parked (its encoded chunks move to the parked
+ * slot) so the worker can go on, and waits only when every parking slot is taken. */
+static int commit(worker *wk, const item_info *it, size_t first_out, size_t n_out, ur_err *err)
+{
+    runner *r = wk->r;
+    int rc;
+
+    pthread_mutex_lock(&r->lock);
+    for (;;) {
+        parked *p;
+        if (r->failed) {
+            pthread_mutex_unlock(&r->lock);
+            return STOPPED;
+        }
+        if (it->item == r->next_commit && !r->writing) {
+            break;
+        }
+        p = parked_free_slot(r);
+        if (p != NULL) {
+            p->used = 1;
+            p->it = *it;
+            p->first_out = first_out;
+            p->n_out = n_out;
+            p->enc = wk->enc;
+            p->cap_enc = wk->cap_enc;
+            wk->enc = NULL;
+            wk->cap_enc = 0;
+            wk->n_enc = 0;
+            pthread_cond_broadcast(&r->turn);
+            pthread_mutex_unlock(&r->lock);
+            return UR_OK;
+        }
+        pthread_cond_wait(&r->turn, &r->lock);
+    }
+    r->writing = 1;
+    pthread_mutex_unlock(&r->lock);
+
+    rc = write_item(it, first_out, n_out, wk->enc, err);
+    pthread_mutex_lock(&r->lock);
+    if (rc == UR_OK) {
+        account(r, it, n_out);
+    }
+    while (rc == UR_OK && !r->failed) {
+        parked *p = parked_find(r, r->next_commit);
+        parked mine;
+        if (p == NULL) {
+            break;
+        }
+        mine = *p;
+        memset(p, 0, sizeof *p); /* the slot is free again */
+        pthread_cond_broadcast(&r->turn);
+        pthread_mutex_unlock(&r->lock);
+        rc = write_item(&mine.it, mine.first_out, mine.n_out, mine.enc, err);
+        if (rc < 0) {
+            ur_err_wrap(err, "tensor '%s'", mine.it.t->leaf->name);
+        }
+        dispose_bufs(mine.enc, mine.cap_enc);
+        pthread_mutex_lock(&r->lock);
+        if (rc == UR_OK) {
+            account(r, &mine.it, mine.n_out);
+        } else {
+            /* already named its tensor: record the failure here */
+            if (!r->failed) {
+                r->failed = 1;
+                r->err = *err;
+            }
+            rc = STOPPED;
+        }
+    }
+    r->writing = 0;
+    pthread_cond_broadcast(&r->turn);
     pthread_mutex_unlock(&r->lock);
     return rc;
 }
@@ -479,11 +593,12 @@ static int add_placeholders(const ur_plan_action *a, const ur_orbax_leaf *leaf,
 }
 
 /* Bytes a worker holds for a slab of `elems` input elements: the decoded input, the raw
- * output and the encoded output (compression rarely grows data by much). */
+ * output, the encoded output, and the encoded output of an item it parked (compression
+ * rarely grows data by much). */
 static uint64_t slab_cost(const task *t, uint64_t elems)
 {
     uint64_t in = ur_dtype_size(t->info.dtype), out = ur_dtype_size(t->act->out_dtype);
-    return elems * (in + 2 * out);
+    return elems * (in + 3 * out); /* + a parked encoded copy */
 }
 
 /* Largest divisor of n that is <= cap (1 when cap < 1). */
@@ -692,7 +807,9 @@ int ur_plan_exec_run(const ur_plan *plan, ur_orbax_ckpt *in, ur_orbax_writer *w,
     tids = ur_calloc((size_t)n_threads, sizeof *tids);
     r.slots = ur_calloc((size_t)n_threads, sizeof *r.slots);
     r.n_slots = n_threads;
-    if (workers == NULL || tids == NULL || r.slots == NULL) {
+    r.parked = ur_calloc((size_t)n_threads, sizeof *r.parked);
+    r.n_parked = n_threads;
+    if (workers == NULL || tids == NULL || r.slots == NULL || r.parked == NULL) {
         rc = ur_err_oom(err);
         goto out;
     }
@@ -723,15 +840,18 @@ out:
     for (int i = 0; i < n_threads && workers != NULL; i++) {
         ur_buf_dispose(&workers[i].in);
         ur_buf_dispose(&workers[i].out);
-        for (size_t j = 0; j < workers[i].cap_enc; j++) {
-            ur_buf_dispose(&workers[i].enc[j]);
-        }
-        ur_free(workers[i].enc);
+        dispose_bufs(workers[i].enc, workers[i].cap_enc);
     }
     for (int i = 0; i < r.n_slots; i++) {
         ur_zarr_chunk_stream_close(r.slots[i].s);
     }
     ur_free(r.slots);
+    for (int i = 0; i < r.n_parked; i++) {
+        if (r.parked[i].used) {
+            dispose_bufs(r.parked[i].enc, r.parked[i].cap_enc);
+        }
+    }
+    ur_free(r.parked);
     ur_free(workers);
     ur_free(tids);
     for (size_t i = 0; i < r.n_tasks; i++) {
