@@ -70,6 +70,13 @@ typedef struct {
     /* K sub-layers per scanned block (llama4, gpt-oss, olmo3, qwen3-next, envy); 0 or 1: none */
     int64_t inhomogeneous_layer_cycle_interval;
     int64_t first_num_hash_layers; /* deepseek4: unscanned layers before scanned_blocks */
+    /* pipeline parallelism (raw config values; ur_plan_build derives as types.py does) */
+    int64_t ici_pipeline_parallelism;      /* 1 */
+    int64_t dcn_pipeline_parallelism;      /* 1 */
+    int64_t num_layers_per_pipeline_stage; /* 1 */
+    int64_t num_pipeline_repeats;          /* -1: pipeline_parallel_layers / (stages * lps) */
+    int64_t pipeline_parallel_layers;      /* -1: num_decoder_layers */
+    int scan_layers_per_stage;             /* false */
 } ur_settings;
 
 /* Load `opts->config_path` with its base_config chain, the model file named by model_name
@@ -116,6 +123,9 @@ typedef struct {
     const char *spec[UR_MAX_RANK];
 } ur_plan_leaf;
 
+/* Most layer axes one leaf can be unstacked over (pipeline: repeats, stage, layers_per_stage). */
+#define UR_PLAN_MAX_LAYER_AXES 4
+
 /* ur_plan_leaf.placeholder */
 enum {
     UR_PLAN_NOT_PLACEHOLDER = 0,
@@ -141,7 +151,13 @@ typedef struct {
     const char *why;    /* DROP: static reason ("opt_state", "step", "nnx_aux", "rng", ...) */
     ur_dtype out_dtype; /* bfloat16 for float inputs, else the input dtype; UR_DT_INVALID
                          * for a placeholder leaf (written as the same empty entry) */
-    size_t axis;        /* UNSTACK: the layer axis */
+    size_t axis;        /* UNSTACK: the layer axis (with n_axes > 1: axes[n_axes - 1]) */
+    /* UNSTACK over several layer axes (pipeline stacks [repeats, stages, ...,
+     * layers_per_stage, ...], nested scans): n_axes > 1 and axes[] increasing. out[] is then
+     * indexed by the C-order linear index of (i_axes[0], ..., i_axes[n_axes-1]) and n_out is
+     * the product of those axes' lengths. n_axes is 0 or 1 for a single layer axis. */
+    size_t n_axes;
+    size_t axes[UR_PLAN_MAX_LAYER_AXES];
     int group;          /* UNSTACK/REPLICATE: index into ur_plan.groups, else -1 */
     size_t n_out;
     ur_plan_path *out; /* n_out output key paths */
@@ -203,6 +219,15 @@ typedef struct {
      * decoder/layers_<remainder_first + j>/R for j < n_remainder. */
     int64_t n_remainder;
     int64_t remainder_first;
+    /* Pipeline stacks (unrolled, ici * dcn pipeline parallelism = stages > 1): a leaf
+     * decoder/pipeline_module/layers/<stage>/R has shape [repeats (when > 1), stages, ...];
+     * <stage> is the layer itself (layers_per_stage 1), scanned_layers/ (scan_layers_per_stage:
+     * a layers_per_stage axis at param_scan_axis of the stage leaf) or layers_<j>/. Global
+     * layer (r * stages + s) * layers_per_stage + j -> decoder/layers_<global>/R; the group
+     * decoder/layers_outside_pipeline follows from pipeline_parallel_layers on. */
+    int pipelined;
+    int64_t pipe_repeats, pipe_stages, pipe_lps;
+    int pipe_scanned;
 } ur_plan;
 
 /* The scan (layer) axis of a leaf: the axis whose spec entry names layers_per_stage, layers
@@ -219,8 +244,9 @@ int ur_plan_scan_axis(const ur_plan_leaf *leaf, const ur_settings *s);
  * UR_EINVAL: a full-state input without opt_state, a missing layer group, a leaf whose
  * layer axis length differs from its group's layer count (message names leaf, shape, axis
  * and expected length), a leaf of a block group outside layers_<j>/layer_<j> (j < K), a
- * layer count the blocks do not divide, an unrecognised layout; UR_EUNSUPPORTED: pipeline
- * stacks (decoder/pipeline_module), gemma4 nested blocks, engram chunks; UR_ENOMEM. */
+ * layer count the blocks do not divide, an unrecognised layout, a pipeline_module the
+ * pipeline settings do not fit; UR_EUNSUPPORTED: pipeline stacks of deepseek, gemma3/4,
+ * deepseek4 or inhomogeneous cycles, gemma4 nested blocks, engram chunks; UR_ENOMEM. */
 int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_settings *s,
                   ur_plan_input input, ur_err *err);
 void ur_plan_free(ur_plan *plan);

@@ -394,6 +394,72 @@ static void group_set(ur_plan_group *g, const char *name, int64_t n_layers, int6
     g->out_name = out_name;
 }
 
+/* Pipeline parallelism as MaxText's types.py derives it (using_pipeline_parallelism,
+ * pipeline_parallel_layers, num_pipeline_repeats) and the groups nnx_decoders.py
+ * _init_pipeline_generic builds: decoder/pipeline_module (the first pipeline_parallel_layers
+ * layers) and decoder/layers_outside_pipeline (the rest, run after the pipeline). */
+static int setup_pipeline(ur_plan *plan, const ur_settings *s, ur_err *err)
+{
+    int64_t nl = s->num_decoder_layers;
+    int64_t st, lps, p, r;
+    if (s->ici_pipeline_parallelism < 1 || s->dcn_pipeline_parallelism < 1) {
+        return ur_err_set(err, UR_EINVAL,
+                          "ici_pipeline_parallelism=%lld, dcn_pipeline_parallelism=%lld: must "
+                          "be >= 1",
+                          (long long)s->ici_pipeline_parallelism,
+                          (long long)s->dcn_pipeline_parallelism);
+    }
+    if (s->ici_pipeline_parallelism == 1 && s->dcn_pipeline_parallelism == 1) {
+        return UR_OK;
+    }
+    if (strcmp(s->decoder_block, "deepseek") == 0 || strcmp(s->decoder_block, "gemma3") == 0 ||
+        strcmp(s->decoder_block, "gemma4") == 0 || strcmp(s->decoder_block, "deepseek4") == 0 ||
+        s->inhomogeneous_layer_cycle_interval > 1) {
+        return ur_err_set(err, UR_EUNSUPPORTED,
+                          "pipeline-parallel checkpoint with decoder_block %s%s: unrolling its "
+                          "pipeline stacks is not supported",
+                          s->decoder_block,
+                          s->inhomogeneous_layer_cycle_interval > 1
+                              ? " and inhomogeneous_layer_cycle_interval > 1"
+                              : "");
+    }
+    if (__builtin_mul_overflow(s->ici_pipeline_parallelism, s->dcn_pipeline_parallelism, &st) ||
+        st > (1 << 20)) {
+        return ur_err_set(err, UR_EINVAL, "pipeline stages overflow");
+    }
+    lps = s->num_layers_per_pipeline_stage;
+    p = s->pipeline_parallel_layers == -1 ? nl : s->pipeline_parallel_layers;
+    if (lps < 1 || lps > (1 << 20) || p < 1 || p > nl || p > (1 << 20)) {
+        return ur_err_set(err, UR_EINVAL,
+                          "num_layers_per_pipeline_stage=%lld, pipeline_parallel_layers=%lld "
+                          "do not fit num_decoder_layers=%lld",
+                          (long long)lps, (long long)p, (long long)nl);
+    }
+    r = s->num_pipeline_repeats;
+    if (r == -1) {
+        r = p / (st * lps);
+    }
+    if (r < 1 || r > (1 << 20) || r * st * lps != p) {
+        return ur_err_set(err, UR_EINVAL,
+                          "pipeline stages (%lld) x repeats (%lld) x layers per stage (%lld) "
+                          "must equal pipeline_parallel_layers (%lld)",
+                          (long long)st, (long long)s->num_pipeline_repeats, (long long)lps,
+                          (long long)p);
+    }
+    plan->pipelined = 1;
+    plan->pipe_stages = st;
+    plan->pipe_repeats = r;
+    plan->pipe_lps = lps;
+    plan->pipe_scanned = lps > 1 && s->scan_layers_per_stage;
+    plan->n_groups = 1;
+    group_set(&plan->groups[0], "pipeline_module", p, 1, 0, "layers");
+    if (nl > p) {
+        plan->n_groups = 2;
+        group_set(&plan->groups[1], "layers_outside_pipeline", nl - p, 1, p, "layers");
+    }
+    return UR_OK;
+}
+
 /* The scanned groups the config calls for (docs/maxtext-checkpoints.md §5; MaxText
  * nnx_decoders.py _init_scanned_*), checked against the tree for layouts not handled. */
 static int setup_groups(ur_plan *plan, const ur_plan_leaf *leaves, size_t n, const ur_settings *s,
@@ -402,6 +468,14 @@ static int setup_groups(ur_plan *plan, const ur_plan_leaf *leaves, size_t n, con
     int64_t nl = s->num_decoder_layers;
     int64_t k = s->inhomogeneous_layer_cycle_interval > 1 ? s->inhomogeneous_layer_cycle_interval
                                                           : 1;
+    int has_pipe = 0;
+    int rc;
+    if (plan->unrolled) {
+        rc = setup_pipeline(plan, s, err);
+        if (rc < 0 || plan->pipelined) {
+            return rc;
+        }
+    }
     for (size_t i = 0; i < n && plan->unrolled; i++) {
         const ur_plan_leaf *l = &leaves[i];
         for (size_t c = 0; c + 1 < l->path_len; c++) {
@@ -409,9 +483,7 @@ static int setup_groups(ur_plan *plan, const ur_plan_leaf *leaves, size_t n, con
                 continue;
             }
             if (strcmp(l->path[c + 1], "pipeline_module") == 0) {
-                return ur_err_set(err, UR_EUNSUPPORTED,
-                                  "pipeline-parallel checkpoint (decoder/pipeline_module): "
-                                  "unrolling pipeline stacks is not supported");
+                has_pipe = 1;
             }
             if (strncmp(l->path[c + 1], "dense_layers_", 13) == 0 ||
                 strncmp(l->path[c + 1], "moe_layers_", 11) == 0) {
@@ -420,6 +492,14 @@ static int setup_groups(ur_plan *plan, const ur_plan_leaf *leaves, size_t n, con
                                   l->path[c + 1]);
             }
         }
+    }
+    if (has_pipe) {
+        return ur_err_set(err, UR_EINVAL,
+                          "the checkpoint has a pipeline stack (decoder/pipeline_module) but the "
+                          "config has no pipeline parallelism (ici_pipeline_parallelism=%lld, "
+                          "dcn_pipeline_parallelism=%lld)",
+                          (long long)s->ici_pipeline_parallelism,
+                          (long long)s->dcn_pipeline_parallelism);
     }
     if (strcmp(s->decoder_block, "deepseek") == 0) {
         plan->n_groups = 2;
@@ -527,6 +607,120 @@ static int set_copy(ur_plan *plan, ur_plan_action *a, const span *parts, size_t 
     plan->summary.leaves_copied++;
     plan->summary.leaves_out++;
     return add_bytes(&plan->summary.bytes_out, elems, ur_dtype_size(a->out_dtype), 1, err);
+}
+
+/* A leaf of decoder/pipeline_module: UNSTACK over [repeats,] stages[, layers_per_stage]. The
+ * C-order linear index over those axes is the global layer (pipeline.py: repeat_ids index axis
+ * 0, stages axis 1; a microbatch runs stages 0..S-1 of repeat 0, then of repeat 1, ...), times
+ * layers_per_stage plus j for the sequential stage's layers_<j>. */
+static int pipe_leaf(ur_plan *plan, ur_plan_action *a, const ur_plan_leaf *l, size_t st,
+                     size_t en, const ur_settings *s, span prefix, span suffix, uint64_t elems,
+                     ur_err *err)
+{
+    ur_plan_group *grp = &plan->groups[0];
+    size_t lead = plan->pipe_repeats > 1 ? 2 : 1;
+    size_t rest = st + 3;
+    int64_t j = 0;
+    int64_t per = 1; /* layers per index tuple of the layer axes */
+    uint64_t want[UR_PLAN_MAX_LAYER_AXES];
+    uint64_t n_out = 1;
+    char name[512];
+    char shape[256];
+    int rc;
+
+    ur_plan_path_format(l->path, l->path_len, name, sizeof name);
+    if (en - st < 4 || strcmp(l->path[st + 2], "layers") != 0) {
+        return ur_err_set(err, UR_EINVAL,
+                          "leaf '%s': expected decoder/pipeline_module/layers/... (the pipeline "
+                          "stage module)",
+                          name);
+    }
+    a->n_axes = 0;
+    if (lead == 2) {
+        want[a->n_axes] = (uint64_t)plan->pipe_repeats;
+        a->axes[a->n_axes++] = 0;
+    }
+    want[a->n_axes] = (uint64_t)plan->pipe_stages;
+    a->axes[a->n_axes++] = lead - 1;
+    if (plan->pipe_scanned) {
+        int64_t psa = s->param_scan_axis;
+        int64_t srank = (int64_t)l->rank - (int64_t)lead;
+        if (strcmp(l->path[st + 3], "scanned_layers") != 0 || en - st < 5) {
+            return ur_err_set(err, UR_EINVAL,
+                              "leaf '%s': scan_layers_per_stage=true puts the stage's layers "
+                              "under decoder/pipeline_module/layers/scanned_layers/",
+                              name);
+        }
+        if (psa < 0) {
+            psa += srank;
+        }
+        if (psa < 0 || psa >= srank) {
+            return ur_err_set(err, UR_EINVAL,
+                              "leaf '%s' rank %zu: no layers_per_stage axis at param_scan_axis "
+                              "%lld",
+                              name, l->rank, (long long)s->param_scan_axis);
+        }
+        want[a->n_axes] = (uint64_t)plan->pipe_lps;
+        a->axes[a->n_axes++] = lead + (size_t)psa;
+        rest = st + 4;
+    } else if (plan->pipe_lps > 1) {
+        if (en - st < 5 || !sub_layer(l->path[st + 3], plan->pipe_lps, &j) ||
+            strncmp(l->path[st + 3], "layers_", 7) != 0) {
+            return ur_err_set(err, UR_EINVAL,
+                              "leaf '%s': a pipeline stage of %lld unscanned layers holds "
+                              "layers_0..layers_%lld (set scan_layers_per_stage if the stage "
+                              "is scanned)",
+                              name, (long long)plan->pipe_lps, (long long)plan->pipe_lps - 1);
+        }
+        per = plan->pipe_lps;
+        rest = st + 4;
+    }
+    if (l->dtype == UR_DT_INVALID || l->rank < lead) {
+        return ur_err_set(err, UR_EINVAL, "leaf '%s': not a pipeline-stacked array", name);
+    }
+    for (size_t m = 0; m < a->n_axes; m++) {
+        if (l->shape[a->axes[m]] != want[m]) {
+            shape_format(l, shape, sizeof shape);
+            return ur_err_set(err, UR_EINVAL,
+                              "leaf '%s' shape %s: axis %zu has length %llu, expected %llu "
+                              "(pipeline repeats %lld, stages %lld, layers per stage %lld)",
+                              name, shape, a->axes[m], (unsigned long long)l->shape[a->axes[m]],
+                              (unsigned long long)want[m], (long long)plan->pipe_repeats,
+                              (long long)plan->pipe_stages, (long long)plan->pipe_lps);
+        }
+        n_out *= want[m];
+    }
+    grp->present = 1;
+    grp->n_leaves++;
+    grp->n_axis[a->axes[a->n_axes - 1]]++;
+    a->group = 0;
+    a->kind = UR_PLAN_UNSTACK;
+    a->axis = a->axes[a->n_axes - 1];
+    if (a->n_axes == 1) {
+        a->axes[0] = a->axis;
+    }
+    plan->summary.leaves_unstacked++;
+    rc = add_bytes(&plan->summary.bytes_out, elems, ur_dtype_size(a->out_dtype), 1, err);
+    if (rc < 0) {
+        return rc;
+    }
+    a->out = ur_calloc((size_t)n_out, sizeof *a->out);
+    if (!a->out) {
+        return ur_err_oom(err);
+    }
+    for (uint64_t li = 0; li < n_out; li++) {
+        char layer[96];
+        const char *mid[2] = {"decoder", layer};
+        span parts[4] = {prefix, {mid, 2}, {l->path + rest, en - rest}, suffix};
+        snprintf(layer, sizeof layer, "layers_%lld", (long long)((int64_t)li * per + j));
+        rc = path_build(&a->out[li], parts, 4, err);
+        if (rc < 0) {
+            return rc;
+        }
+        a->n_out++;
+    }
+    plan->summary.leaves_out += (size_t)n_out;
+    return UR_OK;
 }
 
 int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_settings *s,
@@ -644,6 +838,13 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
                     g = (int)k;
                 }
             }
+            if (g == 0 && plan->pipelined) {
+                rc = pipe_leaf(plan, a, l, st, en, s, prefix, suffix, elems, err);
+                if (rc < 0) {
+                    goto out;
+                }
+                continue;
+            }
             if (g >= 0 && plan->groups[g].cycle > 1) {
                 /* a block of K sub-layers: decoder/<group>/layers_<j>/R */
                 if (en - st < 4 || !sub_layer(l->path[st + 2], plan->groups[g].cycle, &sub)) {
@@ -749,7 +950,7 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
             for (uint64_t li = 0; li < nl; li++) {
                 char layer[96];
                 const char *mid[2] = {"decoder", layer};
-                if (grp->cycle > 1) {
+                if (grp->out_name) {
                     snprintf(layer, sizeof layer, "%s_%lld", grp->out_name,
                              (long long)(grp->first_out + (int64_t)li * grp->cycle + sub));
                 } else {

@@ -882,7 +882,14 @@ static int resolve_settings(ur_config *cfg, const ur_config_opts *opts, const ch
         (rc = opt_int(cfg, "first_num_dense_layers", 0, &s->first_num_dense_layers, err)) ||
         (rc = opt_int(cfg, "inhomogeneous_layer_cycle_interval", 1,
                       &s->inhomogeneous_layer_cycle_interval, err)) ||
-        (rc = opt_int(cfg, "first_num_hash_layers", 0, &s->first_num_hash_layers, err))) {
+        (rc = opt_int(cfg, "first_num_hash_layers", 0, &s->first_num_hash_layers, err)) ||
+        (rc = opt_int(cfg, "ici_pipeline_parallelism", 1, &s->ici_pipeline_parallelism, err)) ||
+        (rc = opt_int(cfg, "dcn_pipeline_parallelism", 1, &s->dcn_pipeline_parallelism, err)) ||
+        (rc = opt_int(cfg, "num_layers_per_pipeline_stage", 1,
+                      &s->num_layers_per_pipeline_stage, err)) ||
+        (rc = opt_int(cfg, "num_pipeline_repeats", -1, &s->num_pipeline_repeats, err)) ||
+        (rc = opt_int(cfg, "pipeline_parallel_layers", -1, &s->pipeline_parallel_layers, err)) ||
+        (rc = opt_bool(cfg, "scan_layers_per_stage", 0, &s->scan_layers_per_stage, err))) {
         return rc;
     }
     if (s->model_name[0] == '\0') {

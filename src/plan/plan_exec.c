@@ -25,7 +25,11 @@ typedef struct {
     ur_zarr_array *src;
     ur_zarr_info info;   /* of src */
     ur_zarr_array **dst; /* act->n_out output arrays */
-    int axis;            /* UNSTACK: the layer axis, else -1 */
+    int axis;            /* UNSTACK: the (last) layer axis, else -1 */
+    int n_axes;          /* UNSTACK: layer axes (several for pipeline stacks) */
+    int axes[UR_PLAN_MAX_LAYER_AXES];
+    uint64_t lstride[UR_PLAN_MAX_LAYER_AXES]; /* weight of each in the output index */
+    uint8_t is_layer_axis[UR_MAX_RANK];
     int k;               /* slab axis (-1 for rank 0) */
     uint64_t slab_shape[UR_MAX_RANK];
     uint64_t slab_grid[UR_MAX_RANK + 1]; /* slabs per chunk along axes 0..k */
@@ -79,6 +83,8 @@ typedef struct {
     ur_buf out;  /* raw output chunks, back to back */
     ur_buf *enc; /* encoded output chunks */
     size_t n_enc, cap_enc;
+    size_t *ix;  /* output array of each encoded chunk */
+    size_t cap_ix;
 } worker;
 
 /* What one work item is. */
@@ -96,7 +102,8 @@ typedef struct {
 struct parked {
     int used;
     item_info it;
-    size_t first_out, n_out;
+    size_t n_out;
+    size_t *ix;  /* owned: output array of each encoded chunk */
     ur_buf *enc; /* owned */
     size_t cap_enc;
 };
@@ -230,101 +237,154 @@ static int read_slab(worker *wk, item_info *it, ur_err *err)
     return rc;
 }
 
-/* Cast or split the slab in wk->in and encode the output chunks into wk->enc. Sets the
- * range of output arrays that receive a chunk (UNSTACK: the layers the slab covers). */
-static int produce(worker *wk, const item_info *it, size_t *first_out, size_t *n_out,
-                   ur_err *err)
+static int ensure_ix(worker *wk, size_t n, ur_err *err)
+{
+    if (n > wk->cap_ix) {
+        size_t *ix = ur_realloc(wk->ix, n * sizeof *ix);
+        if (ix == NULL) {
+            return ur_err_oom(err);
+        }
+        wk->ix = ix;
+        wk->cap_ix = n;
+    }
+    return UR_OK;
+}
+
+/* COPY or REPLICATE: one output chunk (the slab, cast), written to every output array. */
+static int produce_copy(worker *wk, const task *t, size_t *n_out, ur_err *err)
+{
+    const ur_zarr_info *in = &t->info;
+    ur_dtype out_dt = t->act->out_dtype;
+    const void *bytes = wk->in.data;
+    int rc;
+
+    if (out_dt != in->dtype) {
+        rc = ensure_size(&wk->out, t->out_chunk_bytes, err);
+        if (rc == UR_OK) {
+            rc = ur_tensor_cast_dense(wk->out.data, out_dt, wk->in.data, in->dtype,
+                                      t->slab_bytes / ur_dtype_size(in->dtype), err);
+        }
+        if (rc < 0) {
+            return rc;
+        }
+        bytes = wk->out.data;
+    }
+    rc = ensure_enc(wk, 1, err);
+    if (rc == UR_OK) {
+        rc = ensure_ix(wk, t->act->n_out, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_zarr_array_encode_chunk(t->dst[0], bytes, &wk->enc[0], err);
+    }
+    for (size_t i = 0; rc == UR_OK && i < t->act->n_out; i++) {
+        wk->ix[i] = i;
+    }
+    *n_out = t->act->n_out;
+    return rc;
+}
+
+/* UNSTACK: split the slab along its layer axes. The last layer axis is split by the kernel
+ * in one pass; the other ones (pipeline stacks) are fixed one index tuple at a time. Output
+ * chunk k of this item goes to output array wk->ix[k]. */
+static int produce_unstack(worker *wk, const item_info *it, size_t *n_out, ur_err *err)
 {
     const task *t = it->t;
     const ur_zarr_info *in = &t->info;
-    ur_dtype out_dt = t->act->out_dtype;
-    ur_tensor_view src;
+    int n_ax = t->n_axes, last = t->axes[n_ax - 1];
+    uint64_t g[UR_PLAN_MAX_LAYER_AXES], c[UR_PLAN_MAX_LAYER_AXES], i_out[UR_PLAN_MAX_LAYER_AXES];
+    uint64_t start[UR_MAX_RANK] = {0}, count[UR_MAX_RANK];
+    uint64_t total = 1, n_outer = 1;
+    ur_tensor_view src, dsts_stack[64];
+    ur_tensor_view *dsts = dsts_stack;
+    size_t bytes;
     int rc;
 
+    memcpy(count, t->slab_shape, sizeof count);
+    for (int m = 0; m < n_ax; m++) {
+        int a = t->axes[m];
+        g[m] = it->global[a];
+        c[m] = t->slab_shape[a];
+        if (g[m] + c[m] > in->shape[a]) {
+            c[m] = in->shape[a] - g[m]; /* the edge chunk's padding holds no layer */
+        }
+        count[a] = c[m];
+        total *= c[m];
+        if (m < n_ax - 1) {
+            n_outer *= c[m];
+        }
+        i_out[m] = 0;
+    }
     rc = ur_tensor_view_init_dense(&src, in->dtype, in->rank, t->slab_shape, wk->in.data, err);
-    if (rc < 0) {
-        return rc;
-    }
-    if (t->axis < 0) {
-        /* COPY or REPLICATE: one output chunk, written to every output array. */
-        const void *bytes = wk->in.data;
-        if (out_dt != in->dtype) {
-            rc = ensure_size(&wk->out, t->out_chunk_bytes, err);
-            if (rc == UR_OK) {
-                rc = ur_tensor_cast_dense(wk->out.data, out_dt, wk->in.data, in->dtype,
-                                          t->slab_bytes / ur_dtype_size(in->dtype), err);
-            }
-            if (rc < 0) {
-                return rc;
-            }
-            bytes = wk->out.data;
-        }
-        rc = ensure_enc(wk, 1, err);
-        if (rc == UR_OK) {
-            rc = ur_zarr_array_encode_chunk(t->dst[0], bytes, &wk->enc[0], err);
-        }
-        *first_out = 0;
-        *n_out = t->act->n_out;
-        return rc;
-    }
-
-    /* UNSTACK: the slab holds layers [l0, l0 + cnt) of the layer axis. */
-    {
-        int a = t->axis;
-        uint64_t l0 = it->global[a];
-        uint64_t cnt = t->slab_shape[a];
-        uint64_t start[UR_MAX_RANK] = {0}, count[UR_MAX_RANK];
-        ur_tensor_view dsts_stack[64];
-        ur_tensor_view *dsts = dsts_stack;
-        size_t total;
-
-        if (l0 + cnt > in->shape[a]) {
-            cnt = in->shape[a] - l0;
-        }
-        memcpy(count, t->slab_shape, sizeof count);
-        count[a] = cnt;
+    if (rc == UR_OK) {
         rc = ur_tensor_view_slice(&src, &src, start, count, err);
-        if (rc < 0) {
-            return rc;
-        }
-        if (ur_ckd_mul(&total, (size_t)cnt, t->out_chunk_bytes)) {
-            return ur_err_set(err, UR_ECORRUPT, "output chunk size overflows");
-        }
-        rc = ensure_size(&wk->out, total, err);
-        if (rc < 0) {
-            return rc;
-        }
-        if (cnt > 64) {
-            dsts = ur_malloc((size_t)cnt * sizeof *dsts);
-            if (dsts == NULL) {
-                return ur_err_oom(err);
-            }
-        }
-        for (uint64_t i = 0; i < cnt && rc == UR_OK; i++) {
-            rc = ur_tensor_view_init_dense(&dsts[i], out_dt, t->out_rank, t->out_chunk_shape,
-                                           wk->out.data + i * t->out_chunk_bytes, err);
-        }
-        if (rc == UR_OK) {
-            rc = ur_tensor_unstack(dsts, (size_t)cnt, &src, a, err);
-        }
-        if (dsts != dsts_stack) {
-            ur_free(dsts);
-        }
-        if (rc == UR_OK) {
-            rc = ensure_enc(wk, (size_t)cnt, err);
-        }
-        for (uint64_t i = 0; i < cnt && rc == UR_OK; i++) {
-            rc = ur_zarr_array_encode_chunk(t->dst[l0 + i], wk->out.data + i * t->out_chunk_bytes,
-                                            &wk->enc[i], err);
-        }
-        *first_out = (size_t)l0;
-        *n_out = (size_t)cnt;
-        return rc;
     }
+    if (rc == UR_OK && ur_ckd_mul(&bytes, (size_t)total, t->out_chunk_bytes)) {
+        rc = ur_err_set(err, UR_ECORRUPT, "output chunk size overflows");
+    }
+    if (rc == UR_OK) {
+        rc = ensure_size(&wk->out, bytes, err);
+    }
+    if (rc == UR_OK) {
+        rc = ensure_enc(wk, (size_t)total, err);
+    }
+    if (rc == UR_OK) {
+        rc = ensure_ix(wk, (size_t)total, err);
+    }
+    if (rc == UR_OK && c[n_ax - 1] > 64) {
+        dsts = ur_malloc((size_t)c[n_ax - 1] * sizeof *dsts);
+        if (dsts == NULL) {
+            rc = ur_err_oom(err);
+        }
+    }
+    for (uint64_t o = 0; rc == UR_OK && o < n_outer; o++) {
+        ur_tensor_view v = src;
+        uint64_t base = 0;
+        /* fix the outer layer axes, highest first so lower axis numbers stay valid */
+        for (int m = n_ax - 2; m >= 0 && rc == UR_OK; m--) {
+            rc = ur_tensor_view_take(&v, &v, t->axes[m], i_out[m], err);
+        }
+        for (int m = 0; m < n_ax - 1; m++) {
+            base += (g[m] + i_out[m]) * t->lstride[m];
+        }
+        for (uint64_t j = 0; rc == UR_OK && j < c[n_ax - 1]; j++) {
+            size_t k = (size_t)(o * c[n_ax - 1] + j);
+            rc = ur_tensor_view_init_dense(&dsts[j], t->act->out_dtype, t->out_rank,
+                                           t->out_chunk_shape,
+                                           wk->out.data + k * t->out_chunk_bytes, err);
+            wk->ix[k] = (size_t)(base + g[n_ax - 1] + j);
+        }
+        if (rc == UR_OK) {
+            rc = ur_tensor_unstack(dsts, (size_t)c[n_ax - 1], &v, last - (n_ax - 1), err);
+        }
+        /* next tuple of outer indices (odometer, last outer axis fastest) */
+        for (int m = n_ax - 2; m >= 0; m--) {
+            if (++i_out[m] < c[m]) {
+                break;
+            }
+            i_out[m] = 0;
+        }
+    }
+    if (dsts != dsts_stack) {
+        ur_free(dsts);
+    }
+    for (uint64_t k = 0; rc == UR_OK && k < total; k++) {
+        rc = ur_zarr_array_encode_chunk(t->dst[wk->ix[k]], wk->out.data + k * t->out_chunk_bytes,
+                                        &wk->enc[k], err);
+    }
+    *n_out = (size_t)total;
+    return rc;
+}
+
+/* Cast or split the slab in wk->in and encode its output chunks into wk->enc; wk->ix names
+ * the output array of each. */
+static int produce(worker *wk, const item_info *it, size_t *n_out, ur_err *err)
+{
+    return it->t->axis < 0 ? produce_copy(wk, it->t, n_out, err)
+                           : produce_unstack(wk, it, n_out, err);
 }
 
 /* Store an item's encoded chunks (no lock held: only the one writer calls this). */
-static int write_item(const item_info *it, size_t first_out, size_t n_out, const ur_buf *enc,
+static int write_item(const item_info *it, const size_t *ix, size_t n_out, const ur_buf *enc,
                       ur_err *err)
 {
     const task *t = it->t;
@@ -333,14 +393,14 @@ static int write_item(const item_info *it, size_t first_out, size_t n_out, const
     int k = 0;
 
     for (int d = 0; d < t->info.rank; d++) {
-        if (d != t->axis) {
+        if (!t->is_layer_axis[d]) {
             out_idx[k++] = it->global[d] / t->slab_shape[d];
         }
     }
     for (size_t i = 0; i < n_out && rc == UR_OK; i++) {
         /* COPY/REPLICATE encode once and write the same bytes to each output. */
         const ur_buf *e = &enc[t->axis < 0 ? 0 : i];
-        rc = ur_zarr_array_write_encoded(t->dst[first_out + i], out_idx, e->data, e->len, err);
+        rc = ur_zarr_array_write_encoded(t->dst[ix[i]], out_idx, e->data, e->len, err);
     }
     return rc;
 }
@@ -394,7 +454,7 @@ static parked *parked_free_slot(runner *r)
  * the item whose turn it is is written now, by this worker, followed by any parked items
  * that come next; an item finished early is parked (its encoded chunks move to the parked
  * slot) so the worker can go on, and waits only when every parking slot is taken. */
-static int commit(worker *wk, const item_info *it, size_t first_out, size_t n_out, ur_err *err)
+static int commit(worker *wk, const item_info *it, size_t n_out, ur_err *err)
 {
     runner *r = wk->r;
     int rc;
@@ -413,13 +473,15 @@ static int commit(worker *wk, const item_info *it, size_t first_out, size_t n_ou
         if (p != NULL) {
             p->used = 1;
             p->it = *it;
-            p->first_out = first_out;
             p->n_out = n_out;
             p->enc = wk->enc;
             p->cap_enc = wk->cap_enc;
+            p->ix = wk->ix;
             wk->enc = NULL;
             wk->cap_enc = 0;
             wk->n_enc = 0;
+            wk->ix = NULL;
+            wk->cap_ix = 0;
             pthread_cond_broadcast(&r->turn);
             pthread_mutex_unlock(&r->lock);
             return UR_OK;
@@ -429,7 +491,7 @@ static int commit(worker *wk, const item_info *it, size_t first_out, size_t n_ou
     r->writing = 1;
     pthread_mutex_unlock(&r->lock);
 
-    rc = write_item(it, first_out, n_out, wk->enc, err);
+    rc = write_item(it, wk->ix, n_out, wk->enc, err);
     pthread_mutex_lock(&r->lock);
     if (rc == UR_OK) {
         account(r, it, n_out);
@@ -444,11 +506,12 @@ static int commit(worker *wk, const item_info *it, size_t first_out, size_t n_ou
         memset(p, 0, sizeof *p); /* the slot is free again */
         pthread_cond_broadcast(&r->turn);
         pthread_mutex_unlock(&r->lock);
-        rc = write_item(&mine.it, mine.first_out, mine.n_out, mine.enc, err);
+        rc = write_item(&mine.it, mine.ix, mine.n_out, mine.enc, err);
         if (rc < 0) {
             ur_err_wrap(err, "tensor '%s'", mine.it.t->leaf->name);
         }
         dispose_bufs(mine.enc, mine.cap_enc);
+        ur_free(mine.ix);
         pthread_mutex_lock(&r->lock);
         if (rc == UR_OK) {
             account(r, &mine.it, mine.n_out);
@@ -501,7 +564,7 @@ static void *work(void *arg)
     ur_err_clear(&err);
     for (;;) {
         item_info it;
-        size_t first_out = 0, n_out = 0;
+        size_t n_out = 0;
         int rc;
 
         pthread_mutex_lock(&r->lock);
@@ -521,10 +584,10 @@ static void *work(void *arg)
             rc = read_slab(wk, &it, &err);
         }
         if (rc == UR_OK && !it.beyond_edge) {
-            rc = produce(wk, &it, &first_out, &n_out, &err);
+            rc = produce(wk, &it, &n_out, &err);
         }
         if (rc == UR_OK) {
-            rc = commit(wk, &it, first_out, n_out, &err);
+            rc = commit(wk, &it, n_out, &err);
         }
         if (rc == STOPPED) {
             break;
@@ -669,6 +732,43 @@ static int choose_slabs(task *t, uint64_t budget, ur_err *err)
     return UR_OK;
 }
 
+/* The action's layer axes (one, or several for pipeline stacks), checked against the
+ * array's shape: their lengths must multiply to the number of outputs. */
+static int layer_axes(task *t, ur_err *err)
+{
+    const ur_plan_action *a = t->act;
+    uint64_t n = 1;
+
+    t->axis = -1;
+    t->n_axes = 0;
+    if (a->kind != UR_PLAN_UNSTACK) {
+        return UR_OK;
+    }
+    if (a->n_axes > UR_PLAN_MAX_LAYER_AXES) {
+        return ur_err_set(err, UR_EINTERNAL, "%zu layer axes", a->n_axes);
+    }
+    t->n_axes = a->n_axes > 1 ? (int)a->n_axes : 1;
+    for (int m = 0; m < t->n_axes; m++) {
+        size_t ax = a->n_axes > 1 ? a->axes[m] : a->axis;
+        if ((int)ax >= t->info.rank || (m > 0 && (int)ax <= t->axes[m - 1])) {
+            return ur_err_set(err, UR_EINTERNAL, "bad layer axis %zu for rank %d", ax,
+                              t->info.rank);
+        }
+        t->axes[m] = (int)ax;
+        t->is_layer_axis[ax] = 1;
+        n *= t->info.shape[ax];
+    }
+    t->axis = t->axes[t->n_axes - 1];
+    for (int m = t->n_axes - 1; m >= 0; m--) {
+        t->lstride[m] = m == t->n_axes - 1 ? 1 : t->lstride[m + 1] * t->info.shape[t->axes[m + 1]];
+    }
+    if (n != (uint64_t)a->n_out) {
+        return ur_err_set(err, UR_ECORRUPT, "the layer axes hold %llu layers, the plan expects %zu",
+                          (unsigned long long)n, a->n_out);
+    }
+    return UR_OK;
+}
+
 /* Open the input array, check it is what the plan was built from, cut its chunks into slabs
  * that fit `budget`, and create the outputs. */
 static int setup_task(task *t, ur_orbax_ckpt *in, ur_orbax_writer *w, uint64_t budget,
@@ -684,21 +784,16 @@ static int setup_task(task *t, ur_orbax_ckpt *in, ur_orbax_writer *w, uint64_t b
         return rc;
     }
     t->info = *ur_zarr_array_info(t->src);
-    t->axis = a->kind == UR_PLAN_UNSTACK ? (int)a->axis : -1;
-    if (t->axis >= t->info.rank) {
-        return ur_err_set(err, UR_EINTERNAL, "layer axis %d outside rank %d", t->axis,
-                          t->info.rank);
-    }
-    if (t->axis >= 0 && (uint64_t)a->n_out != t->info.shape[t->axis]) {
-        return ur_err_set(err, UR_ECORRUPT, "shape on axis %d is %llu, the plan expects %zu",
-                          t->axis, (unsigned long long)t->info.shape[t->axis], a->n_out);
+    rc = layer_axes(t, err);
+    if (rc < 0) {
+        return rc;
     }
     rc = choose_slabs(t, budget, err);
     if (rc < 0) {
         return rc;
     }
     for (int d = 0; d < t->info.rank; d++) {
-        if (d != t->axis) {
+        if (!t->is_layer_axis[d]) {
             out_shape[k] = t->info.shape[d];
             t->out_chunk_shape[k++] = t->slab_shape[d];
         }
@@ -841,6 +936,7 @@ out:
         ur_buf_dispose(&workers[i].in);
         ur_buf_dispose(&workers[i].out);
         dispose_bufs(workers[i].enc, workers[i].cap_enc);
+        ur_free(workers[i].ix);
     }
     for (int i = 0; i < r.n_slots; i++) {
         ur_zarr_chunk_stream_close(r.slots[i].s);
@@ -849,6 +945,7 @@ out:
     for (int i = 0; i < r.n_parked; i++) {
         if (r.parked[i].used) {
             dispose_bufs(r.parked[i].enc, r.parked[i].cap_enc);
+            ur_free(r.parked[i].ix);
         }
     }
     ur_free(r.parked);

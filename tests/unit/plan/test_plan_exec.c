@@ -1,0 +1,266 @@
+/* The executor against a naive reference: a real (C-written) Orbax checkpoint holding a
+ * float32 tensor with one or several layer axes is run through hand-made plans (UNSTACK on
+ * one axis, on three axes as a pipeline stack has them, COPY, REPLICATE), with several
+ * thread counts and memory limits small enough to force slab streaming; every output
+ * element must equal the input element it comes from, cast to bfloat16. */
+#define _POSIX_C_SOURCE 200809L
+#include "ur_test.h"
+
+#include "unroll/alloc.h"
+#include "unroll/fs.h"
+#include "unroll/orbax.h"
+#include "unroll/plan.h"
+#include "unroll/plan_exec.h"
+#include "unroll/tensor.h"
+
+#include <stdlib.h>
+
+enum { RANK = 5 };
+static const uint64_t SHAPE[RANK] = {2, 3, 5, 4, 7};   /* [R, S, E, L, M] */
+static const uint64_t CHUNK[RANK] = {1, 2, 3, 4, 4};   /* odd, with edge chunks */
+static char scratch[256];
+
+static float value_at(const uint64_t *i)
+{
+    /* distinct, exactly representable values; a few need rounding to bf16 */
+    return (float)((((i[0] * 3 + i[1]) * 5 + i[2]) * 4 + i[3]) * 7 + i[4]) * 1.00390625f;
+}
+
+static void make_input(const char *step_dir)
+{
+    ur_orbax_writer *w = NULL;
+    ur_orbax_write_opts o;
+    ur_zarr_array *arr = NULL;
+    ur_orbax_key path[1] = {{"x", UR_ORBAX_KEY_DICT}};
+    const ur_zarr_info *info;
+    float *chunk;
+    ur_err err;
+
+    ur_orbax_write_opts_init(&o);
+    assert_int_equal(ur_orbax_writer_create(&w, step_dir, &o, &err), UR_OK);
+    assert_int_equal(ur_orbax_writer_add_array(w, path, 1, UR_DT_FLOAT32, RANK, SHAPE, CHUNK,
+                                               NULL, &arr, &err),
+                     UR_OK);
+    info = ur_zarr_array_info(arr);
+    chunk = ur_malloc(info->chunk_bytes);
+    for (uint64_t c = 0; c < info->chunk_count; c++) {
+        uint64_t idx[RANK], rest = c;
+        for (int d = RANK - 1; d >= 0; d--) {
+            idx[d] = rest % info->grid[d];
+            rest /= info->grid[d];
+        }
+        for (uint64_t e = 0; e < info->chunk_bytes / 4; e++) {
+            uint64_t pos[RANK], r2 = e;
+            for (int d = RANK - 1; d >= 0; d--) {
+                pos[d] = idx[d] * CHUNK[d] + r2 % CHUNK[d];
+                r2 /= CHUNK[d];
+            }
+            chunk[e] = value_at(pos);
+        }
+        assert_int_equal(ur_zarr_array_write_chunk(arr, idx, chunk, &err), UR_OK);
+    }
+    ur_free(chunk);
+    assert_int_equal(ur_orbax_writer_commit(w, &err), UR_OK);
+}
+
+/* Build outputs "out_<k>" for an action over `axes` (or COPY/REPLICATE when n_axes == 0). */
+static void fill_action(ur_plan_action *a, ur_plan_kind kind, const size_t *axes, size_t n_axes,
+                        size_t n_out)
+{
+    memset(a, 0, sizeof *a);
+    a->kind = kind;
+    a->out_dtype = UR_DT_BFLOAT16;
+    a->group = -1;
+    a->n_axes = n_axes;
+    for (size_t m = 0; m < n_axes; m++) {
+        a->axes[m] = axes[m];
+    }
+    a->axis = n_axes ? axes[n_axes - 1] : 0;
+    a->n_out = n_out;
+    a->out = ur_calloc(n_out, sizeof *a->out);
+    for (size_t k = 0; k < n_out; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "out_%zu", k);
+        a->out[k].len = 1;
+        a->out[k].comp = ur_calloc(1, sizeof(char *));
+        a->out[k].comp[0] = ur_strdup(name);
+    }
+}
+
+static void free_action(ur_plan_action *a)
+{
+    for (size_t k = 0; k < a->n_out; k++) {
+        ur_free(a->out[k].comp[0]);
+        ur_free(a->out[k].comp);
+    }
+    ur_free(a->out);
+}
+
+/* Run the one-action plan and compare every output with the reference slicing. */
+static void run_and_check(ur_plan_kind kind, const size_t *axes, size_t n_axes, int threads,
+                          uint64_t limit)
+{
+    char in_dir[300], out_dir[300], out_items[320];
+    ur_orbax_ckpt *in = NULL, *out = NULL;
+    ur_orbax_writer *w = NULL;
+    ur_orbax_write_opts o;
+    ur_plan plan;
+    ur_plan_action act;
+    ur_exec_opts eo;
+    ur_exec_stats st;
+    ur_err err;
+    size_t n_out = 1;
+    uint8_t is_layer[RANK] = {0};
+
+    snprintf(in_dir, sizeof in_dir, "%s/in/0/items", scratch);
+    snprintf(out_dir, sizeof out_dir, "%s/out", scratch);
+    snprintf(out_items, sizeof out_items, "%s/out/items", scratch);
+    ur_fs_remove_tree(out_dir, NULL);
+    for (size_t m = 0; m < n_axes; m++) {
+        n_out *= SHAPE[axes[m]];
+        is_layer[axes[m]] = 1;
+    }
+    if (kind == UR_PLAN_REPLICATE) {
+        n_out = 3;
+    }
+    fill_action(&act, kind, axes, n_axes, n_out);
+    memset(&plan, 0, sizeof plan);
+    plan.n_actions = 1;
+    plan.actions = &act;
+    assert_int_equal(ur_orbax_ckpt_open(&in, in_dir, 0, &err), UR_OK);
+    ur_orbax_write_opts_init(&o);
+    assert_int_equal(ur_orbax_writer_create(&w, out_dir, &o, &err), UR_OK);
+    memset(&eo, 0, sizeof eo);
+    eo.threads = threads;
+    eo.memory_limit = limit;
+    if (ur_plan_exec_run(&plan, in, w, &eo, &st, &err) != UR_OK) {
+        fail_msg("exec: %s", err.msg);
+    }
+    assert_int_equal(ur_orbax_writer_commit(w, &err), UR_OK);
+
+    assert_int_equal(ur_orbax_ckpt_open(&out, out_items, 0, &err), UR_OK);
+    assert_int_equal(ur_orbax_ckpt_leaf_count(out), n_out);
+    for (size_t k = 0; k < n_out; k++) {
+        char name[32];
+        const ur_orbax_leaf *leaf;
+        ur_zarr_array *arr = NULL;
+        uint64_t start[RANK] = {0}, oshape[RANK], layer[RANK] = {0}, rest = k, n = 1;
+        uint16_t *got;
+        int orank = 0;
+        snprintf(name, sizeof name, "out_%zu", k);
+        assert_int_equal(ur_orbax_ckpt_find(out, name, &leaf, &err), UR_OK);
+        for (int d = RANK - 1; d >= 0; d--) {
+            if (is_layer[d]) {
+                layer[d] = rest % SHAPE[d];
+                rest /= SHAPE[d];
+            }
+        }
+        for (int d = 0; d < RANK; d++) {
+            if (!is_layer[d]) {
+                oshape[orank++] = SHAPE[d];
+                n *= SHAPE[d];
+            }
+        }
+        assert_int_equal(leaf->rank, orank);
+        assert_int_equal(leaf->dtype, UR_DT_BFLOAT16);
+        assert_int_equal(ur_orbax_ckpt_open_array(out, leaf, &arr, &err), UR_OK);
+        got = ur_malloc(n * 2);
+        assert_int_equal(ur_zarr_array_read_box(arr, start, oshape, got, &err), UR_OK);
+        for (uint64_t e = 0; e < n; e++) {
+            uint64_t pos[RANK], r2 = e;
+            float f;
+            uint32_t bits;
+            for (int d = RANK - 1; d >= 0; d--) {
+                if (is_layer[d]) {
+                    pos[d] = layer[d];
+                } else {
+                    pos[d] = r2 % SHAPE[d];
+                    r2 /= SHAPE[d];
+                }
+            }
+            f = value_at(pos);
+            memcpy(&bits, &f, 4);
+            if (got[e] != ur_tensor_cast_f32_to_bf16(bits)) {
+                fail_msg("output %zu element %llu: got %04x, want %04x (threads %d, limit %llu)",
+                         k, (unsigned long long)e, got[e], ur_tensor_cast_f32_to_bf16(bits),
+                         threads, (unsigned long long)limit);
+            }
+        }
+        ur_free(got);
+        ur_zarr_array_close(arr);
+    }
+    ur_orbax_ckpt_close(out);
+    ur_orbax_ckpt_close(in);
+    free_action(&act);
+}
+
+static int setup(void **state)
+{
+    char in_step[300];
+    (void)state;
+    strcpy(scratch, "/tmp/ur_plan_exec_XXXXXX");
+    if (mkdtemp(scratch) == NULL) {
+        return -1;
+    }
+    snprintf(in_step, sizeof in_step, "%s/in/0", scratch);
+    make_input(in_step);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return ur_fs_remove_tree(scratch, NULL) == UR_OK ? 0 : -1;
+}
+
+static const uint64_t limits[] = {0, 4096, 64, 16};
+static const int threads[] = {1, 2, 3};
+
+static void sweep(ur_plan_kind kind, const size_t *axes, size_t n_axes)
+{
+    for (size_t l = 0; l < sizeof limits / sizeof limits[0]; l++) {
+        for (size_t t = 0; t < sizeof threads / sizeof threads[0]; t++) {
+            run_and_check(kind, axes, n_axes, threads[t], limits[l]);
+        }
+    }
+}
+
+static void test_plan_exec__unstack_one_axis(void **state)
+{
+    static const size_t ax[] = {3};
+    (void)state;
+    sweep(UR_PLAN_UNSTACK, ax, 1);
+}
+
+static void test_plan_exec__unstack_outer_axis(void **state)
+{
+    static const size_t ax[] = {0};
+    (void)state;
+    sweep(UR_PLAN_UNSTACK, ax, 1);
+}
+
+static void test_plan_exec__unstack_pipeline_axes(void **state)
+{
+    /* [repeats, stages, E, layers_per_stage, M]: out[(r*S + s)*lps + j] */
+    static const size_t ax[] = {0, 1, 3};
+    (void)state;
+    sweep(UR_PLAN_UNSTACK, ax, 3);
+}
+
+static void test_plan_exec__copy_and_replicate(void **state)
+{
+    (void)state;
+    sweep(UR_PLAN_COPY, NULL, 0);
+    sweep(UR_PLAN_REPLICATE, NULL, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_exec__unstack_one_axis),
+        cmocka_unit_test(test_plan_exec__unstack_outer_axis),
+        cmocka_unit_test(test_plan_exec__unstack_pipeline_axes),
+        cmocka_unit_test(test_plan_exec__copy_and_replicate),
+    };
+    return cmocka_run_group_tests_name("plan_exec", tests, setup, teardown);
+}
