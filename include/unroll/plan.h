@@ -240,13 +240,17 @@ int ur_plan_scan_axis(const ur_plan_leaf *leaf, const ur_settings *s);
  * Layer groups (docs/maxtext-checkpoints.md §5): decoder_block deepseek -> dense_layers,
  * moe_layers; gemma3 -> blocks of 6 in decoder/layers + decoder/layers_remainder;
  * deepseek4 -> first_num_hash_layers unscanned layers + blocks of 2 in scanned_blocks;
+ * gemma4 -> scanned_blocks/{local_layers (block axis at param_scan_axis, the nested scan's 5
+ * local layers right after it), global_layer} (block b: layers 6b..6b+4, 6b+5) +
+ * layers_remainder/local_layers (N % 6); pipeline parallelism (ici * dcn pipeline > 1) ->
+ * decoder/pipeline_module + layers_outside_pipeline (see ur_plan.pipelined);
  * inhomogeneous_layer_cycle_interval K > 1 -> blocks of K in decoder/layers; else layers.
  * UR_EINVAL: a full-state input without opt_state, a missing layer group, a leaf whose
  * layer axis length differs from its group's layer count (message names leaf, shape, axis
  * and expected length), a leaf of a block group outside layers_<j>/layer_<j> (j < K), a
  * layer count the blocks do not divide, an unrecognised layout, a pipeline_module the
  * pipeline settings do not fit; UR_EUNSUPPORTED: pipeline stacks of deepseek, gemma3/4,
- * deepseek4 or inhomogeneous cycles, gemma4 nested blocks, engram chunks; UR_ENOMEM. */
+ * deepseek4 or inhomogeneous cycles, engram chunks; UR_ENOMEM. */
 int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_settings *s,
                   ur_plan_input input, ur_err *err);
 void ur_plan_free(ur_plan *plan);

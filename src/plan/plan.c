@@ -15,7 +15,10 @@
  * where P' = P with decoder/<group>/R replaced by decoder/<group>_<i>/R for each layer i when
  * scan_layers and force_unroll are set. Groups: decoder/layers (num_decoder_layers), or for
  * decoder_block=deepseek decoder/dense_layers (first_num_dense_layers) and decoder/moe_layers
- * (the rest, indices restarting at 0). */
+ * (the rest, indices restarting at 0). Blocks of sub-layers (inhomogeneous cycles, gemma3,
+ * gemma4's nested local_layers scan, deepseek4) and pipeline stacks (decoder/pipeline_module,
+ * [repeats,] stages[, layers_per_stage]) map to decoder/layers_<global layer> in the order
+ * MaxText runs them (setup_groups, gemma4_leaf, pipe_leaf). */
 #include "unroll/alloc.h"
 #include "unroll/ckd.h"
 #include "unroll/plan.h"
@@ -402,15 +405,15 @@ static int setup_pipeline(ur_plan *plan, const ur_settings *s, ur_err *err)
 {
     int64_t nl = s->num_decoder_layers;
     int64_t st, lps, p, r;
+    if (s->ici_pipeline_parallelism <= 1 && s->dcn_pipeline_parallelism <= 1) {
+        return UR_OK; /* types.py: using_pipeline_parallelism = ici > 1 or dcn > 1 */
+    }
     if (s->ici_pipeline_parallelism < 1 || s->dcn_pipeline_parallelism < 1) {
         return ur_err_set(err, UR_EINVAL,
                           "ici_pipeline_parallelism=%lld, dcn_pipeline_parallelism=%lld: must "
                           "be >= 1",
                           (long long)s->ici_pipeline_parallelism,
                           (long long)s->dcn_pipeline_parallelism);
-    }
-    if (s->ici_pipeline_parallelism == 1 && s->dcn_pipeline_parallelism == 1) {
-        return UR_OK;
     }
     if (strcmp(s->decoder_block, "deepseek") == 0 || strcmp(s->decoder_block, "gemma3") == 0 ||
         strcmp(s->decoder_block, "gemma4") == 0 || strcmp(s->decoder_block, "deepseek4") == 0 ||
@@ -512,12 +515,18 @@ static int setup_groups(ur_plan *plan, const ur_plan_leaf *leaves, size_t n, con
         plan->n_remainder = nl % 6;
         plan->remainder_first = nl / 6 * 6;
     } else if (strcmp(s->decoder_block, "gemma4") == 0) {
-        if (plan->unrolled) {
+        /* GEMMA4_ATTENTION_PATTERN: 5 local + 1 global; scanned_blocks of N // 6 blocks
+         * (local_layers nested scan of 5 + global_layer), layers_remainder for N % 6 */
+        plan->n_groups = 1;
+        group_set(&plan->groups[0], "scanned_blocks", nl / 6, 6, 0, "layers");
+        plan->n_remainder = nl % 6;
+        plan->remainder_first = nl / 6 * 6;
+        if (plan->unrolled && s->param_scan_axis < 0) {
             return ur_err_set(err, UR_EUNSUPPORTED,
-                              "decoder_block gemma4: its scanned blocks nest a second scan "
-                              "(scanned_blocks/local_layers); unrolling them is not supported");
+                              "gemma4 with a negative param_scan_axis (%lld): the nested scan's "
+                              "axes are not worked out for it",
+                              (long long)s->param_scan_axis);
         }
-        plan->n_groups = 0;
     } else if (strcmp(s->decoder_block, "deepseek4") == 0) {
         int64_t h = s->first_num_hash_layers;
         if (h < 0 || h > nl) {
@@ -609,6 +618,116 @@ static int set_copy(ur_plan *plan, ur_plan_action *a, const span *parts, size_t 
     return add_bytes(&plan->summary.bytes_out, elems, ur_dtype_size(a->out_dtype), 1, err);
 }
 
+/* Make `a` an UNSTACK over its layer axes a->axes[0..n_axes) (already set, n_out index tuples)
+ * of group `g`, out[lin] = decoder/layers_<(lin / div) * mul + lin % div + add>/<path[rest..en)>
+ * for the C-order linear index lin, and count it in the summary. */
+static int set_unstack(ur_plan *plan, ur_plan_action *a, const ur_plan_leaf *l, int g,
+                       size_t rest, size_t en, span prefix, span suffix, uint64_t elems,
+                       uint64_t n_out, int64_t div, int64_t mul, int64_t add, ur_err *err)
+{
+    ur_plan_group *grp = &plan->groups[g];
+    int rc;
+    grp->present = 1;
+    grp->n_leaves++;
+    grp->n_axis[a->axes[a->n_axes - 1]]++;
+    a->group = g;
+    a->kind = UR_PLAN_UNSTACK;
+    a->axis = a->axes[a->n_axes - 1];
+    plan->summary.leaves_unstacked++;
+    rc = add_bytes(&plan->summary.bytes_out, elems, ur_dtype_size(a->out_dtype), 1, err);
+    if (rc < 0) {
+        return rc;
+    }
+    a->out = ur_calloc(n_out ? (size_t)n_out : 1, sizeof *a->out);
+    if (!a->out) {
+        return ur_err_oom(err);
+    }
+    for (uint64_t li = 0; li < n_out; li++) {
+        char layer[96];
+        const char *mid[2] = {"decoder", layer};
+        span parts[4] = {prefix, {mid, 2}, {l->path + rest, en - rest}, suffix};
+        int64_t gl = ((int64_t)li / div) * mul + (int64_t)li % div + add;
+        snprintf(layer, sizeof layer, "layers_%lld", (long long)gl);
+        rc = path_build(&a->out[li], parts, 4, err);
+        if (rc < 0) {
+            return rc;
+        }
+        a->n_out++;
+    }
+    plan->summary.leaves_out += (size_t)n_out;
+    return UR_OK;
+}
+
+/* gemma4 (MaxText gemma4.py Gemma4ScannableBlock inside nnx_decoders.py
+ * _init_scanned_gemma4): decoder/scanned_blocks/local_layers/R has the block axis at
+ * param_scan_axis and the nested scan's 5 local layers right after it (block b, local i ->
+ * layer 6b + i); decoder/scanned_blocks/global_layer/R the block axis (-> layer 6b + 5);
+ * decoder/layers_remainder/local_layers/R the last N % 6 layers at param_scan_axis. */
+static int gemma4_leaf(ur_plan *plan, ur_plan_action *a, const ur_plan_leaf *l, size_t st,
+                       size_t en, const ur_settings *s, span prefix, span suffix,
+                       uint64_t elems, int *remainder_seen, ur_err *err)
+{
+    int blocks = strcmp(l->path[st + 1], "scanned_blocks") == 0;
+    size_t psa = (size_t)s->param_scan_axis;
+    int64_t nb = plan->groups[0].n_layers;
+    int local = en - st >= 4 && strcmp(l->path[st + 2], "local_layers") == 0;
+    int global = en - st >= 4 && strcmp(l->path[st + 2], "global_layer") == 0;
+    uint64_t want[2];
+    char name[512];
+    char shape[256];
+
+    ur_plan_path_format(l->path, l->path_len, name, sizeof name);
+    if (!blocks && plan->n_remainder == 0 && l->dtype == UR_DT_INVALID) {
+        a->kind = UR_PLAN_DROP; /* the empty remainder block NNX builds */
+        a->why = "empty layers_remainder";
+        plan->summary.leaves_kept--;
+        plan->summary.leaves_dropped++;
+        return UR_OK;
+    }
+    if (!local && !(blocks && global)) {
+        return ur_err_set(err, UR_EINVAL,
+                          "leaf '%s': gemma4 holds its layers under decoder/scanned_blocks/"
+                          "{local_layers,global_layer}/ and decoder/layers_remainder/"
+                          "local_layers/",
+                          name);
+    }
+    a->n_axes = 0;
+    if (blocks) {
+        want[a->n_axes] = (uint64_t)nb;
+        a->axes[a->n_axes++] = psa;
+        if (local) {
+            want[a->n_axes] = 5;
+            a->axes[a->n_axes++] = psa + 1;
+        }
+    } else {
+        want[a->n_axes] = (uint64_t)plan->n_remainder;
+        a->axes[a->n_axes++] = psa;
+        *remainder_seen = 1;
+    }
+    for (size_t m = 0; m < a->n_axes; m++) {
+        if (l->dtype == UR_DT_INVALID || a->axes[m] >= l->rank ||
+            l->shape[a->axes[m]] != want[m]) {
+            shape_format(l, shape, sizeof shape);
+            return ur_err_set(err, UR_EINVAL,
+                              "leaf '%s' shape %s: expected length %llu on axis %zu (gemma4 with "
+                              "num_decoder_layers=%lld: %lld blocks of 5 local + 1 global "
+                              "layers, %lld remainder layers)",
+                              name, shape, (unsigned long long)want[m], a->axes[m],
+                              (long long)s->num_decoder_layers, (long long)nb,
+                              (long long)plan->n_remainder);
+        }
+    }
+    if (!blocks) {
+        return set_unstack(plan, a, l, 0, st + 3, en, prefix, suffix, elems, want[0], 1, 1,
+                           plan->remainder_first, err);
+    }
+    if (local) {
+        return set_unstack(plan, a, l, 0, st + 3, en, prefix, suffix, elems, want[0] * 5, 5, 6, 0,
+                           err);
+    }
+    return set_unstack(plan, a, l, 0, st + 3, en, prefix, suffix, elems, want[0], 1, 6, 5, err);
+}
+
 /* A leaf of decoder/pipeline_module: UNSTACK over [repeats,] stages[, layers_per_stage]. The
  * C-order linear index over those axes is the global layer (pipeline.py: repeat_ids index axis
  * 0, stages axis 1; a microbatch runs stages 0..S-1 of repeat 0, then of repeat 1, ...), times
@@ -617,7 +736,6 @@ static int pipe_leaf(ur_plan *plan, ur_plan_action *a, const ur_plan_leaf *l, si
                      size_t en, const ur_settings *s, span prefix, span suffix, uint64_t elems,
                      ur_err *err)
 {
-    ur_plan_group *grp = &plan->groups[0];
     size_t lead = plan->pipe_repeats > 1 ? 2 : 1;
     size_t rest = st + 3;
     int64_t j = 0;
@@ -626,7 +744,6 @@ static int pipe_leaf(ur_plan *plan, ur_plan_action *a, const ur_plan_leaf *l, si
     uint64_t n_out = 1;
     char name[512];
     char shape[256];
-    int rc;
 
     ur_plan_path_format(l->path, l->path_len, name, sizeof name);
     if (en - st < 4 || strcmp(l->path[st + 2], "layers") != 0) {
@@ -690,37 +807,7 @@ static int pipe_leaf(ur_plan *plan, ur_plan_action *a, const ur_plan_leaf *l, si
         }
         n_out *= want[m];
     }
-    grp->present = 1;
-    grp->n_leaves++;
-    grp->n_axis[a->axes[a->n_axes - 1]]++;
-    a->group = 0;
-    a->kind = UR_PLAN_UNSTACK;
-    a->axis = a->axes[a->n_axes - 1];
-    if (a->n_axes == 1) {
-        a->axes[0] = a->axis;
-    }
-    plan->summary.leaves_unstacked++;
-    rc = add_bytes(&plan->summary.bytes_out, elems, ur_dtype_size(a->out_dtype), 1, err);
-    if (rc < 0) {
-        return rc;
-    }
-    a->out = ur_calloc((size_t)n_out, sizeof *a->out);
-    if (!a->out) {
-        return ur_err_oom(err);
-    }
-    for (uint64_t li = 0; li < n_out; li++) {
-        char layer[96];
-        const char *mid[2] = {"decoder", layer};
-        span parts[4] = {prefix, {mid, 2}, {l->path + rest, en - rest}, suffix};
-        snprintf(layer, sizeof layer, "layers_%lld", (long long)((int64_t)li * per + j));
-        rc = path_build(&a->out[li], parts, 4, err);
-        if (rc < 0) {
-            return rc;
-        }
-        a->n_out++;
-    }
-    plan->summary.leaves_out += (size_t)n_out;
-    return UR_OK;
+    return set_unstack(plan, a, l, 0, rest, en, prefix, suffix, elems, n_out, 1, per, j, err);
 }
 
 int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_settings *s,
@@ -731,6 +818,8 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
     ur_plan *plan = NULL;
     int lora = input == UR_PLAN_INPUT_LORA;
     int gemma3 = strcmp(s->decoder_block, "gemma3") == 0;
+    int gemma4 = strcmp(s->decoder_block, "gemma4") == 0;
+    int remainder_seen = 0;
     span prefix = {NULL, 0};
     span suffix = {NULL, 0};
     int rc;
@@ -837,6 +926,14 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
                 if (strcmp(l->path[st + 1], plan->groups[k].name) == 0) {
                     g = (int)k;
                 }
+            }
+            if (gemma4 && (g == 0 || strcmp(l->path[st + 1], "layers_remainder") == 0)) {
+                rc = gemma4_leaf(plan, a, l, st, en, s, prefix, suffix, elems, &remainder_seen,
+                                 err);
+                if (rc < 0) {
+                    goto out;
+                }
+                continue;
             }
             if (g == 0 && plan->pipelined) {
                 rc = pipe_leaf(plan, a, l, st, en, s, prefix, suffix, elems, err);
@@ -983,6 +1080,14 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
         }
     }
 
+    if (plan->unrolled && !lora && gemma4 && plan->n_remainder > 0 && !remainder_seen) {
+        rc = ur_err_set(err, UR_EINVAL,
+                        "missing decoder/layers_remainder/local_layers in the input checkpoint "
+                        "(gemma4 with num_decoder_layers=%lld has %lld layers after the blocks "
+                        "of 6)",
+                        (long long)s->num_decoder_layers, (long long)plan->n_remainder);
+        goto out;
+    }
     if (plan->unrolled && !lora && gemma3 && plan->n_remainder > 0) {
         int found = 0;
         for (size_t i = 0; i < n && !found; i++) {

@@ -27,6 +27,11 @@ typedef struct {
     size_t rest;     /* first component after the group (and sub-layer) */
     size_t hits;     /* output leaves taken from it */
     uint8_t *seen;   /* scanned: which layers were found in the output (table's n) */
+    int64_t n_slices; /* pipeline stack / layers_outside_pipeline: slices in `seen`, else 0 */
+    /* ... their output: comp[0..pdlen)/layers_<(slice / pdiv) * pmul + slice % pdiv + padd>/
+     * comp[rest..] */
+    size_t pdlen;
+    int64_t pdiv, pmul, padd;
 } vleaf;
 
 typedef struct {
@@ -46,6 +51,7 @@ typedef struct {
     int64_t r;     /* D/layers_remainder/layers_<j> after the blocks */
     int64_t n_out; /* output layers (max g + 1) */
     int64_t n;     /* scan length: (n_out - h - r) / k */
+    int pipe;      /* D/layers_<g> come from D/pipeline_module (+ D/layers_outside_pipeline) */
 } table;
 
 typedef struct {
@@ -557,10 +563,10 @@ static ur_dtype cast_of(ur_dtype in)
     return ur_dtype_is_float(in) ? UR_DT_BFLOAT16 : in;
 }
 
-/* Compare output leaf `o` with input leaf `i` (sliced at `layer` on `axis`, or whole when
- * axis < 0), one output chunk at a time. */
-static int compare_values(verifier *vf, const vleaf *o, const vleaf *i, int axis, int64_t layer,
-                          const char *oname, const char *src, ur_err *err)
+/* Compare output leaf `o` with input leaf `i` (index fidx[m] taken on axis fax[m] for
+ * m < nfix, fax increasing; nfix 0: whole), one output chunk at a time. */
+static int compare_values(verifier *vf, const vleaf *o, const vleaf *i, int nfix, const int *fax,
+                          const int64_t *fidx, const char *oname, const char *src, ur_err *err)
 {
     ur_zarr_array *ao = NULL, *ai = NULL;
     const ur_zarr_info *io;
@@ -584,7 +590,7 @@ static int compare_values(verifier *vf, const vleaf *o, const vleaf *i, int axis
         uint64_t rem = c, nel = 1;
         size_t bytes_o, bytes_i;
         const unsigned char *exp, *got;
-        int k = 0;
+        int k = 0, m = 0;
         for (int d = io->rank - 1; d >= 0; d--) {
             idx[d] = rem % io->grid[d];
             rem /= io->grid[d];
@@ -598,8 +604,8 @@ static int compare_values(verifier *vf, const vleaf *o, const vleaf *i, int axis
             nel *= count[d];
         }
         for (int d = 0; d < (int)i->leaf->rank; d++) {
-            if (d == axis) {
-                istart[d] = (uint64_t)layer;
+            if (m < nfix && d == fax[m]) {
+                istart[d] = (uint64_t)fidx[m++];
                 icount[d] = 1;
             } else {
                 istart[d] = start[k];
@@ -801,7 +807,355 @@ static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t l
         }
         return UR_OK;
     }
-    return compare_values(vf, o, i, axis, layer, oname, src, err);
+    return compare_values(vf, o, i, axis >= 0 ? 1 : 0, &axis, &layer, oname, src, err);
+}
+
+/* ---- pipeline stacks ---------------------------------------------------------------------- */
+
+/* Check output leaf o against slice `slice` (of n_slices) of input leaf i: index fidx[m] on
+ * axis fax[m], the other axes equal to o's. */
+static int check_slices(verifier *vf, const vleaf *o, vleaf *i, int nfix, const int *fax,
+                        const int64_t *fidx, int64_t slice, int64_t n_slices, ur_err *err)
+{
+    char oname[1024], iname[1024], src[1200], a[256], b[256];
+    ur_verify_issue *is;
+    int ok;
+
+    leaf_name(o, oname, sizeof oname);
+    leaf_name(i, iname, sizeof iname);
+    if (nfix == 3) {
+        snprintf(src, sizeof src, "%s[%" PRId64 ", %" PRId64 ", %" PRId64 " on axes %d, %d, %d]",
+                 iname, fidx[0], fidx[1], fidx[2], fax[0], fax[1], fax[2]);
+    } else if (nfix == 2) {
+        snprintf(src, sizeof src, "%s[%" PRId64 ", %" PRId64 " on axes %d, %d]", iname,
+                 fidx[0], fidx[1], fax[0], fax[1]);
+    } else {
+        snprintf(src, sizeof src, "%s[%" PRId64 " on axis %d]", iname, fidx[0], fax[0]);
+    }
+    if (i->seen == NULL) {
+        i->seen = ur_calloc((size_t)(n_slices > 0 ? n_slices : 1), 1);
+        if (i->seen == NULL) {
+            return ur_err_oom(err);
+        }
+        i->n_slices = n_slices;
+    }
+    if (i->n_slices != n_slices) {
+        is = issue_add(vf, UR_VERIFY_SHAPE, oname, src);
+        if (is) {
+            snprintf(is->expected, sizeof is->expected, "%" PRId64 " layers from the input leaf",
+                     i->n_slices);
+            snprintf(is->got, sizeof is->got, "%" PRId64, n_slices);
+        }
+        return UR_OK;
+    }
+    if (slice >= 0 && slice < n_slices) {
+        i->seen[slice] = 1;
+    }
+    i->hits++;
+    if (is_placeholder(o->leaf) || is_placeholder(i->leaf)) {
+        is = issue_add(vf, UR_VERIFY_KIND, oname, src);
+        if (is) {
+            snprintf(is->expected, sizeof is->expected, "an array slice");
+            snprintf(is->got, sizeof is->got, "%s", o->leaf->value_type_name);
+        }
+        return UR_OK;
+    }
+    if (o->leaf->dtype != cast_of(i->leaf->dtype) ||
+        !ur_tensor_cast_supported(cast_of(i->leaf->dtype), i->leaf->dtype)) {
+        is = issue_add(vf, UR_VERIFY_DTYPE, oname, src);
+        if (is) {
+            snprintf(is->expected, sizeof is->expected, "%s",
+                     ur_dtype_name(cast_of(i->leaf->dtype)));
+            snprintf(is->got, sizeof is->got, "%s", ur_dtype_name(o->leaf->dtype));
+        }
+        return UR_OK;
+    }
+    ok = o->leaf->rank + nfix == i->leaf->rank;
+    for (int d = 0, k = 0, m = 0; ok && d < i->leaf->rank; d++) {
+        if (m < nfix && d == fax[m]) {
+            ok = fidx[m] >= 0 && (uint64_t)fidx[m] < i->leaf->shape[d];
+            m++;
+        } else {
+            ok = i->leaf->shape[d] == o->leaf->shape[k++];
+        }
+    }
+    if (!ok) {
+        is = issue_add(vf, UR_VERIFY_SHAPE, oname, src);
+        if (is) {
+            shape_str(a, sizeof a, i->leaf->shape, i->leaf->rank);
+            shape_str(b, sizeof b, o->leaf->shape, o->leaf->rank);
+            if (snprintf(is->expected, sizeof is->expected, "input %.80s less its layer axes",
+                         a) < 0 ||
+                snprintf(is->got, sizeof is->got, "%.120s", b) < 0) {
+                is->got[0] = '\0';
+            }
+        }
+        return UR_OK;
+    }
+    return compare_values(vf, o, i, nfix, fax, fidx, oname, src, err);
+}
+
+/* The axis a of input leaf i (rank o + n) such that removing axes a..a+n-1 leaves o's shape;
+ * a == pref preferred; -1: none. */
+static int run_axis(const vleaf *o, const vleaf *i, int n, int64_t pref)
+{
+    int best = -1;
+    if (o->leaf->rank + n != i->leaf->rank) {
+        return -1;
+    }
+    for (int a = 0; a + n <= i->leaf->rank; a++) {
+        int ok = 1;
+        for (int d = 0, q = 0; ok && d < i->leaf->rank; d++) {
+            if (d < a || d >= a + n) {
+                ok = i->leaf->shape[d] == o->leaf->shape[q++];
+            }
+        }
+        if (ok && (best < 0 || a == pref)) {
+            best = a;
+        }
+    }
+    return best;
+}
+
+/* gemma4: output D/layers_<g>/R (D = o->comp[0..k)) from D/scanned_blocks/local_layers/R
+ * (block axis, then the nested scan's local-layer axis right after it; both found from
+ * shapes), D/scanned_blocks/global_layer/R (block axis) and D/layers_remainder/local_layers/R.
+ * Blocks of K = locals + 1 layers: block b, local i -> g = b*K + i, global -> b*K + K - 1
+ * (gemma4.py runs the local layers, then the global one); then the remainder. */
+static int match_gemma4(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl,
+                        int *matched, ur_err *err)
+{
+    const char *c[UR_MAX_RANK + 72];
+    size_t rest = o->len - k - 1;
+    vleaf *lo, *gl, *rm;
+    int la, ga = -1;
+    int64_t nb, nl, kk, fidx[2];
+    int fax[2];
+
+    *matched = 0;
+    if (o->len + 2 > sizeof c / sizeof c[0] || is_placeholder(o->leaf)) {
+        return UR_OK;
+    }
+    memcpy(c, o->comp, k * sizeof *c);
+    c[k] = "scanned_blocks";
+    c[k + 1] = "local_layers";
+    memcpy(c + k + 2, o->comp + k + 1, rest * sizeof *c);
+    lo = find_in(vf, c, o->len + 1);
+    c[k + 1] = "global_layer";
+    gl = find_in(vf, c, o->len + 1);
+    c[k] = "layers_remainder";
+    c[k + 1] = "local_layers";
+    rm = find_in(vf, c, o->len + 1);
+    if (lo == NULL || is_placeholder(lo->leaf)) {
+        return UR_OK;
+    }
+    la = run_axis(o, lo, 2, vf->opts->param_scan_axis);
+    if (la < 0) {
+        return UR_OK;
+    }
+    nb = (int64_t)lo->leaf->shape[la];
+    nl = (int64_t)lo->leaf->shape[la + 1];
+    if (gl != NULL && !is_placeholder(gl->leaf)) {
+        ga = run_axis(o, gl, 1, vf->opts->param_scan_axis);
+        if (ga >= 0 && (int64_t)gl->leaf->shape[ga] != nb) {
+            ga = -1;
+        }
+    }
+    kk = nl + (ga >= 0 ? 1 : 0);
+    *matched = 1;
+    vf->tables[tbl].pipe = 1;
+    if (g < nb * kk && g % kk < nl) {
+        fax[0] = la;
+        fax[1] = la + 1;
+        fidx[0] = g / kk;
+        fidx[1] = g % kk;
+        lo->pdlen = k;
+        lo->rest = k + 2;
+        lo->pdiv = nl;
+        lo->pmul = kk;
+        lo->padd = 0;
+        return check_slices(vf, o, lo, 2, fax, fidx, fidx[0] * nl + fidx[1], nb * nl, err);
+    }
+    if (g < nb * kk) {
+        fax[0] = ga;
+        fidx[0] = g / kk;
+        gl->pdlen = k;
+        gl->rest = k + 2;
+        gl->pdiv = 1;
+        gl->pmul = kk;
+        gl->padd = nl;
+        return check_slices(vf, o, gl, 1, fax, fidx, fidx[0], nb, err);
+    }
+    if (rm != NULL && !is_placeholder(rm->leaf)) {
+        int64_t n_rem = vf->tables[tbl].n_out - nb * kk;
+        int ra = layer_axis(vf, o, rm, n_rem);
+        if (ra >= 0) {
+            fax[0] = ra;
+            fidx[0] = g - nb * kk;
+            rm->pdlen = k;
+            rm->rest = k + 2;
+            rm->pdiv = 1;
+            rm->pmul = 1;
+            rm->padd = nb * kk;
+            return check_slices(vf, o, rm, 1, fax, fidx, fidx[0], n_rem, err);
+        }
+    }
+    *matched = 0;
+    return UR_OK;
+}
+
+/* Output D/layers_<g>/R (D = o->comp[0..k)) when the input has D/pipeline_module: find the
+ * stage leaf D/pipeline_module/layers/{R, scanned_layers/R, layers_<j>/R}. Its layer axes
+ * are read from shapes: the input has (rank of o) + n more axes, n = 1 ([stages, ...]) or 2
+ * ([repeats, stages, ...]) in front, plus for scanned_layers a layers_per_stage axis (the one
+ * whose removal leaves o's shape, param_scan_axis of the stage leaf preferred). P = repeats x
+ * stages x layers per stage layers come from the stack, layer (r * stages + s) * lps + j (the
+ * order pipeline.py runs them in); layers P.. from D/layers_outside_pipeline/R. *matched: 0
+ * when there is no such stage leaf. */
+static int match_pipe(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl, int *matched,
+                      ur_err *err)
+{
+    const char *c[UR_MAX_RANK + 72];
+    char sj[32];
+    size_t rest = o->len - k - 1;
+    vleaf *pi = NULL;
+    int scanned = 0, seq = 0;
+    int64_t kseq = 0, reps = 1, stages, lps = 1, p;
+    int lead, ri, ro = o->leaf->rank, lax = -1;
+    int fax[3];
+    int64_t fidx[3];
+    int nfix = 0;
+
+    *matched = 0;
+    if (o->len + 3 > sizeof c / sizeof c[0]) {
+        return UR_OK;
+    }
+    memcpy(c, o->comp, k * sizeof *c);
+    c[k] = "pipeline_module";
+    c[k + 1] = "layers";
+    memcpy(c + k + 2, o->comp + k + 1, rest * sizeof *c);
+    pi = find_in(vf, c, k + 2 + rest);
+    if (pi == NULL) {
+        c[k + 2] = "scanned_layers";
+        memcpy(c + k + 3, o->comp + k + 1, rest * sizeof *c);
+        pi = find_in(vf, c, k + 3 + rest);
+        scanned = pi != NULL;
+    }
+    if (pi == NULL) {
+        kseq = max_index_under(&vf->in, c, k + 2, "layers", 6, 1) + 1;
+        c[k + 2] = "layers_0";
+        pi = kseq > 0 ? find_in(vf, c, k + 3 + rest) : NULL;
+        seq = pi != NULL;
+    }
+    if (pi == NULL || is_placeholder(pi->leaf) || is_placeholder(o->leaf)) {
+        return UR_OK;
+    }
+    ri = pi->leaf->rank;
+    lead = ri - ro - scanned;
+    if (lead < 1 || lead > 2) {
+        return UR_OK;
+    }
+    if (lead == 2) {
+        reps = (int64_t)pi->leaf->shape[0];
+    }
+    stages = (int64_t)pi->leaf->shape[lead - 1];
+    if (scanned) {
+        for (int a = lead; a < ri; a++) {
+            int ok = 1;
+            for (int d = lead, q = 0; ok && d < ri; d++) {
+                if (d != a) {
+                    ok = pi->leaf->shape[d] == o->leaf->shape[q++];
+                }
+            }
+            if (ok && (lax < 0 || a == lead + vf->opts->param_scan_axis)) {
+                lax = a;
+            }
+        }
+        if (lax < 0) {
+            return UR_OK;
+        }
+        lps = (int64_t)pi->leaf->shape[lax];
+    } else if (seq) {
+        lps = kseq;
+    }
+    p = reps * stages * lps;
+    *matched = 1;
+    vf->tables[tbl].pipe = 1;
+    if (g >= p) {
+        /* D/layers_outside_pipeline/R, layer g - P */
+        const table *t = &vf->tables[tbl];
+        int64_t n_outside = t->n_out - p;
+        vleaf *oi;
+        int axis;
+        c[k] = "layers_outside_pipeline";
+        memcpy(c + k + 1, o->comp + k + 1, rest * sizeof *c);
+        oi = find_in(vf, c, o->len);
+        if (oi == NULL || is_placeholder(oi->leaf)) {
+            *matched = 0;
+            return UR_OK;
+        }
+        axis = layer_axis(vf, o, oi, n_outside);
+        if (axis < 0) {
+            char oname[1024], iname[1024], a[256], b[256];
+            ur_verify_issue *is;
+            oi->hits++;
+            leaf_name(o, oname, sizeof oname);
+            leaf_name(oi, iname, sizeof iname);
+            is = issue_add(vf, UR_VERIFY_SHAPE, oname, iname);
+            if (is) {
+                shape_str(a, sizeof a, oi->leaf->shape, oi->leaf->rank);
+                shape_str(b, sizeof b, o->leaf->shape, o->leaf->rank);
+                if (snprintf(is->expected, sizeof is->expected,
+                             "input %.80s less an axis of length %" PRId64
+                             " (layers after the %" PRId64 " pipelined)",
+                             a, n_outside, p) < 0 ||
+                    snprintf(is->got, sizeof is->got, "%.120s", b) < 0) {
+                    is->got[0] = '\0';
+                }
+            }
+            return UR_OK;
+        }
+        fax[0] = axis;
+        fidx[0] = g - p;
+        oi->pdlen = k;
+        oi->rest = k + 1;
+        oi->pdiv = 1;
+        oi->pmul = 1;
+        oi->padd = p;
+        return check_slices(vf, o, oi, 1, fax, fidx, g - p, n_outside, err);
+    }
+    if (lead == 2) {
+        fax[nfix] = 0;
+        fidx[nfix++] = g / (stages * lps);
+    }
+    fax[nfix] = lead - 1;
+    fidx[nfix++] = (g / lps) % stages;
+    pi->pdlen = k;
+    pi->rest = k + 2 + (size_t)scanned;
+    pi->pdiv = 1;
+    pi->pmul = 1;
+    pi->padd = 0;
+    if (scanned) {
+        fax[nfix] = lax;
+        fidx[nfix++] = g % lps;
+        return check_slices(vf, o, pi, nfix, fax, fidx, g, p, err);
+    }
+    if (seq) {
+        snprintf(sj, sizeof sj, "layers_%" PRId64, g % lps);
+        c[k + 2] = sj;
+        pi = find_in(vf, c, k + 3 + rest);
+        if (pi == NULL) {
+            *matched = 0;
+            return UR_OK;
+        }
+        pi->pdlen = k;
+        pi->rest = k + 3;
+        pi->pdiv = 1;
+        pi->pmul = lps;
+        pi->padd = g % lps;
+        return check_slices(vf, o, pi, nfix, fax, fidx, g / lps, p / lps, err);
+    }
+    return check_slices(vf, o, pi, nfix, fax, fidx, g, p, err);
 }
 
 /* Find the source of output leaf o and check it. */
@@ -832,6 +1186,22 @@ static int match_output(verifier *vf, const vleaf *o, ur_err *err)
         rc = table_get(vf, o->comp, k, o->comp[k], xl, &ti, err);
         if (rc < 0) {
             return rc;
+        }
+        if (xl == 6 && memcmp(o->comp[k], "layers", 6) == 0 &&
+            any_under(&vf->in, o->comp, k, "pipeline_module")) {
+            int matched = 0;
+            rc = match_pipe(vf, o, k, g, ti, &matched, err);
+            if (rc < 0 || matched) {
+                return rc;
+            }
+        }
+        if (xl == 6 && memcmp(o->comp[k], "layers", 6) == 0 &&
+            any_under(&vf->in, o->comp, k, "scanned_blocks")) {
+            int matched = 0;
+            rc = match_gemma4(vf, o, k, g, ti, &matched, err);
+            if (rc < 0 || matched) {
+                return rc;
+            }
         }
         t = &vf->tables[ti];
         memcpy(c, o->comp, k * sizeof *c);
@@ -891,6 +1261,20 @@ static void report_missing(verifier *vf)
             issue_add(vf, UR_VERIFY_MISSING, "(no output leaf)", iname);
             continue;
         }
+        for (int64_t b = 0; b < v->n_slices; b++) {
+            char tail[1024], head[1024];
+            if (v->seen[b]) {
+                continue;
+            }
+            join(v->comp, v->pdlen, head, sizeof head);
+            join(v->comp + v->rest, v->len - v->rest, tail, sizeof tail);
+            if (snprintf(oname, sizeof oname, "%.500s%slayers_%" PRId64 "/%.400s", head,
+                         v->pdlen ? "/" : "",
+                         (b / v->pdiv) * v->pmul + b % v->pdiv + v->padd, tail) < 0) {
+                oname[0] = '\0';
+            }
+            issue_add(vf, UR_VERIFY_MISSING, oname, iname);
+        }
         if (v->table >= 0) {
             const table *t = &vf->tables[v->table];
             for (int64_t b = 0; b < t->n; b++) {
@@ -925,7 +1309,7 @@ static void check_layer_count(verifier *vf)
             if (j < i) {
                 first = 0;
             }
-            if (t->g != NULL || t->r > 0) {
+            if (t->g != NULL || t->r > 0 || t->pipe) {
                 any = 1;
                 sum += t->n_out;
             }

@@ -251,3 +251,265 @@ def reference_unroll(info: LayoutInfo, pure_nnx: bool) -> dict:
 
 __all__ = ["FAMILIES", "Family", "LayoutInfo", "make_layout_checkpoint", "reference_unroll",
            "unscanned_tree", "layer_kind"]
+
+
+# ------------------------------------------------------------------------------------------
+# Pipeline stacks (MaxText e591f30cbbf2: pipeline.py PipelineBase.__init__ vmaps the stage
+# module over stages (out axis 0, PARTITION_NAME "layers") and, when num_pipeline_repeats > 1,
+# over repeats (out axis 0, "circular_repeats"), stored as `self.layers`; nnx_decoders.py
+# _init_pipeline_layers attaches it as `pipeline_module` and _init_pipeline_generic scans the
+# remaining num_decoder_layers - pipeline_parallel_layers layers as `layers_outside_pipeline`
+# (run after the pipeline). The stage (_get_pipeline_stage_module): the layer itself
+# (num_layers_per_pipeline_stage 1), NNXScannedPipelineStage `scanned_layers` (layers_per_stage
+# axis at param_scan_axis) or NNXSequentialPipelineStage `layers_<i>`.)
+
+
+@dataclasses.dataclass(frozen=True)
+class PipeCase:
+    name: str
+    stages: int  # ici_pipeline_parallelism
+    repeats: int  # num_pipeline_repeats (derived by MaxText from the others)
+    lps: int  # num_layers_per_pipeline_stage
+    scanned: bool  # scan_layers_per_stage
+    outside: int  # layers in layers_outside_pipeline
+
+    @property
+    def pipelined(self) -> int:
+        return self.repeats * self.stages * self.lps
+
+    @property
+    def num_layers(self) -> int:
+        return self.pipelined + self.outside
+
+
+PIPE_CASES = {
+    c.name: c
+    for c in (
+        PipeCase("pipe_scanned_repeats", 2, 2, 3, True, 2),
+        PipeCase("pipe_sequential", 2, 1, 2, False, 0),
+        PipeCase("pipe_single_repeats", 4, 2, 1, False, 2),
+    )
+}
+
+
+def pipe_global_layer(c: PipeCase, r: int, s: int, j: int) -> int:
+    """MaxText's execution order: a microbatch runs stages 0..S-1 of repeat 0, then of
+    repeat 1, ...; inside a stage its layers in order."""
+    return (r * c.stages + s) * c.lps + j
+
+
+def _pipe_state(c: PipeCase, dtype: str):
+    b = mf._Builder("layout-" + c.name, dtype, mf.STAGED_MESH)
+    pp = ("params", "params")
+    params: dict = {}
+
+    def add(path, logical, shape):
+        mf._set(params, path, b.array(pp + path, logical, shape, None))
+
+    add(("token_embedder", "embedding"), ("vocab", "embed_vocab"), (V, E))
+    add(("decoder", "decoder_norm", "scale"), ("norm",), (E,))
+    lead_l = (("circular_repeats",) if c.repeats > 1 else ()) + ("layers",)
+    lead_s = ((c.repeats,) if c.repeats > 1 else ()) + (c.stages,)
+    base = ("decoder", "pipeline_module", "layers")
+    for path, logical, shape in _layer_leaves("dense"):
+        if c.lps > 1 and c.scanned:
+            lg = logical[:1] + ("layers_per_stage",) + logical[1:]
+            sh = shape[:1] + (c.lps,) + shape[1:]
+            add(base + ("scanned_layers",) + path, lead_l + lg, lead_s + sh)
+        elif c.lps > 1:
+            for j in range(c.lps):
+                add(base + (f"layers_{j}",) + path, lead_l + logical, lead_s + shape)
+        else:
+            add(base + path, lead_l + logical, lead_s + shape)
+        if c.outside:
+            lg, sh = _scanned(logical, shape, c.outside)
+            add(("decoder", "layers_outside_pipeline") + path, lg, sh)
+    return {"step": 0, "params": {"params": params}, "opt_state": {}}, b
+
+
+@dataclasses.dataclass
+class PipeInfo:
+    case: PipeCase
+    layout: str
+    dtype: str
+    items: pathlib.Path
+
+    def overrides(self) -> list:
+        c = self.case
+        return [f"load_parameters_path={self.items}", f"base_num_decoder_layers={c.num_layers}",
+                "decoder_block=llama2", f"ici_pipeline_parallelism={c.stages}",
+                f"num_layers_per_pipeline_stage={c.lps}",
+                f"pipeline_parallel_layers={c.pipelined}",
+                f"scan_layers_per_stage={str(c.scanned).lower()}", "param_scan_axis=1"]
+
+
+def make_pipe_checkpoint(name: str, layout: str, dtype: str, cache_dir) -> PipeInfo:
+    c = PIPE_CASES[name]
+    use_ocdbt, use_zarr3 = mf.LAYOUTS[layout]
+    cache_dir = pathlib.Path(cache_dir)
+    final = cache_dir / f"layout-{name}-{layout}-{dtype}-{_source_hash()}"
+    items = final / "checkpoints" / "0" / "items"
+    if not (items / "_METADATA").is_file():
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=cache_dir))
+        try:
+            state, b = _pipe_state(c, dtype)
+            mf._save(tmp / "x" / "checkpoints", 0, state, b.specs, mf.STAGED_MESH, use_ocdbt,
+                     use_zarr3, mf.SMALL_CHUNK_BYTES)
+            try:
+                os.rename(tmp / "x", final)
+            except OSError:
+                if not (items / "_METADATA").is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return PipeInfo(c, layout, dtype, items)
+
+
+def pipe_unscanned_tree(c: PipeCase) -> dict:
+    out = {("token_embedder", "embedding"): (V, E), ("decoder", "decoder_norm", "scale"): (E,)}
+    for g in range(c.num_layers):
+        for path, _, shape in _layer_leaves("dense"):
+            out[("decoder", f"layers_{g}") + path] = shape
+    return out
+
+
+def pipe_reference_unroll(info: PipeInfo, pure_nnx: bool) -> dict:
+    """Expected output: numpy indexing of the restored input in MaxText's layer order."""
+    c = info.case
+    params = reference.restore(info.items)["params"]["params"]
+    dec = params["decoder"]
+    stage = dec["pipeline_module"]["layers"]
+    out_dec = {k: _cast(v) for k, v in dec.items()
+               if k not in ("pipeline_module", "layers_outside_pipeline")}
+    for r in range(c.repeats):
+        for s in range(c.stages):
+            for j in range(c.lps):
+                if c.lps > 1 and not c.scanned:
+                    src, take = stage[f"layers_{j}"], None
+                elif c.lps > 1:
+                    src, take = stage["scanned_layers"], j
+                else:
+                    src, take = stage, None
+                flat = {}
+                for p, x in mf.flatten(src).items():
+                    x = np.asarray(x)
+                    x = x[r, s] if c.repeats > 1 else x[s]
+                    if take is not None:
+                        x = np.take(x, take, axis=1)
+                    flat[p] = reference._bf16(x)
+                out_dec[f"layers_{pipe_global_layer(c, r, s, j)}"] = mf.unflatten(flat)
+    for i in range(c.outside):
+        out_dec[f"layers_{c.pipelined + i}"] = _take(dec["layers_outside_pipeline"], i, ())
+    out = {k: _cast(v) for k, v in params.items() if k != "decoder"}
+    out["decoder"] = out_dec
+    return reference.decode_layout(out, pure_nnx)
+
+
+__all__ += ["PIPE_CASES", "PipeCase", "PipeInfo", "make_pipe_checkpoint", "pipe_unscanned_tree",
+            "pipe_reference_unroll", "pipe_global_layer"]
+
+
+# ------------------------------------------------------------------------------------------
+# gemma4 (MaxText e591f30cbbf2: nnx_decoders.py _init_scanned_gemma4 builds `scanned_blocks`
+# = N // 6 Gemma4ScannableBlock (scan axis at param_scan_axis) and `layers_remainder` = one
+# block of N % 6 layers; gemma4.py Gemma4ScannableBlock holds `local_layers` (a nested scan of
+# its 5 LOCAL_SLIDING layers, axis at param_scan_axis of the layer) and `global_layer`, and
+# runs the local layers first, then the global one. The unscanned model
+# (_init_sequential_generic) has layers_<lyr> with GEMMA4_ATTENTION_PATTERN[lyr % 6].)
+
+GEMMA4_LAYERS = 14  # 2 blocks + 2 remainder layers
+
+
+@dataclasses.dataclass
+class Gemma4Info:
+    num_layers: int
+    layout: str
+    dtype: str
+    items: pathlib.Path
+
+    def overrides(self) -> list:
+        return [f"load_parameters_path={self.items}", f"base_num_decoder_layers={self.num_layers}",
+                "decoder_block=gemma4", "param_scan_axis=1"]
+
+
+def _gemma4_state(n: int, dtype: str):
+    b = mf._Builder("layout-gemma4", dtype, mf.DEFAULT_MESH)
+    pp = ("params", "params")
+    params: dict = {}
+    blocks, rem = n // 6, n % 6
+
+    def add(path, logical, shape):
+        mf._set(params, path, b.array(pp + path, logical, shape, None))
+
+    add(("token_embedder", "embedding"), ("vocab", "embed_vocab"), (V, E))
+    add(("decoder", "decoder_norm", "scale"), ("norm",), (E,))
+    for path, logical, shape in _layer_leaves("dense"):
+        lg = logical[:1] + ("layers", "local_layers") + logical[1:]
+        add(("decoder", "scanned_blocks", "local_layers") + path, lg,
+            shape[:1] + (blocks, 5) + shape[1:])
+        add(("decoder", "scanned_blocks", "global_layer") + path,
+            logical[:1] + ("layers",) + logical[1:], shape[:1] + (blocks,) + shape[1:])
+        if rem:
+            add(("decoder", "layers_remainder", "local_layers") + path,
+                logical[:1] + ("local_layers",) + logical[1:], shape[:1] + (rem,) + shape[1:])
+    return {"step": 0, "params": {"params": params}, "opt_state": {}}, b
+
+
+def make_gemma4_checkpoint(layout: str, dtype: str, cache_dir, n: int = GEMMA4_LAYERS):
+    use_ocdbt, use_zarr3 = mf.LAYOUTS[layout]
+    cache_dir = pathlib.Path(cache_dir)
+    final = cache_dir / f"layout-gemma4-{n}-{layout}-{dtype}-{_source_hash()}"
+    items = final / "checkpoints" / "0" / "items"
+    if not (items / "_METADATA").is_file():
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=cache_dir))
+        try:
+            state, b = _gemma4_state(n, dtype)
+            mf._save(tmp / "x" / "checkpoints", 0, state, b.specs, mf.DEFAULT_MESH, use_ocdbt,
+                     use_zarr3, mf.SMALL_CHUNK_BYTES)
+            try:
+                os.rename(tmp / "x", final)
+            except OSError:
+                if not (items / "_METADATA").is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return Gemma4Info(n, layout, dtype, items)
+
+
+def gemma4_unscanned_tree(n: int) -> dict:
+    out = {("token_embedder", "embedding"): (V, E), ("decoder", "decoder_norm", "scale"): (E,)}
+    for g in range(n):
+        for path, _, shape in _layer_leaves("dense"):
+            out[("decoder", f"layers_{g}") + path] = shape
+    return out
+
+
+def gemma4_reference_unroll(info: Gemma4Info, pure_nnx: bool) -> dict:
+    """Block b: local layer i -> layers_<6b + i>, the global layer -> layers_<6b + 5>;
+    remainder local layer i -> layers_<6 * blocks + i>."""
+    params = reference.restore(info.items)["params"]["params"]
+    dec = params["decoder"]
+    out_dec = {k: _cast(v) for k, v in dec.items()
+               if k not in ("scanned_blocks", "layers_remainder")}
+    local = mf.flatten(dec["scanned_blocks"]["local_layers"])
+    glob = mf.flatten(dec["scanned_blocks"]["global_layer"])
+    blocks = info.num_layers // 6
+    for bi in range(blocks):
+        for i in range(5):
+            out_dec[f"layers_{6 * bi + i}"] = mf.unflatten(
+                {p: reference._bf16(np.asarray(x)[:, bi, i]) for p, x in local.items()})
+        out_dec[f"layers_{6 * bi + 5}"] = mf.unflatten(
+            {p: reference._bf16(np.asarray(x)[:, bi]) for p, x in glob.items()})
+    rem = mf.flatten(dec.get("layers_remainder", {}).get("local_layers", {}))
+    for i in range(info.num_layers % 6):
+        out_dec[f"layers_{6 * blocks + i}"] = mf.unflatten(
+            {p: reference._bf16(np.asarray(x)[:, i]) for p, x in rem.items()})
+    out = {k: _cast(v) for k, v in params.items() if k != "decoder"}
+    out["decoder"] = out_dec
+    return reference.decode_layout(out, pure_nnx)
+
+
+__all__ += ["GEMMA4_LAYERS", "Gemma4Info", "make_gemma4_checkpoint", "gemma4_unscanned_tree",
+            "gemma4_reference_unroll"]

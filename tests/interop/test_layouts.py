@@ -127,8 +127,10 @@ def test_gemma3_wrong_remainder_fails(unroll_bin, layout_config, make_layout, tm
     assert res.returncode == 2 and "layers_remainder" in res.stderr, res.stderr
 
 
-def test_pipeline_checkpoint_is_unsupported(unroll_bin, layout_config, tmp_path, fixture_cache):
-    """decoder/pipeline_module stacks are refused with exit 5, not mis-unrolled."""
+def test_pipeline_stack_without_pipeline_config_fails(unroll_bin, layout_config, tmp_path,
+                                                     fixture_cache):
+    """decoder/pipeline_module stacks with no pipeline parallelism in the config: a usage
+    error (exit 2) naming the stack, not a mis-unroll."""
     b = mf._Builder("layout-pipeline", "float32", mf.DEFAULT_MESH)
     pp = ("params", "params")
     path = ("decoder", "pipeline_module", "layers", "mlp", "wi_0", "kernel")
@@ -143,5 +145,90 @@ def test_pipeline_checkpoint_is_unsupported(unroll_bin, layout_config, tmp_path,
                           f"load_parameters_path={cfg_items}", "base_num_decoder_layers=2",
                           f"base_output_directory={tmp_path}", "run_name=run", "force_unroll=true"],
                          capture_output=True, text=True, timeout=300)
-    assert res.returncode == 5, res.stderr
-    assert "pipeline_module" in res.stderr
+    assert res.returncode == 2, res.stderr
+    assert "pipeline_module" in res.stderr and "ici_pipeline_parallelism" in res.stderr
+
+
+@pytest.fixture(scope="session")
+def make_pipe(fixture_cache):
+    def make(name, layout="ocdbt-zarr3", dtype="float32"):
+        return lf.make_pipe_checkpoint(name, layout, dtype, fixture_cache)
+    return make
+
+
+@pytest.mark.parametrize("dtype", mf.DTYPES)
+@pytest.mark.parametrize("case", tuple(lf.PIPE_CASES))
+def test_pipeline_unrolls_like_reference(unroll_bin, layout_config, make_pipe, tmp_path, case,
+                                         dtype):
+    info = make_pipe(case, "ocdbt-zarr3", dtype)
+    res = run_unroll(unroll_bin, layout_config, info, tmp_path)
+    assert res.returncode == 0, res.stderr
+    items = output_items(tmp_path)
+    reference.check_unrolled(items, lf.pipe_reference_unroll(info, pure_nnx=True))
+    got = _model_tree(reference.restore(items), pure_nnx=True)
+    assert got == lf.pipe_unscanned_tree(info.case)
+    v = subprocess.run([str(unroll_bin), "verify", str(info.items), str(items), str(layout_config),
+                        *info.overrides()], capture_output=True, text=True, timeout=300)
+    assert v.returncode == 0, v.stdout + v.stderr
+    assert "OK" in v.stdout
+
+
+@pytest.mark.parametrize("layout", ["plain-zarr2", "ocdbt-zarr2"])
+def test_pipeline_storage_variants_linen_output(unroll_bin, layout_config, make_pipe, tmp_path,
+                                                layout):
+    info = make_pipe("pipe_scanned_repeats", layout, "bfloat16")
+    res = run_unroll(unroll_bin, layout_config, info, tmp_path, pure_nnx=False)
+    assert res.returncode == 0, res.stderr
+    items = output_items(tmp_path)
+    reference.check_unrolled(items, lf.pipe_reference_unroll(info, pure_nnx=False))
+
+
+def test_pipeline_global_order():
+    """(r * S + s) * lps + j: repeat-major, then stage, then the stage's own layers."""
+    c = lf.PIPE_CASES["pipe_scanned_repeats"]
+    order = [lf.pipe_global_layer(c, r, s, j)
+             for r in range(c.repeats) for s in range(c.stages) for j in range(c.lps)]
+    assert order == list(range(c.pipelined))
+    assert lf.pipe_global_layer(c, 0, 1, 0) == 3 and lf.pipe_global_layer(c, 1, 0, 2) == 8
+
+
+def test_pipeline_wrong_settings_fail(unroll_bin, layout_config, make_pipe, tmp_path):
+    info = make_pipe("pipe_scanned_repeats")
+    # the stage is scanned: without scan_layers_per_stage its layers_<j> are not there
+    res = run_unroll(unroll_bin, layout_config, info, tmp_path,
+                     extra=["scan_layers_per_stage=false"])
+    assert res.returncode == 2 and "layers_0" in res.stderr, res.stderr
+    # 4 stages do not fit the [2, 2, ...] stack
+    res = run_unroll(unroll_bin, layout_config, info, tmp_path,
+                     extra=["ici_pipeline_parallelism=4", "num_layers_per_pipeline_stage=3",
+                            "pipeline_parallel_layers=12"])
+    assert res.returncode == 2 and "pipeline_module" in res.stderr, res.stderr
+    assert not output_items(tmp_path).exists()
+
+
+@pytest.mark.parametrize("dtype", mf.DTYPES)
+def test_gemma4_unrolls_like_reference(unroll_bin, layout_config, fixture_cache, tmp_path, dtype):
+    """scanned_blocks/{local_layers (nested scan), global_layer} + layers_remainder."""
+    info = lf.make_gemma4_checkpoint("ocdbt-zarr3", dtype, fixture_cache)
+    res = run_unroll(unroll_bin, layout_config, info, tmp_path)
+    assert res.returncode == 0, res.stderr
+    items = output_items(tmp_path)
+    reference.check_unrolled(items, lf.gemma4_reference_unroll(info, pure_nnx=True))
+    got = _model_tree(reference.restore(items), pure_nnx=True)
+    assert got == lf.gemma4_unscanned_tree(info.num_layers)
+    v = subprocess.run([str(unroll_bin), "verify", str(info.items), str(items), str(layout_config),
+                        *info.overrides()], capture_output=True, text=True, timeout=300)
+    assert v.returncode == 0, v.stdout + v.stderr
+    assert "OK" in v.stdout
+
+
+def test_gemma4_linen_output_and_wrong_count(unroll_bin, layout_config, fixture_cache, tmp_path):
+    info = lf.make_gemma4_checkpoint("plain-zarr2", "bfloat16", fixture_cache)
+    res = run_unroll(unroll_bin, layout_config, info, tmp_path / "a", pure_nnx=False)
+    assert res.returncode == 0, res.stderr
+    reference.check_unrolled(output_items(tmp_path / "a"),
+                             lf.gemma4_reference_unroll(info, pure_nnx=False))
+    # 13 layers: 1 remainder layer expected, the checkpoint has 2
+    res = run_unroll(unroll_bin, layout_config, info, tmp_path / "b",
+                     extra=["base_num_decoder_layers=13"])
+    assert res.returncode == 2 and "layers_remainder/local_layers" in res.stderr, res.stderr

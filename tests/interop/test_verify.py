@@ -168,3 +168,82 @@ def test_verify_usage_and_io_errors(unroll_bin, example_out, tmp_path):
     assert res.returncode == 3, res.stderr
     res = verify(unroll_bin, example_out[0], example_out[1], "bogus=1")
     assert res.returncode == 2, res.stderr
+
+
+@pytest.fixture(scope="module")
+def pipe_out(unroll_bin, fixture_cache, tmp_path_factory):
+    """pipe_scanned_repeats ([repeats 2, stages 2, ..., layers_per_stage 3 at axis 3, ...] +
+    2 layers outside the pipeline) unrolled by unroll, and its restored output."""
+    import layout_fixtures as lf
+    info = lf.make_pipe_checkpoint("pipe_scanned_repeats", "ocdbt-zarr3", "float32",
+                                   fixture_cache)
+    out = tmp_path_factory.mktemp("pipe")
+    res = subprocess.run([str(unroll_bin), str(EXAMPLE / "unroll.yml"), "-q", *info.overrides(),
+                          f"base_output_directory={out}", "run_name=run", "force_unroll=true"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    items = out / "run" / "checkpoints" / "0" / "items"
+    return info, items, reference.restore(items)
+
+
+def test_verify_pipeline_ok_and_layer_count(unroll_bin, pipe_out):
+    info, items, _ = pipe_out
+    res = verify(unroll_bin, info.items, items, EXAMPLE / "unroll.yml", *info.overrides())
+    assert res.returncode == 0, res.stdout + res.stderr
+    bad = verify(unroll_bin, info.items, items, "num_decoder_layers=13")
+    assert bad.returncode == 6 and "expected 13 layers" in bad.stdout, bad.stdout
+
+
+def test_verify_pipeline_catches_swapped_layers(unroll_bin, pipe_out, tmp_path):
+    """Stage order vs repeat order: layers 3 (r0, s1, j0) and 6 (r1, s0, j0) swapped."""
+    info, _, tree = pipe_out
+    tree = {**tree, "decoder": {**tree["decoder"]}}
+    d = tree["decoder"]
+    d["layers_3"], d["layers_6"] = d["layers_6"], d["layers_3"]
+    res = verify(unroll_bin, info.items, _resave(tree, tmp_path / "swapped"))
+    assert res.returncode == 6, res.stdout + res.stderr
+    assert "mismatch: leaf 'decoder/layers_3/" in res.stdout, res.stdout
+    assert "pipeline_module/layers/scanned_layers/" in res.stdout, res.stdout
+    assert "[0, 1, 0 on axes 0, 1, 3]" in res.stdout, res.stdout
+
+
+def test_verify_pipeline_catches_missing_layers(unroll_bin, pipe_out, tmp_path):
+    info, _, tree = pipe_out
+    tree = {**tree, "decoder": {**tree["decoder"]}}
+    del tree["decoder"]["layers_5"]  # from the stack
+    del tree["decoder"]["layers_13"]  # the last layer outside the pipeline
+    res = verify(unroll_bin, info.items, _resave(tree, tmp_path / "missing"))
+    assert res.returncode == 6, res.stdout + res.stderr
+    assert "missing: leaf 'decoder/layers_5/mlp/wi_0/kernel' (source: decoder/pipeline_module/" \
+        "layers/scanned_layers/mlp/wi_0/kernel)" in res.stdout, res.stdout
+    # layers_outside_pipeline has an axis of 2 layers where the output now has 1
+    assert "shape: leaf 'decoder/layers_12/mlp/wi_0/kernel': expected input [8, 2, 6] less an " \
+        "axis of length 1" in res.stdout, res.stdout
+
+
+def test_verify_gemma4_catches_swapped_and_missing_layers(unroll_bin, fixture_cache, tmp_path):
+    import layout_fixtures as lf
+    info = lf.make_gemma4_checkpoint("ocdbt-zarr3", "float32", fixture_cache)
+    out = tmp_path / "out"
+    res = subprocess.run([str(unroll_bin), str(EXAMPLE / "unroll.yml"), "-q", *info.overrides(),
+                          f"base_output_directory={out}", "run_name=run", "force_unroll=true"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    items = out / "run" / "checkpoints" / "0" / "items"
+    assert verify(unroll_bin, info.items, items).returncode == 0
+    tree = reference.restore(items)
+    # the last local layer of block 0 and its global layer swapped
+    t1 = {**tree, "decoder": {**tree["decoder"]}}
+    d = t1["decoder"]
+    d["layers_4"], d["layers_5"] = d["layers_5"], d["layers_4"]
+    res = verify(unroll_bin, info.items, _resave(t1, tmp_path / "swapped"))
+    assert res.returncode == 6, res.stdout + res.stderr
+    assert "mismatch: leaf 'decoder/layers_4/" in res.stdout, res.stdout
+    assert "scanned_blocks/local_layers/" in res.stdout and "[0, 4 on axes 1, 2]" in res.stdout
+    # a local layer of block 1 missing
+    t2 = {**tree, "decoder": {**tree["decoder"]}}
+    del t2["decoder"]["layers_8"]
+    res = verify(unroll_bin, info.items, _resave(t2, tmp_path / "missing"))
+    assert res.returncode == 6, res.stdout + res.stderr
+    assert "missing: leaf 'decoder/layers_8/mlp/wi_0/kernel' (source: decoder/scanned_blocks/" \
+        "local_layers/mlp/wi_0/kernel)" in res.stdout, res.stdout

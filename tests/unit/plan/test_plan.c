@@ -776,7 +776,92 @@ static void test_plan__deepseek4_hash_layers_and_blocks(void **state)
     ur_plan_free(plan);
 }
 
-static void test_plan__unsupported_stacks(void **state)
+static void expect_axes(const ur_plan *plan, size_t i, size_t n, size_t a0, size_t a1,
+                        size_t a2)
+{
+    const ur_plan_action *a = &plan->actions[i];
+    size_t want[3] = {a0, a1, a2};
+    assert_int_equal(a->kind, UR_PLAN_UNSTACK);
+    assert_int_equal(a->n_axes, n);
+    for (size_t k = 0; k < n; k++) {
+        assert_int_equal(a->axes[k], want[k]);
+    }
+    assert_int_equal(a->axis, want[n - 1]);
+}
+
+/* Pipeline stacks: global layer (r * S + s) * lps + j, then layers_outside_pipeline. */
+static void test_plan__pipeline_stacks(void **state)
+{
+    char want[12][64];
+    const char *w[12];
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    (void)state;
+    for (int k = 0; k < 12; k++) {
+        w[k] = want[k];
+    }
+    /* R=2, S=2, lps=3 scanned: [R, S, E, lps, M], axes {0, 1, 3}; 2 layers outside */
+    s.ici_pipeline_parallelism = 2;
+    s.dcn_pipeline_parallelism = 1;
+    s.num_layers_per_pipeline_stage = 3;
+    s.num_pipeline_repeats = -1;
+    s.pipeline_parallel_layers = 12;
+    s.scan_layers_per_stage = 1;
+    s.num_decoder_layers = 14;
+    ts.n = 0;
+    add(&ts, "decoder/pipeline_module/layers/scanned_layers/mlp/wi_0/kernel/value",
+        UR_DT_FLOAT32, "2,2,6,3,16", NULL);
+    add(&ts, "decoder/layers_outside_pipeline/mlp/wi_0/kernel/value", UR_DT_FLOAT32, "6,2,16",
+        NULL);
+    add(&ts, "decoder/decoder_norm/scale/value", UR_DT_FLOAT32, "6", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_axes(plan, 0, 3, 0, 1, 3);
+    for (int k = 0; k < 12; k++) {
+        snprintf(want[k], sizeof want[k], "decoder/layers_%d/mlp/wi_0/kernel/value", k);
+    }
+    expect_out(plan, 0, w, 12);
+    assert_int_equal(plan->actions[1].kind, UR_PLAN_UNSTACK);
+    assert_int_equal(plan->actions[1].axis, 1);
+    for (int k = 0; k < 2; k++) {
+        snprintf(want[k], sizeof want[k], "decoder/layers_%d/mlp/wi_0/kernel/value", 12 + k);
+    }
+    expect_out(plan, 1, w, 2);
+    expect_copy(plan, 2, "decoder/decoder_norm/scale/value");
+    ur_plan_free(plan);
+
+    /* no repeats (R=1), one layer per stage: [S, ...] on axis 0 */
+    s.num_layers_per_pipeline_stage = 1;
+    s.scan_layers_per_stage = 0;
+    s.pipeline_parallel_layers = -1;
+    s.num_pipeline_repeats = -1;
+    s.num_decoder_layers = 2;
+    ts.n = 0;
+    add(&ts, "params/params/decoder/pipeline_module/layers/mlp/wi_0/kernel", UR_DT_FLOAT32,
+        "2,6,16", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_axes(plan, 0, 1, 0, 0, 0);
+    snprintf(want[0], sizeof want[0], "decoder/layers_0/mlp/wi_0/kernel/value");
+    snprintf(want[1], sizeof want[1], "decoder/layers_1/mlp/wi_0/kernel/value");
+    expect_out(plan, 0, w, 2);
+    ur_plan_free(plan);
+
+    /* sequential stage of 2 (layers_<j>), R=2, S=2: out[r*S + s] = layers_<(r*S+s)*2 + j> */
+    s.num_layers_per_pipeline_stage = 2;
+    s.num_decoder_layers = 8;
+    ts.n = 0;
+    add(&ts, "decoder/pipeline_module/layers/layers_1/attn/wq/value", UR_DT_FLOAT32, "2,2,6,4",
+        NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_axes(plan, 0, 2, 0, 1, 0);
+    for (int k = 0; k < 4; k++) {
+        snprintf(want[k], sizeof want[k], "decoder/layers_%d/attn/wq/value", k * 2 + 1);
+    }
+    expect_out(plan, 0, w, 4);
+    ur_plan_free(plan);
+}
+
+static void test_plan__pipeline_errors(void **state)
 {
     tset ts;
     ur_settings s = base_settings();
@@ -785,16 +870,107 @@ static void test_plan__unsupported_stacks(void **state)
     ts.n = 0;
     add(&ts, "params/params/decoder/pipeline_module/layers/mlp/wi_0/kernel", UR_DT_FLOAT32,
         "2,2,6,16", NULL);
-    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EUNSUPPORTED);
+    /* a pipeline stack with no pipeline in the config */
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "pipeline_module"));
+    /* 4 layers, S=2, lps=1 -> R=2: fits; S=4 -> R=1 but the leaf has [2, 2]: shape error */
+    s.ici_pipeline_parallelism = 2;
+    s.dcn_pipeline_parallelism = 1;
+    s.num_layers_per_pipeline_stage = 1;
+    s.num_pipeline_repeats = -1;
+    s.pipeline_parallel_layers = -1;
+    ur_plan_free(build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS));
+    s.ici_pipeline_parallelism = 4;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "expected 4"));
+    /* stages x repeats x lps must equal the pipelined layers */
+    s.ici_pipeline_parallelism = 3;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "must equal"));
+    /* a scanned stage must be under scanned_layers */
+    s.ici_pipeline_parallelism = 2;
+    s.num_layers_per_pipeline_stage = 2;
+    s.num_pipeline_repeats = 1;
+    s.scan_layers_per_stage = 1;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "scanned_layers"));
+    /* pipelined deepseek / gemma4 are refused */
+    s.decoder_block = "deepseek";
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EUNSUPPORTED);
+    s.decoder_block = "gemma4";
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EUNSUPPORTED);
+}
+
+/* gemma4: blocks of (5 local layers, nested scan) + 1 global, then the remainder. */
+static void test_plan__gemma4_nested_blocks(void **state)
+{
+    char want[12][64];
+    const char *w[12];
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    ur_err err;
+    (void)state;
+    for (int k = 0; k < 12; k++) {
+        w[k] = want[k];
+    }
+    s.decoder_block = "gemma4";
+    s.num_decoder_layers = 14; /* 2 blocks + 2 remainder layers */
+    ts.n = 0;
+    add(&ts, "decoder/scanned_blocks/local_layers/mlp/wi/value", UR_DT_FLOAT32, "6,2,5,16", NULL);
+    add(&ts, "decoder/scanned_blocks/global_layer/mlp/wi/value", UR_DT_FLOAT32, "6,2,16", NULL);
+    add(&ts, "decoder/layers_remainder/local_layers/mlp/wi/value", UR_DT_FLOAT32, "6,2,16", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_axes(plan, 0, 2, 1, 2, 0);
+    for (int b = 0; b < 2; b++) {
+        for (int i = 0; i < 5; i++) {
+            snprintf(want[b * 5 + i], sizeof want[0], "decoder/layers_%d/mlp/wi/value", b * 6 + i);
+        }
+    }
+    expect_out(plan, 0, w, 10);
+    expect_axes(plan, 1, 1, 1, 0, 0);
+    snprintf(want[0], sizeof want[0], "decoder/layers_5/mlp/wi/value");
+    snprintf(want[1], sizeof want[1], "decoder/layers_11/mlp/wi/value");
+    expect_out(plan, 1, w, 2);
+    snprintf(want[0], sizeof want[0], "decoder/layers_12/mlp/wi/value");
+    snprintf(want[1], sizeof want[1], "decoder/layers_13/mlp/wi/value");
+    expect_out(plan, 2, w, 2);
+    ur_plan_free(plan);
+    /* 13 layers: one remainder layer expected, the checkpoint has 2 */
+    s.num_decoder_layers = 13;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "layers_remainder/local_layers"));
+    /* the remainder missing altogether */
+    s.num_decoder_layers = 14;
+    ts.n = 2;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "missing decoder/layers_remainder/local_layers"));
+    /* 12 layers: no remainder; an empty placeholder one is dropped */
+    s.num_decoder_layers = 12;
+    add(&ts, "decoder/layers_remainder/local_layers", UR_DT_INVALID, "", NULL);
+    ts.t[2].leaf.placeholder = UR_PLAN_PLACEHOLDER_NONE;
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    assert_int_equal(plan->actions[2].kind, UR_PLAN_DROP);
+    ur_plan_free(plan);
+    /* anything else under scanned_blocks */
+    ts.n = 0;
+    add(&ts, "decoder/scanned_blocks/layers_0/mlp/wi/value", UR_DT_FLOAT32, "6,2,16", NULL);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "global_layer"));
+}
+
+static void test_plan__unsupported_stacks(void **state)
+{
+    tset ts;
+    ur_settings s = base_settings();
+    ur_err err;
+    (void)state;
     ts.n = 0;
     s.decoder_block = "deepseek";
     add(&ts, "params/params/decoder/dense_layers_0_2/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,3,16",
         NULL);
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EUNSUPPORTED);
     assert_non_null(strstr(err.msg, "engram"));
-    s.decoder_block = "gemma4";
-    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EUNSUPPORTED);
 }
 
 int main(void)
@@ -816,6 +992,9 @@ int main(void)
         cmocka_unit_test(test_plan__inhomogeneous_cycle),
         cmocka_unit_test(test_plan__gemma3_blocks_and_remainder),
         cmocka_unit_test(test_plan__deepseek4_hash_layers_and_blocks),
+        cmocka_unit_test(test_plan__pipeline_stacks),
+        cmocka_unit_test(test_plan__pipeline_errors),
+        cmocka_unit_test(test_plan__gemma4_nested_blocks),
         cmocka_unit_test(test_plan__unsupported_stacks),
     };
     return cmocka_run_group_tests_name("plan", tests, NULL, NULL);
