@@ -12,6 +12,12 @@
  *                                D/layers_<i> before the blocks), or
  *                                D/layers_remainder/layers_<j>/R for the layers after the
  *                                last block
+ *   output D/layers_<g>/R     <- a pipeline stack D/pipeline_module/layers/... of shape
+ *                                [R?, S, ..., lps?, ...], g = (r*S + s)*lps + j, then
+ *                                D/layers_outside_pipeline/R for the layers after it
+ *   output D/layers_<g>/R     <- gemma4 D/scanned_blocks/local_layers/R (two axes: block b,
+ *                                local i, g = 6b + i) and D/scanned_blocks/global_layer/R
+ *                                (g = 6b + 5)
  *
  * "the cast": float leaves must be bfloat16 and equal ur_tensor_cast_* of the input; other
  * dtypes are copied unchanged. The model path P is the leaf's path without its wrapper
