@@ -4,6 +4,9 @@
 
 #include <stdio.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 typedef struct {
     const char *name;
@@ -20,6 +23,13 @@ static const subcommand subcommands[] = {
 
 int main(int argc, char **argv)
 {
+#ifdef __GLIBC__
+    /* Chunk buffers of tens of MiB are allocated and freed per chunk by the codecs. Served by
+     * mmap, each one is faulted in page by page and unmapped again; kept in the heap they
+     * are reused. The memory limit still bounds how many are live at once. */
+    mallopt(M_MMAP_THRESHOLD, 512 * 1024 * 1024);
+    mallopt(M_TRIM_THRESHOLD, 1024 * 1024 * 1024);
+#endif
     if (argc >= 2) {
         for (const subcommand *s = subcommands; s->name != NULL; s++) {
             if (strcmp(argv[1], s->name) == 0) {

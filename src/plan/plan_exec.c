@@ -53,6 +53,14 @@ typedef struct {
 
 /* A finished item waiting for its turn to be written (it owns its encoded chunks). */
 typedef struct parked parked;
+/* Buffers of a written parked item, kept for the next worker that parks. */
+typedef struct {
+    ur_buf *enc;
+    size_t cap_enc;
+    size_t *ix;
+    size_t cap_ix;
+} spare;
+
 
 typedef struct {
     task *tasks;
@@ -68,6 +76,8 @@ typedef struct {
     int n_slots;
     parked *parked;       /* finished items waiting for their turn, one slot per worker */
     int n_parked;
+    spare *spares;        /* up to n_parked sets of buffers to reuse */
+    int n_spare;
     int writing;          /* a worker is writing items (outside the lock) */
     int failed;
     ur_err err; /* the first failure */
@@ -104,9 +114,11 @@ struct parked {
     item_info it;
     size_t n_out;
     size_t *ix;  /* owned: output array of each encoded chunk */
+    size_t cap_ix;
     ur_buf *enc; /* owned */
     size_t cap_enc;
 };
+
 
 /* Returned (positive) by a step that stops because another worker failed: that worker's
  * error is the one reported. */
@@ -477,11 +489,22 @@ static int commit(worker *wk, const item_info *it, size_t n_out, ur_err *err)
             p->enc = wk->enc;
             p->cap_enc = wk->cap_enc;
             p->ix = wk->ix;
-            wk->enc = NULL;
-            wk->cap_enc = 0;
+            p->cap_ix = wk->cap_ix;
+            /* take back buffers an earlier parked item left, so they are reused rather than
+             * freed and faulted in again */
+            if (r->n_spare > 0) {
+                spare *sp = &r->spares[--r->n_spare];
+                wk->enc = sp->enc;
+                wk->cap_enc = sp->cap_enc;
+                wk->ix = sp->ix;
+                wk->cap_ix = sp->cap_ix;
+            } else {
+                wk->enc = NULL;
+                wk->cap_enc = 0;
+                wk->ix = NULL;
+                wk->cap_ix = 0;
+            }
             wk->n_enc = 0;
-            wk->ix = NULL;
-            wk->cap_ix = 0;
             pthread_cond_broadcast(&r->turn);
             pthread_mutex_unlock(&r->lock);
             return UR_OK;
@@ -510,9 +533,17 @@ static int commit(worker *wk, const item_info *it, size_t n_out, ur_err *err)
         if (rc < 0) {
             ur_err_wrap(err, "tensor '%s'", mine.it.t->leaf->name);
         }
-        dispose_bufs(mine.enc, mine.cap_enc);
-        ur_free(mine.ix);
         pthread_mutex_lock(&r->lock);
+        if (r->n_spare < r->n_parked) {
+            spare *sp = &r->spares[r->n_spare++];
+            sp->enc = mine.enc;
+            sp->cap_enc = mine.cap_enc;
+            sp->ix = mine.ix;
+            sp->cap_ix = mine.cap_ix;
+        } else {
+            dispose_bufs(mine.enc, mine.cap_enc);
+            ur_free(mine.ix);
+        }
         if (rc == UR_OK) {
             account(r, &mine.it, mine.n_out);
         } else {
@@ -904,7 +935,9 @@ int ur_plan_exec_run(const ur_plan *plan, ur_orbax_ckpt *in, ur_orbax_writer *w,
     r.n_slots = n_threads;
     r.parked = ur_calloc((size_t)n_threads, sizeof *r.parked);
     r.n_parked = n_threads;
-    if (workers == NULL || tids == NULL || r.slots == NULL || r.parked == NULL) {
+    r.spares = ur_calloc((size_t)n_threads, sizeof *r.spares);
+    if (workers == NULL || tids == NULL || r.slots == NULL || r.parked == NULL ||
+        r.spares == NULL) {
         rc = ur_err_oom(err);
         goto out;
     }
@@ -949,6 +982,11 @@ out:
         }
     }
     ur_free(r.parked);
+    for (int i = 0; i < r.n_spare; i++) {
+        dispose_bufs(r.spares[i].enc, r.spares[i].cap_enc);
+        ur_free(r.spares[i].ix);
+    }
+    ur_free(r.spares);
     ur_free(workers);
     ur_free(tids);
     for (size_t i = 0; i < r.n_tasks; i++) {
