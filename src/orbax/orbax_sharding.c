@@ -11,70 +11,18 @@
 #include "orbax_impl.h"
 
 #include "unroll/alloc.h"
+#include "unroll/b64.h"
 
 #include <string.h>
 
-static const char b64_alphabet[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
 int ur_orbax_b64url_encode(ur_buf *out, const void *p, size_t n, ur_err *err)
 {
-    const uint8_t *s = p;
-    int rc = UR_OK;
-    for (size_t i = 0; rc == UR_OK && i < n; i += 3) {
-        uint32_t v = (uint32_t)s[i] << 16;
-        size_t left = n - i;
-        if (left > 1) {
-            v |= (uint32_t)s[i + 1] << 8;
-        }
-        if (left > 2) {
-            v |= s[i + 2];
-        }
-        char q[4];
-        q[0] = b64_alphabet[(v >> 18) & 63];
-        q[1] = b64_alphabet[(v >> 12) & 63];
-        q[2] = left > 1 ? b64_alphabet[(v >> 6) & 63] : '=';
-        q[3] = left > 2 ? b64_alphabet[v & 63] : '=';
-        rc = ur_buf_append(out, q, 4, err);
-    }
-    return rc;
-}
-
-static int b64_value(char c)
-{
-    const char *p = c != '\0' ? strchr(b64_alphabet, c) : NULL;
-    return p != NULL ? (int)(p - b64_alphabet) : -1;
+    return ur_b64_encode(out, p, n, UR_B64_URL, err);
 }
 
 int ur_orbax_b64url_decode(ur_buf *out, const char *s, size_t n, ur_err *err)
 {
-    if (n % 4 != 0) {
-        return ur_err_set(err, UR_ECORRUPT, "base64: length %zu is not a multiple of 4", n);
-    }
-    for (size_t i = 0; i < n; i += 4) {
-        int v[4];
-        int pad = 0;
-        for (int j = 0; j < 4; j++) {
-            char c = s[i + (size_t)j];
-            if (c == '=' && i + 4 == n && j >= 2) {
-                v[j] = 0;
-                pad++;
-                continue;
-            }
-            if (pad > 0 || (v[j] = b64_value(c)) < 0) {
-                return ur_err_set_at(err, UR_ECORRUPT, i + (size_t)j,
-                                     "base64: invalid character at %zu", i + (size_t)j);
-            }
-        }
-        uint32_t w = ((uint32_t)v[0] << 18) | ((uint32_t)v[1] << 12) | ((uint32_t)v[2] << 6) |
-                     (uint32_t)v[3];
-        uint8_t bytes[3] = {(uint8_t)(w >> 16), (uint8_t)(w >> 8), (uint8_t)w};
-        int rc = ur_buf_append(out, bytes, (size_t)(3 - pad), err);
-        if (rc < 0) {
-            return rc;
-        }
-    }
-    return UR_OK;
+    return ur_b64_decode(out, s, n, UR_B64_URL, err);
 }
 
 /* A partition-spec element: null, "axis", or ["a", "b"] (joined as "a,b"; [] as NULL). */

@@ -16,6 +16,8 @@
  * as doubles (int64 values past 2^53 would lose bits). */
 #include "zarr_impl.h"
 
+#include "unroll/b64.h"
+
 #include "unroll/ckd.h"
 
 #include <cjson/cJSON.h>
@@ -225,49 +227,23 @@ bad:
     return ur_err_set(err, UR_ECORRUPT, "\"fill_value\" is not a valid %s", ur_dtype_name(dt));
 }
 
-static int b64val(char c)
-{
-    if (c >= 'A' && c <= 'Z') {
-        return c - 'A';
-    }
-    if (c >= 'a' && c <= 'z') {
-        return c - 'a' + 26;
-    }
-    if (c >= '0' && c <= '9') {
-        return c - '0' + 52;
-    }
-    return c == '+' ? 62 : c == '/' ? 63 : -1;
-}
-
 /* zarr2 writes fill values of types without a JSON form (complex in TensorStore) as
  * base64 of the element's bytes. */
 static int parse_b64_fill(ur_zarr_meta *m, const char *s, ur_err *err)
 {
-    size_t n = strlen(s), out = 0;
-    uint32_t acc = 0;
-    int bits = 0;
+    ur_buf b;
+    int rc;
 
-    for (size_t i = 0; i < n && s[i] != '='; i++) {
-        int x = b64val(s[i]);
-        if (x < 0) {
-            goto bad;
-        }
-        acc = (acc << 6) | (uint32_t)x;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            if (out == m->itemsize) {
-                goto bad;
-            }
-            m->fill[out++] = (uint8_t)(acc >> bits);
-        }
+    ur_buf_init(&b, sizeof(m->fill));
+    rc = ur_b64_decode(&b, s, strlen(s), UR_B64_STD, NULL);
+    if (rc == UR_OK && b.len == m->itemsize) {
+        memcpy(m->fill, b.data, b.len);
+    } else {
+        rc = ur_err_set(err, UR_ECORRUPT, "\"fill_value\" is not a valid %s",
+                        ur_dtype_name(m->dtype));
     }
-    if (out == m->itemsize) {
-        return UR_OK;
-    }
-bad:
-    return ur_err_set(err, UR_ECORRUPT, "\"fill_value\" is not a valid %s",
-                      ur_dtype_name(m->dtype));
+    ur_buf_dispose(&b);
+    return rc;
 }
 
 static int parse_fill(ur_zarr_meta *m, const cJSON *v, const char *json, size_t len, ur_err *err)

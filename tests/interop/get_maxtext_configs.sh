@@ -10,7 +10,7 @@
 set -euo pipefail
 
 dest=${1:?usage: get_maxtext_configs.sh DEST [VERSION]}
-version=${2:-}
+version=${2:-0.2.5}  # pinned: the configs the tests were checked against
 pip=${PIP:-pip}
 if ! command -v "$pip" >/dev/null 2>&1; then
     pip="python3 -m pip"
