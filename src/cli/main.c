@@ -2,6 +2,7 @@
  * MaxText-style `unroll path/to/base.yml key=value ...` conversion. */
 #include "cli.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #ifdef __GLIBC__
@@ -30,6 +31,9 @@ int main(int argc, char **argv)
     mallopt(M_MMAP_THRESHOLD, 512 * 1024 * 1024);
     mallopt(M_TRIM_THRESHOLD, 1024 * 1024 * 1024);
 #endif
+    /* Past a file-size limit (ulimit -f) a write should fail with EFBIG and be reported,
+     * naming the file, not kill the process with a core dump. */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc >= 2) {
         for (const subcommand *s = subcommands; s->name != NULL; s++) {
             if (strcmp(argv[1], s->name) == 0) {

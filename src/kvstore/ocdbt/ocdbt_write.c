@@ -12,6 +12,7 @@
 #include "ocdbt_format.h"
 
 #include "unroll/alloc.h"
+#include "unroll/appendfile.h"
 #include "unroll/fs.h"
 #include "unroll/ocdbt.h"
 
@@ -54,8 +55,7 @@ typedef struct {
     size_t n, cap;
     char **files; /* "d/<32 hex>" */
     size_t n_files;
-    int fd;
-    uint64_t cur_size;
+    ur_appendfile *cur; /* the data file being appended to, or NULL */
     int committed;
     uint64_t seed_state; /* 0: random ids; else the splitmix64 state */
 } ocdbt_writer;
@@ -109,17 +109,9 @@ static int id_bytes(ocdbt_writer *w, uint8_t *p, size_t n, ur_err *err)
 
 static int close_data_file(ocdbt_writer *w, ur_err *err)
 {
-    int rc = UR_OK;
-    if (w->fd >= 0) {
-        if (fsync(w->fd) != 0) {
-            rc = ur_err_set_os(err, UR_EIO, errno, w->files[w->n_files - 1], "fsync failed");
-        }
-        if (close(w->fd) != 0 && rc == UR_OK) {
-            rc = ur_err_set_os(err, UR_EIO, errno, w->files[w->n_files - 1], "close failed");
-        }
-        w->fd = -1;
-    }
-    return rc;
+    ur_appendfile *f = w->cur;
+    w->cur = NULL;
+    return f != NULL ? ur_appendfile_finish(f, err) : UR_OK;
 }
 
 static int new_data_file(ocdbt_writer *w, ur_err *err)
@@ -153,13 +145,11 @@ static int new_data_file(ocdbt_writer *w, ur_err *err)
         ur_free(path);
         return ur_err_oom(err);
     }
-    w->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (w->fd < 0) {
-        rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot create data file");
+    rc = ur_appendfile_create(&w->cur, path, err);
+    if (rc < 0) {
         ur_free(w->files[w->n_files]);
     } else {
         w->n_files++;
-        w->cur_size = 0;
     }
     ur_free(path);
     return rc;
@@ -170,19 +160,20 @@ static int append_data(ocdbt_writer *w, const void *p, size_t n, uint32_t *file,
                        ur_err *err)
 {
     int rc;
-    if (w->fd < 0 || (w->cur_size > 0 && w->cur_size + n > w->opts.target_data_file_size)) {
+    uint64_t at = w->cur != NULL ? ur_appendfile_size(w->cur) : 0;
+    if (w->cur == NULL || (at > 0 && at + n > w->opts.target_data_file_size)) {
         rc = new_data_file(w, err);
         if (rc < 0) {
             return rc;
         }
+        at = 0;
     }
-    rc = ur_fs_write_full(w->fd, p, n, w->files[w->n_files - 1], err);
+    rc = ur_appendfile_write(w->cur, p, n, err);
     if (rc < 0) {
         return rc;
     }
     *file = (uint32_t)(w->n_files - 1);
-    *offset = w->cur_size;
-    w->cur_size += n;
+    *offset = at;
     return UR_OK;
 }
 
@@ -613,9 +604,7 @@ done:
 static void w_close(ur_kvstore *kv)
 {
     ocdbt_writer *w = (ocdbt_writer *)kv;
-    if (w->fd >= 0) {
-        close(w->fd);
-    }
+    ur_appendfile_abort(w->cur);
     for (size_t i = 0; i < w->n; i++) {
         ur_free(w->e[i].key);
         ur_free(w->e[i].value);
@@ -648,7 +637,6 @@ int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts
     if (w == NULL) {
         return ur_err_oom(err);
     }
-    w->fd = -1;
     w->base.ops = &writer_ops;
     snprintf(w->base.desc, sizeof w->base.desc, "ocdbt:%s", dir);
     w->opts = *opts;
