@@ -629,6 +629,15 @@ int ur_zarr_array_encode_chunk(ur_zarr_array *arr, const void *src, ur_buf *out,
                           "zarr array '%s': writing shards of several inner chunks",
                           arr->prefix);
     }
+    if (!m->index_at_start) { /* Orbax's layout: the chunk, then the index */
+        size_t base = out->len;
+        rc = ur_zarr_codec__encode(&m->codecs, in->rank, in->chunk_shape, m->itemsize, src,
+                                   in->chunk_bytes, out, err);
+        if (rc == UR_OK) {
+            rc = ur_zarr_codec_sharding__append_single_index(m, out->len - base, out, err);
+        }
+        return rc;
+    }
     ur_buf_init(&inner, 0);
     rc = ur_zarr_codec__encode(&m->codecs, in->rank, in->chunk_shape, m->itemsize, src,
                                in->chunk_bytes, &inner, err);

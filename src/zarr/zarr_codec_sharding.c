@@ -146,3 +146,20 @@ int ur_zarr_codec_sharding__encode(const ur_zarr_meta *m, const ur_buf *chunks, 
     ur_free(raw);
     return rc;
 }
+
+int ur_zarr_codec_sharding__append_single_index(const ur_zarr_meta *m, size_t len, ur_buf *out,
+                                                ur_err *err)
+{
+    uint64_t shape[UR_MAX_RANK + 1];
+    uint8_t raw[16];
+
+    if (ur_zarr_codec_sharding__count(m) != 1 || m->index_at_start) {
+        return ur_err_set(err, UR_EINTERNAL, "shard of one chunk with the index at the end");
+    }
+    for (int k = 0; k < 8; k++) {
+        raw[k] = 0; /* offset */
+        raw[8 + k] = (uint8_t)((uint64_t)len >> (8 * k));
+    }
+    index_shape(m, shape);
+    return ur_zarr_codec__encode(&m->index, m->rank + 1, shape, 8, raw, sizeof raw, out, err);
+}

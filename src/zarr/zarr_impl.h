@@ -163,6 +163,11 @@ int ur_zarr_codec_sharding__decode_index(const ur_zarr_meta *m, const uint8_t *s
 /* Encode a shard holding `count` already-encoded inner chunks (NULL = absent). */
 int ur_zarr_codec_sharding__encode(const ur_zarr_meta *m, const ur_buf *chunks, size_t count,
                                    ur_buf *out, ur_err *err);
+/* Finish a shard of one inner chunk whose `len` encoded bytes end `out` and start the shard,
+ * with the index at the end: append the index. Saves encoding the chunk into a buffer of
+ * its own and copying it into the shard. */
+int ur_zarr_codec_sharding__append_single_index(const ur_zarr_meta *m, size_t len, ur_buf *out,
+                                                ur_err *err);
 
 /* zarr_array.c: create an array from any metadata (tests and tools; create() builds the
  * Orbax profile and calls this). Writes the metadata key and returns a handle. */
