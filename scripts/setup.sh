@@ -2,7 +2,7 @@
 # Install what building and testing unroll needs, only what is missing (idempotent, fast
 # when everything is there). Debian, as root (or with sudo).
 #   scripts/setup.sh            build dependencies (compiler, cmake, libzstd, cJSON, libyaml)
-#   scripts/setup.sh --tests    also cmocka, valgrind and the Python interop stack in .venv
+#   scripts/setup.sh --tests    also cmocka, valgrind, gdb and the Python interop stack in .venv
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +11,7 @@ want_tests=0
 
 pkgs=(gcc make cmake pkg-config libzstd-dev libcjson-dev libyaml-dev zlib1g-dev)
 if [ "$want_tests" = 1 ]; then
-  pkgs+=(libcmocka-dev python3-venv valgrind)
+  pkgs+=(libcmocka-dev python3-venv valgrind gdb)
 fi
 
 missing=()

@@ -20,6 +20,25 @@ int ur_fs_read_file(ur_buf *out, const char *path, size_t max_bytes, ur_err *err
  * UR_ECORRUPT ("truncated"); `path` names it in the error. */
 int ur_fs_pread_full(int fd, void *dst, size_t n, uint64_t offset, const char *path,
                      ur_err *err);
+/* A read-only private mapping of bytes [offset, offset + n) of an open file: `data` points
+ * at them (the page cache's own pages, populated up front: no copy, no fault per page). A
+ * file shorter than offset + n is UR_ECORRUPT, as for ur_fs_pread_full. The mapping outlives
+ * the descriptor; release it with ur_fs_unmap. If the file shrinks while mapped, touching the
+ * lost pages raises SIGBUS; ur_fs_mapped_path() names the file this thread mapped last, for
+ * the message of a signal handler. */
+typedef struct {
+    const uint8_t *data;
+    size_t len;
+    void *base_; /* the mapping: whole pages around data */
+    size_t base_len_;
+} ur_fs_map;
+int ur_fs_map_range(int fd, uint64_t offset, size_t n, const char *path, ur_fs_map *m,
+                    ur_err *err);
+/* NULL-safe, idempotent. */
+void ur_fs_unmap(ur_fs_map *m);
+/* The path of this thread's latest ur_fs_map_range ("" if none); async-signal-safe. */
+const char *ur_fs_mapped_path(void);
+
 /* Write all n bytes (write loop). */
 int ur_fs_write_full(int fd, const void *src, size_t n, const char *path, ur_err *err);
 /* Create (truncate) `path`, write the bytes, fsync, close. */

@@ -12,6 +12,7 @@
 
 #include "unroll/buf.h"
 #include "unroll/err.h"
+#include "unroll/fs.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -25,6 +26,20 @@ int ur_kvstore_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err);
 /* Read `len` bytes at `offset` of the value into dst. UR_ECORRUPT when the value is shorter. */
 int ur_kvstore_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len,
                           void *dst, ur_err *err);
+
+/* The whole value of `key`, read-only: the bytes of its file mapped in place where the store
+ * keeps large values in files (OCDBT data files, plain files; no copy into a buffer), else
+ * read into memory. UR_ENOTFOUND when absent; a value over `limit` bytes (0: no cap) is
+ * UR_ECORRUPT. Release with ur_kvstore_view_release, also after a failure. */
+typedef struct {
+    const uint8_t *data;
+    size_t len;
+    ur_fs_map map_; /* private: the mapping, or nothing */
+    ur_buf buf_;    /* private: the bytes read, or nothing */
+} ur_kvstore_view;
+int ur_kvstore_read_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvstore_view *v,
+                         ur_err *err);
+void ur_kvstore_view_release(ur_kvstore_view *v);
 
 /* Size of the value of `key`; UR_ENOTFOUND when absent. */
 int ur_kvstore_size(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err);

@@ -2,12 +2,33 @@
  * MaxText-style `unroll path/to/base.yml key=value ...` conversion. */
 #include "cli.h"
 
+#include "unroll/fs.h"
+
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+
+/* Input is read through read-only mappings of its files (src/util/ur_fs.c): a file that
+ * shrinks while mapped, or a disk error on a mapped page, raises SIGBUS. Say so in one line,
+ * naming the file, and exit as for any I/O error; partial output stays in the staging
+ * directory, never where a checkpoint is expected (as after a kill). */
+static void on_sigbus(int sig)
+{
+    static const char a[] = "unroll: ", b[] = ": input file changed or unreadable while being "
+                                              "read (SIGBUS)\n";
+    const char *path = ur_fs_mapped_path();
+    ssize_t ignored;
+    (void)sig;
+    ignored = write(2, a, sizeof a - 1);
+    ignored = write(2, path, strlen(path));
+    ignored = write(2, b, sizeof b - 1);
+    (void)ignored;
+    _exit(CLI_EXIT_IO);
+}
 
 typedef struct {
     const char *name;
@@ -34,6 +55,7 @@ int main(int argc, char **argv)
     /* Past a file-size limit (ulimit -f) a write should fail with EFBIG and be reported,
      * naming the file, not kill the process with a core dump. */
     signal(SIGXFSZ, SIG_IGN);
+    signal(SIGBUS, on_sigbus);
     if (argc >= 2) {
         for (const subcommand *s = subcommands; s->name != NULL; s++) {
             if (strcmp(argv[1], s->name) == 0) {

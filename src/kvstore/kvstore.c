@@ -5,6 +5,7 @@
 #include "unroll/alloc.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static int unsupported(const ur_kvstore *kv, const char *what, ur_err *err)
 {
@@ -21,6 +22,35 @@ int ur_kvstore_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size
 {
     return kv->ops->read_range ? kv->ops->read_range(kv, key, offset, len, dst, err)
                                : unsupported(kv, "read_range", err);
+}
+
+int ur_kvstore__view_by_read(ur_kvstore *kv, const char *key, ur_kvstore_view *v, ur_err *err)
+{
+    int rc = ur_kvstore_read(kv, key, &v->buf_, err);
+    if (rc == UR_OK) {
+        v->data = v->buf_.data != NULL ? v->buf_.data : (const uint8_t *)"";
+        v->len = v->buf_.len;
+    }
+    return rc;
+}
+
+int ur_kvstore_read_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvstore_view *v,
+                         ur_err *err)
+{
+    memset(v, 0, sizeof *v);
+    ur_buf_init(&v->buf_, limit);
+    return kv->ops->view ? kv->ops->view(kv, key, limit, v, err)
+                         : ur_kvstore__view_by_read(kv, key, v, err);
+}
+
+void ur_kvstore_view_release(ur_kvstore_view *v)
+{
+    if (v != NULL) {
+        ur_fs_unmap(&v->map_);
+        ur_buf_dispose(&v->buf_);
+        v->data = NULL;
+        v->len = 0;
+    }
 }
 
 int ur_kvstore_size(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err)

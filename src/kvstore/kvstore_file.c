@@ -90,6 +90,44 @@ static int f_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t
     return rc;
 }
 
+/* A large file is mapped; a small one is read. */
+static int f_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvstore_view *v,
+                  ur_err *err)
+{
+    file_store *fs = (file_store *)kv;
+    char *path = NULL;
+    struct stat st;
+    int fd, rc = key_path(fs, key, &path, err);
+    if (rc < 0) {
+        return rc;
+    }
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        rc = ur_err_set_os(err, e == ENOENT ? UR_ENOTFOUND : UR_EIO, e, path, "cannot open");
+    } else if (fstat(fd, &st) != 0) {
+        rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot stat");
+    } else if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < UR_KVSTORE_MAP_MIN) {
+        rc = 1; /* read it */
+    } else if (limit != 0 && (uint64_t)st.st_size > limit) {
+        rc = ur_err_set_os(err, UR_ECORRUPT, 0, path, "data larger than the limit of %zu bytes",
+                           limit);
+    } else if ((uint64_t)st.st_size > SIZE_MAX / 2) {
+        rc = ur_err_set_os(err, UR_ECORRUPT, 0, path, "file too large");
+    } else {
+        rc = ur_fs_map_range(fd, 0, (size_t)st.st_size, path, &v->map_, err);
+        if (rc == UR_OK) {
+            v->data = v->map_.data;
+            v->len = v->map_.len;
+        }
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    ur_free(path);
+    return rc == 1 ? ur_kvstore__view_by_read(kv, key, v, err) : rc;
+}
+
 static int f_size(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err)
 {
     file_store *fs = (file_store *)kv;
@@ -324,7 +362,7 @@ static void f_close(ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops file_ops = {
-    "file", f_read, f_read_range, f_size, f_list, f_write, f_commit, f_close,
+    "file", f_read, f_read_range, f_view, f_size, f_list, f_write, f_commit, f_close,
 };
 
 int ur_kvstore_file_open(ur_kvstore **out, const char *root, int writable, ur_err *err)

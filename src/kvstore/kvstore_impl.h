@@ -10,6 +10,8 @@ typedef struct ur_kvstore_ops {
     int (*read)(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err);
     int (*read_range)(ur_kvstore *kv, const char *key, uint64_t offset, size_t len, void *dst,
                       ur_err *err);
+    /* optional: map the value when it is large (else ur_kvstore__view_by_read) */
+    int (*view)(ur_kvstore *kv, const char *key, size_t limit, ur_kvstore_view *v, ur_err *err);
     int (*size)(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err);
     int (*list)(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, void *ctx,
                 ur_err *err);
@@ -23,5 +25,12 @@ struct ur_kvstore {
     const ur_kvstore_ops *ops;
     char desc[512];
 };
+
+/* Values shorter than this are read rather than mapped: a mapping costs two system calls
+ * and a TLB shootdown when it goes, more than copying a small value. */
+#define UR_KVSTORE_MAP_MIN ((size_t)1 << 20)
+
+/* A view holding the value read into memory (v->buf_ already has the limit). */
+int ur_kvstore__view_by_read(ur_kvstore *kv, const char *key, ur_kvstore_view *v, ur_err *err);
 
 #endif

@@ -1,5 +1,6 @@
 /* File-system helpers: every failure names the path and keeps errno. */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* MAP_POPULATE */
 #define _XOPEN_SOURCE 700
 #include "unroll/fs.h"
 
@@ -11,6 +12,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -80,6 +82,57 @@ int ur_fs_pread_full(int fd, void *dst, size_t n, uint64_t offset, const char *p
         offset += (uint64_t)got;
     }
     return UR_OK;
+}
+
+/* Per thread, for the SIGBUS message: the file whose pages the thread last mapped. */
+static _Thread_local char mapped_path[512];
+
+int ur_fs_map_range(int fd, uint64_t offset, size_t n, const char *path, ur_fs_map *m,
+                    ur_err *err)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start = offset / page * page;
+    struct stat st;
+    void *base;
+    size_t len;
+
+    memset(m, 0, sizeof *m);
+    if (fstat(fd, &st) != 0) {
+        return os_fail(err, path, "cannot stat");
+    }
+    if (offset > (uint64_t)st.st_size || n > (uint64_t)st.st_size - offset) {
+        uint64_t have = offset < (uint64_t)st.st_size ? (uint64_t)st.st_size - offset : 0;
+        return ur_err_set_os(err, UR_ECORRUPT, 0, path,
+                             "file is truncated: %llu bytes missing at offset %llu",
+                             (unsigned long long)(n - have), (unsigned long long)(offset + have));
+    }
+    if (n == 0) {
+        m->data = (const uint8_t *)"";
+        return UR_OK;
+    }
+    len = (size_t)(offset - start) + n;
+    snprintf(mapped_path, sizeof mapped_path, "%s", path);
+    base = mmap(NULL, len, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, (off_t)start);
+    if (base == MAP_FAILED) {
+        return os_fail(err, path, "cannot map");
+    }
+    m->base_ = base;
+    m->base_len_ = len;
+    m->data = (const uint8_t *)base + (offset - start);
+    m->len = n;
+    return UR_OK;
+}
+
+void ur_fs_unmap(ur_fs_map *m)
+{
+    if (m != NULL && m->base_ != NULL) {
+        munmap(m->base_, m->base_len_);
+        memset(m, 0, sizeof *m);
+    }
+}
+
+const char *ur_fs_mapped_path(void)
+{
+    return mapped_path;
 }
 
 int ur_fs_write_full(int fd, const void *src, size_t n, const char *path, ur_err *err)

@@ -266,18 +266,17 @@ static int decode_inner(const ur_zarr_array *a, const uint8_t *src, size_t n, vo
 static int read_unsharded(ur_zarr_array *a, const uint64_t *idx, const char *key, void *dst,
                           ur_err *err)
 {
-    ur_buf b;
+    ur_kvstore_view v;
     int rc;
 
     (void)idx;
-    ur_buf_init(&b, value_limit(a, 0));
-    rc = ur_kvstore_read(a->kv, key, &b, err);
+    rc = ur_kvstore_read_view(a->kv, key, value_limit(a, 0), &v, err);
     if (rc == UR_ENOTFOUND) {
         rc = missing(a, key, "chunk", dst, err);
     } else if (rc == UR_OK) {
-        rc = decode_inner(a, b.data, b.len, dst, err);
+        rc = decode_inner(a, v.data, v.len, dst, err);
     }
-    ur_buf_dispose(&b);
+    ur_kvstore_view_release(&v);
     return rc;
 }
 
@@ -288,10 +287,10 @@ static int read_sharded(ur_zarr_array *a, const uint64_t *idx, const char *key, 
     uint64_t count = ur_zarr_codec_sharding__count(m), size, lin = 0, *entries = NULL;
     size_t isize, ioff;
     uint8_t *ibuf = NULL, *cbuf = NULL;
-    ur_buf whole;
+    ur_kvstore_view whole;
     int rc;
 
-    ur_buf_init(&whole, 0);
+    memset(&whole, 0, sizeof whole);
     for (int d = 0; d < m->rank; d++) {
         lin = lin * a->ratio[d] + idx[d] % a->ratio[d];
     }
@@ -306,8 +305,7 @@ static int read_sharded(ur_zarr_array *a, const uint64_t *idx, const char *key, 
     }
     if (count == 1) {
         /* Orbax's layout: one inner chunk per shard; one read gets index and data. */
-        whole.limit = value_limit(a, isize);
-        rc = ur_kvstore_read(a->kv, key, &whole, err);
+        rc = ur_kvstore_read_view(a->kv, key, value_limit(a, isize), &whole, err);
         if (rc == UR_ENOTFOUND) {
             rc = missing(a, key, "shard", dst, err);
             goto out;
@@ -378,7 +376,7 @@ out:
     ur_free(entries);
     ur_free(ibuf);
     ur_free(cbuf);
-    ur_buf_dispose(&whole);
+    ur_kvstore_view_release(&whole);
     return rc;
 }
 

@@ -31,13 +31,12 @@ KILLS = int(os.environ.get("UNROLL_KILL_POINTS", "30"))
 TIMED = ("commit_success.txt", "_CHECKPOINT_METADATA", "manifest.ocdbt")
 
 
-@pytest.fixture(scope="module")
-def big_fixture(fixture_cache):
-    """A linen checkpoint (ocdbt + zarr3, float32) with BIG dimensions, cached."""
-    key = hashlib.sha256(repr(BIG).encode()).hexdigest()[:10]
-    base = pathlib.Path(fixture_cache) / f"kill-linen-{key}-{maxtext_fixtures._source_hash()}"
+def _cached_fixture(fixture_cache, dims, tag):
+    """A linen checkpoint (ocdbt + zarr3, float32) with the given dimensions, cached."""
+    key = hashlib.sha256(repr(dims).encode()).hexdigest()[:10]
+    base = pathlib.Path(fixture_cache) / f"{tag}-linen-{key}-{maxtext_fixtures._source_hash()}"
     saved = maxtext_fixtures.DIMS
-    maxtext_fixtures.DIMS = BIG
+    maxtext_fixtures.DIMS = dims
     try:
         if not (base / "fixture.json").is_file():
             tmp = base.with_name(base.name + ".tmp")
@@ -48,6 +47,11 @@ def big_fixture(fixture_cache):
     finally:
         maxtext_fixtures.DIMS = saved
     return info
+
+
+@pytest.fixture(scope="module")
+def big_fixture(fixture_cache):
+    return _cached_fixture(fixture_cache, BIG, "kill")
 
 
 def _args(unroll_bin, info, out, extra=()):
@@ -185,3 +189,47 @@ def test_kill_single_thread(big_fixture, unroll_bin, good_run, tmp_path):
         if ckpt.exists():
             assert _is_complete(ckpt, good_run), f"kill at {delay:.3f}s: partial checkpoint"
             shutil.rmtree(ckpt)
+
+
+# Wide MLP weights: shards of 2 MiB and more, which unroll maps rather than reads.
+WIDE = dataclasses.replace(maxtext_fixtures.DIMS, vocab=256, emb=512, heads=4, kv_heads=4,
+                           head_dim=32, mlp=4096, layers=2)
+
+
+def test_input_shrinks_while_mapped(fixture_cache, unroll_bin, tmp_path):
+    """Large values are read through mappings of the input's data files; a file that shrinks
+    under a mapping raises SIGBUS. Made deterministic with gdb: stop right after the first
+    mapping, cut every data file of a copy of the input to nothing, go on. unroll reports the
+    file in one line, exits with the I/O status and leaves no checkpoint behind; a later run
+    on the intact input succeeds."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        pytest.skip("gdb is not installed (scripts/setup.sh --tests installs it)")
+    big_fixture = _cached_fixture(fixture_cache, WIDE, "wide")
+    copy = tmp_path / "input"
+    shutil.copytree(big_fixture.items.parents[2], copy)
+    items = copy / big_fixture.items.relative_to(big_fixture.items.parents[2])
+    info = dataclasses.replace(big_fixture, items=items)
+    data_files = sorted(p for p in items.rglob("*") if p.is_file() and p.parent.name == "d")
+    assert data_files
+    cut = "; ".join(f"truncate -s 0 '{p}'" for p in data_files)
+    out = tmp_path / "out"
+    script = tmp_path / "gdb.cmds"
+    script.write_text("set pagination off\nset confirm off\n"
+                      "handle SIGBUS nostop noprint pass\n"
+                      "break ur_fs_map_range\nrun\nfinish\n"
+                      f"shell {cut}\ndelete\ncontinue\n")
+    res = subprocess.run([gdb, "-q", "-batch", "-x", str(script), "--args",
+                          *_args(unroll_bin, info, out, ["--threads", "1"])],
+                         capture_output=True, text=True, timeout=300)
+    lines = [l for l in res.stderr.splitlines() + res.stdout.splitlines()
+             if l.startswith("unroll: ")]
+    assert len(lines) == 1, res.stdout + res.stderr
+    assert "SIGBUS" in lines[0] and "/d/" in lines[0], lines
+    assert "exited with code 03" in res.stdout, res.stdout
+    assert not (out / "run" / "checkpoints").exists()
+    ok = subprocess.run(_args(unroll_bin, big_fixture, out), capture_output=True, text=True,
+                        timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    reference.check_unrolled(out / "run" / "checkpoints" / "0" / "items",
+                             reference.reference_for(big_fixture, pure_nnx=False))

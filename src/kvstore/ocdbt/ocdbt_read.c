@@ -546,6 +546,59 @@ static int r_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
     return rc;
 }
 
+/* Large indirect values are mapped from their data file; the rest is read. */
+static int r_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvstore_view *v,
+                  ur_err *err)
+{
+    ur_ocdbt_reader *r = (ur_ocdbt_reader *)kv;
+    ur_ocdbt_cnode *leaf = NULL;
+    const ur_ocdbt_btree_entry *e;
+    const char *rel;
+    char *path = NULL;
+    size_t idx;
+    int fd = -1, temp = 0;
+    int rc = find_key(r, key, &leaf, &idx, err);
+
+    if (rc < 0) {
+        return rc;
+    }
+    e = &leaf->node.e[idx];
+    if (!e->indirect || e->value_len < UR_KVSTORE_MAP_MIN) {
+        ur_ocdbt_read__release(r, leaf);
+        return ur_kvstore__view_by_read(kv, key, v, err);
+    }
+    if (limit != 0 && e->value_len > limit) {
+        rc = ur_err_set(err, UR_ECORRUPT, "data larger than the limit of %zu bytes", limit);
+        goto out;
+    }
+    if (e->value_len > SIZE_MAX / 2) {
+        rc = ur_err_set(err, UR_ECORRUPT, "%s: value too large", key);
+        goto out;
+    }
+    rel = leaf->node.table.f[e->ref.file].path;
+    rc = get_fd(r, rel, &fd, &temp, err);
+    if (rc < 0) {
+        goto out;
+    }
+    path = ur_path_join(r->dir, rel);
+    rc = ur_fs_map_range(fd, e->ref.offset, (size_t)e->value_len, path ? path : rel, &v->map_,
+                         err);
+    if (rc == UR_OK) {
+        v->data = v->map_.data;
+        v->len = v->map_.len;
+    }
+    if (temp) {
+        close(fd);
+    }
+out:
+    if (rc < 0 && rc != UR_ENOMEM) {
+        ur_err_set_where(err, key);
+    }
+    ur_free(path);
+    ur_ocdbt_read__release(r, leaf);
+    return rc;
+}
+
 static int r_size(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err)
 {
     ur_ocdbt_reader *r = (ur_ocdbt_reader *)kv;
@@ -698,7 +751,7 @@ static void r_close(ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops reader_ops = {
-    "ocdbt", r_read, r_read_range, r_size, r_list, NULL, NULL, r_close,
+    "ocdbt", r_read, r_read_range, r_view, r_size, r_list, NULL, NULL, r_close,
 };
 
 /* ---- opening ---- */

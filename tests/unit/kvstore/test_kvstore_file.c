@@ -109,12 +109,53 @@ static void test_kvstore_file__missing_directory(void **state)
     assert_null(kv);
 }
 
+/* Whole-file views: a small file is read, a large one mapped; same bytes either way. */
+static void test_kvstore_file__views(void **state)
+{
+    char *root = ur_path_join(scratch, "views");
+    size_t big = 2 * 1048576 + 7;
+    uint8_t *val = malloc(big);
+    ur_kvstore *kv = NULL;
+    ur_kvstore_view v;
+    ur_err err;
+    (void)state;
+    assert_non_null(val);
+    for (size_t j = 0; j < big; j++) {
+        val[j] = (uint8_t)(j * 7 + 3);
+    }
+    assert_int_equal(ur_kvstore_file_open(&kv, root, 1, &err), UR_OK);
+    assert_int_equal(ur_kvstore_write(kv, "small", val, 10, &err), UR_OK);
+    assert_int_equal(ur_kvstore_write(kv, "a/big", val, big, &err), UR_OK);
+    assert_int_equal(ur_kvstore_commit(kv, &err), UR_OK);
+    ur_kvstore_close(kv);
+    assert_int_equal(ur_kvstore_file_open(&kv, root, 0, &err), UR_OK);
+    assert_int_equal(ur_kvstore_read_view(kv, "small", 0, &v, &err), UR_OK);
+    assert_int_equal(v.len, 10);
+    assert_null(v.map_.base_);
+    assert_memory_equal(v.data, val, 10);
+    ur_kvstore_view_release(&v);
+    assert_int_equal(ur_kvstore_read_view(kv, "a/big", 0, &v, &err), UR_OK);
+    assert_int_equal(v.len, big);
+    assert_non_null(v.map_.base_);
+    assert_memory_equal(v.data, val, big);
+    ur_kvstore_view_release(&v);
+    assert_int_equal(ur_kvstore_read_view(kv, "a/big", 1048576, &v, &err), UR_ECORRUPT);
+    assert_non_null(strstr(err.where, "a/big"));
+    ur_kvstore_view_release(&v);
+    assert_int_equal(ur_kvstore_read_view(kv, "a/none", 0, &v, &err), UR_ENOTFOUND);
+    ur_kvstore_view_release(&v);
+    ur_kvstore_close(kv);
+    free(val);
+    ur_free(root);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kvstore_file__write_read_list),
         cmocka_unit_test(test_kvstore_file__keys_cannot_escape_the_root),
         cmocka_unit_test(test_kvstore_file__missing_directory),
+        cmocka_unit_test(test_kvstore_file__views),
     };
     return cmocka_run_group_tests_name("kvstore_file", tests, setup, teardown);
 }

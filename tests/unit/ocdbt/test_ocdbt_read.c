@@ -335,6 +335,75 @@ static void test_ocdbt_write__oom(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* Whole-value views: small and inline values are read, values of 1 MiB and more are mapped
+ * from their data file (at any offset in it); both hold the value's bytes. A data file cut
+ * short is UR_ECORRUPT naming it, and a value over the limit is refused. */
+static void test_ocdbt_read__views(void **state)
+{
+    static const struct {
+        const char *key;
+        size_t len;
+        int mapped;
+    } vals[] = {{"a/inline", 100, 0}, {"b/read", 5000, 0}, {"c/big", 3 * 1048576 + 123, 1},
+                {"d/big", 2 * 1048576 + 1, 1}};
+    char dir[] = "/tmp/ur_ocdbt_viewXXXXXX";
+    char db[256], cmd[600];
+    ur_ocdbt_write_opts o;
+    ur_kvstore *kv = NULL;
+    ur_kvstore_view v;
+    ur_err err;
+    uint8_t *val = malloc(4 << 20);
+    (void)state;
+    assert_non_null(val);
+    assert_non_null(mkdtemp(dir));
+    snprintf(db, sizeof db, "%s/db", dir);
+    ur_ocdbt_write_opts_init(&o);
+    o.target_data_file_size = 5000 + vals[2].len + vals[3].len; /* the tree goes to a 2nd file */
+    assert_int_equal(ur_ocdbt_create(&kv, db, &o, &err), UR_OK);
+    for (size_t i = 0; i < 4; i++) {
+        for (size_t j = 0; j < vals[i].len; j++) {
+            val[j] = (uint8_t)(j * 131 + i);
+        }
+        assert_int_equal(ur_kvstore_write(kv, vals[i].key, val, vals[i].len, &err), UR_OK);
+    }
+    assert_int_equal(ur_kvstore_commit(kv, &err), UR_OK);
+    ur_kvstore_close(kv);
+
+    assert_int_equal(ur_ocdbt_open(&kv, db, &err), UR_OK);
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(ur_kvstore_read_view(kv, vals[i].key, 0, &v, &err), UR_OK);
+        assert_int_equal(v.len, vals[i].len);
+        assert_int_equal(v.map_.base_ != NULL, vals[i].mapped);
+        for (size_t j = 0; j < vals[i].len; j++) {
+            if (v.data[j] != (uint8_t)(j * 131 + i)) {
+                fail_msg("%s: byte %zu differs", vals[i].key, j);
+            }
+        }
+        ur_kvstore_view_release(&v);
+    }
+    assert_int_equal(ur_kvstore_read_view(kv, "c/big", 1 << 20, &v, &err), UR_ECORRUPT);
+    ur_kvstore_view_release(&v);
+    assert_int_equal(ur_kvstore_read_view(kv, "nope", 0, &v, &err), UR_ENOTFOUND);
+    ur_kvstore_view_release(&v);
+    ur_kvstore_close(kv);
+
+    /* the values were written in this order: cutting their data file (the larger of the two)
+     * after 4 MiB loses the end of d/big */
+    snprintf(cmd, sizeof cmd, "cd %s/d && truncate -s 4194304 \"$(ls -S | head -n 1)\"", db);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(ur_ocdbt_open(&kv, db, &err), UR_OK);
+    assert_int_equal(ur_kvstore_read_view(kv, "c/big", 0, &v, &err), UR_OK);
+    ur_kvstore_view_release(&v);
+    assert_int_equal(ur_kvstore_read_view(kv, "d/big", 0, &v, &err), UR_ECORRUPT);
+    assert_non_null(strstr(err.where, "/d/"));
+    assert_non_null(strstr(err.msg, "truncated"));
+    ur_kvstore_view_release(&v);
+    ur_kvstore_close(kv);
+    free(val);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -345,6 +414,7 @@ int main(void)
         cmocka_unit_test(test_ocdbt_write__roundtrip),
         cmocka_unit_test(test_ocdbt_write__no_commit_no_manifest),
         cmocka_unit_test(test_ocdbt_write__oom),
+        cmocka_unit_test(test_ocdbt_read__views),
     };
     return cmocka_run_group_tests_name("ocdbt_read", tests, NULL, NULL);
 }

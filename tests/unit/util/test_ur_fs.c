@@ -5,7 +5,9 @@
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 static char scratch[256];
@@ -92,6 +94,44 @@ static void test_ur_fs__remove_tree(void **state)
     ur_free(dir);
 }
 
+/* Mappings at page-aligned and unaligned offsets hold the file's bytes; a range past the
+ * end is "truncated", naming the file. */
+static void test_ur_fs__map_range(void **state)
+{
+    char *file = ur_path_join(scratch, "mapped");
+    size_t n = 3 * 4096 + 100;
+    uint8_t buf[3 * 4096 + 100];
+    static const uint64_t offs[] = {0, 1, 4095, 4096, 5000};
+    ur_fs_map m;
+    ur_err err;
+    int fd;
+    (void)state;
+    for (size_t i = 0; i < n; i++) {
+        buf[i] = (uint8_t)(i * 13 + 5);
+    }
+    assert_int_equal(ur_fs_write_file(file, buf, n, &err), UR_OK);
+    fd = open(file, O_RDONLY);
+    assert_true(fd >= 0);
+    for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
+        size_t len = n - offs[i];
+        assert_int_equal(ur_fs_map_range(fd, offs[i], len, file, &m, &err), UR_OK);
+        assert_int_equal(m.len, len);
+        assert_memory_equal(m.data, buf + offs[i], len);
+        assert_string_equal(ur_fs_mapped_path(), file);
+        ur_fs_unmap(&m);
+        ur_fs_unmap(&m);
+    }
+    assert_int_equal(ur_fs_map_range(fd, 10, 0, file, &m, &err), UR_OK);
+    assert_int_equal(m.len, 0);
+    ur_fs_unmap(&m);
+    assert_int_equal(ur_fs_map_range(fd, 100, n, file, &m, &err), UR_ECORRUPT);
+    assert_string_equal(err.where, file);
+    assert_non_null(strstr(err.msg, "truncated: 100 bytes missing"));
+    assert_int_equal(ur_fs_map_range(fd, n + 5, 1, file, &m, &err), UR_ECORRUPT);
+    close(fd);
+    ur_free(file);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -99,6 +139,7 @@ int main(void)
         cmocka_unit_test(test_ur_fs__write_read_and_limits),
         cmocka_unit_test(test_ur_fs__missing_file_is_not_found_with_path),
         cmocka_unit_test(test_ur_fs__remove_tree),
+        cmocka_unit_test(test_ur_fs__map_range),
     };
     return cmocka_run_group_tests_name("ur_fs", tests, setup, teardown);
 }
