@@ -41,6 +41,11 @@ int ur_kvstore_read_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvsto
                          ur_err *err);
 void ur_kvstore_view_release(ur_kvstore_view *v);
 
+/* Hint that the value of `key` will be read soon: where it lives in a file, start reading up
+ * to `max_bytes` of it into the page cache in the background. Best effort: no errors, and a
+ * no-op for stores in memory. */
+void ur_kvstore_prefetch(ur_kvstore *kv, const char *key, size_t max_bytes);
+
 /* Size of the value of `key`; UR_ENOTFOUND when absent. */
 int ur_kvstore_size(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err);
 

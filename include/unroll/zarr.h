@@ -49,6 +49,10 @@ const char *ur_zarr_array_prefix(const ur_zarr_array *arr);
  * missing chunk is filled with the fill value, as TensorStore reads it. */
 int ur_zarr_array_read_chunk(ur_zarr_array *arr, const uint64_t *idx, void *dst, ur_err *err);
 
+/* Hint that chunk `idx` will be read soon: the store starts reading up to max_bytes of its
+ * stored value (the shard holding it) in the background. Best effort, no errors. */
+void ur_zarr_array_prefetch_chunk(ur_zarr_array *arr, const uint64_t *idx, size_t max_bytes);
+
 /* Read the box [start, start+count) into dst (dense, C order, count's shape). Decodes only
  * the chunks that overlap. */
 int ur_zarr_array_read_box(ur_zarr_array *arr, const uint64_t *start, const uint64_t *count,

@@ -53,6 +53,13 @@ void ur_kvstore_view_release(ur_kvstore_view *v)
     }
 }
 
+void ur_kvstore_prefetch(ur_kvstore *kv, const char *key, size_t max_bytes)
+{
+    if (kv->ops->prefetch != NULL) {
+        kv->ops->prefetch(kv, key, max_bytes);
+    }
+}
+
 int ur_kvstore_size(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err)
 {
     return kv->ops->size ? kv->ops->size(kv, key, size_out, err) : unsupported(kv, "size", err);

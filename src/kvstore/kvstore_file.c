@@ -128,6 +128,21 @@ static int f_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvstore_view
     return rc == 1 ? ur_kvstore__view_by_read(kv, key, v, err) : rc;
 }
 
+static void f_prefetch(ur_kvstore *kv, const char *key, size_t max_bytes)
+{
+    char *path = NULL;
+    int fd;
+    if (key_path((file_store *)kv, key, &path, NULL) < 0) {
+        return;
+    }
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)posix_fadvise(fd, 0, (off_t)max_bytes, POSIX_FADV_WILLNEED);
+        close(fd);
+    }
+    ur_free(path);
+}
+
 static int f_size(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err)
 {
     file_store *fs = (file_store *)kv;
@@ -362,7 +377,7 @@ static void f_close(ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops file_ops = {
-    "file", f_read, f_read_range, f_view, f_size, f_list, f_write, f_commit, f_close,
+    "file", f_read, f_read_range, f_view, f_size, f_list, f_write, f_commit, f_close, f_prefetch,
 };
 
 int ur_kvstore_file_open(ur_kvstore **out, const char *root, int writable, ur_err *err)

@@ -18,6 +18,8 @@ typedef struct ur_kvstore_ops {
     int (*write)(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err);
     int (*commit)(ur_kvstore *kv, ur_err *err);
     void (*close)(ur_kvstore *kv);
+    /* optional */
+    void (*prefetch)(ur_kvstore *kv, const char *key, size_t max_bytes);
 } ur_kvstore_ops;
 
 /* Every implementation's handle starts with this header. */

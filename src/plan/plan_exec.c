@@ -586,6 +586,25 @@ static stream_slot *slot_for(runner *r, const item_info *it)
     return free_slot;
 }
 
+/* The input chunk a worker will claim next, once every worker has moved on by one item, is
+ * read ahead in the background now, so that on a cold page cache the disk works while the
+ * workers decode and compress. Only its first PREFETCH_BYTES: a larger chunk is streamed,
+ * and sequential reads are read ahead by the kernel. */
+#define PREFETCH_BYTES ((size_t)64 << 20)
+
+static void prefetch_ahead(const runner *r, uint64_t item)
+{
+    item_info next;
+    uint64_t ahead = item + (uint64_t)r->n_slots;
+    if (ahead >= r->n_items) {
+        return;
+    }
+    describe_item(r, ahead, &next);
+    if (next.slab == 0 && !next.beyond_edge) {
+        ur_zarr_array_prefetch_chunk(next.t->src, next.idx, PREFETCH_BYTES);
+    }
+}
+
 static void *work(void *arg)
 {
     worker *wk = arg;
@@ -608,6 +627,7 @@ static void *work(void *arg)
             it.slot = slot_for(r, &it);
         }
         pthread_mutex_unlock(&r->lock);
+        prefetch_ahead(r, it.item);
 
         if (it.t->slabs_per_chunk > 1 && it.slot == NULL) {
             rc = ur_err_set(&err, UR_EINTERNAL, "no stream slot free");

@@ -111,6 +111,9 @@ int ur_fs_map_range(int fd, uint64_t offset, size_t n, const char *path, ur_fs_m
     }
     len = (size_t)(offset - start) + n;
     snprintf(mapped_path, sizeof mapped_path, "%s", path);
+    /* Pages not in the page cache are read ahead all at once (large requests, in flight
+     * together) rather than by the small synchronous readahead of page faults. */
+    (void)posix_fadvise(fd, (off_t)offset, (off_t)n, POSIX_FADV_WILLNEED);
     base = mmap(NULL, len, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, (off_t)start);
     if (base == MAP_FAILED) {
         return os_fail(err, path, "cannot map");

@@ -415,6 +415,22 @@ int ur_zarr_array_read_chunk(ur_zarr_array *arr, const uint64_t *idx, void *dst,
     return UR_OK;
 }
 
+void ur_zarr_array_prefetch_chunk(ur_zarr_array *arr, const uint64_t *idx, size_t max_bytes)
+{
+    uint64_t sidx[UR_MAX_RANK];
+    char key[KEY_MAX];
+
+    for (int d = 0; d < arr->info.rank; d++) {
+        if (idx[d] >= arr->info.grid[d]) {
+            return;
+        }
+        sidx[d] = idx[d] / arr->ratio[d];
+    }
+    if (storage_key(arr, sidx, key, sizeof(key), NULL) == UR_OK) {
+        ur_kvstore_prefetch(arr->kv, key, max_bytes);
+    }
+}
+
 int ur_zarr_array_read_box(ur_zarr_array *arr, const uint64_t *start, const uint64_t *count,
                            void *dst, ur_err *err)
 {

@@ -599,6 +599,29 @@ out:
     return rc;
 }
 
+static void r_prefetch(ur_kvstore *kv, const char *key, size_t max_bytes)
+{
+    ur_ocdbt_reader *r = (ur_ocdbt_reader *)kv;
+    ur_ocdbt_cnode *leaf = NULL;
+    const ur_ocdbt_btree_entry *e;
+    size_t idx;
+    int fd = -1, temp = 0;
+
+    if (find_key(r, key, &leaf, &idx, NULL) < 0) {
+        return;
+    }
+    e = &leaf->node.e[idx];
+    if (e->indirect && e->value_len > 0 &&
+        get_fd(r, leaf->node.table.f[e->ref.file].path, &fd, &temp, NULL) == UR_OK) {
+        uint64_t n = e->value_len < max_bytes ? e->value_len : max_bytes;
+        (void)posix_fadvise(fd, (off_t)e->ref.offset, (off_t)n, POSIX_FADV_WILLNEED);
+        if (temp) {
+            close(fd);
+        }
+    }
+    ur_ocdbt_read__release(r, leaf);
+}
+
 static int r_size(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err)
 {
     ur_ocdbt_reader *r = (ur_ocdbt_reader *)kv;
@@ -751,7 +774,7 @@ static void r_close(ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops reader_ops = {
-    "ocdbt", r_read, r_read_range, r_view, r_size, r_list, NULL, NULL, r_close,
+    "ocdbt", r_read, r_read_range, r_view, r_size, r_list, NULL, NULL, r_close, r_prefetch,
 };
 
 /* ---- opening ---- */

@@ -619,7 +619,7 @@ static void w_close(ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops writer_ops = {
-    "ocdbt-writer", NULL, NULL, NULL, NULL, NULL, w_write, w_commit, w_close,
+    "ocdbt-writer", NULL, NULL, NULL, NULL, NULL, w_write, w_commit, w_close, NULL,
 };
 
 int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts *opts,

@@ -129,6 +129,9 @@ static void test_kvstore_file__views(void **state)
     assert_int_equal(ur_kvstore_commit(kv, &err), UR_OK);
     ur_kvstore_close(kv);
     assert_int_equal(ur_kvstore_file_open(&kv, root, 0, &err), UR_OK);
+    ur_kvstore_prefetch(kv, "a/big", 1 << 20); /* hints: never fail */
+    ur_kvstore_prefetch(kv, "a/none", 1 << 20);
+    ur_kvstore_prefetch(kv, "../escape", 1 << 20);
     assert_int_equal(ur_kvstore_read_view(kv, "small", 0, &v, &err), UR_OK);
     assert_int_equal(v.len, 10);
     assert_null(v.map_.base_);

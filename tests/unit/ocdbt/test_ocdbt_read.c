@@ -371,6 +371,10 @@ static void test_ocdbt_read__views(void **state)
 
     assert_int_equal(ur_ocdbt_open(&kv, db, &err), UR_OK);
     for (size_t i = 0; i < 4; i++) {
+        ur_kvstore_prefetch(kv, vals[i].key, 1 << 20); /* a hint: never fails */
+    }
+    ur_kvstore_prefetch(kv, "nope", 1 << 20);
+    for (size_t i = 0; i < 4; i++) {
         assert_int_equal(ur_kvstore_read_view(kv, vals[i].key, 0, &v, &err), UR_OK);
         assert_int_equal(v.len, vals[i].len);
         assert_int_equal(v.map_.base_ != NULL, vals[i].mapped);
