@@ -3,9 +3,10 @@
   report.py --workdir DIR --sizes N1 N2 ... [--json FILE]
 
 Per size (GiB of fp32 parameters) and tool — (a) unroll, (b) the Python reference pipeline,
-(c) the floor — wall time, CPU time (user + sys) and peak RSS (max resident set size) from
-`/usr/bin/time -v`; then the ratios (b)/(a) for time and RSS, (a)/(c) for time, and each
-tool's RSS and wall-time growth from the first size to the last. Standard library only.
+(c) the floor, (d) the codec floor — wall time, CPU time (user + sys) and peak RSS (max
+resident set size) from `/usr/bin/time -v`; then the ratios (b)/(a) for time and RSS, (a)/(c)
+and (a)/(d) for time, and each tool's RSS and wall-time growth from the first size to the last.
+Standard library only.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pathlib
 import re
 import sys
 
-TOOLS = (("unroll", "(a) unroll"), ("reference", "(b) reference"), ("floor", "(c) floor"))
+TOOLS = (("unroll", "(a) unroll"), ("reference", "(b) reference"), ("floor", "(c) floor"),
+         ("codec", "(d) codec floor"))
 MiB = 1024**2
 GiB = 1024**3
 
@@ -73,9 +75,10 @@ def collect(workdir: pathlib.Path, sizes: list) -> dict:
         phases = run / "reference.phases.json"
         if phases.is_file() and "reference" in entry["tools"]:
             entry["tools"]["reference"]["phases"] = json.loads(phases.read_text())
-        fl = run / "floor.stdout"
-        if fl.is_file() and "floor" in entry["tools"] and fl.read_text().strip():
-            entry["tools"]["floor"]["detail"] = json.loads(fl.read_text())
+        for name in ("floor", "codec"):
+            fl = run / f"{name}.stdout"
+            if fl.is_file() and name in entry["tools"] and fl.read_text().strip():
+                entry["tools"][name]["detail"] = json.loads(fl.read_text())
         if (run / "verify.rc").is_file():
             entry["verify"] = {"identical": _read(run / "verify.rc") == "0",
                                "detail": (_read(run / "verify.txt") or "")[-2000:]}
@@ -119,6 +122,10 @@ def ratios(tools: dict) -> dict:
     if ok(a) and ok(c):
         r["unroll_over_floor_wall"] = a["wall_s"] / max(c["wall_s"], 1e-9)
         r["unroll_over_floor_cpu"] = a["cpu_s"] / max(c["cpu_s"], 1e-9)
+    d = tools.get("codec")
+    if ok(a) and ok(d):
+        r["unroll_over_codec_floor_wall"] = a["wall_s"] / max(d["wall_s"], 1e-9)
+        r["unroll_over_codec_floor_cpu"] = a["cpu_s"] / max(d["cpu_s"], 1e-9)
     return r
 
 
@@ -150,7 +157,9 @@ def table(res: dict) -> str:
             f"CPU {fmt(r.get('reference_over_unroll_cpu'))}x, "
             f"RSS {fmt(r.get('reference_over_unroll_rss'))}x; "
             f"(a)/(c) wall {fmt(r.get('unroll_over_floor_wall'))}x, "
-            f"CPU {fmt(r.get('unroll_over_floor_cpu'))}x")
+            f"CPU {fmt(r.get('unroll_over_floor_cpu'))}x; "
+            f"(a)/(d) wall {fmt(r.get('unroll_over_codec_floor_wall'))}x, "
+            f"CPU {fmt(r.get('unroll_over_codec_floor_cpu'))}x")
         if r.get("reference_killed"):
             lines.append(f"  (b) was killed (SIGKILL, most likely out of memory) after "
                          f"{e['tools']['reference']['wall_s']:.1f} s at "

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Benchmark: unroll (a) against the Python reference pipeline (b) and the I/O+codec floor (c),
-# on a generated MaxText-shaped checkpoint of N GiB of fp32 parameters, then on one of 2N GiB.
+# Benchmark: unroll (a) against the Python reference pipeline (b), the I/O+codec floor (c) and
+# the codec floor (d, no I/O copies), on a generated MaxText-shaped checkpoint of N GiB of fp32 parameters, then on one of 2N GiB.
 # See bench/README.md.
 #
 #   bench/run.sh --config <base.yml> --workdir <dir> [--params-gib N] [--threads T]
@@ -135,6 +135,10 @@ for size in $sizes; do
     log "(c) floor -t $threads"
     prepare_cache "$items"
     measure "$run" floor "$FLOOR" -t "$threads" "$ckpt/chunks.tsv" "$run/out/floor.out"
+
+    log "(d) codec floor: floor -m -t $threads"
+    prepare_cache "$items"
+    measure "$run" codec "$FLOOR" -m -t "$threads" "$ckpt/chunks.tsv" "$run/out/codec.out"
 
     if [ "$first" = 1 ] && [ "$verify" = 1 ] && [ "$skip_ref" = 0 ]; then
         log "verifying (a) == (b), bit for bit"

@@ -69,20 +69,29 @@ static int f_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
     return rc;
 }
 
-static int f_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len, void *dst,
-                        ur_err *err)
+/* Open the file of `key` for reading; *path_out (the caller frees it) names it. */
+static int open_key(file_store *fs, const char *key, int *fd_out, char **path_out, ur_err *err)
 {
-    file_store *fs = (file_store *)kv;
-    char *path = NULL;
-    int fd, rc = key_path(fs, key, &path, err);
+    int rc = key_path(fs, key, path_out, err);
+    *fd_out = -1;
     if (rc < 0) {
         return rc;
     }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    *fd_out = open(*path_out, O_RDONLY | O_CLOEXEC);
+    if (*fd_out < 0) {
         int e = errno;
-        rc = ur_err_set_os(err, e == ENOENT ? UR_ENOTFOUND : UR_EIO, e, path, "cannot open");
-    } else {
+        return ur_err_set_os(err, e == ENOENT ? UR_ENOTFOUND : UR_EIO, e, *path_out,
+                             "cannot open");
+    }
+    return UR_OK;
+}
+
+static int f_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len, void *dst,
+                        ur_err *err)
+{
+    char *path = NULL;
+    int fd, rc = open_key((file_store *)kv, key, &fd, &path, err);
+    if (rc == UR_OK) {
         rc = ur_fs_pread_full(fd, dst, len, offset, path, err);
         close(fd);
     }
@@ -94,18 +103,14 @@ static int f_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t
 static int f_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvstore_view *v,
                   ur_err *err)
 {
-    file_store *fs = (file_store *)kv;
     char *path = NULL;
     struct stat st;
-    int fd, rc = key_path(fs, key, &path, err);
+    int fd, rc = open_key((file_store *)kv, key, &fd, &path, err);
     if (rc < 0) {
+        ur_free(path);
         return rc;
     }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        rc = ur_err_set_os(err, e == ENOENT ? UR_ENOTFOUND : UR_EIO, e, path, "cannot open");
-    } else if (fstat(fd, &st) != 0) {
+    if (fstat(fd, &st) != 0) {
         rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot stat");
     } else if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < UR_KVSTORE_MAP_MIN) {
         rc = 1; /* read it */
@@ -121,9 +126,7 @@ static int f_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvstore_view
             v->len = v->map_.len;
         }
     }
-    if (fd >= 0) {
-        close(fd);
-    }
+    close(fd);
     ur_free(path);
     return rc == 1 ? ur_kvstore__view_by_read(kv, key, v, err) : rc;
 }
@@ -132,11 +135,7 @@ static void f_prefetch(ur_kvstore *kv, const char *key, size_t max_bytes)
 {
     char *path = NULL;
     int fd;
-    if (key_path((file_store *)kv, key, &path, NULL) < 0) {
-        return;
-    }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
+    if (open_key((file_store *)kv, key, &fd, &path, NULL) == UR_OK) {
         (void)posix_fadvise(fd, 0, (off_t)max_bytes, POSIX_FADV_WILLNEED);
         close(fd);
     }
