@@ -49,6 +49,18 @@ const char *ur_zarr_array_prefix(const ur_zarr_array *arr);
  * missing chunk is filled with the fill value, as TensorStore reads it. */
 int ur_zarr_array_read_chunk(ur_zarr_array *arr, const uint64_t *idx, void *dst, ur_err *err);
 
+/* Called while a chunk is decoded: its first n bytes are final (n grows from call to call and
+ * the last call has n = chunk_bytes). A nonzero return stops the read and is returned. */
+typedef int (*ur_zarr_ready_fn)(void *ctx, size_t n, ur_err *err);
+
+/* ur_zarr_array_read_chunk that reports the decoded prefix as it grows, so that the caller
+ * can consume bytes while they are still in the CPU's caches. Only a chunk stored as one
+ * zstd frame behind a little-endian bytes codec (Orbax's chunks), whole and inside the
+ * array, is reported piece by piece (about every 256 KiB of compressed input); any other is
+ * decoded whole and reported once. Results and errors are those of ur_zarr_array_read_chunk. */
+int ur_zarr_array_read_chunk_progressive(ur_zarr_array *arr, const uint64_t *idx, void *dst,
+                                         ur_zarr_ready_fn ready, void *ctx, ur_err *err);
+
 /* Hint that chunk `idx` will be read soon: the store starts reading up to max_bytes of its
  * stored value (the shard holding it) in the background. Best effort, no errors. */
 void ur_zarr_array_prefetch_chunk(ur_zarr_array *arr, const uint64_t *idx, size_t max_bytes);

@@ -95,6 +95,8 @@ typedef struct {
     size_t n_enc, cap_enc;
     size_t *ix;  /* output array of each encoded chunk */
     size_t cap_ix;
+    ur_tensor_view *views; /* fused splits: the output chunks, then their row slices */
+    size_t cap_views;
 } worker;
 
 /* What one work item is. */
@@ -206,6 +208,193 @@ static int ensure_size(ur_buf *b, size_t n, ur_err *err)
     return ur_buf_reserve(b, n, err);
 }
 
+static int ensure_ix(worker *wk, size_t n, ur_err *err)
+{
+    if (n > wk->cap_ix) {
+        size_t *ix = ur_realloc(wk->ix, n * sizeof *ix);
+        if (ix == NULL) {
+            return ur_err_oom(err);
+        }
+        wk->ix = ix;
+        wk->cap_ix = n;
+    }
+    return UR_OK;
+}
+
+/* ---- decoding and splitting in one pass ----------------------------------------------------
+ * A whole chunk of a cast (COPY) or of a single layer axis (UNSTACK) is split while it is
+ * decoded: each time the decoder reports more final bytes, the complete rows among them
+ * (indices of axis 0; single elements for a cast) are cast or split at once, while they are
+ * still in the CPU's caches, instead of reading the whole decoded chunk back from memory
+ * afterwards. The result is the same as splitting it whole. */
+typedef struct {
+    worker *wk;
+    const task *t;
+    ur_tensor_view src;  /* UNSTACK: the chunk, layers past the array's edge cut off */
+    uint64_t layers;     /* UNSTACK: output chunks (layers in the chunk) */
+    uint64_t rows;       /* rows to process */
+    size_t row_bytes;    /* decoded bytes per row */
+    uint64_t done;       /* rows processed */
+} fused;
+
+static int fusable(const item_info *it)
+{
+    const task *t = it->t;
+    if (t->slabs_per_chunk != 1 || it->beyond_edge || t->info.rank == 0) {
+        return 0;
+    }
+    return t->axis < 0 ? t->act->out_dtype != t->info.dtype : t->n_axes == 1;
+}
+
+static int ensure_views(worker *wk, size_t n, ur_err *err)
+{
+    if (n > wk->cap_views) {
+        ur_tensor_view *v = ur_realloc(wk->views, n * sizeof *v);
+        if (v == NULL) {
+            return ur_err_oom(err);
+        }
+        wk->views = v;
+        wk->cap_views = n;
+    }
+    return UR_OK;
+}
+
+/* Set up the output buffers and views for a fused split of item `it`. */
+static int fused_prepare(worker *wk, const item_info *it, fused *f, ur_err *err)
+{
+    const task *t = it->t;
+    const ur_zarr_info *in = &t->info;
+    uint64_t start[UR_MAX_RANK] = {0}, count[UR_MAX_RANK];
+    int a = t->axis, rc;
+
+    memset(f, 0, sizeof *f);
+    f->wk = wk;
+    f->t = t;
+    if (a < 0) { /* a cast: every element is a row */
+        f->rows = t->slab_bytes / ur_dtype_size(in->dtype);
+        f->row_bytes = ur_dtype_size(in->dtype);
+        return ensure_size(&wk->out, t->out_chunk_bytes, err);
+    }
+    memcpy(count, t->slab_shape, sizeof count);
+    f->layers = t->slab_shape[a];
+    if (it->global[a] + f->layers > in->shape[a]) {
+        f->layers = in->shape[a] - it->global[a]; /* the edge chunk's padding holds no layer */
+    }
+    count[a] = f->layers;
+    f->rows = a == 0 ? f->layers : t->slab_shape[0];
+    f->row_bytes = t->slab_bytes / t->slab_shape[0];
+    rc = ur_tensor_view_init_dense(&f->src, in->dtype, in->rank, t->slab_shape, wk->in.data, err);
+    if (rc == UR_OK) {
+        rc = ur_tensor_view_slice(&f->src, &f->src, start, count, err);
+    }
+    if (rc == UR_OK) {
+        rc = ensure_size(&wk->out, (size_t)f->layers * t->out_chunk_bytes, err);
+    }
+    if (rc == UR_OK) {
+        rc = ensure_ix(wk, (size_t)f->layers, err);
+    }
+    if (rc == UR_OK) {
+        rc = ensure_views(wk, 2 * (size_t)f->layers, err);
+    }
+    for (uint64_t j = 0; rc == UR_OK && j < f->layers; j++) {
+        rc = ur_tensor_view_init_dense(&wk->views[j], t->act->out_dtype, t->out_rank,
+                                       t->out_chunk_shape,
+                                       wk->out.data + j * t->out_chunk_bytes, err);
+        wk->ix[j] = (size_t)(it->global[a] + j);
+    }
+    return rc;
+}
+
+/* Cast or split rows [r0, r1). */
+static int fused_rows(fused *f, uint64_t r0, uint64_t r1, ur_err *err)
+{
+    const task *t = f->t;
+    worker *wk = f->wk;
+    uint64_t start[UR_MAX_RANK] = {0}, count[UR_MAX_RANK];
+    ur_tensor_view part, *sub = wk->views + f->layers;
+    int a = t->axis, rc;
+
+    if (a < 0) {
+        size_t isz = ur_dtype_size(t->info.dtype), osz = ur_dtype_size(t->act->out_dtype);
+        return ur_tensor_cast_dense(wk->out.data + r0 * osz, t->act->out_dtype,
+                                    wk->in.data + r0 * isz, t->info.dtype, (size_t)(r1 - r0),
+                                    err);
+    }
+    memcpy(count, f->src.shape, sizeof count);
+    start[0] = r0;
+    count[0] = r1 - r0;
+    rc = ur_tensor_view_slice(&part, &f->src, start, count, err);
+    if (rc < 0) {
+        return rc;
+    }
+    if (a == 0) { /* rows are layers */
+        return ur_tensor_unstack(wk->views + r0, (size_t)(r1 - r0), &part, 0, err);
+    }
+    /* the output's axis 0 is the input's: the same rows of every output chunk */
+    for (uint64_t j = 0; j < f->layers && rc == UR_OK; j++) {
+        uint64_t ostart[UR_MAX_RANK] = {0}, ocount[UR_MAX_RANK];
+        memcpy(ocount, wk->views[j].shape, sizeof ocount);
+        ostart[0] = r0;
+        ocount[0] = r1 - r0;
+        rc = ur_tensor_view_slice(&sub[j], &wk->views[j], ostart, ocount, err);
+    }
+    return rc == UR_OK ? ur_tensor_unstack(sub, (size_t)f->layers, &part, a, err) : rc;
+}
+
+static int fused_ready(void *ctx, size_t n, ur_err *err)
+{
+    fused *f = ctx;
+    uint64_t r = n / f->row_bytes;
+    int rc = UR_OK;
+    if (r > f->rows) {
+        r = f->rows;
+    }
+    if (r > f->done) {
+        rc = fused_rows(f, f->done, r, err);
+        f->done = r;
+    }
+    return rc;
+}
+
+/* Read and split a fusable item; its *n_chunks output chunks are then ready to encode. */
+static int read_fused(worker *wk, const item_info *it, size_t *n_chunks, ur_err *err)
+{
+    fused f;
+    int rc = ensure_size(&wk->in, it->t->slab_bytes, err);
+    if (rc == UR_OK) {
+        rc = fused_prepare(wk, it, &f, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_zarr_array_read_chunk_progressive(it->t->src, it->idx, wk->in.data, fused_ready,
+                                                  &f, err);
+    }
+    if (rc == UR_OK && f.done != f.rows) {
+        rc = ur_err_set(err, UR_EINTERNAL, "split %llu of %llu rows",
+                        (unsigned long long)f.done, (unsigned long long)f.rows);
+    }
+    *n_chunks = it->t->axis < 0 ? 1 : (size_t)f.layers;
+    return rc;
+}
+
+/* Encode the n output chunks of a fused item. */
+static int encode_fused(worker *wk, const item_info *it, size_t n, size_t *n_out, ur_err *err)
+{
+    const task *t = it->t;
+    int rc = ensure_enc(wk, n, err);
+    if (rc == UR_OK && t->axis < 0) { /* a cast: the one chunk goes to every output */
+        rc = ensure_ix(wk, t->act->n_out, err);
+        for (size_t i = 0; rc == UR_OK && i < t->act->n_out; i++) {
+            wk->ix[i] = i;
+        }
+    }
+    for (size_t k = 0; rc == UR_OK && k < n; k++) {
+        rc = ur_zarr_array_encode_chunk(t->dst[t->axis < 0 ? 0 : wk->ix[k]],
+                                        wk->out.data + k * t->out_chunk_bytes, &wk->enc[k], err);
+    }
+    *n_out = t->axis < 0 ? t->act->n_out : n;
+    return rc;
+}
+
 /* Read the item's slab into wk->in: the whole chunk with one read, or the next slab of the
  * chunk's stream once every earlier slab of it has been read. */
 static int read_slab(worker *wk, item_info *it, ur_err *err)
@@ -249,18 +438,6 @@ static int read_slab(worker *wk, item_info *it, ur_err *err)
     return rc;
 }
 
-static int ensure_ix(worker *wk, size_t n, ur_err *err)
-{
-    if (n > wk->cap_ix) {
-        size_t *ix = ur_realloc(wk->ix, n * sizeof *ix);
-        if (ix == NULL) {
-            return ur_err_oom(err);
-        }
-        wk->ix = ix;
-        wk->cap_ix = n;
-    }
-    return UR_OK;
-}
 
 /* COPY or REPLICATE: one output chunk (the slab, cast), written to every output array. */
 static int produce_copy(worker *wk, const task *t, size_t *n_out, ur_err *err)
@@ -631,11 +808,17 @@ static void *work(void *arg)
 
         if (it.t->slabs_per_chunk > 1 && it.slot == NULL) {
             rc = ur_err_set(&err, UR_EINTERNAL, "no stream slot free");
+        } else if (fusable(&it)) {
+            size_t n_chunks = 0;
+            rc = read_fused(wk, &it, &n_chunks, &err);
+            if (rc == UR_OK) {
+                rc = encode_fused(wk, &it, n_chunks, &n_out, &err);
+            }
         } else {
             rc = read_slab(wk, &it, &err);
-        }
-        if (rc == UR_OK && !it.beyond_edge) {
-            rc = produce(wk, &it, &n_out, &err);
+            if (rc == UR_OK && !it.beyond_edge) {
+                rc = produce(wk, &it, &n_out, &err);
+            }
         }
         if (rc == UR_OK) {
             rc = commit(wk, &it, n_out, &err);
@@ -990,6 +1173,7 @@ out:
         ur_buf_dispose(&workers[i].out);
         dispose_bufs(workers[i].enc, workers[i].cap_enc);
         ur_free(workers[i].ix);
+        ur_free(workers[i].views);
     }
     for (int i = 0; i < r.n_slots; i++) {
         ur_zarr_chunk_stream_close(r.slots[i].s);

@@ -256,15 +256,26 @@ static size_t value_limit(const ur_zarr_array *a, size_t extra)
     return lim;
 }
 
+/* A read in progress: where to report the decoded prefix (NULL: nowhere). */
+typedef struct {
+    ur_zarr_ready_fn fn;
+    void *ctx;
+} progress;
+
 static int decode_inner(const ur_zarr_array *a, const uint8_t *src, size_t n, void *dst,
-                        ur_err *err)
+                        const progress *pr, ur_err *err)
 {
+    if (pr != NULL) {
+        return ur_zarr_codec__decode_progressive(&a->meta.codecs, a->info.rank,
+                                                 a->info.chunk_shape, a->meta.itemsize, src, n,
+                                                 dst, a->info.chunk_bytes, pr->fn, pr->ctx, err);
+    }
     return ur_zarr_codec__decode(&a->meta.codecs, a->info.rank, a->info.chunk_shape,
                                  a->meta.itemsize, src, n, dst, a->info.chunk_bytes, err);
 }
 
 static int read_unsharded(ur_zarr_array *a, const uint64_t *idx, const char *key, void *dst,
-                          ur_err *err)
+                          const progress *pr, ur_err *err)
 {
     ur_kvstore_view v;
     int rc;
@@ -274,14 +285,14 @@ static int read_unsharded(ur_zarr_array *a, const uint64_t *idx, const char *key
     if (rc == UR_ENOTFOUND) {
         rc = missing(a, key, "chunk", dst, err);
     } else if (rc == UR_OK) {
-        rc = decode_inner(a, v.data, v.len, dst, err);
+        rc = decode_inner(a, v.data, v.len, dst, pr, err);
     }
     ur_kvstore_view_release(&v);
     return rc;
 }
 
 static int read_sharded(ur_zarr_array *a, const uint64_t *idx, const char *key, void *dst,
-                        ur_err *err)
+                        const progress *pr, ur_err *err)
 {
     const ur_zarr_meta *m = &a->meta;
     uint64_t count = ur_zarr_codec_sharding__count(m), size, lin = 0, *entries = NULL;
@@ -360,7 +371,7 @@ static int read_sharded(ur_zarr_array *a, const uint64_t *idx, const char *key, 
         goto out;
     }
     if (count == 1) {
-        rc = decode_inner(a, whole.data + off, (size_t)len, dst, err);
+        rc = decode_inner(a, whole.data + off, (size_t)len, dst, pr, err);
         goto out;
     }
     cbuf = ur_malloc((size_t)len);
@@ -370,7 +381,7 @@ static int read_sharded(ur_zarr_array *a, const uint64_t *idx, const char *key, 
     }
     rc = ur_kvstore_read_range(a->kv, key, off, (size_t)len, cbuf, err);
     if (rc == UR_OK) {
-        rc = decode_inner(a, cbuf, (size_t)len, dst, err);
+        rc = decode_inner(a, cbuf, (size_t)len, dst, pr, err);
     }
 out:
     ur_free(entries);
@@ -380,7 +391,43 @@ out:
     return rc;
 }
 
+static int read_chunk(ur_zarr_array *arr, const uint64_t *idx, void *dst, const progress *pr,
+                      ur_err *err);
+
 int ur_zarr_array_read_chunk(ur_zarr_array *arr, const uint64_t *idx, void *dst, ur_err *err)
+{
+    return read_chunk(arr, idx, dst, NULL, err);
+}
+
+/* Passes reports on, remembering whether the whole chunk was reported. */
+typedef struct {
+    progress outer;
+    size_t total;
+    int done;
+} report_state;
+
+static int report(void *ctx, size_t n, ur_err *err)
+{
+    report_state *st = ctx;
+    st->done = n == st->total;
+    return st->outer.fn(st->outer.ctx, n, err);
+}
+
+int ur_zarr_array_read_chunk_progressive(ur_zarr_array *arr, const uint64_t *idx, void *dst,
+                                         ur_zarr_ready_fn ready, void *ctx, ur_err *err)
+{
+    report_state st = {{ready, ctx}, arr->info.chunk_bytes, 0};
+    progress pr = {report, &st};
+    int rc = read_chunk(arr, idx, dst, &pr, err);
+    /* a chunk filled rather than decoded (missing, or at the edge) is reported here, whole */
+    if (rc == UR_OK && !st.done) {
+        rc = ready(ctx, arr->info.chunk_bytes, err);
+    }
+    return rc;
+}
+
+static int read_chunk(ur_zarr_array *arr, const uint64_t *idx, void *dst, const progress *pr,
+                      ur_err *err)
 {
     const ur_zarr_info *in = &arr->info;
     uint64_t sidx[UR_MAX_RANK];
@@ -400,8 +447,11 @@ int ur_zarr_array_read_chunk(ur_zarr_array *arr, const uint64_t *idx, void *dst,
     if (rc < 0) {
         return rc;
     }
-    rc = arr->meta.sharded ? read_sharded(arr, idx, key, dst, err)
-                           : read_unsharded(arr, idx, key, dst, err);
+    if (edge) {
+        pr = NULL; /* the padding is filled after decoding: report once, at the end */
+    }
+    rc = arr->meta.sharded ? read_sharded(arr, idx, key, dst, pr, err)
+                           : read_unsharded(arr, idx, key, dst, pr, err);
     if (rc < 0) {
         if (rc != UR_ENOTFOUND) {
             ur_err_set_where(err, key);

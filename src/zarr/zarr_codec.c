@@ -175,3 +175,24 @@ int ur_zarr_codec__fixed_size(const ur_zarr_chain *c, size_t decoded, size_t *ou
     *out = n;
     return UR_OK;
 }
+
+/* Compressed input handed to the zstd decoder per step: small enough that the bytes it
+ * decodes to (a few times more) are still in the caches when the caller reads them. */
+#define PROGRESS_STEP ((size_t)256 << 10)
+
+int ur_zarr_codec__decode_progressive(const ur_zarr_chain *c, int rank, const uint64_t *shape,
+                                      size_t itemsize, const uint8_t *src, size_t n,
+                                      uint8_t *dst, size_t dst_size, ur_zarr_ready_fn ready,
+                                      void *ctx, ur_err *err)
+{
+    int rc = 1;
+    if (c->n_b2b == 1 && c->b2b[0].kind == UR_ZARR_B2B_ZSTD && !c->has_transpose &&
+        !c->big_endian) {
+        rc = ur_zarr_codec_zstd__decode_progressive(src, n, dst, dst_size, PROGRESS_STEP, ready,
+                                                    ctx, err);
+    }
+    if (rc == 1) {
+        rc = ur_zarr_codec__decode(c, rank, shape, itemsize, src, n, dst, dst_size, err);
+    }
+    return rc == UR_OK ? ready(ctx, dst_size, err) : rc;
+}

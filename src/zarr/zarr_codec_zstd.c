@@ -54,6 +54,83 @@ int ur_zarr_codec_zstd__decode(const uint8_t *src, size_t n, uint8_t *dst, size_
     return UR_OK;
 }
 
+/* End of the whole blocks that start at `at` and hold at least `step` bytes (or up to the
+ * last block); 0 when a block header is cut off. *last says the last block was reached. */
+static size_t blocks_end(const uint8_t *src, size_t n, size_t at, size_t step, int *last)
+{
+    size_t end = at;
+    *last = 0;
+    while (end - at < step && !*last) {
+        uint32_t h;
+        size_t body;
+        if (n - end < 3) {
+            return 0;
+        }
+        h = (uint32_t)src[end] | (uint32_t)src[end + 1] << 8 | (uint32_t)src[end + 2] << 16;
+        *last = (int)(h & 1);
+        body = ((h >> 1) & 3) == 1 ? 1 : h >> 3; /* an RLE block stores one byte */
+        if (n - end - 3 < body) {
+            return 0;
+        }
+        end += 3 + body;
+    }
+    return end;
+}
+
+int ur_zarr_codec_zstd__decode_progressive(const uint8_t *src, size_t n, uint8_t *dst,
+                                           size_t cap, size_t step, ur_zarr_ready_fn ready,
+                                           void *ctx, ur_err *err)
+{
+    ZSTD_DCtx *d;
+    ZSTD_inBuffer in = {src, 0, 0};
+    ZSTD_outBuffer out = {dst, cap, 0};
+    size_t at = ZSTD_frameHeaderSize(src, n), reported = 0;
+    int rc = 1, last = 0;
+
+    if (ZSTD_isError(at) || at > n) {
+        return 1;
+    }
+    d = ZSTD_createDCtx_advanced(mem);
+    if (d == NULL) {
+        return ur_err_oom(err);
+    }
+    /* Decode straight into dst (no window buffer), and from src (the input is handed over in
+     * whole blocks, so the decoder never copies a partial one). */
+    if (ZSTD_isError(ZSTD_DCtx_setParameter(d, ZSTD_d_stableOutBuffer, 1))) {
+        goto out;
+    }
+    while (!last) {
+        size_t end = blocks_end(src, n, at, step, &last), r;
+        if (end == 0) {
+            goto out;
+        }
+        if (last) {
+            end = n; /* the frame's checksum, if any, and anything after it */
+        }
+        in.size = end;
+        do {
+            r = ZSTD_decompressStream(d, &out, &in);
+        } while (!ZSTD_isError(r) && r != 0 && in.pos < in.size);
+        if (ZSTD_isError(r) || (r == 0) != last) {
+            goto out; /* the one-shot decode reports it */
+        }
+        at = end;
+        if (out.pos > reported && !last) {
+            reported = out.pos;
+            rc = ready(ctx, reported, err);
+            if (rc != UR_OK) {
+                goto out;
+            }
+            rc = 1;
+        }
+    }
+    /* one frame, all of the input, exactly cap bytes: done; the final report is the caller's */
+    rc = in.pos == n && out.pos == cap ? UR_OK : 1;
+out:
+    ZSTD_freeDCtx(d);
+    return rc;
+}
+
 int ur_zarr_codec_zstd__encode(const uint8_t *src, size_t n, int level, int checksum,
                                ur_buf *out, ur_err *err)
 {

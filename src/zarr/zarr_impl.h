@@ -116,6 +116,13 @@ void ur_zarr_chunk_grid__fill(uint8_t *dst, uint64_t n, const uint8_t *fill, siz
 int ur_zarr_codec__decode(const ur_zarr_chain *c, int rank, const uint64_t *shape,
                           size_t itemsize, const uint8_t *src, size_t n, uint8_t *dst,
                           size_t dst_size, ur_err *err);
+/* ur_zarr_codec__decode reporting the decoded prefix to `ready` as it grows, for a chain of
+ * one zstd codec behind a little-endian bytes codec; other chains are decoded whole and
+ * reported once. */
+int ur_zarr_codec__decode_progressive(const ur_zarr_chain *c, int rank, const uint64_t *shape,
+                                      size_t itemsize, const uint8_t *src, size_t n,
+                                      uint8_t *dst, size_t dst_size, ur_zarr_ready_fn ready,
+                                      void *ctx, ur_err *err);
 int ur_zarr_codec__encode(const ur_zarr_chain *c, int rank, const uint64_t *shape,
                           size_t itemsize, const uint8_t *src, size_t n, ur_buf *out,
                           ur_err *err);
@@ -138,6 +145,14 @@ void ur_zarr_codec_transpose__decode(uint8_t *dst, const uint8_t *src, int rank,
 #define UR_ZARR_ZSTD_DEFAULT_LEVEL_V2 1 /* TensorStore zarr2 zstd compressor default */
 int ur_zarr_codec_zstd__decode(const uint8_t *src, size_t n, uint8_t *dst, size_t cap,
                                size_t *len_out, ur_err *err);
+/* Decode src, one zstd frame of exactly cap bytes, into dst, calling ready(ctx, n) each time
+ * about `step` more bytes of input (whole blocks) have been decoded. Returns 1, having
+ * perhaps reported a prefix, when the input is anything but one clean frame of cap bytes or
+ * the stream decoder fails: the caller then decodes it one-shot, whose result or error is the
+ * reference. */
+int ur_zarr_codec_zstd__decode_progressive(const uint8_t *src, size_t n, uint8_t *dst,
+                                           size_t cap, size_t step, ur_zarr_ready_fn ready,
+                                           void *ctx, ur_err *err);
 int ur_zarr_codec_zstd__encode(const uint8_t *src, size_t n, int level, int checksum,
                                ur_buf *out, ur_err *err);
 /* gzip: 1 for gzip framing, 0 for zlib framing. */

@@ -16,12 +16,27 @@
 #include <stdlib.h>
 
 enum { RANK = 5 };
-static const uint64_t SHAPE[RANK] = {2, 3, 5, 4, 7};   /* [R, S, E, L, M] */
-static const uint64_t CHUNK[RANK] = {1, 2, 3, 4, 4};   /* odd, with edge chunks */
+static const uint64_t SMALL_SHAPE[RANK] = {2, 3, 5, 4, 7}; /* [R, S, E, L, M] */
+static const uint64_t SMALL_CHUNK[RANK] = {1, 2, 3, 4, 4}; /* odd, with edge chunks */
+/* Chunks of ~3 MB, decoded in many steps: the split runs while the chunk is decoded. */
+static const uint64_t BIG_SHAPE[RANK] = {64, 1, 2, 3, 2000};
+static const uint64_t BIG_CHUNK[RANK] = {64, 1, 2, 3, 2000};
+static const uint64_t *SHAPE = SMALL_SHAPE, *CHUNK = SMALL_CHUNK;
+static const char *input = "in"; /* the input checkpoint under scratch */
 static char scratch[256];
 
 static float value_at(const uint64_t *i)
 {
+    if (SHAPE == BIG_SHAPE) {
+        /* random mantissas: poorly compressible, so a chunk is decoded in many steps */
+        uint64_t h = ((((i[0] * 7 + i[1]) * 11 + i[2]) * 13 + i[3]) * 2003 + i[4]) + 1;
+        uint32_t bits;
+        float f;
+        h *= 0x9e3779b97f4a7c15ull;
+        bits = 0x3f800000u | (uint32_t)(h >> 41);
+        memcpy(&f, &bits, 4);
+        return f;
+    }
     /* distinct, exactly representable values; a few need rounding to bf16 */
     return (float)((((i[0] * 3 + i[1]) * 5 + i[2]) * 4 + i[3]) * 7 + i[4]) * 1.00390625f;
 }
@@ -112,7 +127,7 @@ static void run_and_check(ur_plan_kind kind, const size_t *axes, size_t n_axes, 
     size_t n_out = 1;
     uint8_t is_layer[RANK] = {0};
 
-    snprintf(in_dir, sizeof in_dir, "%s/in/0/items", scratch);
+    snprintf(in_dir, sizeof in_dir, "%s/%s/0/items", scratch, input);
     snprintf(out_dir, sizeof out_dir, "%s/out", scratch);
     snprintf(out_items, sizeof out_items, "%s/out/items", scratch);
     ur_fs_remove_tree(out_dir, NULL);
@@ -247,6 +262,31 @@ static void test_plan_exec__unstack_pipeline_axes(void **state)
     sweep(UR_PLAN_UNSTACK, ax, 3);
 }
 
+/* Large chunks, whole (no memory limit) and in slabs: the one-pass decode-and-split path on
+ * each kind of action, against the same reference. */
+static void test_plan_exec__large_chunks(void **state)
+{
+    static const size_t inner[] = {3}, outer[] = {0};
+    static const uint64_t big_limits[] = {0, 1 << 20};
+    char step[300];
+    (void)state;
+    SHAPE = BIG_SHAPE;
+    CHUNK = BIG_CHUNK;
+    input = "big";
+    snprintf(step, sizeof step, "%s/big/0", scratch);
+    make_input(step);
+    for (size_t l = 0; l < 2; l++) {
+        for (int t = 1; t <= 2; t++) {
+            run_and_check(UR_PLAN_UNSTACK, inner, 1, t, big_limits[l]);
+            run_and_check(UR_PLAN_UNSTACK, outer, 1, t, big_limits[l]);
+            run_and_check(UR_PLAN_COPY, NULL, 0, t, big_limits[l]);
+        }
+    }
+    SHAPE = SMALL_SHAPE;
+    CHUNK = SMALL_CHUNK;
+    input = "in";
+}
+
 static void test_plan_exec__copy_and_replicate(void **state)
 {
     (void)state;
@@ -260,6 +300,7 @@ int main(void)
         cmocka_unit_test(test_plan_exec__unstack_one_axis),
         cmocka_unit_test(test_plan_exec__unstack_outer_axis),
         cmocka_unit_test(test_plan_exec__unstack_pipeline_axes),
+        cmocka_unit_test(test_plan_exec__large_chunks),
         cmocka_unit_test(test_plan_exec__copy_and_replicate),
     };
     return cmocka_run_group_tests_name("plan_exec", tests, setup, teardown);

@@ -416,6 +416,116 @@ static void test_zarr_array__concurrent_reads(void **state)
     ur_kvstore_close(kv);
 }
 
+/* What a progressive reader saw: reports grow, each prefix is already final. */
+typedef struct {
+    const uint8_t *dst;
+    const uint8_t *want; /* the chunk as ur_zarr_array_read_chunk reads it */
+    size_t total;
+    size_t last;
+    int calls;
+    int stop_at; /* return UR_EINVAL from this call (1-based); 0: never */
+} seen;
+
+static int on_ready(void *ctx, size_t n, ur_err *err)
+{
+    seen *sn = ctx;
+    sn->calls++;
+    assert_true(n > sn->last || (n == sn->total && sn->last < sn->total));
+    assert_true(n <= sn->total);
+    assert_memory_equal(sn->dst, sn->want, n);
+    sn->last = n;
+    if (sn->calls == sn->stop_at) {
+        return ur_err_set(err, UR_EINVAL, "stopped by the reader");
+    }
+    return UR_OK;
+}
+
+/* Read every chunk both ways; returns how many reports the progressive reads made. */
+static int check_progressive(ur_zarr_array *a, int stop_at)
+{
+    const ur_zarr_info *in = ur_zarr_array_info(a);
+    uint8_t *want = ur_malloc(in->chunk_bytes), *got = ur_malloc(in->chunk_bytes);
+    uint64_t idx[UR_MAX_RANK];
+    int calls = 0;
+    for (uint64_t k = 0; k < in->chunk_count; k++) {
+        uint64_t r = k;
+        ur_err e1, e2;
+        int rc1, rc2;
+        seen sn = {got, want, in->chunk_bytes, 0, 0, stop_at};
+        for (int d = in->rank - 1; d >= 0; d--) {
+            idx[d] = r % in->grid[d];
+            r /= in->grid[d];
+        }
+        memset(want, 0, in->chunk_bytes);
+        memset(got, 0xee, in->chunk_bytes);
+        rc1 = ur_zarr_array_read_chunk(a, idx, want, &e1);
+        rc2 = ur_zarr_array_read_chunk_progressive(a, idx, got, on_ready, &sn, &e2);
+        if (stop_at != 0 && sn.calls == stop_at) {
+            assert_int_equal(rc2, UR_EINVAL);
+            assert_non_null(strstr(e2.msg, "stopped by the reader"));
+        } else {
+            assert_int_equal(rc2, rc1);
+        }
+        if (rc1 == UR_OK && rc2 == UR_OK) {
+            assert_int_equal(sn.last, in->chunk_bytes);
+            assert_memory_equal(got, want, in->chunk_bytes);
+        } else if (rc2 != UR_EINVAL) {
+            assert_string_equal(e2.msg, e1.msg); /* same error, same words */
+        }
+        calls += sn.calls;
+    }
+    ur_free(want);
+    ur_free(got);
+    return calls;
+}
+
+/* Progressive reads equal whole reads: chunks of many zstd blocks (reported piece by piece),
+ * edge and missing chunks (reported once), zarr2 and gzip chains (decoded whole), damaged
+ * frames (the same error as a whole read), and a reader that stops the read. */
+static void test_zarr_array__progressive_reads(void **state)
+{
+    const uint64_t shape[2] = {700, 1000}, chunk[2] = {512, 1000}; /* 2 MB chunks + an edge */
+    size_t n = 700 * 1000;
+    float *data = ur_malloc(n * sizeof *data);
+    (void)state;
+    uint32_t x = 12345;
+    for (size_t i = 0; i < n; i++) { /* runs of ones (RLE blocks) between random floats */
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        data[i] = (i / 50000) % 3 == 0 ? 1.0f : (float)(x >> 8) * 1e-7f;
+    }
+    for (int fmt = 2; fmt <= 3; fmt++) {
+        ur_kvstore *kv = mem();
+        ur_zarr_array *a = NULL;
+        ur_zarr_spec s;
+        uint64_t idx[2] = {0, 0};
+        ur_buf enc;
+        int calls;
+        spec_init(&s, fmt, UR_DT_FLOAT32, 2, shape, chunk);
+        assert_int_equal(ur_zarr_array_create(&a, kv, "p", &s, NULL), UR_OK);
+        write_all(a, (const uint8_t *)data);
+        calls = check_progressive(a, 0);
+        assert_true(calls >= 4); /* two chunks, the first one in several reports */
+        assert_true(check_progressive(a, 2) > 0); /* a reader that stops at its 2nd report */
+        /* a damaged frame: flip a byte in the middle of the stored chunk */
+        char key[64];
+        ur_buf_init(&enc, 0);
+        assert_int_equal(ur_zarr_array_chunk_key(a, idx, key, sizeof key, NULL), UR_OK);
+        assert_int_equal(ur_kvstore_read(kv, key, &enc, NULL), UR_OK);
+        enc.data[enc.len / 2] ^= 0x5a;
+        assert_int_equal(ur_kvstore_write(kv, key, enc.data, enc.len, NULL), UR_OK);
+        check_progressive(a, 0);
+        /* cut short */
+        assert_int_equal(ur_kvstore_write(kv, key, enc.data, enc.len / 3, NULL), UR_OK);
+        check_progressive(a, 0);
+        ur_buf_dispose(&enc);
+        ur_zarr_array_close(a);
+        ur_kvstore_close(kv);
+    }
+    ur_free(data);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -429,6 +539,7 @@ int main(void)
         cmocka_unit_test(test_zarr_array__io_faults),
         cmocka_unit_test(test_zarr_array__oom),
         cmocka_unit_test(test_zarr_array__concurrent_reads),
+        cmocka_unit_test(test_zarr_array__progressive_reads),
     };
     return cmocka_run_group_tests_name("zarr_array", tests, NULL, NULL);
 }
