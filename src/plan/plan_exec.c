@@ -208,16 +208,28 @@ static int ensure_size(ur_buf *b, size_t n, ur_err *err)
     return ur_buf_reserve(b, n, err);
 }
 
+/* `arr` (of *cap elements of `size` bytes) grown to hold at least n: arr itself, a new
+ * block (*cap updated), or NULL when out of memory (arr is then untouched) - or when arr is
+ * NULL and n is 0. */
+static void *grow(void *arr, size_t *cap, size_t n, size_t size)
+{
+    void *p = arr;
+    if (n > *cap) {
+        p = ur_realloc(arr, n * size);
+        if (p != NULL) {
+            *cap = n;
+        }
+    }
+    return p;
+}
+
 static int ensure_ix(worker *wk, size_t n, ur_err *err)
 {
-    if (n > wk->cap_ix) {
-        size_t *ix = ur_realloc(wk->ix, n * sizeof *ix);
-        if (ix == NULL) {
-            return ur_err_oom(err);
-        }
-        wk->ix = ix;
-        wk->cap_ix = n;
+    size_t *ix = grow(wk->ix, &wk->cap_ix, n, sizeof *ix);
+    if (ix == NULL && n > 0) {
+        return ur_err_oom(err);
     }
+    wk->ix = ix;
     return UR_OK;
 }
 
@@ -248,14 +260,11 @@ static int fusable(const item_info *it)
 
 static int ensure_views(worker *wk, size_t n, ur_err *err)
 {
-    if (n > wk->cap_views) {
-        ur_tensor_view *v = ur_realloc(wk->views, n * sizeof *v);
-        if (v == NULL) {
-            return ur_err_oom(err);
-        }
-        wk->views = v;
-        wk->cap_views = n;
+    ur_tensor_view *v = grow(wk->views, &wk->cap_views, n, sizeof *v);
+    if (v == NULL && n > 0) {
+        return ur_err_oom(err);
     }
+    wk->views = v;
     return UR_OK;
 }
 
