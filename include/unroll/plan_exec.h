@@ -18,13 +18,19 @@
 
 typedef struct ur_exec_opts {
     int threads;           /* worker threads; 0: one per online core */
-    uint64_t memory_limit; /* bytes of chunk buffers in flight; 0: UR_EXEC_DEFAULT_MEMORY */
+    uint64_t memory_limit; /* bytes of chunk buffers in flight; 0: ur_exec_default_memory */
     /* Called after each work item is written (under the writer's lock, so keep it short). */
     void (*progress)(void *ctx, uint64_t bytes_done, uint64_t bytes_total);
     void *progress_ctx;
 } ur_exec_opts;
 
 #define UR_EXEC_DEFAULT_MEMORY ((uint64_t)256 << 20)
+
+/* The memory limit when none is given: 128 MiB per worker thread (so that a worker's share
+ * holds a typical Orbax chunk whole however many cores there are), at least
+ * UR_EXEC_DEFAULT_MEMORY, and at most a quarter of the machine's memory `phys_bytes` (0:
+ * unknown) unless that is below UR_EXEC_DEFAULT_MEMORY. */
+uint64_t ur_exec_default_memory(int threads, uint64_t phys_bytes);
 
 typedef struct ur_exec_stats {
     size_t tensors_in;   /* input leaves read */

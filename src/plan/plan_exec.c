@@ -1072,15 +1072,32 @@ static int requested_threads(const ur_exec_opts *opts)
     return opts->threads > 0 ? opts->threads : (cores > 0 ? (int)cores : 1);
 }
 
+uint64_t ur_exec_default_memory(int threads, uint64_t phys_bytes)
+{
+    uint64_t want = (uint64_t)(threads > 0 ? threads : 1) * ((uint64_t)128 << 20);
+    uint64_t cap = phys_bytes / 4;
+    if (phys_bytes != 0 && want > cap) {
+        want = cap;
+    }
+    return want < UR_EXEC_DEFAULT_MEMORY ? UR_EXEC_DEFAULT_MEMORY : want;
+}
+
+static uint64_t physical_memory(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
+}
+
 int ur_plan_exec_run(const ur_plan *plan, ur_orbax_ckpt *in, ur_orbax_writer *w,
                      const ur_exec_opts *opts, ur_exec_stats *stats, ur_err *err)
 {
     runner r;
     worker *workers = NULL;
     pthread_t *tids = NULL;
-    uint64_t limit = opts->memory_limit ? opts->memory_limit : UR_EXEC_DEFAULT_MEMORY;
-    uint64_t budget;
     int n_threads = requested_threads(opts), started = 0, rc;
+    uint64_t limit = opts->memory_limit ? opts->memory_limit
+                                        : ur_exec_default_memory(n_threads, physical_memory());
+    uint64_t budget;
 
     memset(&r, 0, sizeof r);
     memset(stats, 0, sizeof *stats);

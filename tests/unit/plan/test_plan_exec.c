@@ -287,6 +287,20 @@ static void test_plan_exec__large_chunks(void **state)
     input = "in";
 }
 
+/* The default memory limit grows with the thread count, within [256 MiB, RAM / 4]. */
+static void test_plan_exec__default_memory(void **state)
+{
+    const uint64_t MiB = 1 << 20, GiB = MiB << 10;
+    (void)state;
+    assert_int_equal(ur_exec_default_memory(1, 16 * GiB), 256 * MiB);
+    assert_int_equal(ur_exec_default_memory(2, 16 * GiB), 256 * MiB);
+    assert_int_equal(ur_exec_default_memory(8, 16 * GiB), 1024 * MiB);
+    assert_int_equal(ur_exec_default_memory(64, 16 * GiB), 4 * GiB);  /* RAM / 4 */
+    assert_int_equal(ur_exec_default_memory(64, 0), 8 * GiB);         /* RAM unknown */
+    assert_int_equal(ur_exec_default_memory(64, 512 * MiB), 256 * MiB); /* a tiny machine */
+    assert_int_equal(ur_exec_default_memory(0, 16 * GiB), 256 * MiB);
+}
+
 static void test_plan_exec__copy_and_replicate(void **state)
 {
     (void)state;
@@ -301,6 +315,7 @@ int main(void)
         cmocka_unit_test(test_plan_exec__unstack_outer_axis),
         cmocka_unit_test(test_plan_exec__unstack_pipeline_axes),
         cmocka_unit_test(test_plan_exec__large_chunks),
+        cmocka_unit_test(test_plan_exec__default_memory),
         cmocka_unit_test(test_plan_exec__copy_and_replicate),
     };
     return cmocka_run_group_tests_name("plan_exec", tests, setup, teardown);
