@@ -24,12 +24,17 @@ int ur_kvstore_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size
                                : unsupported(kv, "read_range", err);
 }
 
+void ur_kvstore__view_of_buf(ur_kvstore_view *v)
+{
+    v->data = v->buf_.data != NULL ? v->buf_.data : (const uint8_t *)"";
+    v->len = v->buf_.len;
+}
+
 int ur_kvstore__view_by_read(ur_kvstore *kv, const char *key, ur_kvstore_view *v, ur_err *err)
 {
     int rc = ur_kvstore_read(kv, key, &v->buf_, err);
     if (rc == UR_OK) {
-        v->data = v->buf_.data != NULL ? v->buf_.data : (const uint8_t *)"";
-        v->len = v->buf_.len;
+        ur_kvstore__view_of_buf(v);
     }
     return rc;
 }

@@ -32,6 +32,9 @@ struct ur_kvstore {
  * and a TLB shootdown when it goes, more than copying a small value. */
 #define UR_KVSTORE_MAP_MIN ((size_t)1 << 20)
 
+/* Point the view at the bytes in its own buffer v->buf_. */
+void ur_kvstore__view_of_buf(ur_kvstore_view *v);
+
 /* A view holding the value read into memory (v->buf_ already has the limit). */
 int ur_kvstore__view_by_read(ur_kvstore *kv, const char *key, ur_kvstore_view *v, ur_err *err);
 

@@ -1159,6 +1159,13 @@ static int match_pipe(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl
 }
 
 /* Find the source of output leaf o and check it. */
+/* Input subtrees whose layers_<g> outputs have a matcher of their own. */
+static const struct {
+    const char *under;
+    int (*match)(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl, int *matched,
+                 ur_err *err);
+} stacks[] = {{"pipeline_module", match_pipe}, {"scanned_blocks", match_gemma4}};
+
 static int match_output(verifier *vf, const vleaf *o, ur_err *err)
 {
     const char *c[UR_MAX_RANK + 64];
@@ -1187,18 +1194,14 @@ static int match_output(verifier *vf, const vleaf *o, ur_err *err)
         if (rc < 0) {
             return rc;
         }
-        if (xl == 6 && memcmp(o->comp[k], "layers", 6) == 0 &&
-            any_under(&vf->in, o->comp, k, "pipeline_module")) {
+        /* layers_<g> may come from a pipeline stack or from gemma4's nested blocks */
+        for (size_t st = 0; st < sizeof stacks / sizeof stacks[0]; st++) {
             int matched = 0;
-            rc = match_pipe(vf, o, k, g, ti, &matched, err);
-            if (rc < 0 || matched) {
-                return rc;
+            if (xl != 6 || memcmp(o->comp[k], "layers", 6) != 0 ||
+                !any_under(&vf->in, o->comp, k, stacks[st].under)) {
+                continue;
             }
-        }
-        if (xl == 6 && memcmp(o->comp[k], "layers", 6) == 0 &&
-            any_under(&vf->in, o->comp, k, "scanned_blocks")) {
-            int matched = 0;
-            rc = match_gemma4(vf, o, k, g, ti, &matched, err);
+            rc = stacks[st].match(vf, o, k, g, ti, &matched, err);
             if (rc < 0 || matched) {
                 return rc;
             }

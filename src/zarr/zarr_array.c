@@ -291,13 +291,44 @@ static int read_unsharded(ur_zarr_array *a, const uint64_t *idx, const char *key
     return rc;
 }
 
+int ur_zarr_array__read_shard_index(ur_kvstore *kv, const char *key, const ur_zarr_meta *m,
+                                    uint64_t *entries, uint64_t *size_out, ur_err *err)
+{
+    uint64_t size;
+    size_t isize;
+    uint8_t *ibuf;
+    int rc = ur_zarr_codec_sharding__index_size(m, &isize, err);
+
+    if (rc == UR_OK) {
+        rc = ur_kvstore_size(kv, key, &size, err);
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    if (size < isize) {
+        return ur_err_set(err, UR_ECORRUPT, "shard of %llu bytes cannot hold a %zu-byte index",
+                          (unsigned long long)size, isize);
+    }
+    ibuf = ur_malloc(isize);
+    if (ibuf == NULL) {
+        return ur_err_oom(err);
+    }
+    rc = ur_kvstore_read_range(kv, key, m->index_at_start ? 0 : size - isize, isize, ibuf, err);
+    if (rc == UR_OK) {
+        rc = ur_zarr_codec_sharding__decode_index(m, ibuf, isize, size, entries, err);
+    }
+    ur_free(ibuf);
+    *size_out = size;
+    return rc;
+}
+
 static int read_sharded(ur_zarr_array *a, const uint64_t *idx, const char *key, void *dst,
                         const progress *pr, ur_err *err)
 {
     const ur_zarr_meta *m = &a->meta;
     uint64_t count = ur_zarr_codec_sharding__count(m), size, lin = 0, *entries = NULL;
     size_t isize, ioff;
-    uint8_t *ibuf = NULL, *cbuf = NULL;
+    uint8_t *cbuf = NULL;
     ur_kvstore_view whole;
     int rc;
 
@@ -333,28 +364,10 @@ static int read_sharded(ur_zarr_array *a, const uint64_t *idx, const char *key, 
         ioff = m->index_at_start ? 0 : (size_t)size - isize;
         rc = ur_zarr_codec_sharding__decode_index(m, whole.data + ioff, isize, size, entries, err);
     } else {
-        rc = ur_kvstore_size(a->kv, key, &size, err);
+        rc = ur_zarr_array__read_shard_index(a->kv, key, m, entries, &size, err);
         if (rc == UR_ENOTFOUND) {
             rc = missing(a, key, "shard", dst, err);
             goto out;
-        }
-        if (rc < 0) {
-            goto out;
-        }
-        if (size < isize) {
-            rc = ur_err_set(err, UR_ECORRUPT, "shard of %llu bytes cannot hold a %zu-byte index",
-                            (unsigned long long)size, isize);
-            goto out;
-        }
-        ibuf = ur_malloc(isize);
-        if (ibuf == NULL) {
-            rc = ur_err_oom(err);
-            goto out;
-        }
-        rc = ur_kvstore_read_range(a->kv, key, m->index_at_start ? 0 : size - isize, isize, ibuf,
-                                   err);
-        if (rc == UR_OK) {
-            rc = ur_zarr_codec_sharding__decode_index(m, ibuf, isize, size, entries, err);
         }
     }
     if (rc < 0) {
@@ -385,7 +398,6 @@ static int read_sharded(ur_zarr_array *a, const uint64_t *idx, const char *key, 
     }
 out:
     ur_free(entries);
-    ur_free(ibuf);
     ur_free(cbuf);
     ur_kvstore_view_release(&whole);
     return rc;

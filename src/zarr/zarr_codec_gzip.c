@@ -22,9 +22,16 @@ static void zfree(voidpf opaque, voidpf p)
     ur_free(p);
 }
 
-static uInt clamp(size_t n)
+unsigned ur_zarr_codec_gzip__clamp(size_t n)
 {
     return n > UINT_MAX ? UINT_MAX : (uInt)n;
+}
+
+void ur_zarr_codec_gzip__prepare(z_stream *z)
+{
+    memset(z, 0, sizeof *z);
+    z->zalloc = zalloc;
+    z->zfree = zfree;
 }
 
 int ur_zarr_codec_gzip__decode(int gzip, const uint8_t *src, size_t n, uint8_t *dst, size_t cap,
@@ -36,9 +43,7 @@ int ur_zarr_codec_gzip__decode(int gzip, const uint8_t *src, size_t n, uint8_t *
     int zr, rc = UR_OK;
     uint8_t spare;
 
-    memset(&z, 0, sizeof(z));
-    z.zalloc = zalloc;
-    z.zfree = zfree;
+    ur_zarr_codec_gzip__prepare(&z);
     zr = inflateInit2(&z, gzip ? 15 + 16 : 15);
     if (zr != Z_OK) {
         return zr == Z_MEM_ERROR ? ur_err_oom(err) : ur_err_set(err, UR_EINTERNAL, "inflateInit");
@@ -46,8 +51,8 @@ int ur_zarr_codec_gzip__decode(int gzip, const uint8_t *src, size_t n, uint8_t *
     z.next_in = (Bytef *)(uintptr_t)src; /* zlib's API is not const-correct */
     z.next_out = dst;
     for (;;) {
-        z.avail_in = clamp(in_left);
-        z.avail_out = clamp(out_left);
+        z.avail_in = ur_zarr_codec_gzip__clamp(in_left);
+        z.avail_out = ur_zarr_codec_gzip__clamp(out_left);
         if (out_left == 0) {
             /* Full: any further output means the data is larger than expected. */
             z.next_out = &spare;
@@ -102,9 +107,7 @@ int ur_zarr_codec_gzip__encode(int gzip, const uint8_t *src, size_t n, int level
     size_t in_left = n;
     int zr, rc;
 
-    memset(&z, 0, sizeof(z));
-    z.zalloc = zalloc;
-    z.zfree = zfree;
+    ur_zarr_codec_gzip__prepare(&z);
     zr = deflateInit2(&z, level, Z_DEFLATED, gzip ? 15 + 16 : 15, 8, Z_DEFAULT_STRATEGY);
     if (zr != Z_OK) {
         return zr == Z_MEM_ERROR ? ur_err_oom(err)
@@ -116,9 +119,9 @@ int ur_zarr_codec_gzip__encode(int gzip, const uint8_t *src, size_t n, int level
         if (rc < 0) {
             break;
         }
-        z.avail_in = clamp(in_left);
+        z.avail_in = ur_zarr_codec_gzip__clamp(in_left);
         z.next_out = out->data + out->len;
-        z.avail_out = clamp(out->cap - out->len - 1);
+        z.avail_out = ur_zarr_codec_gzip__clamp(out->cap - out->len - 1);
         uInt ai = z.avail_in, ao = z.avail_out;
         zr = deflate(&z, in_left == ai ? Z_FINISH : Z_NO_FLUSH);
         in_left -= ai - z.avail_in;

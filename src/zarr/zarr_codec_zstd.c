@@ -30,10 +30,15 @@ static void zfree(void *opaque, void *p)
 
 static const ZSTD_customMem mem = {zalloc, zfree, NULL};
 
+ZSTD_DCtx *ur_zarr_codec_zstd__new_dctx(void)
+{
+    return ZSTD_createDCtx_advanced(mem);
+}
+
 int ur_zarr_codec_zstd__decode(const uint8_t *src, size_t n, uint8_t *dst, size_t cap,
                                size_t *len_out, ur_err *err)
 {
-    ZSTD_DCtx *d = ZSTD_createDCtx_advanced(mem);
+    ZSTD_DCtx *d = ur_zarr_codec_zstd__new_dctx();
     size_t r;
 
     if (d == NULL) {
@@ -90,7 +95,7 @@ int ur_zarr_codec_zstd__decode_progressive(const uint8_t *src, size_t n, uint8_t
     if (ZSTD_isError(at) || at > n) {
         return 1;
     }
-    d = ZSTD_createDCtx_advanced(mem);
+    d = ur_zarr_codec_zstd__new_dctx();
     if (d == NULL) {
         return ur_err_oom(err);
     }

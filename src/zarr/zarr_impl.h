@@ -143,6 +143,10 @@ void ur_zarr_codec_transpose__decode(uint8_t *dst, const uint8_t *src, int rank,
  * UR_ECORRUPT. Encoders append to out. */
 #define UR_ZARR_ZSTD_DEFAULT_LEVEL_V3 3 /* TensorStore zarr3 zstd codec default */
 #define UR_ZARR_ZSTD_DEFAULT_LEVEL_V2 1 /* TensorStore zarr2 zstd compressor default */
+/* A zstd decompression context whose memory goes through ur_malloc (NULL when out of memory);
+ * free it with ZSTD_freeDCtx. Shared by the one-shot and the streaming decoders. */
+struct ZSTD_DCtx_s;
+struct ZSTD_DCtx_s *ur_zarr_codec_zstd__new_dctx(void);
 int ur_zarr_codec_zstd__decode(const uint8_t *src, size_t n, uint8_t *dst, size_t cap,
                                size_t *len_out, ur_err *err);
 /* Decode src, one zstd frame of exactly cap bytes, into dst, calling ready(ctx, n) each time
@@ -156,6 +160,11 @@ int ur_zarr_codec_zstd__decode_progressive(const uint8_t *src, size_t n, uint8_t
 int ur_zarr_codec_zstd__encode(const uint8_t *src, size_t n, int level, int checksum,
                                ur_buf *out, ur_err *err);
 /* gzip: 1 for gzip framing, 0 for zlib framing. */
+/* A zlib stream zeroed and set to allocate through ur_malloc, ready for inflateInit2 or
+ * deflateInit2; and a length clamped to what one zlib call takes. */
+struct z_stream_s;
+void ur_zarr_codec_gzip__prepare(struct z_stream_s *z);
+unsigned ur_zarr_codec_gzip__clamp(size_t n);
 int ur_zarr_codec_gzip__decode(int gzip, const uint8_t *src, size_t n, uint8_t *dst, size_t cap,
                                size_t *len_out, ur_err *err);
 int ur_zarr_codec_gzip__encode(int gzip, const uint8_t *src, size_t n, int level, ur_buf *out,
@@ -183,6 +192,12 @@ int ur_zarr_codec_sharding__encode(const ur_zarr_meta *m, const ur_buf *chunks, 
  * its own and copying it into the shard. */
 int ur_zarr_codec_sharding__append_single_index(const ur_zarr_meta *m, size_t len, ur_buf *out,
                                                 ur_err *err);
+
+/* zarr_array.c: read and decode the index of shard `key` (stored in `kv` under metadata m)
+ * into entries (2 * inner chunks u64); *size_out gets the shard's size. UR_ENOTFOUND when
+ * the shard is missing (the caller decides what that means). */
+int ur_zarr_array__read_shard_index(ur_kvstore *kv, const char *key, const ur_zarr_meta *m,
+                                    uint64_t *entries, uint64_t *size_out, ur_err *err);
 
 /* zarr_array.c: create an array from any metadata (tests and tools; create() builds the
  * Orbax profile and calls this). Writes the metadata key and returns a handle. */

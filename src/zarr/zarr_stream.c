@@ -66,39 +66,6 @@ struct ur_zarr_chunk_stream {
     uint32_t crc, crc_want;
 };
 
-/* ---- allocators for the decompressors (ur_malloc, so OOM tests reach them) -------------- */
-
-static void *zstd_alloc(void *opaque, size_t size)
-{
-    (void)opaque;
-    return ur_malloc(size);
-}
-
-static void zstd_free(void *opaque, void *p)
-{
-    (void)opaque;
-    ur_free(p);
-}
-
-static const ZSTD_customMem zstd_mem = {zstd_alloc, zstd_free, NULL};
-
-static voidpf zlib_alloc(voidpf opaque, uInt items, uInt size)
-{
-    (void)opaque;
-    return ur_calloc(items, size);
-}
-
-static void zlib_free(voidpf opaque, voidpf p)
-{
-    (void)opaque;
-    ur_free(p);
-}
-
-static uInt clamp_uint(size_t n)
-{
-    return n > UINT_MAX ? UINT_MAX : (uInt)n;
-}
-
 /* ---- opening ------------------------------------------------------------------------------ */
 
 /* Which chains stream: bytes + [one compressor] + [crc32c], no transpose. */
@@ -145,42 +112,21 @@ static int locate_sharded(ur_zarr_chunk_stream *s, const uint64_t *idx, uint64_t
                           uint64_t *len, ur_err *err)
 {
     const ur_zarr_meta *m = ur_zarr_array__meta(s->arr);
-    uint64_t count = ur_zarr_codec_sharding__count(m), size, lin = 0, *entries = NULL;
-    uint8_t *ibuf = NULL;
-    size_t isize;
+    uint64_t count = ur_zarr_codec_sharding__count(m), size, lin = 0, *entries;
     int rc;
 
     for (int d = 0; d < m->rank; d++) {
         uint64_t ratio = m->chunk_shape[d] / m->inner_shape[d];
         lin = lin * ratio + idx[d] % ratio;
     }
-    rc = ur_zarr_codec_sharding__index_size(m, &isize, err);
-    if (rc < 0) {
-        goto out;
+    entries = ur_malloc((size_t)count * 16);
+    if (entries == NULL) {
+        return ur_err_oom(err);
     }
-    rc = ur_kvstore_size(s->kv, s->key, &size, err);
+    rc = ur_zarr_array__read_shard_index(s->kv, s->key, m, entries, &size, err);
     if (rc == UR_ENOTFOUND) {
         rc = missing(s, "shard", err);
         goto out;
-    }
-    if (rc < 0) {
-        goto out;
-    }
-    if (size < isize) {
-        rc = ur_err_set(err, UR_ECORRUPT, "shard of %llu bytes cannot hold a %zu-byte index",
-                        (unsigned long long)size, isize);
-        goto out;
-    }
-    ibuf = ur_malloc(isize);
-    entries = ur_malloc((size_t)count * 16);
-    if (ibuf == NULL || entries == NULL) {
-        rc = ur_err_oom(err);
-        goto out;
-    }
-    rc = ur_kvstore_read_range(s->kv, s->key, m->index_at_start ? 0 : size - isize, isize, ibuf,
-                               err);
-    if (rc == UR_OK) {
-        rc = ur_zarr_codec_sharding__decode_index(m, ibuf, isize, size, entries, err);
     }
     if (rc < 0) {
         goto out;
@@ -196,7 +142,6 @@ static int locate_sharded(ur_zarr_chunk_stream *s, const uint64_t *idx, uint64_t
                         (unsigned long long)*len);
     }
 out:
-    ur_free(ibuf);
     ur_free(entries);
     return rc;
 }
@@ -219,14 +164,12 @@ static int locate_unsharded(ur_zarr_chunk_stream *s, uint64_t *off, uint64_t *le
 static int start_decoder(ur_zarr_chunk_stream *s, ur_err *err)
 {
     if (s->comp == COMP_ZSTD) {
-        s->zd = ZSTD_createDCtx_advanced(zstd_mem);
+        s->zd = ur_zarr_codec_zstd__new_dctx();
         return s->zd ? UR_OK : ur_err_oom(err);
     }
     if (s->comp == COMP_GZIP || s->comp == COMP_ZLIB) {
         int zr;
-        memset(&s->z, 0, sizeof(s->z));
-        s->z.zalloc = zlib_alloc;
-        s->z.zfree = zlib_free;
+        ur_zarr_codec_gzip__prepare(&s->z);
         zr = inflateInit2(&s->z, s->comp == COMP_GZIP ? 15 + 16 : 15);
         if (zr != Z_OK) {
             return zr == Z_MEM_ERROR ? ur_err_oom(err)
@@ -494,9 +437,9 @@ static int step(ur_zarr_chunk_stream *s, uint8_t *out, size_t n, size_t *made, u
             s->z_ended = 0;
         }
         s->z.next_in = s->piece ? s->piece + s->in_pos : NULL;
-        s->z.avail_in = clamp_uint(s->in_len - s->in_pos);
+        s->z.avail_in = ur_zarr_codec_gzip__clamp(s->in_len - s->in_pos);
         s->z.next_out = out;
-        s->z.avail_out = clamp_uint(n);
+        s->z.avail_out = ur_zarr_codec_gzip__clamp(n);
         uInt ai = s->z.avail_in, ao = s->z.avail_out;
         int zr = inflate(&s->z, Z_NO_FLUSH);
         s->in_pos += ai - s->z.avail_in;

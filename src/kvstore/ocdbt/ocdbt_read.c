@@ -513,18 +513,11 @@ static int r_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t
     return rc;
 }
 
-static int r_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
+/* Append the value of entry e (in leaf) to out. */
+static int read_entry(ur_ocdbt_reader *r, const ur_ocdbt_cnode *leaf,
+                      const ur_ocdbt_btree_entry *e, const char *key, ur_buf *out, ur_err *err)
 {
-    ur_ocdbt_reader *r = (ur_ocdbt_reader *)kv;
-    ur_ocdbt_cnode *leaf = NULL;
-    const ur_ocdbt_btree_entry *e;
-    size_t idx;
-    int rc = find_key(r, key, &leaf, &idx, err);
-
-    if (rc < 0) {
-        return rc;
-    }
-    e = &leaf->node.e[idx];
+    int rc;
     if (e->value_len > SIZE_MAX / 2) {
         rc = ur_err_set(err, UR_ECORRUPT, "%s: value too large", key);
     } else if (!e->indirect) {
@@ -542,6 +535,20 @@ static int r_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
     if (rc < 0 && rc != UR_ENOMEM) {
         ur_err_set_where(err, key);
     }
+    return rc;
+}
+
+static int r_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
+{
+    ur_ocdbt_reader *r = (ur_ocdbt_reader *)kv;
+    ur_ocdbt_cnode *leaf = NULL;
+    size_t idx;
+    int rc = find_key(r, key, &leaf, &idx, err);
+
+    if (rc < 0) {
+        return rc;
+    }
+    rc = read_entry(r, leaf, &leaf->node.e[idx], key, out, err);
     ur_ocdbt_read__release(r, leaf);
     return rc;
 }
@@ -564,8 +571,12 @@ static int r_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvstore_view
     }
     e = &leaf->node.e[idx];
     if (!e->indirect || e->value_len < UR_KVSTORE_MAP_MIN) {
+        rc = read_entry(r, leaf, e, key, &v->buf_, err);
+        if (rc == UR_OK) {
+            ur_kvstore__view_of_buf(v);
+        }
         ur_ocdbt_read__release(r, leaf);
-        return ur_kvstore__view_by_read(kv, key, v, err);
+        return rc;
     }
     if (limit != 0 && e->value_len > limit) {
         rc = ur_err_set(err, UR_ECORRUPT, "data larger than the limit of %zu bytes", limit);
