@@ -45,6 +45,11 @@ int ur_fs_write_full(int fd, const void *src, size_t n, const char *path, ur_err
 int ur_fs_write_file(const char *path, const void *data, size_t n, ur_err *err);
 /* mkdir -p. */
 int ur_fs_mkdirs(const char *path, ur_err *err);
+/* mkdir -p of `path` inside `root`, which must already be a directory: only the components
+ * below root are created. A writer calls this while it runs, so a root removed under it
+ * (say, a staging directory deleted by someone else) is an error, never quietly re-created.
+ * `path` must start with `root`. */
+int ur_fs_mkdirs_under(const char *root, const char *path, ur_err *err);
 /* fsync a directory so a rename or create inside it is durable. */
 int ur_fs_fsync_dir(const char *path, ur_err *err);
 /* rm -rf; a missing path is not an error. Never follows symlinks out of the tree. */

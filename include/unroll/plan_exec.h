@@ -14,6 +14,7 @@
 #include "unroll/orbax.h"
 #include "unroll/plan.h"
 
+#include <signal.h>
 #include <stdint.h>
 
 typedef struct ur_exec_opts {
@@ -22,6 +23,9 @@ typedef struct ur_exec_opts {
     /* Called after each work item is written (under the writer's lock, so keep it short). */
     void (*progress)(void *ctx, uint64_t bytes_done, uint64_t bytes_total);
     void *progress_ctx;
+    /* When set and *cancel becomes nonzero (a signal handler's flag), the workers stop at
+     * their next work item and the run fails with "interrupted". */
+    const volatile sig_atomic_t *cancel;
 } ur_exec_opts;
 
 #define UR_EXEC_DEFAULT_MEMORY ((uint64_t)256 << 20)

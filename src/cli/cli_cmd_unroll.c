@@ -2,28 +2,28 @@
  *
  * Reads the config as MaxText's pyconfig does, opens the input checkpoint, builds the plan
  * (what is kept, dropped, and split per layer), and runs it into a staging directory beside
- * the checkpoint directory. Only when everything (base and every LoRA adapter) is complete is
- * the staging directory moved into place, replacing an earlier output. */
+ * the checkpoint directory. Only when everything (base and every LoRA adapter) is complete are
+ * its units moved into place, replacing the earlier ones and nothing else
+ * (unroll/orbax_publish.h: lock, staging, overlap, publication). */
 #define _POSIX_C_SOURCE 200809L
-#define _GNU_SOURCE /* renameat2 with RENAME_EXCHANGE: an atomic swap of the outputs */
+#define _GNU_SOURCE /* environ */
 #include "cli.h"
 
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
 #include "unroll/orbax.h"
+#include "unroll/orbax_publish.h"
 #include "unroll/plan.h"
 #include "unroll/plan_exec.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-
 
 typedef struct {
     int dry_run;
@@ -191,6 +191,36 @@ static void show_progress(void *ctx, uint64_t done, uint64_t total)
     }
 }
 
+/* ---- signals ---------------------------------------------------------------------------- */
+
+/* SIGINT, SIGTERM and SIGHUP only set this flag (async-signal-safe); the workers stop at their
+ * next chunk, the run removes its staging directory, publishes nothing, and exits with
+ * 128 + the signal's number. */
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+    interrupted = sig;
+}
+
+static void catch_signals(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        (void)sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+static int check_interrupted(ur_err *err)
+{
+    return interrupted ? ur_err_set(err, UR_EINTERNAL, "interrupted") : UR_OK;
+}
+
 /* ---- one conversion --------------------------------------------------------------------- */
 
 typedef struct {
@@ -337,6 +367,7 @@ static int convert(const char *in_path, const char *step_dir, ur_plan_input kind
     memset(&eo, 0, sizeof eo);
     eo.threads = args->threads;
     eo.memory_limit = args->memory_limit;
+    eo.cancel = &interrupted;
     if (!args->quiet && isatty(STDERR_FILENO)) {
         clock_gettime(CLOCK_MONOTONIC, &prog.start);
         prog.last = -1.0;
@@ -385,9 +416,8 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Every `<adapters>/<id>/` holding adapter_config.json, unrolled to `<staging>/loras/<id>/0`. */
-static int convert_loras(const char *adapters, const char *staging, const ur_settings *s,
-                         const unroll_args *args, ur_exec_stats *total, ur_err *err)
+/* The ids of `<adapters>/<id>/` holding adapter_config.json, sorted. */
+static int list_loras(const char *adapters, char ***ids_out, size_t *n_out, ur_err *err)
 {
     DIR *d = opendir(adapters);
     struct dirent *e;
@@ -435,140 +465,93 @@ static int convert_loras(const char *adapters, const char *staging, const ur_set
     if (rc == UR_OK) {
         qsort(ids, n, sizeof *ids, cmp_str);
     }
-    for (size_t i = 0; i < n && rc == UR_OK; i++) {
-        char *in = ur_path_joinf(adapters, "%s/0/items", ids[i]);
-        char *out = ur_path_joinf(staging, "loras/%s/0", ids[i]);
-        char *cfg_in = ur_path_joinf(adapters, "%s/adapter_config.json", ids[i]);
-        char *cfg_out = ur_path_joinf(staging, "loras/%s/adapter_config.json", ids[i]);
+    *ids_out = ids;
+    *n_out = n;
+    return rc;
+}
+
+/* ---- the run ---------------------------------------------------------------------------- */
+
+/* What a run writes, relative to the checkpoint directory (see unroll/orbax_publish.h): the
+ * step "0", or "base/0" and per adapter "loras/<id>/0" and its adapter_config.json. */
+typedef struct {
+    char **ids; /* LoRA adapter ids */
+    size_t n_ids;
+    const char **units;
+    char **owned; /* the formatted unit names */
+    size_t n_units;
+} unit_list;
+
+static void unit_list_dispose(unit_list *u)
+{
+    for (size_t i = 0; i < u->n_ids; i++) {
+        ur_free(u->ids[i]);
+    }
+    for (size_t i = 0; i < u->n_units; i++) {
+        ur_free(u->owned[i]);
+    }
+    ur_free(u->ids);
+    ur_free(u->units);
+    ur_free(u->owned);
+}
+
+static int unit_list_make(unit_list *u, const char *adapters, ur_err *err)
+{
+    size_t n;
+    int rc = UR_OK;
+    if (adapters[0] != '\0') {
+        rc = list_loras(adapters, &u->ids, &u->n_ids, err);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    n = adapters[0] != '\0' ? 1 + 2 * u->n_ids : 1;
+    u->units = ur_calloc(n, sizeof *u->units);
+    u->owned = ur_calloc(n, sizeof *u->owned);
+    if (u->units == NULL || u->owned == NULL) {
+        return ur_err_oom(err);
+    }
+    u->owned[u->n_units++] = ur_strdup(adapters[0] != '\0' ? "base/0" : "0");
+    for (size_t i = 0; i < u->n_ids; i++) {
+        u->owned[u->n_units++] = ur_path_joinf("loras", "%s/0", u->ids[i]);
+        u->owned[u->n_units++] = ur_path_joinf("loras", "%s/adapter_config.json", u->ids[i]);
+    }
+    for (size_t i = 0; i < u->n_units; i++) {
+        if (u->owned[i] == NULL) {
+            return ur_err_oom(err);
+        }
+        u->units[i] = u->owned[i];
+    }
+    return UR_OK;
+}
+
+/* Each adapter `<adapters>/<id>/0/items` into the staged unit 1 + 2i, its adapter_config.json
+ * copied into unit 2 + 2i (in a dry run: only the plans). */
+static int convert_loras(const char *adapters, const unit_list *u, const ur_orbax_publish *pub,
+                         const ur_settings *s, const unroll_args *args, ur_exec_stats *total,
+                         ur_err *err)
+{
+    int rc = UR_OK;
+    for (size_t i = 0; i < u->n_ids && rc == UR_OK; i++) {
+        char *in = ur_path_joinf(adapters, "%s/0/items", u->ids[i]);
+        char *cfg_in = ur_path_joinf(adapters, "%s/adapter_config.json", u->ids[i]);
+        const char *out = pub != NULL ? ur_orbax_publish_staged(pub, 1 + 2 * i) : NULL;
         char what[300];
-        snprintf(what, sizeof what, "lora %s", ids[i]);
-        if (in == NULL || out == NULL || cfg_in == NULL || cfg_out == NULL) {
+        snprintf(what, sizeof what, "lora %s", u->ids[i]);
+        rc = check_interrupted(err);
+        if (rc == UR_OK && (in == NULL || cfg_in == NULL)) {
             rc = ur_err_oom(err);
-        } else {
+        }
+        if (rc == UR_OK) {
             rc = convert(in, out, UR_PLAN_INPUT_LORA, s, args, what, total, err);
-            if (rc == UR_OK && !args->dry_run) {
-                rc = copy_file(cfg_in, cfg_out, err);
-            }
+        }
+        if (rc == UR_OK && pub != NULL) {
+            rc = copy_file(cfg_in, ur_orbax_publish_staged(pub, 2 + 2 * i), err);
         }
         ur_free(in);
-        ur_free(out);
         ur_free(cfg_in);
-        ur_free(cfg_out);
     }
-    for (size_t i = 0; i < n; i++) {
-        ur_free(ids[i]);
-    }
-    ur_free(ids);
     return rc;
-}
-
-/* Move the finished staging directory to `dest`, replacing what was there only now. */
-static int publish(const char *staging, const char *dest, ur_err *err)
-{
-    size_t n = strlen(dest);
-    char *old = ur_malloc(n + 32);
-    char *parent = ur_strdup(dest);
-    int rc = UR_OK;
-
-    if (old == NULL || parent == NULL) {
-        rc = ur_err_oom(err);
-        goto out;
-    }
-    snprintf(old, n + 32, "%s.unroll-old", dest);
-    if (strrchr(parent, '/') != NULL) {
-        *strrchr(parent, '/') = '\0';
-    } else {
-        strcpy(parent, ".");
-    }
-    if (ur_fs_exists(dest)) {
-        if (!ur_fs_is_dir(dest)) {
-            rc = ur_err_set_os(err, UR_EIO, ENOTDIR, dest,
-                               "exists and is not a checkpoint directory: not replaced");
-            goto out;
-        }
-        /* Swap the new output and the earlier one in one step, so a crash at any moment
-         * leaves one complete checkpoint in place; the earlier one, now under the staging
-         * name, is then removed. */
-        if (renameat2(AT_FDCWD, staging, AT_FDCWD, dest, RENAME_EXCHANGE) == 0) {
-            rc = ur_fs_fsync_dir(parent, err);
-            if (rc == UR_OK) {
-                rc = ur_fs_remove_tree(staging, err);
-            }
-            goto out;
-        }
-        /* File systems without the exchange: move the earlier output aside first. */
-        rc = ur_fs_remove_tree(old, err);
-        if (rc == UR_OK && rename(dest, old) != 0) {
-            rc = ur_err_set_os(err, UR_EIO, errno, dest, "cannot move the earlier output aside");
-        }
-        if (rc < 0) {
-            goto out;
-        }
-    }
-    if (rename(staging, dest) != 0) {
-        rc = ur_err_set_os(err, UR_EIO, errno, dest, "cannot move the new output into place");
-        if (ur_fs_exists(old)) {
-            (void)rename(old, dest);
-        }
-        goto out;
-    }
-    rc = ur_fs_fsync_dir(parent, err);
-    if (rc == UR_OK) {
-        rc = ur_fs_remove_tree(old, err);
-    }
-out:
-    ur_free(old);
-    ur_free(parent);
-    return rc;
-}
-
-/* The outermost directory on the way to `path` that does not exist yet (path itself when
- * its parent exists), or NULL when out of memory or when path exists. */
-static char *first_missing_ancestor(const char *path)
-{
-    char *p = ur_strdup(path);
-    char *best = NULL;
-    if (p == NULL) {
-        return NULL;
-    }
-    for (;;) {
-        char *slash;
-        if (ur_fs_exists(p)) {
-            break;
-        }
-        ur_free(best);
-        best = ur_strdup(p);
-        slash = strrchr(p, '/');
-        if (slash == NULL || slash == p) {
-            break;
-        }
-        *slash = '\0';
-    }
-    ur_free(p);
-    return best;
-}
-
-/* After a failure: remove the (now empty) directories this run created above `path`,
- * up to and including `top`, so a failed run leaves nothing behind. */
-static void remove_created_parents(const char *path, const char *top)
-{
-    char *p;
-    size_t top_len;
-    if (top == NULL) {
-        return;
-    }
-    p = ur_strdup(path);
-    top_len = strlen(top);
-    while (p != NULL && strlen(p) >= top_len && strncmp(p, top, top_len) == 0) {
-        char *slash;
-        (void)rmdir(p); /* fails harmlessly when not empty or already gone */
-        slash = strrchr(p, '/');
-        if (slash == NULL || (size_t)(slash - p) < top_len) {
-            break;
-        }
-        *slash = '\0';
-    }
-    ur_free(p);
 }
 
 static int run(const unroll_args *args, ur_err *err)
@@ -576,17 +559,19 @@ static int run(const unroll_args *args, ur_err *err)
     ur_config *cfg = NULL;
     ur_config_opts co;
     const ur_settings *s;
-    char *dest = NULL, *staging = NULL, *base_step = NULL;
-    const char *in_path;
+    ur_orbax_publish *pub = NULL;
+    unit_list units;
+    const char *in_path, *inputs[2];
+    size_t n_inputs = 1;
+    char *dest = NULL;
     ur_plan_input kind;
     ur_exec_stats total;
     struct timespec t0;
-    char *created_from = NULL;
-    size_t n;
     int rc;
 
     memset(&co, 0, sizeof co);
     memset(&total, 0, sizeof total);
+    memset(&units, 0, sizeof units);
     clock_gettime(CLOCK_MONOTONIC, &t0);
     co.config_path = args->config;
     co.overrides = args->overrides;
@@ -620,48 +605,38 @@ static int run(const unroll_args *args, ur_err *err)
                         "enable_checkpointing=false: MaxText would write no checkpoint");
         goto out;
     }
+    inputs[0] = in_path;
+    if (s->lora_input_adapters_path[0] != '\0') {
+        inputs[n_inputs++] = s->lora_input_adapters_path;
+    }
+    rc = unit_list_make(&units, s->lora_input_adapters_path, err);
+    if (rc < 0) {
+        goto out;
+    }
 
-    /* checkpoint_dir ends in '/'; the staging directory sits beside it. */
-    n = strlen(s->checkpoint_dir);
-    dest = ur_strndup(s->checkpoint_dir, n);
-    if (dest == NULL) {
-        rc = ur_err_oom(err);
-        goto out;
-    }
-    while (n > 1 && dest[n - 1] == '/') {
-        dest[--n] = '\0';
-    }
-    if (ur_fs_exists(dest) && !ur_fs_is_dir(dest)) {
-        rc = ur_err_set_os(err, UR_EIO, ENOTDIR, dest,
-                           "exists and is not a checkpoint directory: not replaced");
-        goto out;
-    }
-    staging = ur_malloc(n + 32);
-    if (staging == NULL) {
-        rc = ur_err_oom(err);
-        goto out;
-    }
-    snprintf(staging, n + 32, "%s.unroll-tmp", dest);
-    base_step = ur_path_join(staging, s->lora_input_adapters_path[0] ? "base/0" : "0");
-    if (base_step == NULL) {
-        rc = ur_err_oom(err);
-        goto out;
-    }
-    if (!args->dry_run) {
-        /* A staging directory left by a killed run is never a valid output: start afresh. */
-        rc = ur_fs_remove_tree(staging, err);
-        if (rc < 0) {
-            goto out;
+    /* Only the units are replaced (checkpoint_dir/0, or base/0 and loras/<id>/...); the
+     * lock, the staging directory and the overlap rules: unroll/orbax_publish.h. */
+    if (args->dry_run) {
+        rc = ur_orbax_publish_check(s->checkpoint_dir, units.units, units.n_units, inputs,
+                                    n_inputs, err);
+    } else {
+        rc = ur_orbax_publish_begin(&pub, s->checkpoint_dir, units.units, units.n_units,
+                                    inputs, n_inputs, err);
+        if (rc == UR_OK) {
+            dest = ur_strdup(ur_orbax_publish_dest(pub));
+            rc = dest != NULL ? UR_OK : ur_err_oom(err);
         }
-        created_from = first_missing_ancestor(staging);
     }
-
-    rc = convert(in_path, base_step, kind, s, args, "base", &total, err);
-    if (rc == UR_OK && s->lora_input_adapters_path[0] != '\0') {
-        rc = convert_loras(s->lora_input_adapters_path, staging, s, args, &total, err);
+    if (rc == UR_OK) {
+        rc = convert(in_path, pub != NULL ? ur_orbax_publish_staged(pub, 0) : NULL, kind, s,
+                     args, "base", &total, err);
     }
-    if (rc == UR_OK && !args->dry_run) {
-        rc = publish(staging, dest, err);
+    if (rc == UR_OK && units.n_ids > 0) {
+        rc = convert_loras(s->lora_input_adapters_path, &units, pub, s, args, &total, err);
+    }
+    if (rc == UR_OK && pub != NULL) {
+        rc = ur_orbax_publish_commit(pub, &interrupted, err);
+        pub = NULL; /* commit frees it either way */
     }
     if (rc == UR_OK && !args->quiet && !args->dry_run) {
         fprintf(stderr,
@@ -671,13 +646,8 @@ static int run(const unroll_args *args, ur_err *err)
                 (double)total.bytes_out / 1073741824.0, seconds_since(&t0), total.threads);
     }
 out:
-    if (rc < 0 && staging != NULL && !args->dry_run) {
-        (void)ur_fs_remove_tree(staging, NULL);
-        remove_created_parents(staging, created_from);
-    }
-    ur_free(created_from);
-    ur_free(base_step);
-    ur_free(staging);
+    ur_orbax_publish_abort(pub); /* after a failure: staging, lock, created directories */
+    unit_list_dispose(&units);
     ur_free(dest);
     ur_plan_config_free(cfg);
     return rc;
@@ -693,7 +663,18 @@ int cli_cmd_unroll(int argc, char **argv)
     ur_err_clear(&err);
     status = parse_args(&args, argc, argv);
     if (status < 0) {
-        status = run(&args, &err) < 0 ? cli_fail(&err) : CLI_EXIT_OK;
+        catch_signals();
+        status = run(&args, &err) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+        if (status != CLI_EXIT_OK && interrupted) {
+            /* whatever failed after the signal failed because of it */
+            fprintf(stderr, "unroll: interrupted by %s: nothing published, the destination "
+                            "is as it was\n",
+                    interrupted == SIGINT ? "SIGINT" : interrupted == SIGTERM ? "SIGTERM"
+                                                                              : "SIGHUP");
+            status = 128 + interrupted;
+        } else if (status != CLI_EXIT_OK) {
+            status = cli_fail(&err);
+        }
     }
     ur_free(args.overrides);
     return status;

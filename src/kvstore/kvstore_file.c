@@ -295,7 +295,8 @@ static int f_write(ur_kvstore *kv, const char *key, const void *data, size_t n, 
     slash = strrchr(path, '/');
     if (slash != NULL && slash != path) {
         *slash = '\0';
-        rc = ur_fs_mkdirs(path, err);
+        /* below the root only: a root removed mid-run is an error, not re-created */
+        rc = ur_fs_mkdirs_under(fs->root, path, err);
         *slash = '/';
         if (rc < 0) {
             goto out;

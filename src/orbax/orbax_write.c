@@ -486,7 +486,7 @@ static int write_item_metadata(ur_orbax_writer *w, ur_err *err)
             goto out;
         }
         ur_buf_reset(&b);
-        rc = ur_fs_mkdirs(dir, err);
+        rc = ur_fs_mkdirs_under(w->item_dir, dir, err);
         if (rc == UR_OK) {
             rc = ur_orbax_array_meta_emit(&b, am, na, err);
         }

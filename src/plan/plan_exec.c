@@ -803,6 +803,11 @@ static void *work(void *arg)
         size_t n_out = 0;
         int rc;
 
+        if (r->opts->cancel != NULL && *r->opts->cancel) {
+            ur_err_set(&err, UR_EINTERNAL, "interrupted");
+            fail(r, &err);
+            break;
+        }
         pthread_mutex_lock(&r->lock);
         if (r->failed || r->next_claim >= r->n_items) {
             pthread_mutex_unlock(&r->lock);

@@ -238,6 +238,46 @@ int ur_fs_mkdirs(const char *path, ur_err *err)
     return rc;
 }
 
+int ur_fs_mkdirs_under(const char *root, const char *path, ur_err *err)
+{
+    size_t n = strlen(root);
+    char *p;
+    int rc = UR_OK;
+    while (n > 1 && root[n - 1] == '/') {
+        n--;
+    }
+    if (strncmp(path, root, n) != 0 || (path[n] != '/' && path[n] != '\0')) {
+        return ur_err_set(err, UR_EINTERNAL, "%s is not inside %.*s", path, (int)n, root);
+    }
+    if (!ur_fs_is_dir(root)) {
+        return ur_err_set_os(err, UR_EIO, ENOENT, root,
+                             "directory removed while being written to");
+    }
+    p = ur_strdup(path);
+    if (p == NULL) {
+        return ur_err_oom(err);
+    }
+    for (char *s = p + n + 1; s <= p + strlen(path) && p[n] != '\0'; s++) {
+        if (*s == '/' || *s == '\0') {
+            char c = *s;
+            *s = '\0';
+            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+                rc = os_fail(err, p, "cannot create directory");
+                break;
+            }
+            *s = c;
+            if (c == '\0') {
+                break;
+            }
+        }
+    }
+    if (rc == UR_OK && !ur_fs_is_dir(path)) {
+        rc = ur_err_set_os(err, UR_EIO, ENOTDIR, path, "cannot create directory");
+    }
+    ur_free(p);
+    return rc;
+}
+
 int ur_fs_fsync_dir(const char *path, ur_err *err)
 {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
