@@ -181,6 +181,10 @@ typedef struct ur_orbax_write_opts {
     int mesh_rank;
     int64_t mesh_shape[UR_MAX_RANK];
     const char *mesh_axis_names[UR_MAX_RANK];
+    /* NULL (default): the step directory's parents are created as needed. Else a directory
+     * that must exist, and the writer creates directories only below it, so one removed
+     * during a run is an error rather than quietly re-created. Used by create only. */
+    const char *create_below;
 } ur_orbax_write_opts;
 
 void ur_orbax_write_opts_init(ur_orbax_write_opts *opts);

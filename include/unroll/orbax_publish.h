@@ -58,6 +58,8 @@ int ur_orbax_publish_begin(ur_orbax_publish **out, const char *dest, const char 
 
 /* Borrowed: where unit i is to be written (inside the staging directory). */
 const char *ur_orbax_publish_staged(const ur_orbax_publish *p, size_t i);
+/* Borrowed: the staging directory (for ur_orbax_write_opts.create_below). */
+const char *ur_orbax_publish_staging(const ur_orbax_publish *p);
 /* Borrowed: the canonical path of C. */
 const char *ur_orbax_publish_dest(const ur_orbax_publish *p);
 

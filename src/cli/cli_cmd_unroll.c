@@ -320,9 +320,11 @@ static void print_plan(const ur_plan *plan, const leaf_list *leaves, const char 
     }
 }
 
-static int convert(const char *in_path, const char *step_dir, ur_plan_input kind,
-                   const ur_settings *s, const unroll_args *args, const char *what,
-                   ur_exec_stats *total, ur_err *err)
+/* `in_path` converted into the step directory `step_dir`, created below `below` (the
+ * staging directory, which must exist). */
+static int convert(const char *in_path, const char *step_dir, const char *below,
+                   ur_plan_input kind, const ur_settings *s, const unroll_args *args,
+                   const char *what, ur_exec_stats *total, ur_err *err)
 {
     ur_orbax_ckpt *ck = NULL;
     ur_plan *plan = NULL;
@@ -355,6 +357,7 @@ static int convert(const char *in_path, const char *step_dir, ur_plan_input kind
     ur_orbax_write_opts_init(&wo);
     wo.use_ocdbt = s->use_ocdbt;
     wo.use_zarr3 = s->use_zarr3;
+    wo.create_below = below;
     /* Reproducible data-file names: the same input gives the same output bytes. */
     wo.ocdbt.seed = 0x756e726f6c6c0001ull;
     if (s->target_data_file_size > 0) {
@@ -543,7 +546,8 @@ static int convert_loras(const char *adapters, const unit_list *u, const ur_orba
             rc = ur_err_oom(err);
         }
         if (rc == UR_OK) {
-            rc = convert(in, out, UR_PLAN_INPUT_LORA, s, args, what, total, err);
+            rc = convert(in, out, pub != NULL ? ur_orbax_publish_staging(pub) : NULL,
+                         UR_PLAN_INPUT_LORA, s, args, what, total, err);
         }
         if (rc == UR_OK && pub != NULL) {
             rc = copy_file(cfg_in, ur_orbax_publish_staged(pub, 2 + 2 * i), err);
@@ -628,8 +632,9 @@ static int run(const unroll_args *args, ur_err *err)
         }
     }
     if (rc == UR_OK) {
-        rc = convert(in_path, pub != NULL ? ur_orbax_publish_staged(pub, 0) : NULL, kind, s,
-                     args, "base", &total, err);
+        rc = convert(in_path, pub != NULL ? ur_orbax_publish_staged(pub, 0) : NULL,
+                     pub != NULL ? ur_orbax_publish_staging(pub) : NULL, kind, s, args, "base",
+                     &total, err);
     }
     if (rc == UR_OK && units.n_ids > 0) {
         rc = convert_loras(s->lora_input_adapters_path, &units, pub, s, args, &total, err);

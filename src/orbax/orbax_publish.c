@@ -561,6 +561,11 @@ const char *ur_orbax_publish_staged(const ur_orbax_publish *p, size_t i)
     return p->units[i].staged;
 }
 
+const char *ur_orbax_publish_staging(const ur_orbax_publish *p)
+{
+    return p->staging;
+}
+
 const char *ur_orbax_publish_dest(const ur_orbax_publish *p)
 {
     return p->dest;
@@ -588,8 +593,20 @@ void ur_orbax_publish_abort(ur_orbax_publish *p)
 
 /* ---- publishing ------------------------------------------------------------------------- */
 
-/* A staged step directory is complete: `_CHECKPOINT_METADATA` beside an `items/` that opens
- * as an Orbax checkpoint (its `_METADATA`, and for OCDBT its manifest, read back). */
+/* `dir/name` is a regular file (want_dir == 0) or a directory. */
+static int has(const char *dir, const char *name, int want_dir)
+{
+    struct stat st;
+    char *path = ur_path_join(dir, name);
+    int ok = path != NULL && lstat(path, &st) == 0 &&
+             (want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
+    ur_free(path);
+    return ok;
+}
+
+/* A staged step directory is complete: `_CHECKPOINT_METADATA` beside an `items/` that holds
+ * `_METADATA` (and `manifest.ocdbt` beside an OCDBT `d/`) and opens as an Orbax checkpoint
+ * (which reads the metadata, the manifest and the tree back). */
 static int check_staged(const unit *u, ur_err *err)
 {
     struct stat st;
@@ -616,6 +633,12 @@ static int check_staged(const unit *u, ur_err *err)
         rc = ur_err_oom(err);
     } else if (lstat(meta, &st) != 0 || !S_ISREG(st.st_mode)) {
         rc = ur_err_set_os(err, UR_EIO, 0, meta, "staged output incomplete: nothing published");
+    } else if (!has(items, "_METADATA", 0)) {
+        rc = ur_err_set_os(err, UR_EIO, 0, items,
+                           "staged output incomplete: no _METADATA: nothing published");
+    } else if (has(items, "d", 1) && !has(items, "manifest.ocdbt", 0)) {
+        rc = ur_err_set_os(err, UR_EIO, 0, items,
+                           "staged output incomplete: no manifest.ocdbt: nothing published");
     } else if (ur_orbax_ckpt_open(&ck, items, 0, &why) < 0) {
         rc = ur_err_set_os(err, why.code == UR_ENOMEM ? UR_ENOMEM : UR_EIO, 0, items,
                            "staged output incomplete (%s%s%s): nothing published", why.where,

@@ -125,8 +125,11 @@ int ur_orbax_writer_create(ur_orbax_writer **out, const char *step_dir,
     /* Orbax deletes a leftover temporary directory of the same step. */
     rc = ur_fs_remove_tree(w->tmp_dir, err);
     if (rc == UR_OK) {
-        rc = ur_fs_mkdirs(w->item_dir, err);
+        rc = w->opts.create_below != NULL
+                 ? ur_fs_mkdirs_under(w->opts.create_below, w->item_dir, err)
+                 : ur_fs_mkdirs(w->item_dir, err);
     }
+    w->opts.create_below = NULL; /* borrowed: not kept */
     if (rc < 0) {
         goto fail;
     }
