@@ -194,9 +194,12 @@ def test_rerun_replaces_the_earlier_output(tmp_path):
     args = [CONFIG, f"load_full_state_path={ITEMS}", f"base_output_directory={tmp_path}",
             "run_name=run", "force_unroll=true", "-q"]
     assert run(*args).returncode == 0
-    marker = tmp_path / "run" / "checkpoints" / "marker"
+    marker = tmp_path / "run" / "checkpoints" / "0" / "marker"
     marker.write_text("old")
+    sibling = tmp_path / "run" / "checkpoints" / "marker"  # not written by unroll: kept
+    sibling.write_text("mine")
     assert run(*args).returncode == 0
     assert not marker.exists()
+    assert sibling.read_text() == "mine"
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoints"]
     assert (tmp_path / "run" / "checkpoints" / "0" / "items" / "_METADATA").is_file()

@@ -88,17 +88,19 @@ def test_unroll_lora_adapters(unroll_bin, make_fixture, tmp_path, layout):
 def test_unroll_replaces_earlier_output_only_when_complete(unroll_bin, make_fixture, tmp_path):
     info = make_fixture("linen", "ocdbt-zarr3", "float32")
     ckpt = checkpoint_dir(tmp_path)
-    ckpt.mkdir(parents=True)
-    (ckpt / "old-marker").write_text("earlier output")
+    (ckpt / "0").mkdir(parents=True)
+    (ckpt / "0" / "old-marker").write_text("earlier output")
+    (ckpt / "sibling").write_text("not ours")
     # A failing run (wrong layer count) leaves the earlier output as it was.
     bad = run_unroll(unroll_bin, info, tmp_path, extra=["base_num_decoder_layers=5"])
     assert bad.returncode == 2, bad.stderr
-    assert (ckpt / "old-marker").read_text() == "earlier output"
+    assert (ckpt / "0" / "old-marker").read_text() == "earlier output"
     assert not list(tmp_path.joinpath("run").glob("*.unroll-tmp"))
-    # A good run replaces it.
+    # A good run replaces checkpoints/0, and only it.
     res = run_unroll(unroll_bin, info, tmp_path)
     assert res.returncode == 0, res.stderr
-    assert not (ckpt / "old-marker").exists()
+    assert not (ckpt / "0" / "old-marker").exists()
+    assert (ckpt / "sibling").read_text() == "not ours"
     reference.check_unrolled(ckpt / "0" / "items", reference.reference_for(info))
 
 
