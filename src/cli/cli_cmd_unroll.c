@@ -48,7 +48,7 @@ static void usage(FILE *f)
           "run_name, force_unroll, scan_layers, param_scan_axis, pure_nnx, num_decoder_layers,\n"
           "first_num_dense_layers, logical_axis_rules, lora_input_adapters_path,\n"
           "checkpoint_storage_use_ocdbt, checkpoint_storage_use_zarr3, ...\n"
-          "Output: <base_output_directory>/<run_name>/checkpoints/0/items.\n"
+          "Output: <base_output_directory>/<run_name>/checkpoints/0 (only it is replaced).\n"
           "\n"
           "options:\n"
           "  -n, --dry-run          print the plan (kept, dropped, split leaves; bytes) and stop\n"
@@ -59,8 +59,9 @@ static void usage(FILE *f)
           "  -h, --help             this help\n"
           "  -V, --version          the version\n"
           "\n"
-          "exit status: 0 ok, 1 internal error, 2 usage or config, 3 I/O, 4 corrupt input,\n"
-          "5 unsupported input\n",
+          "exit status: 0 ok, 1 internal error, 2 usage or config, 3 I/O (or destination\n"
+          "locked by another run), 4 corrupt input, 5 unsupported input, 130/143/129 stopped\n"
+          "by SIGINT/SIGTERM/SIGHUP\n",
           f);
 }
 
