@@ -23,7 +23,8 @@
  *     that died (left by a kill or a crash) are removed, only while holding the lock, and
  *     never one an input lies in. A run never removes a staging directory it did not
  *     create: before publishing or cleaning up it checks that the path still names the
- *     directory it made (same device and inode).
+ *     directory it made (same device and inode; it holds the directory open, so the inode
+ *     cannot be reused by a new directory of the same name).
  *   - Before anything moves, every staged unit is checked: a step directory must hold
  *     `_CHECKPOINT_METADATA` and an `items/` that opens as an Orbax checkpoint; a file unit
  *     must be a regular file. A missing or replaced staging directory is an error.

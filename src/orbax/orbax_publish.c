@@ -49,6 +49,7 @@ struct ur_orbax_publish {
     size_t n_units;
     size_t cap_units; /* entries allocated (and to free) */
     int lock_fd;
+    int staging_fd; /* held open so that its inode cannot be reused by a new directory */
     int have_staging;
     dev_t staging_dev;
     ino_t staging_ino;
@@ -191,6 +192,9 @@ static void publish_free(ur_orbax_publish *p)
     ur_free(p->lock_path);
     ur_free(p->staging);
     ur_free(p->created_from);
+    if (p->staging_fd >= 0) {
+        close(p->staging_fd);
+    }
     ur_free(p);
 }
 
@@ -218,6 +222,7 @@ static int resolve(ur_orbax_publish *p, const char *dest, const char *const *uni
     char *slash;
 
     p->lock_fd = -1;
+    p->staging_fd = -1;
     p->dest = canonical(dest, 1, err);
     if (p->dest == NULL) {
         return err != NULL ? err->code : UR_EIO;
@@ -496,7 +501,7 @@ static void remove_stale_staging(const ur_orbax_publish *p)
         for (size_t j = 0; j < p->n_inputs; j++) {
             used |= inside(p->inputs[j], path);
         }
-        if (!used && strcmp(path, p->staging) != 0) {
+        if (!used) { /* our own name too: a dead run with the same pid */
             (void)ur_fs_remove_tree(path, NULL);
         }
         ur_free(path);
@@ -534,8 +539,14 @@ int ur_orbax_publish_begin(ur_orbax_publish **out, const char *dest, const char 
         goto fail;
     }
     remove_stale_staging(p);
-    if (mkdir(p->staging, 0755) != 0 || lstat(p->staging, &st) != 0) {
+    if (mkdir(p->staging, 0755) != 0) {
         rc = ur_err_set_os(err, UR_EIO, errno, p->staging, "cannot create the staging directory");
+        goto fail;
+    }
+    p->staging_fd = open(p->staging, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (p->staging_fd < 0 || fstat(p->staging_fd, &st) != 0) {
+        rc = ur_err_set_os(err, UR_EIO, errno, p->staging, "cannot open the staging directory");
+        (void)rmdir(p->staging);
         goto fail;
     }
     p->have_staging = 1;
