@@ -125,12 +125,16 @@ typedef struct ur_orbax_ckpt ur_orbax_ckpt;
 #define UR_ORBAX_OPEN_NO_ARRAYS 1u
 
 /* Open a checkpoint. `path` is a step directory (the item is `items`, else `default`, else
- * the one PyTree item named by _CHECKPOINT_METADATA, else the only subdirectory holding a
- * `_METADATA`), or an item directory, or a direct (StandardCheckpointer) checkpoint.
- * A temporary directory (name containing ".orbax-checkpoint-tmp") is refused. OCDBT vs plain
- * files as Orbax decides: `_METADATA.use_ocdbt`, or when null, whether manifest.ocdbt exists.
- * Errors: UR_ENOTFOUND (no checkpoint there), UR_ECORRUPT naming the file and leaf,
- * UR_EUNSUPPORTED, UR_EIO, UR_ENOMEM. */
+ * the one PyTree item named by _CHECKPOINT_METADATA, else the only subdirectory that looks
+ * like an item; `ocdbt.process_*` never is one), or an item directory, or a direct
+ * (StandardCheckpointer) checkpoint. Only a finalized save is opened: a temporary directory
+ * (".orbax-checkpoint-tmp" in a name), a step without commit_success.txt whose item has one,
+ * an item without _METADATA, an OCDBT item whose ocdbt.process_* were never merged into
+ * manifest.ocdbt, or a plain item several processes wrote with no commit mark is
+ * UR_ECORRUPT "unfinished Orbax save" naming what is missing (orbax_ckpt.c says why).
+ * OCDBT vs plain files as Orbax decides: `_METADATA.use_ocdbt`, or when null, whether
+ * manifest.ocdbt exists. Errors: UR_ENOTFOUND (no checkpoint there), UR_ECORRUPT naming the
+ * file and leaf, UR_EUNSUPPORTED, UR_EIO, UR_ENOMEM. */
 int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur_err *err);
 
 /* NULL-safe. Arrays opened from it must be closed first. */
@@ -142,8 +146,8 @@ const char *ur_orbax_ckpt_step_dir(const ur_orbax_ckpt *ck);
 int ur_orbax_ckpt_use_ocdbt(const ur_orbax_ckpt *ck);
 int ur_orbax_ckpt_use_zarr3(const ur_orbax_ckpt *ck);
 int ur_orbax_ckpt_store_fill_value(const ur_orbax_ckpt *ck);
-/* 1 when the item has a `_sharding` file; 1 when it has `_METADATA` (0: tree rebuilt from
- * the stored arrays' names, as Orbax does for checkpoints without one). */
+/* 1 when the item has a `_sharding` file; 1 when it has `_METADATA` (always, since an item
+ * without one is refused as unfinished). */
 int ur_orbax_ckpt_has_sharding_file(const ur_orbax_ckpt *ck);
 int ur_orbax_ckpt_has_metadata_file(const ur_orbax_ckpt *ck);
 /* `_METADATA.custom_metadata` as compact JSON, or NULL when null/absent. */
@@ -162,7 +166,9 @@ int ur_orbax_ckpt_find(const ur_orbax_ckpt *ck, const char *name, const ur_orbax
 ur_kvstore *ur_orbax_ckpt_kvstore(ur_orbax_ckpt *ck);
 
 /* Open a leaf's zarr array (format from use_zarr3). Scalars are 0-d arrays. The caller closes
- * it with ur_zarr_array_close before closing the checkpoint. UR_EINVAL for a leaf that stores
+ * it with ur_zarr_array_close before closing the checkpoint. A missing chunk reads as the fill
+ * value only when _METADATA does not say store_array_data_equal_to_fill_value (else it is
+ * UR_ECORRUPT naming array and chunk, as Orbax fails it). UR_EINVAL for a leaf that stores
  * no array. */
 int ur_orbax_ckpt_open_array(ur_orbax_ckpt *ck, const ur_orbax_leaf *leaf, ur_zarr_array **out,
                              ur_err *err);

@@ -111,6 +111,9 @@ typedef enum {
 typedef struct {
     const char *const *path; /* key components, e.g. {"params","params","decoder",...} */
     size_t path_len;
+    /* Per component: 1 for a list index (Orbax key type SEQUENCE), 0 for a dict key; NULL
+     * when every component is a dict key. The output keeps them: a list stays a list. */
+    const unsigned char *seq;
     ur_dtype dtype; /* UR_DT_INVALID: not an array (empty {} / None entry, opaque value) */
     /* For a non-array leaf: the empty entry it is (carried into the output as the same
      * entry, e.g. the None leaves of a LoRA adapter), or UR_PLAN_NOT_PLACEHOLDER. */
@@ -144,6 +147,7 @@ typedef enum {
 typedef struct {
     char **comp;
     size_t len;
+    unsigned char *seq; /* NULL, or per component 1 for a list index (ur_plan_leaf.seq) */
 } ur_plan_path;
 
 typedef struct {

@@ -71,7 +71,7 @@ int ur_zarr_array_read_box(ur_zarr_array *arr, const uint64_t *start, const uint
                            void *dst, ur_err *err);
 
 /* Whether a missing chunk (or absent inner chunk of a shard) reads as the fill value (1,
- * the default, as TensorStore reads it) or fails with UR_ENOTFOUND naming the chunk key (0:
+ * the default, as TensorStore reads it) or fails with UR_ECORRUPT naming the chunk key (0:
  * what Orbax does when _METADATA says store_array_data_equal_to_fill_value). Set it before
  * any read; it is not synchronised with reads running at the same time. */
 void ur_zarr_array_set_fill_missing(ur_zarr_array *arr, int fill_missing);
@@ -139,8 +139,8 @@ void ur_zarr_array_close(ur_zarr_array *arr);
 typedef struct ur_zarr_chunk_stream ur_zarr_chunk_stream;
 
 /* Open chunk `idx` (grid index, rank entries) for sequential reading. Errors as read_chunk:
- * UR_EINVAL (index outside the grid), UR_ENOTFOUND naming the key (chunk missing and
- * fill_missing off), UR_ECORRUPT / UR_EIO naming the array and chunk key, UR_ENOMEM. */
+ * UR_EINVAL (index outside the grid), UR_ECORRUPT (also: chunk missing and fill_missing
+ * off) / UR_EIO naming the array and chunk key, UR_ENOMEM. */
 int ur_zarr_chunk_stream_open(ur_zarr_chunk_stream **out, ur_zarr_array *arr,
                               const uint64_t *idx, ur_err *err);
 

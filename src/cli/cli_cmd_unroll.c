@@ -227,12 +227,14 @@ static int check_interrupted(ur_err *err)
 typedef struct {
     ur_plan_leaf *leaves;
     const char **comps; /* every leaf's key components, back to back */
+    unsigned char *seqs; /* ... and which of them are list indices */
     size_t n;
 } leaf_list;
 
 static void leaf_list_dispose(leaf_list *l)
 {
     ur_free(l->comps);
+    ur_free(l->seqs);
     ur_free(l->leaves);
 }
 
@@ -259,7 +261,8 @@ static int leaves_of(leaf_list *l, const ur_orbax_ckpt *ck, ur_err *err)
     }
     l->leaves = ur_calloc(n ? n : 1, sizeof *l->leaves);
     l->comps = ur_calloc(total ? total : 1, sizeof *l->comps);
-    if (l->leaves == NULL || l->comps == NULL) {
+    l->seqs = ur_calloc(total ? total : 1, 1);
+    if (l->leaves == NULL || l->comps == NULL || l->seqs == NULL) {
         return ur_err_oom(err);
     }
     for (size_t i = 0; i < n; i++) {
@@ -267,8 +270,10 @@ static int leaves_of(leaf_list *l, const ur_orbax_ckpt *ck, ur_err *err)
         ur_plan_leaf *p = &l->leaves[i];
         for (size_t k = 0; k < o->depth; k++) {
             l->comps[used + k] = o->path[k].key;
+            l->seqs[used + k] = o->path[k].type == UR_ORBAX_KEY_SEQUENCE;
         }
         p->path = l->comps + used;
+        p->seq = l->seqs + used;
         p->path_len = o->depth;
         used += o->depth;
         p->dtype = o->has_array ? o->dtype : UR_DT_INVALID;

@@ -16,7 +16,7 @@
 struct ur_orbax_ckpt {
     char *item_dir;
     char *step_dir;
-    ur_orbax_arena arena; /* leaves built here when there is no _METADATA; string values */
+    ur_orbax_arena arena; /* string values */
     ur_orbax_meta *meta;
     ur_orbax_leaf *leaves;
     size_t n_leaves;
@@ -72,10 +72,42 @@ static char *parent_dir(const char *path)
     return ur_strndup(path, n);
 }
 
+/* The per-process OCDBT databases of a save (`ocdbt.process_<i>/`, Pathways'
+ * `ocdbt.process_pwcontroller/`): parts of an item, never an item themselves. */
+static int is_process_db_name(const char *name)
+{
+    return strncmp(name, "ocdbt.process_", 14) == 0;
+}
+
+/* How many entries of `dir` start with `prefix` (0 when it cannot be listed). */
+static size_t count_prefixed(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    size_t n = 0, len = strlen(prefix);
+    struct dirent *de;
+    if (d == NULL) {
+        return 0;
+    }
+    while ((de = readdir(d)) != NULL) {
+        n += strncmp(de->d_name, prefix, len) == 0;
+    }
+    closedir(d);
+    return n;
+}
+
+static size_t count_process_dbs(const char *dir)
+{
+    return count_prefixed(dir, "ocdbt.process_");
+}
+
+/* An item directory, finished or not: what Orbax writes into it first (the per-process
+ * databases, array_metadatas/) counts, so that a save copied half-way is recognised as the
+ * item it is and refused for what it lacks, rather than skipped for a subdirectory. */
 static int is_item_dir(const char *dir)
 {
     return has_file(dir, "_METADATA") || has_file(dir, "manifest.ocdbt") ||
-           has_file(dir, "_sharding");
+           has_file(dir, "_sharding") || has_file(dir, "array_metadatas") ||
+           count_process_dbs(dir) > 0;
 }
 
 /* A handler typestr of a PyTree item (v0 Standard/PyTree handlers, v1 PyTreeHandler). */
@@ -97,7 +129,7 @@ static int find_item_by_listing(char **out, const char *dir, ur_err *err)
     int rc = UR_OK;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
-        if (de->d_name[0] == '.') {
+        if (de->d_name[0] == '.' || is_process_db_name(de->d_name)) {
             continue;
         }
         char *sub = ur_path_join(dir, de->d_name);
@@ -152,8 +184,9 @@ static int load_step_meta(ur_orbax_ckpt *ck, ur_err *err)
 static int resolve_dirs(ur_orbax_ckpt *ck, const char *path, ur_err *err)
 {
     if (strstr(path, TMP_SUFFIX) != NULL) {
-        return ur_err_set(err, UR_EINVAL,
-                          "%s: incomplete checkpoint (a temporary '" TMP_SUFFIX "' directory)",
+        return ur_err_set(err, UR_ECORRUPT,
+                          "%s: unfinished Orbax save (a temporary '" TMP_SUFFIX
+                          "' directory, never renamed into place)",
                           path);
     }
     if (!ur_fs_is_dir(path)) {
@@ -221,122 +254,81 @@ static int resolve_dirs(ur_orbax_ckpt *ck, const char *path, ur_err *err)
     return find_item_by_listing(&ck->item_dir, path, err);
 }
 
-/* ---- A tree rebuilt from the stored arrays when there is no _METADATA ------------------- */
+/* ---- Only a finalized save is read ------------------------------------------------------
+ *
+ * Orbax marks a finished save in one of two ways (`_src/path/atomicity.py`): atomic-rename
+ * mode writes under `<name>.orbax-checkpoint-tmp` and renames at the end; commit-file mode
+ * (object stores) writes under the final names and ends with `commit_success.txt`, in each
+ * item as it is finalized and in the step directory last. Orbax 0.12.3+ writes the file in
+ * both modes; older releases only in commit-file mode. The files do not say which mode wrote
+ * them, so a checkpoint is read only when all of these hold:
+ *  - no name in its path contains ".orbax-checkpoint-tmp" (resolve_dirs);
+ *  - the step has commit_success.txt, or its item has none either (a commit-file save stopped
+ *    between the item's marker and the step's is unfinished; an atomic-rename save by an
+ *    Orbax before 0.12.3 has neither);
+ *  - the item has _METADATA: the primary host writes it after its array data committed
+ *    (base_pytree_checkpoint_handler.py `_write_metadata_after_commits`), and Orbax cannot
+ *    restore without it (no target) — so arrays are never guessed from the stored names;
+ *  - an OCDBT item has its merged manifest.ocdbt, written at finalize once every process has
+ *    committed (`_finalize_async`: `merge_ocdbt_per_process_files`): while `ocdbt.process_*`
+ *    wait to be merged, reading one of them would see only what was written so far;
+ *  - a plain (non-OCDBT) item that several processes wrote has a commit mark
+ *    (commit_success.txt or commit_timestamp_nsecs): the primary's _METADATA vouches only for
+ *    its own data. */
 
-typedef struct {
-    ur_orbax_ckpt *ck;
-    ur_buf names; /* NUL-separated param names */
-    size_t count;
-    int saw_zarr3;
-    int saw_zarr2;
-} list_ctx;
+#define COMMIT_FILE "commit_success.txt"
 
-static int collect_array(void *vctx, const char *key, uint64_t size)
+static int has_commit_mark(const ur_orbax_ckpt *ck)
 {
-    (void)size;
-    list_ctx *c = vctx;
-    size_t n = strlen(key);
-    size_t cut = 0;
-    if (n > 8 && strcmp(key + n - 8, "/.zarray") == 0) {
-        cut = 8;
-        c->saw_zarr2 = 1;
-    } else if (n > 10 && strcmp(key + n - 10, "/zarr.json") == 0) {
-        cut = 10;
-        c->saw_zarr3 = 1;
-    } else {
-        return 0;
-    }
-    ur_err err;
-    if (ur_buf_append(&c->names, key, n - cut, &err) < 0 ||
-        ur_buf_append_byte(&c->names, 0, &err) < 0) {
-        return UR_ENOMEM;
-    }
-    c->count++;
-    return 0;
+    return has_file(ck->item_dir, COMMIT_FILE) ||
+           (ck->step_dir != NULL && has_file(ck->step_dir, COMMIT_FILE)) ||
+           (ck->step != NULL && ck->step->meta.has_commit_timestamp);
 }
 
-static int rebuild_tree(ur_orbax_ckpt *ck, ur_err *err)
+/* Before _METADATA is read: the step's commit marker. */
+static int check_step_finalized(const ur_orbax_ckpt *ck, ur_err *err)
 {
-    list_ctx c = {ck, {0}, 0, 0, 0};
-    ur_buf_init(&c.names, 0);
-    int rc = ur_kvstore_list(ck->kv, "", collect_array, &c, err);
-    if (rc == UR_ENOMEM) {
-        rc = ur_err_oom(err);
+    if (strstr(ck->item_dir, TMP_SUFFIX) != NULL ||
+        (ck->step_dir != NULL && strstr(ck->step_dir, TMP_SUFFIX) != NULL)) {
+        return ur_err_set(err, UR_ECORRUPT,
+                          "%s: unfinished Orbax save (a temporary '" TMP_SUFFIX
+                          "' directory, never renamed into place)",
+                          ck->item_dir);
     }
-    if (rc < 0) {
-        goto out;
+    if (ck->step_dir != NULL && strcmp(ck->step_dir, ck->item_dir) != 0 &&
+        !has_file(ck->step_dir, COMMIT_FILE) && has_file(ck->item_dir, COMMIT_FILE)) {
+        return ur_err_set(err, UR_ECORRUPT,
+                          "%s: unfinished Orbax save: no " COMMIT_FILE
+                          " in the step directory (its item has one; Orbax writes the step's "
+                          "last)",
+                          ck->step_dir);
     }
-    if (c.count == 0) {
-        rc = ur_err_set(err, UR_ENOTFOUND, "%s: no _METADATA and no arrays", ck->item_dir);
-        goto out;
+    return UR_OK;
+}
+
+/* After _METADATA is read: the item's data is all there. */
+static int check_item_finalized(const ur_orbax_ckpt *ck, ur_err *err)
+{
+    size_t n_db = count_process_dbs(ck->item_dir);
+    /* use_ocdbt true, or null (Orbax then looks for manifest.ocdbt) */
+    if (ck->meta->use_ocdbt != 0 && n_db > 0 && !has_file(ck->item_dir, "manifest.ocdbt")) {
+        return ur_err_set(err, UR_ECORRUPT,
+                          "%s: unfinished Orbax save: no manifest.ocdbt (the %zu ocdbt.process_* "
+                          "databases were never merged)",
+                          ck->item_dir, n_db);
     }
-    if (c.saw_zarr2 && c.saw_zarr3) {
-        rc = ur_err_set(err, UR_ECORRUPT,
-                        "%s: no _METADATA, and both zarr v2 and v3 arrays are stored",
-                        ck->item_dir);
-        goto out;
-    }
-    ck->use_zarr3 = c.saw_zarr3;
-    ck->leaves = ur_orbax__arena_alloc(&ck->arena, c.count * sizeof(*ck->leaves));
-    if (ck->leaves == NULL) {
-        rc = ur_err_oom(err);
-        goto out;
-    }
-    const char *p = (const char *)c.names.data;
-    for (size_t i = 0; i < c.count; i++) {
-        ur_orbax_leaf *l = &ck->leaves[i];
-        size_t len = strlen(p);
-        size_t depth = 1;
-        for (size_t j = 0; j < len; j++) {
-            depth += p[j] == '.';
+    if (!ck->use_ocdbt && !has_commit_mark(ck)) {
+        char *am = ur_path_join(ck->item_dir, "array_metadatas");
+        size_t n_proc = am != NULL ? count_prefixed(am, "process_") : 0;
+        ur_free(am);
+        if (n_proc > 1) {
+            return ur_err_set(err, UR_ECORRUPT,
+                              "%s: unfinished Orbax save: %zu processes wrote arrays and there "
+                              "is no " COMMIT_FILE " nor commit_timestamp_nsecs",
+                              ck->item_dir, n_proc);
         }
-        ur_orbax_key *path = ur_orbax__arena_alloc(&ck->arena, depth * sizeof(*path));
-        char *name = ur_orbax__arena_strdup(&ck->arena, p);
-        char *split = ur_orbax__arena_strdup(&ck->arena, p);
-        if (path == NULL || name == NULL || split == NULL) {
-            rc = ur_err_oom(err);
-            goto out;
-        }
-        size_t k = 0;
-        char *s = split;
-        for (;;) {
-            char *dot = strchr(s, '.');
-            path[k].key = s;
-            path[k].type = UR_ORBAX_KEY_DICT;
-            k++;
-            if (dot == NULL) {
-                break;
-            }
-            *dot = '\0';
-            s = dot + 1;
-        }
-        ur_buf kp;
-        ur_buf_init(&kp, 0);
-        rc = ur_orbax_tree_keypath(&kp, path, depth, err);
-        if (rc == UR_OK) {
-            l->keypath = ur_orbax__arena_strndup(&ck->arena, (const char *)kp.data, kp.len);
-            rc = l->keypath != NULL ? UR_OK : ur_err_oom(err);
-        }
-        ur_buf_dispose(&kp);
-        if (rc < 0) {
-            goto out;
-        }
-        l->path = path;
-        l->depth = depth;
-        l->name = name;
-        l->value_type = ur_orbax_sharding_find(ck->sharding, name) != NULL
-                            ? UR_ORBAX_VALUE_JAX_ARRAY
-                            : UR_ORBAX_VALUE_NP_ARRAY;
-        l->value_type_name = ur_orbax_value_type_name(l->value_type);
-        l->write_shape_rank = -1;
-        l->array_meta_chunk_rank = -1;
-        p += len + 1;
     }
-    ck->n_leaves = c.count;
-    rc = ur_orbax_tree_order(ck->leaves, &ck->n_leaves, "stored arrays", err);
-out:
-    ur_buf_dispose(&c.names);
-    return rc;
+    return UR_OK;
 }
 
 /* ---- Per-leaf information --------------------------------------------------------------- */
@@ -462,29 +454,40 @@ int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur
     }
     ur_orbax__arena_init(&ck->arena);
     int rc = resolve_dirs(ck, path, err);
+    if (rc == UR_OK) {
+        rc = check_step_finalized(ck, err);
+    }
     if (rc < 0) {
         goto out;
     }
 
     rc = read_optional(&b, ck->item_dir, "_METADATA", err);
-    if (rc == UR_OK) {
-        ck->has_metadata_file = 1;
-        rc = ur_orbax_meta_parse(&ck->meta, (const char *)b.data, b.len, err);
-        if (rc < 0) {
-            goto out_where;
-        }
-        ck->leaves = ck->meta->leaves;
-        ck->n_leaves = ck->meta->n_leaves;
-        ck->use_zarr3 = ck->meta->use_zarr3;
-        ck->store_fill = ck->meta->store_fill;
-        ck->use_ocdbt = ck->meta->use_ocdbt;
-    } else if (rc == UR_ENOTFOUND) {
-        ck->use_ocdbt = -1;
-    } else {
+    if (rc == UR_ENOTFOUND) {
+        rc = ur_err_set(err, UR_ECORRUPT,
+                        "%s: unfinished Orbax save: no _METADATA (Orbax writes it after the "
+                        "array data)",
+                        ck->item_dir);
         goto out;
     }
+    if (rc < 0) {
+        goto out;
+    }
+    ck->has_metadata_file = 1;
+    rc = ur_orbax_meta_parse(&ck->meta, (const char *)b.data, b.len, err);
+    if (rc < 0) {
+        goto out_where;
+    }
+    ck->leaves = ck->meta->leaves;
+    ck->n_leaves = ck->meta->n_leaves;
+    ck->use_zarr3 = ck->meta->use_zarr3;
+    ck->store_fill = ck->meta->store_fill;
+    ck->use_ocdbt = ck->meta->use_ocdbt;
     if (ck->use_ocdbt < 0) {
         ck->use_ocdbt = has_file(ck->item_dir, "manifest.ocdbt");
+    }
+    rc = check_item_finalized(ck, err);
+    if (rc < 0) {
+        goto out;
     }
 
     ur_buf_reset(&b);
@@ -516,12 +519,6 @@ int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur
     if (rc < 0) {
         ur_err_wrap(err, "%s store", ck->use_ocdbt ? "OCDBT" : "file");
         goto out_where;
-    }
-    if (!ck->has_metadata_file) {
-        rc = rebuild_tree(ck, err);
-        if (rc < 0) {
-            goto out_where;
-        }
     }
     rc = attach_sharding(ck, err);
     if (rc == UR_OK) {
@@ -644,8 +641,11 @@ int ur_orbax_ckpt_open_array(ur_orbax_ckpt *ck, const ur_orbax_leaf *leaf, ur_za
         ur_err_wrap(err, "array '%s'", leaf->name);
         return rc;
     }
-    /* Orbax wrote every chunk (store_array_data_equal_to_fill_value): a missing one is lost
-     * data, not the fill value. */
+    /* _METADATA says Orbax wrote every chunk (store_array_data_equal_to_fill_value, always
+     * true since it was introduced: tensorstore_utils.py STORE_ARRAY_DATA_EQUAL_TO_FILL_VALUE)
+     * and Orbax itself then reads with fill_missing_data_reads=false: a missing chunk is lost
+     * data. Only without it (older Orbax, which let TensorStore skip chunks equal to the fill
+     * value) does a missing chunk read as the fill value. */
     if (ck->store_fill) {
         ur_zarr_array_set_fill_missing(*out, 0);
     }

@@ -148,7 +148,9 @@ static void path_dispose(ur_plan_path *p)
         ur_free(p->comp[i]);
     }
     ur_free(p->comp);
+    ur_free(p->seq);
     p->comp = NULL;
+    p->seq = NULL;
     p->len = 0;
 }
 
@@ -172,11 +174,32 @@ void ur_plan_free(ur_plan *plan)
     ur_free(plan);
 }
 
-/* A path from up to four pieces: prefix + middle + tail + suffix. */
+/* A path from up to four pieces: prefix + middle + tail + suffix. `seq` (NULL: all dict
+ * keys) marks the list indices among c[0..n). */
 typedef struct {
     const char *const *c;
     size_t n;
+    const unsigned char *seq;
 } span;
+
+/* Components [from, to) of a leaf's path, list indices kept: they stay lists in the output. */
+static span leaf_span(const ur_plan_leaf *l, size_t from, size_t to)
+{
+    span s = {l->path + from, to - from, l->seq != NULL ? l->seq + from : NULL};
+    return s;
+}
+
+static int any_seq(const span *parts, size_t n_parts)
+{
+    for (size_t i = 0; i < n_parts; i++) {
+        for (size_t j = 0; parts[i].seq != NULL && j < parts[i].n; j++) {
+            if (parts[i].seq[j]) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
 
 static int path_build(ur_plan_path *out, const span *parts, size_t n_parts, ur_err *err)
 {
@@ -185,11 +208,19 @@ static int path_build(ur_plan_path *out, const span *parts, size_t n_parts, ur_e
     for (size_t i = 0; i < n_parts; i++) {
         len += parts[i].n;
     }
+    out->seq = NULL;
     out->comp = ur_calloc(len ? len : 1, sizeof *out->comp);
     if (!out->comp) {
         return ur_err_oom(err);
     }
     out->len = 0;
+    if (any_seq(parts, n_parts)) {
+        out->seq = ur_calloc(len, 1);
+        if (!out->seq) {
+            path_dispose(out);
+            return ur_err_oom(err);
+        }
+    }
     for (size_t i = 0; i < n_parts; i++) {
         for (size_t j = 0; j < parts[i].n; j++) {
             out->comp[k] = ur_strdup(parts[i].c[j]);
@@ -197,6 +228,9 @@ static int path_build(ur_plan_path *out, const span *parts, size_t n_parts, ur_e
                 out->len = k;
                 path_dispose(out);
                 return ur_err_oom(err);
+            }
+            if (out->seq != NULL && parts[i].seq != NULL) {
+                out->seq[k] = parts[i].seq[j];
             }
             k++;
         }
@@ -645,7 +679,7 @@ static int set_unstack(ur_plan *plan, ur_plan_action *a, const ur_plan_leaf *l, 
     for (uint64_t li = 0; li < n_out; li++) {
         char layer[96];
         const char *mid[2] = {"decoder", layer};
-        span parts[4] = {prefix, {mid, 2}, {l->path + rest, en - rest}, suffix};
+        span parts[4] = {prefix, {mid, 2, NULL}, leaf_span(l, rest, en), suffix};
         int64_t gl = ((int64_t)li / div) * mul + (int64_t)li % div + add;
         snprintf(layer, sizeof layer, "layers_%lld", (long long)gl);
         rc = path_build(&a->out[li], parts, 4, err);
@@ -820,8 +854,8 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
     int gemma3 = strcmp(s->decoder_block, "gemma3") == 0;
     int gemma4 = strcmp(s->decoder_block, "gemma4") == 0;
     int remainder_seen = 0;
-    span prefix = {NULL, 0};
-    span suffix = {NULL, 0};
+    span prefix = {NULL, 0, NULL};
+    span suffix = {NULL, 0, NULL};
     int rc;
 
     plan = ur_calloc(1, sizeof *plan);
@@ -984,7 +1018,7 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
         }
         if (remainder) {
             const char *mid[2] = {"decoder", rem_layer};
-            span parts[4] = {prefix, {mid, 2}, {l->path + st + 3, en - st - 3}, suffix};
+            span parts[4] = {prefix, {mid, 2, NULL}, leaf_span(l, st + 3, en), suffix};
             rc = set_copy(plan, a, parts, 4, elems, err);
             if (rc < 0) {
                 goto out;
@@ -992,7 +1026,7 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
             continue;
         }
         if (g < 0) {
-            span parts[3] = {prefix, {l->path + st, en - st}, suffix};
+            span parts[3] = {prefix, leaf_span(l, st, en), suffix};
             rc = set_copy(plan, a, parts, 3, elems, err);
             if (rc < 0) {
                 goto out;
@@ -1054,7 +1088,7 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
                     snprintf(layer, sizeof layer, "%s_%llu", grp->name, (unsigned long long)li);
                 }
                 {
-                    span parts[4] = {prefix, {mid, 2}, {l->path + rest, en - rest}, suffix};
+                    span parts[4] = {prefix, {mid, 2, NULL}, leaf_span(l, rest, en), suffix};
                     rc = path_build(&a->out[li], parts, 4, err);
                 }
                 if (rc < 0) {
@@ -1114,8 +1148,8 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
     if (!plan->nnx_output) {
         static const char *const k_step[] = {"step"};
         static const char *const k_opt[] = {"opt_state"};
-        span p1 = {k_step, 1};
-        span p2 = {k_opt, 1};
+        span p1 = {k_step, 1, NULL};
+        span p2 = {k_opt, 1, NULL};
         plan->extras = ur_calloc(2, sizeof *plan->extras);
         if (!plan->extras) {
             rc = ur_err_oom(err);

@@ -858,7 +858,7 @@ static int path_keys(const ur_plan_path *p, ur_orbax_key *keys)
     }
     for (size_t i = 0; i < p->len; i++) {
         keys[i].key = p->comp[i];
-        keys[i].type = UR_ORBAX_KEY_DICT;
+        keys[i].type = p->seq != NULL && p->seq[i] ? UR_ORBAX_KEY_SEQUENCE : UR_ORBAX_KEY_DICT;
     }
     return 0;
 }

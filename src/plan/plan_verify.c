@@ -20,6 +20,7 @@ typedef struct {
     const ur_orbax_leaf *leaf;
     const char *const *comp; /* model path components */
     size_t len;
+    size_t first; /* comp[0] is leaf->path[first] */
     char *key; /* components joined with SEP */
     /* input only */
     int table;       /* the scanned group it was sliced from, -1: none (yet) */
@@ -379,6 +380,7 @@ static int vset_build(vset *s, const ur_orbax_ckpt *ck, int is_output, verifier 
             v->leaf = l;
             v->comp = s->comps + used + st;
             v->len = en - st;
+            v->first = st;
             v->table = -1;
             v->sub = -1;
             v->key = key_of(v->comp, v->len);
@@ -726,6 +728,36 @@ static int layer_axis(const verifier *vf, const vleaf *o, const vleaf *i, int64_
     return first;
 }
 
+/* The components output o shares with its source i at their ends (below the layer group)
+ * must be the same kind of key: a list index written as a dict key restores as a dict
+ * {'0': ...} where the model has a list. Returns 0 after reporting a difference. */
+static int key_types_agree(verifier *vf, const vleaf *o, const vleaf *i, const char *oname,
+                           const char *src)
+{
+    size_t n = o->len < i->len ? o->len : i->len;
+    for (size_t j = 1; j <= n; j++) {
+        const ur_orbax_key *ko = &o->leaf->path[o->first + o->len - j];
+        const ur_orbax_key *ki = &i->leaf->path[i->first + i->len - j];
+        ur_verify_issue *is;
+        if (strcmp(ko->key, ki->key) != 0) {
+            break;
+        }
+        if (ko->type == ki->type) {
+            continue;
+        }
+        is = issue_add(vf, UR_VERIFY_KIND, oname, src);
+        if (is) {
+            static const char *const what[] = {"?", "a list index", "a dict key"};
+            snprintf(is->expected, sizeof is->expected, "'%.64s' %s", ki->key,
+                     what[ki->type == UR_ORBAX_KEY_SEQUENCE ? 1 : 2]);
+            snprintf(is->got, sizeof is->got, "%s",
+                     what[ko->type == UR_ORBAX_KEY_SEQUENCE ? 1 : 2]);
+        }
+        return 0;
+    }
+    return 1;
+}
+
 /* Check one output leaf against its source. */
 static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t layer,
                       ur_err *err)
@@ -753,6 +785,9 @@ static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t l
         snprintf(src, sizeof src, "%s", iname);
     }
     i->hits++;
+    if (!key_types_agree(vf, o, i, oname, src)) {
+        return UR_OK;
+    }
 
     if (is_placeholder(o->leaf) || is_placeholder(i->leaf)) {
         if (o->leaf->value_type != i->leaf->value_type) {
@@ -852,6 +887,9 @@ static int check_slices(verifier *vf, const vleaf *o, vleaf *i, int nfix, const 
         i->seen[slice] = 1;
     }
     i->hits++;
+    if (!key_types_agree(vf, o, i, oname, src)) {
+        return UR_OK;
+    }
     if (is_placeholder(o->leaf) || is_placeholder(i->leaf)) {
         is = issue_add(vf, UR_VERIFY_KIND, oname, src);
         if (is) {

@@ -214,8 +214,10 @@ static int missing(const ur_zarr_array *a, const char *key, const char *what, vo
                    ur_err *err)
 {
     if (!a->fill_missing) {
-        return ur_err_set_os(err, UR_ENOTFOUND, 0, key, "zarr array '%s': %s '%s' is missing",
-                             a->prefix, what, key);
+        return ur_err_set_os(err, UR_ECORRUPT, 0, key,
+                             "%s is missing (the checkpoint stores every chunk: "
+                             "store_array_data_equal_to_fill_value)",
+                             what);
     }
     fill_chunk(a, dst);
     return UR_OK;
@@ -465,10 +467,8 @@ static int read_chunk(ur_zarr_array *arr, const uint64_t *idx, void *dst, const 
     rc = arr->meta.sharded ? read_sharded(arr, idx, key, dst, pr, err)
                            : read_unsharded(arr, idx, key, dst, pr, err);
     if (rc < 0) {
-        if (rc != UR_ENOTFOUND) {
-            ur_err_set_where(err, key);
-            ur_err_wrap(err, "zarr array '%s' chunk '%s'", arr->prefix, key);
-        }
+        ur_err_set_where(err, key);
+        ur_err_wrap(err, "zarr array '%s' chunk '%s'", arr->prefix, key);
         return rc;
     }
     if (edge) {

@@ -94,8 +94,10 @@ static int classify(const ur_zarr_chain *c, int *comp, int *crc)
 static int missing(ur_zarr_chunk_stream *s, const char *what, ur_err *err)
 {
     if (!ur_zarr_array__fill_missing(s->arr)) {
-        return ur_err_set_os(err, UR_ENOTFOUND, 0, s->key, "zarr array '%s': %s '%s' is missing",
-                             ur_zarr_array_prefix(s->arr), what, s->key);
+        return ur_err_set_os(err, UR_ECORRUPT, 0, s->key,
+                             "%s is missing (the checkpoint stores every chunk: "
+                             "store_array_data_equal_to_fill_value)",
+                             what);
     }
     s->mode = MODE_FILL;
     return UR_OK;
@@ -268,7 +270,7 @@ int ur_zarr_chunk_stream_open(ur_zarr_chunk_stream **out, ur_zarr_array *arr,
     rc = ur_zarr_array_chunk_key(arr, sidx, s->key, sizeof(s->key), err);
     if (rc == UR_OK) {
         rc = open_incremental(s, idx, err);
-        if (rc < 0 && rc != UR_ENOTFOUND) {
+        if (rc < 0) {
             ur_err_set_where(err, s->key);
             ur_err_wrap(err, "zarr array '%s' chunk '%s'", ur_zarr_array_prefix(arr), s->key);
         }

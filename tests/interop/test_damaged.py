@@ -219,23 +219,26 @@ def test_missing_data_dir(make_fixture, tmp_path):
 
 
 def test_missing_manifest(make_fixture, tmp_path):
-    """_METADATA says OCDBT but manifest.ocdbt is gone: nothing can be read."""
+    """_METADATA says OCDBT but manifest.ocdbt is gone while ocdbt.process_0/ is there: what a
+    save holds before Orbax merges the per-process databases (an unfinished save, exit 4),
+    never read through ocdbt.process_0/."""
     c = Case(make_fixture, tmp_path, "ocdbt-zarr3")
     (c.items / "manifest.ocdbt").unlink()
-    c.fails(EXIT_IO, ["manifest.ocdbt"])
+    line = c.fails(EXIT_CORRUPT, ["manifest.ocdbt"])
+    assert "ocdbt.process_" in line
 
 
 # ---- zarr damage ----------------------------------------------------------------------------
 
 def test_missing_chunk(make_fixture, tmp_path):
-    """Orbax wrote every chunk (store_array_data_equal_to_fill_value): a missing one is damage,
-    not fill."""
+    """Orbax wrote every chunk (store_array_data_equal_to_fill_value): a missing one is damage
+    (exit 4), not fill."""
     c = Case(make_fixture, tmp_path, "plain-zarr3")
     meta = json.loads((c.items / "_METADATA").read_text())
     assert meta.get("store_array_data_equal_to_fill_value") is True
     shard = _shards(c.array_dir(SCANNED))[-1]
     shard.unlink()
-    c.fails(EXIT_IO, [SCANNED])
+    c.fails(EXIT_CORRUPT, [SCANNED])
 
 
 def test_missing_chunk_zarr2(make_fixture, tmp_path):
@@ -243,7 +246,7 @@ def test_missing_chunk_zarr2(make_fixture, tmp_path):
     d = c.array_dir(UNSCANNED)
     chunk = sorted(p for p in d.iterdir() if p.name[0].isdigit())[0]
     chunk.unlink()
-    c.fails(EXIT_IO, [UNSCANNED])
+    c.fails(EXIT_CORRUPT, [UNSCANNED])
 
 
 def test_truncated_shard(make_fixture, tmp_path):
@@ -282,7 +285,7 @@ def test_metadata_shape_disagrees_with_data(make_fixture, tmp_path):
     c = Case(make_fixture, tmp_path, "plain-zarr3")
     z = c.array_dir(UNSCANNED) / "zarr.json"
     _edit_json(z, lambda d: d["shape"].__setitem__(0, d["shape"][0] + 5))
-    c.fails(EXIT_IO, [UNSCANNED])
+    c.fails(EXIT_CORRUPT, [UNSCANNED])
 
 
 def test_inner_chunk_shape_disagrees_with_data(make_fixture, tmp_path):

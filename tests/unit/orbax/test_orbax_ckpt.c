@@ -224,7 +224,78 @@ static void test_orbax_ckpt__damaged(void **state)
     /* Not a checkpoint; a temporary directory. */
     expect_open_fails(tmpdir, UR_ENOTFOUND, "not an Orbax checkpoint");
     snprintf(step, sizeof step, "%s/x/1.orbax-checkpoint-tmp", tmpdir);
-    expect_open_fails(step, UR_EINVAL, "incomplete checkpoint");
+    expect_open_fails(step, UR_ECORRUPT, "unfinished Orbax save (a temporary");
+}
+
+static void remove_file(const char *dir, const char *name)
+{
+    char *p = ur_path_join(dir, name);
+    assert_int_equal(unlink(p), 0);
+    ur_free(p);
+}
+
+static void make_dir(const char *dir, const char *name)
+{
+    char *p = ur_path_join(dir, name);
+    ur_err err;
+    assert_int_equal(ur_fs_mkdirs(p, &err), UR_OK);
+    ur_free(p);
+}
+
+/* The states a commit-file save (Orbax on object stores) passes through, newest file first
+ * removed: each is refused as unfinished, whichever directory is given. */
+static void test_orbax_ckpt__unfinished(void **state)
+{
+    (void)state;
+    char step[300];
+    char item[320];
+    ur_orbax_ckpt *ck = NULL;
+    ur_err err;
+    snprintf(step, sizeof step, "%s/unf/0", tmpdir);
+    snprintf(item, sizeof item, "%s/items", step);
+    write_small(step, 1, 1);
+    /* The per-process database of a save, never merged: manifest.ocdbt is the merge's. */
+    make_dir(item, "ocdbt.process_0");
+    assert_int_equal(ur_orbax_ckpt_open(&ck, step, 0, &err), UR_OK);
+    ur_orbax_ckpt_close(ck);
+    /* Items finalized, the step not yet. */
+    remove_file(step, "commit_success.txt");
+    expect_open_fails(step, UR_ECORRUPT, "no commit_success.txt in the step directory");
+    expect_open_fails(item, UR_ECORRUPT, "no commit_success.txt in the step directory");
+    /* _METADATA written, the merge not done. */
+    remove_file(item, "commit_success.txt");
+    remove_file(item, "manifest.ocdbt");
+    expect_open_fails(step, UR_ECORRUPT, "no manifest.ocdbt (the 1 ocdbt.process_*");
+    /* Data being written: no _METADATA yet. ocdbt.process_0 is never taken as the item. */
+    remove_file(item, "_METADATA");
+    expect_open_fails(step, UR_ECORRUPT, "items: unfinished Orbax save: no _METADATA");
+    expect_open_fails(item, UR_ECORRUPT, "items: unfinished Orbax save: no _METADATA");
+    remove_file(item, "_sharding");
+    expect_open_fails(item, UR_ECORRUPT, "items: unfinished Orbax save: no _METADATA");
+    /* An item that only has its per-process database so far. */
+    snprintf(step, sizeof step, "%s/unf/1", tmpdir);
+    snprintf(item, sizeof item, "%s/state", step);
+    make_dir(item, "ocdbt.process_0");
+    put_file(step, "_CHECKPOINT_METADATA", "{\"init_timestamp_nsecs\": 1}");
+    expect_open_fails(step, UR_ECORRUPT, "state: unfinished Orbax save: no _METADATA");
+    /* A plain (non-OCDBT) item written by two processes with no commit mark. */
+    snprintf(step, sizeof step, "%s/unf/2", tmpdir);
+    snprintf(item, sizeof item, "%s/items", step);
+    write_small(step, 0, 0);
+    char am[400];
+    snprintf(am, sizeof am, "%s/array_metadatas", item);
+    put_file(am, "process_1", "{\"array_metadatas\": []}");
+    assert_int_equal(ur_orbax_ckpt_open(&ck, step, UR_ORBAX_OPEN_NO_ARRAYS, &err), UR_OK);
+    ur_orbax_ckpt_close(ck);
+    remove_file(step, "commit_success.txt");
+    remove_file(item, "commit_success.txt");
+    put_file(step, "_CHECKPOINT_METADATA", "{\"init_timestamp_nsecs\": 1}");
+    expect_open_fails(step, UR_ECORRUPT, "2 processes wrote arrays");
+    /* ... which a commit timestamp (set at finalize, in either mode) vouches for. */
+    put_file(step, "_CHECKPOINT_METADATA",
+             "{\"init_timestamp_nsecs\": 1, \"commit_timestamp_nsecs\": 2}");
+    assert_int_equal(ur_orbax_ckpt_open(&ck, step, UR_ORBAX_OPEN_NO_ARRAYS, &err), UR_OK);
+    ur_orbax_ckpt_close(ck);
 }
 
 static void test_orbax_ckpt__abort_and_existing(void **state)
@@ -285,6 +356,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_orbax_ckpt__roundtrip_layouts),
         cmocka_unit_test(test_orbax_ckpt__damaged),
+        cmocka_unit_test(test_orbax_ckpt__unfinished),
         cmocka_unit_test(test_orbax_ckpt__abort_and_existing),
         cmocka_unit_test(test_orbax_ckpt__open_oom),
     };

@@ -185,10 +185,10 @@ static void test_zarr_array__missing_chunks_and_edge_padding(void **state)
     assert_true(buf[0] == 1.0f && buf[1] == 2.5f && buf[2] == 2.5f && buf[3] == 2.5f);
     assert_int_equal(ur_zarr_array_read_box(a, start, shape, all, NULL), UR_OK);
     assert_true(all[14] == 1.0f && all[0] == 2.5f && all[13] == 2.5f);
-    /* Orbax mode: a missing chunk is an error naming its key. */
+    /* Orbax mode: a missing chunk is damage (exit 4), named with its array and key. */
     ur_zarr_array_set_fill_missing(a, 0);
-    assert_int_equal(ur_zarr_array_read_box(a, start, shape, all, &err), UR_ENOTFOUND);
-    assert_non_null(strstr(err.msg, "w/c/0/0"));
+    assert_int_equal(ur_zarr_array_read_box(a, start, shape, all, &err), UR_ECORRUPT);
+    assert_non_null(strstr(err.msg, "zarr array 'w' chunk 'w/c/0/0': chunk is missing"));
     assert_int_equal(ur_zarr_array_read_chunk(a, idx, buf, NULL), UR_OK);
     /* Out-of-range requests are caller errors. */
     idx[1] = 3;

@@ -697,10 +697,10 @@ static void test_zarr_stream__missing_chunks(void **state)
         assert_true(f[i] == 3.0f);
     }
     ur_zarr_chunk_stream_close(s);
-    /* Orbax mode: missing is UR_ENOTFOUND naming the shard key. */
+    /* Orbax mode: missing is damage (UR_ECORRUPT) naming the shard key. */
     ur_zarr_array_set_fill_missing(a, 0);
     s = NULL;
-    assert_int_equal(ur_zarr_chunk_stream_open(&s, a, idx, &err), UR_ENOTFOUND);
+    assert_int_equal(ur_zarr_chunk_stream_open(&s, a, idx, &err), UR_ECORRUPT);
     assert_null(s);
     assert_non_null(strstr(err.msg, "m.arr/c/1/1/0"));
     assert_non_null(strstr(err.msg, "m.arr"));
@@ -711,8 +711,9 @@ static void test_zarr_stream__missing_chunks(void **state)
     /* Unsharded v2: the same. */
     a = open_json(kv, "m2", V2("<f4", "null", "C"));
     ur_zarr_array_set_fill_missing(a, 0);
-    assert_int_equal(ur_zarr_chunk_stream_open(&s, a, idx, &err), UR_ENOTFOUND);
+    assert_int_equal(ur_zarr_chunk_stream_open(&s, a, idx, &err), UR_ECORRUPT);
     assert_non_null(strstr(err.msg, "m2/2.2.1"));
+    assert_non_null(strstr(err.msg, "chunk is missing"));
     ur_zarr_array_close(a);
     ur_zarr_chunk_stream_close(NULL);
     ur_kvstore_close(kv);
