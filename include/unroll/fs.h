@@ -48,6 +48,10 @@ int ur_fs_dir_open(int *fd_out, const char *path, ur_err *err);
 int ur_fs_open_beneath(int *fd_out, int dirfd, const char *dir, const char *rel, const char *what,
                        ur_err *err);
 
+/* Read the whole regular file open on `fd` (from ur_fs_open_beneath) as ur_fs_read_file
+ * does; `path` names it in a failure. */
+int ur_fs_read_fd(ur_buf *out, int fd, const char *path, size_t max_bytes, ur_err *err);
+
 /* ur_fs_read_file of `rel` opened beneath `dir` (see ur_fs_open_beneath). */
 int ur_fs_read_file_beneath(ur_buf *out, const char *dir, const char *rel, size_t max_bytes,
                             ur_err *err);

@@ -66,28 +66,11 @@ static int open_key(file_store *fs, const char *key, int *fd_out, char **path_ou
 static int f_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
 {
     char *path = NULL;
-    struct stat st;
-    size_t max = out->limit ? out->limit : SIZE_MAX;
     int fd, rc = open_key((file_store *)kv, key, &fd, &path, err);
-    if (rc < 0) {
-        return rc;
+    if (rc == UR_OK) {
+        rc = ur_fs_read_fd(out, fd, path, out->limit ? out->limit : SIZE_MAX, err);
+        close(fd);
     }
-    if (fstat(fd, &st) != 0) {
-        rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot stat");
-    } else if ((uint64_t)st.st_size > (uint64_t)max) {
-        rc = ur_err_set_os(err, UR_ECORRUPT, 0, path,
-                           "file is %lld bytes, more than the %zu allowed",
-                           (long long)st.st_size, max);
-    } else {
-        rc = ur_buf_reserve(out, (size_t)st.st_size, err);
-        if (rc == UR_OK) {
-            rc = ur_fs_pread_full(fd, out->data + out->len, (size_t)st.st_size, 0, path, err);
-        }
-        if (rc == UR_OK) {
-            out->len += (size_t)st.st_size;
-        }
-    }
-    close(fd);
     ur_free(path);
     return rc;
 }

@@ -223,6 +223,13 @@ static int read_fd(ur_buf *out, int fd, const struct stat *st, const char *path,
     return rc;
 }
 
+int ur_fs_read_fd(ur_buf *out, int fd, const char *path, size_t max_bytes, ur_err *err)
+{
+    struct stat st;
+    int rc = check_regular(fd, path, &st, err);
+    return rc == UR_OK ? read_fd(out, fd, &st, path, max_bytes, err) : rc;
+}
+
 int ur_fs_read_file(ur_buf *out, const char *path, size_t max_bytes, ur_err *err)
 {
     struct stat st;
@@ -365,7 +372,7 @@ int ur_fs_open_beneath(int *fd_out, int dirfd, const char *dir, const char *rel,
 {
     char *path = NULL;
     struct stat st;
-    int fd = -1, rc, e;
+    int fd = -1, rc, e, walked = 0;
 
     *fd_out = -1;
     rc = ur_fs_relpath_validate(rel, strlen(rel), err);
@@ -374,18 +381,27 @@ int ur_fs_open_beneath(int *fd_out, int dirfd, const char *dir, const char *rel,
     }
     if (!force_fallback && !no_openat2) {
         fd = open_openat2(dirfd, rel);
-        /* ENOSYS: an old kernel; EPERM: a seccomp filter that does not know the call. */
-        if (fd < 0 && (errno == ENOSYS || errno == EPERM)) {
+        /* ENOSYS: a kernel before 5.6, for good. EPERM: maybe a seccomp filter that does not
+         * know the call; the walk then says what is wrong, if anything. */
+        if (fd < 0 && errno == ENOSYS) {
             no_openat2 = 1;
         }
+        walked = fd < 0 && (errno == ENOSYS || errno == EPERM);
+    } else {
+        walked = 1;
     }
-    if (force_fallback || no_openat2) {
+    if (walked) {
         fd = open_walk(dirfd, rel);
     }
     e = errno;
     path = ur_path_join(dir, rel);
     if (path == NULL) {
         rc = ur_err_oom(err);
+    } else if (fd < 0 && e == EXDEV && walked) {
+        rc = ur_err_set_os(err, UR_EIO, 0, path,
+                           "refused: a symbolic link inside '%s' (links are not followed where "
+                           "the kernel has no openat2 to keep them inside the checkpoint)",
+                           dir);
     } else if (fd < 0 && e == EXDEV) {
         rc = ur_err_set_os(err, UR_EIO, 0, path,
                            "refused: a symbolic link leads out of '%s' (only files inside the "
