@@ -64,6 +64,9 @@ int ur_fs_copy_file_beneath(const char *dir, const char *rel, const char *to, si
 
 /* Tests only: 1 makes ur_fs_open_beneath take the path used where openat2 is missing. */
 void ur_fs__beneath_force_fallback(int on);
+/* Tests only: 1 when this kernel (or valgrind, which lacks it) runs openat2, i.e. when
+ * links inside a root are followed. */
+int ur_fs__beneath_has_openat2(void);
 /* Read exactly n bytes at offset from an open descriptor (pread loop). A short file is
  * UR_ECORRUPT ("truncated"); `path` names it in the error. */
 int ur_fs_pread_full(int fd, void *dst, size_t n, uint64_t offset, const char *path,

@@ -301,6 +301,18 @@ void ur_fs__beneath_force_fallback(int on)
 
 #define OPEN_READ_FLAGS (O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
 
+static int open_openat2(int dirfd, const char *rel);
+
+int ur_fs__beneath_has_openat2(void)
+{
+    int fd = open_openat2(AT_FDCWD, ".");
+    if (fd < 0) {
+        return errno != ENOSYS && errno != EPERM;
+    }
+    close(fd);
+    return 1;
+}
+
 /* openat2 beneath dirfd: the fd, or -1 with errno (ENOSYS where the kernel lacks it). */
 static int open_openat2(int dirfd, const char *rel)
 {

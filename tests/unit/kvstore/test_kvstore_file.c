@@ -196,8 +196,12 @@ static void test_kvstore_file__links_and_special_files(void **state)
 
     assert_int_equal(ur_kvstore_file_open(&kv, root, 0, &err), UR_OK);
     ur_buf_init(&b, 0);
-    assert_int_equal(ur_kvstore_read(kv, "in", &b, &err), UR_OK);
-    assert_memory_equal(b.data, "A", 1);
+    if (ur_fs__beneath_has_openat2()) { /* else (valgrind 3.19) no link is followed */
+        assert_int_equal(ur_kvstore_read(kv, "in", &b, &err), UR_OK);
+        assert_memory_equal(b.data, "A", 1);
+    } else {
+        assert_int_equal(ur_kvstore_read(kv, "in", &b, &err), UR_EIO);
+    }
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         ur_buf_reset(&b);
         assert_int_equal(ur_kvstore_read(kv, refused[i], &b, &err), UR_EIO);

@@ -244,13 +244,15 @@ static void test_ur_fs__open_beneath(void **state)
     assert_int_equal(mkfifo(fifo, 0644), 0);
 
     for (int fallback = 0; fallback < 2; fallback++) {
+        /* valgrind 3.19 does not know openat2: the walk is taken either way there */
+        int walks = fallback || !ur_fs__beneath_has_openat2();
         ur_fs__beneath_force_fallback(fallback);
         assert_int_equal(open_rel("f", 'F', &err), UR_OK);
         assert_int_equal(open_rel("sub/g", 'G', &err), UR_OK);
         /* inside links: followed by openat2, not by the walk */
-        assert_int_equal(open_rel("in_link", 'F', &err), fallback ? UR_EIO : UR_OK);
-        assert_int_equal(open_rel("sub/up_link", 'F', &err), fallback ? UR_EIO : UR_OK);
-        assert_int_equal(open_rel("dir_link/g", 'G', &err), fallback ? UR_EIO : UR_OK);
+        assert_int_equal(open_rel("in_link", 'F', &err), walks ? UR_EIO : UR_OK);
+        assert_int_equal(open_rel("sub/up_link", 'F', &err), walks ? UR_EIO : UR_OK);
+        assert_int_equal(open_rel("dir_link/g", 'G', &err), walks ? UR_EIO : UR_OK);
         /* links out of the root */
         static const char *const out[] = {"out_rel", "out_abs", "out_dir/x"};
         for (size_t i = 0; i < 3; i++) {
