@@ -14,8 +14,59 @@ char *ur_path_join(const char *a, const char *b);
 /* Like ur_path_join with printf formatting of the second part. */
 char *ur_path_joinf(const char *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Read a whole file, failing with UR_ECORRUPT when it is larger than max_bytes. */
+/* Read a whole file, failing with UR_ECORRUPT when it is larger than max_bytes. Only a
+ * regular file is read: a directory, FIFO, device or socket is UR_EIO ("not a regular
+ * file"), found without blocking (the file is opened O_NONBLOCK before it is checked). */
 int ur_fs_read_file(ur_buf *out, const char *path, size_t max_bytes, ur_err *err);
+
+/* ---- Reading beneath a root directory ------------------------------------------------------
+ * Every file of a checkpoint is opened beneath the checkpoint's directory (its root), by a
+ * path relative to it that comes from the checkpoint itself (kvstore keys, OCDBT data-file
+ * paths) or from the code (_METADATA):
+ *  - the relative path must pass ur_fs_relpath_validate (no "..", no absolute path...);
+ *  - it is resolved with openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS): a relative
+ *    symbolic link that stays inside the root is followed, one that leads out of it (or any
+ *    absolute one) is refused. On a kernel without openat2 (before Linux 5.6) every
+ *    component is opened O_NOFOLLOW instead, so any symbolic link below the root is refused;
+ *  - only a regular file is accepted, checked with fstat on a descriptor opened O_NONBLOCK,
+ *    so a FIFO or a device never blocks the caller.
+ * The root itself (and the path to it) may go through symbolic links. */
+
+/* A relative path of n bytes is safe to resolve beneath a root: not empty, no NUL byte, not
+ * absolute, no empty, "." or ".." component, no trailing '/'. UR_OK, else UR_ECORRUPT with
+ * the path and the reason. */
+int ur_fs_relpath_validate(const char *p, size_t n, ur_err *err);
+
+/* Open a directory to serve as a root (following symbolic links in `path`). */
+int ur_fs_dir_open(int *fd_out, const char *path, ur_err *err);
+
+/* Open the regular file `rel` beneath the open directory `dirfd` (whose path is `dir`, for
+ * messages) for reading, as described above. `what` names the file's role in a failure
+ * ("cannot open <what>"; NULL: "file"). UR_ENOTFOUND when absent; a path refused by
+ * ur_fs_relpath_validate is UR_ECORRUPT; a symbolic link out of the root, a file that is not
+ * regular and any other failure are UR_EIO. The failure names dir/rel. */
+int ur_fs_open_beneath(int *fd_out, int dirfd, const char *dir, const char *rel, const char *what,
+                       ur_err *err);
+
+/* Read the whole regular file open on `fd` (from ur_fs_open_beneath) as ur_fs_read_file
+ * does; `path` names it in a failure. */
+int ur_fs_read_fd(ur_buf *out, int fd, const char *path, size_t max_bytes, ur_err *err);
+
+/* ur_fs_read_file of `rel` opened beneath `dir` (see ur_fs_open_beneath). */
+int ur_fs_read_file_beneath(ur_buf *out, const char *dir, const char *rel, size_t max_bytes,
+                            ur_err *err);
+
+/* Copy the file `rel`, opened beneath `dir`, to `to` (created or truncated; a symbolic link
+ * at `to` is not followed), fsynced. The copy never gets more permissions than the source:
+ * its mode is the source's read/write bits within 0644, less the umask. */
+int ur_fs_copy_file_beneath(const char *dir, const char *rel, const char *to, size_t max_bytes,
+                            ur_err *err);
+
+/* Tests only: 1 makes ur_fs_open_beneath take the path used where openat2 is missing. */
+void ur_fs__beneath_force_fallback(int on);
+/* Tests only: 1 when this kernel (or valgrind, which lacks it) runs openat2, i.e. when
+ * links inside a root are followed. */
+int ur_fs__beneath_has_openat2(void);
 /* Read exactly n bytes at offset from an open descriptor (pread loop). A short file is
  * UR_ECORRUPT ("truncated"); `path` names it in the error. */
 int ur_fs_pread_full(int fd, void *dst, size_t n, uint64_t offset, const char *path,

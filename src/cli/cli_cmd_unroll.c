@@ -406,17 +406,16 @@ out:
     return rc;
 }
 
-/* Copy a small file byte for byte (adapter_config.json). */
+/* Copy a small file byte for byte (adapter_config.json), read beneath its own directory
+ * (no link out of the adapter) and never given more permissions than it has. */
 static int copy_file(const char *from, const char *to, ur_err *err)
 {
-    ur_buf b;
-    int rc;
-    ur_buf_init(&b, 0);
-    rc = ur_fs_read_file(&b, from, 16u << 20, err);
-    if (rc == UR_OK) {
-        rc = ur_fs_write_file(to, b.data, b.len, err);
-    }
-    ur_buf_dispose(&b);
+    const char *slash = strrchr(from, '/');
+    char *dir = slash != NULL ? ur_strndup(from, (size_t)(slash - from)) : ur_strdup(".");
+    int rc = dir != NULL ? ur_fs_copy_file_beneath(dir, slash != NULL ? slash + 1 : from, to,
+                                                   16u << 20, err)
+                         : ur_err_oom(err);
+    ur_free(dir);
     return rc;
 }
 

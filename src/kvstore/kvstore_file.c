@@ -1,7 +1,9 @@
 /* A kvstore over a directory: key "a/b/c" is the file <root>/a/b/c.
  *
- * Keys come from checkpoint metadata, i.e. from untrusted input, so a key that could
- * leave the root ("..", absolute, empty components) is refused rather than resolved. */
+ * Keys come from checkpoint metadata, i.e. from untrusted input: a key that could leave the
+ * root ("..", absolute, empty components) is refused rather than resolved, and a file is
+ * opened beneath the root's descriptor (ur_fs_open_beneath), so a symbolic link inside the
+ * checkpoint cannot lead a read out of it and a FIFO or device never blocks a read. */
 #define _POSIX_C_SOURCE 200809L
 #include "kvstore_impl.h"
 
@@ -20,31 +22,15 @@
 typedef struct {
     ur_kvstore base;
     char *root;
+    int root_fd; /* reads resolve beneath it */
     int writable;
     int committed;
 } file_store;
 
 static int check_key(const char *key, ur_err *err)
 {
-    const char *p = key;
-    if (*key == '\0' || *key == '/') {
-        return ur_err_set(err, UR_ECORRUPT, "invalid key '%s'", key);
-    }
-    while (*p) {
-        const char *e = strchr(p, '/');
-        size_t n = e ? (size_t)(e - p) : strlen(p);
-        if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.')) {
-            return ur_err_set(err, UR_ECORRUPT, "invalid key '%s'", key);
-        }
-        p += n;
-        if (*p == '/') {
-            p++;
-            if (*p == '\0') {
-                return ur_err_set(err, UR_ECORRUPT, "invalid key '%s'", key);
-            }
-        }
-    }
-    return UR_OK;
+    int rc = ur_fs_relpath_validate(key, strlen(key), err);
+    return rc < 0 ? ur_err_wrap(err, "invalid key") : rc;
 }
 
 static int key_path(file_store *fs, const char *key, char **out, ur_err *err)
@@ -57,33 +43,36 @@ static int key_path(file_store *fs, const char *key, char **out, ur_err *err)
     return *out ? UR_OK : ur_err_oom(err);
 }
 
-static int f_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
+/* Open the (regular) file of `key` for reading; *path_out (the caller frees it) names it. */
+static int open_key(file_store *fs, const char *key, int *fd_out, char **path_out, ur_err *err)
 {
-    file_store *fs = (file_store *)kv;
-    char *path = NULL;
-    int rc = key_path(fs, key, &path, err);
+    int rc = check_key(key, err);
+    *fd_out = -1;
+    *path_out = NULL;
     if (rc == UR_OK) {
-        rc = ur_fs_read_file(out, path, out->limit ? out->limit : SIZE_MAX, err);
+        rc = ur_fs_open_beneath(fd_out, fs->root_fd, fs->root, key, NULL, err);
     }
-    ur_free(path);
+    if (rc == UR_OK) {
+        *path_out = ur_path_join(fs->root, key);
+        if (*path_out == NULL) {
+            close(*fd_out);
+            *fd_out = -1;
+            rc = ur_err_oom(err);
+        }
+    }
     return rc;
 }
 
-/* Open the file of `key` for reading; *path_out (the caller frees it) names it. */
-static int open_key(file_store *fs, const char *key, int *fd_out, char **path_out, ur_err *err)
+static int f_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
 {
-    int rc = key_path(fs, key, path_out, err);
-    *fd_out = -1;
-    if (rc < 0) {
-        return rc;
+    char *path = NULL;
+    int fd, rc = open_key((file_store *)kv, key, &fd, &path, err);
+    if (rc == UR_OK) {
+        rc = ur_fs_read_fd(out, fd, path, out->limit ? out->limit : SIZE_MAX, err);
+        close(fd);
     }
-    *fd_out = open(*path_out, O_RDONLY | O_CLOEXEC);
-    if (*fd_out < 0) {
-        int e = errno;
-        return ur_err_set_os(err, e == ENOENT ? UR_ENOTFOUND : UR_EIO, e, *path_out,
-                             "cannot open");
-    }
-    return UR_OK;
+    ur_free(path);
+    return rc;
 }
 
 static int f_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len, void *dst,
@@ -112,7 +101,7 @@ static int f_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvstore_view
     }
     if (fstat(fd, &st) != 0) {
         rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot stat");
-    } else if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < UR_KVSTORE_MAP_MIN) {
+    } else if ((uint64_t)st.st_size < UR_KVSTORE_MAP_MIN) {
         rc = 1; /* read it */
     } else if (limit != 0 && (uint64_t)st.st_size > limit) {
         rc = ur_err_set_os(err, UR_ECORRUPT, 0, path, "data larger than the limit of %zu bytes",
@@ -144,21 +133,18 @@ static void f_prefetch(ur_kvstore *kv, const char *key, size_t max_bytes)
 
 static int f_size(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err)
 {
-    file_store *fs = (file_store *)kv;
     char *path = NULL;
     struct stat st;
-    int rc = key_path(fs, key, &path, err);
+    int fd, rc = open_key((file_store *)kv, key, &fd, &path, err);
     if (rc < 0) {
         return rc;
     }
-    if (stat(path, &st) != 0) {
-        int e = errno;
-        rc = ur_err_set_os(err, e == ENOENT ? UR_ENOTFOUND : UR_EIO, e, path, "cannot stat");
-    } else if (!S_ISREG(st.st_mode)) {
-        rc = ur_err_set_os(err, UR_ENOTFOUND, 0, path, "not a regular file");
+    if (fstat(fd, &st) != 0) {
+        rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot stat");
     } else {
         *size_out = (uint64_t)st.st_size;
     }
+    close(fd);
     ur_free(path);
     return rc;
 }
@@ -201,52 +187,61 @@ static int key_list_add(key_list *kl, const char *key, uint64_t size, ur_err *er
     return UR_OK;
 }
 
-static int walk(const char *root, const char *rel, key_list *kl, int depth, ur_err *err)
+/* Collect the regular files below the directory open on `dfd` (relative name `rel`, "" for the
+ * root; `dfd` is consumed). Symbolic links are not followed, neither to files nor to
+ * directories, so a listing never leaves the root; each subdirectory is opened O_NOFOLLOW
+ * beneath its parent, so one swapped for a link meanwhile is not entered either. */
+static int walk(file_store *fs, int dfd, const char *rel, key_list *kl, int depth, ur_err *err)
 {
-    char *dir = rel[0] ? ur_path_join(root, rel) : ur_strdup(root);
-    DIR *d;
+    DIR *d = fdopendir(dfd);
     struct dirent *e;
     int rc = UR_OK;
 
-    if (dir == NULL) {
-        return ur_err_oom(err);
-    }
-    if (depth > 64) {
-        rc = ur_err_set_os(err, UR_ECORRUPT, 0, dir, "directory tree too deep");
-        goto out;
-    }
-    d = opendir(dir);
     if (d == NULL) {
-        int en = errno;
-        rc = ur_err_set_os(err, en == ENOENT ? UR_ENOTFOUND : UR_EIO, en, dir, "cannot list");
-        goto out;
+        char *dir = rel[0] ? ur_path_join(fs->root, rel) : NULL;
+        rc = ur_err_set_os(err, UR_EIO, errno, dir ? dir : fs->root, "cannot list");
+        ur_free(dir);
+        close(dfd);
+        return rc;
     }
     while (rc == UR_OK && (e = readdir(d)) != NULL) {
         struct stat st;
-        char *child_rel, *child;
+        char *child_rel;
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) {
             continue;
         }
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            continue; /* removed meanwhile */
+        }
+        if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
+            continue;
+        }
         child_rel = rel[0] ? ur_path_join(rel, e->d_name) : ur_strdup(e->d_name);
-        child = child_rel ? ur_path_join(root, child_rel) : NULL;
-        if (child == NULL) {
-            ur_free(child_rel);
+        if (child_rel == NULL) {
             rc = ur_err_oom(err);
             break;
         }
-        if (lstat(child, &st) == 0) {
-            if (S_ISDIR(st.st_mode)) {
-                rc = walk(root, child_rel, kl, depth + 1, err);
-            } else if (S_ISREG(st.st_mode)) {
-                rc = key_list_add(kl, child_rel, (uint64_t)st.st_size, err);
+        if (S_ISREG(st.st_mode)) {
+            rc = key_list_add(kl, child_rel, (uint64_t)st.st_size, err);
+        } else if (depth >= 64) {
+            char *dir = ur_path_join(fs->root, child_rel);
+            rc = ur_err_set_os(err, UR_ECORRUPT, 0, dir ? dir : fs->root,
+                               "directory tree too deep");
+            ur_free(dir);
+        } else {
+            int sub = openat(dirfd(d), e->d_name,
+                             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+            if (sub >= 0) {
+                rc = walk(fs, sub, child_rel, kl, depth + 1, err);
+            } else if (errno != ENOENT && errno != ELOOP && errno != ENOTDIR) {
+                char *dir = ur_path_join(fs->root, child_rel);
+                rc = ur_err_set_os(err, UR_EIO, errno, dir ? dir : fs->root, "cannot list");
+                ur_free(dir);
             }
         }
-        ur_free(child);
         ur_free(child_rel);
     }
     closedir(d);
-out:
-    ur_free(dir);
     return rc;
 }
 
@@ -262,7 +257,11 @@ static int f_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, voi
     file_store *fs = (file_store *)kv;
     key_list kl = {0};
     size_t plen = strlen(prefix);
-    int rc = walk(fs->root, "", &kl, 0, err);
+    /* A new open of the root, not dup(): a dup'ed descriptor would share the directory
+     * offset, and the next listing would start at the end. */
+    int dfd = openat(fs->root_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK);
+    int rc = dfd >= 0 ? walk(fs, dfd, "", &kl, 0, err)
+                      : ur_err_set_os(err, UR_EIO, errno, fs->root, "cannot list");
 
     if (rc == UR_OK && kl.n > 0) {
         qsort(kl.e, kl.n, sizeof *kl.e, cmp_entry);
@@ -372,6 +371,9 @@ static int f_commit(ur_kvstore *kv, ur_err *err)
 static void f_close(ur_kvstore *kv)
 {
     file_store *fs = (file_store *)kv;
+    if (fs->root_fd >= 0) {
+        close(fs->root_fd);
+    }
     ur_free(fs->root);
     ur_free(fs);
 }
@@ -383,23 +385,27 @@ static const ur_kvstore_ops file_ops = {
 int ur_kvstore_file_open(ur_kvstore **out, const char *root, int writable, ur_err *err)
 {
     file_store *fs;
-    int rc;
+    int rc, fd = -1;
 
     if (writable) {
         rc = ur_fs_mkdirs(root, err);
         if (rc < 0) {
             return rc;
         }
-    } else if (!ur_fs_is_dir(root)) {
-        return ur_err_set_os(err, ur_fs_exists(root) ? UR_EIO : UR_ENOTFOUND,
-                             ur_fs_exists(root) ? ENOTDIR : ENOENT, root, "cannot open directory");
+    }
+    rc = ur_fs_dir_open(&fd, root, err);
+    if (rc < 0) {
+        return rc;
     }
     fs = ur_calloc(1, sizeof *fs);
     if (fs == NULL) {
+        close(fd);
         return ur_err_oom(err);
     }
+    fs->root_fd = fd;
     fs->root = ur_strdup(root);
     if (fs->root == NULL) {
+        close(fd);
         ur_free(fs);
         return ur_err_oom(err);
     }

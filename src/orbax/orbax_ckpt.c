@@ -30,7 +30,8 @@ struct ur_orbax_ckpt {
     ur_kvstore *kv;
 };
 
-/* Read a whole optional file: UR_ENOTFOUND (err untouched) when it is absent. */
+/* Read a whole optional file: UR_ENOTFOUND (err untouched) when it is absent. It is read
+ * beneath `dir`: a link out of the checkpoint or a FIFO is refused (ur_fs_open_beneath). */
 static int read_optional(ur_buf *b, const char *dir, const char *name, ur_err *err)
 {
     char *path = ur_path_join(dir, name);
@@ -39,7 +40,13 @@ static int read_optional(ur_buf *b, const char *dir, const char *name, ur_err *e
     }
     int rc = UR_ENOTFOUND;
     if (ur_fs_exists(path)) {
-        rc = ur_fs_read_file(b, path, UR_ORBAX_MAX_JSON_BYTES, err);
+        rc = ur_fs_read_file_beneath(b, dir, name, UR_ORBAX_MAX_JSON_BYTES, err);
+        if (rc == UR_ENOTFOUND) { /* there, but a link to nothing */
+            rc = UR_EIO;
+            if (err != NULL) {
+                err->code = UR_EIO;
+            }
+        }
     }
     ur_free(path);
     return rc;

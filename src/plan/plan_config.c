@@ -213,8 +213,15 @@ static int load_yaml_file(ur_yval **out, const char *path, ur_err *err)
     ur_buf_init(&b, 0);
     rc = ur_fs_read_file(&b, path, MAX_CONFIG_BYTES, err);
     if (rc < 0) {
+        /* A missing or unreadable config (a directory, FIFO or device: refused without
+         * blocking) is the user's to fix: exit 2, as documented. */
         if (rc == UR_ENOTFOUND) {
             rc = ur_err_set(err, UR_EINVAL, "config file '%s' not found", path);
+        } else if (rc != UR_ENOMEM && err != NULL) {
+            ur_err_wrap(err, "config file");
+            rc = err->code = UR_EINVAL;
+        } else if (rc != UR_ENOMEM) {
+            rc = UR_EINVAL;
         }
         goto out;
     }

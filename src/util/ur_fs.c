@@ -10,11 +10,23 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#if defined(__has_include)
+#if __has_include(<linux/openat2.h>)
+#include <linux/openat2.h>
+#define UR_HAVE_OPENAT2_H 1
+#endif
+#endif
+#ifndef UR_HAVE_OPENAT2_H
+#define UR_HAVE_OPENAT2_H 0
+#endif
 
 char *ur_path_join(const char *a, const char *b)
 {
@@ -155,41 +167,358 @@ int ur_fs_write_full(int fd, const void *src, size_t n, const char *path, ur_err
     return UR_OK;
 }
 
+/* What a non-regular file is, for the message that refuses it. */
+static const char *file_kind(mode_t m)
+{
+    if (S_ISDIR(m)) {
+        return "a directory";
+    }
+    if (S_ISFIFO(m)) {
+        return "a FIFO";
+    }
+    if (S_ISCHR(m)) {
+        return "a character device";
+    }
+    if (S_ISBLK(m)) {
+        return "a block device";
+    }
+    if (S_ISSOCK(m)) {
+        return "a socket";
+    }
+    return "of an unknown type";
+}
+
+/* fstat `fd` and refuse anything but a regular file. */
+static int check_regular(int fd, const char *path, struct stat *st, ur_err *err)
+{
+    if (fstat(fd, st) != 0) {
+        return os_fail(err, path, "cannot stat");
+    }
+    if (!S_ISREG(st->st_mode)) {
+        return ur_err_set_os(err, UR_EIO, 0, path, "not a regular file (%s)",
+                             file_kind(st->st_mode));
+    }
+    return UR_OK;
+}
+
+/* Append the whole regular file open on `fd` (stat in `st`) to `out`. */
+static int read_fd(ur_buf *out, int fd, const struct stat *st, const char *path,
+                   size_t max_bytes, ur_err *err)
+{
+    size_t n;
+    int rc;
+    if ((uint64_t)st->st_size > (uint64_t)max_bytes) {
+        return ur_err_set_os(err, UR_ECORRUPT, 0, path,
+                             "file is %lld bytes, more than the %zu allowed",
+                             (long long)st->st_size, max_bytes);
+    }
+    n = (size_t)st->st_size;
+    rc = ur_buf_reserve(out, n, err);
+    if (rc == UR_OK) {
+        rc = ur_fs_pread_full(fd, out->data + out->len, n, 0, path, err);
+    }
+    if (rc == UR_OK) {
+        out->len += n;
+    }
+    return rc;
+}
+
+int ur_fs_read_fd(ur_buf *out, int fd, const char *path, size_t max_bytes, ur_err *err)
+{
+    struct stat st;
+    int rc = check_regular(fd, path, &st, err);
+    return rc == UR_OK ? read_fd(out, fd, &st, path, max_bytes, err) : rc;
+}
+
 int ur_fs_read_file(ur_buf *out, const char *path, size_t max_bytes, ur_err *err)
 {
     struct stat st;
     int fd, rc;
-    size_t n;
 
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading would wait for a writer forever. */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         return os_fail(err, path, "cannot open");
     }
-    if (fstat(fd, &st) != 0) {
-        rc = os_fail(err, path, "cannot stat");
-        goto out;
+    rc = check_regular(fd, path, &st, err);
+    if (rc == UR_OK) {
+        rc = read_fd(out, fd, &st, path, max_bytes, err);
     }
-    if (!S_ISREG(st.st_mode)) {
-        rc = ur_err_set_os(err, UR_EIO, 0, path, "not a regular file");
-        goto out;
-    }
-    if ((uint64_t)st.st_size > (uint64_t)max_bytes) {
-        rc = ur_err_set_os(err, UR_ECORRUPT, 0, path, "file is %lld bytes, more than the %zu allowed",
-                           (long long)st.st_size, max_bytes);
-        goto out;
-    }
-    n = (size_t)st.st_size;
-    rc = ur_buf_reserve(out, n, err);
-    if (rc < 0) {
-        goto out;
-    }
-    rc = ur_fs_pread_full(fd, out->data + out->len, n, 0, path, err);
-    if (rc < 0) {
-        goto out;
-    }
-    out->len += n;
-out:
     close(fd);
+    return rc;
+}
+
+/* ---- Reading beneath a root directory ---- */
+
+int ur_fs_relpath_validate(const char *p, size_t n, ur_err *err)
+{
+    const char *why = NULL;
+    if (n == 0) {
+        why = "empty";
+    } else if (memchr(p, '\0', n) != NULL) {
+        why = "a NUL byte";
+    } else if (p[0] == '/') {
+        why = "absolute";
+    } else if (p[n - 1] == '/') {
+        why = "ends in '/'";
+    } else {
+        for (size_t at = 0; at < n && why == NULL;) {
+            const char *slash = memchr(p + at, '/', n - at);
+            size_t len = slash != NULL ? (size_t)(slash - (p + at)) : n - at;
+            if (len == 0) {
+                why = "an empty component";
+            } else if ((len == 1 && p[at] == '.') ||
+                       (len == 2 && p[at] == '.' && p[at + 1] == '.')) {
+                why = "a '.' or '..' component";
+            }
+            at += len + 1;
+        }
+    }
+    if (why == NULL) {
+        return UR_OK;
+    }
+    return ur_err_set(err, UR_ECORRUPT, "unsafe relative path '%.*s': %s",
+                      n > 200 ? 200 : (int)n, p, why);
+}
+
+int ur_fs_dir_open(int *fd_out, const char *path, ur_err *err)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        return os_fail(err, path, "cannot open directory");
+    }
+    *fd_out = fd;
+    return UR_OK;
+}
+
+static _Atomic int force_fallback;
+static _Atomic int no_openat2;
+
+void ur_fs__beneath_force_fallback(int on)
+{
+    force_fallback = on;
+}
+
+#define OPEN_READ_FLAGS (O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
+
+static int open_openat2(int dirfd, const char *rel);
+
+int ur_fs__beneath_has_openat2(void)
+{
+    int fd = open_openat2(AT_FDCWD, ".");
+    if (fd < 0) {
+        return errno != ENOSYS && errno != EPERM;
+    }
+    close(fd);
+    return 1;
+}
+
+/* openat2 beneath dirfd: the fd, or -1 with errno (ENOSYS where the kernel lacks it). */
+static int open_openat2(int dirfd, const char *rel)
+{
+#if defined(SYS_openat2) && UR_HAVE_OPENAT2_H
+    struct open_how how;
+    long fd;
+    memset(&how, 0, sizeof how);
+    how.flags = OPEN_READ_FLAGS;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+    /* EAGAIN: a rename raced with the lookup; the kernel asks for a retry. */
+    for (int tries = 0;; tries++) {
+        fd = syscall(SYS_openat2, dirfd, rel, &how, sizeof how);
+        if (fd >= 0 || (errno != EAGAIN && errno != EINTR) || tries == 16) {
+            return (int)fd;
+        }
+    }
+#else
+    (void)dirfd;
+    (void)rel;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* Without openat2: one component at a time, O_NOFOLLOW, so no symbolic link below the root is
+ * followed at all (ELOOP, reported as EXDEV: we cannot tell where it would lead). */
+static int open_walk(int dirfd, const char *rel)
+{
+    char part[4096];
+    int cur = dirfd;
+    const char *p = rel;
+
+    for (;;) {
+        const char *slash = strchr(p, '/');
+        size_t len = slash != NULL ? (size_t)(slash - p) : strlen(p);
+        int next, e;
+        if (len >= sizeof part) {
+            errno = ENAMETOOLONG;
+            next = -1;
+        } else {
+            memcpy(part, p, len);
+            part[len] = '\0';
+            next = openat(cur, part,
+                          slash != NULL ? OPEN_READ_FLAGS | O_DIRECTORY | O_NOFOLLOW
+                                        : OPEN_READ_FLAGS | O_NOFOLLOW);
+            if (next < 0 && (errno == ELOOP || errno == ENOTDIR)) {
+                struct stat st;
+                e = errno;
+                errno = fstatat(cur, part, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)
+                            ? EXDEV
+                            : e;
+            }
+        }
+        e = errno;
+        if (cur != dirfd) {
+            close(cur);
+        }
+        if (next < 0 || slash == NULL) {
+            errno = e;
+            return next;
+        }
+        cur = next;
+        p = slash + 1;
+    }
+}
+
+int ur_fs_open_beneath(int *fd_out, int dirfd, const char *dir, const char *rel, const char *what,
+                       ur_err *err)
+{
+    char *path = NULL;
+    struct stat st;
+    int fd = -1, rc, e, walked = 0;
+
+    *fd_out = -1;
+    rc = ur_fs_relpath_validate(rel, strlen(rel), err);
+    if (rc < 0) {
+        return rc;
+    }
+    if (!force_fallback && !no_openat2) {
+        fd = open_openat2(dirfd, rel);
+        /* ENOSYS: a kernel before 5.6, for good. EPERM: maybe a seccomp filter that does not
+         * know the call; the walk then says what is wrong, if anything. */
+        if (fd < 0 && errno == ENOSYS) {
+            no_openat2 = 1;
+        }
+        walked = fd < 0 && (errno == ENOSYS || errno == EPERM);
+    } else {
+        walked = 1;
+    }
+    if (walked) {
+        fd = open_walk(dirfd, rel);
+    }
+    e = errno;
+    path = ur_path_join(dir, rel);
+    if (path == NULL) {
+        rc = ur_err_oom(err);
+    } else if (fd < 0 && e == EXDEV && walked) {
+        rc = ur_err_set_os(err, UR_EIO, 0, path,
+                           "refused: a symbolic link inside '%s' (links are not followed where "
+                           "the kernel has no openat2 to keep them inside the checkpoint)",
+                           dir);
+    } else if (fd < 0 && e == EXDEV) {
+        rc = ur_err_set_os(err, UR_EIO, 0, path,
+                           "refused: a symbolic link leads out of '%s' (only files inside the "
+                           "checkpoint are read)",
+                           dir);
+    } else if (fd < 0) {
+        rc = ur_err_set_os(err, e == ENOENT ? UR_ENOTFOUND : UR_EIO, e, path, "cannot open %s",
+                           what != NULL ? what : "file");
+    } else {
+        rc = check_regular(fd, path, &st, err);
+    }
+    ur_free(path);
+    if (rc < 0) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return rc;
+    }
+    *fd_out = fd;
+    return UR_OK;
+}
+
+/* Open `rel` beneath the directory `dir`: *fd_out and its stat; *path_out names it. */
+static int open_beneath_path(int *fd_out, struct stat *st, char **path_out, const char *dir,
+                             const char *rel, ur_err *err)
+{
+    int dfd = -1, rc = ur_fs_dir_open(&dfd, dir, err);
+    *path_out = NULL;
+    if (rc < 0) {
+        return rc;
+    }
+    rc = ur_fs_open_beneath(fd_out, dfd, dir, rel, NULL, err);
+    close(dfd);
+    if (rc < 0) {
+        return rc;
+    }
+    *path_out = ur_path_join(dir, rel);
+    if (*path_out == NULL || fstat(*fd_out, st) != 0) {
+        rc = *path_out == NULL ? ur_err_oom(err) : os_fail(err, *path_out, "cannot stat");
+        close(*fd_out);
+        ur_free(*path_out);
+        *path_out = NULL;
+    }
+    return rc;
+}
+
+int ur_fs_read_file_beneath(ur_buf *out, const char *dir, const char *rel, size_t max_bytes,
+                            ur_err *err)
+{
+    struct stat st;
+    char *path;
+    int fd, rc = open_beneath_path(&fd, &st, &path, dir, rel, err);
+    if (rc < 0) {
+        return rc;
+    }
+    rc = read_fd(out, fd, &st, path, max_bytes, err);
+    close(fd);
+    ur_free(path);
+    return rc;
+}
+
+int ur_fs_copy_file_beneath(const char *dir, const char *rel, const char *to, size_t max_bytes,
+                            ur_err *err)
+{
+    struct stat st, dst;
+    ur_buf b;
+    char *path;
+    mode_t mode;
+    int out = -1, fd, rc = open_beneath_path(&fd, &st, &path, dir, rel, err);
+
+    if (rc < 0) {
+        return rc;
+    }
+    ur_buf_init(&b, 0);
+    rc = read_fd(&b, fd, &st, path, max_bytes, err);
+    close(fd);
+    if (rc < 0) {
+        goto out;
+    }
+    /* A private (0600) source stays private; the umask applies on top, as for any file. */
+    mode = st.st_mode & 0644;
+    out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+    if (out < 0) {
+        rc = os_fail(err, to, "cannot create");
+        goto out;
+    }
+    /* A file that was already there keeps its mode through O_TRUNC: narrow it. */
+    if (fstat(out, &dst) != 0) {
+        rc = os_fail(err, to, "cannot stat");
+        goto out;
+    }
+    if ((dst.st_mode & 07777 & ~mode) != 0 && fchmod(out, dst.st_mode & mode) != 0) {
+        rc = os_fail(err, to, "cannot set the mode");
+        goto out;
+    }
+    rc = ur_fs_write_full(out, b.data, b.len, to, err);
+    if (rc == UR_OK && fsync(out) != 0) {
+        rc = os_fail(err, to, "fsync failed");
+    }
+out:
+    if (out >= 0 && close(out) != 0 && rc == UR_OK) {
+        rc = os_fail(err, to, "close failed");
+    }
+    ur_buf_dispose(&b);
+    ur_free(path);
     return rc;
 }
 

@@ -44,6 +44,7 @@ typedef struct {
 struct ur_ocdbt_reader {
     ur_kvstore base;
     char *dir;
+    int dir_fd; /* every file is opened beneath it */
     char *manifest_name;
     ur_ocdbt_manifest manifest;
     const ur_ocdbt_version *latest; /* NULL for a config-only database */
@@ -71,35 +72,13 @@ const char *ur_ocdbt_read__manifest_name(const ur_ocdbt_reader *r)
     return r->manifest_name;
 }
 
-/* Data-file paths come from the database: refuse anything that could leave the directory. */
-static int check_rel_path(const char *p, ur_err *err)
-{
-    const char *s = p;
-    if (*p == '\0' || *p == '/') {
-        return ur_err_set(err, UR_ECORRUPT, "invalid data file path '%s'", p);
-    }
-    while (*s) {
-        const char *e = strchr(s, '/');
-        size_t n = e ? (size_t)(e - s) : strlen(s);
-        if (n == 0 || (n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.')) {
-            return ur_err_set(err, UR_ECORRUPT, "invalid data file path '%s'", p);
-        }
-        s += n;
-        if (*s == '/') {
-            s++;
-        }
-    }
-    return UR_OK;
-}
-
 /* A descriptor for `rel`; *temp set when the caller must close it (cache full). */
 static int get_fd(ur_ocdbt_reader *r, const char *rel, int *fd_out, int *temp, ur_err *err)
 {
-    char *path = NULL;
-    int fd, rc = check_rel_path(rel, err);
+    int fd, rc = ur_fs_relpath_validate(rel, strlen(rel), err);
 
     if (rc < 0) {
-        return rc;
+        return ur_err_wrap(err, "invalid data file path");
     }
     *temp = 0;
     pthread_mutex_lock(&r->lock);
@@ -110,16 +89,17 @@ static int get_fd(ur_ocdbt_reader *r, const char *rel, int *fd_out, int *temp, u
             return UR_OK;
         }
     }
-    path = ur_path_join(r->dir, rel);
-    if (path == NULL) {
-        rc = ur_err_oom(err);
-        goto out;
-    }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        rc = ur_err_set_os(err, UR_EIO, e, path,
-                           "cannot open data file");
+    /* Beneath the database's directory: base paths and data-file names come from the
+     * database, and a data file may be a link (checked by ur_fs_open_beneath). */
+    rc = ur_fs_open_beneath(&fd, r->dir_fd, r->dir, rel, "data file", err);
+    if (rc < 0) {
+        /* A file the database references is missing: damage, never an absent key. */
+        if (rc == UR_ENOTFOUND) {
+            rc = UR_EIO;
+            if (err != NULL) {
+                err->code = UR_EIO;
+            }
+        }
         goto out;
     }
     if (r->n_fds < MAX_FDS) {
@@ -137,7 +117,6 @@ static int get_fd(ur_ocdbt_reader *r, const char *rel, int *fd_out, int *temp, u
     *fd_out = fd;
 out:
     pthread_mutex_unlock(&r->lock);
-    ur_free(path);
     return rc;
 }
 
@@ -777,6 +756,9 @@ static void r_close(ur_kvstore *kv)
             cnode_free(r->cache[i]);
         }
     }
+    if (r->dir_fd >= 0) {
+        close(r->dir_fd);
+    }
     pthread_mutex_destroy(&r->lock);
     ur_ocdbt_manifest_dispose(&r->manifest);
     ur_free(r->manifest_name);
@@ -793,16 +775,12 @@ static const ur_kvstore_ops reader_ops = {
 static int load_manifest(ur_ocdbt_reader *r, const char *name, ur_ocdbt_manifest *m,
                          ur_err *err)
 {
-    char *path = ur_path_join(r->dir, name);
     ur_buf raw, body;
     int rc, compressed = 0;
 
     ur_buf_init(&raw, 0);
     ur_buf_init(&body, 0);
-    if (path == NULL) {
-        return ur_err_oom(err);
-    }
-    rc = ur_fs_read_file(&raw, path, MAX_MANIFEST, err);
+    rc = ur_fs_read_file_beneath(&raw, r->dir, name, MAX_MANIFEST, err);
     if (rc == UR_OK) {
         rc = ur_ocdbt_codec_decode(&body, raw.data, raw.len, UR_OCDBT_MAGIC_MANIFEST, "manifest",
                                    &compressed, err);
@@ -817,7 +795,6 @@ static int load_manifest(ur_ocdbt_reader *r, const char *name, ur_ocdbt_manifest
     }
     ur_buf_dispose(&raw);
     ur_buf_dispose(&body);
-    ur_free(path);
     return rc;
 }
 
@@ -894,11 +871,16 @@ int ur_ocdbt_open(ur_kvstore **out, const char *dir, ur_err *err)
         return ur_err_oom(err);
     }
     r->base.ops = &reader_ops;
+    r->dir_fd = -1;
     snprintf(r->base.desc, sizeof r->base.desc, "ocdbt:%s", dir);
     pthread_mutex_init(&r->lock, NULL);
     r->dir = ur_strdup(dir);
     if (r->dir == NULL) {
         rc = ur_err_oom(err);
+        goto fail;
+    }
+    rc = ur_fs_dir_open(&r->dir_fd, dir, err);
+    if (rc < 0) {
         goto fail;
     }
     rc = load_manifest(r, "manifest.ocdbt", &r->manifest, err);
