@@ -797,7 +797,10 @@ static int parse_any(ur_zarr_meta *out, const char *json, size_t len, const char
     }
     cJSON_Delete(root);
     if (rc < 0) {
-        return ur_err_wrap(err, "zarr array '%s' (%s)", name, format == 3 ? "zarr.json" : ".zarray");
+        if (err != NULL) { /* ur_err_wrap(NULL) would turn the code into UR_EINTERNAL */
+            ur_err_wrap(err, "zarr array '%s' (%s)", name, format == 3 ? "zarr.json" : ".zarray");
+        }
+        return rc;
     }
     *out = m;
     return UR_OK;
