@@ -764,6 +764,14 @@ static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t l
         }
         return UR_OK;
     }
+    if (t != NULL && i->leaf->rank == 0) {
+        /* as the conversion says (plan.c): a scanned model stacks every array of the group */
+        join(i->comp, t->dlen + 1, a, sizeof a);
+        return ur_err_set(err, UR_ECORRUPT,
+                          "leaf '%s': rank-0 leaf under the scanned group %s has no layer axis "
+                          "(a scanned model stacks every parameter of the group)",
+                          iname, a);
+    }
     if (o->leaf->dtype != cast_of(i->leaf->dtype)) {
         is = issue_add(vf, UR_VERIFY_DTYPE, oname, src);
         if (is) {
