@@ -22,6 +22,7 @@
 #include "unroll/alloc.h"
 #include "unroll/ckd.h"
 #include "unroll/plan.h"
+#include "unroll/tensor.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -941,6 +942,14 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
         }
         if (ur_dtype_is_float(l->dtype)) {
             a->out_dtype = UR_DT_BFLOAT16;
+        }
+        /* the run would refuse it chunk by chunk: say so now, and in the dry run */
+        if (l->dtype != UR_DT_INVALID && !ur_tensor_cast_supported(a->out_dtype, l->dtype)) {
+            char name[512];
+            rc = ur_err_set(err, UR_EUNSUPPORTED, "leaf '%s': no conversion from %s to %s",
+                            ur_plan_path_format(l->path, l->path_len, name, sizeof name),
+                            ur_dtype_name(l->dtype), ur_dtype_name(a->out_dtype));
+            goto out;
         }
         rest = st + 2;
         if (plan->unrolled && en - st >= 3 && strcmp(l->path[st], "decoder") == 0) {

@@ -112,3 +112,56 @@ def test_empty_entry_under_layers_is_kept_in_every_layer(unroll_bin, tmp_path):
         assert got["params"]["params"]["decoder"][f"layers_{i}"]["aux"] == {}
     v = _verify(unroll_bin, items, _output_items(tmp_path / "out"))
     assert v.returncode == 0, v.stdout + v.stderr
+
+
+# ---- item 11: float8 parameters ---------------------------------------------------------------
+
+# The float8 formats Orbax can save (TensorStore has no float8_e4m3; the C cast of all 256
+# codes of that one is checked in test_tensor_cast.py).
+FLOAT8_SAVED = ("float8_e3m4", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e4m3b11fnuz",
+                "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu")
+
+
+def _dry_run_dtypes(stdout: str) -> dict:
+    """{input leaf: output dtype} from the dry run's per-leaf lines."""
+    out = {}
+    for line in stdout.splitlines():
+        words = line.split()
+        if words and words[0] in ("split", "copy"):
+            out[words[1]] = words[-1]
+    return out
+
+
+@pytest.mark.parametrize("name", FLOAT8_SAVED)
+def test_float8_dry_run_says_what_the_run_does(unroll_bin, tmp_path, name):
+    """Every one of the 256 codes, in a scanned leaf and in a copied one: the dry run plans the
+    cast to bfloat16, the run does it, bit-identical to jnp.astype, and verify agrees."""
+    dt = getattr(ml_dtypes, name)
+    codes = np.arange(256 * LAYERS, dtype=np.uint32).astype(np.uint8)
+    w8 = codes.reshape(8, LAYERS, 32).view(dt)
+    e8 = np.arange(256, dtype=np.uint32).astype(np.uint8).view(dt)
+    tree = _layers({"w8": {"kernel": w8}})
+    tree["params"]["params"]["decoder"]["embed8"] = e8
+    items = _save(tmp_path / "in", tree)
+
+    dry = _unroll(unroll_bin, items, tmp_path / "out", "-n")
+    assert dry.returncode == 0, dry.stderr
+    planned = _dry_run_dtypes(dry.stdout)
+    assert planned["params/params/decoder/layers/w8/kernel"] == "bfloat16", dry.stdout
+    assert planned["params/params/decoder/embed8"] == "bfloat16", dry.stdout
+    assert not (tmp_path / "out").exists()
+
+    res = _unroll(unroll_bin, items, tmp_path / "out")
+    assert res.returncode == 0, res.stderr
+    got = reference.restore(_output_items(tmp_path / "out"))["params"]["params"]["decoder"]
+
+    def jax_bits(x):
+        return np.asarray(jnp.asarray(x).astype(jnp.bfloat16)).view(np.uint16)
+
+    for i in range(LAYERS):
+        out = np.asarray(got[f"layers_{i}"]["w8"]["kernel"])
+        assert out.dtype == ml_dtypes.bfloat16
+        assert np.array_equal(out.view(np.uint16), jax_bits(np.take(w8, i, axis=1)))
+    assert np.array_equal(np.asarray(got["embed8"]).view(np.uint16), jax_bits(e8))
+    v = _verify(unroll_bin, items, _output_items(tmp_path / "out"))
+    assert v.returncode == 0, v.stdout + v.stderr
