@@ -165,3 +165,33 @@ def test_float8_dry_run_says_what_the_run_does(unroll_bin, tmp_path, name):
     assert np.array_equal(np.asarray(got["embed8"]).view(np.uint16), jax_bits(e8))
     v = _verify(unroll_bin, items, _output_items(tmp_path / "out"))
     assert v.returncode == 0, v.stdout + v.stderr
+
+
+# ---- item 11: key paths deeper than 64 levels ----------------------------------------------
+
+DEPTH = 100  # beyond every fixed limit unroll had (64 in the conversion, 96 in verify)
+
+
+def _nest(leaf, prefix: str) -> dict:
+    node = {"w": leaf}
+    for i in reversed(range(DEPTH)):
+        node = {f"{prefix}{i}": node}
+    return node
+
+
+def test_key_path_deeper_than_64_levels_converts(unroll_bin, tmp_path):
+    """A real Orbax checkpoint with a 100-level dict, once copied and once in the layer group:
+    converted (no fixed depth limit), restored by Orbax as the reference unroll says, and
+    verify agrees."""
+    tree = _layers({"deep": _nest(np.arange(6 * LAYERS, dtype=np.float32).reshape(6, LAYERS),
+                                  "s")})
+    tree["params"]["params"]["decoder"]["deep"] = _nest(np.arange(5, dtype=np.float32), "c")
+    items = _save(tmp_path / "in", tree)
+    for nnx in (False, True):
+        out = tmp_path / f"out-{nnx}"
+        res = _unroll(unroll_bin, items, out, f"pure_nnx={str(nnx).lower()}")
+        assert res.returncode == 0, res.stderr
+        expected = reference.reference_unroll(items, num_decoder_layers=LAYERS, pure_nnx=nnx)
+        reference.check_unrolled(_output_items(out), expected)
+        v = _verify(unroll_bin, items, _output_items(out))
+        assert v.returncode == 0, v.stdout + v.stderr
