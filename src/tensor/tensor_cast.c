@@ -213,7 +213,10 @@ static inline uint16_t conv_e5m2fnuz(uint8_t v)
 /* 2^(v - 127): the bfloat16 exponent field is v itself; 2^-127 is the subnormal 0x0040. */
 static inline uint16_t conv_e8m0fnu(uint8_t v)
 {
-    return v == 0xff ? 0x7fc0 : v == 0 ? 0x0040 : (uint16_t)(v << 7);
+    if (v == 0xff) {
+        return 0x7fc0;
+    }
+    return v == 0 ? (uint16_t)0x0040 : (uint16_t)((unsigned)v << 7);
 }
 
 UR_CAST_RUNS(e3m4_bf16, uint8_t, 1, conv_e3m4)
