@@ -141,7 +141,8 @@ typedef enum {
     UR_PLAN_DROP,     /* not in the output */
     UR_PLAN_COPY,     /* out[0] = leaf (cast) */
     UR_PLAN_UNSTACK,  /* out[i] = take(leaf, i, axis) (cast), i < n_out */
-    UR_PLAN_REPLICATE /* a leaf of a scanned group with no layer axis: out[i] = leaf (cast) */
+    UR_PLAN_REPLICATE /* an empty entry ({}, None) of a scanned group: the same entry in
+                       * every layer. An array without a layer axis is an error instead. */
 } ur_plan_kind;
 
 typedef struct {

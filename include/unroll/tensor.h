@@ -16,6 +16,9 @@
  *     lands on a bfloat16 tie (about 1 in 130,000 random doubles; 1 + 2^-8 + 2^-30 gives
  *     0x3f80 here and in JAX, 0x3f81 in ml_dtypes). With jax_enable_x64 on, XLA:CPU also goes
  *     through float32 but flushes float32-subnormal results to zero; that mode is not matched.
+ *   - every float8 format of dtype.h -> bfloat16, exact (each float8 value is a bfloat16);
+ *     a NaN becomes the quiet NaN of its sign, the sign-less NaN of the fnuz formats and of
+ *     float8_e8m0fnu +NaN (0x7fc0): JAX's astype for all 256 codes of each format.
  * The float64 and float16 conversions use the C floating-point environment's default
  * (round-to-nearest, no flush-to-zero); a caller must not change it. */
 #ifndef UNROLL_TENSOR_H

@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include "unroll/fs.h"
+#include "unroll/json.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -56,6 +57,7 @@ int main(int argc, char **argv)
      * naming the file, not kill the process with a core dump. */
     signal(SIGXFSZ, SIG_IGN);
     signal(SIGBUS, on_sigbus);
+    ur_json_init(); /* cJSON allocates through ur_malloc: out of memory is reported as such */
     if (argc >= 2) {
         for (const subcommand *s = subcommands; s->name != NULL; s++) {
             if (strcmp(argv[1], s->name) == 0) {

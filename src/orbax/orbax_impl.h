@@ -32,9 +32,8 @@ void *ur_orbax__arena_alloc(ur_orbax_arena *a, size_t n);
 char *ur_orbax__arena_strdup(ur_orbax_arena *a, const char *s);
 char *ur_orbax__arena_strndup(ur_orbax_arena *a, const char *s, size_t n);
 
-/* Route cJSON's allocations through ur_malloc (so OOM tests reach them). Idempotent. */
-void ur_orbax__json_hooks(void);
-/* Parse `len` bytes of JSON; UR_ECORRUPT "<what>: invalid JSON near byte N". */
+/* Parse `len` bytes of JSON (ur_json_parse); UR_ECORRUPT "<what>: invalid JSON near byte N",
+ * UR_ENOMEM "<what>: out of memory". */
 int ur_orbax__json_parse(cJSON **out, const char *text, size_t len, const char *what, ur_err *err);
 /* Append `s` as a JSON string the way Python's json.dumps writes it (ensure_ascii: non-ASCII
  * as \uXXXX). UR_EINVAL for invalid UTF-8. */

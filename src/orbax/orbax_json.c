@@ -3,6 +3,7 @@
 #include "orbax_impl.h"
 
 #include "unroll/alloc.h"
+#include "unroll/json.h"
 
 #include <math.h>
 #include <stdalign.h>
@@ -82,48 +83,13 @@ char *ur_orbax__arena_strdup(ur_orbax_arena *a, const char *s)
     return ur_orbax__arena_strndup(a, s, strlen(s));
 }
 
-static void *hook_malloc(size_t n)
-{
-    return ur_malloc(n);
-}
-
-static void hook_free(void *p)
-{
-    ur_free(p);
-}
-
-void ur_orbax__json_hooks(void)
-{
-    cJSON_Hooks hooks = {hook_malloc, hook_free};
-    cJSON_InitHooks(&hooks);
-}
-
 int ur_orbax__json_parse(cJSON **out, const char *text, size_t len, const char *what, ur_err *err)
 {
-    ur_orbax__json_hooks();
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (root == NULL) {
-        size_t off = (end != NULL && end >= text) ? (size_t)(end - text) : 0;
-        /* cJSON reports allocation failure and syntax errors alike; a parse that fails at
-         * the very end of well-formed-looking text is usually truncation. */
-        return ur_err_set_at(err, UR_ECORRUPT, off, "%s: invalid JSON near byte %zu", what, off);
+    int rc = ur_json_parse(out, text, len, err);
+    if (rc < 0 && err != NULL) {
+        ur_err_wrap(err, "%s", what);
     }
-    /* Only whitespace may follow the value. */
-    if (end != NULL) {
-        while ((size_t)(end - text) < len && (*end == ' ' || *end == '\n' || *end == '\r' ||
-                                              *end == '\t')) {
-            end++;
-        }
-        if ((size_t)(end - text) < len) {
-            size_t off = (size_t)(end - text);
-            cJSON_Delete(root);
-            return ur_err_set_at(err, UR_ECORRUPT, off, "%s: trailing bytes after JSON at %zu",
-                                 what, off);
-        }
-    }
-    *out = root;
-    return UR_OK;
+    return rc;
 }
 
 static int put_u_escape(ur_buf *b, unsigned v, ur_err *err)
@@ -228,7 +194,7 @@ int ur_orbax__json_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out)
 
 char *ur_orbax__json_print(ur_orbax_arena *a, const cJSON *v)
 {
-    ur_orbax__json_hooks();
+    ur_json_init();
     char *text = cJSON_PrintUnformatted(v);
     if (text == NULL) {
         return NULL;

@@ -22,6 +22,7 @@
 #include "unroll/alloc.h"
 #include "unroll/ckd.h"
 #include "unroll/plan.h"
+#include "unroll/tensor.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -844,6 +845,28 @@ static int pipe_leaf(ur_plan *plan, ur_plan_action *a, const ur_plan_leaf *l, si
     return set_unstack(plan, a, l, 0, rest, en, prefix, suffix, elems, n_out, 1, per, j, err);
 }
 
+/* A leaf of scanned group `grp` with no layer axis. Rank 0: no scanned model stores one (the
+ * scan adds the layer axis to every parameter), so the input is inconsistent. Otherwise
+ * param_scan_axis (from the config) lies past the leaf's last axis. */
+static int no_layer_axis(const ur_plan_leaf *l, const ur_settings *s, const ur_plan_group *grp,
+                         ur_err *err)
+{
+    char name[512];
+    char shape[256];
+    ur_plan_path_format(l->path, l->path_len, name, sizeof name);
+    if (l->rank == 0) {
+        return ur_err_set(err, UR_ECORRUPT,
+                          "leaf '%s': rank-0 leaf under the scanned group decoder/%s has no "
+                          "layer axis (a scanned model stacks every parameter of the group)",
+                          name, grp->name);
+    }
+    shape_format(l, shape, sizeof shape);
+    return ur_err_set(err, UR_EINVAL,
+                      "leaf '%s' shape %s under the scanned group decoder/%s: no axis %lld "
+                      "(param_scan_axis) to take the layers from",
+                      name, shape, grp->name, (long long)s->param_scan_axis);
+}
+
 int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_settings *s,
                   ur_plan_input input, ur_err *err)
 {
@@ -953,6 +976,14 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
         }
         if (ur_dtype_is_float(l->dtype)) {
             a->out_dtype = UR_DT_BFLOAT16;
+        }
+        /* the run would refuse it chunk by chunk: say so now, and in the dry run */
+        if (l->dtype != UR_DT_INVALID && !ur_tensor_cast_supported(a->out_dtype, l->dtype)) {
+            char name[512];
+            rc = ur_err_set(err, UR_EUNSUPPORTED, "leaf '%s': no conversion from %s to %s",
+                            ur_plan_path_format(l->path, l->path_len, name, sizeof name),
+                            ur_dtype_name(l->dtype), ur_dtype_name(a->out_dtype));
+            goto out;
         }
         rest = st + 2;
         if (plan->unrolled && en - st >= 3 && strcmp(l->path[st], "decoder") == 0) {
@@ -1064,7 +1095,15 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
                 plan->summary.leaves_unstacked++;
                 rc = add_bytes(&plan->summary.bytes_out, elems, ur_dtype_size(a->out_dtype), 1,
                                err);
+            } else if (l->dtype != UR_DT_INVALID) {
+                /* MaxText scans with variable_axes={'params': param_scan_axis}: every array
+                 * of the group is stacked, and generate_param_only_checkpoint takes layer i
+                 * with jnp.take on that axis, which fails for an array without it. Copying
+                 * it into every layer would invent an answer MaxText never gives. */
+                rc = no_layer_axis(l, s, grp, err);
+                goto out;
             } else {
+                /* an empty entry ({} or None): tree_map keeps it in every layer */
                 a->kind = UR_PLAN_REPLICATE;
                 plan->summary.leaves_replicated++;
                 rc = add_bytes(&plan->summary.bytes_out, elems, ur_dtype_size(a->out_dtype), nl,

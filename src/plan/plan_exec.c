@@ -851,33 +851,37 @@ static void *work(void *arg)
 
 /* ---- setup ------------------------------------------------------------------------------ */
 
-static int path_keys(const ur_plan_path *p, ur_orbax_key *keys)
+/* The writer's key path of `p` (ur_free it), NULL when out of memory. Sized to the path: a
+ * MaxText tree has no depth limit, so neither has the output. */
+static ur_orbax_key *path_keys(const ur_plan_path *p)
 {
-    if (p->len > 64) {
-        return -1;
+    ur_orbax_key *keys = ur_calloc(p->len ? p->len : 1, sizeof *keys);
+    if (keys == NULL) {
+        return NULL;
     }
     for (size_t i = 0; i < p->len; i++) {
         keys[i].key = p->comp[i];
         keys[i].type = p->seq != NULL && p->seq[i] ? UR_ORBAX_KEY_SEQUENCE : UR_ORBAX_KEY_DICT;
     }
-    return 0;
+    return keys;
 }
 
 static int add_extras(const ur_plan *plan, ur_orbax_writer *w, ur_err *err)
 {
     for (size_t i = 0; i < plan->n_extras; i++) {
         const ur_plan_extra *x = &plan->extras[i];
-        ur_orbax_key keys[64];
+        ur_orbax_key *keys = path_keys(&x->path);
         int64_t zero = 0;
         int rc;
-        if (path_keys(&x->path, keys) < 0) {
-            return ur_err_set(err, UR_EINVAL, "output key path too deep");
+        if (keys == NULL) {
+            return ur_err_oom(err);
         }
         if (x->kind == UR_PLAN_EXTRA_ZERO_SCALAR) {
             rc = ur_orbax_writer_add_scalar(w, keys, x->path.len, UR_DT_INT64, &zero, err);
         } else {
             rc = ur_orbax_writer_add_empty(w, keys, x->path.len, UR_ORBAX_VALUE_EMPTY_DICT, err);
         }
+        ur_free(keys);
         if (rc < 0) {
             return rc;
         }
@@ -890,12 +894,13 @@ static int add_placeholders(const ur_plan_action *a, const ur_orbax_leaf *leaf,
                             ur_orbax_writer *w, ur_err *err)
 {
     for (size_t i = 0; i < a->n_out; i++) {
-        ur_orbax_key keys[64];
+        ur_orbax_key *keys = path_keys(&a->out[i]);
         int rc;
-        if (path_keys(&a->out[i], keys) < 0) {
-            return ur_err_set(err, UR_EINVAL, "output key path too deep");
+        if (keys == NULL) {
+            return ur_err_oom(err);
         }
         rc = ur_orbax_writer_add_empty(w, keys, a->out[i].len, leaf->value_type, err);
+        ur_free(keys);
         if (rc < 0) {
             return ur_err_wrap(err, "tensor '%s'", leaf->name);
         }
@@ -1024,7 +1029,6 @@ static int setup_task(task *t, ur_orbax_ckpt *in, ur_orbax_writer *w, uint64_t b
 {
     const ur_plan_action *a = t->act;
     uint64_t out_shape[UR_MAX_RANK];
-    ur_orbax_key keys[64];
     int rc, k = 0;
 
     rc = ur_orbax_ckpt_open_array(in, t->leaf, &t->src, err);
@@ -1058,12 +1062,14 @@ static int setup_task(task *t, ur_orbax_ckpt *in, ur_orbax_writer *w, uint64_t b
         return ur_err_oom(err);
     }
     for (size_t i = 0; i < a->n_out; i++) {
-        if (path_keys(&a->out[i], keys) < 0) {
-            return ur_err_set(err, UR_EINVAL, "output key path too deep");
+        ur_orbax_key *keys = path_keys(&a->out[i]);
+        if (keys == NULL) {
+            return ur_err_oom(err);
         }
         /* Replicated spec (NULL): restorable on any mesh; MaxText reshards on load. */
         rc = ur_orbax_writer_add_array(w, keys, a->out[i].len, a->out_dtype, k, out_shape,
                                        t->out_chunk_shape, NULL, &t->dst[i], err);
+        ur_free(keys);
         if (rc < 0) {
             return rc;
         }

@@ -132,6 +132,128 @@ UR_CAST_RUNS(f32_bf16, uint32_t, 4, conv_f32)
 UR_CAST_RUNS(f64_bf16, uint64_t, 8, conv_f64)
 UR_CAST_RUNS(f16_bf16, uint16_t, 2, conv_f16)
 
+/* float8 -> bfloat16 is exact: every float8 value (at most 4 mantissa bits, exponents within
+ * 2^-17 .. 2^15, and 2^-127 .. 2^127 for e8m0) is a bfloat16 (2^-127 as a subnormal), so the
+ * bits are rebuilt directly, no rounding. Formats as ml_dtypes defines them (zarr_dtype.c):
+ * IEEE-like ones have Inf and NaNs at the top exponent; "fn" only NaN = S.1111.111; "fnuz" one
+ * NaN (0x80) and no -0; e8m0fnu is a bare exponent, 0xff = NaN. A NaN becomes the quiet NaN of
+ * its sign, and the fnuz/e8m0 NaN, which has no sign, +NaN (0x7fc0): what JAX 0.10.2's
+ * astype(bfloat16) gives for all 256 codes of each format (tests/interop/test_tensor_cast.py;
+ * ml_dtypes' own numpy cast gives 0xffc0 for the fnuz NaN, JAX does not). */
+typedef enum { F8_IEEE, F8_FN, F8_FNUZ } f8_kind;
+
+static inline uint16_t f8_bf16(uint8_t c, unsigned mbits, int bias, f8_kind kind)
+{
+    unsigned ebits = 7 - mbits;
+    uint32_t sign = (uint32_t)(c & 0x80u) << 8;
+    uint32_t emax = (1u << ebits) - 1;
+    uint32_t e = ((uint32_t)c >> mbits) & emax;
+    uint32_t m = c & ((1u << mbits) - 1);
+    int exp = (int)e - bias;
+
+    if (kind == F8_FNUZ && c == 0x80) {
+        return 0x7fc0;
+    }
+    if ((kind == F8_FN && (c & 0x7fu) == 0x7fu) || (kind == F8_IEEE && e == emax && m != 0)) {
+        return (uint16_t)(sign | 0x7fc0u);
+    }
+    if (kind == F8_IEEE && e == emax) {
+        return (uint16_t)(sign | 0x7f80u);
+    }
+    if (e == 0) {
+        if (m == 0) {
+            return (uint16_t)sign;
+        }
+        /* subnormal m * 2^(1 - bias - mbits): shift the leading one into the hidden bit */
+        exp = 1 - bias;
+        while ((m & (1u << mbits)) == 0) {
+            m <<= 1;
+            exp--;
+        }
+        m &= (1u << mbits) - 1;
+    }
+    return (uint16_t)(sign | (uint32_t)(exp + 127) << 7 | m << (7 - mbits));
+}
+
+static inline uint16_t conv_e3m4(uint8_t v)
+{
+    return f8_bf16(v, 4, 3, F8_IEEE);
+}
+
+static inline uint16_t conv_e4m3(uint8_t v)
+{
+    return f8_bf16(v, 3, 7, F8_IEEE);
+}
+
+static inline uint16_t conv_e4m3fn(uint8_t v)
+{
+    return f8_bf16(v, 3, 7, F8_FN);
+}
+
+static inline uint16_t conv_e4m3fnuz(uint8_t v)
+{
+    return f8_bf16(v, 3, 8, F8_FNUZ);
+}
+
+static inline uint16_t conv_e4m3b11fnuz(uint8_t v)
+{
+    return f8_bf16(v, 3, 11, F8_FNUZ);
+}
+
+static inline uint16_t conv_e5m2(uint8_t v)
+{
+    return f8_bf16(v, 2, 15, F8_IEEE);
+}
+
+static inline uint16_t conv_e5m2fnuz(uint8_t v)
+{
+    return f8_bf16(v, 2, 16, F8_FNUZ);
+}
+
+/* 2^(v - 127): the bfloat16 exponent field is v itself; 2^-127 is the subnormal 0x0040. */
+static inline uint16_t conv_e8m0fnu(uint8_t v)
+{
+    if (v == 0xff) {
+        return 0x7fc0;
+    }
+    return v == 0 ? (uint16_t)0x0040 : (uint16_t)((unsigned)v << 7);
+}
+
+UR_CAST_RUNS(e3m4_bf16, uint8_t, 1, conv_e3m4)
+UR_CAST_RUNS(e4m3_bf16, uint8_t, 1, conv_e4m3)
+UR_CAST_RUNS(e4m3fn_bf16, uint8_t, 1, conv_e4m3fn)
+UR_CAST_RUNS(e4m3fnuz_bf16, uint8_t, 1, conv_e4m3fnuz)
+UR_CAST_RUNS(e4m3b11fnuz_bf16, uint8_t, 1, conv_e4m3b11fnuz)
+UR_CAST_RUNS(e5m2_bf16, uint8_t, 1, conv_e5m2)
+UR_CAST_RUNS(e5m2fnuz_bf16, uint8_t, 1, conv_e5m2fnuz)
+UR_CAST_RUNS(e8m0fnu_bf16, uint8_t, 1, conv_e8m0fnu)
+
+/* The run pair converting `src` to bfloat16, or 0 when there is none. */
+static int bf16_runs(ur_dtype src, ur_tensor__kernel *k)
+{
+#define UR_RUNS_CASE(dt, name)                                                                 \
+    case dt:                                                                                   \
+        k->dense = name##_dense;                                                               \
+        k->strided = name##_strided;                                                           \
+        return 1;
+    switch (src) {
+        UR_RUNS_CASE(UR_DT_FLOAT32, f32_bf16)
+        UR_RUNS_CASE(UR_DT_FLOAT64, f64_bf16)
+        UR_RUNS_CASE(UR_DT_FLOAT16, f16_bf16)
+        UR_RUNS_CASE(UR_DT_FLOAT8_E3M4, e3m4_bf16)
+        UR_RUNS_CASE(UR_DT_FLOAT8_E4M3, e4m3_bf16)
+        UR_RUNS_CASE(UR_DT_FLOAT8_E4M3FN, e4m3fn_bf16)
+        UR_RUNS_CASE(UR_DT_FLOAT8_E4M3FNUZ, e4m3fnuz_bf16)
+        UR_RUNS_CASE(UR_DT_FLOAT8_E4M3B11FNUZ, e4m3b11fnuz_bf16)
+        UR_RUNS_CASE(UR_DT_FLOAT8_E5M2, e5m2_bf16)
+        UR_RUNS_CASE(UR_DT_FLOAT8_E5M2FNUZ, e5m2fnuz_bf16)
+        UR_RUNS_CASE(UR_DT_FLOAT8_E8M0FNU, e8m0fnu_bf16)
+    default:
+        return 0;
+    }
+#undef UR_RUNS_CASE
+}
+
 /* Identity: the dense run is a memcpy of n elements; the element size is known only at run
  * time, so it is passed through the step (the dense run's steps equal the element size). */
 static void same_dense(char *restrict dst, ptrdiff_t dstep, const char *restrict src,
@@ -166,8 +288,8 @@ int ur_tensor_cast_supported(ur_dtype dst, ur_dtype src)
     if (dst == src) {
         return 1;
     }
-    return dst == UR_DT_BFLOAT16 &&
-           (src == UR_DT_FLOAT32 || src == UR_DT_FLOAT64 || src == UR_DT_FLOAT16);
+    ur_tensor__kernel k;
+    return dst == UR_DT_BFLOAT16 && bf16_runs(src, &k);
 }
 
 int ur_tensor__kernel_get(ur_tensor__kernel *out, ur_dtype dst, ur_dtype src, ur_err *err)
@@ -201,15 +323,8 @@ int ur_tensor__kernel_get(ur_tensor__kernel *out, ur_dtype dst, ur_dtype src, ur
         default:
             return ur_err_set(err, UR_EINTERNAL, "tensor: element size %zu", k.ssize);
         }
-    } else if (src == UR_DT_FLOAT32) {
-        k.dense = f32_bf16_dense;
-        k.strided = f32_bf16_strided;
-    } else if (src == UR_DT_FLOAT64) {
-        k.dense = f64_bf16_dense;
-        k.strided = f64_bf16_strided;
     } else {
-        k.dense = f16_bf16_dense;
-        k.strided = f16_bf16_strided;
+        bf16_runs(src, &k);
     }
     *out = k;
     return UR_OK;

@@ -19,6 +19,7 @@
 #include "unroll/b64.h"
 
 #include "unroll/ckd.h"
+#include "unroll/json.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -789,16 +790,17 @@ static int parse_any(ur_zarr_meta *out, const char *json, size_t len, const char
     int rc;
 
     memset(&m, 0, sizeof(m));
-    root = cJSON_ParseWithLength(json, len);
-    if (root == NULL) {
-        /* cJSON reports no cause; a parse error is by far the likely one. */
-        rc = ur_err_set(err, UR_ECORRUPT, "invalid JSON");
-    } else {
+    root = NULL;
+    rc = ur_json_parse(&root, json, len, err);
+    if (rc == UR_OK) {
         rc = format == 3 ? parse_v3(&m, root, json, len, err) : parse_v2(&m, root, json, len, err);
     }
     cJSON_Delete(root);
     if (rc < 0) {
-        return ur_err_wrap(err, "zarr array '%s' (%s)", name, format == 3 ? "zarr.json" : ".zarray");
+        if (err != NULL) { /* ur_err_wrap(NULL) would turn the code into UR_EINTERNAL */
+            ur_err_wrap(err, "zarr array '%s' (%s)", name, format == 3 ? "zarr.json" : ".zarray");
+        }
+        return rc;
     }
     *out = m;
     return UR_OK;

@@ -1,6 +1,7 @@
 """The C cast to bfloat16 (ur_tensor_copy through tests/unit/tensor/tensor_cast_tool) against
 JAX's `x.astype(jnp.bfloat16)`, bit for bit: all 2^16 float16 patterns, ~1e6 random float32
-patterns plus every special class, and a sample of float64 patterns.
+patterns plus every special class, a sample of float64 patterns, and all 256 patterns of
+each float8 format.
 
 JAX runs on CPU in its default configuration (jax_enable_x64 off, forced here even when
 another module enabled it): float64 input becomes float32 before astype, which is what unroll
@@ -21,6 +22,8 @@ import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+FLOAT8 = ("float8_e3m4", "float8_e4m3", "float8_e4m3fn", "float8_e4m3fnuz",
+          "float8_e4m3b11fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu")
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +38,8 @@ def cast_tool() -> pathlib.Path:
 def c_cast(tool: pathlib.Path, x: np.ndarray) -> np.ndarray:
     x = np.ascontiguousarray(x)
     name = {np.dtype(np.float16): "float16", np.dtype(np.float32): "float32",
-            np.dtype(np.float64): "float64", np.dtype(ml_dtypes.bfloat16): "bfloat16"}[x.dtype]
+            np.dtype(np.float64): "float64", np.dtype(ml_dtypes.bfloat16): "bfloat16",
+            **{np.dtype(getattr(ml_dtypes, f)): f for f in FLOAT8}}[x.dtype]
     out = subprocess.run([str(tool), name], input=x.tobytes(), capture_output=True, check=True)
     got = np.frombuffer(out.stdout, dtype=np.uint16)
     assert got.size == x.size
@@ -125,3 +129,16 @@ def test_bfloat16_is_copied(cast_tool):
     bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     got = c_cast(cast_tool, bits.view(ml_dtypes.bfloat16))
     assert np.array_equal(got, bits)
+
+
+@pytest.mark.parametrize("name", FLOAT8)
+def test_float8_all_patterns(cast_tool, name):
+    """Exact (every float8 value is a bfloat16); NaNs as JAX makes them: the quiet NaN of the
+    sign, +NaN for the sign-less NaN of the fnuz and e8m0 formats (numpy's cast differs)."""
+    bits = np.arange(256, dtype=np.uint16).astype(np.uint8)
+    x = bits.view(getattr(ml_dtypes, name))
+    want = jax_cast(x)
+    assert_same_bits(bits, c_cast(cast_tool, x), want)
+    finite = np.isfinite(x.astype(np.float32))
+    assert np.array_equal(want[finite].view(ml_dtypes.bfloat16).astype(np.float32),
+                          x[finite].astype(np.float32))

@@ -482,22 +482,50 @@ static void test_plan__replicate_and_dtypes(void **state)
     (void)state;
     ts.n = 0;
     add(&ts, "params/params/decoder/layers/mlp/wi_0/kernel", UR_DT_FLOAT64, "6,4,16", NULL);
-    add(&ts, "params/params/decoder/layers/some_scalar", UR_DT_FLOAT32, "", NULL);
+    add(&ts, "params/params/decoder/layers/empty", UR_DT_INVALID, "", NULL);
+    ts.t[1].leaf.placeholder = UR_PLAN_PLACEHOLDER_EMPTY_DICT;
     add(&ts, "params/params/decoder/positions", UR_DT_INT32, "8", NULL);
     add(&ts, "params/params/decoder/layers/gate/kernel", UR_DT_FLOAT16, "6,16,4",
         "fsdp - layers");
     plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
     assert_int_equal(plan->actions[0].out_dtype, UR_DT_BFLOAT16);
+    /* an empty entry is kept in every layer, as jax.tree_util.tree_map keeps it */
     assert_int_equal(plan->actions[1].kind, UR_PLAN_REPLICATE);
     assert_int_equal(plan->actions[1].n_out, 4);
-    assert_string_equal(fmt(&plan->actions[1].out[2]), "decoder/layers_2/some_scalar/value");
+    assert_string_equal(fmt(&plan->actions[1].out[2]), "decoder/layers_2/empty/value");
     expect_copy(plan, 2, "decoder/positions/value");
     assert_int_equal(plan->actions[2].out_dtype, UR_DT_INT32);
     expect_unstack(plan, 3, 2, 4, "decoder/layers_0/gate/kernel/value",
                    "decoder/layers_3/gate/kernel/value");
     assert_int_equal(plan->summary.leaves_replicated, 1);
-    assert_true(plan->summary.bytes_out == (6 * 4 * 16 + 4 + 6 * 16 * 4) * 2 + 8 * 4);
+    assert_true(plan->summary.bytes_out == (6 * 4 * 16 + 6 * 16 * 4) * 2 + 8 * 4);
     ur_plan_free(plan);
+}
+
+/* An array of a scanned group without the layer axis: MaxText stacks every parameter of the
+ * group and unrolls with jnp.take on param_scan_axis, so it never copies one into every
+ * layer. Rank 0 cannot come from a scanned model (exit 4); a param_scan_axis past the leaf's
+ * axes is a config that does not fit (exit 2). */
+static void test_plan__array_without_layer_axis_is_refused(void **state)
+{
+    tset ts;
+    ur_settings s = base_settings();
+    ur_err err;
+    (void)state;
+    ts.n = 0;
+    add(&ts, "params/params/decoder/layers/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,4,16", NULL);
+    add(&ts, "params/params/decoder/layers/some_scalar", UR_DT_FLOAT32, "", NULL);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_ECORRUPT);
+    assert_string_equal(err.msg, "leaf 'params/params/decoder/layers/some_scalar': rank-0 leaf "
+                                 "under the scanned group decoder/layers has no layer axis (a "
+                                 "scanned model stacks every parameter of the group)");
+    ts.n = 1;
+    add(&ts, "params/params/decoder/layers/norm/scale", UR_DT_FLOAT32, "16,4", NULL);
+    s.param_scan_axis = 2;
+    ts.t[0].leaf.shape[2] = 4;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "norm/scale' shape [16, 4] under the scanned group "
+                                    "decoder/layers: no axis 2 (param_scan_axis)"));
 }
 
 static void test_plan__deepseek_groups(void **state)
@@ -985,6 +1013,7 @@ int main(void)
         cmocka_unit_test(test_plan__length_mismatch_is_an_error),
         cmocka_unit_test(test_plan__missing_group_and_no_unroll),
         cmocka_unit_test(test_plan__replicate_and_dtypes),
+        cmocka_unit_test(test_plan__array_without_layer_axis_is_refused),
         cmocka_unit_test(test_plan__deepseek_groups),
         cmocka_unit_test(test_plan__lora_adapters),
         cmocka_unit_test(test_plan__unrecognised_layout),

@@ -1,6 +1,6 @@
 /* Test-only: convert raw little-endian elements of the dtype named in argv[1] (float32,
- * float64, float16 or bfloat16), read from stdin, to raw bfloat16 on stdout, through
- * ur_tensor_copy on rank-1 views. Used by tests/interop/test_tensor_cast.py. Exit 0 on success,
+ * float64, float16, bfloat16 or a float8 format), read from stdin, to raw bfloat16 on stdout,
+ * through ur_tensor_copy on rank-1 views. Used by tests/interop/test_tensor_cast.py. Exit 0 on success,
  * 2 on usage errors, 1 on other failures. */
 #include <stdio.h>
 #include <string.h>
@@ -20,7 +20,8 @@ int main(int argc, char **argv)
 
     if (argc != 2 || (sdt = ur_dtype_from_name(argv[1])) == UR_DT_INVALID ||
         !ur_tensor_cast_supported(UR_DT_BFLOAT16, sdt)) {
-        fprintf(stderr, "usage: tensor_cast_tool float32|float64|float16|bfloat16 <in >out\n");
+        fprintf(stderr,
+                "usage: tensor_cast_tool float32|float64|float16|bfloat16|float8_* <in >out\n");
         return 2;
     }
     in = ur_malloc(cap);

@@ -183,9 +183,7 @@ static void test_tensor_cast__supported_pairs(void **state)
     for (int d = 0; d < UR_DT_COUNT_; d++) {
         for (int s = 0; s < UR_DT_COUNT_; s++) {
             int want = d != UR_DT_INVALID && s != UR_DT_INVALID &&
-                       (d == s || (d == UR_DT_BFLOAT16 &&
-                                   (s == UR_DT_FLOAT32 || s == UR_DT_FLOAT64 ||
-                                    s == UR_DT_FLOAT16)));
+                       (d == s || (d == UR_DT_BFLOAT16 && ur_dtype_is_float((ur_dtype)s)));
             assert_int_equal(ur_tensor_cast_supported((ur_dtype)d, (ur_dtype)s), want);
             if (!want) {
                 assert_int_equal(ur_tensor_cast_dense(a, (ur_dtype)d, b, (ur_dtype)s, 1, &err),
@@ -206,6 +204,45 @@ static void test_tensor_cast__supported_pairs(void **state)
     assert_memory_equal(a, b, 16);
 }
 
+/* float8 -> bfloat16 is exact; the full 256-code sweep against JAX is in
+ * tests/interop/test_tensor_cast.py. Here: the extremes and specials of each format. */
+static void test_tensor_cast__float8_known_values(void **state)
+{
+    static const struct {
+        ur_dtype dt;
+        uint8_t in;
+        uint16_t want;
+    } k[] = {
+        {UR_DT_FLOAT8_E4M3FN, 0x7e, 0x43e0},       /* 448, the largest */
+        {UR_DT_FLOAT8_E4M3FN, 0x01, 0x3b00},       /* 2^-9, the smallest subnormal */
+        {UR_DT_FLOAT8_E4M3FN, 0x06, 0x3c40},       /* 6 * 2^-9 = 1.5 * 2^-7 */
+        {UR_DT_FLOAT8_E4M3FN, 0xff, 0xffc0},       /* -NaN */
+        {UR_DT_FLOAT8_E4M3FN, 0x80, 0x8000},       /* -0 */
+        {UR_DT_FLOAT8_E5M2, 0x7c, 0x7f80},         /* +Inf */
+        {UR_DT_FLOAT8_E5M2, 0xfd, 0xffc0},         /* -NaN */
+        {UR_DT_FLOAT8_E5M2, 0x7b, 0x4760},         /* 57344 */
+        {UR_DT_FLOAT8_E5M2FNUZ, 0x80, 0x7fc0},     /* the one NaN: +NaN, as JAX gives */
+        {UR_DT_FLOAT8_E4M3FNUZ, 0xff, 0xc370},     /* -240 */
+        {UR_DT_FLOAT8_E4M3B11FNUZ, 0x01, 0x3900},  /* 2^-13 */
+        {UR_DT_FLOAT8_E3M4, 0x70, 0x7f80},         /* +Inf */
+        {UR_DT_FLOAT8_E3M4, 0x6f, 0x4178},         /* 15.5 */
+        {UR_DT_FLOAT8_E4M3, 0x78, 0x7f80},         /* +Inf */
+        {UR_DT_FLOAT8_E8M0FNU, 0x00, 0x0040},      /* 2^-127, a bfloat16 subnormal */
+        {UR_DT_FLOAT8_E8M0FNU, 0xfe, 0x7f00},      /* 2^127 */
+        {UR_DT_FLOAT8_E8M0FNU, 0xff, 0x7fc0},      /* NaN */
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        uint16_t got = 0;
+        assert_int_equal(ur_tensor_cast_dense(&got, UR_DT_BFLOAT16, &k[i].in, k[i].dt, 1, NULL),
+                         UR_OK);
+        if (got != k[i].want) {
+            fail_msg("%s 0x%02x: got 0x%04x, want 0x%04x", ur_dtype_name(k[i].dt), k[i].in, got,
+                     k[i].want);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -217,6 +254,7 @@ int main(void)
         cmocka_unit_test(test_tensor_cast__f64_random),
         cmocka_unit_test(test_tensor_cast__dense_runs_match_scalar),
         cmocka_unit_test(test_tensor_cast__supported_pairs),
+        cmocka_unit_test(test_tensor_cast__float8_known_values),
     };
     return cmocka_run_group_tests_name("tensor_cast", tests, NULL, NULL);
 }

@@ -1,0 +1,22 @@
+/* cJSON through unroll's allocator, with parse failures that tell out-of-memory from bad
+ * JSON (cJSON itself returns NULL for both). */
+#ifndef UNROLL_JSON_H
+#define UNROLL_JSON_H
+
+#include "unroll/err.h"
+
+#include <stddef.h>
+
+struct cJSON;
+
+/* Make cJSON allocate through ur_malloc/ur_free (so the fail-after hook reaches it). Done once
+ * per process (thread-safe); main calls it at start-up and ur_json_parse makes sure of it. */
+void ur_json_init(void);
+
+/* Parse `len` bytes of JSON into *out (free with cJSON_Delete). `*end` (when end is not NULL)
+ * receives where the value ended; only whitespace may follow it. UR_ENOMEM "out of memory"
+ * when an allocation failed during the parse; else UR_ECORRUPT "invalid JSON near byte N"
+ * (or "trailing bytes after JSON at N"), the offset recorded. */
+int ur_json_parse(struct cJSON **out, const char *text, size_t len, ur_err *err);
+
+#endif
