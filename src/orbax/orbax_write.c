@@ -29,9 +29,10 @@ struct ur_orbax_writer {
     size_t n_leaves;
     size_t cap_leaves;
     ur_strmap names; /* leaf name -> index (names live in the arena) */
-    ur_zarr_array **arrays;
+    ur_zarr_array **arrays; /* NULL where ur_orbax_writer_done_array closed one */
     size_t n_arrays;
     size_t cap_arrays;
+    size_t first_open; /* arrays[0..first_open) are all closed */
     char *custom_metadata;
     int64_t init_ns;
 };
@@ -232,6 +233,20 @@ static int keep_array(ur_orbax_writer *w, ur_zarr_array *arr, ur_err *err)
     }
     w->arrays[w->n_arrays++] = arr;
     return UR_OK;
+}
+
+void ur_orbax_writer_done_array(ur_orbax_writer *w, ur_zarr_array *arr)
+{
+    for (size_t i = w->first_open; arr != NULL && i < w->n_arrays; i++) {
+        if (w->arrays[i] == arr) {
+            ur_zarr_array_close(arr);
+            w->arrays[i] = NULL;
+            break;
+        }
+    }
+    while (w->first_open < w->n_arrays && w->arrays[w->first_open] == NULL) {
+        w->first_open++;
+    }
 }
 
 static int mesh_has_axis(const ur_orbax_writer *w, const char *name, size_t n)
