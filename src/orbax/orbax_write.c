@@ -235,6 +235,26 @@ static int keep_array(ur_orbax_writer *w, ur_zarr_array *arr, ur_err *err)
     return UR_OK;
 }
 
+int ur_orbax_writer_reserve(ur_orbax_writer *w, size_t n, ur_err *err)
+{
+    size_t cap;
+    ur_orbax_leaf *nl;
+    if (n > SIZE_MAX / sizeof(*nl) - w->n_leaves) {
+        return ur_err_oom(err);
+    }
+    cap = w->n_leaves + n;
+    if (cap <= w->cap_leaves) {
+        return UR_OK;
+    }
+    nl = ur_realloc(w->leaves, cap * sizeof(*nl));
+    if (nl == NULL) {
+        return ur_err_oom(err);
+    }
+    w->leaves = nl;
+    w->cap_leaves = cap;
+    return UR_OK;
+}
+
 void ur_orbax_writer_done_array(ur_orbax_writer *w, ur_zarr_array *arr)
 {
     for (size_t i = w->first_open; arr != NULL && i < w->n_arrays; i++) {

@@ -1130,7 +1130,16 @@ int ur_plan_exec_run(const ur_plan *plan, ur_orbax_ckpt *in, ur_orbax_writer *w,
         budget = 16;
     }
 
-    rc = add_extras(plan, w, err);
+    {
+        size_t n_out = plan->n_extras;
+        for (size_t i = 0; i < plan->n_actions; i++) {
+            n_out += plan->actions[i].kind == UR_PLAN_DROP ? 0 : plan->actions[i].n_out;
+        }
+        rc = ur_orbax_writer_reserve(w, n_out, err);
+    }
+    if (rc == UR_OK) {
+        rc = add_extras(plan, w, err);
+    }
     if (rc < 0) {
         goto out;
     }
