@@ -36,17 +36,57 @@ ZSTD_DCtx *ur_zarr_codec_zstd__new_dctx(void)
     return ZSTD_createDCtx_advanced(mem);
 }
 
+/* One decompression context per thread, kept for the thread's life, for the same reason as
+ * the compression contexts below (thread_cctx): one per chunk cost more than decoding a small
+ * chunk. */
+static pthread_key_t dctx_key;
+static pthread_once_t dctx_once = PTHREAD_ONCE_INIT;
+static int dctx_key_ok;
+
+static void dctx_free(void *d)
+{
+    ZSTD_freeDCtx(d);
+}
+
+static void dctx_key_init(void)
+{
+    dctx_key_ok = pthread_key_create(&dctx_key, dctx_free) == 0;
+}
+
+/* This thread's context, reset; NULL when out of memory. *owned: free it after use. */
+static ZSTD_DCtx *thread_dctx(int *owned)
+{
+    ZSTD_DCtx *d = NULL;
+    pthread_once(&dctx_once, dctx_key_init);
+    *owned = 0;
+    if (dctx_key_ok) {
+        d = pthread_getspecific(dctx_key);
+    }
+    if (d != NULL) {
+        ZSTD_DCtx_reset(d, ZSTD_reset_session_and_parameters);
+        return d;
+    }
+    d = ur_zarr_codec_zstd__new_dctx();
+    if (d != NULL && (!dctx_key_ok || pthread_setspecific(dctx_key, d) != 0)) {
+        *owned = 1;
+    }
+    return d;
+}
+
 int ur_zarr_codec_zstd__decode(const uint8_t *src, size_t n, uint8_t *dst, size_t cap,
                                size_t *len_out, ur_err *err)
 {
-    ZSTD_DCtx *d = ur_zarr_codec_zstd__new_dctx();
+    int owned;
+    ZSTD_DCtx *d = thread_dctx(&owned);
     size_t r;
 
     if (d == NULL) {
         return ur_err_oom(err);
     }
     r = ZSTD_decompressDCtx(d, dst, cap, src, n);
-    ZSTD_freeDCtx(d);
+    if (owned) {
+        ZSTD_freeDCtx(d);
+    }
     if (ZSTD_isError(r)) {
         if (ZSTD_getErrorCode(r) == ZSTD_error_dstSize_tooSmall) {
             return ur_err_set(err, UR_ECORRUPT, "zstd: decoded data larger than %zu bytes", cap);
