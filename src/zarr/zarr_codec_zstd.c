@@ -178,10 +178,9 @@ out:
 }
 
 /* One compression context per thread, kept for the thread's life: creating one per chunk
- * allocates and faults in a few hundred KB of tables each time (munmapped again on free),
- * which for many small chunks cost more than compressing them and made the workers queue on
- * the kernel's memory-map lock. The output does not depend on the reuse: every frame starts
- * from a reset context with its own parameters. */
+ * allocates and faults in a few hundred KB of tables each time (unmapped again on free),
+ * which for many small chunks cost about as much as compressing them. The output does not
+ * depend on the reuse: every frame starts from a reset context with its own parameters. */
 static pthread_key_t cctx_key;
 static pthread_once_t cctx_once = PTHREAD_ONCE_INIT;
 static int cctx_key_ok;
