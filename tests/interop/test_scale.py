@@ -70,6 +70,8 @@ def test_many_leaves_scale_linearly(unroll_bin, fixture_cache, tmp_path):
     small = profile(unroll_bin, fixture_cache, tmp_path, SMALL)
     large = profile(unroll_bin, fixture_cache, tmp_path, LARGE)
     k = LARGE / SMALL
+    sanitized = "libasan" in subprocess.run(["ldd", str(unroll_bin)], capture_output=True,
+                                            text=True).stdout
     for name in ("unroll", "verify", "inspect"):
         (c1, r1, w1), (c2, r2, w2) = small[name], large[name]
         print(f"{name}: {SMALL} leaves {c1:.2f} s CPU {r1 >> 20} MiB, "
@@ -78,7 +80,8 @@ def test_many_leaves_scale_linearly(unroll_bin, fixture_cache, tmp_path):
             f"{name}: {c2:.2f} s CPU for {LARGE} leaves vs {c1:.2f} s for {SMALL}: not linear")
         # memory: linear in the leaves too, and bounded by a multiple of _METADATA
         assert r2 < k * r1 * 1.5, f"{name}: peak RSS {r2} for {LARGE} leaves vs {r1}"
-        assert r2 < 100 * large["metadata"], (
+        # (an AddressSanitizer build pads every allocation: only its growth is checked)
+        assert sanitized or r2 < 100 * large["metadata"], (
             f"{name}: peak RSS {r2 >> 20} MiB for a _METADATA of {large['metadata']} bytes")
 
 
