@@ -26,6 +26,7 @@ values (3x memory).
 
 Subcommands:
   make_checkpoint.py make --params-gib G --out DIR [--seed S] [--distinct-opt-state]
+                          [--layers L]   (small dimensions, L layers: many small arrays)
   make_checkpoint.py chunks --items ITEMS --out LIST.tsv [--prefix params.params.]
       the chunk list for bench/floor.c, from tensorstore.ocdbt.dump (see README.md)
 """
@@ -101,8 +102,11 @@ def leaf_table(d: dict) -> list:
     ]
 
 
-def dims_for(params_gib: float) -> dict:
-    """Dimensions whose fp32 parameters come closest to `params_gib` (at least 2 layers)."""
+def dims_for(params_gib: float, layers: int = 0) -> dict:
+    """Dimensions whose fp32 parameters come closest to `params_gib` (at least 2 layers); with
+    `layers`, the small preset with that many layers (many small arrays)."""
+    if layers > 0:
+        return dict(PRESET_SMALL, layers=layers)
     preset = PRESET_LARGE if params_gib >= 1.0 else PRESET_SMALL
     d = dict(preset, layers=0)
     fixed = sum(math.prod(s) for _, _, s in leaf_table(d))
@@ -185,12 +189,13 @@ def abstract_state(d: dict, mesh):
         lambda path, sh: jax.ShapeDtypeStruct((), np.int32, sharding=sh))
 
 
-def generate(params_gib: float, out: pathlib.Path, seed: int, distinct: bool) -> dict:
+def generate(params_gib: float, out: pathlib.Path, seed: int, distinct: bool,
+             layers: int = 0) -> dict:
     import jax
     import numpy as np
     import orbax.checkpoint as ocp
 
-    d = dims_for(params_gib)
+    d = dims_for(params_gib, layers)
     mesh = make_mesh()
     rng = np.random.default_rng(seed)
     made: dict = {}  # params path (under params/params) -> jax.Array, reused for mu/nu
@@ -270,7 +275,7 @@ def cmd_make(args) -> None:
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
-        info = generate(args.params_gib, tmp, args.seed, args.distinct_opt_state)
+        info = generate(args.params_gib, tmp, args.seed, args.distinct_opt_state, args.layers)
         tmp.rename(out)
         info["items"] = str((out / "checkpoints" / str(STEP) / "items").resolve())
         (out / "bench_checkpoint.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -401,6 +406,8 @@ def main() -> None:
     m.add_argument("--out", required=True)
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--distinct-opt-state", action="store_true")
+    m.add_argument("--layers", type=int, default=0,
+                   help="small dimensions with this many layers (overrides --params-gib)")
     m.set_defaults(fn=cmd_make)
     c = sub.add_parser("chunks", help="list the stored chunks of the params for floor.c")
     c.add_argument("--items", required=True)

@@ -184,7 +184,44 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
+def many_layers(run: pathlib.Path, threads: int, layers: int, json_out) -> None:
+    """The many-layers table: wall, CPU, CPU/wall (how many cores were busy) and the ratio to
+    the floor, for unroll on T threads and on 1 and for the floors."""
+    rows = []
+    for name in (f"unroll-t{threads}", "unroll-t1", "floor", "codec"):
+        t = parse_time(run / f"{name}.time")
+        if t is None:
+            continue
+        t["name"] = name
+        t["rc"] = int(_read(run / f"{name}.rc") or 0)
+        rows.append(t)
+    floor = next((r for r in rows if r["name"] == "floor"), None)
+    print(f"many layers: {layers} layers of small arrays, {threads} threads")
+    print(f"{'tool':<12} {'wall s':>8} {'CPU s':>8} {'CPU/wall':>9} {'RSS MiB':>8} "
+          f"{'/floor':>7}")
+    for r in rows:
+        busy = r["cpu_s"] / r["wall_s"] if r["wall_s"] > 0 else 0.0
+        vs = r["wall_s"] / floor["wall_s"] if floor and floor["wall_s"] > 0 else 0.0
+        r["cpu_per_wall"] = busy
+        r["vs_floor"] = vs
+        print(f"{r['name']:<12} {r['wall_s']:>8.2f} {r['cpu_s']:>8.2f} {busy:>9.2f} "
+              f"{r['peak_rss_bytes'] / MiB:>8.0f} {vs:>7.2f}")
+    if json_out:
+        pathlib.Path(json_out).write_text(json.dumps(rows, indent=2) + "\n")
+    if any(r["rc"] != 0 for r in rows):
+        sys.exit(1)
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "many-layers":
+        ap = argparse.ArgumentParser(prog="report.py many-layers")
+        ap.add_argument("--run", required=True)
+        ap.add_argument("--threads", type=int, required=True)
+        ap.add_argument("--layers", type=int, required=True)
+        ap.add_argument("--json")
+        a = ap.parse_args(sys.argv[2:])
+        many_layers(pathlib.Path(a.run), a.threads, a.layers, a.json)
+        return
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", required=True)

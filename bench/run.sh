@@ -5,7 +5,12 @@
 #
 #   bench/run.sh --config <base.yml> --workdir <dir> [--params-gib N] [--threads T]
 #                [--sizes "N1 N2 ..."] [--skip-reference] [--no-verify] [--keep-outputs]
-#                [--cold] [-- extra unroll key=value ...]
+#                [--cold] [--many-layers L] [-- extra unroll key=value ...]
+#
+# --sizes none: only the many-layers case.
+# --many-layers L (default 128, 0: skip): also time unroll on T threads and on 1, and the
+# floors, on a checkpoint of L layers of small arrays (9 per layer), to show that the
+# threads stay busy when the arrays are many and small.
 #
 # Environment: PYTHON (default .venv/bin/python, created by scripts/setup.sh --tests when
 # missing), UNROLL_BIN (skip the build and use this binary), UNROLL_BUILD_DIR (default build).
@@ -22,6 +27,7 @@ skip_ref=0
 verify=1
 keep=0
 cold=0
+many_layers=128
 extra=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -35,7 +41,8 @@ while [ $# -gt 0 ]; do
         --keep-outputs) keep=1; shift ;;
         --cold) cold=1; shift ;;
         --) shift; extra=("$@"); break ;;
-        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+        --many-layers) many_layers=$2; shift 2 ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -45,6 +52,7 @@ if [ -z "$config" ] || [ -z "$workdir" ]; then
 fi
 [ -f "$config" ] || { echo "run.sh: config $config not found" >&2; exit 2; }
 config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config")
+[ "$sizes" != none ] || sizes=" "
 [ -n "$sizes" ] || sizes="$params_gib $(awk -v n="$params_gib" 'BEGIN { print n * 2 }')"
 mkdir -p "$workdir"
 workdir=$(cd "$workdir" && pwd)
@@ -162,4 +170,39 @@ for size in $sizes; do
     first=0
 done
 
-"$PYTHON" "$bench/report.py" --workdir "$workdir" --sizes $sizes --json "$workdir/results.json"
+# --- many layers of small arrays ------------------------------------------------------------
+if [ "$many_layers" -gt 0 ]; then
+    ckpt=$workdir/ckpt-layers$many_layers
+    log "=== $many_layers layers of small arrays: checkpoint $ckpt"
+    "$PYTHON" "$bench/make_checkpoint.py" make --layers "$many_layers" --out "$ckpt" >&2
+    items=$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["items"])' \
+        "$ckpt/bench_checkpoint.json")
+    if [ ! -f "$ckpt/chunks.tsv" ]; then
+        "$PYTHON" "$bench/make_checkpoint.py" chunks --items "$items" --out "$ckpt/chunks.tsv.tmp"
+        mv "$ckpt/chunks.tsv.tmp" "$ckpt/chunks.tsv"
+    fi
+    run=$workdir/runs/layers$many_layers
+    rm -rf "$run"
+    mkdir -p "$run/out"
+    for t in "$threads" 1; do
+        log "(a) unroll --threads $t"
+        prepare_cache "$items"
+        measure "$run" "unroll-t$t" "$UNROLL_BIN" "$config" \
+            load_full_state_path="$items" base_output_directory="$run/out" run_name="unroll-t$t" \
+            force_unroll=true scan_layers=true pure_nnx=false \
+            base_num_decoder_layers="$many_layers" "${extra[@]}" --threads "$t" -q
+    done
+    log "(c) floor -t $threads"
+    prepare_cache "$items"
+    measure "$run" floor "$FLOOR" -t "$threads" "$ckpt/chunks.tsv" "$run/out/floor.out"
+    log "(d) codec floor: floor -m -t $threads"
+    prepare_cache "$items"
+    measure "$run" codec "$FLOOR" -m -t "$threads" "$ckpt/chunks.tsv" "$run/out/codec.out"
+    [ "$keep" = 1 ] || rm -rf "$run/out"
+    "$PYTHON" "$bench/report.py" many-layers --run "$run" --threads "$threads" \
+        --layers "$many_layers" --json "$workdir/many_layers.json"
+fi
+
+if [ -n "${sizes// /}" ]; then
+    "$PYTHON" "$bench/report.py" --workdir "$workdir" --sizes $sizes --json "$workdir/results.json"
+fi

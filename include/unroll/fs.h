@@ -111,5 +111,9 @@ int ur_fs_exists(const char *path);
 int ur_fs_is_dir(const char *path);
 /* Size of a regular file. */
 int ur_fs_file_size(const char *path, uint64_t *size_out, ur_err *err);
+/* Bytes an unprivileged process may still write on the file system that `path` would be
+ * created on (statvfs of its nearest existing ancestor; `path` need not exist). UR_EIO
+ * naming the ancestor when it cannot be queried. */
+int ur_fs_free_space(const char *path, uint64_t *free_out, ur_err *err);
 
 #endif

@@ -25,6 +25,11 @@ typedef struct ur_ocdbt_write_opts {
      * Otherwise they are derived from this seed, so the same writes give the same bytes
      * (names stay unique within the database, which is all a reader needs). */
     uint64_t seed;
+    /* Bytes of inline values (<= max_inline_value_bytes) the writer holds in memory until
+     * commit; past it, small values go to the data files as indirect values like large ones
+     * (readers take either), so memory does not grow with the number of small values.
+     * 0 = 64 MiB. */
+    uint64_t max_held_inline_bytes;
 } ur_ocdbt_write_opts;
 
 /* Fill with Orbax's settings. */
@@ -37,6 +42,10 @@ int ur_ocdbt_open(ur_kvstore **out, const char *dir, ur_err *err);
  * manifest). Returns a write-only kvstore; ur_kvstore_commit writes the tree and manifest. */
 int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts *opts,
                     ur_err *err);
+
+/* Bytes of inline values a writer from ur_ocdbt_create holds now (0 for another kvstore):
+ * never more than its max_held_inline_bytes. */
+uint64_t ur_ocdbt_writer_held_bytes(const ur_kvstore *kv);
 
 /* Introspection for `unroll ls --manifest / --tree` (kv must come from ur_ocdbt_open, else
  * UR_EINVAL). Append to `out` a text description of the manifest (config, data files, inline

@@ -211,6 +211,14 @@ int ur_orbax_writer_add_array(ur_orbax_writer *w, const ur_orbax_key *path, size
                               ur_dtype dtype, int rank, const uint64_t *shape,
                               const uint64_t *chunk_shape, const char *const *spec,
                               ur_zarr_array **arr_out, ur_err *err);
+/* Close an array from ur_orbax_writer_add_array once every chunk of it is written, so that a
+ * checkpoint of 100,000 arrays does not hold 100,000 handles until commit (its metadata stays
+ * with the writer). Cheap when arrays are finished in the order they were added. */
+void ur_orbax_writer_done_array(ur_orbax_writer *w, ur_zarr_array *arr);
+
+/* Make room for `n` more leaves at once (when the caller knows how many it will add), so the
+ * leaf table is not grown by doubling: up to 3x its size while it is copied. UR_ENOMEM. */
+int ur_orbax_writer_reserve(ur_orbax_writer *w, size_t n, ur_err *err);
 
 /* Add a "scalar" leaf: a 0-d array holding one element at `value` (ur_dtype_size bytes,
  * little-endian). Orbax restores it as a Python scalar. */

@@ -326,6 +326,25 @@ static void print_plan(const ur_plan *plan, const leaf_list *leaves, const char 
     }
 }
 
+/* Refuse, before anything is written, an output that may not fit: `need` is the output's
+ * uncompressed size, an upper bound (zstd rarely shrinks trained bf16 weights by much, so a
+ * smaller guess would let a run fill the disk and fail late); arrays of the fill value
+ * compress to almost nothing but are refused all the same when they would not fit as stored
+ * uncompressed, so a few-KB input declaring a 1 TB array cannot fill the disk. */
+static int check_free_space(const char *step_dir, uint64_t need, ur_err *err)
+{
+    uint64_t avail = 0;
+    int rc = ur_fs_free_space(step_dir, &avail, err);
+    if (rc == UR_OK && need > avail) {
+        rc = ur_err_set_os(err, UR_EIO, ENOSPC, step_dir,
+                           "not enough free space: the output needs up to %llu bytes "
+                           "(%.3f GiB uncompressed), %llu bytes (%.3f GiB) are free",
+                           (unsigned long long)need, (double)need / 1073741824.0,
+                           (unsigned long long)avail, (double)avail / 1073741824.0);
+    }
+    return rc;
+}
+
 /* `in_path` converted into the step directory `step_dir`, created below `below` (the
  * staging directory, which must exist). */
 static int convert(const char *in_path, const char *step_dir, const char *below,
@@ -360,6 +379,10 @@ static int convert(const char *in_path, const char *step_dir, const char *below,
         goto out;
     }
 
+    rc = check_free_space(step_dir, plan->summary.bytes_out, err);
+    if (rc < 0) {
+        goto out;
+    }
     ur_orbax_write_opts_init(&wo);
     wo.use_ocdbt = s->use_ocdbt;
     wo.use_zarr3 = s->use_zarr3;

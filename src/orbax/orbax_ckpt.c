@@ -387,6 +387,36 @@ out:
     return rc;
 }
 
+/* array_metadatas entries onto their leaves, found by name through a map (a scan per entry
+ * is quadratic in the leaf count). */
+static int attach_array_meta(ur_orbax_ckpt *ck, ur_err *err)
+{
+    ur_strmap by_name;
+    int rc = UR_OK;
+
+    if (ck->array_meta == NULL) {
+        return UR_OK;
+    }
+    ur_strmap_init(&by_name);
+    for (size_t j = 0; j < ck->n_leaves && rc >= 0; j++) {
+        /* a later put never replaces: the first leaf of a name wins, as in a scan */
+        rc = ur_strmap_put(&by_name, ck->leaves[j].name, strlen(ck->leaves[j].name), j, NULL,
+                           err);
+    }
+    for (size_t i = 0; rc >= 0 && i < ck->array_meta->n; i++) {
+        const ur_orbax_array_meta *am = &ck->array_meta->items[i];
+        size_t j;
+        if (ur_strmap_get(&by_name, am->param_name, strlen(am->param_name), &j)) {
+            ur_orbax_leaf *l = &ck->leaves[j];
+            l->array_meta_chunk_rank = am->chunk_rank;
+            memcpy(l->array_meta_chunk_shape, am->chunk_shape, sizeof(l->array_meta_chunk_shape));
+            l->random_key_impl = am->random_key_impl;
+        }
+    }
+    ur_strmap_dispose(&by_name);
+    return rc < 0 ? rc : UR_OK;
+}
+
 static int attach_sharding(ur_orbax_ckpt *ck, ur_err *err)
 {
     for (size_t i = 0; i < ck->n_leaves; i++) {
@@ -404,22 +434,7 @@ static int attach_sharding(ur_orbax_ckpt *ck, ur_err *err)
         }
         l->sharding = *s;
     }
-    if (ck->array_meta != NULL) {
-        for (size_t i = 0; i < ck->array_meta->n; i++) {
-            const ur_orbax_array_meta *am = &ck->array_meta->items[i];
-            for (size_t j = 0; j < ck->n_leaves; j++) {
-                ur_orbax_leaf *l = &ck->leaves[j];
-                if (strcmp(l->name, am->param_name) == 0) {
-                    l->array_meta_chunk_rank = am->chunk_rank;
-                    memcpy(l->array_meta_chunk_shape, am->chunk_shape,
-                           sizeof(l->array_meta_chunk_shape));
-                    l->random_key_impl = am->random_key_impl;
-                    break;
-                }
-            }
-        }
-    }
-    return UR_OK;
+    return attach_array_meta(ck, err);
 }
 
 static int describe_arrays(ur_orbax_ckpt *ck, ur_err *err)

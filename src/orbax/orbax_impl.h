@@ -6,6 +6,7 @@
 #include "unroll/buf.h"
 #include "unroll/err.h"
 #include "unroll/orbax.h"
+#include "unroll/strmap.h"
 
 #include <cjson/cJSON.h>
 
@@ -86,6 +87,7 @@ typedef struct ur_orbax_sharding_map {
     size_t n;
     const char **names;           /* decoded param names, file order */
     ur_orbax_sharding *shardings; /* kind ABSENT for an empty-string member */
+    ur_strmap index;              /* name -> position */
 } ur_orbax_sharding_map;
 
 /* Parse a whole `_sharding` file. Errors name the array ("_sharding: 'a.b': ..."). */

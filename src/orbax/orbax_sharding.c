@@ -393,6 +393,12 @@ int ur_orbax_sharding_parse(ur_orbax_sharding_map **out, const char *json, size_
             ur_err_wrap(err, "_sharding: '%s'", m->names[i]);
             goto out;
         }
+        /* a repeated member: the first one wins, as the scan this map replaced found it */
+        rc = ur_strmap_put(&m->index, m->names[i], name.len, i, NULL, err);
+        if (rc < 0) {
+            goto out;
+        }
+        rc = UR_OK;
         i++;
     }
     m->n = i;
@@ -407,12 +413,11 @@ out:
 
 const ur_orbax_sharding *ur_orbax_sharding_find(const ur_orbax_sharding_map *m, const char *name)
 {
-    for (size_t i = 0; m != NULL && i < m->n; i++) {
-        if (strcmp(m->names[i], name) == 0) {
-            return &m->shardings[i];
-        }
+    size_t i;
+    if (m == NULL || !ur_strmap_get(&m->index, name, strlen(name), &i)) {
+        return NULL;
     }
-    return NULL;
+    return &m->shardings[i];
 }
 
 void ur_orbax_sharding_map_free(ur_orbax_sharding_map *m)
@@ -421,5 +426,6 @@ void ur_orbax_sharding_map_free(ur_orbax_sharding_map *m)
         return;
     }
     ur_orbax__arena_dispose(&m->arena);
+    ur_strmap_dispose(&m->index);
     ur_free(m);
 }

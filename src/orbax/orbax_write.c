@@ -7,6 +7,7 @@
 
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
+#include "unroll/strmap.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -27,9 +28,11 @@ struct ur_orbax_writer {
     ur_orbax_leaf *leaves;
     size_t n_leaves;
     size_t cap_leaves;
-    ur_zarr_array **arrays;
+    ur_strmap names; /* leaf name -> index (names live in the arena) */
+    ur_zarr_array **arrays; /* NULL where ur_orbax_writer_done_array closed one */
     size_t n_arrays;
     size_t cap_arrays;
+    size_t first_open; /* arrays[0..first_open) are all closed */
     char *custom_metadata;
     int64_t init_ns;
 };
@@ -64,6 +67,7 @@ int ur_orbax_writer_create(ur_orbax_writer **out, const char *step_dir,
         return ur_err_oom(err);
     }
     ur_orbax__arena_init(&w->arena);
+    ur_strmap_init(&w->names);
     if (opts != NULL) {
         w->opts = *opts;
     } else {
@@ -193,11 +197,6 @@ static int add_leaf(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
     if (rc < 0) {
         return rc;
     }
-    for (size_t i = 0; i < w->n_leaves; i++) {
-        if (strcmp(w->leaves[i].name, name) == 0) {
-            return ur_err_set(err, UR_EINVAL, "leaf '%s' added twice", name);
-        }
-    }
     if (w->n_leaves == w->cap_leaves) {
         size_t cap = w->cap_leaves ? w->cap_leaves * 2 : 16;
         ur_orbax_leaf *nl = ur_realloc(w->leaves, cap * sizeof(*nl));
@@ -206,6 +205,11 @@ static int add_leaf(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
         }
         w->leaves = nl;
         w->cap_leaves = cap;
+    }
+    /* a map, not a scan of the leaves so far: a checkpoint may have 100,000 of them */
+    rc = ur_strmap_put(&w->names, name, strlen(name), w->n_leaves, NULL, err);
+    if (rc != UR_OK) {
+        return rc < 0 ? rc : ur_err_set(err, UR_EINVAL, "leaf '%s' added twice", name);
     }
     ur_orbax_leaf *l = &w->leaves[w->n_leaves];
     memset(l, 0, sizeof(*l));
@@ -232,6 +236,40 @@ static int keep_array(ur_orbax_writer *w, ur_zarr_array *arr, ur_err *err)
     }
     w->arrays[w->n_arrays++] = arr;
     return UR_OK;
+}
+
+int ur_orbax_writer_reserve(ur_orbax_writer *w, size_t n, ur_err *err)
+{
+    size_t cap;
+    ur_orbax_leaf *nl;
+    if (n > SIZE_MAX / sizeof(*nl) - w->n_leaves) {
+        return ur_err_oom(err);
+    }
+    cap = w->n_leaves + n;
+    if (cap <= w->cap_leaves) {
+        return UR_OK;
+    }
+    nl = ur_realloc(w->leaves, cap * sizeof(*nl));
+    if (nl == NULL) {
+        return ur_err_oom(err);
+    }
+    w->leaves = nl;
+    w->cap_leaves = cap;
+    return UR_OK;
+}
+
+void ur_orbax_writer_done_array(ur_orbax_writer *w, ur_zarr_array *arr)
+{
+    for (size_t i = w->first_open; arr != NULL && i < w->n_arrays; i++) {
+        if (w->arrays[i] == arr) {
+            ur_zarr_array_close(arr);
+            w->arrays[i] = NULL;
+            break;
+        }
+    }
+    while (w->first_open < w->n_arrays && w->arrays[w->first_open] == NULL) {
+        w->first_open++;
+    }
 }
 
 static int mesh_has_axis(const ur_orbax_writer *w, const char *name, size_t n)
@@ -616,6 +654,7 @@ void ur_orbax_writer_abort(ur_orbax_writer *w)
     }
     ur_free(w->arrays);
     ur_free(w->leaves);
+    ur_strmap_dispose(&w->names);
     ur_free(w->final_dir);
     ur_free(w->tmp_dir);
     ur_free(w->item_dir);

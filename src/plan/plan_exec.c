@@ -36,6 +36,7 @@ typedef struct {
     uint64_t slabs_per_chunk;
     size_t slab_bytes;   /* decoded input bytes of one slab */
     uint64_t first_item; /* global index of this task's first slab */
+    uint64_t n_task_items; /* its slabs: chunk_count * slabs_per_chunk */
     size_t out_chunk_bytes;
     int out_rank;
     uint64_t out_chunk_shape[UR_MAX_RANK];
@@ -84,6 +85,7 @@ typedef struct {
 
     ur_exec_stats *stats;
     const ur_exec_opts *opts;
+    ur_orbax_writer *w;
 } runner;
 
 /* Per-worker scratch, grown as needed and reused across items. */
@@ -603,6 +605,19 @@ static int write_item(const item_info *it, const size_t *ix, size_t n_out, const
     return rc;
 }
 
+/* Every item of task t is written (items are written in order, so no worker reads it any
+ * more): close its arrays now rather than at the end, so that the handles held do not grow
+ * with the number of arrays. */
+static void release_task(task *t, ur_orbax_writer *w)
+{
+    for (size_t i = 0; i < t->act->n_out; i++) {
+        ur_orbax_writer_done_array(w, t->dst[i]);
+        t->dst[i] = NULL;
+    }
+    ur_zarr_array_close(t->src);
+    t->src = NULL;
+}
+
 /* Under the lock: count a written item and report progress. */
 static void account(runner *r, const item_info *it, size_t n_out)
 {
@@ -614,6 +629,9 @@ static void account(runner *r, const item_info *it, size_t n_out)
     r->stats->chunks_out += n_out;
     r->stats->bytes_in += t->slab_bytes;
     r->stats->bytes_out += (uint64_t)n_out * t->out_chunk_bytes;
+    if (it->item + 1 == t->first_item + t->n_task_items) {
+        release_task((task *)(uintptr_t)t, r->w);
+    }
     if (r->opts->progress != NULL) {
         r->opts->progress(r->opts->progress_ctx, r->stats->bytes_in, r->bytes_total);
     }
@@ -1116,13 +1134,23 @@ int ur_plan_exec_run(const ur_plan *plan, ur_orbax_ckpt *in, ur_orbax_writer *w,
     pthread_cond_init(&r.turn, NULL);
     r.stats = stats;
     r.opts = opts;
+    r.w = w;
     /* Each worker gets an equal share of the memory limit for its slab. */
     budget = limit / (uint64_t)n_threads;
     if (budget < 16) {
         budget = 16;
     }
 
-    rc = add_extras(plan, w, err);
+    {
+        size_t n_out = plan->n_extras;
+        for (size_t i = 0; i < plan->n_actions; i++) {
+            n_out += plan->actions[i].kind == UR_PLAN_DROP ? 0 : plan->actions[i].n_out;
+        }
+        rc = ur_orbax_writer_reserve(w, n_out, err);
+    }
+    if (rc == UR_OK) {
+        rc = add_extras(plan, w, err);
+    }
     if (rc < 0) {
         goto out;
     }
@@ -1159,7 +1187,8 @@ int ur_plan_exec_run(const ur_plan *plan, ur_orbax_ckpt *in, ur_orbax_writer *w,
             ur_err_wrap(err, "tensor '%s'", leaf->name);
             goto out;
         }
-        r.n_items += t->info.chunk_count * t->slabs_per_chunk;
+        t->n_task_items = t->info.chunk_count * t->slabs_per_chunk;
+        r.n_items += t->n_task_items;
         r.bytes_total += t->info.chunk_count * t->info.chunk_bytes;
         stats->tensors_in++;
         stats->tensors_out += a->n_out;

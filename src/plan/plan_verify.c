@@ -5,6 +5,7 @@
 
 #include "unroll/alloc.h"
 #include "unroll/ckd.h"
+#include "unroll/strmap.h"
 #include "unroll/tensor.h"
 
 #include <inttypes.h>
@@ -39,6 +40,9 @@ typedef struct {
     vleaf *v;
     size_t n;
     const char **comps; /* storage for every leaf's components */
+    ur_strmap by_key;   /* v[i].key -> i (the first leaf of a path) */
+    ur_strmap nodes;    /* interior nodes: every proper prefix of a key (value unused) */
+    int sep_inside;     /* a component holds SEP: keys are ambiguous, the maps unused */
 } vset;
 
 /* The layers of output group D/X_<g>: where each g comes from in the input. */
@@ -272,7 +276,25 @@ static void vset_dispose(vset *s)
     }
     ur_free(s->v);
     ur_free(s->comps);
+    ur_strmap_dispose(&s->by_key);
+    ur_strmap_dispose(&s->nodes);
     memset(s, 0, sizeof *s);
+}
+
+/* Enter leaf s->v[i] into the maps: its key, and each proper prefix of it (the keys of the
+ * nodes above it; they point into the leaf's key, no copies). Lookups by path are then
+ * constant time rather than a scan of every leaf per output leaf. */
+static int index_leaf(vset *s, size_t i, ur_err *err)
+{
+    const vleaf *v = &s->v[i];
+    size_t len = strlen(v->key);
+    int rc = ur_strmap_put(&s->by_key, v->key, len, i, NULL, err);
+    for (size_t p = 0; rc >= 0 && p < len; p++) {
+        if (v->key[p] == SEP) {
+            rc = ur_strmap_put(&s->nodes, v->key, p, 0, NULL, err);
+        }
+    }
+    return rc < 0 ? rc : UR_OK;
 }
 
 /* The model-path leaves of a checkpoint. For the output, `extras` gets the indices of the
@@ -281,6 +303,7 @@ static int vset_build(vset *s, const ur_orbax_ckpt *ck, int is_output, verifier 
 {
     size_t n = ur_orbax_ckpt_leaf_count(ck), total = 0, used = 0;
     wrapping w = wrapping_of(ck);
+    int irc;
     char name[1024];
 
     for (size_t i = 0; i < n; i++) {
@@ -298,6 +321,7 @@ static int vset_build(vset *s, const ur_orbax_ckpt *ck, int is_output, verifier 
         vleaf *v;
         for (size_t k = 0; k < l->depth; k++) {
             s->comps[used + k] = l->path[k].key;
+            s->sep_inside |= strchr(l->path[k].key, SEP) != NULL;
         }
         switch (w) {
         case WRAP_PARAMS2:
@@ -390,15 +414,59 @@ static int vset_build(vset *s, const ur_orbax_ckpt *ck, int is_output, verifier 
             if (v->key == NULL) {
                 return ur_err_oom(err);
             }
+            irc = index_leaf(s, s->n - 1, err);
+            if (irc < 0) {
+                return irc;
+            }
         }
         used += l->depth;
     }
     return UR_OK;
 }
 
+/* c[0..n) joined with SEP into buf; its length, or SIZE_MAX when it does not fit. */
+static size_t join_key(const char *const *c, size_t n, char *buf, size_t cap)
+{
+    size_t used = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t m = strlen(c[i]);
+        if (used + m + 1 > cap) {
+            return SIZE_MAX;
+        }
+        if (i > 0) {
+            buf[used++] = SEP;
+        }
+        memcpy(buf + used, c[i], m);
+        used += m;
+    }
+    return used;
+}
+
+static int same_path(const vleaf *v, const char *const *c, size_t n)
+{
+    size_t k = 0;
+    if (v->len != n) {
+        return 0;
+    }
+    while (k < n && strcmp(v->comp[k], c[k]) == 0) {
+        k++;
+    }
+    return k == n;
+}
+
 /* The input leaf with model path `c` (n components), or NULL. */
 static vleaf *find_in(verifier *vf, const char *const *c, size_t n)
 {
+    char buf[4096];
+    size_t len = vf->in.sep_inside ? SIZE_MAX : join_key(c, n, buf, sizeof buf), at;
+    if (len != SIZE_MAX) {
+        /* no leaf holds SEP, so keys name paths one to one (a query holding SEP can only
+         * find a different path, which same_path rejects) */
+        if (ur_strmap_get(&vf->in.by_key, buf, len, &at) && same_path(&vf->in.v[at], c, n)) {
+            return &vf->in.v[at];
+        }
+        return NULL;
+    }
     for (size_t i = 0; i < vf->in.n; i++) {
         vleaf *v = &vf->in.v[i];
         if (v->len != n) {
@@ -451,6 +519,18 @@ static int64_t max_index_under(const vset *s, const char *const *d, size_t dlen,
 
 static int any_under(const vset *s, const char *const *d, size_t dlen, const char *node)
 {
+    char buf[4096];
+    const char *c[UR_MAX_RANK + 73];
+    size_t len = SIZE_MAX, unused;
+    if (!s->sep_inside && dlen + 1 <= sizeof c / sizeof c[0]) {
+        memcpy(c, d, dlen * sizeof *c);
+        c[dlen] = node;
+        len = join_key(c, dlen + 1, buf, sizeof buf);
+    }
+    if (len != SIZE_MAX) {
+        /* a node of the tree is a proper prefix of some leaf's key: one lookup */
+        return ur_strmap_get(&s->nodes, buf, len, &unused);
+    }
     for (size_t i = 0; i < s->n; i++) {
         const vleaf *v = &s->v[i];
         if (has_prefix(v, d, dlen) && v->len > dlen + 1 && strcmp(v->comp[dlen], node) == 0) {

@@ -13,6 +13,7 @@
 
 #include "unroll/alloc.h"
 
+#include <pthread.h>
 #include <zstd.h>
 #include <zstd_errors.h>
 
@@ -35,17 +36,57 @@ ZSTD_DCtx *ur_zarr_codec_zstd__new_dctx(void)
     return ZSTD_createDCtx_advanced(mem);
 }
 
+/* One decompression context per thread, kept for the thread's life, for the same reason as
+ * the compression contexts below (thread_cctx): one per chunk cost more than decoding a small
+ * chunk. */
+static pthread_key_t dctx_key;
+static pthread_once_t dctx_once = PTHREAD_ONCE_INIT;
+static int dctx_key_ok;
+
+static void dctx_free(void *d)
+{
+    ZSTD_freeDCtx(d);
+}
+
+static void dctx_key_init(void)
+{
+    dctx_key_ok = pthread_key_create(&dctx_key, dctx_free) == 0;
+}
+
+/* This thread's context, reset; NULL when out of memory. *owned: free it after use. */
+static ZSTD_DCtx *thread_dctx(int *owned)
+{
+    ZSTD_DCtx *d = NULL;
+    pthread_once(&dctx_once, dctx_key_init);
+    *owned = 0;
+    if (dctx_key_ok) {
+        d = pthread_getspecific(dctx_key);
+    }
+    if (d != NULL) {
+        ZSTD_DCtx_reset(d, ZSTD_reset_session_and_parameters);
+        return d;
+    }
+    d = ur_zarr_codec_zstd__new_dctx();
+    if (d != NULL && (!dctx_key_ok || pthread_setspecific(dctx_key, d) != 0)) {
+        *owned = 1;
+    }
+    return d;
+}
+
 int ur_zarr_codec_zstd__decode(const uint8_t *src, size_t n, uint8_t *dst, size_t cap,
                                size_t *len_out, ur_err *err)
 {
-    ZSTD_DCtx *d = ur_zarr_codec_zstd__new_dctx();
+    int owned;
+    ZSTD_DCtx *d = thread_dctx(&owned);
     size_t r;
 
     if (d == NULL) {
         return ur_err_oom(err);
     }
     r = ZSTD_decompressDCtx(d, dst, cap, src, n);
-    ZSTD_freeDCtx(d);
+    if (owned) {
+        ZSTD_freeDCtx(d);
+    }
     if (ZSTD_isError(r)) {
         if (ZSTD_getErrorCode(r) == ZSTD_error_dstSize_tooSmall) {
             return ur_err_set(err, UR_ECORRUPT, "zstd: decoded data larger than %zu bytes", cap);
@@ -136,10 +177,50 @@ out:
     return rc;
 }
 
+/* One compression context per thread, kept for the thread's life: creating one per chunk
+ * allocates and faults in a few hundred KB of tables each time (unmapped again on free),
+ * which for many small chunks cost about as much as compressing them. The output does not
+ * depend on the reuse: every frame starts from a reset context with its own parameters. */
+static pthread_key_t cctx_key;
+static pthread_once_t cctx_once = PTHREAD_ONCE_INIT;
+static int cctx_key_ok;
+
+static void cctx_free(void *c)
+{
+    ZSTD_freeCCtx(c);
+}
+
+static void cctx_key_init(void)
+{
+    cctx_key_ok = pthread_key_create(&cctx_key, cctx_free) == 0;
+}
+
+/* This thread's context, reset; NULL when out of memory. *owned: free it after use (when
+ * it could not be kept). */
+static ZSTD_CCtx *thread_cctx(int *owned)
+{
+    ZSTD_CCtx *c = NULL;
+    pthread_once(&cctx_once, cctx_key_init);
+    *owned = 0;
+    if (cctx_key_ok) {
+        c = pthread_getspecific(cctx_key);
+    }
+    if (c != NULL) {
+        ZSTD_CCtx_reset(c, ZSTD_reset_session_and_parameters);
+        return c;
+    }
+    c = ZSTD_createCCtx_advanced(mem);
+    if (c != NULL && (!cctx_key_ok || pthread_setspecific(cctx_key, c) != 0)) {
+        *owned = 1;
+    }
+    return c;
+}
+
 int ur_zarr_codec_zstd__encode(const uint8_t *src, size_t n, int level, int checksum,
                                ur_buf *out, ur_err *err)
 {
     ZSTD_CCtx *c;
+    int owned;
     size_t bound = ZSTD_compressBound(n), r;
     int rc;
 
@@ -147,7 +228,7 @@ int ur_zarr_codec_zstd__encode(const uint8_t *src, size_t n, int level, int chec
     if (rc < 0) {
         return rc;
     }
-    c = ZSTD_createCCtx_advanced(mem);
+    c = thread_cctx(&owned);
     if (c == NULL) {
         return ur_err_oom(err);
     }
@@ -158,7 +239,9 @@ int ur_zarr_codec_zstd__encode(const uint8_t *src, size_t n, int level, int chec
     if (!ZSTD_isError(r)) {
         r = ZSTD_compress2(c, out->data + out->len, bound, src, n);
     }
-    ZSTD_freeCCtx(c);
+    if (owned) {
+        ZSTD_freeCCtx(c);
+    }
     if (ZSTD_isError(r)) {
         if (ZSTD_getErrorCode(r) == ZSTD_error_memory_allocation) {
             return ur_err_oom(err);

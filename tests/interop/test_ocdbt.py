@@ -150,6 +150,8 @@ def test_tensorstore_reads_c_written_100k(tmp_path, tool, unroll_bin):
     ("--max-node", 1, "--max-inline", 4, "--raw"),
     ("--max-node", 200, "--max-inline", 0, "--target-size", 5000),
     ("--max-node", 100000000, "--max-inline", 1024),
+    # past 4 KiB of held inline values the writer stores small values indirectly
+    ("--max-node", 65536, "--max-inline", 1024, "--max-held", 4096),
 ])
 def test_tensorstore_reads_c_written_shapes(tmp_path, tool, unroll_bin, args):
     rng = random.Random(3)

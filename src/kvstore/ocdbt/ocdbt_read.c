@@ -654,6 +654,25 @@ static int range_cmp(const list_state *st, size_t base, const uint8_t *k, size_t
     return base + klen < n ? -1 : 0;
 }
 
+/* The first entry of node n that can hold a key of the prefix range, found by bisection (the
+ * keys are sorted, so range_cmp is monotonic over them): a scan from the start makes listing
+ * every array of a many-leaf checkpoint quadratic. In a leaf: the first key not before the
+ * range; in an interior node: the last child whose successor's first key is before it. */
+static size_t first_in_range(const list_state *st, const ur_ocdbt_btree_node *n, int h,
+                             size_t base)
+{
+    size_t lo = h == 0 ? 0 : 1, hi = n->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (range_cmp(st, base, ekey(n, mid), n->e[mid].key_len) < 0) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return h == 0 || lo == 0 ? lo : lo - 1;
+}
+
 static int list_node(list_state *st, const ur_ocdbt_file_id *file, const ur_ocdbt_ref *ref,
                      int h, const uint8_t *min, size_t min_len, ur_err *err)
 {
@@ -670,7 +689,7 @@ static int list_node(list_state *st, const ur_ocdbt_file_id *file, const ur_ocdb
         return rc;
     }
     n = &c->node;
-    for (size_t i = 0; i < n->n && rc == UR_OK && !st->stop; i++) {
+    for (size_t i = first_in_range(st, n, h, base); i < n->n && rc == UR_OK && !st->stop; i++) {
         const uint8_t *k = ekey(n, i);
         size_t klen = n->e[i].key_len;
         int cmp = range_cmp(st, base, k, klen);

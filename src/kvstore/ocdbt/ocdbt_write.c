@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #define DEFAULT_TARGET_FILE_SIZE ((uint64_t)2 << 30)
+#define DEFAULT_HELD_INLINE ((uint64_t)64 << 20)
 
 typedef struct {
     uint8_t *key;
@@ -57,6 +58,7 @@ typedef struct {
     size_t n_files;
     ur_appendfile *cur; /* the data file being appended to, or NULL */
     int committed;
+    uint64_t held; /* bytes of inline values in e[] */
     uint64_t seed_state; /* 0: random ids; else the splitmix64 state */
 } ocdbt_writer;
 
@@ -68,6 +70,7 @@ void ur_ocdbt_write_opts_init(ur_ocdbt_write_opts *opts)
     opts->compress = 1;
     opts->zstd_level = 0;
     opts->seed = 0;
+    opts->max_held_inline_bytes = DEFAULT_HELD_INLINE;
 }
 
 /* splitmix64: a well-mixed sequence from a seed, for reproducible ids. */
@@ -209,7 +212,9 @@ static int w_write(ur_kvstore *kv, const char *key, const void *data, size_t n, 
     e->klen = klen;
     e->seq = w->n;
     e->len = n;
-    if (n > w->opts.max_inline_value_bytes) {
+    /* A small value is kept for its B+tree leaf only while the values kept so far stay
+     * within the budget (a few-KB input can declare millions of small chunks). */
+    if (n > w->opts.max_inline_value_bytes || w->held + n > w->opts.max_held_inline_bytes) {
         e->indirect = 1;
         rc = append_data(w, data, n, &e->file, &e->offset, err);
     } else if (n > 0) {
@@ -217,6 +222,7 @@ static int w_write(ur_kvstore *kv, const char *key, const void *data, size_t n, 
         rc = e->value ? UR_OK : ur_err_oom(err);
         if (rc == UR_OK) {
             memcpy(e->value, data, n);
+            w->held += n;
         }
     } else {
         rc = UR_OK;
@@ -618,6 +624,13 @@ static void w_close(ur_kvstore *kv)
     ur_free(w);
 }
 
+static const ur_kvstore_ops writer_ops;
+
+uint64_t ur_ocdbt_writer_held_bytes(const ur_kvstore *kv)
+{
+    return kv != NULL && kv->ops == &writer_ops ? ((const ocdbt_writer *)kv)->held : 0;
+}
+
 static const ur_kvstore_ops writer_ops = {
     "ocdbt-writer", NULL, NULL, NULL, NULL, NULL, w_write, w_commit, w_close, NULL,
 };
@@ -642,6 +655,9 @@ int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts
     w->opts = *opts;
     if (w->opts.target_data_file_size == 0) {
         w->opts.target_data_file_size = DEFAULT_TARGET_FILE_SIZE;
+    }
+    if (w->opts.max_held_inline_bytes == 0) {
+        w->opts.max_held_inline_bytes = DEFAULT_HELD_INLINE;
     }
     w->dir = ur_strdup(dir);
     manifest = ur_path_join(dir, "manifest.ocdbt");

@@ -1,6 +1,7 @@
 /* Test-only driver for the OCDBT layer (built with the tests, never installed).
  *
- *   ocdbt_tool write [--max-inline N] [--max-node N] [--target-size N] [--raw] [--level L] DST
+ *   ocdbt_tool write [--max-inline N] [--max-node N] [--target-size N] [--max-held N] [--raw]
+ *                    [--level L] DST
  *       read records from stdin and write them into a new OCDBT database DST, then commit
  *   ocdbt_tool dump DIR
  *       write every key and value of DIR (OCDBT or plain directory) to stdout as records
@@ -56,6 +57,8 @@ static int cmd_write(int argc, char **argv)
             opts.max_decoded_node_bytes = strtoull(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--target-size") == 0 && i + 1 < argc) {
             opts.target_data_file_size = strtoull(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--max-held") == 0 && i + 1 < argc) {
+            opts.max_held_inline_bytes = strtoull(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--level") == 0 && i + 1 < argc) {
             opts.zstd_level = (int)strtol(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--raw") == 0) {

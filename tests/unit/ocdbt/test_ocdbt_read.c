@@ -311,6 +311,55 @@ static void test_ocdbt_write__no_commit_no_manifest(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* Many small (inline-sized) values: the writer never holds more of them than its budget,
+ * whatever their number (the rest go to the data files as indirect values), and every value
+ * reads back. Before the budget a writer held all of them until commit. */
+static void test_ocdbt_write__held_inline_bytes_are_bounded(void **state)
+{
+    char dir[] = "/tmp/ur_ocdbt_heldXXXXXX";
+    char db[256], cmd[300], key[64];
+    enum { N = 20000, LEN = 500, BUDGET = 64 << 10 };
+    ur_ocdbt_write_opts o;
+    ur_kvstore *kv = NULL;
+    uint8_t val[LEN];
+    uint64_t peak = 0;
+    ur_err err;
+    ur_buf b;
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(db, sizeof db, "%s/db", dir);
+    ur_ocdbt_write_opts_init(&o);
+    o.max_held_inline_bytes = BUDGET;
+    assert_int_equal(ur_ocdbt_create(&kv, db, &o, &err), UR_OK);
+    for (size_t i = 0; i < N; i++) {
+        snprintf(key, sizeof key, "a/c/%zu", i);
+        memset(val, (int)(i * 13 & 0xff), LEN);
+        assert_int_equal(ur_kvstore_write(kv, key, val, LEN, &err), UR_OK);
+        uint64_t held = ur_ocdbt_writer_held_bytes(kv);
+        peak = held > peak ? held : peak;
+    }
+    /* 10 MB written, at most the budget held; and the budget is used */
+    assert_true(peak <= BUDGET);
+    assert_true(peak > BUDGET - LEN);
+    assert_int_equal(ur_kvstore_commit(kv, &err), UR_OK);
+    ur_kvstore_close(kv);
+    assert_int_equal(ur_ocdbt_open(&kv, db, &err), UR_OK);
+    assert_int_equal(ur_ocdbt_writer_held_bytes(kv), 0); /* not a writer */
+    ur_buf_init(&b, 0);
+    for (size_t i = 0; i < N; i += 97) {
+        snprintf(key, sizeof key, "a/c/%zu", i);
+        ur_buf_reset(&b);
+        assert_int_equal(ur_kvstore_read(kv, key, &b, &err), UR_OK);
+        assert_int_equal(b.len, LEN);
+        assert_int_equal(b.data[0], i * 13 & 0xff);
+        assert_int_equal(b.data[LEN - 1], i * 13 & 0xff);
+    }
+    ur_buf_dispose(&b);
+    ur_kvstore_close(kv);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_ocdbt_write__oom(void **state)
 {
     char dir[] = "/tmp/ur_ocdbt_woomXXXXXX";
@@ -418,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_ocdbt_write__roundtrip),
         cmocka_unit_test(test_ocdbt_write__no_commit_no_manifest),
         cmocka_unit_test(test_ocdbt_write__oom),
+        cmocka_unit_test(test_ocdbt_write__held_inline_bytes_are_bounded),
         cmocka_unit_test(test_ocdbt_read__views),
     };
     return cmocka_run_group_tests_name("ocdbt_read", tests, NULL, NULL);
