@@ -34,7 +34,8 @@ set(CPACK_PACKAGE_CONTACT "unroll maintainers <unroll@invalid>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
     "convert scanned MaxText/Orbax checkpoints to unscanned param-only bfloat16 ones")
 set(CPACK_DEBIAN_PACKAGE_DESCRIPTION
-    "unroll reads a scanned MaxText training checkpoint (Orbax: TensorStore OCDBT, zarr,\n JSON metadata) and writes the unscanned, param-only bfloat16 checkpoint that MaxText's\n generate_param_only_checkpoint.py writes with force_unroll=true, on any CPU machine,\n in bounded memory.")
+    "unroll reads a scanned MaxText training checkpoint (Orbax: TensorStore OCDBT, zarr,\nJSON metadata) and writes the unscanned, param-only bfloat16 checkpoint that MaxText's\ngenerate_param_only_checkpoint.py writes with force_unroll=true, on any CPU machine,\nin bounded memory.")
+set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)          # unroll_<version>_<arch>.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION "science")
 set(CPACK_DEBIAN_PACKAGE_LICENSE "Apache-2.0")
