@@ -156,10 +156,13 @@ static int parse_args(unroll_args *a, int argc, char **argv)
             }
             a->threads = (int)n;
         } else if (cli_opt_value(argc, argv, &i, NULL, "--memory-limit", &v)) {
-            if (v == NULL || parse_size(v, &a->memory_limit) < 0) {
-                return cli_usage_error("--memory-limit needs a size such as 512M or 4G "
-                                       "(at most 16 EiB), not '%s'",
-                                       v != NULL ? v : "");
+            if (v == NULL) {
+                return cli_usage_error("--memory-limit needs a size such as 512M or 4G");
+            }
+            if (parse_size(v, &a->memory_limit) < 0) {
+                return cli_usage_error("--memory-limit: '%s' is not a size such as 512M or 4G "
+                                       "(at most 16 EiB)",
+                                       v);
             }
         } else if (s[0] == '-') {
             return cli_usage_error("unknown option '%s' (see unroll --help)", s);
