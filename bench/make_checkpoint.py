@@ -9,7 +9,7 @@ What it writes (real Orbax, the way MaxText's checkpointing.save_checkpoint does
 Tree: `step`, `params/params/{token_embedder/embedding, decoder/{decoder_norm/scale,
 logits_dense/kernel, layers/{pre,post}_self_attention_layer_norm/scale,
 layers/self_attention/{query,key,value,out}/kernel, layers/mlp/{wi_0,wi_1,wo}/kernel}}}` with the
-layer axis at 1 (../shared/docs/maxtext-checkpoints.md section 1.2), fp32, plus the optax adamw
+layer axis at 1 (docs/maxtext-checkpoints.md section 1.2), fp32, plus the optax adamw
 state `opt_state = (ScaleByAdamState(count, mu, nu), EmptyState(), ScaleByScheduleState(count))`
 with mu and nu mirroring params (full state = 3x params on disk).
 

@@ -1,5 +1,5 @@
 """The Python reference pipeline: what MaxText's generate_param_only_checkpoint does with
-force_unroll=true, pure_nnx=false (../shared/docs/maxtext-checkpoints.md section 3.1, 3.2), on a
+force_unroll=true, pure_nnx=false (docs/maxtext-checkpoints.md section 3.1, 3.2), on a
 checkpoint written by bench/make_checkpoint.py, with the same 8-device CPU mesh.
 
   reference_unroll.py run --checkpoint GEN_OUT --base-output-directory DIR --run-name NAME

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Build unroll and run every test: the cmocka unit tests (CTest) and the interoperability
-# tests (pytest against the real Orbax/TensorStore/JAX stack). Installs what is missing.
-# Exit status is non-zero when any test fails.
+# Build unroll and run every test through CTest: the cmocka unit tests, the fuzz-corpus
+# replays, and the CLI and interoperability tests (pytest against the real
+# Orbax/TensorStore/JAX stack; labels cli, interop). Installs what is missing.
+# Extra arguments go to ctest (e.g. -L interop, -R habits). Exit status is non-zero when any
+# test fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -10,10 +12,4 @@ scripts/setup.sh --tests
 export UNROLL_BUILD_DIR=${UNROLL_BUILD_DIR:-$root/build}
 scripts/build.sh -DUR_TESTS=ON
 
-status=0
-ctest --test-dir "$UNROLL_BUILD_DIR" --output-on-failure -j"$(nproc)" || status=1
-
-export UNROLL_BIN="$UNROLL_BUILD_DIR/src/cli/unroll"
-export UNROLL_FIXTURE_CACHE="$UNROLL_BUILD_DIR/fixtures"
-.venv/bin/python -m pytest -q tests/cli tests/interop "$@" || status=1
-exit $status
+ctest --test-dir "$UNROLL_BUILD_DIR" --output-on-failure -j"$(nproc)" "$@"

@@ -6,7 +6,7 @@
  *
  * Writer: a new single-version database. Values larger than max_inline_value_bytes are
  * appended to data files under d/ as they arrive (only the index stays in memory); the
- * B+tree, then the manifest, are written by ur_kvstore_commit. Spec: ../shared/docs/ocdbt-format.md. */
+ * B+tree, then the manifest, are written by ur_kvstore_commit. Spec: docs/ocdbt-format.md. */
 #ifndef UNROLL_OCDBT_H
 #define UNROLL_OCDBT_H
 

@@ -1,5 +1,5 @@
 /* Orbax checkpoints (orbax-checkpoint 0.12.x, PyTree/Standard handler): read one, or write
- * a new one that stock Orbax restores. Reference: ../shared/docs/orbax-layout.md.
+ * a new one that stock Orbax restores. Reference: docs/orbax-layout.md.
  *
  * A checkpoint is an item directory (`<root>/<step>/items/`) holding `_METADATA` (the tree),
  * `_sharding` (NamedSharding per jax.Array leaf), `_strings.json`, `array_metadatas/` and the

@@ -23,6 +23,17 @@ int cli_fail(const ur_err *err);
 /* Print "unroll: <message>" on stderr and return CLI_EXIT_USAGE. */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* `unroll --version`: the version and the libraries' own version strings (as linked). */
+void cli_print_version(void);
+
+/* Whether argv[*i] is the option short_opt ("-j", or NULL) / long_opt ("--threads", or NULL)
+ * that takes a value, in any of the forms `-j N`, `-jN`, `--threads N`, `--threads=N`.
+ * On a match returns 1, leaves *i on the last word used and sets *value (NULL when the value
+ * is missing: the option ends the command line); otherwise returns 0 and leaves *value
+ * alone (a value matched earlier stays). */
+int cli_opt_value(int argc, char **argv, int *i, const char *short_opt, const char *long_opt,
+                  const char **value);
+
 /* Subcommands; argv[0] is the subcommand's name. Each returns an exit status. */
 int cli_cmd_ls(int argc, char **argv);
 int cli_cmd_inspect(int argc, char **argv);

@@ -21,7 +21,8 @@ static const char usage[] =
     "  --sizes     print each value's size in bytes after its key (tab-separated)\n"
     "  --manifest  print the OCDBT manifest: config, data files, versions, version-tree nodes\n"
     "  --tree      print the B+tree of the latest version: nodes, keys, value locations\n"
-    "  --cat KEY   write the value of KEY to stdout (raw bytes) instead of listing\n";
+    "  --cat KEY   write the value of KEY to stdout (raw bytes) instead of listing\n"
+    "              (also --cat=KEY)\n";
 
 typedef struct {
     int sizes;
@@ -60,11 +61,10 @@ int cli_cmd_ls(int argc, char **argv)
             manifest = 1;
         } else if (strcmp(a, "--tree") == 0) {
             tree = 1;
-        } else if (strcmp(a, "--cat") == 0) {
-            if (i + 1 >= argc) {
+        } else if (cli_opt_value(argc, argv, &i, NULL, "--cat", &cat)) {
+            if (cat == NULL) {
                 return cli_usage_error("--cat needs a key\n%s", usage);
             }
-            cat = argv[++i];
         } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(usage, stdout);
             return CLI_EXIT_OK;

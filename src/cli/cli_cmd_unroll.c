@@ -38,8 +38,9 @@ typedef struct {
 static void usage(FILE *f)
 {
     fputs("usage: unroll [options] path/to/base.yml [key=value ...]\n"
-          "       unroll ls [--sizes] <dir> [prefix]\n"
-          "       unroll inspect [--json] <checkpoint>\n"
+          "       unroll verify [options] <scanned> <unrolled> [config.yml] [key=value ...]\n"
+          "       unroll inspect [--json] [--hash] <checkpoint>\n"
+          "       unroll ls [--sizes] [--manifest] [--tree] [--cat KEY] <dir> [prefix]\n"
           "\n"
           "Turn a scanned MaxText/Orbax checkpoint into an unscanned, param-only bfloat16\n"
           "checkpoint, as MaxText's generate_param_only_checkpoint.py does with\n"
@@ -50,25 +51,44 @@ static void usage(FILE *f)
           "checkpoint_storage_use_ocdbt, checkpoint_storage_use_zarr3, ...\n"
           "Output: <base_output_directory>/<run_name>/checkpoints/0 (only it is replaced).\n"
           "\n"
-          "options:\n"
+          "subcommands:\n"
+          "  verify                 check an unrolled checkpoint against the scanned one\n"
+          "  inspect                show a checkpoint's tree, dtypes, shapes and chunking\n"
+          "  ls                     list the keys of an OCDBT database or directory\n"
+          "  (each has its own --help)\n"
+          "\n"
+          "options (a value may also be attached: -j2, --threads=2, --memory-limit=4G):\n"
           "  -n, --dry-run          print the plan (kept, dropped, split leaves; bytes) and stop\n"
           "  -q, --quiet            no progress and no summary\n"
           "  -j, --threads N        worker threads (default: one per core)\n"
           "      --memory-limit S   bytes of chunk buffers in flight, e.g. 512M, 4G (default:\n"
           "                         128M per thread, at least 256M, at most 1/4 of the RAM)\n"
           "  -h, --help             this help\n"
-          "  -V, --version          the version\n"
+          "  -V, --version          the version and the libraries it was built with\n"
           "\n"
-          "exit status: 0 ok, 1 internal error, 2 usage or config, 3 I/O (or destination\n"
-          "locked by another run), 4 corrupt input, 5 unsupported input, 130/143/129 stopped\n"
-          "by SIGINT/SIGTERM/SIGHUP\n",
+          "exit status:\n"
+          "  0  success\n"
+          "  1  internal error or out of memory\n"
+          "  2  bad command line or configuration\n"
+          "  3  a file could not be read or written, or the destination is locked\n"
+          "  4  the input checkpoint is damaged or inconsistent\n"
+          "  5  valid input that uses a feature unroll does not implement\n"
+          "  6  unroll verify found a mismatch, a missing or an extra leaf\n"
+          "  130, 143, 129  stopped by SIGINT, SIGTERM, SIGHUP (nothing published)\n",
           f);
 }
 
+/* A byte count with an optional K/M/G suffix (binary units; "KiB", "KB" and "K" alike).
+ * Refused: no digits, a sign, zero, and anything that does not fit in 64 bits after the
+ * suffix (17179869185G would wrap to 1 GiB). */
 static int parse_size(const char *s, uint64_t *out)
 {
     char *end;
     unsigned long long v;
+    unsigned shift = 0;
+    if (*s < '0' || *s > '9') {
+        return -1;
+    }
     errno = 0;
     v = strtoull(s, &end, 10);
     if (errno != 0 || end == s) {
@@ -79,17 +99,17 @@ static int parse_size(const char *s, uint64_t *out)
         break;
     case 'k':
     case 'K':
-        v <<= 10;
+        shift = 10;
         end++;
         break;
     case 'm':
     case 'M':
-        v <<= 20;
+        shift = 20;
         end++;
         break;
     case 'g':
     case 'G':
-        v <<= 30;
+        shift = 30;
         end++;
         break;
     default:
@@ -98,10 +118,10 @@ static int parse_size(const char *s, uint64_t *out)
     if (*end == 'i' || *end == 'B') {
         end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
     }
-    if (*end != '\0' || v == 0) {
+    if (*end != '\0' || v == 0 || v > (UINT64_MAX >> shift)) {
         return -1;
     }
-    *out = v;
+    *out = (uint64_t)v << shift;
     return 0;
 }
 
@@ -113,33 +133,38 @@ static int parse_args(unroll_args *a, int argc, char **argv)
         return cli_usage_error("out of memory");
     }
     for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
+        const char *s = argv[i], *v;
         if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
             usage(stdout);
             return CLI_EXIT_OK;
         } else if (strcmp(s, "-V") == 0 || strcmp(s, "--version") == 0) {
-            printf("unroll %s\n", UR_VERSION);
+            cli_print_version();
             return CLI_EXIT_OK;
         } else if (strcmp(s, "-n") == 0 || strcmp(s, "--dry-run") == 0) {
             a->dry_run = 1;
         } else if (strcmp(s, "-q") == 0 || strcmp(s, "--quiet") == 0) {
             a->quiet = 1;
-        } else if (strcmp(s, "-j") == 0 || strcmp(s, "--threads") == 0) {
+        } else if (cli_opt_value(argc, argv, &i, "-j", "--threads", &v)) {
             char *end;
             long n;
-            if (i + 1 >= argc) {
+            if (v == NULL) {
                 return cli_usage_error("%s needs a number", s);
             }
-            n = strtol(argv[++i], &end, 10);
-            if (*end != '\0' || n < 1 || n > 1024) {
-                return cli_usage_error("%s: '%s' is not a thread count (1-1024)", s, argv[i]);
+            errno = 0;
+            n = strtol(v, &end, 10);
+            if (errno != 0 || end == v || *end != '\0' || n < 1 || n > 1024) {
+                return cli_usage_error("%s: '%s' is not a thread count (1-1024)", s, v);
             }
             a->threads = (int)n;
-        } else if (strcmp(s, "--memory-limit") == 0) {
-            if (i + 1 >= argc || parse_size(argv[i + 1], &a->memory_limit) < 0) {
+        } else if (cli_opt_value(argc, argv, &i, NULL, "--memory-limit", &v)) {
+            if (v == NULL) {
                 return cli_usage_error("--memory-limit needs a size such as 512M or 4G");
             }
-            i++;
+            if (parse_size(v, &a->memory_limit) < 0) {
+                return cli_usage_error("--memory-limit: '%s' is not a size such as 512M or 4G "
+                                       "(at most 16 EiB)",
+                                       v);
+            }
         } else if (s[0] == '-') {
             return cli_usage_error("unknown option '%s' (see unroll --help)", s);
         } else if (a->config == NULL) {
@@ -173,20 +198,31 @@ static double seconds_since(const struct timespec *t0)
     return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) * 1e-9;
 }
 
+/* A rate, and from it an ETA, mean something only once the run has gone on for a while
+ * and done a part of the work: the first chunks include opening files and warming caches
+ * (an early line read "0.8 MiB/s ETA 5122s"). Until then the line shows bytes only. */
+enum { PROGRESS_RATE_AFTER_S = 1, PROGRESS_ETA_AFTER_S = 3 };
+
 static void show_progress(void *ctx, uint64_t done, uint64_t total)
 {
     progress *p = ctx;
     double t = seconds_since(&p->start);
-    double rate, eta;
+    double rate;
     if (t - p->last < 0.2 && done < total) {
         return;
     }
     p->last = t;
     rate = t > 0 ? (double)done / t : 0.0;
-    eta = rate > 0 ? (double)(total - done) / rate : 0.0;
-    fprintf(stderr, "\r%s: %5.1f%%  %.2f / %.2f GiB  %.1f MiB/s  ETA %.0fs   ", p->what,
+    fprintf(stderr, "\r%s: %5.1f%%  %.2f / %.2f GiB", p->what,
             total ? 100.0 * (double)done / (double)total : 100.0, (double)done / 1073741824.0,
-            (double)total / 1073741824.0, rate / 1048576.0, eta);
+            (double)total / 1073741824.0);
+    if (t >= PROGRESS_RATE_AFTER_S && done > 0) {
+        fprintf(stderr, "  %.1f MiB/s", rate / 1048576.0);
+    }
+    if (t >= PROGRESS_ETA_AFTER_S && done < total && (double)done >= 0.02 * (double)total) {
+        fprintf(stderr, "  ETA %.0fs", (double)(total - done) / rate);
+    }
+    fputs("   ", stderr);
     if (done >= total) {
         fputc('\n', stderr);
     }

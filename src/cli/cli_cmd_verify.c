@@ -29,7 +29,7 @@ static void usage(FILE *f)
           "given alone.\n"
           "\n"
           "options:\n"
-          "  -m, --max-issues N   issues to print (default 20)\n"
+          "  -m, --max-issues N   issues to print (default 20; also -mN, --max-issues=N)\n"
           "  -q, --quiet          print only the issues\n"
           "  -h, --help           this help\n"
           "\n"
@@ -73,19 +73,18 @@ static int parse_args(verify_args *a, int argc, char **argv)
     }
     a->max_issues = 20;
     for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
+        const char *s = argv[i], *val;
         if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
             usage(stdout);
             return CLI_EXIT_OK;
         } else if (strcmp(s, "-q") == 0 || strcmp(s, "--quiet") == 0) {
             a->quiet = 1;
-        } else if (strcmp(s, "-m") == 0 || strcmp(s, "--max-issues") == 0) {
+        } else if (cli_opt_value(argc, argv, &i, "-m", "--max-issues", &val)) {
             int64_t v;
-            if (i + 1 >= argc || parse_i64(argv[i + 1], &v) < 0 || v < 1 || v > 100000) {
+            if (val == NULL || parse_i64(val, &v) < 0 || v < 1 || v > 100000) {
                 return cli_usage_error("%s needs a count (1-100000)", s);
             }
             a->max_issues = (size_t)v;
-            i++;
         } else if (s[0] == '-') {
             return cli_usage_error("unknown option '%s' (see unroll verify --help)", s);
         } else if (a->in == NULL) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Seed tests/fuzz/corpora/<target>/ from real fixtures (small files only).
 
-Sources: tests/data (committed fixtures written by TensorStore/Orbax), ../shared/fixtures, and,
+Sources: tests/data (committed fixtures written by TensorStore/Orbax, upstream/ included), and,
 when present, the generated MaxText checkpoints of the interop tests (build*/fixtures). Files
 are named by the SHA-1 of their content, as libFuzzer names corpus entries, so rerunning adds
 nothing twice. Crash inputs found by fuzzing are added by hand (named crash-<what>). Needs
@@ -123,7 +123,7 @@ def seed_dir(top):
 
 
 def main():
-    dirs = [ROOT / "tests" / "data", ROOT.parent / "shared" / "fixtures"]
+    dirs = [ROOT / "tests" / "data"]
     dirs += sorted(ROOT.glob("build*/fixtures"))[:1]
     dirs += [pathlib.Path(a) for a in sys.argv[1:]]
     for d in dirs:

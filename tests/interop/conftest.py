@@ -19,8 +19,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import pytest  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SHARED_FIXTURES = ROOT.parent / "shared" / "fixtures"
 TEST_DATA = ROOT / "tests" / "data"
+UPSTREAM_DATA = TEST_DATA / "upstream"
 
 
 def pytest_configure(config):
@@ -45,10 +45,11 @@ def fixture_cache() -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
-def shared_fixtures() -> pathlib.Path:
-    if not SHARED_FIXTURES.is_dir():
-        pytest.fail(f"shared fixtures not found at {SHARED_FIXTURES}")
-    return SHARED_FIXTURES
+def upstream_data() -> pathlib.Path:
+    """tests/data/upstream: checkpoints and databases written by real Orbax and TensorStore."""
+    if not UPSTREAM_DATA.is_dir():
+        pytest.fail(f"upstream test data not found at {UPSTREAM_DATA}")
+    return UPSTREAM_DATA
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Scanned MaxText layouts beyond `decoder/layers` (../shared/docs/maxtext-checkpoints.md §5),
+"""Scanned MaxText layouts beyond `decoder/layers` (docs/maxtext-checkpoints.md §5),
 written by the real Orbax stack with the helpers of maxtext_fixtures (which stays unchanged, so
 its cache keys do not move), plus an independent reference unroll of each and the tree a
 `scan_layers=false` MaxText model has.

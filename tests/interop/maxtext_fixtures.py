@@ -4,7 +4,7 @@ Every fixture is saved through `orbax.checkpoint.CheckpointManager` with the sin
 (as MaxText's `create_orbax_checkpoint_manager` does), from `jax.Array`s sharded over a CPU mesh
 of 8 devices with MaxText-like `NamedSharding` specs (logical axes mapped to mesh axes the way
 flax's `logical_to_mesh_axes` does with MaxText's rules), so chunk grids are non-trivial and
-`_sharding` holds real specs. The tree layouts follow ../shared/docs/maxtext-checkpoints.md
+`_sharding` holds real specs. The tree layouts follow docs/maxtext-checkpoints.md
 (sections 1 to 5) with tiny dimensions.
 
 jax must see 8 devices: set `XLA_FLAGS=--xla_force_host_platform_device_count=8` before jax is

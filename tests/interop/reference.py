@@ -2,7 +2,7 @@
 and a checker that restores a checkpoint written by `unroll` with stock Orbax and compares it
 with the reference, bit for bit.
 
-Reference (../shared/docs/maxtext-checkpoints.md section 3): restore the input with Orbax, keep
+Reference (docs/maxtext-checkpoints.md section 3): restore the input with Orbax, keep
 the params, for every scanned leaf `jnp.take(x, i, axis=param_scan_axis)` for each layer of its
 group, `astype(jnp.bfloat16)`, and lay the result out as
 

@@ -1,4 +1,4 @@
-"""OCDBT interop: the C reader against TensorStore on every shared fixture and on databases
+"""OCDBT interop: the C reader against TensorStore on every upstream database and on databases
 TensorStore writes here; TensorStore against databases the C writer writes.
 
 Needs the unroll binary (UNROLL_BIN) and the test-only tests/unit/ocdbt/ocdbt_tool
@@ -13,8 +13,8 @@ import tensorstore as ts
 import ocdbt_util as u
 
 
-def all_fixture_dbs(shared_fixtures):
-    return sorted(p.parent for p in shared_fixtures.rglob("manifest.ocdbt"))
+def all_fixture_dbs(upstream_data):
+    return sorted(p.parent for p in upstream_data.rglob("manifest.ocdbt"))
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +37,8 @@ def root_height(unroll_bin, path):
 
 # ---- (a) C reads what TensorStore wrote ----
 
-def test_c_reads_every_shared_fixture(shared_fixtures, tool, unroll_bin):
-    dbs = all_fixture_dbs(shared_fixtures)
+def test_c_reads_every_upstream_database(upstream_data, tool, unroll_bin):
+    dbs = all_fixture_dbs(upstream_data)
     assert len(dbs) >= 85
     checked = 0
     for db in dbs:
@@ -59,8 +59,8 @@ def test_c_reads_every_shared_fixture(shared_fixtures, tool, unroll_bin):
     assert checked >= 82
 
 
-def test_ls_min_arity_fixture(shared_fixtures, unroll_bin):
-    db = shared_fixtures / "neuroglancer-ocdbt/kvstore/ocdbt/files_min_arity.ocdbt"
+def test_ls_min_arity_fixture(upstream_data, unroll_bin):
+    db = upstream_data / "neuroglancer-ocdbt/kvstore/ocdbt/files_min_arity.ocdbt"
     out = run_ls(unroll_bin, db)
     assert out.stdout.split() == [b"#", b"a", b"b", b"baz/first", b"baz/x", b"baz/z", b"c",
                                   b"empty"]

@@ -177,8 +177,8 @@ def test_inspect_text_output(unroll_bin, orbax_ckpt):
     assert "total:" in p.stdout.splitlines()[-1]
 
 
-def test_inspect_compat_fixtures(unroll_bin, shared_fixtures):
-    base = shared_fixtures / "orbax-compat"
+def test_inspect_compat_fixtures(unroll_bin, upstream_data):
+    base = upstream_data / "orbax-compat"
     ok = 0
     for meta in sorted(base.rglob("_METADATA")):
         item = meta.parent
@@ -202,8 +202,8 @@ def test_inspect_compat_fixtures(unroll_bin, shared_fixtures):
     assert ok >= 20
 
 
-def test_inspect_rejects_broken_fixtures(unroll_bin, shared_fixtures):
-    base = shared_fixtures / "orbax-compat"
+def test_inspect_rejects_broken_fixtures(unroll_bin, upstream_data):
+    base = upstream_data / "orbax-compat"
     bad = sorted(base.rglob("critical_metadata_alterations/*"))
     assert bad
     for case in bad:

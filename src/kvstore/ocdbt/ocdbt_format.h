@@ -1,5 +1,5 @@
 /* OCDBT on-disk components: pure codecs (byte buffers in, structs out and back; no I/O).
- * Spec: ../shared/docs/ocdbt-format.md (TensorStore tensorstore/kvstore/ocdbt/format/ wins
+ * Spec: docs/ocdbt-format.md (TensorStore tensorstore/kvstore/ocdbt/format/ wins
  * where they differ). One file per component:
  *
  *   ocdbt_codec.c          envelope (magic, length, version, compression, CRC-32C) + zstd

@@ -1,6 +1,6 @@
 """Copy the zarr values of two real Orbax checkpoints into tests/data/zarr/ (plain files).
 
-Source (Apache-2.0): ../shared/fixtures/orbax-compat/ = google/orbax @ 3ff7b24aa0e2,
+Source (Apache-2.0): tests/data/upstream/orbax-compat/ = google/orbax @ 3ff7b24aa0e2,
 checkpoint/orbax/checkpoint/experimental/v1/_src/testing/compatibility/checkpoints/.
 The values live inside OCDBT databases; TensorStore's ocdbt driver reads them out.
 Run with the pinned stack (tensorstore 0.1.85): /tmp/venvtest/bin/python gen_zarr_fixtures.py

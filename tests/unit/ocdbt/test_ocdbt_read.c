@@ -108,17 +108,17 @@ static void test_ocdbt_read__golden_fixtures(void **state)
     assert_int_equal(ur_ocdbt_open(&kv, DATA "/nope", &err), UR_ENOTFOUND);
 }
 
-static void test_ocdbt_read__shared_fixtures_multi_version(void **state)
+static void test_ocdbt_read__upstream_multi_version(void **state)
 {
     ur_kvstore *kv = NULL;
     ur_err err;
     listing l;
     ur_buf dump;
     (void)state;
-    if (!ur_fs_is_dir(UR_SHARED_FIXTURES_DIR)) {
-        fail_msg("shared fixtures missing at %s", UR_SHARED_FIXTURES_DIR);
+    if (!ur_fs_is_dir(UR_UPSTREAM_DATA_DIR)) {
+        fail_msg("upstream test data missing at %s", UR_UPSTREAM_DATA_DIR);
     }
-    assert_int_equal(ur_ocdbt_open(&kv, UR_SHARED_FIXTURES_DIR "/neuroglancer-ocdbt/kvstore/ocdbt/"
+    assert_int_equal(ur_ocdbt_open(&kv, UR_UPSTREAM_DATA_DIR "/neuroglancer-ocdbt/kvstore/ocdbt/"
                                         "multi_version_low_arity.ocdbt",
                                    &err),
                      UR_OK);
@@ -461,7 +461,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ocdbt_read__golden_fixtures),
-        cmocka_unit_test(test_ocdbt_read__shared_fixtures_multi_version),
+        cmocka_unit_test(test_ocdbt_read__upstream_multi_version),
         cmocka_unit_test(test_ocdbt_read__corrupt_every_byte),
         cmocka_unit_test(test_ocdbt_read__oom),
         cmocka_unit_test(test_ocdbt_write__roundtrip),

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #define V0_STATE                                                                                   \
-    UR_SHARED_FIXTURES_DIR "/orbax-compat/v0_checkpoints/composite_checkpoint/"                    \
+    UR_UPSTREAM_DATA_DIR "/orbax-compat/v0_checkpoints/composite_checkpoint/"                    \
                            "checkpoint_metadata_present/pytree_checkpointable_has_metadata/state"
 
 static const char maxtext_meta[] =

