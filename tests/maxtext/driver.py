@@ -1,6 +1,6 @@
 """One family of the MaxText suite, end to end, in the .venv-maxtext (Python 3.12) venv.
 
-    python driver.py <family> <workdir>      prints one JSON object (the facts) on its last line
+    python driver.py <family> <workdir>      writes <workdir>/facts.json
 
 1. trains a tiny model 2 steps with the released maxtext package (synthetic data, scanned layers),
    cached under $UNROLL_MAXTEXT_CACHE keyed by the maxtext version and a hash of the overrides;
@@ -127,7 +127,7 @@ def model_tree(family: str) -> dict:
     for path, var in jax.tree_util.tree_flatten_with_path(
             state, is_leaf=lambda n: isinstance(n, nnx.Variable))[0]:
         key = "/".join(str(getattr(p, "key", getattr(p, "name", p))) for p in path) + "/value"
-        flat[key] = list(var.value.shape)
+        flat[key] = list(var.get_value().shape)
     return flat
 
 
@@ -190,14 +190,13 @@ def main() -> None:
     facts["train"] = str(items)
     facts["unrolled"] = run_unroll(family, items, work, "unrolled", "force_unroll=true")
     facts["scanned"] = run_unroll(family, items, work, "scanned", "force_unroll=false")
-    print(json.dumps(facts), flush=True)
     facts["model_tree"] = model_tree(family)
     if facts["unrolled"]["rc"] == 0:
         facts["unrolled_tree"] = checkpoint_tree(facts["unrolled"]["path"])
         facts["decode_unrolled"] = decode(family, facts["unrolled"]["path"], scanned=False)
     if facts["scanned"]["rc"] == 0:
         facts["decode_scanned"] = decode(family, facts["scanned"]["path"], scanned=True)
-    print(json.dumps(facts), flush=True)
+    (work / "facts.json").write_text(json.dumps(facts))
 
 
 if __name__ == "__main__":
