@@ -925,6 +925,21 @@ static int run_axis(const vleaf *o, const vleaf *i, int n, int64_t pref)
  * remainder. The axes are found from shapes; the local and the global layers may differ in
  * shape (gemma4's global_head_dim), so each is matched against o on its own and K is read from
  * the local stack whichever o resembles. */
+/* The nested scan's local-layer count: D/local_layers/R leaves (D = d[0..dlen)) with nb blocks
+ * on axis a hold it on axis a + 1; -1: none. */
+static int64_t nested_locals(const vset *s, const char *const *d, size_t dlen, int64_t nb, int a)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        const vleaf *v = &s->v[i];
+        if (has_prefix(v, d, dlen) && v->len > dlen + 1 &&
+            strcmp(v->comp[dlen], "local_layers") == 0 && !is_placeholder(v->leaf) &&
+            v->leaf->rank > a + 1 && (int64_t)v->leaf->shape[a] == nb) {
+            return (int64_t)v->leaf->shape[a + 1];
+        }
+    }
+    return -1;
+}
+
 static int match_nested(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl,
                         const char *blocks, int *matched, ur_err *err)
 {
@@ -949,30 +964,35 @@ static int match_nested(verifier *vf, const vleaf *o, size_t k, int64_t g, int t
     c[k] = "layers_remainder";
     c[k + 1] = "local_layers";
     rm = find_in(vf, c, o->len + 1);
-    if (lo == NULL || is_placeholder(lo->leaf)) {
-        return UR_OK;
+    if (lo != NULL && is_placeholder(lo->leaf)) {
+        lo = NULL;
     }
     if (gl != NULL && is_placeholder(gl->leaf)) {
         gl = NULL;
     }
-    la = run_axis(o, lo, 2, vf->opts->param_scan_axis);
-    if (gl != NULL) {
-        ga = run_axis(o, gl, 1, vf->opts->param_scan_axis);
-    }
+    la = lo != NULL ? run_axis(o, lo, 2, vf->opts->param_scan_axis) : -1;
+    ga = gl != NULL ? run_axis(o, gl, 1, vf->opts->param_scan_axis) : -1;
+    c[k] = blocks;
     if (la >= 0) {
         nb = (int64_t)lo->leaf->shape[la];
         nl = (int64_t)lo->leaf->shape[la + 1];
-    } else if (ga >= 0 && ga + 1 < lo->leaf->rank && lo->leaf->shape[ga] == gl->leaf->shape[ga]) {
-        /* o is shaped like the global layer only: the local stack's axes sit where its are */
+    } else if (ga >= 0) {
+        /* o is shaped like the global layer only (gemma4's global_head_dim), or only the global
+         * layer has this module (qwen3-next's full attention): the local stack's axes sit where
+         * the global layer's are */
         nb = (int64_t)gl->leaf->shape[ga];
-        nl = (int64_t)lo->leaf->shape[ga + 1];
+        nl = nested_locals(&vf->in, c, k + 1, nb, ga);
+        if (nl < 0) {
+            return UR_OK;
+        }
     } else {
         return UR_OK;
     }
     if (ga >= 0 && (int64_t)gl->leaf->shape[ga] != nb) {
         ga = -1;
     }
-    kk = nl + (gl != NULL ? 1 : 0);
+    /* qwen3-next's local (linear-attention) layers have modules the global one lacks */
+    kk = nl + (gl != NULL || any_under(&vf->in, c, k + 1, "global_layer") ? 1 : 0);
     *matched = 1;
     vf->tables[tbl].pipe = 1;
     if (g < nb * kk && g % kk < nl) {

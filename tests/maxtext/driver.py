@@ -190,6 +190,10 @@ def main() -> None:
     facts["train"] = str(items)
     facts["unrolled"] = run_unroll(family, items, work, "unrolled", "force_unroll=true")
     facts["scanned"] = run_unroll(family, items, work, "scanned", "force_unroll=false")
+    if facts["unrolled"]["rc"] == 0:
+        p = subprocess.run([os.environ["UNROLL_BIN"], "verify", str(items), facts["unrolled"]["path"],
+                            BASE_YML, *FAMILIES[family]], capture_output=True, text=True)
+        facts["verify"] = {"rc": p.returncode, "stdout": p.stdout[-3000:], "stderr": p.stderr[-2000:]}
     facts["model_tree"] = model_tree(family)
     if facts["unrolled"]["rc"] == 0:
         facts["unrolled_tree"] = checkpoint_tree(facts["unrolled"]["path"])

@@ -47,6 +47,7 @@ def test_family(family, tmp_path):
     f = _facts(family, tmp_path)
     assert f["unrolled"]["rc"] == 0, f["unrolled"]["stderr"]
     assert f["scanned"]["rc"] == 0, f["scanned"]["stderr"]
+    assert f["verify"]["rc"] == 0, f["verify"]["stdout"] + f["verify"]["stderr"]
     # the unscanned output is exactly the tree MaxText's scan_layers=false model restores
     model, out = f["model_tree"], f["unrolled_tree"]
     assert sorted(set(model) - set(out)) == [], "leaves the model needs, missing from unroll's output"
