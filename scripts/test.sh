@@ -16,4 +16,12 @@ ctest --test-dir "$UNROLL_BUILD_DIR" --output-on-failure -j"$(nproc)" || status=
 export UNROLL_BIN="$UNROLL_BUILD_DIR/src/cli/unroll"
 export UNROLL_FIXTURE_CACHE="$UNROLL_BUILD_DIR/fixtures"
 .venv/bin/python -m pytest -q tests/cli tests/interop "$@" || status=1
+
+# The released maxtext package in the loop (Python 3.12, .venv-maxtext): trains tiny models,
+# converts them, decodes with MaxText's engine. Its trained checkpoints are cached beside the
+# fixtures. A missing environment fails here (setup.sh above builds it), never skips.
+export UNROLL_MAXTEXT_CACHE="$UNROLL_FIXTURE_CACHE/maxtext"
+if [ -z "${UNROLL_SKIP_MAXTEXT:-}" ]; then
+  (cd tests/maxtext && "$root/.venv-maxtext/bin/python" -m pytest -q -p no:cacheprovider .) || status=1
+fi
 exit $status
