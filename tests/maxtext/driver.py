@@ -50,6 +50,19 @@ FAMILIES = {
     "llama2": TINY + ["base_num_decoder_layers=2"],
     "gemma3": TINY + ["model_name=gemma3-4b", "base_num_decoder_layers=7", "override_model_config=true",
                       "sliding_window_size=4"],
+    # 7 layers: one block (5 local layers, nested scan, + 1 global) and a remainder of 1; the
+    # global layer's head dim differs from the local ones' (global_head_dim).
+    "gemma4": TINY + ["model_name=gemma4-26b", "override_model_config=true",
+                      "base_num_decoder_layers=7", "global_head_dim=16", "global_num_kv_heads=1",
+                      "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=16",
+                      "sliding_window_size=4"],
+    # MLA + MoE, 1 dense layer then 2 MoE layers (v_head_dim = qk_nope + qk_rope: CPU decoding).
+    # routed_bias=false: the trained router bias is not an nnx.Param (issue 13, open).
+    "deepseek": TINY + ["model_name=deepseek3-tiny", "override_model_config=true",
+                        "base_num_decoder_layers=3", "first_num_dense_layers=1", "num_experts=4",
+                        "num_experts_per_tok=2", "base_moe_mlp_dim=16", "q_lora_rank=8",
+                        "kv_lora_rank=8", "qk_nope_head_dim=8", "qk_rope_head_dim=8",
+                        "v_head_dim=16", "routed_bias=false", "base_num_kv_heads=4"],
     # 6 layers: one block of 3 linear-attention + 1 full-attention layer, and a remainder of 2.
     "qwen3-next": TINY + ["model_name=qwen3-next-80b-a3b", "override_model_config=true",
                           "base_num_decoder_layers=6", "num_experts=4", "num_experts_per_tok=2",
