@@ -45,3 +45,28 @@ if [ "$want_tests" = 1 ]; then
     echo "$sum" > "$stamp"
   fi
 fi
+
+# The MaxText suite (tests/maxtext) runs the released maxtext package, which needs Python 3.12:
+# a second venv, .venv-maxtext, from pyenv's 3.12 (or UNROLL_PYTHON312). The requirements file is a
+# complete freeze, installed --no-deps: maxtext's own metadata pulls in the GPU/cloud stack.
+if [ "$want_tests" = 1 ]; then
+  req=tests/maxtext/requirements.txt
+  stamp=.venv-maxtext/.requirements.sha256
+  sum=$(sha256sum "$req" | cut -d' ' -f1)
+  if [ ! -x .venv-maxtext/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ]; then
+    py=${UNROLL_PYTHON312:-}
+    if [ -z "$py" ] && command -v pyenv >/dev/null 2>&1; then
+      py=$(ls -d "$(pyenv root)"/versions/3.12.*/bin/python 2>/dev/null | sort -V | tail -1 || true)
+    fi
+    [ -z "$py" ] && command -v python3.12 >/dev/null 2>&1 && py=$(command -v python3.12)
+    if [ -z "$py" ] || ! "$py" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then
+      echo "setup: tests/maxtext needs Python 3.12 (pyenv install 3.12, or set UNROLL_PYTHON312)" >&2
+      exit 1
+    fi
+    echo "setup: creating .venv-maxtext ($py) from $req" >&2
+    rm -rf .venv-maxtext
+    "$py" -m venv .venv-maxtext
+    .venv-maxtext/bin/pip install -q --no-deps -r "$req"
+    echo "$sum" > "$stamp"
+  fi
+fi

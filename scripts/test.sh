@@ -12,4 +12,15 @@ scripts/setup.sh --tests
 export UNROLL_BUILD_DIR=${UNROLL_BUILD_DIR:-$root/build}
 scripts/build.sh -DUR_TESTS=ON
 
-ctest --test-dir "$UNROLL_BUILD_DIR" --output-on-failure -j"$(nproc)" "$@"
+status=0
+ctest --test-dir "$UNROLL_BUILD_DIR" --output-on-failure -j"$(nproc)" "$@" || status=1
+
+# The released maxtext package in the loop (Python 3.12, .venv-maxtext): trains tiny models,
+# converts them, decodes with MaxText's engine. Its trained checkpoints are cached beside the
+# fixtures. A missing environment fails here (setup.sh above builds it), never skips.
+export UNROLL_BIN="$UNROLL_BUILD_DIR/src/cli/unroll"
+export UNROLL_MAXTEXT_CACHE="${UNROLL_FIXTURE_CACHE:-$UNROLL_BUILD_DIR/fixtures}/maxtext"
+if [ -z "${UNROLL_SKIP_MAXTEXT:-}" ] && [ "$#" = 0 ]; then
+  (cd tests/maxtext && "$root/.venv-maxtext/bin/python" -m pytest -q -p no:cacheprovider .) || status=1
+fi
+exit $status

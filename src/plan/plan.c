@@ -577,6 +577,19 @@ static int setup_groups(ur_plan *plan, const ur_plan_leaf *leaves, size_t n, con
                               "scans them in blocks of 2",
                               (long long)(nl - h), (long long)h);
         }
+    } else if (k > 1 && strcmp(s->decoder_block, "qwen3_next") == 0) {
+        /* _init_scanned_qwen3_next: N // K blocks (local_layers nested scan of K - 1 linear-
+         * attention layers + global_layer), layers_remainder for the N % K last ones */
+        plan->n_groups = 1;
+        group_set(&plan->groups[0], "layers", nl / k, k, 0, "layers");
+        plan->n_remainder = nl % k;
+        plan->remainder_first = nl / k * k;
+        if (plan->unrolled && s->param_scan_axis < 0) {
+            return ur_err_set(err, UR_EUNSUPPORTED,
+                              "qwen3_next with a negative param_scan_axis (%lld): the nested "
+                              "scan's axes are not worked out for it",
+                              (long long)s->param_scan_axis);
+        }
     } else if (k > 1) {
         plan->n_groups = 1;
         group_set(&plan->groups[0], "layers", nl / k, k, 0, "layers");
@@ -693,18 +706,23 @@ static int set_unstack(ur_plan *plan, ur_plan_action *a, const ur_plan_leaf *l, 
     return UR_OK;
 }
 
-/* gemma4 (MaxText gemma4.py Gemma4ScannableBlock inside nnx_decoders.py
- * _init_scanned_gemma4): decoder/scanned_blocks/local_layers/R has the block axis at
- * param_scan_axis and the nested scan's 5 local layers right after it (block b, local i ->
- * layer 6b + i); decoder/scanned_blocks/global_layer/R the block axis (-> layer 6b + 5);
- * decoder/layers_remainder/local_layers/R the last N % 6 layers at param_scan_axis. */
-static int gemma4_leaf(ur_plan *plan, ur_plan_action *a, const ur_plan_leaf *l, size_t st,
+/* Blocks of K layers with a nested scan over the K - 1 local ones, the way MaxText 0.2.5 builds
+ * gemma4 (gemma4.py Gemma4ScannableBlock, nnx_decoders.py _init_scanned_gemma4: K = 6, group
+ * scanned_blocks) and qwen3-next (qwen3.py Qwen3NextScannableBlock, _init_scanned_qwen3_next:
+ * K = inhomogeneous_layer_cycle_interval, group layers, linear-attention layers local, the
+ * full-attention layer last): decoder/<group>/local_layers/R has the block axis at
+ * param_scan_axis and the nested scan's K - 1 local layers right after it (block b, local i ->
+ * layer Kb + i); decoder/<group>/global_layer/R the block axis (-> layer Kb + K - 1);
+ * decoder/layers_remainder/local_layers/R the last N % K layers (all local: blocks start on a
+ * cycle boundary) at param_scan_axis. */
+static int nested_leaf(ur_plan *plan, ur_plan_action *a, const ur_plan_leaf *l, size_t st,
                        size_t en, const ur_settings *s, span prefix, span suffix,
                        uint64_t elems, int *remainder_seen, ur_err *err)
 {
-    int blocks = strcmp(l->path[st + 1], "scanned_blocks") == 0;
+    int blocks = strcmp(l->path[st + 1], plan->groups[0].name) == 0;
     size_t psa = (size_t)s->param_scan_axis;
     int64_t nb = plan->groups[0].n_layers;
+    uint64_t kk = (uint64_t)plan->groups[0].cycle;
     int local = en - st >= 4 && strcmp(l->path[st + 2], "local_layers") == 0;
     int global = en - st >= 4 && strcmp(l->path[st + 2], "global_layer") == 0;
     uint64_t want[2];
@@ -721,17 +739,17 @@ static int gemma4_leaf(ur_plan *plan, ur_plan_action *a, const ur_plan_leaf *l, 
     }
     if (!local && !(blocks && global)) {
         return ur_err_set(err, UR_EINVAL,
-                          "leaf '%s': gemma4 holds its layers under decoder/scanned_blocks/"
+                          "leaf '%s': %s holds its layers under decoder/%s/"
                           "{local_layers,global_layer}/ and decoder/layers_remainder/"
                           "local_layers/",
-                          name);
+                          name, s->decoder_block, plan->groups[0].name);
     }
     a->n_axes = 0;
     if (blocks) {
         want[a->n_axes] = (uint64_t)nb;
         a->axes[a->n_axes++] = psa;
         if (local) {
-            want[a->n_axes] = 5;
+            want[a->n_axes] = kk - 1;
             a->axes[a->n_axes++] = psa + 1;
         }
     } else {
@@ -744,11 +762,12 @@ static int gemma4_leaf(ur_plan *plan, ur_plan_action *a, const ur_plan_leaf *l, 
             l->shape[a->axes[m]] != want[m]) {
             shape_format(l, shape, sizeof shape);
             return ur_err_set(err, UR_EINVAL,
-                              "leaf '%s' shape %s: expected length %llu on axis %zu (gemma4 with "
-                              "num_decoder_layers=%lld: %lld blocks of 5 local + 1 global "
+                              "leaf '%s' shape %s: expected length %llu on axis %zu (%s with "
+                              "num_decoder_layers=%lld: %lld blocks of %llu local + 1 global "
                               "layers, %lld remainder layers)",
                               name, shape, (unsigned long long)want[m], a->axes[m],
-                              (long long)s->num_decoder_layers, (long long)nb,
+                              s->decoder_block, (long long)s->num_decoder_layers, (long long)nb,
+                              (unsigned long long)(kk - 1),
                               (long long)plan->n_remainder);
         }
     }
@@ -757,10 +776,29 @@ static int gemma4_leaf(ur_plan *plan, ur_plan_action *a, const ur_plan_leaf *l, 
                            plan->remainder_first, err);
     }
     if (local) {
-        return set_unstack(plan, a, l, 0, st + 3, en, prefix, suffix, elems, want[0] * 5, 5, 6, 0,
-                           err);
+        return set_unstack(plan, a, l, 0, st + 3, en, prefix, suffix, elems, want[0] * (kk - 1),
+                           (int64_t)(kk - 1), (int64_t)kk, 0, err);
     }
-    return set_unstack(plan, a, l, 0, st + 3, en, prefix, suffix, elems, want[0], 1, 6, 5, err);
+    return set_unstack(plan, a, l, 0, st + 3, en, prefix, suffix, elems, want[0], 1, (int64_t)kk,
+                       (int64_t)(kk - 1), err);
+}
+
+/* Whether a decoder leaf is one of nested_leaf's: every gemma4 block or remainder leaf;
+ * qwen3-next's under decoder/layers/{local_layers,global_layer} or decoder/layers_remainder
+ * (what maxtext 0.2.5 writes; its older decoder/layers/layers_<j> blocks go the generic way). */
+static int nested_layout(int gemma4, int qwen3_next, int g, const ur_plan_leaf *l, size_t st,
+                         size_t en)
+{
+    int rem = strcmp(l->path[st + 1], "layers_remainder") == 0;
+    if (gemma4) {
+        return g == 0 || rem;
+    }
+    if (!qwen3_next) {
+        return 0;
+    }
+    return rem || (g == 0 && en - st >= 4 &&
+                   (strcmp(l->path[st + 2], "local_layers") == 0 ||
+                    strcmp(l->path[st + 2], "global_layer") == 0));
 }
 
 /* A leaf of decoder/pipeline_module: UNSTACK over [repeats,] stages[, layers_per_stage]. The
@@ -876,6 +914,7 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
     int lora = input == UR_PLAN_INPUT_LORA;
     int gemma3 = strcmp(s->decoder_block, "gemma3") == 0;
     int gemma4 = strcmp(s->decoder_block, "gemma4") == 0;
+    int qwen3_next = strcmp(s->decoder_block, "qwen3_next") == 0;
     int remainder_seen = 0;
     span prefix = {NULL, 0, NULL};
     span suffix = {NULL, 0, NULL};
@@ -992,8 +1031,8 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
                     g = (int)k;
                 }
             }
-            if (gemma4 && (g == 0 || strcmp(l->path[st + 1], "layers_remainder") == 0)) {
-                rc = gemma4_leaf(plan, a, l, st, en, s, prefix, suffix, elems, &remainder_seen,
+            if (nested_layout(gemma4, qwen3_next, g, l, st, en)) {
+                rc = nested_leaf(plan, a, l, st, en, s, prefix, suffix, elems, &remainder_seen,
                                  err);
                 if (rc < 0) {
                     goto out;
@@ -1153,12 +1192,14 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
         }
     }
 
-    if (plan->unrolled && !lora && gemma4 && plan->n_remainder > 0 && !remainder_seen) {
+    if (plan->unrolled && !lora && (gemma4 || qwen3_next) && plan->n_remainder > 0 &&
+        !remainder_seen) {
         rc = ur_err_set(err, UR_EINVAL,
                         "missing decoder/layers_remainder/local_layers in the input checkpoint "
-                        "(gemma4 with num_decoder_layers=%lld has %lld layers after the blocks "
-                        "of 6)",
-                        (long long)s->num_decoder_layers, (long long)plan->n_remainder);
+                        "(%s with num_decoder_layers=%lld has %lld layers after the blocks "
+                        "of %lld)",
+                        s->decoder_block, (long long)s->num_decoder_layers,
+                        (long long)plan->n_remainder, (long long)plan->groups[0].cycle);
         goto out;
     }
     if (plan->unrolled && !lora && gemma3 && plan->n_remainder > 0) {

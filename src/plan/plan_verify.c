@@ -1044,13 +1044,31 @@ static int run_axis(const vleaf *o, const vleaf *i, int n, int64_t pref)
     return best;
 }
 
-/* gemma4: output D/layers_<g>/R (D = o->comp[0..k)) from D/scanned_blocks/local_layers/R
- * (block axis, then the nested scan's local-layer axis right after it; both found from
- * shapes), D/scanned_blocks/global_layer/R (block axis) and D/layers_remainder/local_layers/R.
- * Blocks of K = locals + 1 layers: block b, local i -> g = b*K + i, global -> b*K + K - 1
- * (gemma4.py runs the local layers, then the global one); then the remainder. */
-static int match_gemma4(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl,
-                        int *matched, ur_err *err)
+/* gemma4 and qwen3-next: output D/layers_<g>/R (D = o->comp[0..k)) from
+ * D/<blocks>/local_layers/R (block axis, then the nested scan's local-layer axis right after
+ * it), D/<blocks>/global_layer/R (block axis) and D/layers_remainder/local_layers/R, <blocks>
+ * being scanned_blocks (gemma4) or layers (qwen3-next). Blocks of K = locals + 1 layers: block
+ * b, local i -> g = b*K + i, global -> b*K + K - 1 (the local layers run first); then the
+ * remainder. The axes are found from shapes; the local and the global layers may differ in
+ * shape (gemma4's global_head_dim), so each is matched against o on its own and K is read from
+ * the local stack whichever o resembles. */
+/* The nested scan's local-layer count: D/local_layers/R leaves (D = d[0..dlen)) with nb blocks
+ * on axis a hold it on axis a + 1; -1: none. */
+static int64_t nested_locals(const vset *s, const char *const *d, size_t dlen, int64_t nb, int a)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        const vleaf *v = &s->v[i];
+        if (has_prefix(v, d, dlen) && v->len > dlen + 1 &&
+            strcmp(v->comp[dlen], "local_layers") == 0 && !is_placeholder(v->leaf) &&
+            v->leaf->rank > a + 1 && (int64_t)v->leaf->shape[a] == nb) {
+            return (int64_t)v->leaf->shape[a + 1];
+        }
+    }
+    return -1;
+}
+
+static int match_nested(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl,
+                        const char *blocks, int *matched, ur_err *err)
 {
     const char **c = vf->scratch;
     size_t rest = o->len - k - 1;
@@ -1064,7 +1082,7 @@ static int match_gemma4(verifier *vf, const vleaf *o, size_t k, int64_t g, int t
         return UR_OK;
     }
     memcpy(c, o->comp, k * sizeof *c);
-    c[k] = "scanned_blocks";
+    c[k] = blocks;
     c[k + 1] = "local_layers";
     memcpy(c + k + 2, o->comp + k + 1, rest * sizeof *c);
     lo = find_in(vf, c, o->len + 1);
@@ -1073,25 +1091,42 @@ static int match_gemma4(verifier *vf, const vleaf *o, size_t k, int64_t g, int t
     c[k] = "layers_remainder";
     c[k + 1] = "local_layers";
     rm = find_in(vf, c, o->len + 1);
-    if (lo == NULL || is_placeholder(lo->leaf)) {
-        return UR_OK;
+    if (lo != NULL && is_placeholder(lo->leaf)) {
+        lo = NULL;
     }
-    la = run_axis(o, lo, 2, vf->opts->param_scan_axis);
-    if (la < 0) {
-        return UR_OK;
+    if (gl != NULL && is_placeholder(gl->leaf)) {
+        gl = NULL;
     }
-    nb = (int64_t)lo->leaf->shape[la];
-    nl = (int64_t)lo->leaf->shape[la + 1];
-    if (gl != NULL && !is_placeholder(gl->leaf)) {
-        ga = run_axis(o, gl, 1, vf->opts->param_scan_axis);
-        if (ga >= 0 && (int64_t)gl->leaf->shape[ga] != nb) {
-            ga = -1;
+    la = lo != NULL ? run_axis(o, lo, 2, vf->opts->param_scan_axis) : -1;
+    ga = gl != NULL ? run_axis(o, gl, 1, vf->opts->param_scan_axis) : -1;
+    c[k] = blocks;
+    if (la >= 0) {
+        nb = (int64_t)lo->leaf->shape[la];
+        nl = (int64_t)lo->leaf->shape[la + 1];
+    } else if (ga >= 0) {
+        /* o is shaped like the global layer only (gemma4's global_head_dim), or only the global
+         * layer has this module (qwen3-next's full attention): the local stack's axes sit where
+         * the global layer's are */
+        nb = (int64_t)gl->leaf->shape[ga];
+        nl = nested_locals(&vf->in, c, k + 1, nb, ga);
+        if (nl < 0) {
+            return UR_OK;
         }
+    } else {
+        return UR_OK;
     }
-    kk = nl + (ga >= 0 ? 1 : 0);
+    if (ga >= 0 && (int64_t)gl->leaf->shape[ga] != nb) {
+        ga = -1;
+    }
+    /* qwen3-next's local (linear-attention) layers have modules the global one lacks */
+    kk = nl + (gl != NULL || any_under(&vf->in, c, k + 1, "global_layer") ? 1 : 0);
     *matched = 1;
     vf->tables[tbl].pipe = 1;
     if (g < nb * kk && g % kk < nl) {
+        if (la < 0) {
+            *matched = 0;
+            return UR_OK;
+        }
         fax[0] = la;
         fax[1] = la + 1;
         fidx[0] = g / kk;
@@ -1104,6 +1139,10 @@ static int match_gemma4(verifier *vf, const vleaf *o, size_t k, int64_t g, int t
         return check_slices(vf, o, lo, 2, fax, fidx, fidx[0] * nl + fidx[1], nb * nl, err);
     }
     if (g < nb * kk) {
+        if (ga < 0) {
+            *matched = 0;
+            return UR_OK;
+        }
         fax[0] = ga;
         fidx[0] = g / kk;
         gl->pdlen = k;
@@ -1129,6 +1168,18 @@ static int match_gemma4(verifier *vf, const vleaf *o, size_t k, int64_t g, int t
     }
     *matched = 0;
     return UR_OK;
+}
+
+static int match_gemma4(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl,
+                        int *matched, ur_err *err)
+{
+    return match_nested(vf, o, k, g, tbl, "scanned_blocks", matched, err);
+}
+
+static int match_qwen3_next(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl,
+                            int *matched, ur_err *err)
+{
+    return match_nested(vf, o, k, g, tbl, "layers", matched, err);
 }
 
 /* Output D/layers_<g>/R (D = o->comp[0..k)) when the input has D/pipeline_module: find the
@@ -1288,7 +1339,9 @@ static const struct {
     const char *under;
     int (*match)(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl, int *matched,
                  ur_err *err);
-} stacks[] = {{"pipeline_module", match_pipe}, {"scanned_blocks", match_gemma4}};
+} stacks[] = {{"pipeline_module", match_pipe},
+              {"scanned_blocks", match_gemma4},
+              {"layers", match_qwen3_next}};
 
 static int match_output(verifier *vf, const vleaf *o, ur_err *err)
 {
@@ -1315,7 +1368,7 @@ static int match_output(verifier *vf, const vleaf *o, ur_err *err)
         if (rc < 0) {
             return rc;
         }
-        /* layers_<g> may come from a pipeline stack or from gemma4's nested blocks */
+        /* layers_<g> may come from a pipeline stack or from gemma4's / qwen3-next's nested blocks */
         for (size_t st = 0; st < sizeof stacks / sizeof stacks[0]; st++) {
             int matched = 0;
             if (xl != 6 || memcmp(o->comp[k], "layers", 6) != 0 ||

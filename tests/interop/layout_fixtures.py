@@ -421,6 +421,12 @@ __all__ += ["PIPE_CASES", "PipeCase", "PipeInfo", "make_pipe_checkpoint", "pipe_
 GEMMA4_LAYERS = 14  # 2 blocks + 2 remainder layers
 
 
+def _gemma4_global_shape(logical, shape) -> tuple:
+    """The global layer's attention has its own head dim (gemma4's global_head_dim, here 2 * D),
+    so its attention tensors differ in shape from the local layers' (as in MaxText 0.2.5)."""
+    return tuple(2 * d if a == "kv" else d for a, d in zip(logical, shape))
+
+
 @dataclasses.dataclass
 class Gemma4Info:
     num_layers: int
@@ -448,8 +454,9 @@ def _gemma4_state(n: int, dtype: str):
         lg = logical[:1] + ("layers", "local_layers") + logical[1:]
         add(("decoder", "scanned_blocks", "local_layers") + path, lg,
             shape[:1] + (blocks, 5) + shape[1:])
+        gshape = _gemma4_global_shape(logical, shape)
         add(("decoder", "scanned_blocks", "global_layer") + path,
-            logical[:1] + ("layers",) + logical[1:], shape[:1] + (blocks,) + shape[1:])
+            logical[:1] + ("layers",) + logical[1:], gshape[:1] + (blocks,) + gshape[1:])
         if rem:
             add(("decoder", "layers_remainder", "local_layers") + path,
                 logical[:1] + ("local_layers",) + logical[1:], shape[:1] + (rem,) + shape[1:])
@@ -481,8 +488,10 @@ def make_gemma4_checkpoint(layout: str, dtype: str, cache_dir, n: int = GEMMA4_L
 def gemma4_unscanned_tree(n: int) -> dict:
     out = {("token_embedder", "embedding"): (V, E), ("decoder", "decoder_norm", "scale"): (E,)}
     for g in range(n):
-        for path, _, shape in _layer_leaves("dense"):
-            out[("decoder", f"layers_{g}") + path] = shape
+        for path, logical, shape in _layer_leaves("dense"):
+            glob = g % 6 == 5 and g < n // 6 * 6
+            out[("decoder", f"layers_{g}") + path] = \
+                _gemma4_global_shape(logical, shape) if glob else shape
     return out
 
 

@@ -929,6 +929,60 @@ static void test_plan__pipeline_errors(void **state)
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EUNSUPPORTED);
 }
 
+/* qwen3-next as maxtext 0.2.5 writes it: decoder/layers/local_layers (block axis at
+ * param_scan_axis, the nested scan of K - 1 linear-attention layers after it),
+ * decoder/layers/global_layer (layer Kb + K - 1) and, for N % K layers, layers_remainder. */
+static void test_plan__qwen3_next_nested_blocks(void **state)
+{
+    char want[8][64];
+    const char *w[8];
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    ur_err err;
+    (void)state;
+    for (int k = 0; k < 8; k++) {
+        w[k] = want[k];
+    }
+    s.decoder_block = "qwen3_next";
+    s.inhomogeneous_layer_cycle_interval = 4;
+    s.num_decoder_layers = 10; /* 2 blocks + 2 remainder layers */
+    ts.n = 0;
+    add(&ts, "decoder/layers/local_layers/mlp/wi/value", UR_DT_FLOAT32, "6,2,3,16", NULL);
+    add(&ts, "decoder/layers/global_layer/attention/key/value", UR_DT_FLOAT32, "6,2,16", NULL);
+    add(&ts, "decoder/layers_remainder/local_layers/mlp/wi/value", UR_DT_FLOAT32, "6,2,16", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_axes(plan, 0, 2, 1, 2, 0);
+    for (int b = 0; b < 2; b++) {
+        for (int i = 0; i < 3; i++) {
+            snprintf(want[b * 3 + i], sizeof want[0], "decoder/layers_%d/mlp/wi/value", b * 4 + i);
+        }
+    }
+    expect_out(plan, 0, w, 6);
+    snprintf(want[0], sizeof want[0], "decoder/layers_3/attention/key/value");
+    snprintf(want[1], sizeof want[1], "decoder/layers_7/attention/key/value");
+    expect_out(plan, 1, w, 2);
+    snprintf(want[0], sizeof want[0], "decoder/layers_8/mlp/wi/value");
+    snprintf(want[1], sizeof want[1], "decoder/layers_9/mlp/wi/value");
+    expect_out(plan, 2, w, 2);
+    ur_plan_free(plan);
+    /* 9 layers: one remainder layer expected, the checkpoint has 2 */
+    s.num_decoder_layers = 9;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "layers_remainder/local_layers"));
+    /* the remainder missing altogether */
+    s.num_decoder_layers = 10;
+    ts.n = 2;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "missing decoder/layers_remainder/local_layers"));
+    /* the nested scan must hold K - 1 local layers */
+    s.num_decoder_layers = 8;
+    ts.n = 0;
+    add(&ts, "decoder/layers/local_layers/mlp/wi/value", UR_DT_FLOAT32, "6,2,4,16", NULL);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "expected length 3 on axis 2"));
+}
+
 /* gemma4: blocks of (5 local layers, nested scan) + 1 global, then the remainder. */
 static void test_plan__gemma4_nested_blocks(void **state)
 {
@@ -1024,6 +1078,7 @@ int main(void)
         cmocka_unit_test(test_plan__pipeline_stacks),
         cmocka_unit_test(test_plan__pipeline_errors),
         cmocka_unit_test(test_plan__gemma4_nested_blocks),
+        cmocka_unit_test(test_plan__qwen3_next_nested_blocks),
         cmocka_unit_test(test_plan__unsupported_stacks),
     };
     return cmocka_run_group_tests_name("plan", tests, NULL, NULL);

@@ -1,0 +1,227 @@
+"""One family of the MaxText suite, end to end, in the .venv-maxtext (Python 3.12) venv.
+
+    python driver.py <family> <workdir>      writes <workdir>/facts.json
+
+1. trains a tiny model 2 steps with the released maxtext package (synthetic data, scanned layers),
+   cached under $UNROLL_MAXTEXT_CACHE keyed by the maxtext version and a hash of the overrides;
+2. converts its step-1 training state with unroll ($UNROLL_BIN), unscanned (force_unroll=true) and
+   scanned param-only (the reference for inference: the same bf16 values, only the layout differs);
+3. compares the unscanned output's tree (paths, shapes) with the `scan_layers=false` model of the
+   same package (`nnx.eval_shape` of what MaxText's inference builds);
+4. decodes fixed token ids with MaxText's inference engine (MaxEngine: load_params, prefill,
+   insert, generate) from both outputs and reports tokens and logits.
+
+The test (test_maxtext.py) asserts on the JSON; this script only gathers facts, so that a failure
+names what differs. Runs with DECOUPLE_GCLOUD=TRUE JAX_PLATFORMS=cpu (set here).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("DECOUPLE_GCLOUD", "TRUE")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# MaxText's training sets it; its checkpoints restore only with it (rng key shapes).
+os.environ.setdefault("JAX_DEFAULT_PRNG_IMPL", "unsafe_rbg")
+
+import maxtext  # noqa: E402
+
+PKG = pathlib.Path(maxtext.__file__).parent
+BASE_YML = str(PKG / "configs" / "base.yml")
+
+# Shared by every run: tiny, CPU, synchronous checkpoints, synthetic data.
+COMMON = [
+    "dataset_type=synthetic", "steps=2", "per_device_batch_size=1", "max_target_length=16",
+    "max_prefill_predict_length=8", "async_checkpointing=false", "hardware=cpu",
+    "attention=dot_product", "skip_jax_distributed_system=true", "vocab_size=128",
+    "enable_checkpointing=true", "checkpoint_period=1",
+]
+TINY = ["base_emb_dim=32", "base_num_query_heads=4", "base_num_kv_heads=2", "base_mlp_dim=64",
+        "head_dim=8"]
+
+# family -> model overrides (used for training, conversion and inference alike).
+FAMILIES = {
+    "llama2": TINY + ["base_num_decoder_layers=2"],
+    "gemma3": TINY + ["model_name=gemma3-4b", "base_num_decoder_layers=7", "override_model_config=true",
+                      "sliding_window_size=4"],
+    # 7 layers: one block (5 local layers, nested scan, + 1 global) and a remainder of 1; the
+    # global layer's head dim differs from the local ones' (global_head_dim).
+    "gemma4": TINY + ["model_name=gemma4-26b", "override_model_config=true",
+                      "base_num_decoder_layers=7", "global_head_dim=16", "global_num_kv_heads=1",
+                      "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=16",
+                      "sliding_window_size=4"],
+    # 6 layers: one block of 3 linear-attention + 1 full-attention layer, and a remainder of 2.
+    "qwen3-next": TINY + ["model_name=qwen3-next-80b-a3b", "override_model_config=true",
+                          "base_num_decoder_layers=6", "num_experts=4", "num_experts_per_tok=2",
+                          "base_moe_mlp_dim=16", "gdn_num_value_heads=2", "gdn_num_key_heads=2",
+                          "gdn_key_head_dim=8", "gdn_value_head_dim=8", "gdn_chunk_size=8"],
+}
+
+# Trains and converts, but MaxEngine.insert fails on its decode state (MLA) in this harness
+# (not investigated yet); not in the suite. routed_bias=false: the trained router bias is not
+# an nnx.Param (issue 13, open).
+PENDING = {
+    # MLA + MoE, 1 dense layer then 2 MoE layers (v_head_dim = qk_nope + qk_rope: CPU decoding).
+    "deepseek": TINY + ["model_name=deepseek3-tiny", "override_model_config=true",
+                        "base_num_decoder_layers=3", "first_num_dense_layers=1", "num_experts=4",
+                        "num_experts_per_tok=2", "base_moe_mlp_dim=16", "q_lora_rank=8",
+                        "kv_lora_rank=8", "qk_nope_head_dim=8", "qk_rope_head_dim=8",
+                        "v_head_dim=16", "routed_bias=false", "base_num_kv_heads=4"],
+}
+
+ALL = {**FAMILIES, **PENDING}
+
+
+def _cache_root() -> pathlib.Path:
+    root = os.environ.get("UNROLL_MAXTEXT_CACHE") or os.path.join(
+        os.environ.get("UNROLL_FIXTURE_CACHE", "/tmp/unroll-fixtures"), "maxtext")
+    return pathlib.Path(root)
+
+
+def train(family: str) -> pathlib.Path:
+    """The family's scanned training state at step 1 (trained once, then cached)."""
+    args = ALL[family] + COMMON
+    key = hashlib.sha256(json.dumps([maxtext.__version__, args]).encode()).hexdigest()[:16]
+    done = _cache_root() / f"{family}-{maxtext.__version__}-{key}"
+    items = done / "checkpoints" / "1" / "items"
+    if items.is_dir():
+        return items
+    tmp = pathlib.Path(str(done) + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "maxtext.trainers.pre_train.train", BASE_YML,
+           f"run_name={tmp.name}", f"base_output_directory={tmp.parent}", *args]
+    log = tmp.parent / f"{tmp.name}.log"
+    with open(log, "w") as f:
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+    if rc != 0 or not (tmp / "checkpoints" / "1" / "items").is_dir():
+        raise SystemExit(f"training {family} failed (rc {rc}), see {log}")
+    os.replace(tmp, done)
+    log.unlink()
+    return items
+
+
+def run_unroll(family: str, items: pathlib.Path, out: pathlib.Path, name: str, *extra: str) -> dict:
+    cmd = [os.environ["UNROLL_BIN"], BASE_YML, f"load_full_state_path={items}",
+           f"base_output_directory={out}", f"run_name={name}", *ALL[family], *extra]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    return {"rc": p.returncode, "stderr": p.stderr.strip()[-2000:], "seconds": time.monotonic() - t0,
+            "path": str(out / name / "checkpoints" / "0" / "items")}
+
+
+def _config(family: str, *extra: str):
+    from maxtext.configs import pyconfig
+    return pyconfig.initialize([None, BASE_YML, *ALL[family], *COMMON, "run_name=infer",
+                                "base_output_directory=/tmp/unroll-maxtext-unused",
+                                "enable_checkpointing=false", *extra])
+
+
+def _flat(tree, prefix=()):
+    out = {}
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            out.update(_flat(v, prefix + (str(k),)))
+    else:
+        out["/".join(prefix)] = tree
+    return out
+
+
+def model_tree(family: str) -> dict:
+    """{path: shape} of the scan_layers=false model's persisted variables (what from_pretrained
+    restores: everything but rng, cache, intermediates, batch stats)."""
+    import jax
+    from flax import nnx
+    from maxtext.utils import model_creation_utils
+    cfg = _config(family, "scan_layers=false")
+    _, model = model_creation_utils.create_nnx_abstract_model(cfg)
+    state = nnx.state(model).filter(
+        lambda path, var: not isinstance(var, (nnx.RngState, nnx.Cache, nnx.Intermediate, nnx.BatchStat)))
+    flat = {}
+    for path, var in jax.tree_util.tree_flatten_with_path(
+            state, is_leaf=lambda n: isinstance(n, nnx.Variable))[0]:
+        key = "/".join(str(getattr(p, "key", getattr(p, "name", p))) for p in path) + "/value"
+        flat[key] = list(var.get_value().shape)
+    return flat
+
+
+def checkpoint_tree(path: str) -> dict:
+    import orbax.checkpoint as ocp
+    meta = ocp.PyTreeCheckpointer().metadata(path).item_metadata.tree
+    return {k: list(v.shape) for k, v in _flat(meta).items()}
+
+
+def _register_result_tokens(maxengine) -> None:
+    """Without JetStream (it needs TensorFlow) MaxText substitutes a plain ResultTokens class that
+    its jitted prefill/generate cannot return; make it a pytree (arrays as leaves, index tuples as
+    static data), which is what JetStream's own class is."""
+    import jax
+    cls = maxengine.engine_api.ResultTokens
+    if getattr(cls, "_unroll_pytree", False):
+        return
+    aux_keys = ("tokens_idx", "valid_idx", "length_idx", "samples_per_slot")
+    jax.tree_util.register_pytree_node(
+        cls,
+        lambda r: ((r.data, r.log_prob), tuple(getattr(r, k) for k in aux_keys)),
+        lambda aux, ch: cls(data=ch[0], log_prob=ch[1], **dict(zip(aux_keys, aux))))
+    cls._unroll_pytree = True
+
+
+def _token(result) -> int:
+    return int(result.data[0, result.tokens_idx[0]])
+
+
+def decode(family: str, path: str, scanned: bool, n_steps: int = 4) -> dict:
+    """Greedy decode of fixed token ids from a param-only checkpoint through MaxEngine."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from maxtext.inference.maxengine import maxengine
+    cfg = _config(family, f"load_parameters_path={path}", f"scan_layers={str(scanned).lower()}",
+                  "decode_sampling_strategy=greedy", "weight_dtype=bfloat16", "dtype=float32")
+    _register_result_tokens(maxengine)
+    engine = maxengine.MaxEngine(cfg)
+    params = engine.load_params(rng=jax.random.PRNGKey(0))
+    prompt = [1, 17, 42, 99, 5, 63]
+    padded = jnp.array(prompt + [0] * (cfg.max_prefill_predict_length - len(prompt)), dtype=jnp.int32)
+    prefix, first = engine.prefill(params=params, padded_tokens=padded, true_length=len(prompt),
+                                   rng=jax.random.PRNGKey(1))
+    logits = [np.asarray(prefix["logits"], np.float32).reshape(-1).tolist()]
+    state = engine.init_decode_state(jax.random.PRNGKey(2))
+    state = engine.insert(prefix, state, slot=0)
+    tokens = [_token(first)]
+    for i in range(n_steps):
+        state, res = engine.generate(params, state, rng=jax.random.PRNGKey(3 + i))
+        tokens.append(_token(res))
+        logits.append(np.asarray(state["logits"][0], np.float32).reshape(-1).tolist())
+    return {"tokens": tokens, "logits": logits}
+
+
+def main() -> None:
+    family, work = sys.argv[1], pathlib.Path(sys.argv[2])
+    facts: dict = {"family": family, "maxtext": maxtext.__version__}
+    items = train(family)
+    facts["train"] = str(items)
+    facts["unrolled"] = run_unroll(family, items, work, "unrolled", "force_unroll=true")
+    facts["scanned"] = run_unroll(family, items, work, "scanned", "force_unroll=false")
+    if facts["unrolled"]["rc"] == 0:
+        p = subprocess.run([os.environ["UNROLL_BIN"], "verify", str(items), facts["unrolled"]["path"],
+                            BASE_YML, *ALL[family]], capture_output=True, text=True)
+        facts["verify"] = {"rc": p.returncode, "stdout": p.stdout[-3000:], "stderr": p.stderr[-2000:]}
+    facts["model_tree"] = model_tree(family)
+    if facts["unrolled"]["rc"] == 0:
+        facts["unrolled_tree"] = checkpoint_tree(facts["unrolled"]["path"])
+        facts["decode_unrolled"] = decode(family, facts["unrolled"]["path"], scanned=False)
+    if facts["scanned"]["rc"] == 0:
+        facts["decode_scanned"] = decode(family, facts["scanned"]["path"], scanned=True)
+    (work / "facts.json").write_text(json.dumps(facts))
+
+
+if __name__ == "__main__":
+    main()
