@@ -539,14 +539,12 @@ int ur_fs_write_file(const char *path, const void *data, size_t n, ur_err *err)
     return rc;
 }
 
-int ur_fs_mkdirs(const char *path, ur_err *err)
+/* Create every directory of the writable copy `p` of `path` from `from` on (each component
+ * ending at a '/' or at the end; none when `from` is NULL), then check that `path` is a directory. Frees `p`. */
+static int mkdirs_from(char *p, char *from, const char *path, ur_err *err)
 {
-    char *p = ur_strdup(path);
     int rc = UR_OK;
-    if (p == NULL) {
-        return ur_err_oom(err);
-    }
-    for (char *s = p + 1;; s++) {
+    for (char *s = from; s != NULL; s++) {
         if (*s == '/' || *s == '\0') {
             char c = *s;
             *s = '\0';
@@ -567,11 +565,19 @@ int ur_fs_mkdirs(const char *path, ur_err *err)
     return rc;
 }
 
+int ur_fs_mkdirs(const char *path, ur_err *err)
+{
+    char *p = ur_strdup(path);
+    if (p == NULL) {
+        return ur_err_oom(err);
+    }
+    return mkdirs_from(p, p + 1, path, err);
+}
+
 int ur_fs_mkdirs_under(const char *root, const char *path, ur_err *err)
 {
     size_t n = strlen(root);
     char *p;
-    int rc = UR_OK;
     while (n > 1 && root[n - 1] == '/') {
         n--;
     }
@@ -586,25 +592,7 @@ int ur_fs_mkdirs_under(const char *root, const char *path, ur_err *err)
     if (p == NULL) {
         return ur_err_oom(err);
     }
-    for (char *s = p + n + 1; s <= p + strlen(path) && p[n] != '\0'; s++) {
-        if (*s == '/' || *s == '\0') {
-            char c = *s;
-            *s = '\0';
-            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-                rc = os_fail(err, p, "cannot create directory");
-                break;
-            }
-            *s = c;
-            if (c == '\0') {
-                break;
-            }
-        }
-    }
-    if (rc == UR_OK && !ur_fs_is_dir(path)) {
-        rc = ur_err_set_os(err, UR_EIO, ENOTDIR, path, "cannot create directory");
-    }
-    ur_free(p);
-    return rc;
+    return mkdirs_from(p, p[n] == '\0' ? NULL : p + n + 1, path, err);
 }
 
 int ur_fs_fsync_dir(const char *path, ur_err *err)
