@@ -162,9 +162,6 @@ const ur_orbax_leaf *ur_orbax_ckpt_leaf(const ur_orbax_ckpt *ck, size_t i);
 int ur_orbax_ckpt_find(const ur_orbax_ckpt *ck, const char *name, const ur_orbax_leaf **out,
                        ur_err *err);
 
-/* The kvstore the arrays live in (borrowed; OCDBT or the item directory). */
-ur_kvstore *ur_orbax_ckpt_kvstore(ur_orbax_ckpt *ck);
-
 /* Open a leaf's zarr array (format from use_zarr3). Scalars are 0-d arrays. The caller closes
  * it with ur_zarr_array_close before closing the checkpoint. A missing chunk reads as the fill
  * value only when _METADATA does not say store_array_data_equal_to_fill_value (else it is

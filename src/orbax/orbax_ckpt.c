@@ -646,11 +646,6 @@ int ur_orbax_ckpt_find(const ur_orbax_ckpt *ck, const char *name, const ur_orbax
     return ur_err_set(err, UR_ENOTFOUND, "no leaf '%s' in the checkpoint", name);
 }
 
-ur_kvstore *ur_orbax_ckpt_kvstore(ur_orbax_ckpt *ck)
-{
-    return ck->kv;
-}
-
 int ur_orbax_ckpt_open_array(ur_orbax_ckpt *ck, const ur_orbax_leaf *leaf, ur_zarr_array **out,
                              ur_err *err)
 {

@@ -77,10 +77,7 @@ void ur_orbax_meta_free(ur_orbax_meta *m);
 
 /* ---- orbax_sharding.c: _sharding -------------------------------------------------------- */
 
-/* URL-safe base64 with '=' padding, as Python's base64.urlsafe_b64encode. */
-int ur_orbax_b64url_encode(ur_buf *out, const void *p, size_t n, ur_err *err);
-/* Strict decode (padding required, no whitespace). UR_ECORRUPT for bad input. */
-int ur_orbax_b64url_decode(ur_buf *out, const char *s, size_t n, ur_err *err);
+/* Parameter names are keys in URL-safe base64 with '=' padding (unroll/b64.h, UR_B64_URL). */
 
 typedef struct ur_orbax_sharding_map {
     ur_orbax_arena arena;

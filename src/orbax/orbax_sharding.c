@@ -15,16 +15,6 @@
 
 #include <string.h>
 
-int ur_orbax_b64url_encode(ur_buf *out, const void *p, size_t n, ur_err *err)
-{
-    return ur_b64_encode(out, p, n, UR_B64_URL, err);
-}
-
-int ur_orbax_b64url_decode(ur_buf *out, const char *s, size_t n, ur_err *err)
-{
-    return ur_b64_decode(out, s, n, UR_B64_URL, err);
-}
-
 /* A partition-spec element: null, "axis", or ["a", "b"] (joined as "a,b"; [] as NULL). */
 static int parse_spec_elem(const char **out, ur_orbax_arena *a, const cJSON *e, ur_err *err)
 {
@@ -301,7 +291,7 @@ int ur_orbax_sharding_emit(ur_buf *out, const char *const *names,
     for (size_t i = 0; rc == UR_OK && i < n; i++) {
         ur_buf_reset(&key);
         ur_buf_reset(&val);
-        rc = ur_orbax_b64url_encode(&key, names[i], strlen(names[i]), err);
+        rc = ur_b64_encode(&key, names[i], strlen(names[i]), UR_B64_URL, err);
         if (rc == UR_OK) {
             rc = ur_buf_append_byte(&key, 0, err);
         }
@@ -363,7 +353,7 @@ int ur_orbax_sharding_parse(ur_orbax_sharding_map **out, const char *json, size_
     cJSON_ArrayForEach(e, root)
     {
         ur_buf_reset(&name);
-        rc = ur_orbax_b64url_decode(&name, e->string, strlen(e->string), err);
+        rc = ur_b64_decode(&name, e->string, strlen(e->string), UR_B64_URL, err);
         if (rc < 0) {
             ur_err_wrap(err, "_sharding: member '%s' is not a base64 param name", e->string);
             goto out;

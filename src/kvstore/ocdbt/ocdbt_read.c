@@ -8,7 +8,7 @@
  * Threads: data-file descriptors and decoded nodes are cached under one mutex; decoded nodes
  * are refcounted so a node evicted while in use stays valid until released. */
 #define _POSIX_C_SOURCE 200809L
-#include "kvstore_impl.h"
+#include "../kvstore_impl.h" /* OCDBT is a kvstore driver: it fills in the vtable */
 #include "ocdbt_internal.h"
 
 #include "unroll/alloc.h"

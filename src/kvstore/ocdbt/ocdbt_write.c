@@ -8,7 +8,7 @@
  * node (zstd when asked) to the data files, fsync them, then write manifest.ocdbt (temp file
  * + rename + directory fsync), last. Spec §10 (invariants), §6.5 (statistics). */
 #define _POSIX_C_SOURCE 200809L
-#include "kvstore_impl.h"
+#include "../kvstore_impl.h" /* OCDBT is a kvstore driver: it fills in the vtable */
 #include "ocdbt_format.h"
 
 #include "unroll/alloc.h"
