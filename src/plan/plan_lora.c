@@ -60,8 +60,7 @@ static int list_loras(const char *adapters, char ***ids_out, size_t *n_out, ur_e
     if (rc == UR_OK && n == 0) {
         rc = ur_err_set_os(err, UR_ENOTFOUND, 0, adapters,
                            "no LoRA adapter (<id>/adapter_config.json) found");
-    }
-    if (rc == UR_OK) {
+    } else if (rc == UR_OK) {
         qsort(ids, n, sizeof *ids, cmp_str);
     }
     *ids_out = ids;
