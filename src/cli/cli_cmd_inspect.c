@@ -218,7 +218,7 @@ static int inspect_leaf(ur_orbax_ckpt *ck, const ur_orbax_leaf *l, int hash, cJS
         if (rc == UR_OK && hash) {
             rc = hash_array(arr, &digest, err);
         }
-        if (rc < 0) {
+        if (rc != UR_OK) {
             ur_err_wrap(err, "array '%s'", l->name);
             goto out;
         }

@@ -157,13 +157,12 @@ static int convert_loras(const char *adapters, const ur_plan_units *u,
         rc = check_cancel(o, err);
         if (rc == UR_OK && (in == NULL || cfg_in == NULL)) {
             rc = ur_err_oom(err);
-        }
-        if (rc == UR_OK) {
+        } else if (rc == UR_OK) {
             rc = convert(in, out, pub != NULL ? ur_orbax_publish_staging(pub) : NULL,
                          UR_PLAN_INPUT_LORA, s, o, what, total, err);
-        }
-        if (rc == UR_OK && pub != NULL) {
-            rc = copy_file(cfg_in, ur_orbax_publish_staged(pub, 2 + 2 * i), err);
+            if (rc == UR_OK && pub != NULL) {
+                rc = copy_file(cfg_in, ur_orbax_publish_staged(pub, 2 + 2 * i), err);
+            }
         }
         ur_free(in);
         ur_free(cfg_in);

@@ -19,7 +19,7 @@ static int codecs_of(const ur_zarr_chain *c, const ur_zarr_b2b_codec **k, ur_err
 {
     for (int i = 0; i < c->n_b2b; i++) {
         int rc = ur_zarr_codec__b2b_get(&c->b2b[i], &k[i], err);
-        if (rc < 0) {
+        if (rc != UR_OK) {
             return rc;
         }
     }
@@ -40,7 +40,7 @@ int ur_zarr_codec__decode(const ur_zarr_chain *c, int rank, const uint64_t *shap
     int want_ok[UR_ZARR_MAX_B2B];
     const ur_zarr_b2b_codec *k[UR_ZARR_MAX_B2B];
     rc = codecs_of(c, k, err);
-    if (rc < 0) {
+    if (rc != UR_OK) {
         return rc;
     }
     for (int i = 0; i < c->n_b2b; i++) {
@@ -122,7 +122,7 @@ int ur_zarr_codec__encode(const ur_zarr_chain *c, int rank, const uint64_t *shap
     const ur_zarr_b2b_codec *k[UR_ZARR_MAX_B2B];
     int rc = codecs_of(c, k, err);
 
-    if (rc < 0) {
+    if (rc != UR_OK) {
         return rc;
     }
     ur_buf_init(&a, 0);

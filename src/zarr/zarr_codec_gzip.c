@@ -210,7 +210,7 @@ static int stream_step(ur_zarr_b2b_stream *s, ur_zarr_b2b_io *io, ur_err *err)
         }
         if (!s->gzip) {
             return ur_err_set(err, UR_ECORRUPT, "zlib: %llu bytes after the end of the stream",
-                              (unsigned long long)(io->in_n + io->in_rest));
+                              (unsigned long long)io->in_n + io->in_rest);
         }
         /* gzip allows several members one after another. */
         if (inflateReset(&s->z) != Z_OK) {
