@@ -712,7 +712,8 @@ static int parse_v2(ur_zarr_meta *m, const cJSON *root, const char *json, size_t
     m->codecs.big_endian = big;
 
     v = member(root, "order");
-    if (!cJSON_IsString(v) || (strcmp(v->valuestring, "C") != 0 && strcmp(v->valuestring, "F"))) {
+    if (!cJSON_IsString(v) ||
+        (strcmp(v->valuestring, "C") != 0 && strcmp(v->valuestring, "F") != 0)) {
         return ur_err_set(err, UR_ECORRUPT, "\"order\" is not \"C\" or \"F\"");
     }
     if (v->valuestring[0] == 'F' && m->rank > 1) {
