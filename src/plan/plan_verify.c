@@ -1,6 +1,9 @@
 /* `unroll verify`: every output leaf against the slice of the input it must come from.
- * See include/unroll/plan_verify.h for the correspondence. Nothing here uses plan.c: the
- * source of each output leaf is found from the output's names and shapes alone. */
+ * See include/unroll/plan_verify.h for the correspondence. Nothing here uses plan.c or the
+ * planner's family descriptors: the source of each output leaf is found from the output's
+ * names and shapes alone, by the family matchers of verify_family_*.c (verify_family.h);
+ * this file holds the leaf sets, the table of each output group, the value comparison and the
+ * report. */
 #include "verify_family.h"
 
 #include "unroll/plan_verify.h"
