@@ -85,15 +85,9 @@ const ur_plan_family *ur_family_find(const ur_settings *s);
 /* The decoder_block family, pipeline aside. */
 const ur_plan_family *ur_family_find_block(const ur_settings *s);
 
-/* ---- the descriptors (one file each) ------------------------------------------------------ */
-extern const ur_plan_family ur_family_plain;      /* decoder/layers */
-extern const ur_plan_family ur_family_deepseek;   /* dense_layers + moe_layers */
-extern const ur_plan_family ur_family_gemma3;     /* blocks of 6 + layers_remainder */
-extern const ur_plan_family ur_family_gemma4;     /* nested scanned_blocks + remainder */
-extern const ur_plan_family ur_family_deepseek4;  /* hash layers + blocks of 2 */
-extern const ur_plan_family ur_family_qwen3_next; /* nested blocks of K + remainder */
-extern const ur_plan_family ur_family_cycle;      /* blocks of K (llama4, gpt-oss, olmo3) */
-extern const ur_plan_family ur_family_pipeline;   /* pipeline_module + outside layers */
+/* The pipeline layout (family_pipeline.c), tried before the table's rows. The others are
+ * named only by their row in family.c. */
+extern const ur_plan_family ur_family_pipeline;
 
 /* ---- what the walk lends the families (plan.c) -------------------------------------------- */
 

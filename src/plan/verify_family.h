@@ -115,11 +115,7 @@ typedef struct {
 extern const ur_verify_family *const ur_verify_family_table[];
 extern const size_t ur_verify_family_count;
 
-/* ---- the families ------------------------------------------------------------------------- */
-extern const ur_verify_family ur_verify_family_pipeline; /* verify_family_pipeline.c */
-extern const ur_verify_family ur_verify_family_gemma4;   /* verify_family_nested.c */
-extern const ur_verify_family ur_verify_family_qwen3_next;
-extern const ur_verify_family ur_verify_family_blocks; /* verify_family_blocks.c */
+/* ---- the blocks family's tables (verify_family_blocks.c) ---------------------------------- */
 
 /* The table for output D/X_<g> (D = q[0..dlen)), built on first use (verify_family_blocks.c):
  * the scanned node, sub-layers per block, unscanned head and remainder, read from the tree. */

@@ -3,6 +3,10 @@
 
 #include "plan/family.h"
 
+/* the descriptors (family.c names them only in its table) */
+extern const ur_plan_family ur_family_plain, ur_family_deepseek, ur_family_gemma3,
+    ur_family_gemma4, ur_family_deepseek4, ur_family_cycle, ur_family_qwen3_next;
+
 static ur_settings settings(const char *block, int64_t cycle)
 {
     ur_settings s;
