@@ -770,7 +770,6 @@ static void test_plan__gemma3_blocks_and_remainder(void **state)
     expect_out(plan, 0, b5, 2);
     expect_copy(plan, 1, "params/params/decoder/layers_13/mlp/wo/kernel");
     expect_copy(plan, 2, "params/params/decoder/layers_12/pre_ffw_norm/scale");
-    assert_int_equal(plan->n_remainder, 2);
     ur_plan_free(plan);
     /* 13 layers: one remainder layer, so layers_remainder/layers_1 is wrong */
     s.num_decoder_layers = 13;
