@@ -21,6 +21,7 @@
 #include "unroll/err.h"
 #include "unroll/kvstore.h"
 #include "unroll/ocdbt.h"
+#include "unroll/sink.h"
 #include "unroll/zarr.h"
 
 #include <stddef.h>
@@ -211,6 +212,16 @@ int ur_orbax_writer_add_array(ur_orbax_writer *w, const ur_orbax_key *path, size
                               ur_dtype dtype, int rank, const uint64_t *shape,
                               const uint64_t *chunk_shape, const char *const *spec,
                               ur_zarr_array **arr_out, ur_err *err);
+/* ur_orbax_writer_add_array in two steps, for writers that encode on many threads:
+ * prepare makes the array's handle (thread-safe, writes nothing: it can encode chunks and
+ * write them); publish, once its chunks are written, adds the leaf and writes the array's
+ * metadata (one thread at a time). The caller closes the handle after publishing. */
+int ur_orbax_writer_prepare_array(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
+                                  ur_dtype dtype, int rank, const uint64_t *shape,
+                                  const uint64_t *chunk_shape, ur_zarr_array **arr_out,
+                                  ur_err *err);
+int ur_orbax_writer_publish_array(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
+                                  const char *const *spec, ur_zarr_array *arr, ur_err *err);
 /* Close an array from ur_orbax_writer_add_array once every chunk of it is written, so that a
  * checkpoint of 100,000 arrays does not hold 100,000 handles until commit (its metadata stays
  * with the writer). Cheap when arrays are finished in the order they were added. */
@@ -239,5 +250,10 @@ int ur_orbax_writer_commit(ur_orbax_writer *w, ur_err *err);
 
 /* Remove the temporary directory and free. NULL-safe. */
 void ur_orbax_writer_abort(ur_orbax_writer *w);
+
+/* The writer as an output sink (unroll/sink.h; orbax_sink.c): arrays are prepared when begun
+ * and published when finished, replicated (`_sharding` spec all None); the sink's finish
+ * commits the writer and abort aborts it. `w` stays the caller's until one of them. */
+void ur_orbax_sink_init(ur_sink *sink, ur_orbax_writer *w);
 
 #endif

@@ -592,8 +592,8 @@ int ur_zarr_array_stored_bytes(ur_zarr_array *arr, uint64_t *out, ur_err *err)
 
 /* ---- writing ------------------------------------------------------------------------------ */
 
-int ur_zarr_array__create_meta(ur_zarr_array **out, ur_kvstore *kv, const char *prefix,
-                               const ur_zarr_meta *m, ur_err *err)
+static int create(ur_zarr_array **out, ur_kvstore *kv, const char *prefix,
+                  const ur_zarr_meta *m, int write_meta, ur_err *err)
 {
     ur_zarr_array *a = NULL;
     char key[KEY_MAX];
@@ -610,14 +610,15 @@ int ur_zarr_array__create_meta(ur_zarr_array **out, ur_kvstore *kv, const char *
     if (rc == UR_OK) {
         rc = setup(a, err);
     }
-    if (rc == UR_OK) {
+    if (rc == UR_OK && write_meta) {
         rc = ur_zarr_meta__emit(&a->meta, &b, err);
-    }
-    if (rc == UR_OK) {
-        rc = join_key(a, m->zarr_format == 3 ? "zarr.json" : ".zarray", key, sizeof(key), err);
-    }
-    if (rc == UR_OK) {
-        rc = ur_kvstore_write(kv, key, b.data, b.len, err);
+        if (rc == UR_OK) {
+            rc = join_key(a, m->zarr_format == 3 ? "zarr.json" : ".zarray", key, sizeof(key),
+                          err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_kvstore_write(kv, key, b.data, b.len, err);
+        }
     }
     ur_buf_dispose(&b);
     if (rc < 0) {
@@ -627,6 +628,31 @@ int ur_zarr_array__create_meta(ur_zarr_array **out, ur_kvstore *kv, const char *
     }
     *out = a;
     return UR_OK;
+}
+
+int ur_zarr_array__create_meta(ur_zarr_array **out, ur_kvstore *kv, const char *prefix,
+                               const ur_zarr_meta *m, ur_err *err)
+{
+    return create(out, kv, prefix, m, 1, err);
+}
+
+int ur_zarr_array_write_meta(ur_zarr_array *arr, ur_err *err)
+{
+    char key[KEY_MAX];
+    ur_buf b;
+    int rc;
+
+    ur_buf_init(&b, 0);
+    rc = ur_zarr_meta__emit(&arr->meta, &b, err);
+    if (rc == UR_OK) {
+        rc = join_key(arr, arr->meta.zarr_format == 3 ? "zarr.json" : ".zarray", key,
+                      sizeof(key), err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_kvstore_write(arr->kv, key, b.data, b.len, err);
+    }
+    ur_buf_dispose(&b);
+    return rc < 0 ? ur_err_wrap(err, "zarr array '%s': create", arr->prefix) : rc;
 }
 
 int ur_zarr_array_create(ur_zarr_array **out, ur_kvstore *kv, const char *prefix,
@@ -686,7 +712,7 @@ int ur_zarr_array_create(ur_zarr_array **out, ur_kvstore *kv, const char *prefix
         m.fill_null = 1;
         m.codecs.b2b[0].level = spec->zstd_level ? spec->zstd_level : UR_ZARR_ZSTD_DEFAULT_LEVEL_V2;
     }
-    return ur_zarr_array__create_meta(out, kv, prefix, &m, err);
+    return create(out, kv, prefix, &m, !spec->defer_meta, err);
 }
 
 int ur_zarr_array_encode_chunk(ur_zarr_array *arr, const void *src, ur_buf *out, ur_err *err)
