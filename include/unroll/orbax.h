@@ -69,19 +69,23 @@ typedef enum {
 typedef struct ur_orbax_sharding {
     ur_orbax_sharding_kind kind;
     const char *device_str; /* SINGLE_DEVICE: "cpu:0", "cuda:0", ... */
-    /* NAMED: the mesh. Shape entries are as stored (-1 is legal: numpy reshape infers it). */
+    /* NAMED: the mesh. Shape entries are as stored (-1 is legal: numpy reshape infers it).
+     * The arrays have mesh_rank entries (at least one) and are owned like the strings. */
     int mesh_rank;
-    int64_t mesh_shape[UR_MAX_RANK];
-    const char *mesh_axis_names[UR_MAX_RANK];
-    const char *mesh_axis_types[UR_MAX_RANK]; /* "AxisType.Auto" ...; all NULL when absent */
-    int has_device_mesh;                      /* an explicit device_mesh was stored */
+    const int64_t *mesh_shape;
+    const char *const *mesh_axis_names;
+    const char *const *mesh_axis_types; /* "AxisType.Auto" ...; NULL or all NULL when absent */
+    int has_device_mesh;                /* an explicit device_mesh was stored */
     /* NAMED: partition spec, one entry per array dim (may be shorter than the array's rank:
-     * trailing dims unsharded). NULL = None; several mesh axes on one dim are joined by ','. */
+     * trailing dims unsharded). NULL = None; several mesh axes on one dim are joined by ','.
+     * spec_rank entries (NULL when 0). */
     int spec_rank;
-    const char *spec[UR_MAX_RANK];
+    const char *const *spec;
 } ur_orbax_sharding;
 
-/* One entry of `_METADATA.tree_metadata`, in tree order (Orbax's sort by key path). */
+/* One entry of `_METADATA.tree_metadata`, in tree order (Orbax's sort by key path). The shape
+ * arrays have as many entries as their rank (NULL when it is 0 or -1), so that a checkpoint of
+ * 100,000 leaves costs about as much memory as its _METADATA. */
 typedef struct ur_orbax_leaf {
     const char *keypath;     /* the tree_metadata key: "('params', 'decoder', ...)" */
     size_t depth;            /* number of key components */
@@ -91,17 +95,17 @@ typedef struct ur_orbax_leaf {
     const char *value_type_name; /* as stored */
     int skip_deserialize;
     int write_shape_rank;    /* -1 when value_metadata has no write_shape */
-    uint64_t write_shape[UR_MAX_RANK];
+    const uint64_t *write_shape;
     ur_orbax_sharding sharding;
     /* Filled from the array's zarr metadata when the checkpoint is opened (has_array = 1). */
     int has_array;
     ur_dtype dtype;
     int rank;
-    uint64_t shape[UR_MAX_RANK];
-    uint64_t chunk_shape[UR_MAX_RANK]; /* read unit (inner chunk for zarr3 sharding) */
+    const uint64_t *shape;
+    const uint64_t *chunk_shape; /* read unit (inner chunk for zarr3 sharding) */
     /* From array_metadatas/process_0 (chunk_shape_rank -1 when not listed there). */
     int array_meta_chunk_rank;
-    uint64_t array_meta_chunk_shape[UR_MAX_RANK];
+    const uint64_t *array_meta_chunk_shape;
     const char *random_key_impl; /* ext_metadata.random_key_impl (PRNG keys), else NULL */
     const char *string_value;    /* STRING leaves: the value from _strings.json, else NULL */
 } ur_orbax_leaf;

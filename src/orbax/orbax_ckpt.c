@@ -409,7 +409,7 @@ static int attach_array_meta(ur_orbax_ckpt *ck, ur_err *err)
         if (ur_strmap_get(&by_name, am->param_name, strlen(am->param_name), &j)) {
             ur_orbax_leaf *l = &ck->leaves[j];
             l->array_meta_chunk_rank = am->chunk_rank;
-            memcpy(l->array_meta_chunk_shape, am->chunk_shape, sizeof(l->array_meta_chunk_shape));
+            l->array_meta_chunk_shape = am->chunk_shape; /* the list lives as long */
             l->random_key_impl = am->random_key_impl;
         }
     }
@@ -453,9 +453,12 @@ static int describe_arrays(ur_orbax_ckpt *ck, ur_err *err)
         l->has_array = 1;
         l->dtype = info->dtype;
         l->rank = info->rank;
-        memcpy(l->shape, info->shape, sizeof(l->shape));
-        memcpy(l->chunk_shape, info->chunk_shape, sizeof(l->chunk_shape));
+        l->shape = ur_orbax__arena_dims(&ck->arena, info->shape, info->rank);
+        l->chunk_shape = ur_orbax__arena_dims(&ck->arena, info->chunk_shape, info->rank);
         ur_zarr_array_close(arr);
+        if (info->rank > 0 && (l->shape == NULL || l->chunk_shape == NULL)) {
+            return ur_err_oom(err);
+        }
         if (l->sharding.kind == UR_ORBAX_SHARDING_NAMED && l->sharding.spec_rank > l->rank) {
             return ur_err_set(err, UR_ECORRUPT,
                               "_sharding: '%s': partition_spec has %d entries for a rank-%d "

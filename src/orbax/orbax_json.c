@@ -229,6 +229,32 @@ int ur_orbax__parse_shape(const cJSON *v, uint64_t *dims, int *rank, const char 
     return UR_OK;
 }
 
+uint64_t *ur_orbax__arena_dims(ur_orbax_arena *a, const uint64_t *dims, int n)
+{
+    uint64_t *p = n > 0 ? ur_orbax__arena_alloc(a, (size_t)n * sizeof(*p)) : NULL;
+    if (p != NULL) {
+        memcpy(p, dims, (size_t)n * sizeof(*p));
+    }
+    return p;
+}
+
+int ur_orbax__parse_shape_in(const cJSON *v, ur_orbax_arena *a, const uint64_t **dims, int *rank,
+                             const char *what, ur_err *err)
+{
+    uint64_t tmp[UR_MAX_RANK];
+    int n = 0;
+    int rc = ur_orbax__parse_shape(v, tmp, &n, what, err);
+    if (rc < 0) {
+        return rc;
+    }
+    *dims = ur_orbax__arena_dims(a, tmp, n);
+    if (n > 0 && *dims == NULL) {
+        return ur_err_oom(err);
+    }
+    *rank = n;
+    return UR_OK;
+}
+
 int ur_orbax__put_shape(ur_buf *b, const uint64_t *dims, int rank, ur_err *err)
 {
     int rc = ur_buf_append_byte(b, '[', err);

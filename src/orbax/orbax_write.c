@@ -33,6 +33,7 @@ struct ur_orbax_writer {
     size_t n_arrays;
     size_t cap_arrays;
     size_t first_open; /* arrays[0..first_open) are all closed */
+    const char *no_spec[UR_MAX_RANK]; /* a replicated array's partition spec */
     char *custom_metadata;
     int64_t init_ns;
 };
@@ -348,11 +349,19 @@ int ur_orbax_writer_publish_array(ur_orbax_writer *w, const ur_orbax_key *path, 
     ur_orbax_sharding *s = &l->sharding;
     s->kind = UR_ORBAX_SHARDING_NAMED;
     s->mesh_rank = w->opts.mesh_rank;
-    for (int i = 0; i < s->mesh_rank; i++) {
-        s->mesh_shape[i] = w->opts.mesh_shape[i];
-        s->mesh_axis_names[i] = w->opts.mesh_axis_names[i];
-    }
+    s->mesh_shape = w->opts.mesh_shape; /* every array's mesh: one copy */
+    s->mesh_axis_names = w->opts.mesh_axis_names;
     s->spec_rank = rank;
+    const char **sp = NULL;
+    if (spec != NULL && rank > 0) {
+        sp = ur_orbax__arena_alloc(&w->arena, (size_t)rank * sizeof(*sp));
+        if (sp == NULL) {
+            return ur_err_oom(err);
+        }
+    } else if (rank > 0) {
+        sp = w->no_spec; /* replicated: all None */
+    }
+    s->spec = sp;
     for (int i = 0; spec != NULL && i < rank; i++) {
         if (spec[i] == NULL || spec[i][0] == '\0') {
             continue;
@@ -371,8 +380,8 @@ int ur_orbax_writer_publish_array(ur_orbax_writer *w, const ur_orbax_key *path, 
             }
             p = comma + 1;
         }
-        s->spec[i] = ur_orbax__arena_strdup(&w->arena, spec[i]);
-        if (s->spec[i] == NULL) {
+        sp[i] = ur_orbax__arena_strdup(&w->arena, spec[i]);
+        if (sp[i] == NULL) {
             return ur_err_oom(err);
         }
     }
@@ -383,12 +392,15 @@ int ur_orbax_writer_publish_array(ur_orbax_writer *w, const ur_orbax_key *path, 
     l->value_type = UR_ORBAX_VALUE_JAX_ARRAY;
     l->value_type_name = ur_orbax_value_type_name(l->value_type);
     l->write_shape_rank = rank;
-    memcpy(l->write_shape, info->chunk_shape, (size_t)rank * sizeof(uint64_t));
     l->has_array = 1;
     l->dtype = info->dtype;
     l->rank = rank;
-    memcpy(l->shape, info->shape, (size_t)rank * sizeof(uint64_t));
-    memcpy(l->chunk_shape, info->chunk_shape, (size_t)rank * sizeof(uint64_t));
+    l->shape = ur_orbax__arena_dims(&w->arena, info->shape, rank);
+    l->chunk_shape = ur_orbax__arena_dims(&w->arena, info->chunk_shape, rank);
+    l->write_shape = l->chunk_shape;
+    if (rank > 0 && (l->shape == NULL || l->chunk_shape == NULL)) {
+        return ur_err_oom(err);
+    }
     w->n_leaves++;
     return UR_OK;
 }
@@ -559,8 +571,8 @@ static int write_item_metadata(ur_orbax_writer *w, ur_err *err)
         am[na].param_name = l->name;
         am[na].write_rank = l->rank;
         am[na].chunk_rank = l->rank;
-        memcpy(am[na].write_shape, l->write_shape, sizeof(am[na].write_shape));
-        memcpy(am[na].chunk_shape, l->chunk_shape, sizeof(am[na].chunk_shape));
+        am[na].write_shape = l->write_shape;
+        am[na].chunk_shape = l->chunk_shape;
         na++;
     }
     if (na > 0) {
