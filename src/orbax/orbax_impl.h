@@ -31,6 +31,8 @@ void ur_orbax__arena_dispose(ur_orbax_arena *a);
 /* Zeroed, aligned for any type; NULL when out of memory. */
 void *ur_orbax__arena_alloc(ur_orbax_arena *a, size_t n);
 char *ur_orbax__arena_strdup(ur_orbax_arena *a, const char *s);
+/* Move every block of `from` into `into` (from is left empty). */
+void ur_orbax__arena_adopt(ur_orbax_arena *into, ur_orbax_arena *from);
 char *ur_orbax__arena_strndup(ur_orbax_arena *a, const char *s, size_t n);
 
 /* Parse `len` bytes of JSON (ur_json_parse); UR_ECORRUPT "<what>: invalid JSON near byte N",

@@ -34,6 +34,20 @@ void ur_orbax__arena_dispose(ur_orbax_arena *a)
     a->head = NULL;
 }
 
+void ur_orbax__arena_adopt(ur_orbax_arena *into, ur_orbax_arena *from)
+{
+    ur_orbax__arena_block *tail = from->head;
+    if (tail == NULL) {
+        return;
+    }
+    while (tail->next != NULL) {
+        tail = tail->next;
+    }
+    tail->next = into->head;
+    into->head = from->head;
+    from->head = NULL;
+}
+
 void *ur_orbax__arena_alloc(ur_orbax_arena *a, size_t n)
 {
     const size_t align = alignof(max_align_t);
