@@ -506,6 +506,23 @@ static int describe_arrays(ur_orbax_ckpt *ck, ur_err *err)
     size_t n = ck->n_leaves, t = cores > 1 ? (size_t)cores : 1, started = 1;
     int rc = UR_OK;
 
+    /* The first array alone: its lookup decodes the B+tree node(s) into the reader's cache,
+     * which a small tree's other arrays then share (threads missing the cache together
+     * would each decode the same node). */
+    size_t first = 0;
+    while (first < n && (!ur_orbax_value_type_has_array(ck->leaves[first].value_type) ||
+                         ck->leaves[first].skip_deserialize)) {
+        first++;
+    }
+    if (first == n) {
+        return UR_OK;
+    }
+    rc = describe_one(ck, &ck->leaves[first], &ck->arena, err);
+    if (rc < 0) {
+        return rc;
+    }
+    first++;
+    n -= first;
     if (t > DESCRIBE_MAX_THREADS) {
         t = DESCRIBE_MAX_THREADS;
     }
@@ -514,8 +531,8 @@ static int describe_arrays(ur_orbax_ckpt *ck, ur_err *err)
     }
     for (size_t k = 0; k < t; k++) {
         parts[k].ck = ck;
-        parts[k].lo = n * k / t;
-        parts[k].hi = n * (k + 1) / t;
+        parts[k].lo = first + n * k / t;
+        parts[k].hi = first + n * (k + 1) / t;
         ur_orbax__arena_init(&parts[k].arena);
         ur_err_clear(&parts[k].err);
     }
