@@ -60,9 +60,11 @@ void ur_sched_update(ur_sched *s, void (*fn)(void *arg), void *arg)
     pthread_mutex_unlock(&s->lock);
 }
 
-uint64_t ur_sched_next_commit(const ur_sched *s)
+void ur_sched_locked(ur_sched *s, void (*fn)(void *arg), void *arg)
 {
-    return __atomic_load_n(&s->next_commit, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&s->lock);
+    fn(arg);
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* Under the lock: a job from the pool, or a new one (NULL when out of memory). */
@@ -132,7 +134,7 @@ static int hand_in(sched_worker *wk, uint64_t item, ur_err *err)
     pthread_mutex_lock(&s->lock);
     record(s, rc, err);
     if (rc == UR_OK) {
-        __atomic_store_n(&s->next_commit, s->next_commit + 1, __ATOMIC_RELAXED);
+        s->next_commit++;
     }
     while (rc == UR_OK && !s->failed) {
         void *mine = NULL;
@@ -153,7 +155,7 @@ static int hand_in(sched_worker *wk, uint64_t item, ur_err *err)
         give_job(s, mine);
         record(s, rc, err);
         if (rc == UR_OK) {
-            __atomic_store_n(&s->next_commit, s->next_commit + 1, __ATOMIC_RELAXED);
+            s->next_commit++;
         }
     }
     s->writing = 0;

@@ -50,10 +50,10 @@ int ur_sched_run(const ur_sched_cfg *cfg, ur_err *err);
 int ur_sched_wait(ur_sched *s, int (*ready)(void *arg), void *arg);
 /* From a callback: fn(arg) under the lock, then wake every waiter. */
 void ur_sched_update(ur_sched *s, void (*fn)(void *arg), void *arg);
+/* From a callback: fn(arg) under the lock (a look-up; wakes no one). */
+void ur_sched_locked(ur_sched *s, void (*fn)(void *arg), void *arg);
 /* From a callback: record a failure (the first one wins) and wake every waiter. */
 void ur_sched_fail(ur_sched *s, const ur_err *e);
-/* The item that commits next (read without the lock: a hint). */
-uint64_t ur_sched_next_commit(const ur_sched *s);
 
 /* ---- memory budget ---------------------------------------------------------------------- */
 

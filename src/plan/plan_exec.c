@@ -226,7 +226,7 @@ static void slab_done(void *arg)
 
 /* Read the item's slab into the worker's input buffer: the whole chunk with one read, or the
  * next slab of the chunk's stream once every earlier slab of it has been read. */
-static int read_slab(runner *r, ur_sched *s, ur_kern_worker *wk, job *j, ur_err *err)
+static int read_slab(ur_sched *s, ur_kern_worker *wk, job *j, ur_err *err)
 {
     const ur_kern_task *t = &j->t->k;
     slab_turn st;
@@ -234,7 +234,6 @@ static int read_slab(runner *r, ur_sched *s, ur_kern_worker *wk, job *j, ur_err 
     if (rc < 0) {
         return rc;
     }
-    (void)r;
     if (j->slot == NULL) {
         return ur_zarr_array_read_chunk(t->src, j->it.idx, wk->in.data, err);
     }
@@ -339,7 +338,7 @@ static void prefetch_ahead(runner *r, ur_sched *s, uint64_t item)
     if (a.item >= r->n_items) {
         return;
     }
-    ur_sched_update(s, find_ahead, &a);
+    ur_sched_locked(s, find_ahead, &a);
     /* the leaf stays set up until its items, a.item among them, are committed */
     if (a.src != NULL && a.it.slab == 0 && !a.it.beyond_edge) {
         ur_zarr_array_prefetch_chunk(a.src, a.it.idx, PREFETCH_BYTES);
@@ -369,7 +368,7 @@ static int run(void *user, ur_sched *s, int w, void *job_, ur_err *err)
     if (ur_kern_fusable(&j->it)) {
         rc = ur_kern_fused(wk, &j->it, r->sink, &j->out, err);
     } else {
-        rc = read_slab(r, s, wk, j, err);
+        rc = read_slab(s, wk, j, err);
         if (rc == UR_OK) {
             rc = ur_kern_produce(wk, &j->it, r->sink, &j->out, err);
         }
