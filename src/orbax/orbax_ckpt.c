@@ -453,8 +453,8 @@ static int describe_one(ur_orbax_ckpt *ck, ur_orbax_leaf *l, ur_orbax_arena *are
     l->rank = info->rank;
     l->shape = ur_orbax__arena_dims(arena, info->shape, info->rank);
     l->chunk_shape = ur_orbax__arena_dims(arena, info->chunk_shape, info->rank);
-    ur_zarr_array_close(arr);
-    if (info->rank > 0 && (l->shape == NULL || l->chunk_shape == NULL)) {
+    ur_zarr_array_close(arr); /* info with it */
+    if (l->rank > 0 && (l->shape == NULL || l->chunk_shape == NULL)) {
         return ur_err_oom(err);
     }
     if (l->sharding.kind == UR_ORBAX_SHARDING_NAMED && l->sharding.spec_rank > l->rank) {
