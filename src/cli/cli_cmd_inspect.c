@@ -192,7 +192,9 @@ static int default_scan_axis(const ur_orbax_leaf *l)
     memset(&p, 0, sizeof p);
     p.dtype = l->dtype;
     p.rank = (size_t)l->rank;
-    memcpy(p.shape, l->shape, sizeof p.shape);
+    if (p.rank > 0) { /* l->shape has rank entries */
+        memcpy(p.shape, l->shape, p.rank * sizeof p.shape[0]);
+    }
     p.has_spec = l->sharding.kind == UR_ORBAX_SHARDING_NAMED;
     for (int d = 0; d < l->sharding.spec_rank && d < UR_MAX_RANK; d++) {
         p.spec[d] = l->sharding.spec[d];

@@ -8,8 +8,10 @@
 #include "unroll/fs.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TMP_SUFFIX ".orbax-checkpoint-tmp"
 
@@ -409,7 +411,7 @@ static int attach_array_meta(ur_orbax_ckpt *ck, ur_err *err)
         if (ur_strmap_get(&by_name, am->param_name, strlen(am->param_name), &j)) {
             ur_orbax_leaf *l = &ck->leaves[j];
             l->array_meta_chunk_rank = am->chunk_rank;
-            memcpy(l->array_meta_chunk_shape, am->chunk_shape, sizeof(l->array_meta_chunk_shape));
+            l->array_meta_chunk_shape = am->chunk_shape; /* the list lives as long */
             l->random_key_impl = am->random_key_impl;
         }
     }
@@ -437,33 +439,159 @@ static int attach_sharding(ur_orbax_ckpt *ck, ur_err *err)
     return attach_array_meta(ck, err);
 }
 
-static int describe_arrays(ur_orbax_ckpt *ck, ur_err *err)
+/* The array leaf `l` from its zarr metadata (shapes go into `arena`). */
+static int describe_one(ur_orbax_ckpt *ck, ur_orbax_leaf *l, ur_orbax_arena *arena, ur_err *err)
 {
-    for (size_t i = 0; i < ck->n_leaves; i++) {
-        ur_orbax_leaf *l = &ck->leaves[i];
+    ur_zarr_array *arr = NULL;
+    int rc = ur_orbax_ckpt_open_array(ck, l, &arr, err);
+    if (rc < 0) {
+        return rc;
+    }
+    const ur_zarr_info *info = ur_zarr_array_info(arr);
+    l->has_array = 1;
+    l->dtype = info->dtype;
+    l->rank = info->rank;
+    l->shape = ur_orbax__arena_dims(arena, info->shape, info->rank);
+    l->chunk_shape = ur_orbax__arena_dims(arena, info->chunk_shape, info->rank);
+    ur_zarr_array_close(arr); /* info with it */
+    if (l->rank > 0 && (l->shape == NULL || l->chunk_shape == NULL)) {
+        return ur_err_oom(err);
+    }
+    if (l->sharding.kind == UR_ORBAX_SHARDING_NAMED && l->sharding.spec_rank > l->rank) {
+        return ur_err_set(err, UR_ECORRUPT,
+                          "_sharding: '%s': partition_spec has %d entries for a rank-%d "
+                          "array",
+                          l->name, l->sharding.spec_rank, l->rank);
+    }
+    return UR_OK;
+}
+
+/* Leaves [lo, hi) described by one thread; it stops at its first failure. */
+typedef struct {
+    ur_orbax_ckpt *ck;
+    size_t lo, hi;
+    ur_orbax_arena arena;
+    size_t failed_at; /* hi: none */
+    ur_err err;
+} describe_part;
+
+static void *describe_range(void *arg)
+{
+    describe_part *p = arg;
+    p->failed_at = p->hi;
+    for (size_t i = p->lo; i < p->hi; i++) {
+        ur_orbax_leaf *l = &p->ck->leaves[i];
         if (!ur_orbax_value_type_has_array(l->value_type) || l->skip_deserialize) {
             continue;
         }
-        ur_zarr_array *arr = NULL;
-        int rc = ur_orbax_ckpt_open_array(ck, l, &arr, err);
-        if (rc < 0) {
-            return rc;
-        }
-        const ur_zarr_info *info = ur_zarr_array_info(arr);
-        l->has_array = 1;
-        l->dtype = info->dtype;
-        l->rank = info->rank;
-        memcpy(l->shape, info->shape, sizeof(l->shape));
-        memcpy(l->chunk_shape, info->chunk_shape, sizeof(l->chunk_shape));
-        ur_zarr_array_close(arr);
-        if (l->sharding.kind == UR_ORBAX_SHARDING_NAMED && l->sharding.spec_rank > l->rank) {
-            return ur_err_set(err, UR_ECORRUPT,
-                              "_sharding: '%s': partition_spec has %d entries for a rank-%d "
-                              "array",
-                              l->name, l->sharding.spec_rank, l->rank);
+        if (describe_one(p->ck, l, &p->arena, &p->err) < 0) {
+            p->failed_at = i;
+            break;
         }
     }
-    return UR_OK;
+    return NULL;
+}
+
+/* Reading every array's zarr metadata is most of the time it takes to open a checkpoint of
+ * many small arrays: it is spread over the cores (each thread takes a contiguous range of
+ * leaves; the error reported is the one of the first failing leaf, as one thread would). */
+#define DESCRIBE_MAX_THREADS 8
+#define DESCRIBE_MIN_LEAVES 512 /* per thread */
+
+static int describe_arrays(ur_orbax_ckpt *ck, ur_err *err)
+{
+    describe_part parts[DESCRIBE_MAX_THREADS];
+    pthread_t tids[DESCRIBE_MAX_THREADS];
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t n = ck->n_leaves, t = cores > 1 ? (size_t)cores : 1, started = 1;
+    int rc = UR_OK;
+
+    /* The first array alone: its lookup decodes the B+tree node(s) into the reader's cache,
+     * which a small tree's other arrays then share (threads missing the cache together
+     * would each decode the same node). */
+    size_t first = 0;
+    while (first < n && (!ur_orbax_value_type_has_array(ck->leaves[first].value_type) ||
+                         ck->leaves[first].skip_deserialize)) {
+        first++;
+    }
+    if (first == n) {
+        return UR_OK;
+    }
+    rc = describe_one(ck, &ck->leaves[first], &ck->arena, err);
+    if (rc < 0) {
+        return rc;
+    }
+    first++;
+    n -= first;
+    if (t > DESCRIBE_MAX_THREADS) {
+        t = DESCRIBE_MAX_THREADS;
+    }
+    if (t > n / DESCRIBE_MIN_LEAVES) {
+        t = n / DESCRIBE_MIN_LEAVES > 0 ? n / DESCRIBE_MIN_LEAVES : 1;
+    }
+    for (size_t k = 0; k < t; k++) {
+        parts[k].ck = ck;
+        parts[k].lo = first + n * k / t;
+        parts[k].hi = first + n * (k + 1) / t;
+        ur_orbax__arena_init(&parts[k].arena);
+        ur_err_clear(&parts[k].err);
+    }
+    for (size_t k = 1; k < t; k++) {
+        if (pthread_create(&tids[k], NULL, describe_range, &parts[k]) != 0) {
+            break;
+        }
+        started++;
+    }
+    describe_range(&parts[0]);
+    for (size_t k = 1; k < started; k++) {
+        pthread_join(tids[k], NULL);
+    }
+    for (size_t k = started; k < t; k++) { /* threads that could not start */
+        describe_range(&parts[k]);
+    }
+    for (size_t k = 0; k < t; k++) {
+        if (rc == UR_OK && parts[k].failed_at < parts[k].hi) {
+            *err = parts[k].err;
+            rc = err->code;
+        }
+        ur_orbax__arena_adopt(&ck->arena, &parts[k].arena);
+    }
+    return rc;
+}
+
+/* _sharding, then array_metadatas/process_0 (both optional). */
+typedef struct {
+    const char *item_dir;
+    ur_orbax_sharding_map *sharding;
+    ur_orbax_array_meta_list *array_meta;
+    int rc;
+    ur_err err;
+} side_parse;
+
+static void *parse_side(void *arg)
+{
+    side_parse *p = arg;
+    ur_buf b;
+    ur_buf_init(&b, 0);
+    int rc = read_optional(&b, p->item_dir, "_sharding", &p->err);
+    if (rc == UR_OK) {
+        rc = ur_orbax_sharding_parse(&p->sharding, (const char *)b.data, b.len, &p->err);
+    } else if (rc == UR_ENOTFOUND) {
+        rc = UR_OK;
+    }
+    if (rc == UR_OK) {
+        ur_buf_reset(&b);
+        rc = read_optional(&b, p->item_dir, "array_metadatas/process_0", &p->err);
+        if (rc == UR_OK) {
+            rc = ur_orbax_array_meta_parse(&p->array_meta, (const char *)b.data, b.len,
+                                           &p->err);
+        } else if (rc == UR_ENOTFOUND) {
+            rc = UR_OK;
+        }
+    }
+    ur_buf_dispose(&b);
+    p->rc = rc;
+    return NULL;
 }
 
 int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur_err *err)
@@ -483,54 +611,56 @@ int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur
         goto out;
     }
 
+    /* _sharding and array_metadatas are read and parsed on a second thread while this one
+     * parses _METADATA (a checkpoint of many leaves spends most of its opening there); their
+     * errors are reported in the order one thread would meet them. */
+    side_parse side;
+    pthread_t side_tid;
+    memset(&side, 0, sizeof side);
+    side.item_dir = ck->item_dir;
+    int side_started = pthread_create(&side_tid, NULL, parse_side, &side) == 0;
+    if (!side_started) {
+        parse_side(&side);
+    }
     rc = read_optional(&b, ck->item_dir, "_METADATA", err);
     if (rc == UR_ENOTFOUND) {
         rc = ur_err_set(err, UR_ECORRUPT,
                         "%s: unfinished Orbax save: no _METADATA (Orbax writes it after the "
                         "array data)",
                         ck->item_dir);
-        goto out;
     }
-    if (rc < 0) {
-        goto out;
-    }
-    ck->has_metadata_file = 1;
-    rc = ur_orbax_meta_parse(&ck->meta, (const char *)b.data, b.len, err);
-    if (rc < 0) {
-        goto out_where;
-    }
-    ck->leaves = ck->meta->leaves;
-    ck->n_leaves = ck->meta->n_leaves;
-    ck->use_zarr3 = ck->meta->use_zarr3;
-    ck->store_fill = ck->meta->store_fill;
-    ck->use_ocdbt = ck->meta->use_ocdbt;
-    if (ck->use_ocdbt < 0) {
-        ck->use_ocdbt = has_file(ck->item_dir, "manifest.ocdbt");
-    }
-    rc = check_item_finalized(ck, err);
-    if (rc < 0) {
-        goto out;
-    }
-
-    ur_buf_reset(&b);
-    rc = read_optional(&b, ck->item_dir, "_sharding", err);
+    int where = 0;
     if (rc == UR_OK) {
-        rc = ur_orbax_sharding_parse(&ck->sharding, (const char *)b.data, b.len, err);
-    } else if (rc == UR_ENOTFOUND) {
-        rc = UR_OK;
+        ck->has_metadata_file = 1;
+        rc = ur_orbax_meta_parse(&ck->meta, (const char *)b.data, b.len, err);
+        where = rc < 0;
     }
-    if (rc < 0) {
-        goto out_where;
-    }
-    ur_buf_reset(&b);
-    rc = read_optional(&b, ck->item_dir, "array_metadatas/process_0", err);
     if (rc == UR_OK) {
-        rc = ur_orbax_array_meta_parse(&ck->array_meta, (const char *)b.data, b.len, err);
-    } else if (rc == UR_ENOTFOUND) {
-        rc = UR_OK;
+        ck->leaves = ck->meta->leaves;
+        ck->n_leaves = ck->meta->n_leaves;
+        ck->use_zarr3 = ck->meta->use_zarr3;
+        ck->store_fill = ck->meta->store_fill;
+        ck->use_ocdbt = ck->meta->use_ocdbt;
+        if (ck->use_ocdbt < 0) {
+            ck->use_ocdbt = has_file(ck->item_dir, "manifest.ocdbt");
+        }
+        rc = check_item_finalized(ck, err);
+    }
+    if (side_started) {
+        pthread_join(side_tid, NULL);
+    }
+    ck->sharding = side.sharding;
+    ck->array_meta = side.array_meta;
+    if (rc == UR_OK && side.rc < 0) {
+        *err = side.err;
+        rc = side.rc;
+        where = 1;
     }
     if (rc < 0) {
-        goto out_where;
+        if (where) {
+            goto out_where;
+        }
+        goto out;
     }
 
     if (ck->use_ocdbt) {

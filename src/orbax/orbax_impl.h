@@ -31,6 +31,8 @@ void ur_orbax__arena_dispose(ur_orbax_arena *a);
 /* Zeroed, aligned for any type; NULL when out of memory. */
 void *ur_orbax__arena_alloc(ur_orbax_arena *a, size_t n);
 char *ur_orbax__arena_strdup(ur_orbax_arena *a, const char *s);
+/* Move every block of `from` into `into` (from is left empty). */
+void ur_orbax__arena_adopt(ur_orbax_arena *into, ur_orbax_arena *from);
 char *ur_orbax__arena_strndup(ur_orbax_arena *a, const char *s, size_t n);
 
 /* Parse `len` bytes of JSON (ur_json_parse); UR_ECORRUPT "<what>: invalid JSON near byte N",
@@ -119,9 +121,9 @@ void ur_orbax_ckpt_meta_free(ur_orbax_step_meta_doc *d);
 typedef struct ur_orbax_array_meta {
     const char *param_name;
     int write_rank; /* -1 when absent */
-    uint64_t write_shape[UR_MAX_RANK];
+    const uint64_t *write_shape; /* write_rank entries */
     int chunk_rank; /* -1 when absent */
-    uint64_t chunk_shape[UR_MAX_RANK];
+    const uint64_t *chunk_shape;
     const char *random_key_impl; /* NULL unless ext_metadata names one */
 } ur_orbax_array_meta;
 
@@ -140,6 +142,11 @@ void ur_orbax_array_meta_free(ur_orbax_array_meta_list *l);
 /* Parse a JSON list of non-negative integers (a shape) into dims; UR_ECORRUPT otherwise. */
 int ur_orbax__parse_shape(const cJSON *v, uint64_t *dims, int *rank, const char *what,
                           ur_err *err);
+/* The same into an array of *rank entries allocated in `a` (*dims NULL for rank 0). */
+int ur_orbax__parse_shape_in(const cJSON *v, ur_orbax_arena *a, const uint64_t **dims, int *rank,
+                             const char *what, ur_err *err);
+/* A copy of n entries in `a` (NULL for n 0 or when out of memory: check n). */
+uint64_t *ur_orbax__arena_dims(ur_orbax_arena *a, const uint64_t *dims, int n);
 /* Append "[1, 2, 3]" (Python layout). */
 int ur_orbax__put_shape(ur_buf *b, const uint64_t *dims, int rank, ur_err *err);
 

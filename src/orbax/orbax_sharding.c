@@ -83,6 +83,15 @@ static int parse_named(ur_orbax_sharding *s, ur_orbax_arena *a, const cJSON *roo
                           "NamedSharding: mesh shape has %d axes but axis_names has %d", rank,
                           cJSON_GetArraySize(names));
     }
+    int64_t *mshape = ur_orbax__arena_alloc(a, (size_t)(rank ? rank : 1) * sizeof(*mshape));
+    const char **mnames = ur_orbax__arena_alloc(a, (size_t)(rank ? rank : 1) * sizeof(*mnames));
+    const char **mtypes = ur_orbax__arena_alloc(a, (size_t)(rank ? rank : 1) * sizeof(*mtypes));
+    if (mshape == NULL || mnames == NULL || mtypes == NULL) {
+        return ur_err_oom(err);
+    }
+    s->mesh_shape = mshape;
+    s->mesh_axis_names = mnames;
+    s->mesh_axis_types = mtypes;
     int i = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, shape)
@@ -91,7 +100,7 @@ static int parse_named(ur_orbax_sharding *s, ur_orbax_arena *a, const cJSON *roo
         if (ur_orbax__json_int(e, -1, (int64_t)1 << 31, &d) != 0) {
             return ur_err_set(err, UR_ECORRUPT, "NamedSharding: mesh shape[%d] is not a size", i);
         }
-        s->mesh_shape[i++] = d;
+        mshape[i++] = d;
     }
     i = 0;
     cJSON_ArrayForEach(e, names)
@@ -100,8 +109,8 @@ static int parse_named(ur_orbax_sharding *s, ur_orbax_arena *a, const cJSON *roo
             return ur_err_set(err, UR_ECORRUPT, "NamedSharding: axis_names[%d] is not a string",
                               i);
         }
-        s->mesh_axis_names[i] = ur_orbax__arena_strdup(a, e->valuestring);
-        if (s->mesh_axis_names[i] == NULL) {
+        mnames[i] = ur_orbax__arena_strdup(a, e->valuestring);
+        if (mnames[i] == NULL) {
             return ur_err_oom(err);
         }
         i++;
@@ -118,8 +127,8 @@ static int parse_named(ur_orbax_sharding *s, ur_orbax_arena *a, const cJSON *roo
                 return ur_err_set(err, UR_ECORRUPT,
                                   "NamedSharding: axis_types[%d] is not a string", i);
             }
-            s->mesh_axis_types[i] = ur_orbax__arena_strdup(a, e->valuestring);
-            if (s->mesh_axis_types[i] == NULL) {
+            mtypes[i] = ur_orbax__arena_strdup(a, e->valuestring);
+            if (mtypes[i] == NULL) {
                 return ur_err_oom(err);
             }
             i++;
@@ -131,10 +140,15 @@ static int parse_named(ur_orbax_sharding *s, ur_orbax_arena *a, const cJSON *roo
         return ur_err_set(err, UR_ECORRUPT, "NamedSharding: partition_spec has %d entries",
                           srank);
     }
+    const char **sp = ur_orbax__arena_alloc(a, (size_t)(srank ? srank : 1) * sizeof(*sp));
+    if (sp == NULL) {
+        return ur_err_oom(err);
+    }
+    s->spec = sp;
     i = 0;
     cJSON_ArrayForEach(e, spec)
     {
-        int rc = parse_spec_elem(&s->spec[i], a, e, err);
+        int rc = parse_spec_elem(&sp[i], a, e, err);
         if (rc < 0) {
             return rc;
         }
@@ -251,7 +265,8 @@ int ur_orbax_sharding_value_emit(ur_buf *out, const ur_orbax_sharding *s, ur_err
             rc = ur_orbax__json_put_str(out, s->mesh_axis_names[i], err);
         }
     }
-    if (rc == UR_OK && s->mesh_rank > 0 && s->mesh_axis_types[0] != NULL) {
+    if (rc == UR_OK && s->mesh_rank > 0 && s->mesh_axis_types != NULL &&
+        s->mesh_axis_types[0] != NULL) {
         rc = ur_buf_append_str(out, "], \"axis_types\": [", err);
         for (int i = 0; rc == UR_OK && i < s->mesh_rank; i++) {
             if (i > 0) {

@@ -100,7 +100,7 @@ static int pipe_leaf(ur_plan_walk *w, const ur_plan_item *it, ur_err *err)
     size_t rest = st + 3;
     int64_t j = 0;
     int64_t per = 1; /* layers per index tuple of the layer axes */
-    uint64_t want[UR_PLAN_MAX_LAYER_AXES];
+    uint64_t want[UR_PLAN_MAX_LAYER_AXES] = {0};
     uint64_t n_out = 1;
     char name[512];
     char shape[256];

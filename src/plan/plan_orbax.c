@@ -57,7 +57,9 @@ int ur_plan_orbax_leaves(ur_plan_leaves *l, const ur_orbax_ckpt *ck, ur_err *err
         p->dtype = o->has_array ? o->dtype : UR_DT_INVALID;
         p->placeholder = placeholder_of(o->value_type);
         p->rank = o->has_array ? (size_t)o->rank : 0;
-        memcpy(p->shape, o->shape, sizeof p->shape);
+        if (p->rank > 0) { /* o->shape has rank entries */
+            memcpy(p->shape, o->shape, p->rank * sizeof p->shape[0]);
+        }
         p->has_spec = o->sharding.kind == UR_ORBAX_SHARDING_NAMED;
         for (int d = 0; d < o->sharding.spec_rank && d < UR_MAX_RANK; d++) {
             p->spec[d] = o->sharding.spec[d];

@@ -110,6 +110,12 @@ static int convert(const char *in_path, const char *step_dir, const char *below,
     if (rc < 0) {
         goto out;
     }
+    /* The input is read: free it before the commit, the run's peak of memory. */
+    ur_plan_free(plan);
+    plan = NULL;
+    ur_plan_orbax_leaves_dispose(&leaves);
+    ur_orbax_ckpt_close(ck);
+    ck = NULL;
     rc = ur_orbax_writer_commit(w, err);
     w = NULL; /* commit frees the writer either way */
     if (rc < 0) {

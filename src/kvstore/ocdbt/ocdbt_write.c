@@ -319,6 +319,18 @@ static int emit_node(ocdbt_writer *w, uint8_t height, ur_ocdbt_btree_enc_entry *
                 enc[i].ref.file = map[enc[i].ref.file];
             }
         }
+        /* A node of 100,000 small entries is tens of MB: sized once (keys, inline values
+         * and at most 64 bytes of varints and refs per entry) rather than grown by
+         * doubling to up to twice that. */
+        uint64_t bound = 4096;
+        for (size_t i = 0; i < n; i++) {
+            bound += enc[i].key_len + 64 + (height == 0 && !enc[i].indirect ? enc[i].value_len : 0);
+        }
+        if (bound < ((uint64_t)1 << 31)) {
+            rc = ur_buf_reserve(&body, (size_t)bound, err);
+        }
+    }
+    if (rc == UR_OK) {
         rc = ur_ocdbt_btree_encode(&body, height, &t, enc, n, err);
     }
     if (rc == UR_OK) {

@@ -13,6 +13,7 @@
 typedef struct {
     ur_orbax_leaf leaf[MAX_LEAVES];
     ur_orbax_key keys[MAX_LEAVES][MAX_DEPTH];
+    uint64_t shape[MAX_LEAVES][UR_MAX_RANK]; /* the leaves' shapes point here */
     char text[MAX_LEAVES][256];
     size_t n;
 } tree;
@@ -44,13 +45,14 @@ static void add(tree *t, const char *path, const char *shape)
     l->value_type_name = "jax.Array";
     l->has_array = 1;
     l->dtype = UR_DT_FLOAT32;
+    l->shape = t->shape[t->n];
     for (const char *s = shape; *s != '\0';) {
         uint64_t v = 0;
         while (*s >= '0' && *s <= '9') {
             v = v * 10 + (uint64_t)(*s++ - '0');
         }
         assert_true(l->rank < UR_MAX_RANK);
-        l->shape[l->rank++] = v;
+        t->shape[t->n][l->rank++] = v;
         if (*s == ',') {
             s++;
         }
