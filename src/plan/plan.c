@@ -245,6 +245,28 @@ static int path_is(const ur_plan_leaf *l, size_t i, const char *s)
     return l->path_len > i && strcmp(l->path[i], s) == 0;
 }
 
+/* Non-parameter variables: MaxText's NNX training state saves every persistent variable that
+ * is not an nnx.Param (the DeepSeek router bias MoEBiasVar, deepseek4's Tid2EidVar; RNG state,
+ * which is dropped) under nnx_aux/model/P, beside params/params/P (train_state_nnx.py
+ * to_checkpoint_dict). The decode model restores them at P like its params (from_pretrained
+ * restores every variable but RNG, cache, intermediate and batch-stat state), so they are kept
+ * at P, unstacked like the params, and in their stored dtype: they are not weights to cast
+ * (Tid2EidVar holds expert ids as float32). A scan stacks them on axis 0, not param_scan_axis
+ * (nnx.StateAxes({nnx.Param: param_scan_axis, ...: 0}) in nnx_decoders.py). */
+static int is_aux(const ur_plan_leaf *l, ur_plan_layout layout)
+{
+    return layout == UR_PLAN_LAYOUT_LINEN && path_is(l, 0, "nnx_aux");
+}
+
+static int aux_scan_axis(const ur_plan_leaf *leaf, const ur_settings *s)
+{
+    int a = spec_scan_axis(leaf, s);
+    if (a >= 0) {
+        return a;
+    }
+    return leaf->rank >= 1 ? 0 : -1;
+}
+
 static int has_array_under(const ur_plan_leaf *leaves, size_t n, const char *a, const char *b)
 {
     for (size_t i = 0; i < n; i++) {
@@ -327,7 +349,11 @@ static const char *model_path(const ur_plan_leaf *l, ur_plan_layout layout, size
             return "step";
         }
         if (path_is(l, 0, "nnx_aux")) {
-            return "nnx_aux";
+            if (layout != UR_PLAN_LAYOUT_LINEN || !path_is(l, 1, "model")) {
+                return "nnx_aux";
+            }
+            s = 2; /* a non-parameter variable of the model (RNG state dropped below) */
+            break;
         }
         return "outside params";
     case UR_PLAN_LAYOUT_LORA_NNX:
@@ -984,6 +1010,7 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
         int64_t sub = 0;
         size_t rest = 0;
         int remainder = 0;
+        int aux = 0;
         char rem_layer[64];
         const char *why;
         a->group = -1;
@@ -1013,7 +1040,8 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
         if (rc < 0) {
             goto out;
         }
-        if (ur_dtype_is_float(l->dtype)) {
+        aux = is_aux(l, plan->layout);
+        if (ur_dtype_is_float(l->dtype) && !aux) {
             a->out_dtype = UR_DT_BFLOAT16;
         }
         /* the run would refuse it chunk by chunk: say so now, and in the dry run */
@@ -1030,6 +1058,16 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
                 if (strcmp(l->path[st + 1], plan->groups[k].name) == 0) {
                     g = (int)k;
                 }
+            }
+            int pipe = g == 0 && plan->pipelined;
+            if (aux && (pipe || nested_layout(gemma4, qwen3_next, g, l, st, en))) {
+                char name[512];
+                rc = ur_err_set(err, UR_EUNSUPPORTED,
+                                "leaf '%s': a non-parameter variable (nnx_aux) of a %s scan: "
+                                "its layer axes there are not known to unroll",
+                                ur_plan_path_format(l->path, l->path_len, name, sizeof name),
+                                pipe ? "pipeline" : "nested");
+                goto out;
             }
             if (nested_layout(gemma4, qwen3_next, g, l, st, en)) {
                 rc = nested_leaf(plan, a, l, st, en, s, prefix, suffix, elems, &remainder_seen,
@@ -1105,7 +1143,7 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
         }
         {
             ur_plan_group *grp = &plan->groups[g];
-            int axis = ur_plan_scan_axis(l, s);
+            int axis = aux ? aux_scan_axis(l, s) : ur_plan_scan_axis(l, s);
             uint64_t nl = (uint64_t)grp->n_layers;
             grp->present = 1;
             grp->n_leaves++;

@@ -63,17 +63,52 @@ FAMILIES = {
                           "gdn_key_head_dim=8", "gdn_value_head_dim=8", "gdn_chunk_size=8"],
 }
 
-# Trains and converts, but MaxEngine.insert fails on its decode state (MLA) in this harness
-# (not investigated yet); not in the suite. routed_bias=false: the trained router bias is not
-# an nnx.Param (issue 13, open).
-PENDING = {
-    # MLA + MoE, 1 dense layer then 2 MoE layers (v_head_dim = qk_nope + qk_rope: CPU decoding).
-    "deepseek": TINY + ["model_name=deepseek3-tiny", "override_model_config=true",
-                        "base_num_decoder_layers=3", "first_num_dense_layers=1", "num_experts=4",
-                        "num_experts_per_tok=2", "base_moe_mlp_dim=16", "q_lora_rank=8",
-                        "kv_lora_rank=8", "qk_nope_head_dim=8", "qk_rope_head_dim=8",
-                        "v_head_dim=16", "routed_bias=false", "base_num_kv_heads=4"],
-}
+# DeepSeek: MLA + MoE, 1 dense layer then 2 MoE layers. MaxText's MLA decode cache (the default
+# mla_naive_kvcache=true) is the plain attention cache, sized by `head_dim` for keys and values
+# alike, while MLA's prefill writes keys of qk_nope_head_dim + qk_rope_head_dim and values of
+# v_head_dim: MaxEngine.insert fails ("update shape ... (8, 4, 1, 16) for operand shape
+# (8, 4, 1, 8)") unless head_dim == qk_nope_head_dim + qk_rope_head_dim == v_head_dim.
+DEEPSEEK = [a for a in TINY if not a.startswith("head_dim=")] + [
+    "model_name=deepseek3-tiny", "override_model_config=true", "head_dim=16",
+    "base_num_decoder_layers=3", "first_num_dense_layers=1", "num_experts=4",
+    "num_experts_per_tok=2", "base_moe_mlp_dim=16", "q_lora_rank=8", "kv_lora_rank=8",
+    "qk_nope_head_dim=8", "qk_rope_head_dim=8", "v_head_dim=16", "base_num_kv_heads=4"]
+FAMILIES["deepseek"] = DEEPSEEK + ["routed_bias=false"]
+# The aux-loss-free router bias (a MoEBiasVar, not an nnx.Param): stored under nnx_aux in the
+# training state, stacked on axis 0 (nnx.StateAxes {Param: param_scan_axis, ...: 0}). The update
+# rate (base.yml: 0, the bias then stays zero) makes the trained bias non-zero and large enough
+# to change which experts are picked.
+FAMILIES["deepseek-routed-bias"] = DEEPSEEK + ["routed_bias=true", "routed_bias_update_rate=0.5"]
+
+PENDING: dict = {}
+
+# Router bias values written into the trained state before conversion (exact in bfloat16, the
+# decode weight_dtype): maxtext 0.2.5's scanned CPU training leaves the MoEBiasVar at zero even
+# with routed_bias_update_rate > 0, and zeros cannot tell a loaded bias from an initialised one.
+BIAS_EDIT = {"deepseek-routed-bias": "nnx_aux/model/decoder/moe_layers/DeepSeekMoeBlock_0/"
+                                     "MoeBlock_0/gate/bias"}
+
+
+def _edit_bias(items: pathlib.Path, key: str) -> None:
+    """Rewrites the training state at `items` with `key` set to fixed non-zero values (Orbax
+    restore and save, sharding kept)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import orbax.checkpoint as ocp
+    ck = ocp.PyTreeCheckpointer()
+    tree = ck.restore(str(items))
+    node = tree
+    *parents, leaf = key.split("/")
+    for k in parents:
+        node = node[k]
+    b = node[leaf]
+    vals = (np.arange(b.size)[::-1] * 0.375 - 1.0).reshape(b.shape)
+    node[leaf] = jax.device_put(jnp.asarray(vals, b.dtype), b.sharding)
+    edited = items.parent / "items.edited"
+    ck.save(str(edited), tree, force=True)
+    shutil.rmtree(items)
+    os.replace(edited, items)
 
 ALL = {**FAMILIES, **PENDING}
 
@@ -87,7 +122,8 @@ def _cache_root() -> pathlib.Path:
 def train(family: str) -> pathlib.Path:
     """The family's scanned training state at step 1 (trained once, then cached)."""
     args = ALL[family] + COMMON
-    key = hashlib.sha256(json.dumps([maxtext.__version__, args]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps([maxtext.__version__, args, BIAS_EDIT.get(family)]).encode()
+                         ).hexdigest()[:16]
     done = _cache_root() / f"{family}-{maxtext.__version__}-{key}"
     items = done / "checkpoints" / "1" / "items"
     if items.is_dir():
@@ -102,6 +138,8 @@ def train(family: str) -> pathlib.Path:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
     if rc != 0 or not (tmp / "checkpoints" / "1" / "items").is_dir():
         raise SystemExit(f"training {family} failed (rc {rc}), see {log}")
+    if family in BIAS_EDIT:
+        _edit_bias(tmp / "checkpoints" / "1" / "items", BIAS_EDIT[family])
     os.replace(tmp, done)
     log.unlink()
     return items
@@ -151,6 +189,17 @@ def model_tree(family: str) -> dict:
     return flat
 
 
+def trained_aux(items: pathlib.Path) -> dict:
+    """{model path: values} of the training state's non-parameter variables (nnx_aux/model/P,
+    RNG state left out)."""
+    import numpy as np
+    import orbax.checkpoint as ocp
+    tree = ocp.PyTreeCheckpointer().restore(str(items))
+    flat = _flat(tree.get("nnx_aux", {}).get("model", {}))
+    return {k: np.asarray(v, np.float32).tolist() for k, v in flat.items()
+            if "rngs" not in k.split("/")}
+
+
 def checkpoint_tree(path: str) -> dict:
     import orbax.checkpoint as ocp
     meta = ocp.PyTreeCheckpointer().metadata(path).item_metadata.tree
@@ -182,12 +231,17 @@ def decode(family: str, path: str, scanned: bool, n_steps: int = 4) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
+    from flax import nnx
     from maxtext.inference.maxengine import maxengine
     cfg = _config(family, f"load_parameters_path={path}", f"scan_layers={str(scanned).lower()}",
                   "decode_sampling_strategy=greedy", "weight_dtype=bfloat16", "dtype=float32")
     _register_result_tokens(maxengine)
     engine = maxengine.MaxEngine(cfg)
     params = engine.load_params(rng=jax.random.PRNGKey(0))
+    # the non-parameter variables the engine runs with (MoEBiasVar, Tid2EidVar), as loaded
+    aux = {k: np.asarray(v, np.float32).tolist()
+           for k, v in _flat(nnx.to_pure_dict(engine._nnx_rest_state)).items()
+           if "rngs" not in k.split("/")}
     prompt = [1, 17, 42, 99, 5, 63]
     padded = jnp.array(prompt + [0] * (cfg.max_prefill_predict_length - len(prompt)), dtype=jnp.int32)
     prefix, first = engine.prefill(params=params, padded_tokens=padded, true_length=len(prompt),
@@ -200,7 +254,7 @@ def decode(family: str, path: str, scanned: bool, n_steps: int = 4) -> dict:
         state, res = engine.generate(params, state, rng=jax.random.PRNGKey(3 + i))
         tokens.append(_token(res))
         logits.append(np.asarray(state["logits"][0], np.float32).reshape(-1).tolist())
-    return {"tokens": tokens, "logits": logits}
+    return {"tokens": tokens, "logits": logits, "aux": aux}
 
 
 def main() -> None:
@@ -208,6 +262,7 @@ def main() -> None:
     facts: dict = {"family": family, "maxtext": maxtext.__version__}
     items = train(family)
     facts["train"] = str(items)
+    facts["trained_aux"] = trained_aux(items)
     facts["unrolled"] = run_unroll(family, items, work, "unrolled", "force_unroll=true")
     facts["scanned"] = run_unroll(family, items, work, "scanned", "force_unroll=false")
     if facts["unrolled"]["rc"] == 0:

@@ -59,3 +59,29 @@ def test_family(family, tmp_path):
     a, b = np.asarray(du["logits"]), np.asarray(ds["logits"])
     assert np.all(np.isfinite(a))
     np.testing.assert_allclose(a, b, rtol=0, atol=LOGITS_ATOL)
+    # non-parameter variables (DeepSeek's router bias): MaxText runs with the trained values
+    _check_aux(family, f)
+
+
+def _unstacked(trained: dict, model: dict) -> dict:
+    """The trained non-parameter variables as the unscanned model holds them: a leaf of scanned
+    group decoder/<g> (stacked on axis 0) becomes decoder/<g>_<i>, one row each."""
+    out = {}
+    for k, v in trained.items():
+        p = k.split("/")
+        if len(p) > 2 and p[0] == "decoder" and any(m.startswith(f"decoder/{p[1]}_0/") for m in model):
+            for i, row in enumerate(v):
+                out["/".join(["decoder", f"{p[1]}_{i}", *p[2:]])] = row
+        else:
+            out[k] = v
+    return out
+
+
+def _check_aux(family: str, f: dict) -> None:
+    trained = f["trained_aux"]
+    if family in driver.BIAS_EDIT:
+        assert trained and any(np.any(np.asarray(v) != 0) for v in trained.values()), \
+            "the router bias fixture must be non-zero to tell a loaded bias from an initialised one"
+    assert f["decode_scanned"]["aux"] == trained
+    assert f["decode_unrolled"]["aux"] == _unstacked(trained, f["model_tree"])
+
