@@ -3,7 +3,8 @@
  * generate_param_only_checkpoint.py writes (docs/maxtext-checkpoints.md §3, §4):
  *
  *   input layout                         kept                     dropped
- *   Linen / current NNX training state   params/params/P          opt_state, step, nnx_aux
+ *   Linen / current NNX training state   params/params/P,         opt_state, step, RNG state,
+ *                                        nnx_aux/model/P (is_aux) other nnx_aux
  *   older NNX training state             model/P/value            optimizer, RNG variables
  *   NNX param-only (decode) checkpoint   [base/]P/value
  *   LoRA adapter                         params/params/P or params/P

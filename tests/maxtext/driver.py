@@ -80,6 +80,15 @@ FAMILIES["deepseek"] = DEEPSEEK + ["routed_bias=false"]
 # to change which experts are picked.
 FAMILIES["deepseek-routed-bias"] = DEEPSEEK + ["routed_bias=true", "routed_bias_update_rate=0.5"]
 
+# llama4: blocks of 4 (inhomogeneous_layer_cycle_interval; every 4th layer without RoPE), MoE.
+FAMILIES["llama4"] = TINY + ["model_name=llama4-17b-16e", "override_model_config=true",
+                             "base_num_decoder_layers=4", "num_experts=4", "num_experts_per_tok=1",
+                             "base_moe_mlp_dim=16", "chunk_attn_window_size=8"]
+# gpt-oss: blocks of 2 (sliding, full attention), MoE with biases, attention sinks.
+FAMILIES["gpt-oss"] = TINY + ["model_name=gpt-oss-20b", "override_model_config=true",
+                              "base_num_decoder_layers=4", "num_experts=4", "num_experts_per_tok=2",
+                              "base_moe_mlp_dim=16", "sliding_window_size=4"]
+
 PENDING: dict = {}
 
 # Router bias values written into the trained state before conversion (exact in bfloat16, the
