@@ -89,7 +89,18 @@ FAMILIES["gpt-oss"] = TINY + ["model_name=gpt-oss-20b", "override_model_config=t
                               "base_num_decoder_layers=4", "num_experts=4", "num_experts_per_tok=2",
                               "base_moe_mlp_dim=16", "sliding_window_size=4"]
 
+# olmo3: blocks of 4 (3 sliding-window layers, then 1 full-attention layer).
+FAMILIES["olmo3"] = TINY + ["model_name=olmo3-7b", "override_model_config=true",
+                            "base_num_decoder_layers=4", "sliding_window_size=4"]
+
 PENDING: dict = {}
+# deepseek4: 2 unscanned hash-routed layers (Tid2EidVar) before the scanned blocks.
+PENDING["deepseek4"] = [
+    "model_name=deepseek4-tiny", "override_model_config=true", "base_emb_dim=32",
+    "base_num_decoder_layers=4", "first_num_hash_layers=2", "compress_ratios=[0,0,4,4]",
+    "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=16", "base_mlp_dim=16",
+    "indexer_topk=4", "sliding_window_size=4", "head_dim=16", "qk_rope_head_dim=16",
+    "indexer_head_dim=16", "q_lora_rank=8", "o_lora_rank=8"]
 
 # Router bias values written into the trained state before conversion (exact in bfloat16, the
 # decode weight_dtype): maxtext 0.2.5's scanned CPU training leaves the MoEBiasVar at zero even
@@ -161,6 +172,40 @@ def run_unroll(family: str, items: pathlib.Path, out: pathlib.Path, name: str, *
     p = subprocess.run(cmd, capture_output=True, text=True)
     return {"rc": p.returncode, "stderr": p.stderr.strip()[-2000:], "seconds": time.monotonic() - t0,
             "path": str(out / name / "checkpoints" / "0" / "items")}
+
+
+# Families whose MaxText-converter output is valid (loads in MaxText's inference; issue 13):
+# unroll's output must equal it leaf for leaf, bit for bit.
+MAXTEXT_VALID = {"llama2", "deepseek"}
+
+
+def run_maxtext(family: str, items: pathlib.Path, out: pathlib.Path, name: str) -> dict:
+    """MaxText's own generate_param_only_checkpoint (force_unroll=true) on the same state."""
+    cmd = [sys.executable, "-m", "maxtext.utils.generate_param_only_checkpoint", BASE_YML,
+           f"load_full_state_path={items}", f"base_output_directory={out}", f"run_name={name}",
+           "force_unroll=true", *ALL[family], *COMMON]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    return {"rc": p.returncode, "stderr": p.stderr.strip()[-2000:],
+            "seconds": time.monotonic() - t0,
+            "path": str(out / name / "checkpoints" / "0" / "items")}
+
+
+def bit_differences(a_path: str, b_path: str) -> dict:
+    """Leaves of two checkpoints that differ: by presence, dtype, shape, or any bit."""
+    import numpy as np
+    import orbax.checkpoint as ocp
+    ck = ocp.PyTreeCheckpointer()
+    a, b = _flat(ck.restore(a_path)), _flat(ck.restore(b_path))
+    diff = {k: "only in unroll's" for k in set(a) - set(b)}
+    diff.update({k: "only in MaxText's" for k in set(b) - set(a)})
+    for k in set(a) & set(b):
+        x, y = np.asarray(a[k]), np.asarray(b[k])
+        if x.dtype != y.dtype or x.shape != y.shape:
+            diff[k] = f"{x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
+        elif x.tobytes() != y.tobytes():
+            diff[k] = "values differ"
+    return diff
 
 
 def _config(family: str, *extra: str):
@@ -278,6 +323,11 @@ def main() -> None:
         p = subprocess.run([os.environ["UNROLL_BIN"], "verify", str(items), facts["unrolled"]["path"],
                             BASE_YML, *ALL[family]], capture_output=True, text=True)
         facts["verify"] = {"rc": p.returncode, "stdout": p.stdout[-3000:], "stderr": p.stderr[-2000:]}
+    if family in MAXTEXT_VALID and facts["unrolled"]["rc"] == 0:
+        facts["maxtext"] = run_maxtext(family, items, work, "maxtext")
+        if facts["maxtext"]["rc"] == 0:
+            facts["maxtext"]["differences"] = bit_differences(facts["unrolled"]["path"],
+                                                               facts["maxtext"]["path"])
     facts["model_tree"] = model_tree(family)
     if facts["unrolled"]["rc"] == 0:
         facts["unrolled_tree"] = checkpoint_tree(facts["unrolled"]["path"])
