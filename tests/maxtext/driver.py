@@ -179,6 +179,19 @@ def run_unroll(family: str, items: pathlib.Path, out: pathlib.Path, name: str, *
 MAXTEXT_VALID = {"llama2", "deepseek"}
 
 
+# Output variants converted and decoded besides the default (OCDBT + zarr3): family -> name ->
+# extra keys for unroll and for MaxText's loader.
+VARIANTS = {"llama2": {"zarr2-no-ocdbt": ["checkpoint_storage_use_ocdbt=false",
+                                          "checkpoint_storage_use_zarr3=false"]}}
+
+
+def storage_kind(path: str) -> dict:
+    """What the output directory holds: an OCDBT manifest, zarr2 (.zarray) or zarr3 arrays."""
+    files = [f for _, _, fs in os.walk(path) for f in fs]
+    return {"ocdbt": "manifest.ocdbt" in files, "zarr2": ".zarray" in files,
+            "zarr3": "zarr.json" in files}
+
+
 def run_maxtext(family: str, items: pathlib.Path, out: pathlib.Path, name: str) -> dict:
     """MaxText's own generate_param_only_checkpoint (force_unroll=true) on the same state."""
     cmd = [sys.executable, "-m", "maxtext.utils.generate_param_only_checkpoint", BASE_YML,
@@ -205,7 +218,7 @@ def bit_differences(a_path: str, b_path: str) -> dict:
             diff[k] = f"{x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
         elif x.tobytes() != y.tobytes():
             diff[k] = "values differ"
-    return diff
+    return {"differences": diff, "leaves_compared": len(set(a) & set(b))}
 
 
 def _config(family: str, *extra: str):
@@ -280,7 +293,7 @@ def _token(result) -> int:
     return int(result.data[0, result.tokens_idx[0]])
 
 
-def decode(family: str, path: str, scanned: bool, n_steps: int = 4) -> dict:
+def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4) -> dict:
     """Greedy decode of fixed token ids from a param-only checkpoint through MaxEngine."""
     import jax
     import jax.numpy as jnp
@@ -288,7 +301,8 @@ def decode(family: str, path: str, scanned: bool, n_steps: int = 4) -> dict:
     from flax import nnx
     from maxtext.inference.maxengine import maxengine
     cfg = _config(family, f"load_parameters_path={path}", f"scan_layers={str(scanned).lower()}",
-                  "decode_sampling_strategy=greedy", "weight_dtype=bfloat16", "dtype=float32")
+                  "decode_sampling_strategy=greedy", "weight_dtype=bfloat16", "dtype=float32",
+                  *extra)
     _register_result_tokens(maxengine)
     engine = maxengine.MaxEngine(cfg)
     params = engine.load_params(rng=jax.random.PRNGKey(0))
@@ -326,14 +340,22 @@ def main() -> None:
     if family in MAXTEXT_VALID and facts["unrolled"]["rc"] == 0:
         facts["maxtext"] = run_maxtext(family, items, work, "maxtext")
         if facts["maxtext"]["rc"] == 0:
-            facts["maxtext"]["differences"] = bit_differences(facts["unrolled"]["path"],
-                                                               facts["maxtext"]["path"])
+            facts["maxtext"].update(bit_differences(facts["unrolled"]["path"],
+                                                    facts["maxtext"]["path"]))
     facts["model_tree"] = model_tree(family)
     if facts["unrolled"]["rc"] == 0:
         facts["unrolled_tree"] = checkpoint_tree(facts["unrolled"]["path"])
         facts["decode_unrolled"] = decode(family, facts["unrolled"]["path"], scanned=False)
     if facts["scanned"]["rc"] == 0:
         facts["decode_scanned"] = decode(family, facts["scanned"]["path"], scanned=True)
+    facts["variants"] = {}
+    for name, keys in VARIANTS.get(family, {}).items():
+        v = run_unroll(family, items, work, name, "force_unroll=true", *keys)
+        if v["rc"] == 0:
+            v["storage"] = storage_kind(v["path"])
+            v["tree"] = checkpoint_tree(v["path"])
+            v["decode"] = decode(family, v["path"], False, *keys)
+        facts["variants"][name] = v
     (work / "facts.json").write_text(json.dumps(facts))
 
 

@@ -61,10 +61,19 @@ def test_family(family, tmp_path):
     np.testing.assert_allclose(a, b, rtol=0, atol=LOGITS_ATOL)
     # non-parameter variables (DeepSeek's router bias): MaxText runs with the trained values
     _check_aux(family, f)
+    # other storage formats of the same output: what MaxText restores and decodes alike
+    for name, v in f["variants"].items():
+        assert v["rc"] == 0, v["stderr"]
+        if name == "zarr2-no-ocdbt":
+            assert v["storage"] == {"ocdbt": False, "zarr2": True, "zarr3": False}
+        assert v["tree"] == model
+        assert v["decode"]["tokens"] == ds["tokens"]
+        np.testing.assert_allclose(np.asarray(v["decode"]["logits"]), b, rtol=0, atol=LOGITS_ATOL)
     # where MaxText's own converter is right, unroll writes the same leaves, bit for bit
     if family in driver.MAXTEXT_VALID:
         assert f["maxtext"]["rc"] == 0, f["maxtext"]["stderr"]
         assert f["maxtext"]["differences"] == {}
+        assert f["maxtext"]["leaves_compared"] == len(model)
 
 
 def _unstacked(trained: dict, model: dict) -> dict:
