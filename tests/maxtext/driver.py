@@ -94,10 +94,13 @@ FAMILIES["olmo3"] = TINY + ["model_name=olmo3-7b", "override_model_config=true",
                             "base_num_decoder_layers=4", "sliding_window_size=4"]
 
 PENDING: dict = {}
-# deepseek4: 2 unscanned hash-routed layers (Tid2EidVar) before the scanned blocks.
+# deepseek4: 2 unscanned hash-routed layers (Tid2EidVar) before one scanned block of 2. The
+# scanned block builds its layers with compress ratios 128 then 4 whatever compress_ratios says
+# (deepseek4.py), the unscanned model from compress_ratios: they agree only when the list
+# follows that pattern.
 PENDING["deepseek4"] = [
     "model_name=deepseek4-tiny", "override_model_config=true", "base_emb_dim=32",
-    "base_num_decoder_layers=4", "first_num_hash_layers=2", "compress_ratios=[0,0,4,4]",
+    "base_num_decoder_layers=4", "first_num_hash_layers=2", "compress_ratios=[0,0,128,4]",
     "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=16", "base_mlp_dim=16",
     "indexer_topk=4", "sliding_window_size=4", "head_dim=16", "qk_rope_head_dim=16",
     "indexer_head_dim=16", "q_lora_rank=8", "o_lora_rank=8"]

@@ -1,6 +1,9 @@
 """The released maxtext package in the loop: per family, a tiny model trained 2 steps by real
 MaxText, converted by unroll, checked against MaxText's own `scan_layers=false` model tree and
-decoded by MaxText's inference engine (driver.py does the work in a subprocess per family).
+decoded by MaxText's inference engine (driver.py does the work in a subprocess per family);
+the non-parameter variables MaxText runs with (DeepSeek's router bias) are the trained ones;
+where MaxText's own converter is right (driver.MAXTEXT_VALID) unroll's output equals its output
+bit for bit; other storage formats (driver.VARIANTS) decode the same.
 
 Run by the Python 3.12 venv .venv-maxtext (scripts/setup.sh --tests), with UNROLL_BIN set;
 scripts/test.sh runs it. Tolerance: the unrolled model runs the same bf16 values through the
