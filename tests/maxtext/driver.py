@@ -98,40 +98,66 @@ PENDING: dict = {}
 # scanned block builds its layers with compress ratios 128 then 4 whatever compress_ratios says
 # (deepseek4.py), the unscanned model from compress_ratios: they agree only when the list
 # follows that pattern.
-PENDING["deepseek4"] = [
+FAMILIES["deepseek4"] = [
     "model_name=deepseek4-tiny", "override_model_config=true", "base_emb_dim=32",
     "base_num_decoder_layers=4", "first_num_hash_layers=2", "compress_ratios=[0,0,128,4]",
     "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=16", "base_mlp_dim=16",
     "indexer_topk=4", "sliding_window_size=4", "head_dim=16", "qk_rope_head_dim=16",
     "indexer_head_dim=16", "q_lora_rank=8", "o_lora_rank=8"]
 
-# Router bias values written into the trained state before conversion (exact in bfloat16, the
-# decode weight_dtype): maxtext 0.2.5's scanned CPU training leaves the MoEBiasVar at zero even
-# with routed_bias_update_rate > 0, and zeros cannot tell a loaded bias from an initialised one.
-BIAS_EDIT = {"deepseek-routed-bias": "nnx_aux/model/decoder/moe_layers/DeepSeekMoeBlock_0/"
-                                     "MoeBlock_0/gate/bias"}
+# Non-parameter variables written into the trained state before conversion, so that a loaded
+# value cannot be mistaken for an initialised one: maxtext 0.2.5's scanned CPU training leaves the
+# DeepSeek router bias (MoEBiasVar) at zero even with routed_bias_update_rate > 0, and deepseek4's
+# Tid2EidVar is a frozen all-zero table. Bias values are exact in bfloat16 (the decode
+# weight_dtype); tid2eid rows are valid, distinct expert ids.
+EDITS = {
+    "deepseek-routed-bias": ["nnx_aux/model/decoder/moe_layers/DeepSeekMoeBlock_0/MoeBlock_0/gate/bias"],
+    "deepseek4": ["nnx_aux/model/decoder/layers_0/mlp/MoeBlock_0/tid2eid",
+                  "nnx_aux/model/decoder/layers_1/mlp/MoeBlock_0/tid2eid",
+                  "nnx_aux/model/decoder/scanned_blocks/layers_0/mlp/MoeBlock_0/gate/bias",
+                  "nnx_aux/model/decoder/scanned_blocks/layers_1/mlp/MoeBlock_0/gate/bias"],
+}
+N_EXPERTS = 4
+TRAIN_FORMAT = None  # part of the training cache key: change it when the recipe changes
 
 
-def _edit_bias(items: pathlib.Path, key: str) -> None:
-    """Rewrites the training state at `items` with `key` set to fixed non-zero values (Orbax
-    restore and save, sharding kept)."""
+def _edited_values(key: str, shape: tuple):
+    import numpy as np
+    n = int(np.prod(shape))
+    if key.endswith("/tid2eid"):
+        return (np.arange(n) % N_EXPERTS).reshape(shape)
+    return (np.arange(n)[::-1] * 0.375 - 1.0).reshape(shape)
+
+
+def edited(family: str, items: pathlib.Path) -> pathlib.Path:
+    """A copy of the training state at `items` with EDITS[family] set (Orbax restore and save,
+    sharding kept), cached beside it."""
+    keys = EDITS.get(family)
+    if not keys:
+        return items
+    tag = hashlib.sha256(json.dumps(keys).encode()).hexdigest()[:8]
+    done = items.parent.parent.parent.with_name(items.parent.parent.parent.name + f"-edit-{tag}")
+    out = done / "items"
+    if out.is_dir():
+        return out
     import jax
     import jax.numpy as jnp
-    import numpy as np
     import orbax.checkpoint as ocp
     ck = ocp.PyTreeCheckpointer()
     tree = ck.restore(str(items))
-    node = tree
-    *parents, leaf = key.split("/")
-    for k in parents:
-        node = node[k]
-    b = node[leaf]
-    vals = (np.arange(b.size)[::-1] * 0.375 - 1.0).reshape(b.shape)
-    node[leaf] = jax.device_put(jnp.asarray(vals, b.dtype), b.sharding)
-    edited = items.parent / "items.edited"
-    ck.save(str(edited), tree, force=True)
-    shutil.rmtree(items)
-    os.replace(edited, items)
+    for key in keys:
+        node = tree
+        *parents, leaf = key.split("/")
+        for k in parents:
+            node = node[k]
+        b = node[leaf]
+        node[leaf] = jax.device_put(jnp.asarray(_edited_values(key, b.shape), b.dtype), b.sharding)
+    tmp = pathlib.Path(str(done) + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    ck.save(str(tmp / "items"), tree, force=True)
+    os.replace(tmp, done)
+    return out
+
 
 ALL = {**FAMILIES, **PENDING}
 
@@ -145,7 +171,7 @@ def _cache_root() -> pathlib.Path:
 def train(family: str) -> pathlib.Path:
     """The family's scanned training state at step 1 (trained once, then cached)."""
     args = ALL[family] + COMMON
-    key = hashlib.sha256(json.dumps([maxtext.__version__, args, BIAS_EDIT.get(family)]).encode()
+    key = hashlib.sha256(json.dumps([maxtext.__version__, args, TRAIN_FORMAT]).encode()
                          ).hexdigest()[:16]
     done = _cache_root() / f"{family}-{maxtext.__version__}-{key}"
     items = done / "checkpoints" / "1" / "items"
@@ -161,8 +187,6 @@ def train(family: str) -> pathlib.Path:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
     if rc != 0 or not (tmp / "checkpoints" / "1" / "items").is_dir():
         raise SystemExit(f"training {family} failed (rc {rc}), see {log}")
-    if family in BIAS_EDIT:
-        _edit_bias(tmp / "checkpoints" / "1" / "items", BIAS_EDIT[family])
     os.replace(tmp, done)
     log.unlink()
     return items
@@ -331,7 +355,7 @@ def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4)
 def main() -> None:
     family, work = sys.argv[1], pathlib.Path(sys.argv[2])
     facts: dict = {"family": family, "maxtext": maxtext.__version__}
-    items = train(family)
+    items = edited(family, train(family))
     facts["train"] = str(items)
     facts["trained_aux"] = trained_aux(items)
     facts["unrolled"] = run_unroll(family, items, work, "unrolled", "force_unroll=true")

@@ -79,13 +79,20 @@ def test_family(family, tmp_path):
         assert f["maxtext"]["leaves_compared"] == len(model)
 
 
-def _unstacked(trained: dict, model: dict) -> dict:
+def _unstacked(trained: dict, model: dict, family: str) -> dict:
     """The trained non-parameter variables as the unscanned model holds them: a leaf of scanned
-    group decoder/<g> (stacked on axis 0) becomes decoder/<g>_<i>, one row each."""
+    group decoder/<g> (stacked on axis 0) becomes decoder/<g>_<i>, one row each; deepseek4's
+    decoder/scanned_blocks/layers_<j> (blocks of 2 after the hash layers) decoder/layers_<h+2b+j>."""
     out = {}
+    hash_layers = [int(a.split("=")[1]) for a in driver.ALL[family]
+                   if a.startswith("first_num_hash_layers=")]
     for k, v in trained.items():
         p = k.split("/")
-        if len(p) > 2 and p[0] == "decoder" and any(m.startswith(f"decoder/{p[1]}_0/") for m in model):
+        if len(p) > 3 and p[:2] == ["decoder", "scanned_blocks"] and hash_layers:
+            j = int(p[2].split("_")[1])
+            for b, row in enumerate(v):
+                out["/".join(["decoder", f"layers_{hash_layers[0] + 2 * b + j}", *p[3:]])] = row
+        elif len(p) > 2 and p[0] == "decoder" and any(m.startswith(f"decoder/{p[1]}_0/") for m in model):
             for i, row in enumerate(v):
                 out["/".join(["decoder", f"{p[1]}_{i}", *p[2:]])] = row
         else:
@@ -95,9 +102,10 @@ def _unstacked(trained: dict, model: dict) -> dict:
 
 def _check_aux(family: str, f: dict) -> None:
     trained = f["trained_aux"]
-    if family in driver.BIAS_EDIT:
-        assert trained and any(np.any(np.asarray(v) != 0) for v in trained.values()), \
-            "the router bias fixture must be non-zero to tell a loaded bias from an initialised one"
+    for key in driver.EDITS.get(family, []):
+        k = key.split("/", 2)[2]
+        assert np.any(np.asarray(trained[k]) != 0), \
+            f"{k} must be non-zero to tell a loaded value from an initialised one"
     assert f["decode_scanned"]["aux"] == trained
-    assert f["decode_unrolled"]["aux"] == _unstacked(trained, f["model_tree"])
+    assert f["decode_unrolled"]["aux"] == _unstacked(trained, f["model_tree"], family)
 
