@@ -93,6 +93,14 @@ FAMILIES["gpt-oss"] = TINY + ["model_name=gpt-oss-20b", "override_model_config=t
 FAMILIES["olmo3"] = TINY + ["model_name=olmo3-7b", "override_model_config=true",
                             "base_num_decoder_layers=4", "sliding_window_size=4"]
 
+# Pipeline parallelism: trained on 2 (forced host) devices with 2 stages of 1 layer, repeated
+# twice; the decode model is the plain one (llama2, 4 layers).
+FAMILIES["pipeline"] = TINY + ["base_num_decoder_layers=4"]
+# family -> (keys for training and conversion only, devices): how the state was trained. The
+# decode model runs unpipelined on one device.
+PARALLEL = {"pipeline": (["ici_pipeline_parallelism=2", "ici_fsdp_parallelism=1",
+                          "num_layers_per_pipeline_stage=1", "num_pipeline_microbatches=2"], 2)}
+
 PENDING: dict = {}
 # deepseek4: 2 unscanned hash-routed layers (Tid2EidVar) before one scanned block of 2. The
 # scanned block builds its layers with compress ratios 128 then 4 whatever compress_ratios says
@@ -170,7 +178,8 @@ def _cache_root() -> pathlib.Path:
 
 def train(family: str) -> pathlib.Path:
     """The family's scanned training state at step 1 (trained once, then cached)."""
-    args = ALL[family] + COMMON
+    par, devices = PARALLEL.get(family, ([], 1))
+    args = ALL[family] + par + COMMON
     key = hashlib.sha256(json.dumps([maxtext.__version__, args, TRAIN_FORMAT]).encode()
                          ).hexdigest()[:16]
     done = _cache_root() / f"{family}-{maxtext.__version__}-{key}"
@@ -183,8 +192,11 @@ def train(family: str) -> pathlib.Path:
     cmd = [sys.executable, "-m", "maxtext.trainers.pre_train.train", BASE_YML,
            f"run_name={tmp.name}", f"base_output_directory={tmp.parent}", *args]
     log = tmp.parent / f"{tmp.name}.log"
+    env = dict(os.environ)
+    if devices > 1:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     with open(log, "w") as f:
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
     if rc != 0 or not (tmp / "checkpoints" / "1" / "items").is_dir():
         raise SystemExit(f"training {family} failed (rc {rc}), see {log}")
     os.replace(tmp, done)
@@ -194,7 +206,8 @@ def train(family: str) -> pathlib.Path:
 
 def run_unroll(family: str, items: pathlib.Path, out: pathlib.Path, name: str, *extra: str) -> dict:
     cmd = [os.environ["UNROLL_BIN"], BASE_YML, f"load_full_state_path={items}",
-           f"base_output_directory={out}", f"run_name={name}", *ALL[family], *extra]
+           f"base_output_directory={out}", f"run_name={name}", *ALL[family],
+           *PARALLEL.get(family, ([], 1))[0], *extra]
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True)
     return {"rc": p.returncode, "stderr": p.stderr.strip()[-2000:], "seconds": time.monotonic() - t0,
@@ -217,6 +230,33 @@ def storage_kind(path: str) -> dict:
     files = [f for _, _, fs in os.walk(path) for f in fs]
     return {"ocdbt": "manifest.ocdbt" in files, "zarr2": ".zarray" in files,
             "zarr3": "zarr.json" in files}
+
+
+def restack_pipeline(family: str, items: pathlib.Path, out: pathlib.Path) -> dict:
+    """The reference for a pipeline-trained state, written here independently of unroll: the
+    scanned param-only checkpoint of the plain model with the same values. A pipeline leaf
+    decoder/pipeline_module/layers/R is [repeats, stages, ...] and holds layer r * stages + s
+    (MaxText's pipeline runs stages 0..S-1 of repeat 0, then of repeat 1); the plain scanned
+    model holds decoder/layers/R with the layer axis at param_scan_axis (1). Cast to bfloat16."""
+    import jax.numpy as jnp
+    import numpy as np
+    import orbax.checkpoint as ocp
+    ck = ocp.PyTreeCheckpointer()
+    flat = _flat(ck.restore(str(items))["params"]["params"])
+    tree: dict = {}
+    for k, x in flat.items():
+        x = np.asarray(x)
+        p = k.split("/")
+        if p[:3] == ["decoder", "pipeline_module", "layers"]:
+            x = np.moveaxis(x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), 0, 1)
+            p = ["decoder", "layers", *p[3:]]
+        node = tree
+        for c in p:
+            node = node.setdefault(c, {})
+        node["value"] = jnp.asarray(x, jnp.bfloat16)
+    path = out / "restacked" / "items"
+    ck.save(str(path), tree, force=True)
+    return {"rc": 0, "stderr": "", "path": str(path)}
 
 
 def run_maxtext(family: str, items: pathlib.Path, out: pathlib.Path, name: str) -> dict:
@@ -354,15 +394,24 @@ def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4)
 
 def main() -> None:
     family, work = sys.argv[1], pathlib.Path(sys.argv[2])
+    devices = PARALLEL.get(family, ([], 1))[1]
+    if devices > 1:
+        # read when JAX first starts its backend (nothing has yet): restoring the training state
+        # needs the devices it was saved from; the decodes then run fsdp over them alike
+        os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     facts: dict = {"family": family, "maxtext": maxtext.__version__}
     items = edited(family, train(family))
     facts["train"] = str(items)
     facts["trained_aux"] = trained_aux(items)
     facts["unrolled"] = run_unroll(family, items, work, "unrolled", "force_unroll=true")
-    facts["scanned"] = run_unroll(family, items, work, "scanned", "force_unroll=false")
+    if family in PARALLEL:
+        facts["scanned"] = restack_pipeline(family, items, work)
+    else:
+        facts["scanned"] = run_unroll(family, items, work, "scanned", "force_unroll=false")
     if facts["unrolled"]["rc"] == 0:
         p = subprocess.run([os.environ["UNROLL_BIN"], "verify", str(items), facts["unrolled"]["path"],
-                            BASE_YML, *ALL[family]], capture_output=True, text=True)
+                            BASE_YML, *ALL[family], *PARALLEL.get(family, ([], 1))[0]],
+                           capture_output=True, text=True)
         facts["verify"] = {"rc": p.returncode, "stdout": p.stdout[-3000:], "stderr": p.stderr[-2000:]}
     if family in MAXTEXT_VALID and facts["unrolled"]["rc"] == 0:
         facts["maxtext"] = run_maxtext(family, items, work, "maxtext")
