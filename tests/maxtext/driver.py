@@ -99,7 +99,10 @@ FAMILIES["pipeline"] = TINY + ["base_num_decoder_layers=4"]
 # family -> (keys for training and conversion only, devices): how the state was trained. The
 # decode model runs unpipelined on one device.
 PARALLEL = {"pipeline": (["ici_pipeline_parallelism=2", "ici_fsdp_parallelism=1",
-                          "num_layers_per_pipeline_stage=1", "num_pipeline_microbatches=2"], 2)}
+                          "num_layers_per_pipeline_stage=1", "num_pipeline_microbatches=2"], 2),
+            "fsdp-tensor": (["ici_fsdp_parallelism=2", "ici_tensor_parallelism=2"], 4)}
+# 4-device fsdp x tensor sharding: every array saved in shards over a 2 x 2 mesh.
+FAMILIES["fsdp-tensor"] = TINY + ["base_num_decoder_layers=2"]
 
 PENDING: dict = {}
 # deepseek4: 2 unscanned hash-routed layers (Tid2EidVar) before one scanned block of 2. The
@@ -259,6 +262,19 @@ def restack_pipeline(family: str, items: pathlib.Path, out: pathlib.Path) -> dic
     return {"rc": 0, "stderr": "", "path": str(path)}
 
 
+def mesh_axes_used(items: pathlib.Path) -> dict:
+    """{mesh axis: number of the training state's arrays sharded over it} (Orbax _sharding)."""
+    used: dict = {}
+    for v in json.loads((items / "_sharding").read_text()).values():
+        v = json.loads(v) if isinstance(v, str) else v
+        names = set()
+        for entry in v.get("partition_spec", []):
+            names.update(entry if isinstance(entry, list) else [entry])
+        for name in names - {None}:
+            used[name] = used.get(name, 0) + 1
+    return used
+
+
 def run_maxtext(family: str, items: pathlib.Path, out: pathlib.Path, name: str) -> dict:
     """MaxText's own generate_param_only_checkpoint (force_unroll=true) on the same state."""
     cmd = [sys.executable, "-m", "maxtext.utils.generate_param_only_checkpoint", BASE_YML,
@@ -403,8 +419,9 @@ def main() -> None:
     items = edited(family, train(family))
     facts["train"] = str(items)
     facts["trained_aux"] = trained_aux(items)
+    facts["mesh_axes_used"] = mesh_axes_used(items)
     facts["unrolled"] = run_unroll(family, items, work, "unrolled", "force_unroll=true")
-    if family in PARALLEL:
+    if family == "pipeline":
         facts["scanned"] = restack_pipeline(family, items, work)
     else:
         facts["scanned"] = run_unroll(family, items, work, "scanned", "force_unroll=false")

@@ -62,6 +62,12 @@ def test_family(family, tmp_path):
     a, b = np.asarray(du["logits"]), np.asarray(ds["logits"])
     assert np.all(np.isfinite(a))
     np.testing.assert_allclose(a, b, rtol=0, atol=LOGITS_ATOL)
+    # the parallel runs really are: arrays sharded over the mesh axes they name
+    if family == "pipeline":
+        assert f["mesh_axes_used"].get("stage", 0) > 0, f["mesh_axes_used"]
+    if family == "fsdp-tensor":
+        assert f["mesh_axes_used"].get("fsdp", 0) > 0 and f["mesh_axes_used"].get("tensor", 0) > 0, \
+            f["mesh_axes_used"]
     # non-parameter variables (DeepSeek's router bias): MaxText runs with the trained values
     _check_aux(family, f)
     # other storage formats of the same output: what MaxText restores and decodes alike
