@@ -219,7 +219,7 @@ def run_unroll(family: str, items: pathlib.Path, out: pathlib.Path, name: str, *
 
 # Families whose MaxText-converter output is valid (loads in MaxText's inference; issue 13):
 # unroll's output must equal it leaf for leaf, bit for bit.
-MAXTEXT_VALID = {"llama2", "deepseek"}
+MAXTEXT_VALID = {"llama2", "deepseek", "fsdp-tensor"}
 
 
 # Output variants converted and decoded besides the default (OCDBT + zarr3): family -> name ->
@@ -279,7 +279,7 @@ def run_maxtext(family: str, items: pathlib.Path, out: pathlib.Path, name: str) 
     """MaxText's own generate_param_only_checkpoint (force_unroll=true) on the same state."""
     cmd = [sys.executable, "-m", "maxtext.utils.generate_param_only_checkpoint", BASE_YML,
            f"load_full_state_path={items}", f"base_output_directory={out}", f"run_name={name}",
-           "force_unroll=true", *ALL[family], *COMMON]
+           "force_unroll=true", *ALL[family], *PARALLEL.get(family, ([], 1))[0], *COMMON]
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True)
     return {"rc": p.returncode, "stderr": p.stderr.strip()[-2000:],
