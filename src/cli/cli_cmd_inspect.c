@@ -186,7 +186,8 @@ static int default_scan_axis(const ur_orbax_leaf *l)
         return -1;
     }
     memset(&s, 0, sizeof s);
-    s.param_scan_axis = 1;
+    /* a training state's non-parameter variables are stacked on axis 0 (plan.c is_aux) */
+    s.param_scan_axis = l->depth > 0 && strcmp(l->path[0].key, "nnx_aux") == 0 ? 0 : 1;
     s.axis_rules = rules;
     s.n_axis_rules = 1;
     memset(&p, 0, sizeof p);

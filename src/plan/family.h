@@ -56,6 +56,8 @@ typedef struct {
     size_t st, en;
     int g;
     uint64_t elems;
+    int aux; /* a non-parameter variable (nnx_aux/model/P, plan.c is_aux): not cast, and
+              * stacked on axis 0 by a plain scan; refused where a family's hook unstacks it */
 } ur_plan_item;
 
 typedef struct ur_plan_family {
@@ -75,6 +77,9 @@ typedef struct ur_plan_family {
     /* It is the pipeline layout itself: decoder/pipeline_module is its group, and its setup
      * checks the layer counts (the walk's generic tree and count checks are skipped). */
     int pipeline;
+    /* It scans blocks inside a scan (gemma4, qwen3-next): a non-parameter variable (nnx_aux)
+     * under decoder/ is refused, its axes there not being known. */
+    int nested;
 } ur_plan_family;
 
 /* ---- the table (family.c) ---------------------------------------------------------------- */

@@ -45,5 +45,6 @@ const ur_plan_family ur_family_gemma4 = {
     .applies = applies,
     .setup = setup,
     .leaf = leaf,
+    .nested = 1,
     .finish = ur_plan_nested__finish,
 };

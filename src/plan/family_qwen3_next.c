@@ -52,5 +52,6 @@ const ur_plan_family ur_family_qwen3_next = {
     .applies = applies,
     .setup = setup,
     .leaf = leaf,
+    .nested = 1,
     .finish = ur_plan_nested__finish,
 };

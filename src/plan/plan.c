@@ -3,7 +3,8 @@
  * generate_param_only_checkpoint.py writes (docs/maxtext-checkpoints.md §3, §4):
  *
  *   input layout                         kept                     dropped
- *   Linen / current NNX training state   params/params/P          opt_state, step, nnx_aux
+ *   Linen / current NNX training state   params/params/P,         opt_state, step, RNG state,
+ *                                        nnx_aux/model/P (is_aux) other nnx_aux
  *   older NNX training state             model/P/value            optimizer, RNG variables
  *   NNX param-only (decode) checkpoint   [base/]P/value
  *   LoRA adapter                         params/params/P or params/P
@@ -247,6 +248,28 @@ static int path_is(const ur_plan_leaf *l, size_t i, const char *s)
     return l->path_len > i && strcmp(l->path[i], s) == 0;
 }
 
+/* Non-parameter variables: MaxText's NNX training state saves every persistent variable that
+ * is not an nnx.Param (the DeepSeek router bias MoEBiasVar, deepseek4's Tid2EidVar; RNG state,
+ * which is dropped) under nnx_aux/model/P, beside params/params/P (train_state_nnx.py
+ * to_checkpoint_dict). The decode model restores them at P like its params (from_pretrained
+ * restores every variable but RNG, cache, intermediate and batch-stat state), so they are kept
+ * at P, unstacked like the params, and in their stored dtype: they are not weights to cast
+ * (Tid2EidVar holds expert ids as float32). A scan stacks them on axis 0, not param_scan_axis
+ * (nnx.StateAxes({nnx.Param: param_scan_axis, ...: 0}) in nnx_decoders.py). */
+static int is_aux(const ur_plan_leaf *l, ur_plan_layout layout)
+{
+    return layout == UR_PLAN_LAYOUT_LINEN && path_is(l, 0, "nnx_aux");
+}
+
+static int aux_scan_axis(const ur_plan_leaf *leaf, const ur_settings *s)
+{
+    int a = spec_scan_axis(leaf, s);
+    if (a >= 0) {
+        return a;
+    }
+    return leaf->rank >= 1 ? 0 : -1;
+}
+
 static int has_array_under(const ur_plan_leaf *leaves, size_t n, const char *a, const char *b)
 {
     for (size_t i = 0; i < n; i++) {
@@ -329,7 +352,11 @@ static const char *model_path(const ur_plan_leaf *l, ur_plan_layout layout, size
             return "step";
         }
         if (path_is(l, 0, "nnx_aux")) {
-            return "nnx_aux";
+            if (layout != UR_PLAN_LAYOUT_LINEN || !path_is(l, 1, "model")) {
+                return "nnx_aux";
+            }
+            s = 2; /* a non-parameter variable of the model (RNG state dropped below) */
+            break;
         }
         return "outside params";
     case UR_PLAN_LAYOUT_LORA_NNX:
@@ -643,7 +670,7 @@ static int group_leaf(ur_plan_walk *w, const ur_plan_item *it, int64_t sub, size
     ur_plan *plan = w->plan;
     const ur_settings *s = w->s;
     ur_plan_group *grp = &plan->groups[it->g];
-    int axis = ur_plan_scan_axis(l, s);
+    int axis = it->aux ? aux_scan_axis(l, s) : ur_plan_scan_axis(l, s);
     uint64_t nl = (uint64_t)grp->n_layers;
     int rc;
     grp->present = 1;
@@ -731,6 +758,16 @@ static int model_leaf(ur_plan_walk *w, const ur_plan_family *fam, ur_plan_item *
         }
         if (fam->leaf != NULL) {
             int done = 0;
+            if (it->aux && (fam->pipeline || fam->nested)) {
+                /* the family's layer axes are those of its params (param_scan_axis); where
+                 * MaxText's nested or pipeline scans put a variable's is not known */
+                char name[512];
+                return ur_err_set(err, UR_EUNSUPPORTED,
+                                  "leaf '%s': a non-parameter variable (nnx_aux) of a %s "
+                                  "scan: its layer axes there are not known to unroll",
+                                  ur_plan_path_format(l->path, l->path_len, name, sizeof name),
+                                  fam->pipeline ? "pipeline" : "nested");
+            }
             rc = fam->leaf(w, it, &done, err);
             if (rc < 0 || done) {
                 return rc;
@@ -762,7 +799,7 @@ static int plan_leaf(ur_plan_walk *w, const ur_plan_family *fam, size_t i, ur_er
 {
     const ur_plan_leaf *l = &w->leaves[i];
     ur_plan *plan = w->plan;
-    ur_plan_item it = {l, &plan->actions[i], 0, 0, -1, 0};
+    ur_plan_item it = {l, &plan->actions[i], 0, 0, -1, 0, 0};
     ur_plan_action *a = it.a;
     const char *why;
     int rc;
@@ -792,7 +829,8 @@ static int plan_leaf(ur_plan_walk *w, const ur_plan_family *fam, size_t i, ur_er
     if (rc < 0) {
         return rc;
     }
-    if (ur_dtype_is_float(l->dtype)) {
+    it.aux = is_aux(l, plan->layout);
+    if (ur_dtype_is_float(l->dtype) && !it.aux) {
         a->out_dtype = UR_DT_BFLOAT16;
     }
     /* the run would refuse it chunk by chunk: say so now, and in the dry run */

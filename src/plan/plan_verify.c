@@ -283,7 +283,7 @@ static int vset_build(vset *s, const leaf_list *ll, int is_output, verifier *vf,
     for (size_t i = 0; i < n; i++) {
         const ur_orbax_leaf *l = list_leaf(ll, i);
         size_t st = 0, en = l->depth;
-        int keep = 1;
+        int keep = 1, aux = 0;
         vleaf *v;
         for (size_t k = 0; k < l->depth; k++) {
             s->comps[used + k] = l->path[k].key;
@@ -292,6 +292,9 @@ static int vset_build(vset *s, const leaf_list *ll, int is_output, verifier *vf,
         switch (w) {
         case WRAP_PARAMS2:
             keep = comp_is(l, 0, "params") && comp_is(l, 1, "params");
+            /* a training state's non-parameter variables, which unroll keeps (plan.c) */
+            aux = !is_output && comp_is(l, 0, "nnx_aux") && comp_is(l, 1, "model");
+            keep |= aux;
             st = 2;
             break;
         case WRAP_PARAMS1:
@@ -375,6 +378,7 @@ static int vset_build(vset *s, const leaf_list *ll, int is_output, verifier *vf,
             v->comp = s->comps + used + st;
             v->len = en - st;
             v->first = st;
+            v->aux = aux;
             v->table = -1;
             v->sub = -1;
             v->key = ur_plan_verify__key_of(v->comp, v->len);
@@ -533,6 +537,12 @@ static ur_dtype cast_of(ur_dtype in)
     return ur_dtype_is_float(in) ? UR_DT_BFLOAT16 : in;
 }
 
+/* The dtype input leaf i is written in: params are cast, non-parameter variables kept. */
+static ur_dtype out_dtype_of(const vleaf *i)
+{
+    return i->aux ? i->leaf->dtype : cast_of(i->leaf->dtype);
+}
+
 /* Compare output leaf `o` with input leaf `i` (index fidx[m] taken on axis fax[m] for
  * m < nfix, fax increasing; nfix 0: whole), one output chunk at a time. */
 static int compare_values(verifier *vf, const vleaf *o, const vleaf *i, int nfix, const int *fax,
@@ -540,7 +550,7 @@ static int compare_values(verifier *vf, const vleaf *o, const vleaf *i, int nfix
 {
     ur_zarr_array *ao = NULL, *ai = NULL;
     const ur_zarr_info *io;
-    ur_dtype want = cast_of(i->leaf->dtype);
+    ur_dtype want = out_dtype_of(i);
     size_t isz = ur_dtype_size(i->leaf->dtype), osz = ur_dtype_size(want);
     int value_issues = 0, bad_leaf = 0;
     int rc;
@@ -685,7 +695,7 @@ int ur_plan_verify__layer_axis(const verifier *vf, const vleaf *o, const vleaf *
                 ok = i->leaf->shape[d] == o->leaf->shape[k++];
             }
         }
-        if (ok && a == vf->opts->param_scan_axis) {
+        if (ok && a == (i->aux ? 0 : vf->opts->param_scan_axis)) {
             return a;
         }
         if (ok && first < 0) {
@@ -774,11 +784,11 @@ static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t l
                           "(a scanned model stacks every parameter of the group)",
                           iname, a);
     }
-    if (o->leaf->dtype != cast_of(i->leaf->dtype)) {
+    if (o->leaf->dtype != out_dtype_of(i)) {
         is = ur_plan_verify__issue(vf, UR_VERIFY_DTYPE, oname, src);
         if (is) {
             snprintf(is->expected, sizeof is->expected, "%s",
-                     ur_dtype_name(cast_of(i->leaf->dtype)));
+                     ur_dtype_name(out_dtype_of(i)));
             snprintf(is->got, sizeof is->got, "%s", ur_dtype_name(o->leaf->dtype));
         }
         return UR_OK;
@@ -809,7 +819,7 @@ static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t l
         }
         return UR_OK;
     }
-    if (!ur_tensor_cast_supported(cast_of(i->leaf->dtype), i->leaf->dtype)) {
+    if (!ur_tensor_cast_supported(out_dtype_of(i), i->leaf->dtype)) {
         is = ur_plan_verify__issue(vf, UR_VERIFY_DTYPE, oname, src);
         if (is) {
             snprintf(is->expected, sizeof is->expected, "a dtype unroll can cast (not %s)",
@@ -873,12 +883,12 @@ static int check_slices(verifier *vf, const vleaf *o, vleaf *i, int nfix, const 
         }
         return UR_OK;
     }
-    if (o->leaf->dtype != cast_of(i->leaf->dtype) ||
-        !ur_tensor_cast_supported(cast_of(i->leaf->dtype), i->leaf->dtype)) {
+    if (o->leaf->dtype != out_dtype_of(i) ||
+        !ur_tensor_cast_supported(out_dtype_of(i), i->leaf->dtype)) {
         is = ur_plan_verify__issue(vf, UR_VERIFY_DTYPE, oname, src);
         if (is) {
             snprintf(is->expected, sizeof is->expected, "%s",
-                     ur_dtype_name(cast_of(i->leaf->dtype)));
+                     ur_dtype_name(out_dtype_of(i)));
             snprintf(is->got, sizeof is->got, "%s", ur_dtype_name(o->leaf->dtype));
         }
         return UR_OK;

@@ -34,6 +34,8 @@ typedef struct {
     size_t first; /* comp[0] is leaf->path[first] */
     char *key;    /* components joined with UR_VERIFY_SEP */
     /* input only */
+    int aux;          /* a non-parameter variable (nnx_aux/model/P): kept in its dtype, and a
+                       * scan stacks it on axis 0 (see plan.c is_aux) */
     int table;        /* the scanned group it was sliced from, -1: none (yet) */
     int64_t sub;      /* cycle sub-layer j, -1: not a cycle leaf */
     size_t rest;      /* first component after the group (and sub-layer) */
