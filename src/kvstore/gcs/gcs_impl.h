@@ -1,0 +1,82 @@
+/* Internals of the GCS kvstore driver (src/kvstore/gcs/): the HTTP calls it makes, the
+ * credentials that authorize them and the RS256 JWT of the service-account flow. Not part of
+ * the cross-layer API. */
+#ifndef UNROLL_GCS_IMPL_H
+#define UNROLL_GCS_IMPL_H
+
+#include "unroll/buf.h"
+#include "unroll/err.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- HTTP (gcs_http.c) ---------------------------------------------------------------- */
+
+/* One request. The response body goes to `body` (appended) or, for ranged reads, into the
+ * fixed buffer dst[0..dst_len) (more bytes than that are an error); neither: discarded. */
+typedef struct {
+    const char *method; /* "GET", "POST", "PUT", "DELETE" */
+    const char *url;
+    const char *const *headers; /* NULL-terminated "Name: value" lines, or NULL */
+    const void *data;           /* request body, or NULL */
+    size_t data_len;
+    ur_buf *body;
+    void *dst;
+    size_t dst_len;
+    const char *what; /* for messages: the object or endpoint, e.g. "gs://b/k" */
+} gcs_http_req;
+
+typedef struct {
+    long status;
+    size_t dst_got;        /* bytes written into dst */
+    int has_crc32c;        /* x-goog-hash carried crc32c= */
+    uint32_t crc32c;       /* its value */
+    char location[2048];   /* Location header (resumable upload sessions) */
+    char range[128];       /* Range header of a 308 answer ("bytes=0-N") */
+} gcs_http_resp;
+
+/* Perform the request; transport failures (connection refused or dropped, timeout) are UR_EIO
+ * naming req->what. Any HTTP status is success here: the caller judges resp->status. */
+int ur_gcs_http_do(const gcs_http_req *req, gcs_http_resp *resp, ur_err *err);
+
+/* Percent-encode every byte but the unreserved ones (RFC 3986) and append to out. */
+int ur_gcs_http_escape(ur_buf *out, const char *s, ur_err *err);
+
+/* The reason GCS or a token endpoint gave in a JSON error body ("error.message", or
+ * "error" + "error_description"), copied into msg (empty when there is none). */
+void ur_gcs_http_error_text(const ur_buf *body, char *msg, size_t n);
+
+/* ---- JWT (gcs_jwt.c) ------------------------------------------------------------------ */
+
+/* Append to `out` a JWT "header.claims.signature" signed RS256 with the PEM private key:
+ * {"alg":"RS256","typ":"JWT"[,"kid":key_id]} and
+ * {"iss":iss,"scope":scope,"aud":aud,"iat":iat,"exp":iat+3600}. UR_EINVAL for a key OpenSSL
+ * cannot load or that is not RSA. */
+int ur_gcs_jwt_sign(ur_buf *out, const char *pem_key, const char *key_id, const char *iss,
+                    const char *scope, const char *aud, int64_t iat, ur_err *err);
+
+/* Base64url without padding (RFC 7515 §2). */
+int ur_gcs_b64url(ur_buf *out, const void *p, size_t n, ur_err *err);
+
+/* ---- credentials (gcs_auth.c) --------------------------------------------------------- */
+
+typedef struct gcs_auth gcs_auth;
+
+/* Find credentials the way Google's client libraries do (see gcs_auth.c). `emulator`: no
+ * credentials at all (STORAGE_EMULATOR_HOST). UR_EINVAL naming the file for an unreadable or
+ * malformed credentials file. */
+int ur_gcs_auth_new(gcs_auth **out, int emulator, ur_err *err);
+
+/* The Authorization header line for the next request ("" when anonymous), refreshing the
+ * access token when it is missing or near expiry. UR_EIO when the token endpoint fails. */
+int ur_gcs_auth_header(gcs_auth *a, char *line, size_t n, ur_err *err);
+
+/* Forget the cached token (the server answered 401), so the next header fetches a new one. */
+void ur_gcs_auth_invalidate(gcs_auth *a);
+
+/* "service_account", "authorized_user", "metadata", "anonymous" or "emulator". */
+const char *ur_gcs_auth_kind(const gcs_auth *a);
+
+void ur_gcs_auth_free(gcs_auth *a);
+
+#endif

@@ -1,0 +1,797 @@
+/* The GCS kvstore driver (JSON API, https://cloud.google.com/storage/docs/json_api):
+ *
+ *   read        GET  /storage/v1/b/<b>/o/<name>?alt=media            (+ Range: bytes=a-b)
+ *   size        GET  /storage/v1/b/<b>/o/<name>                       (object resource "size")
+ *   list        GET  /storage/v1/b/<b>/o?prefix=<p>[&pageToken=<t>]   (items[].name/size)
+ *   write       POST /upload/storage/v1/b/<b>/o?uploadType=media&name=<name>
+ *               POST ...?uploadType=resumable, then PUT chunks with Content-Range (308 between)
+ *   create      the simple upload with ifGenerationMatch=0 (412: the object exists)
+ *   delete      DELETE /storage/v1/b/<b>/o/<name>
+ *
+ * Object names are sorted by their UTF-8 bytes, the kvstore's key order. */
+#include "kvstore_impl.h"
+#include "gcs_impl.h"
+
+#include "unroll/alloc.h"
+#include "unroll/b64.h"
+#include "unroll/crc32c.h"
+#include "unroll/json.h"
+#include "unroll/kvstore_gcs.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define META_MAX ((size_t)16 << 20) /* a listing page or an object resource */
+
+typedef struct {
+    ur_kvstore base;
+    char *endpoint; /* "https://storage.googleapis.com", no trailing '/' */
+    char *bucket;
+    char *prefix; /* "" or ends with '/' */
+    int writable;
+    gcs_auth *auth;
+} gcs_store;
+
+int ur_kvstore_gcs_is_url(const char *url)
+{
+    return strncmp(url, "gs://", 5) == 0;
+}
+
+/* "gs://bucket/prefix-of-key" for messages. */
+static void obj_url(const gcs_store *g, const char *key, char *dst, size_t n)
+{
+    snprintf(dst, n, "gs://%s/%s%s", g->bucket, g->prefix, key);
+}
+
+/* <endpoint>/<api>/b/<bucket>/o[/<escaped name>] */
+static int api_url(ur_buf *u, const gcs_store *g, const char *api, const char *key, ur_err *err)
+{
+    int rc = ur_buf_printf(u, err, "%s/%s/b/", g->endpoint, api);
+    if (rc == UR_OK) {
+        rc = ur_gcs_http_escape(u, g->bucket, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_str(u, "/o", err);
+    }
+    if (rc == UR_OK && key != NULL) {
+        rc = ur_buf_append_byte(u, '/', err);
+        if (rc == UR_OK) {
+            rc = ur_gcs_http_escape(u, g->prefix, err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_gcs_http_escape(u, key, err);
+        }
+    }
+    return rc;
+}
+
+/* One request with the credentials' header added (extra: more header lines, may be NULL);
+ * a 401 drops the cached token and tries once more with a fresh one. */
+static int send_req(gcs_store *g, gcs_http_req *req, const char *const *extra,
+                    gcs_http_resp *resp, ur_err *err)
+{
+    char auth[4200];
+    const char *hdrs[8];
+    size_t nh = 0;
+    int rc;
+
+    for (int attempt = 0; attempt < 2; attempt++) {
+        rc = ur_gcs_auth_header(g->auth, auth, sizeof auth, err);
+        if (rc < 0) {
+            return rc;
+        }
+        nh = 0;
+        hdrs[nh++] = auth;
+        for (size_t i = 0; extra != NULL && extra[i] != NULL && nh < 7; i++) {
+            hdrs[nh++] = extra[i];
+        }
+        hdrs[nh] = NULL;
+        req->headers = hdrs;
+        if (req->body != NULL) {
+            ur_buf_reset(req->body);
+        }
+        rc = ur_gcs_http_do(req, resp, err);
+        if (rc < 0 || resp->status != 401 || auth[0] == '\0') {
+            break;
+        }
+        ur_gcs_auth_invalidate(g->auth);
+    }
+    req->headers = NULL;
+    return rc;
+}
+
+/* The error for an unexpected status: 404 is UR_ENOTFOUND, anything else UR_EIO with the
+ * server's reason. */
+static int status_error(const gcs_store *g, const char *what, const char *op, long status,
+                        const ur_buf *body, ur_err *err)
+{
+    char why[512];
+    if (status == 404) {
+        return ur_err_set_os(err, UR_ENOTFOUND, 0, what, "no such object");
+    }
+    ur_gcs_http_error_text(body, why, sizeof why);
+    return ur_err_set_os(err, UR_EIO, 0, what, "GCS %s failed with HTTP %ld%s%s%s", op, status,
+                         why[0] ? ": " : "", why,
+                         status == 401 || status == 403
+                             ? (ur_gcs_auth_kind(g->auth)[0] == 'a'
+                                    ? " (no Google credentials found: anonymous access)"
+                                    : " (check the Google credentials)")
+                             : "");
+}
+
+static int g_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
+{
+    gcs_store *g = (gcs_store *)kv;
+    ur_buf url, body;
+    gcs_http_req req = {0};
+    gcs_http_resp resp;
+    char what[1024];
+    int rc;
+
+    obj_url(g, key, what, sizeof what);
+    ur_buf_init(&url, 0);
+    ur_buf_init(&body, out->limit == 0 ? 0 : out->limit - out->len);
+    rc = api_url(&url, g, "storage/v1", key, err);
+    if (rc == UR_OK) {
+        rc = ur_buf_append_str(&url, "?alt=media", err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_byte(&url, '\0', err);
+    }
+    if (rc < 0) {
+        goto out;
+    }
+    req.method = "GET";
+    req.url = (const char *)url.data;
+    req.body = &body;
+    req.what = what;
+    rc = send_req(g, &req, NULL, &resp, err);
+    if (rc < 0) {
+        if (body.limit != 0 && body.len >= body.limit) {
+            rc = ur_err_set_os(err, UR_ECORRUPT, 0, what, "object is larger than %zu bytes",
+                               body.limit);
+        }
+        goto out;
+    }
+    if (resp.status != 200) {
+        rc = status_error(g, what, "download", resp.status, &body, err);
+        goto out;
+    }
+    if (resp.has_crc32c && ur_crc32c(0, body.data, body.len) != resp.crc32c) {
+        rc = ur_err_set_os(err, UR_EIO, 0, what,
+                           "downloaded %zu bytes do not match the object's CRC-32C %08" PRIx32,
+                           body.len, resp.crc32c);
+        goto out;
+    }
+    rc = ur_buf_append(out, body.data, body.len, err);
+out:
+    ur_buf_dispose(&url);
+    ur_buf_dispose(&body);
+    return rc;
+}
+
+static int g_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len, void *dst,
+                        ur_err *err)
+{
+    gcs_store *g = (gcs_store *)kv;
+    ur_buf url, body;
+    gcs_http_req req = {0};
+    gcs_http_resp resp;
+    char what[1024], range[96];
+    const char *extra[] = {range, NULL};
+    int rc;
+
+    if (len == 0) {
+        uint64_t size;
+        rc = kv->ops->size(kv, key, &size, err);
+        if (rc == UR_OK && offset > size) {
+            rc = ur_err_set_os(err, UR_ECORRUPT, 0, key, "value is truncated: offset %" PRIu64
+                               " past its %" PRIu64 " bytes", offset, size);
+        }
+        return rc;
+    }
+    obj_url(g, key, what, sizeof what);
+    snprintf(range, sizeof range, "Range: bytes=%" PRIu64 "-%" PRIu64, offset,
+             offset + (uint64_t)len - 1);
+    ur_buf_init(&url, 0);
+    ur_buf_init(&body, 64 << 10); /* only an error body, never the data */
+    rc = api_url(&url, g, "storage/v1", key, err);
+    if (rc == UR_OK) {
+        rc = ur_buf_append_str(&url, "?alt=media", err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_byte(&url, '\0', err);
+    }
+    if (rc < 0) {
+        goto out;
+    }
+    req.method = "GET";
+    req.url = (const char *)url.data;
+    req.what = what;
+    req.dst = dst;
+    req.dst_len = len;
+    rc = send_req(g, &req, extra, &resp, err);
+    if (rc < 0) {
+        goto out;
+    }
+    if (resp.status == 416) {
+        rc = ur_err_set_os(err, UR_ECORRUPT, 0, what, "value is truncated: range %" PRIu64
+                           "+%zu is past its end", offset, len);
+        goto out;
+    }
+    if (resp.status != 206 && !(resp.status == 200 && offset == 0)) {
+        /* The error body was written into dst; fetch it again into a buffer for the reason. */
+        if (resp.status == 200) {
+            rc = ur_err_set_os(err, UR_EIO, 0, what, "server ignored the Range header");
+        } else {
+            req.dst = NULL;
+            req.body = &body;
+            if (ur_gcs_http_do(&req, &resp, NULL) < 0) {
+                ur_buf_reset(&body);
+            }
+            rc = status_error(g, what, "download", resp.status, &body, err);
+        }
+        goto out;
+    }
+    if (resp.dst_got != len) {
+        rc = ur_err_set_os(err, UR_ECORRUPT, 0, what, "value is truncated: range %" PRIu64
+                           "+%zu gave %zu bytes", offset, len, resp.dst_got);
+    }
+out:
+    ur_buf_dispose(&url);
+    ur_buf_dispose(&body);
+    return rc;
+}
+
+/* Parse a decimal "size" string of an object resource. */
+static int parse_size(const cJSON *o, uint64_t *size_out)
+{
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "size");
+    char *end;
+    unsigned long long v;
+    if (!cJSON_IsString(s) || s->valuestring[0] < '0' || s->valuestring[0] > '9') {
+        return -1;
+    }
+    v = strtoull(s->valuestring, &end, 10);
+    if (*end != '\0') {
+        return -1;
+    }
+    *size_out = v;
+    return 0;
+}
+
+static int g_size(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err)
+{
+    gcs_store *g = (gcs_store *)kv;
+    ur_buf url, body;
+    gcs_http_req req = {0};
+    gcs_http_resp resp;
+    char what[1024];
+    cJSON *j = NULL;
+    int rc;
+
+    obj_url(g, key, what, sizeof what);
+    ur_buf_init(&url, 0);
+    ur_buf_init(&body, META_MAX);
+    rc = api_url(&url, g, "storage/v1", key, err);
+    if (rc == UR_OK) {
+        rc = ur_buf_append_byte(&url, '\0', err);
+    }
+    if (rc < 0) {
+        goto out;
+    }
+    req.method = "GET";
+    req.url = (const char *)url.data;
+    req.body = &body;
+    req.what = what;
+    rc = send_req(g, &req, NULL, &resp, err);
+    if (rc < 0) {
+        goto out;
+    }
+    if (resp.status != 200) {
+        rc = status_error(g, what, "metadata request", resp.status, &body, err);
+        goto out;
+    }
+    if (ur_json_parse(&j, (const char *)body.data, body.len, NULL) < 0 ||
+        parse_size(j, size_out) < 0) {
+        rc = ur_err_set_os(err, UR_EIO, 0, what, "object resource without a valid \"size\"");
+    }
+out:
+    cJSON_Delete(j);
+    ur_buf_dispose(&url);
+    ur_buf_dispose(&body);
+    return rc;
+}
+
+/* Call fn for each item of one listing page; *token_out gets nextPageToken (or NULL). */
+static int list_page(gcs_store *g, const ur_buf *body, const char *what, ur_kvstore_list_fn fn,
+                     void *ctx, char **token_out, ur_err *err)
+{
+    cJSON *j = NULL;
+    const cJSON *items, *it, *next;
+    size_t plen = strlen(g->prefix);
+    int rc = UR_OK;
+
+    *token_out = NULL;
+    if (ur_json_parse(&j, (const char *)body->data, body->len, NULL) < 0) {
+        return ur_err_set_os(err, UR_EIO, 0, what, "listing answer is not JSON");
+    }
+    items = cJSON_GetObjectItemCaseSensitive(j, "items");
+    cJSON_ArrayForEach(it, items)
+    {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
+        uint64_t size;
+        if (!cJSON_IsString(name) || strncmp(name->valuestring, g->prefix, plen) != 0 ||
+            parse_size(it, &size) < 0) {
+            rc = ur_err_set_os(err, UR_EIO, 0, what, "listing item without a valid name/size");
+            goto out;
+        }
+        rc = fn(ctx, name->valuestring + plen, size);
+        if (rc != 0) {
+            goto out;
+        }
+    }
+    next = cJSON_GetObjectItemCaseSensitive(j, "nextPageToken");
+    if (cJSON_IsString(next) && next->valuestring[0] != '\0') {
+        *token_out = ur_strdup(next->valuestring);
+        if (*token_out == NULL) {
+            rc = ur_err_oom(err);
+        }
+    }
+out:
+    cJSON_Delete(j);
+    return rc;
+}
+
+static int g_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, void *ctx,
+                  ur_err *err)
+{
+    gcs_store *g = (gcs_store *)kv;
+    ur_buf url, body;
+    char *token = NULL;
+    char what[1024];
+    int rc = UR_OK;
+
+    obj_url(g, prefix, what, sizeof what);
+    ur_buf_init(&url, 0);
+    ur_buf_init(&body, META_MAX);
+    do {
+        gcs_http_req req = {0};
+        gcs_http_resp resp;
+        char *next = NULL;
+        ur_buf_reset(&url);
+        rc = api_url(&url, g, "storage/v1", NULL, err);
+        if (rc == UR_OK) {
+            rc = ur_buf_append_str(&url, "?maxResults=1000&prefix=", err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_gcs_http_escape(&url, g->prefix, err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_gcs_http_escape(&url, prefix, err);
+        }
+        if (rc == UR_OK && token != NULL) {
+            rc = ur_buf_append_str(&url, "&pageToken=", err);
+            if (rc == UR_OK) {
+                rc = ur_gcs_http_escape(&url, token, err);
+            }
+        }
+        if (rc == UR_OK) {
+            rc = ur_buf_append_byte(&url, '\0', err);
+        }
+        if (rc < 0) {
+            break;
+        }
+        req.method = "GET";
+        req.url = (const char *)url.data;
+        req.body = &body;
+        req.what = what;
+        rc = send_req(g, &req, NULL, &resp, err);
+        if (rc < 0) {
+            break;
+        }
+        if (resp.status != 200) {
+            rc = resp.status == 404
+                     ? ur_err_set_os(err, UR_ENOTFOUND, 0, what, "no such bucket")
+                     : status_error(g, what, "listing", resp.status, &body, err);
+            break;
+        }
+        rc = list_page(g, &body, what, fn, ctx, &next, err);
+        ur_free(token);
+        token = next;
+    } while (rc == 0 && token != NULL);
+    ur_free(token);
+    ur_buf_dispose(&url);
+    ur_buf_dispose(&body);
+    return rc;
+}
+
+/* The CRC-32C of the stored object from an object resource ("crc32c": base64 of 4 big-endian
+ * bytes): 1 when found. */
+static int resource_crc(const ur_buf *body, uint32_t *crc_out)
+{
+    cJSON *j = NULL;
+    const cJSON *c;
+    ur_buf raw;
+    int ok = 0;
+    if (ur_json_parse(&j, (const char *)body->data, body->len, NULL) < 0) {
+        return 0;
+    }
+    c = cJSON_GetObjectItemCaseSensitive(j, "crc32c");
+    ur_buf_init(&raw, 16);
+    if (cJSON_IsString(c) &&
+        ur_b64_decode(&raw, c->valuestring, strlen(c->valuestring), UR_B64_STD, NULL) == UR_OK &&
+        raw.len == 4) {
+        *crc_out = (uint32_t)raw.data[0] << 24 | (uint32_t)raw.data[1] << 16 |
+                   (uint32_t)raw.data[2] << 8 | raw.data[3];
+        ok = 1;
+    }
+    ur_buf_dispose(&raw);
+    cJSON_Delete(j);
+    return ok;
+}
+
+/* After an upload: the object GCS stored must have the CRC-32C of what we sent. */
+static int check_stored(const gcs_store *g, const ur_buf *body, const char *what, uint32_t crc,
+                        ur_err *err)
+{
+    uint32_t stored;
+    (void)g;
+    if (resource_crc(body, &stored) && stored != crc) {
+        return ur_err_set_os(err, UR_EIO, 0, what,
+                             "stored object's CRC-32C %08" PRIx32 " is not that of the %08" PRIx32
+                             " bytes sent",
+                             stored, crc);
+    }
+    return UR_OK;
+}
+
+/* <endpoint>/upload/storage/v1/b/<b>/o?uploadType=<type>&name=<name>[&ifGenerationMatch=0] */
+static int upload_url(ur_buf *u, const gcs_store *g, const char *type, const char *key,
+                      int if_absent, ur_err *err)
+{
+    int rc = api_url(u, g, "upload/storage/v1", NULL, err);
+    if (rc == UR_OK) {
+        rc = ur_buf_printf(u, err, "?uploadType=%s&name=", type);
+    }
+    if (rc == UR_OK) {
+        rc = ur_gcs_http_escape(u, g->prefix, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_gcs_http_escape(u, key, err);
+    }
+    if (rc == UR_OK && if_absent) {
+        rc = ur_buf_append_str(u, "&ifGenerationMatch=0", err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_byte(u, '\0', err);
+    }
+    return rc;
+}
+
+/* Simple upload. Returns 1 (nothing written) when if_absent and the object exists. */
+static int upload_simple(gcs_store *g, const char *key, const void *data, size_t n, int if_absent,
+                         const char *what, ur_err *err)
+{
+    ur_buf url, body;
+    gcs_http_req req = {0};
+    gcs_http_resp resp;
+    const char *extra[] = {"Content-Type: application/octet-stream", NULL};
+    uint32_t crc = ur_crc32c(0, data, n);
+    int rc;
+
+    ur_buf_init(&url, 0);
+    ur_buf_init(&body, META_MAX);
+    rc = upload_url(&url, g, "media", key, if_absent, err);
+    if (rc < 0) {
+        goto out;
+    }
+    req.method = "POST";
+    req.url = (const char *)url.data;
+    req.data = data;
+    req.data_len = n;
+    req.body = &body;
+    req.what = what;
+    rc = send_req(g, &req, extra, &resp, err);
+    if (rc < 0) {
+        goto out;
+    }
+    if (if_absent && resp.status == 412) {
+        rc = 1;
+        goto out;
+    }
+    if (resp.status != 200 && resp.status != 201) {
+        rc = status_error(g, what, "upload", resp.status, &body, err);
+        if (rc == UR_ENOTFOUND) {
+            rc = ur_err_set_os(err, UR_EIO, 0, what, "GCS upload failed with HTTP 404: no such "
+                                                     "bucket");
+        }
+        goto out;
+    }
+    rc = check_stored(g, &body, what, crc, err);
+out:
+    ur_buf_dispose(&url);
+    ur_buf_dispose(&body);
+    return rc;
+}
+
+/* The last byte GCS holds from a 308 answer's "Range: bytes=0-N" (-1 when none). */
+static int64_t persisted_end(const gcs_http_resp *resp)
+{
+    const char *dash = strchr(resp->range, '-');
+    return dash != NULL ? strtoll(dash + 1, NULL, 10) : -1;
+}
+
+/* Resumable upload: open a session, then PUT UR_GCS_CHUNK pieces with Content-Range; GCS
+ * answers 308 (with the bytes it kept) until the last piece, then 200/201. */
+static int upload_resumable(gcs_store *g, const char *key, const void *data, size_t n,
+                            const char *what, ur_err *err)
+{
+    ur_buf url, body;
+    gcs_http_req req = {0};
+    gcs_http_resp resp;
+    const char *start_hdrs[] = {"Content-Type: application/json",
+                                "X-Upload-Content-Type: application/octet-stream", NULL};
+    char session[sizeof resp.location];
+    char crange[128];
+    const char *put_hdrs[] = {crange, NULL};
+    uint32_t crc = ur_crc32c(0, data, n);
+    size_t off = 0;
+    int rc;
+
+    ur_buf_init(&url, 0);
+    ur_buf_init(&body, META_MAX);
+    rc = upload_url(&url, g, "resumable", key, 0, err);
+    if (rc < 0) {
+        goto out;
+    }
+    req.method = "POST";
+    req.url = (const char *)url.data;
+    req.data = "{}";
+    req.data_len = 2;
+    req.body = &body;
+    req.what = what;
+    rc = send_req(g, &req, start_hdrs, &resp, err);
+    if (rc < 0) {
+        goto out;
+    }
+    if (resp.status != 200 && resp.status != 201) {
+        rc = status_error(g, what, "resumable upload start", resp.status, &body, err);
+        goto out;
+    }
+    if (resp.location[0] == '\0') {
+        rc = ur_err_set_os(err, UR_EIO, 0, what, "resumable upload answer has no Location");
+        goto out;
+    }
+    memcpy(session, resp.location, sizeof session);
+    for (;;) {
+        size_t len = n - off < UR_GCS_CHUNK ? n - off : UR_GCS_CHUNK;
+        int last = off + len == n;
+        snprintf(crange, sizeof crange, "Content-Range: bytes %zu-%zu/%s", off, off + len - 1,
+                 last ? "" : "*");
+        if (last) {
+            snprintf(crange + strlen(crange), sizeof crange - strlen(crange), "%zu", n);
+        }
+        memset(&req, 0, sizeof req);
+        req.method = "PUT";
+        req.url = session;
+        req.data = (const uint8_t *)data + off;
+        req.data_len = len;
+        req.body = &body;
+        req.what = what;
+        rc = send_req(g, &req, put_hdrs, &resp, err);
+        if (rc < 0) {
+            goto out;
+        }
+        if (resp.status == 200 || resp.status == 201) {
+            if (!last) {
+                rc = ur_err_set_os(err, UR_EIO, 0, what,
+                                   "resumable upload finished after %zu of %zu bytes",
+                                   off + len, n);
+                goto out;
+            }
+            rc = check_stored(g, &body, what, crc, err);
+            goto out;
+        }
+        if (resp.status != 308 || last) {
+            rc = status_error(g, what, "resumable upload", resp.status, &body, err);
+            goto out;
+        }
+        /* Carry on after what the server says it kept (it may keep less than was sent). */
+        {
+            int64_t end = persisted_end(&resp);
+            if (end < (int64_t)off - 1 || end >= (int64_t)(off + len)) {
+                rc = ur_err_set_os(err, UR_EIO, 0, what,
+                                   "resumable upload: server kept bytes up to %" PRId64
+                                   " after a piece %zu-%zu",
+                                   end, off, off + len - 1);
+                goto out;
+            }
+            off = (size_t)(end + 1);
+        }
+    }
+out:
+    ur_buf_dispose(&url);
+    ur_buf_dispose(&body);
+    return rc;
+}
+
+static int g_write(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err)
+{
+    gcs_store *g = (gcs_store *)kv;
+    char what[1024];
+    obj_url(g, key, what, sizeof what);
+    if (!g->writable) {
+        return ur_err_set_os(err, UR_EINTERNAL, 0, what, "store opened read-only");
+    }
+    if (n > UR_GCS_SIMPLE_MAX) {
+        return upload_resumable(g, key, data, n, what, err);
+    }
+    return upload_simple(g, key, data, n, 0, what, err);
+}
+
+int ur_kvstore_gcs_create(ur_kvstore *kv, const char *key, const void *data, size_t n,
+                          ur_err *err)
+{
+    gcs_store *g = (gcs_store *)kv;
+    char what[1024];
+    obj_url(g, key, what, sizeof what);
+    return upload_simple(g, key, data, n, 1, what, err);
+}
+
+int ur_kvstore_gcs_delete(ur_kvstore *kv, const char *key, ur_err *err)
+{
+    gcs_store *g = (gcs_store *)kv;
+    ur_buf url, body;
+    gcs_http_req req = {0};
+    gcs_http_resp resp;
+    char what[1024];
+    int rc;
+
+    obj_url(g, key, what, sizeof what);
+    ur_buf_init(&url, 0);
+    ur_buf_init(&body, META_MAX);
+    rc = api_url(&url, g, "storage/v1", key, err);
+    if (rc == UR_OK) {
+        rc = ur_buf_append_byte(&url, '\0', err);
+    }
+    if (rc == UR_OK) {
+        req.method = "DELETE";
+        req.url = (const char *)url.data;
+        req.body = &body;
+        req.what = what;
+        rc = send_req(g, &req, NULL, &resp, err);
+    }
+    if (rc == UR_OK && resp.status != 204 && resp.status != 200) {
+        rc = status_error(g, what, "delete", resp.status, &body, err);
+    }
+    ur_buf_dispose(&url);
+    ur_buf_dispose(&body);
+    return rc;
+}
+
+static int g_commit(ur_kvstore *kv, ur_err *err)
+{
+    /* Every upload is durable once GCS answered it. */
+    (void)kv;
+    (void)err;
+    return UR_OK;
+}
+
+static void g_close(ur_kvstore *kv)
+{
+    gcs_store *g = (gcs_store *)kv;
+    if (g == NULL) {
+        return;
+    }
+    ur_gcs_auth_free(g->auth);
+    ur_free(g->endpoint);
+    ur_free(g->bucket);
+    ur_free(g->prefix);
+    ur_free(g);
+}
+
+static const ur_kvstore_ops gcs_ops = {
+    "gcs", g_read, g_read_range, NULL, g_size, g_list, g_write, g_commit, g_close, NULL,
+};
+
+const char *ur_kvstore_gcs_auth_kind(const ur_kvstore *kv)
+{
+    return ur_gcs_auth_kind(((const gcs_store *)kv)->auth);
+}
+
+/* The endpoint: STORAGE_EMULATOR_HOST (emulator), UNROLL_GCS_ENDPOINT, or Google's. */
+static char *endpoint_from_env(int *emulator)
+{
+    const char *e = getenv("STORAGE_EMULATOR_HOST");
+    ur_buf b;
+    char *s;
+    *emulator = 0;
+    if (e != NULL && e[0] != '\0') {
+        *emulator = 1;
+    } else {
+        e = getenv("UNROLL_GCS_ENDPOINT");
+        if (e == NULL || e[0] == '\0') {
+            e = "https://storage.googleapis.com";
+        }
+    }
+    ur_buf_init(&b, 0);
+    if (ur_buf_printf(&b, NULL, "%s%s", strstr(e, "://") != NULL ? "" : "http://", e) < 0) {
+        ur_buf_dispose(&b);
+        return NULL;
+    }
+    s = ur_buf_detach(&b, NULL);
+    ur_buf_dispose(&b);
+    if (s != NULL) {
+        size_t n = strlen(s);
+        while (n > 0 && s[n - 1] == '/') {
+            s[--n] = '\0';
+        }
+    }
+    return s;
+}
+
+/* gs://bucket[/prefix[/]] -> bucket, "prefix/" (or ""). */
+static int parse_url(gcs_store *g, const char *url, ur_err *err)
+{
+    const char *b = url + 5, *slash;
+    size_t blen, plen;
+    if (!ur_kvstore_gcs_is_url(url)) {
+        return ur_err_set_os(err, UR_EINVAL, 0, url, "not a gs:// URL");
+    }
+    slash = strchr(b, '/');
+    blen = slash != NULL ? (size_t)(slash - b) : strlen(b);
+    if (blen < 3 || blen > 222 || strspn(b, "abcdefghijklmnopqrstuvwxyz0123456789-_.") < blen) {
+        return ur_err_set_os(err, UR_EINVAL, 0, url,
+                             "not a valid GCS bucket name (3 to 222 of a-z 0-9 - _ .)");
+    }
+    g->bucket = ur_strndup(b, blen);
+    slash = slash != NULL ? slash + 1 : b + blen;
+    plen = strlen(slash);
+    while (plen > 0 && slash[plen - 1] == '/') {
+        plen--;
+    }
+    g->prefix = ur_malloc(plen + 2);
+    if (g->bucket == NULL || g->prefix == NULL) {
+        return ur_err_oom(err);
+    }
+    memcpy(g->prefix, slash, plen);
+    if (plen > 0) {
+        g->prefix[plen++] = '/';
+    }
+    g->prefix[plen] = '\0';
+    if (strstr(g->prefix, "//") != NULL || strncmp(g->prefix, "/", 1) == 0) {
+        return ur_err_set_os(err, UR_EINVAL, 0, url, "empty path segment in a gs:// URL");
+    }
+    return UR_OK;
+}
+
+int ur_kvstore_gcs_open(ur_kvstore **out, const char *url, int writable, ur_err *err)
+{
+    gcs_store *g = ur_calloc(1, sizeof *g);
+    int emulator, rc;
+    if (g == NULL) {
+        return ur_err_oom(err);
+    }
+    g->base.ops = &gcs_ops;
+    g->writable = writable;
+    rc = parse_url(g, url, err);
+    if (rc == UR_OK) {
+        g->endpoint = endpoint_from_env(&emulator);
+        rc = g->endpoint == NULL ? ur_err_oom(err) : UR_OK;
+    }
+    if (rc == UR_OK) {
+        ur_json_init();
+        rc = ur_gcs_auth_new(&g->auth, emulator, err);
+    }
+    if (rc < 0) {
+        g_close(&g->base);
+        return rc;
+    }
+    snprintf(g->base.desc, sizeof g->base.desc, "gs://%s/%s", g->bucket, g->prefix);
+    *out = &g->base;
+    return UR_OK;
+}
