@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 want_tests=0
 [ "${1:-}" = "--tests" ] && want_tests=1
 
-pkgs=(gcc make cmake pkg-config libzstd-dev libcjson-dev libyaml-dev zlib1g-dev)
+pkgs=(gcc make cmake pkg-config libzstd-dev libcjson-dev libyaml-dev zlib1g-dev libcurl4-openssl-dev libssl-dev)
 if [ "$want_tests" = 1 ]; then
   pkgs+=(libcmocka-dev python3-venv valgrind gdb time)
 fi

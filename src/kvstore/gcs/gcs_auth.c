@@ -82,6 +82,10 @@ static int load_file(gcs_auth *a, const char *path, ur_err *err)
     }
     rc = ur_fs_read_file(&b, path, CRED_FILE_MAX, err);
     if (rc < 0) {
+        /* A named file that cannot be read is a configuration error, as a malformed one. */
+        if (rc == UR_ENOTFOUND && err != NULL) {
+            rc = err->code = UR_EINVAL;
+        }
         ur_err_wrap(err, "Google credentials file");
         goto out;
     }

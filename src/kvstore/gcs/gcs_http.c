@@ -140,7 +140,7 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *ud)
     }
     name_len = (size_t)(colon - p);
     header_value(val, sizeof val, colon + 1, n - name_len - 1);
-    if (name_len == 12 && strncasecmp(p, "x-goog-hash:", 12) == 0) {
+    if (name_len == 11 && strncasecmp(p, "x-goog-hash", 11) == 0) {
         parse_goog_hash(x->resp, val);
     } else if (name_len == 8 && strncasecmp(p, "location", 8) == 0) {
         header_value(x->resp->location, sizeof x->resp->location, colon + 1, n - name_len - 1);

@@ -65,7 +65,7 @@ static int run(ur_kvstore *kv, int argc, char **argv, ur_err *err)
     if ((strcmp(cmd, "put") == 0 || strcmp(cmd, "create") == 0) && argc == 5) {
         ur_buf b;
         ur_buf_init(&b, 0);
-        rc = ur_fs_read_file(&b, argv[4], 0, err);
+        rc = ur_fs_read_file(&b, argv[4], (size_t)1 << 34, err);
         if (rc == UR_OK && cmd[0] == 'p') {
             rc = ur_kvstore_write(kv, argv[3], b.data, b.len, err);
         } else if (rc == UR_OK) {
