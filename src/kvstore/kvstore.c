@@ -81,6 +81,11 @@ int ur_kvstore_write(ur_kvstore *kv, const char *key, const void *data, size_t n
     return kv->ops->write ? kv->ops->write(kv, key, data, n, err) : unsupported(kv, "write", err);
 }
 
+int ur_kvstore_delete(ur_kvstore *kv, const char *key, ur_err *err)
+{
+    return kv->ops->del ? kv->ops->del(kv, key, err) : unsupported(kv, "delete", err);
+}
+
 int ur_kvstore_commit(ur_kvstore *kv, ur_err *err)
 {
     return kv->ops->commit ? kv->ops->commit(kv, err) : UR_OK;

@@ -315,6 +315,17 @@ out:
     return rc;
 }
 
+static int f_delete(ur_kvstore *kv, const char *key, ur_err *err)
+{
+    char *path = NULL;
+    int rc = key_path((file_store *)kv, key, &path, err);
+    if (rc == UR_OK && unlink(path) != 0 && errno != ENOENT) {
+        rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot delete");
+    }
+    ur_free(path);
+    return rc;
+}
+
 /* fsync every file and directory below `path`, children before parents. */
 static int sync_tree(const char *path, ur_err *err)
 {
@@ -380,6 +391,7 @@ static void f_close(ur_kvstore *kv)
 
 static const ur_kvstore_ops file_ops = {
     "file", f_read, f_read_range, f_view, f_size, f_list, f_write, f_commit, f_close, f_prefetch,
+    f_delete,
 };
 
 int ur_kvstore_file_open(ur_kvstore **out, const char *root, int writable, ur_err *err)
