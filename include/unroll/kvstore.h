@@ -41,6 +41,16 @@ int ur_kvstore_read_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvsto
                          ur_err *err);
 void ur_kvstore_view_release(ur_kvstore_view *v);
 
+/* As ur_kvstore_read_view, for the `len` bytes at `offset` of the value: mapped where the store
+ * keeps it in a file and the range is large, else read into memory (object stores: downloaded
+ * with one ranged request). UR_ECORRUPT when the value is shorter. Release with
+ * ur_kvstore_view_release. */
+int ur_kvstore_read_view_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len,
+                               ur_kvstore_view *v, ur_err *err);
+
+/* As ur_kvstore_prefetch for `len` bytes at `offset` of the value. */
+void ur_kvstore_prefetch_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len);
+
 /* Hint that the value of `key` will be read soon: where it lives in a file, start reading up
  * to `max_bytes` of it into the page cache in the background. Best effort: no errors, and a
  * no-op for stores in memory. */

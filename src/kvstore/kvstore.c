@@ -48,6 +48,33 @@ int ur_kvstore_read_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvsto
                          : ur_kvstore__view_by_read(kv, key, v, err);
 }
 
+int ur_kvstore_read_view_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len,
+                               ur_kvstore_view *v, ur_err *err)
+{
+    int rc;
+    memset(v, 0, sizeof *v);
+    ur_buf_init(&v->buf_, 0);
+    if (kv->ops->view_range != NULL) {
+        return kv->ops->view_range(kv, key, offset, len, v, err);
+    }
+    rc = ur_buf_reserve(&v->buf_, len, err);
+    if (rc == UR_OK) {
+        rc = ur_kvstore_read_range(kv, key, offset, len, v->buf_.data, err);
+    }
+    if (rc == UR_OK) {
+        v->buf_.len = len;
+        ur_kvstore__view_of_buf(v);
+    }
+    return rc;
+}
+
+void ur_kvstore_prefetch_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len)
+{
+    if (kv->ops->prefetch_range != NULL) {
+        kv->ops->prefetch_range(kv, key, offset, len);
+    }
+}
+
 void ur_kvstore_view_release(ur_kvstore_view *v)
 {
     if (v != NULL) {

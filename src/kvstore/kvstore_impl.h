@@ -22,6 +22,11 @@ typedef struct ur_kvstore_ops {
     void (*prefetch)(ur_kvstore *kv, const char *key, size_t max_bytes);
     /* optional: delete one key (object stores; absent is not an error) */
     int (*del)(ur_kvstore *kv, const char *key, ur_err *err);
+    /* optional: map a byte range of a value (else read_range into v->buf_) */
+    int (*view_range)(ur_kvstore *kv, const char *key, uint64_t offset, size_t len,
+                      ur_kvstore_view *v, ur_err *err);
+    /* optional */
+    void (*prefetch_range)(ur_kvstore *kv, const char *key, uint64_t offset, size_t len);
 } ur_kvstore_ops;
 
 /* Every implementation's handle starts with this header. */
