@@ -47,6 +47,8 @@ struct gcs_auth {
     char *client_secret;
     char *refresh_token;
     char *metadata_url; /* metadata: the token URL */
+    ur_http *http;      /* its own client: a token is fetched inside another request's
+                           auth hook, which holds one of the storage client's slots */
     pthread_mutex_t mu;
     char token[4096]; /* the current access token, "" when none */
     time_t expiry;    /* wall-clock seconds */
@@ -302,11 +304,16 @@ static int fetch_token(gcs_auth *a, ur_err *err)
     const char *form_hdrs[] = {"Content-Type: application/x-www-form-urlencoded", NULL};
     const char *meta_hdrs[] = {"Metadata-Flavor: Google", NULL};
     const char *what = a->kind == K_METADATA ? a->metadata_url : a->token_uri;
+    char who[1200];
     int rc = UR_OK;
 
     ur_buf_init(&form, 0);
     ur_buf_init(&body, (size_t)1 << 20);
     memset(&req, 0, sizeof req);
+    if (a->http == NULL) {
+        rc = ur_http_new(&a->http, NULL, err);
+    }
+    req.http = a->http;
     req.url = what;
     req.what = what;
     req.body = &body;
@@ -314,7 +321,9 @@ static int fetch_token(gcs_auth *a, ur_err *err)
         req.method = "GET";
         req.headers = meta_hdrs;
     } else {
-        rc = form_body(a, &form, err);
+        if (rc == UR_OK) {
+            rc = form_body(a, &form, err);
+        }
         req.method = "POST";
         req.headers = form_hdrs;
         req.data = form.data;
@@ -322,14 +331,14 @@ static int fetch_token(gcs_auth *a, ur_err *err)
     }
     if (rc == UR_OK) {
         rc = ur_gcs_http_do(&req, &resp, err);
-    }
-    if (rc == UR_OK && resp.status != 200) {
-        char why[512];
-        ur_gcs_http_error_text(&body, why, sizeof why);
-        rc = ur_err_set_os(err, UR_EIO, 0, what,
-                           "Google credentials (%s%s%s): token request failed with HTTP %ld%s%s",
-                           ur_gcs_auth_kind(a), a->file != NULL ? " from " : "",
-                           a->file != NULL ? a->file : "", resp.status, why[0] ? ": " : "", why);
+        if (rc < 0 && rc != UR_ENOMEM) {
+            /* A token endpoint that refuses is a credentials failure: I/O, exit status 3. */
+            ur_gcs_auth_describe(a, who, sizeof who);
+            if (err != NULL) {
+                err->code = UR_EIO;
+            }
+            rc = ur_err_wrap(err, "Google credentials (%s): token request failed", who);
+        }
     }
     if (rc == UR_OK) {
         rc = take_token(a, &body, what, err);
@@ -337,6 +346,12 @@ static int fetch_token(gcs_auth *a, ur_err *err)
     ur_buf_dispose(&form);
     ur_buf_dispose(&body);
     return rc;
+}
+
+void ur_gcs_auth_describe(const gcs_auth *a, char *dst, size_t n)
+{
+    snprintf(dst, n, "%s%s%s", ur_gcs_auth_kind(a), a->file != NULL ? " from " : "",
+             a->file != NULL ? a->file : "");
 }
 
 int ur_gcs_auth_header(gcs_auth *a, char *line, size_t n, ur_err *err)
@@ -390,6 +405,7 @@ void ur_gcs_auth_free(gcs_auth *a)
     ur_free(a->client_secret);
     ur_free(a->refresh_token);
     ur_free(a->metadata_url);
+    ur_http_free(a->http);
     pthread_mutex_destroy(&a->mu);
     memset(a->token, 0, sizeof a->token);
     ur_free(a);

@@ -33,12 +33,8 @@ typedef struct {
     char *prefix; /* "" or ends with '/' */
     int writable;
     gcs_auth *auth;
+    ur_http *http;
 } gcs_store;
-
-int ur_kvstore_gcs_is_url(const char *url)
-{
-    return strncmp(url, "gs://", 5) == 0;
-}
 
 /* "gs://bucket/prefix-of-key" for messages. */
 static void obj_url(const gcs_store *g, const char *key, char *dst, size_t n)
@@ -68,62 +64,80 @@ static int api_url(ur_buf *u, const gcs_store *g, const char *api, const char *k
     return rc;
 }
 
-/* One request with the credentials' header added (extra: more header lines, may be NULL);
- * a 401 drops the cached token and tries once more with a fresh one. */
-static int send_req(gcs_store *g, gcs_http_req *req, const char *const *extra,
+/* The auth hook of every attempt: the bearer token, refreshed when near expiry. */
+static int auth_hook(void *ctx, const ur_http_req *req, ur_http_headers *hs, ur_err *err)
+{
+    gcs_store *g = ctx;
+    char line[4200];
+    int rc = ur_gcs_auth_header(g->auth, line, sizeof line, err);
+    (void)req;
+    if (rc == UR_OK && line[0] != '\0') {
+        rc = ur_http_headers_add(hs, err, "%s", line);
+    }
+    return rc;
+}
+
+static int anonymous(const gcs_store *g)
+{
+    const char *k = ur_gcs_auth_kind(g->auth);
+    return strcmp(k, "anonymous") == 0 || strcmp(k, "emulator") == 0;
+}
+
+/* One request with the credentials added (req->headers: the caller's lines or NULL; accept:
+ * statuses the caller handles). A 401 to a token drops the cached token and tries once more
+ * with a fresh one; a final 401/403 names the credentials in the message. */
+static int send_req(gcs_store *g, gcs_http_req *req, const long *accept, size_t n_accept,
                     gcs_http_resp *resp, ur_err *err)
 {
-    char auth[4200];
-    const char *hdrs[8];
-    size_t nh = 0;
-    int rc;
+    long acc[8];
+    size_t n = 0;
+    int anon = anonymous(g);
+    int rc = UR_OK;
 
+    for (size_t i = 0; i < n_accept && n < 7; i++) {
+        acc[n++] = accept[i];
+    }
+    acc[n] = 401;
+    req->http = g->http;
+    req->auth = auth_hook;
+    req->auth_ctx = g;
+    req->accept = acc;
     for (int attempt = 0; attempt < 2; attempt++) {
-        rc = ur_gcs_auth_header(g->auth, auth, sizeof auth, err);
-        if (rc < 0) {
-            return rc;
-        }
-        nh = 0;
-        hdrs[nh++] = auth;
-        for (size_t i = 0; extra != NULL && extra[i] != NULL && nh < 7; i++) {
-            hdrs[nh++] = extra[i];
-        }
-        hdrs[nh] = NULL;
-        req->headers = hdrs;
+        int refresh = !anon && attempt == 0;
+        req->n_accept = n + (refresh ? 1 : 0);
         if (req->body != NULL) {
             ur_buf_reset(req->body);
         }
         rc = ur_gcs_http_do(req, resp, err);
-        if (rc < 0 || resp->status != 401 || auth[0] == '\0') {
+        if (rc < 0 || !(refresh && resp->status == 401)) {
             break;
         }
         ur_gcs_auth_invalidate(g->auth);
     }
-    req->headers = NULL;
+    req->accept = NULL;
+    req->n_accept = 0;
+    if (rc == UR_EIO && (resp->status == 401 || resp->status == 403)) {
+        char who[1200];
+        ur_gcs_auth_describe(g->auth, who, sizeof who);
+        rc = ur_err_wrap(err, "access denied (Google credentials: %s%s)", who,
+                         anon && strcmp(who, "anonymous") == 0 ? ", none were found" : "");
+    }
     return rc;
 }
 
-/* The error for an unexpected status: 404 is UR_ENOTFOUND, anything else UR_EIO with the
- * server's reason. */
-static int status_error(const gcs_store *g, const char *what, const char *op, long status,
-                        const ur_buf *body, ur_err *err)
+/* The media URL of key, NUL-terminated. */
+static int media_url(ur_buf *u, const gcs_store *g, const char *key, ur_err *err)
 {
-    char why[512];
-    if (status == 404) {
-        return ur_err_set_os(err, UR_ENOTFOUND, 0, what, "no such object");
+    int rc = api_url(u, g, "storage/v1", key, err);
+    if (rc == UR_OK) {
+        rc = ur_buf_append_str(u, "?alt=media", err);
     }
-    ur_gcs_http_error_text(body, why, sizeof why);
-    return ur_err_set_os(err, UR_EIO, 0, what, "GCS %s failed with HTTP %ld%s%s%s", op, status,
-                         why[0] ? ": " : "", why,
-                         status == 401 || status == 403
-                             ? (ur_gcs_auth_kind(g->auth)[0] == 'a'
-                                    ? " (no Google credentials found: anonymous access)"
-                                    : " (check the Google credentials)")
-                             : "");
+    return rc == UR_OK ? ur_buf_append_byte(u, '\0', err) : rc;
 }
 
 static int g_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
 {
+    static const long accept[] = {404};
     gcs_store *g = (gcs_store *)kv;
     ur_buf url, body;
     gcs_http_req req = {0};
@@ -134,13 +148,7 @@ static int g_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
     obj_url(g, key, what, sizeof what);
     ur_buf_init(&url, 0);
     ur_buf_init(&body, out->limit == 0 ? 0 : out->limit - out->len);
-    rc = api_url(&url, g, "storage/v1", key, err);
-    if (rc == UR_OK) {
-        rc = ur_buf_append_str(&url, "?alt=media", err);
-    }
-    if (rc == UR_OK) {
-        rc = ur_buf_append_byte(&url, '\0', err);
-    }
+    rc = media_url(&url, g, key, err);
     if (rc < 0) {
         goto out;
     }
@@ -148,7 +156,7 @@ static int g_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
     req.url = (const char *)url.data;
     req.body = &body;
     req.what = what;
-    rc = send_req(g, &req, NULL, &resp, err);
+    rc = send_req(g, &req, accept, 1, &resp, err);
     if (rc < 0) {
         if (body.limit != 0 && body.len >= body.limit) {
             rc = ur_err_set_os(err, UR_ECORRUPT, 0, what, "object is larger than %zu bytes",
@@ -156,10 +164,11 @@ static int g_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
         }
         goto out;
     }
-    if (resp.status != 200) {
-        rc = status_error(g, what, "download", resp.status, &body, err);
+    if (resp.status == 404) {
+        rc = ur_err_set_os(err, UR_ENOTFOUND, 0, what, "no such object");
         goto out;
     }
+    /* The whole object came: check it against the CRC-32C GCS keeps for it. */
     if (resp.has_crc32c && ur_crc32c(0, body.data, body.len) != resp.crc32c) {
         rc = ur_err_set_os(err, UR_EIO, 0, what,
                            "downloaded %zu bytes do not match the object's CRC-32C %08" PRIx32,
@@ -176,77 +185,57 @@ out:
 static int g_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len, void *dst,
                         ur_err *err)
 {
+    static const long accept[] = {404, 416};
     gcs_store *g = (gcs_store *)kv;
-    ur_buf url, body;
+    ur_buf url;
     gcs_http_req req = {0};
     gcs_http_resp resp;
-    char what[1024], range[96];
-    const char *extra[] = {range, NULL};
+    char what[1024];
     int rc;
 
     if (len == 0) {
         uint64_t size;
         rc = kv->ops->size(kv, key, &size, err);
         if (rc == UR_OK && offset > size) {
-            rc = ur_err_set_os(err, UR_ECORRUPT, 0, key, "value is truncated: offset %" PRIu64
-                               " past its %" PRIu64 " bytes", offset, size);
+            rc = ur_err_set_os(err, UR_ECORRUPT, 0, key,
+                               "value is truncated: offset %" PRIu64 " past its %" PRIu64 " bytes",
+                               offset, size);
         }
         return rc;
     }
     obj_url(g, key, what, sizeof what);
-    snprintf(range, sizeof range, "Range: bytes=%" PRIu64 "-%" PRIu64, offset,
-             offset + (uint64_t)len - 1);
     ur_buf_init(&url, 0);
-    ur_buf_init(&body, 64 << 10); /* only an error body, never the data */
-    rc = api_url(&url, g, "storage/v1", key, err);
-    if (rc == UR_OK) {
-        rc = ur_buf_append_str(&url, "?alt=media", err);
-    }
-    if (rc == UR_OK) {
-        rc = ur_buf_append_byte(&url, '\0', err);
-    }
+    rc = media_url(&url, g, key, err);
     if (rc < 0) {
         goto out;
     }
     req.method = "GET";
     req.url = (const char *)url.data;
     req.what = what;
+    req.has_range = 1;
+    req.range_off = offset;
+    req.range_len = len;
     req.dst = dst;
     req.dst_len = len;
-    rc = send_req(g, &req, extra, &resp, err);
-    if (rc < 0) {
-        goto out;
-    }
-    if (resp.status == 416) {
-        rc = ur_err_set_os(err, UR_ECORRUPT, 0, what, "value is truncated: range %" PRIu64
-                           "+%zu is past its end", offset, len);
-        goto out;
-    }
-    if (resp.status != 206 && !(resp.status == 200 && offset == 0)) {
-        /* The error body was written into dst; fetch it again into a buffer for the reason. */
-        if (resp.status == 200) {
-            rc = ur_err_set_os(err, UR_EIO, 0, what, "server ignored the Range header");
-        } else {
-            req.dst = NULL;
-            req.body = &body;
-            if (ur_gcs_http_do(&req, &resp, NULL) < 0) {
-                ur_buf_reset(&body);
-            }
-            rc = status_error(g, what, "download", resp.status, &body, err);
-        }
-        goto out;
-    }
-    if (resp.dst_got != len) {
-        rc = ur_err_set_os(err, UR_ECORRUPT, 0, what, "value is truncated: range %" PRIu64
-                           "+%zu gave %zu bytes", offset, len, resp.dst_got);
+    rc = send_req(g, &req, accept, 2, &resp, err);
+    if (rc == UR_EIO && resp.status == 206) {
+        /* A complete answer with fewer bytes than asked: the object ends inside the range. */
+        rc = ur_err_set_os(err, UR_ECORRUPT, 0, what,
+                           "value is truncated: range %" PRIu64 "+%zu runs past its end", offset,
+                           len);
+    } else if (rc == UR_OK && resp.status == 416) {
+        rc = ur_err_set_os(err, UR_ECORRUPT, 0, what,
+                           "value is truncated: range %" PRIu64 "+%zu starts past its end",
+                           offset, len);
+    } else if (rc == UR_OK && resp.status == 404) {
+        rc = ur_err_set_os(err, UR_ENOTFOUND, 0, what, "no such object");
     }
 out:
     ur_buf_dispose(&url);
-    ur_buf_dispose(&body);
     return rc;
 }
 
-/* Parse a decimal "size" string of an object resource. */
+/* Parse the decimal "size" string of an object resource. */
 static int parse_size(const cJSON *o, uint64_t *size_out)
 {
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "size");
@@ -265,6 +254,7 @@ static int parse_size(const cJSON *o, uint64_t *size_out)
 
 static int g_size(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err)
 {
+    static const long accept[] = {404};
     gcs_store *g = (gcs_store *)kv;
     ur_buf url, body;
     gcs_http_req req = {0};
@@ -287,16 +277,14 @@ static int g_size(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *e
     req.url = (const char *)url.data;
     req.body = &body;
     req.what = what;
-    rc = send_req(g, &req, NULL, &resp, err);
+    rc = send_req(g, &req, accept, 1, &resp, err);
     if (rc < 0) {
         goto out;
     }
-    if (resp.status != 200) {
-        rc = status_error(g, what, "metadata request", resp.status, &body, err);
-        goto out;
-    }
-    if (ur_json_parse(&j, (const char *)body.data, body.len, NULL) < 0 ||
-        parse_size(j, size_out) < 0) {
+    if (resp.status == 404) {
+        rc = ur_err_set_os(err, UR_ENOTFOUND, 0, what, "no such object");
+    } else if (ur_json_parse(&j, (const char *)body.data, body.len, NULL) < 0 ||
+               parse_size(j, size_out) < 0) {
         rc = ur_err_set_os(err, UR_EIO, 0, what, "object resource without a valid \"size\"");
     }
 out:
@@ -346,9 +334,33 @@ out:
     return rc;
 }
 
+/* <endpoint>/storage/v1/b/<b>/o?maxResults=1000&prefix=<p>[&pageToken=<t>] */
+static int list_url(ur_buf *u, const gcs_store *g, const char *prefix, const char *token,
+                    ur_err *err)
+{
+    int rc = api_url(u, g, "storage/v1", NULL, err);
+    if (rc == UR_OK) {
+        rc = ur_buf_append_str(u, "?maxResults=1000&prefix=", err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_gcs_http_escape(u, g->prefix, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_gcs_http_escape(u, prefix, err);
+    }
+    if (rc == UR_OK && token != NULL) {
+        rc = ur_buf_append_str(u, "&pageToken=", err);
+        if (rc == UR_OK) {
+            rc = ur_gcs_http_escape(u, token, err);
+        }
+    }
+    return rc == UR_OK ? ur_buf_append_byte(u, '\0', err) : rc;
+}
+
 static int g_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, void *ctx,
                   ur_err *err)
 {
+    static const long accept[] = {404};
     gcs_store *g = (gcs_store *)kv;
     ur_buf url, body;
     char *token = NULL;
@@ -363,25 +375,7 @@ static int g_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, voi
         gcs_http_resp resp;
         char *next = NULL;
         ur_buf_reset(&url);
-        rc = api_url(&url, g, "storage/v1", NULL, err);
-        if (rc == UR_OK) {
-            rc = ur_buf_append_str(&url, "?maxResults=1000&prefix=", err);
-        }
-        if (rc == UR_OK) {
-            rc = ur_gcs_http_escape(&url, g->prefix, err);
-        }
-        if (rc == UR_OK) {
-            rc = ur_gcs_http_escape(&url, prefix, err);
-        }
-        if (rc == UR_OK && token != NULL) {
-            rc = ur_buf_append_str(&url, "&pageToken=", err);
-            if (rc == UR_OK) {
-                rc = ur_gcs_http_escape(&url, token, err);
-            }
-        }
-        if (rc == UR_OK) {
-            rc = ur_buf_append_byte(&url, '\0', err);
-        }
+        rc = list_url(&url, g, prefix, token, err);
         if (rc < 0) {
             break;
         }
@@ -389,14 +383,11 @@ static int g_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, voi
         req.url = (const char *)url.data;
         req.body = &body;
         req.what = what;
-        rc = send_req(g, &req, NULL, &resp, err);
-        if (rc < 0) {
-            break;
+        rc = send_req(g, &req, accept, 1, &resp, err);
+        if (rc == UR_OK && resp.status == 404) {
+            rc = ur_err_set_os(err, UR_ENOTFOUND, 0, what, "no such bucket");
         }
-        if (resp.status != 200) {
-            rc = resp.status == 404
-                     ? ur_err_set_os(err, UR_ENOTFOUND, 0, what, "no such bucket")
-                     : status_error(g, what, "listing", resp.status, &body, err);
+        if (rc < 0) {
             break;
         }
         rc = list_page(g, &body, what, fn, ctx, &next, err);
@@ -409,44 +400,27 @@ static int g_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, voi
     return rc;
 }
 
-/* The CRC-32C of the stored object from an object resource ("crc32c": base64 of 4 big-endian
- * bytes): 1 when found. */
-static int resource_crc(const ur_buf *body, uint32_t *crc_out)
+/* After an upload: the object GCS stored must have the CRC-32C of what we sent (the answer is
+ * the object resource, whose "crc32c" is base64 of 4 big-endian bytes). */
+static int check_stored(const ur_buf *body, const char *what, uint32_t crc, ur_err *err)
 {
     cJSON *j = NULL;
     const cJSON *c;
-    ur_buf raw;
-    int ok = 0;
+    uint32_t stored;
+    int rc = UR_OK;
     if (ur_json_parse(&j, (const char *)body->data, body->len, NULL) < 0) {
-        return 0;
+        return UR_OK; /* GCS always answers with the resource; an emulator might not */
     }
     c = cJSON_GetObjectItemCaseSensitive(j, "crc32c");
-    ur_buf_init(&raw, 16);
-    if (cJSON_IsString(c) &&
-        ur_b64_decode(&raw, c->valuestring, strlen(c->valuestring), UR_B64_STD, NULL) == UR_OK &&
-        raw.len == 4) {
-        *crc_out = (uint32_t)raw.data[0] << 24 | (uint32_t)raw.data[1] << 16 |
-                   (uint32_t)raw.data[2] << 8 | raw.data[3];
-        ok = 1;
+    if (cJSON_IsString(c) && ur_gcs_crc_decode(c->valuestring, strlen(c->valuestring), &stored) &&
+        stored != crc) {
+        rc = ur_err_set_os(err, UR_EIO, 0, what,
+                           "stored object's CRC-32C %08" PRIx32 " is not that of the %08" PRIx32
+                           " bytes sent",
+                           stored, crc);
     }
-    ur_buf_dispose(&raw);
     cJSON_Delete(j);
-    return ok;
-}
-
-/* After an upload: the object GCS stored must have the CRC-32C of what we sent. */
-static int check_stored(const gcs_store *g, const ur_buf *body, const char *what, uint32_t crc,
-                        ur_err *err)
-{
-    uint32_t stored;
-    (void)g;
-    if (resource_crc(body, &stored) && stored != crc) {
-        return ur_err_set_os(err, UR_EIO, 0, what,
-                             "stored object's CRC-32C %08" PRIx32 " is not that of the %08" PRIx32
-                             " bytes sent",
-                             stored, crc);
-    }
-    return UR_OK;
+    return rc;
 }
 
 /* <endpoint>/upload/storage/v1/b/<b>/o?uploadType=<type>&name=<name>[&ifGenerationMatch=0] */
@@ -466,20 +440,18 @@ static int upload_url(ur_buf *u, const gcs_store *g, const char *type, const cha
     if (rc == UR_OK && if_absent) {
         rc = ur_buf_append_str(u, "&ifGenerationMatch=0", err);
     }
-    if (rc == UR_OK) {
-        rc = ur_buf_append_byte(u, '\0', err);
-    }
-    return rc;
+    return rc == UR_OK ? ur_buf_append_byte(u, '\0', err) : rc;
 }
 
 /* Simple upload. Returns 1 (nothing written) when if_absent and the object exists. */
 static int upload_simple(gcs_store *g, const char *key, const void *data, size_t n, int if_absent,
                          const char *what, ur_err *err)
 {
+    static const long accept[] = {412};
+    static const char *const hdrs[] = {"Content-Type: application/octet-stream", NULL};
     ur_buf url, body;
     gcs_http_req req = {0};
     gcs_http_resp resp;
-    const char *extra[] = {"Content-Type: application/octet-stream", NULL};
     uint32_t crc = ur_crc32c(0, data, n);
     int rc;
 
@@ -491,27 +463,24 @@ static int upload_simple(gcs_store *g, const char *key, const void *data, size_t
     }
     req.method = "POST";
     req.url = (const char *)url.data;
+    req.headers = hdrs;
     req.data = data;
     req.data_len = n;
     req.body = &body;
     req.what = what;
-    rc = send_req(g, &req, extra, &resp, err);
+    rc = send_req(g, &req, accept, if_absent ? 1 : 0, &resp, err);
+    if (rc == UR_ENOTFOUND) {
+        rc = ur_err_set_os(err, UR_EIO, 0, what, "GCS upload failed with HTTP 404: no such "
+                                                 "bucket");
+    }
     if (rc < 0) {
         goto out;
     }
-    if (if_absent && resp.status == 412) {
+    if (resp.status == 412) {
         rc = 1;
         goto out;
     }
-    if (resp.status != 200 && resp.status != 201) {
-        rc = status_error(g, what, "upload", resp.status, &body, err);
-        if (rc == UR_ENOTFOUND) {
-            rc = ur_err_set_os(err, UR_EIO, 0, what, "GCS upload failed with HTTP 404: no such "
-                                                     "bucket");
-        }
-        goto out;
-    }
-    rc = check_stored(g, &body, what, crc, err);
+    rc = check_stored(&body, what, crc, err);
 out:
     ur_buf_dispose(&url);
     ur_buf_dispose(&body);
@@ -530,11 +499,13 @@ static int64_t persisted_end(const gcs_http_resp *resp)
 static int upload_resumable(gcs_store *g, const char *key, const void *data, size_t n,
                             const char *what, ur_err *err)
 {
+    static const long accept_308[] = {308};
+    static const char *const start_hdrs[] = {"Content-Type: application/json",
+                                             "X-Upload-Content-Type: application/octet-stream",
+                                             NULL};
     ur_buf url, body;
     gcs_http_req req = {0};
     gcs_http_resp resp;
-    const char *start_hdrs[] = {"Content-Type: application/json",
-                                "X-Upload-Content-Type: application/octet-stream", NULL};
     char session[sizeof resp.location];
     char crange[128];
     const char *put_hdrs[] = {crange, NULL};
@@ -550,16 +521,13 @@ static int upload_resumable(gcs_store *g, const char *key, const void *data, siz
     }
     req.method = "POST";
     req.url = (const char *)url.data;
+    req.headers = start_hdrs;
     req.data = "{}";
     req.data_len = 2;
     req.body = &body;
     req.what = what;
-    rc = send_req(g, &req, start_hdrs, &resp, err);
+    rc = send_req(g, &req, NULL, 0, &resp, err);
     if (rc < 0) {
-        goto out;
-    }
-    if (resp.status != 200 && resp.status != 201) {
-        rc = status_error(g, what, "resumable upload start", resp.status, &body, err);
         goto out;
     }
     if (resp.location[0] == '\0') {
@@ -570,34 +538,34 @@ static int upload_resumable(gcs_store *g, const char *key, const void *data, siz
     for (;;) {
         size_t len = n - off < UR_GCS_CHUNK ? n - off : UR_GCS_CHUNK;
         int last = off + len == n;
-        snprintf(crange, sizeof crange, "Content-Range: bytes %zu-%zu/%s", off, off + len - 1,
-                 last ? "" : "*");
         if (last) {
-            snprintf(crange + strlen(crange), sizeof crange - strlen(crange), "%zu", n);
+            snprintf(crange, sizeof crange, "Content-Range: bytes %zu-%zu/%zu", off,
+                     off + len - 1, n);
+        } else {
+            snprintf(crange, sizeof crange, "Content-Range: bytes %zu-%zu/*", off, off + len - 1);
         }
         memset(&req, 0, sizeof req);
         req.method = "PUT";
         req.url = session;
+        req.headers = put_hdrs;
         req.data = (const uint8_t *)data + off;
         req.data_len = len;
         req.body = &body;
         req.what = what;
-        rc = send_req(g, &req, put_hdrs, &resp, err);
+        rc = send_req(g, &req, accept_308, 1, &resp, err);
         if (rc < 0) {
             goto out;
         }
-        if (resp.status == 200 || resp.status == 201) {
-            if (!last) {
-                rc = ur_err_set_os(err, UR_EIO, 0, what,
-                                   "resumable upload finished after %zu of %zu bytes",
-                                   off + len, n);
-                goto out;
-            }
-            rc = check_stored(g, &body, what, crc, err);
+        if (resp.status != 308) {
+            rc = last ? check_stored(&body, what, crc, err)
+                      : ur_err_set_os(err, UR_EIO, 0, what,
+                                      "resumable upload finished after %zu of %zu bytes",
+                                      off + len, n);
             goto out;
         }
-        if (resp.status != 308 || last) {
-            rc = status_error(g, what, "resumable upload", resp.status, &body, err);
+        if (last) {
+            rc = ur_err_set_os(err, UR_EIO, 0, what,
+                               "resumable upload not finished after its last piece");
             goto out;
         }
         /* Carry on after what the server says it kept (it may keep less than was sent). */
@@ -642,10 +610,12 @@ int ur_kvstore_gcs_create(ur_kvstore *kv, const char *key, const void *data, siz
     return upload_simple(g, key, data, n, 1, what, err);
 }
 
-int ur_kvstore_gcs_delete(ur_kvstore *kv, const char *key, ur_err *err)
+/* Delete one object; an absent one is not an error (the kvstore's contract). */
+static int g_del(ur_kvstore *kv, const char *key, ur_err *err)
 {
+    static const long accept[] = {404};
     gcs_store *g = (gcs_store *)kv;
-    ur_buf url, body;
+    ur_buf url;
     gcs_http_req req = {0};
     gcs_http_resp resp;
     char what[1024];
@@ -653,7 +623,6 @@ int ur_kvstore_gcs_delete(ur_kvstore *kv, const char *key, ur_err *err)
 
     obj_url(g, key, what, sizeof what);
     ur_buf_init(&url, 0);
-    ur_buf_init(&body, META_MAX);
     rc = api_url(&url, g, "storage/v1", key, err);
     if (rc == UR_OK) {
         rc = ur_buf_append_byte(&url, '\0', err);
@@ -661,15 +630,10 @@ int ur_kvstore_gcs_delete(ur_kvstore *kv, const char *key, ur_err *err)
     if (rc == UR_OK) {
         req.method = "DELETE";
         req.url = (const char *)url.data;
-        req.body = &body;
         req.what = what;
-        rc = send_req(g, &req, NULL, &resp, err);
-    }
-    if (rc == UR_OK && resp.status != 204 && resp.status != 200) {
-        rc = status_error(g, what, "delete", resp.status, &body, err);
+        rc = send_req(g, &req, accept, 1, &resp, err);
     }
     ur_buf_dispose(&url);
-    ur_buf_dispose(&body);
     return rc;
 }
 
@@ -687,6 +651,7 @@ static void g_close(ur_kvstore *kv)
     if (g == NULL) {
         return;
     }
+    ur_http_free(g->http);
     ur_gcs_auth_free(g->auth);
     ur_free(g->endpoint);
     ur_free(g->bucket);
@@ -695,15 +660,26 @@ static void g_close(ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops gcs_ops = {
-    "gcs", g_read, g_read_range, NULL, g_size, g_list, g_write, g_commit, g_close, NULL,
+    .name = "gcs",
+    .read = g_read,
+    .read_range = g_read_range,
+    .size = g_size,
+    .list = g_list,
+    .write = g_write,
+    .commit = g_commit,
+    .close = g_close,
+    .del = g_del,
 };
 
 const char *ur_kvstore_gcs_auth_kind(const ur_kvstore *kv)
 {
+    if (kv == NULL || kv->ops != &gcs_ops) {
+        return NULL;
+    }
     return ur_gcs_auth_kind(((const gcs_store *)kv)->auth);
 }
 
-/* The endpoint: STORAGE_EMULATOR_HOST (emulator), UNROLL_GCS_ENDPOINT, or Google's. */
+/* The endpoint: STORAGE_EMULATOR_HOST (an emulator), UNROLL_GCS_ENDPOINT, or Google's. */
 static char *endpoint_from_env(int *emulator)
 {
     const char *e = getenv("STORAGE_EMULATOR_HOST");
@@ -734,58 +710,40 @@ static char *endpoint_from_env(int *emulator)
     return s;
 }
 
-/* gs://bucket[/prefix[/]] -> bucket, "prefix/" (or ""). */
-static int parse_url(gcs_store *g, const char *url, ur_err *err)
+int ur_kvstore_gcs_open(ur_kvstore **out, const char *bucket, const char *prefix, int writable,
+                        ur_err *err)
 {
-    const char *b = url + 5, *slash;
-    size_t blen, plen;
-    if (!ur_kvstore_gcs_is_url(url)) {
-        return ur_err_set_os(err, UR_EINVAL, 0, url, "not a gs:// URL");
-    }
-    slash = strchr(b, '/');
-    blen = slash != NULL ? (size_t)(slash - b) : strlen(b);
-    if (blen < 3 || blen > 222 || strspn(b, "abcdefghijklmnopqrstuvwxyz0123456789-_.") < blen) {
-        return ur_err_set_os(err, UR_EINVAL, 0, url,
-                             "not a valid GCS bucket name (3 to 222 of a-z 0-9 - _ .)");
-    }
-    g->bucket = ur_strndup(b, blen);
-    slash = slash != NULL ? slash + 1 : b + blen;
-    plen = strlen(slash);
-    while (plen > 0 && slash[plen - 1] == '/') {
-        plen--;
-    }
-    g->prefix = ur_malloc(plen + 2);
-    if (g->bucket == NULL || g->prefix == NULL) {
-        return ur_err_oom(err);
-    }
-    memcpy(g->prefix, slash, plen);
-    if (plen > 0) {
-        g->prefix[plen++] = '/';
-    }
-    g->prefix[plen] = '\0';
-    if (strstr(g->prefix, "//") != NULL || strncmp(g->prefix, "/", 1) == 0) {
-        return ur_err_set_os(err, UR_EINVAL, 0, url, "empty path segment in a gs:// URL");
-    }
-    return UR_OK;
-}
+    gcs_store *g;
+    size_t blen = strlen(bucket), plen = strlen(prefix);
+    int emulator, rc = UR_OK;
 
-int ur_kvstore_gcs_open(ur_kvstore **out, const char *url, int writable, ur_err *err)
-{
-    gcs_store *g = ur_calloc(1, sizeof *g);
-    int emulator, rc;
+    if (blen < 3 || blen > 222 || strspn(bucket, "abcdefghijklmnopqrstuvwxyz0123456789-_.") < blen) {
+        return ur_err_set(err, UR_EINVAL,
+                          "'gs://%s': not a valid GCS bucket name (3 to 222 of a-z 0-9 - _ .)",
+                          bucket);
+    }
+    g = ur_calloc(1, sizeof *g);
     if (g == NULL) {
         return ur_err_oom(err);
     }
     g->base.ops = &gcs_ops;
     g->writable = writable;
-    rc = parse_url(g, url, err);
-    if (rc == UR_OK) {
-        g->endpoint = endpoint_from_env(&emulator);
-        rc = g->endpoint == NULL ? ur_err_oom(err) : UR_OK;
-    }
-    if (rc == UR_OK) {
+    g->bucket = ur_strdup(bucket);
+    g->prefix = ur_malloc(plen + 2);
+    g->endpoint = endpoint_from_env(&emulator);
+    if (g->bucket == NULL || g->prefix == NULL || g->endpoint == NULL) {
+        rc = ur_err_oom(err);
+    } else {
+        memcpy(g->prefix, prefix, plen);
+        if (plen > 0) {
+            g->prefix[plen++] = '/';
+        }
+        g->prefix[plen] = '\0';
         ur_json_init();
         rc = ur_gcs_auth_new(&g->auth, emulator, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_http_new(&g->http, NULL, err);
     }
     if (rc < 0) {
         g_close(&g->base);

@@ -82,7 +82,7 @@ static int run(ur_kvstore *kv, int argc, char **argv, ur_err *err)
         return rc;
     }
     if (strcmp(cmd, "rm") == 0 && argc == 4) {
-        return ur_kvstore_gcs_delete(kv, argv[3], err);
+        return ur_kvstore_delete(kv, argv[3], err);
     }
     if (strcmp(cmd, "auth") == 0 && argc == 3) {
         rc = ur_kvstore_list(kv, "", print_entry, NULL, err);
@@ -107,13 +107,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: gcs_tool CMD gs://bucket/prefix ...\n");
         return 2;
     }
-    rc = ur_kvstore_gcs_open(&kv, argv[2], 1, &err);
+    rc = ur_kvstore_open_url(&kv, argv[2], 1, &err);
     if (rc == UR_OK) {
         rc = run(kv, argc, argv, &err);
     }
     ur_kvstore_close(kv);
     if (rc == UR_OK) {
         return 0;
+    }
+    if (rc > 0) { /* a listing callback's stop: not used here */
+        return 1;
     }
     fprintf(stderr, "gcs_tool: %s\n", ur_err_format(&err, line, sizeof line));
     switch (rc) {
