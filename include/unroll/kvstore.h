@@ -123,8 +123,4 @@ typedef int (*ur_kvstore_remote_open_fn)(ur_kvstore **out, const char *bucket,
  * error. UR_EINTERNAL where the store cannot delete. */
 int ur_kvstore_delete(ur_kvstore *kv, const char *key, ur_err *err);
 
-/* Open `dir` for reading as Orbax and TensorStore would: an OCDBT database when
- * `dir/manifest.ocdbt` exists, otherwise a plain directory. */
-int ur_kvstore_open_auto(ur_kvstore **out, const char *dir, ur_err *err);
-
 #endif

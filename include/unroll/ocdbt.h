@@ -51,6 +51,11 @@ int ur_ocdbt_open_kv(ur_kvstore **out, ur_kvstore *base, int take_base, const ch
 int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts *opts,
                     ur_err *err);
 
+/* Open the location `dir` (a path, s3://, gs://; see ur_kvstore_open_url) for reading as Orbax
+ * and TensorStore would: an OCDBT database when it holds manifest.ocdbt, otherwise the plain
+ * store. (Here, not in kvstore.h: it needs the OCDBT layer above the kvstore.) */
+int ur_kvstore_open_auto(ur_kvstore **out, const char *dir, ur_err *err);
+
 /* Bytes of inline values a writer from ur_ocdbt_create holds now (0 for another kvstore):
  * never more than its max_held_inline_bytes. */
 uint64_t ur_ocdbt_writer_held_bytes(const ur_kvstore *kv);

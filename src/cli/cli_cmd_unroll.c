@@ -13,6 +13,9 @@
 #include "unroll/fs.h"
 #include "unroll/orbax.h"
 #include "unroll/orbax_publish.h"
+#include "unroll/orbax_upload.h"
+#include "unroll/kvstore.h"
+#include "unroll/fs.h"
 #include "unroll/plan.h"
 #include "unroll/plan_exec.h"
 
@@ -28,6 +31,7 @@
 typedef struct {
     int dry_run;
     int quiet;
+    int replace; /* --replace: an object-store destination's objects are deleted first */
     int threads;
     uint64_t memory_limit;
     const char *config;
@@ -50,6 +54,7 @@ static void usage(FILE *f)
           "first_num_dense_layers, logical_axis_rules, lora_input_adapters_path,\n"
           "checkpoint_storage_use_ocdbt, checkpoint_storage_use_zarr3, ...\n"
           "Output: <base_output_directory>/<run_name>/checkpoints/0 (only it is replaced).\n"
+          "Paths may be local, s3://bucket/prefix or gs://bucket/prefix (object stores).\n"
           "\n"
           "subcommands:\n"
           "  verify                 check an unrolled checkpoint against the scanned one\n"
@@ -63,6 +68,8 @@ static void usage(FILE *f)
           "  -j, --threads N        worker threads (default: one per core)\n"
           "      --memory-limit S   bytes of chunk buffers in flight, e.g. 512M, 4G (default:\n"
           "                         128M per thread, at least 256M, at most 1/4 of the RAM)\n"
+          "      --replace          on an object store, delete what the output step holds\n"
+          "                         (without it, a destination with objects is refused)\n"
           "  -h, --help             this help\n"
           "  -V, --version          the version and the libraries it was built with\n"
           "\n"
@@ -144,6 +151,8 @@ static int parse_args(unroll_args *a, int argc, char **argv)
             a->dry_run = 1;
         } else if (strcmp(s, "-q") == 0 || strcmp(s, "--quiet") == 0) {
             a->quiet = 1;
+        } else if (strcmp(s, "--replace") == 0) {
+            a->replace = 1;
         } else if (cli_opt_value(argc, argv, &i, "-j", "--threads", &v)) {
             char *end;
             long n;
@@ -622,6 +631,66 @@ static int convert_loras(const char *adapters, const unit_list *u, const ur_orba
     return rc;
 }
 
+/* Locations: every path the run takes is local, s3:// or gs:// (anything else "scheme://" is
+ * refused, never made a local directory). Returns the kind of the output location. */
+static int check_locations(const ur_settings *s, const char *in_path, ur_err *err)
+{
+    int rc = ur_kvstore_location_kind(in_path, err);
+    if (rc >= 0 && s->lora_input_adapters_path[0] != '\0') {
+        rc = ur_kvstore_location_kind(s->lora_input_adapters_path, err);
+        if (rc > 0) {
+            rc = ur_err_set(err, UR_EUNSUPPORTED,
+                            "%s: LoRA adapters are read from local directories only",
+                            s->lora_input_adapters_path);
+        }
+    }
+    if (rc >= 0) {
+        rc = ur_kvstore_location_kind(s->checkpoint_dir, err);
+    }
+    if (rc > 0 && s->lora_input_adapters_path[0] != '\0') {
+        rc = ur_err_set(err, UR_EUNSUPPORTED,
+                        "%s: LoRA output is written to local directories only",
+                        s->checkpoint_dir);
+    }
+    return rc;
+}
+
+/* For an object-store output: the local tree the run converts into before uploading
+ * ($TMPDIR/unroll-upload.XXXXXX; its checkpoints/ stands for the remote checkpoint dir). */
+static int make_upload_root(char **root_out, char **ckdir_out, ur_err *err)
+{
+    const char *tmp = getenv("TMPDIR");
+    char *root = ur_path_join(tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp", "unroll-upload.XXXXXX");
+    if (root == NULL) {
+        return ur_err_oom(err);
+    }
+    if (mkdtemp(root) == NULL) {
+        int rc = ur_err_set_os(err, UR_EIO, errno, root, "cannot create the staging directory");
+        ur_free(root);
+        return rc;
+    }
+    *root_out = root;
+    *ckdir_out = ur_path_join(root, "checkpoints");
+    return *ckdir_out != NULL ? UR_OK : ur_err_oom(err);
+}
+
+/* The remote location of unit `unit` below checkpoint_dir (which ends with '/'). */
+static char *remote_unit(const char *checkpoint_dir, const char *unit)
+{
+    size_t n = strlen(checkpoint_dir), m = strlen(unit);
+    char *out;
+    while (n > 0 && checkpoint_dir[n - 1] == '/') {
+        n--;
+    }
+    out = ur_malloc(n + m + 2);
+    if (out != NULL) {
+        memcpy(out, checkpoint_dir, n);
+        out[n] = '/';
+        memcpy(out + n + 1, unit, m + 1);
+    }
+    return out;
+}
+
 static int run(const unroll_args *args, ur_err *err)
 {
     ur_config *cfg = NULL;
@@ -631,7 +700,9 @@ static int run(const unroll_args *args, ur_err *err)
     unit_list units;
     const char *in_path, *inputs[2];
     size_t n_inputs = 1;
-    char *dest = NULL;
+    char *dest = NULL, *up_root = NULL, *up_ckdir = NULL, *up_dest = NULL;
+    const char *out_dir;
+    int remote_out = 0;
     ur_plan_input kind;
     ur_exec_stats total;
     struct timespec t0;
@@ -673,9 +744,42 @@ static int run(const unroll_args *args, ur_err *err)
                         "enable_checkpointing=false: MaxText would write no checkpoint");
         goto out;
     }
-    inputs[0] = in_path;
+    rc = check_locations(s, in_path, err);
+    if (rc < 0) {
+        goto out;
+    }
+    remote_out = rc != UR_LOC_LOCAL;
+    out_dir = s->checkpoint_dir;
+    /* the overlap rules of orbax_publish.h concern local paths */
+    n_inputs = 0;
+    if (!ur_kvstore_location_is_remote(in_path)) {
+        inputs[n_inputs++] = in_path;
+    }
     if (s->lora_input_adapters_path[0] != '\0') {
         inputs[n_inputs++] = s->lora_input_adapters_path;
+    }
+    if (remote_out) {
+        up_dest = remote_unit(s->checkpoint_dir, "0");
+        if (up_dest == NULL) {
+            rc = ur_err_oom(err);
+            goto out;
+        }
+        if (ur_kvstore_location_is_remote(in_path) &&
+            (strncmp(in_path, up_dest, strlen(up_dest)) == 0 ||
+             strncmp(up_dest, in_path, strlen(in_path)) == 0)) {
+            rc = ur_err_set(err, UR_EINVAL, "the output %s and the input %s overlap", up_dest,
+                            in_path);
+            goto out;
+        }
+        /* refused before any work: a destination that holds objects (unless --replace) */
+        rc = ur_orbax_upload_check_dest(up_dest, args->replace, err);
+        if (rc == UR_OK && !args->dry_run) {
+            rc = make_upload_root(&up_root, &up_ckdir, err);
+            out_dir = up_ckdir;
+        }
+        if (rc < 0) {
+            goto out;
+        }
     }
     rc = unit_list_make(&units, s->lora_input_adapters_path, err);
     if (rc < 0) {
@@ -685,10 +789,11 @@ static int run(const unroll_args *args, ur_err *err)
     /* Only the units are replaced (checkpoint_dir/0, or base/0 and loras/<id>/...); the
      * lock, the staging directory and the overlap rules: unroll/orbax_publish.h. */
     if (args->dry_run) {
-        rc = ur_orbax_publish_check(s->checkpoint_dir, units.units, units.n_units, inputs,
+        rc = ur_orbax_publish_check(remote_out ? "/nonexistent/unroll-remote" : out_dir,
+                                    units.units, units.n_units, inputs,
                                     n_inputs, err);
     } else {
-        rc = ur_orbax_publish_begin(&pub, s->checkpoint_dir, units.units, units.n_units,
+        rc = ur_orbax_publish_begin(&pub, out_dir, units.units, units.n_units,
                                     inputs, n_inputs, err);
         if (rc == UR_OK) {
             dest = ur_strdup(ur_orbax_publish_dest(pub));
@@ -707,6 +812,23 @@ static int run(const unroll_args *args, ur_err *err)
         rc = ur_orbax_publish_commit(pub, &interrupted, err);
         pub = NULL; /* commit frees it either way */
     }
+    if (rc == UR_OK && remote_out && !args->dry_run) {
+        /* the finished local step, uploaded in Orbax's commit-file order */
+        ur_orbax_upload_opts uo;
+        char *local_step = ur_path_join(up_ckdir, "0");
+        uo.replace = args->replace;
+        uo.threads = args->threads > 0 ? (unsigned)args->threads * 4 : 16;
+        rc = local_step != NULL ? ur_orbax_upload(local_step, up_dest, &uo, &interrupted, err)
+                                : ur_err_oom(err);
+        ur_free(local_step);
+        ur_free(dest);
+        dest = ur_strndup(s->checkpoint_dir, strcspn(s->checkpoint_dir, "") -
+                                                 (s->checkpoint_dir[0] != '\0' &&
+                                                  s->checkpoint_dir[strlen(s->checkpoint_dir) - 1] == '/'));
+        if (rc == UR_OK && dest == NULL) {
+            rc = ur_err_oom(err);
+        }
+    }
     if (rc == UR_OK && !args->quiet && !args->dry_run) {
         fprintf(stderr,
                 "unroll: wrote %s/: %zu tensors from %zu, %.3f GiB read, %.3f GiB written, "
@@ -716,6 +838,12 @@ static int run(const unroll_args *args, ur_err *err)
     }
 out:
     ur_orbax_publish_abort(pub); /* after a failure: staging, lock, created directories */
+    if (up_root != NULL) {
+        (void)ur_fs_remove_tree(up_root, NULL);
+    }
+    ur_free(up_root);
+    ur_free(up_ckdir);
+    ur_free(up_dest);
     unit_list_dispose(&units);
     ur_free(dest);
     ur_plan_config_free(cfg);

@@ -155,6 +155,7 @@ static int s3_request(s3_store *s, ur_http_req *req, const char *method, const c
 {
     target t;
     sign_ctx sc;
+    long st = 0;
     int rc = target_make(&t, s, obj, query, err);
     if (rc < 0) {
         target_dispose(&t);
@@ -174,10 +175,13 @@ static int s3_request(s3_store *s, ur_http_req *req, const char *method, const c
     req->auth = auth;
     req->auth_ctx = &sc;
     req->what = t.what;
-    rc = ur_http_perform(s->http, req, status, err);
-    if (rc == UR_EIO && status != NULL && (*status == 403 || *status == 401) && err != NULL) {
-        ur_err_wrap(err, "access denied (credentials from %s)",
-                    s->cfg.anonymous ? "nowhere: anonymous" : s->cfg.creds_from);
+    rc = ur_http_perform(s->http, req, &st, err);
+    if (status != NULL) {
+        *status = st;
+    }
+    if (rc == UR_EIO && (st == 403 || st == 401) && err != NULL) {
+        ur_err_wrap(err, "access denied (credentials: %s)",
+                    s->cfg.anonymous ? "none found, anonymous request" : s->cfg.creds_from);
     }
     target_dispose(&t);
     return rc;
