@@ -231,10 +231,18 @@ class GateProxy(_Base):
     the object exists). `requests` counts what was forwarded, `auth_seen` the headers."""
 
     def __init__(self, upstream: str, token: str | None = "good-token", corrupt=False,
-                 page=None, cond=False):
+                 page=None, cond=False, status_every=None, drop_every=None, always=None):
         super().__init__()
         self.up = urllib.parse.urlsplit(upstream)
         self.token, self.corrupt, self.page, self.cond = token, corrupt, page, cond
+        # Faults: status_every {503: 4, 429: 7} answers that status to every Nth request;
+        # drop_every N cuts every Nth media download after half its body; always: a status
+        # for every request.
+        self.status_every, self.drop_every, self.always = status_every or {}, drop_every, always
+        self.seen = 0
+        self.media = 0
+        self.injected: dict = {}
+        self.bytes_served = 0
         self.requests = 0
         self.auth_seen: list[str] = []
         self.lock = threading.Lock()
@@ -261,6 +269,18 @@ class GateProxy(_Base):
         path = h.path
         u = urllib.parse.urlsplit(path)
         q = urllib.parse.parse_qs(u.query)
+        with self.lock:
+            self.seen += 1
+            fault = self.always
+            for st, every in self.status_every.items():
+                if fault is None and self.seen % every == 0:
+                    fault = st
+            if fault is not None:
+                self.injected[fault] = self.injected.get(fault, 0) + 1
+        if fault is not None:
+            return self.reply(h, fault, json.dumps(
+                {"error": {"code": fault, "message": "injected fault"}}).encode(),
+                {"Content-Type": "application/json"})
         if self.page and "maxResults" in q:
             q["maxResults"] = [str(self.page)]
             path = u.path + "?" + urllib.parse.urlencode(q, doseq=True)
@@ -281,6 +301,28 @@ class GateProxy(_Base):
                 f"http://{self.up.hostname}:{self.up.port}", self.url)
         if self.corrupt and q.get("alt") == ["media"] and data:
             data = bytes([data[0] ^ 0xFF]) + data[1:]
+        drop = False
+        if q.get("alt") == ["media"] and self.drop_every and len(data) > 1:
+            with self.lock:
+                self.media += 1
+                drop = self.media % self.drop_every == 0
+                if drop:
+                    self.injected["drop"] = self.injected.get("drop", 0) + 1
+        if drop:  # the full Content-Length, half the body, then the connection goes
+            h.send_response(st)
+            for k, v in hdrs.items():
+                h.send_header(k, v)
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            h.wfile.write(data[:len(data) // 2])
+            h.wfile.flush()
+            h.close_connection = True
+            import socket
+            h.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if q.get("alt") == ["media"]:
+            with self.lock:
+                self.bytes_served += len(data)
         self.reply(h, st, data, hdrs)
 
 

@@ -17,7 +17,7 @@ import pytest
 import maxtext_fixtures
 import reference
 from gcs_fixtures import check_in_bucket, download_tree, orbax_save, ts_list, use_emulator
-from gcs_servers import FakeGcs
+from gcs_servers import FakeGcs, GateProxy
 from test_unroll import run_unroll
 
 BUCKET = "ckpts"
@@ -113,3 +113,60 @@ def test_verify_inspect_ls_on_gs(unroll_bin, make_fixture, emu, tmp_path):
             assert r.stdout.strip()
             assert r.stdout.replace(f"gs://{BUCKET}/{prefix}", "R") == \
                 here.stdout.replace(str(copy_dir), "R")
+
+
+# ---- faults: 503/429 answers and connections dropped mid-body, between unroll and GCS -------
+
+@pytest.fixture
+def faulty(gcs, emu, monkeypatch):
+    """Route unroll (not the Python stack) through a fault-injecting proxy: unroll then sees a
+    plain endpoint (UNROLL_GCS_ENDPOINT, anonymous credentials), retries fast."""
+    proxies = []
+
+    def make(**faults):
+        p = GateProxy(gcs.url, token=None, **faults).__enter__()
+        proxies.append(p)
+        monkeypatch.delenv("STORAGE_EMULATOR_HOST")
+        monkeypatch.setenv("UNROLL_GCS_ENDPOINT", p.url)
+        monkeypatch.setenv("UNROLL_HTTP_BACKOFF_MS", "5")
+        return p
+
+    yield make
+    for p in proxies:
+        p.__exit__(None, None, None)
+
+
+def test_gs_to_local_survives_faults(unroll_bin, make_fixture, faulty, tmp_path):
+    info = make_fixture("linen", "ocdbt-zarr3", "float32")
+    remote = in_bucket(info, "in-ocdbt-zarr3")
+    proxy = faulty(status_every={503: 4, 429: 7}, drop_every=3)
+    res = run_unroll(unroll_bin, remote, tmp_path / "out")
+    assert res.returncode == 0, res.stderr
+    assert proxy.injected.get(503) and proxy.injected.get(429) and proxy.injected.get("drop"), \
+        proxy.injected
+    reference.check_unrolled(tmp_path / "out" / "run" / "checkpoints" / "0" / "items",
+                             reference.reference_for(info))
+
+
+def test_local_to_gs_survives_faults(unroll_bin, make_fixture, faulty, tmp_path, monkeypatch):
+    info = make_fixture("linen", "ocdbt-zarr3", "bfloat16")
+    proxy = faulty(status_every={503: 3})
+    res = run_unroll(unroll_bin, info, f"gs://{BUCKET}/faulty-out")
+    assert res.returncode == 0, res.stderr
+    assert proxy.injected.get(503), proxy.injected
+    check_output("faulty-out/run/checkpoints", reference.reference_for(info), tmp_path)
+
+
+def test_gcs_down_is_exit_3_and_nothing_published(unroll_bin, make_fixture, faulty, tmp_path,
+                                                  monkeypatch):
+    info = make_fixture("linen", "ocdbt-zarr3", "float32")
+    remote = in_bucket(info, "in-ocdbt-zarr3")
+    faulty(always=503)
+    monkeypatch.setenv("UNROLL_HTTP_RETRIES", "2")
+    res = run_unroll(unroll_bin, remote, tmp_path / "out")
+    assert res.returncode == 3, res.stderr
+    line = res.stderr.strip()
+    assert "\n" not in line, res.stderr
+    assert f"gs://{BUCKET}/in-ocdbt-zarr3/checkpoints/9" in line and "HTTP 503" in line, line
+    assert "3 attempts" in line, line
+    assert not (tmp_path / "out" / "run" / "checkpoints" / "0").exists()

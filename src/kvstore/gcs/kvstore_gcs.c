@@ -91,6 +91,7 @@ static int send_req(gcs_store *g, gcs_http_req *req, const long *accept, size_t 
 {
     long acc[8];
     size_t n = 0;
+    size_t body_start = req->body != NULL ? req->body->len : 0;
     int anon = anonymous(g);
     int rc = UR_OK;
 
@@ -106,7 +107,7 @@ static int send_req(gcs_store *g, gcs_http_req *req, const long *accept, size_t 
         int refresh = !anon && attempt == 0;
         req->n_accept = n + (refresh ? 1 : 0);
         if (req->body != NULL) {
-            ur_buf_reset(req->body);
+            req->body->len = body_start;
         }
         rc = ur_gcs_http_do(req, resp, err);
         if (rc < 0 || !(refresh && resp->status == 401)) {
@@ -139,46 +140,39 @@ static int g_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
 {
     static const long accept[] = {404};
     gcs_store *g = (gcs_store *)kv;
-    ur_buf url, body;
+    ur_buf url;
     gcs_http_req req = {0};
     gcs_http_resp resp;
     char what[1024];
+    size_t start = out->len;
     int rc;
 
     obj_url(g, key, what, sizeof what);
     ur_buf_init(&url, 0);
-    ur_buf_init(&body, out->limit == 0 ? 0 : out->limit - out->len);
     rc = media_url(&url, g, key, err);
     if (rc < 0) {
         goto out;
     }
     req.method = "GET";
     req.url = (const char *)url.data;
-    req.body = &body;
+    req.body = out; /* the bytes land in place; a retry rewinds to `start` */
     req.what = what;
     rc = send_req(g, &req, accept, 1, &resp, err);
-    if (rc < 0) {
-        if (body.limit != 0 && body.len >= body.limit) {
-            rc = ur_err_set_os(err, UR_ECORRUPT, 0, what, "object is larger than %zu bytes",
-                               body.limit);
-        }
-        goto out;
-    }
-    if (resp.status == 404) {
+    if (rc == UR_OK && resp.status == 404) {
         rc = ur_err_set_os(err, UR_ENOTFOUND, 0, what, "no such object");
-        goto out;
     }
     /* The whole object came: check it against the CRC-32C GCS keeps for it. */
-    if (resp.has_crc32c && ur_crc32c(0, body.data, body.len) != resp.crc32c) {
+    if (rc == UR_OK && resp.has_crc32c &&
+        ur_crc32c(0, out->data + start, out->len - start) != resp.crc32c) {
         rc = ur_err_set_os(err, UR_EIO, 0, what,
                            "downloaded %zu bytes do not match the object's CRC-32C %08" PRIx32,
-                           body.len, resp.crc32c);
-        goto out;
+                           out->len - start, resp.crc32c);
     }
-    rc = ur_buf_append(out, body.data, body.len, err);
+    if (rc < 0) {
+        out->len = start;
+    }
 out:
     ur_buf_dispose(&url);
-    ur_buf_dispose(&body);
     return rc;
 }
 
@@ -375,6 +369,7 @@ static int g_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, voi
         gcs_http_resp resp;
         char *next = NULL;
         ur_buf_reset(&url);
+        ur_buf_reset(&body);
         rc = list_url(&url, g, prefix, token, err);
         if (rc < 0) {
             break;
@@ -545,6 +540,7 @@ static int upload_resumable(gcs_store *g, const char *key, const void *data, siz
             snprintf(crange, sizeof crange, "Content-Range: bytes %zu-%zu/*", off, off + len - 1);
         }
         memset(&req, 0, sizeof req);
+        ur_buf_reset(&body);
         req.method = "PUT";
         req.url = session;
         req.headers = put_hdrs;
