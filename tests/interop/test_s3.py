@@ -308,7 +308,10 @@ def test_dropped_leaves_are_never_downloaded_ocdbt(unroll_bin, s3, proxy, tmp_pa
     # downloaded fits in what the data files hold besides the optimizer state
     # (small values sit inline in the zstd-compressed nodes: only the others count below)
     params_out_of_line = sum(v for k, v in values.items() if k.startswith("params") and v > 1024)
-    assert params_out_of_line <= data <= stored - opt, (params_out_of_line, data, stored, opt)
+    opt_out_of_line = sum(v for k, v in values.items() if k.startswith("opt_state") and v > 1024)
+    assert opt_out_of_line > opt * 0.9
+    assert params_out_of_line <= data <= stored - opt_out_of_line, (
+        params_out_of_line, data, stored, opt_out_of_line)
 
 
 def test_dropped_leaves_are_never_downloaded_plain(unroll_bin, make_fixture, s3, proxy,
@@ -320,7 +323,11 @@ def test_dropped_leaves_are_never_downloaded_plain(unroll_bin, make_fixture, s3,
     assert res.returncode == 0, res.stderr
     gets = _gets(proxy)
     assert any("/params" in p for p, _ in gets)
-    assert not any("opt_state" in p for p, _ in gets), [p for p, _ in gets if "opt_state" in p]
+    # the dropped leaves' array metadata is read when the checkpoint is opened (as inspect
+    # shows every leaf); their chunks never are
+    meta_files = ("zarr.json", ".zarray", ".zattrs", ".zgroup")
+    chunks = [p for p, _ in gets if "opt_state" in p and not p.endswith(meta_files)]
+    assert chunks == []
 
 
 def _object_sizes(s3, item_url):
