@@ -231,7 +231,8 @@ class GateProxy(_Base):
     the object exists). `requests` counts what was forwarded, `auth_seen` the headers."""
 
     def __init__(self, upstream: str, token: str | None = "good-token", corrupt=False,
-                 page=None, cond=False, status_every=None, drop_every=None, always=None):
+                 page=None, cond=False, status_every=None, drop_every=None, always=None,
+                 fail_uploads_after=None):
         super().__init__()
         self.up = urllib.parse.urlsplit(upstream)
         self.token, self.corrupt, self.page, self.cond = token, corrupt, page, cond
@@ -239,6 +240,9 @@ class GateProxy(_Base):
         # drop_every N cuts every Nth media download after half its body; always: a status
         # for every request.
         self.status_every, self.drop_every, self.always = status_every or {}, drop_every, always
+        self.fail_uploads_after = fail_uploads_after  # then 503 to every upload
+        self.uploads = 0
+        self.served: list = []  # (object path, bytes) of each media download
         self.seen = 0
         self.media = 0
         self.injected: dict = {}
@@ -275,6 +279,12 @@ class GateProxy(_Base):
             for st, every in self.status_every.items():
                 if fault is None and self.seen % every == 0:
                     fault = st
+            if method in ("POST", "PUT") and (u.path.startswith("/upload/") or
+                                              "upload_id" in q):
+                self.uploads += 1
+                if fault is None and self.fail_uploads_after is not None and \
+                        self.uploads > self.fail_uploads_after:
+                    fault = 503
             if fault is not None:
                 self.injected[fault] = self.injected.get(fault, 0) + 1
         if fault is not None:
@@ -323,6 +333,7 @@ class GateProxy(_Base):
         if q.get("alt") == ["media"]:
             with self.lock:
                 self.bytes_served += len(data)
+                self.served.append((urllib.parse.unquote(u.path), len(data)))
         self.reply(h, st, data, hdrs)
 
 

@@ -170,3 +170,47 @@ def test_gcs_down_is_exit_3_and_nothing_published(unroll_bin, make_fixture, faul
     assert f"gs://{BUCKET}/in-ocdbt-zarr3/checkpoints/9" in line and "HTTP 503" in line, line
     assert "3 attempts" in line, line
     assert not (tmp_path / "out" / "run" / "checkpoints" / "0").exists()
+
+
+def test_upload_failure_leaves_nothing_published(unroll_bin, make_fixture, faulty, gcs,
+                                                 monkeypatch):
+    """Uploads fail for good after the third: exit 3, what was written is deleted, no commit
+    marker anywhere."""
+    info = make_fixture("linen", "ocdbt-zarr3", "float32")
+    proxy = faulty(fail_uploads_after=3)
+    monkeypatch.setenv("UNROLL_HTTP_RETRIES", "2")
+    res = run_unroll(unroll_bin, info, f"gs://{BUCKET}/putfail")
+    assert res.returncode == 3, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "HTTP 503" in res.stderr and "nothing published" in res.stderr, res.stderr
+    assert proxy.uploads > 3
+    assert gcs.names(BUCKET, "putfail/") == []
+
+
+def test_destination_with_objects_is_refused_unless_replace(unroll_bin, make_fixture, emu,
+                                                            gcs, tmp_path):
+    info = make_fixture("linen", "ocdbt-zarr3", "float32")
+    out = f"gs://{BUCKET}/replace"
+    assert run_unroll(unroll_bin, info, out).returncode == 0
+    before = {n: gcs.get(BUCKET, n) for n in gcs.names(BUCKET, "replace/")}
+    res = run_unroll(unroll_bin, info, out)
+    assert res.returncode == 2
+    assert "already holds" in res.stderr and "--replace" in res.stderr
+    assert {n: gcs.get(BUCKET, n) for n in gcs.names(BUCKET, "replace/")} == before
+    res = run_unroll(unroll_bin, info, out, extra=["--replace"])
+    assert res.returncode == 0, res.stderr
+    check_output("replace/run/checkpoints", reference.reference_for(info), tmp_path)
+
+
+def test_dropped_leaves_are_never_downloaded(unroll_bin, make_fixture, faulty, tmp_path):
+    """Plain layout: the optimizer state's chunks are never fetched (its array metadata is, as
+    the checkpoint is opened); the parameters' are."""
+    info = make_fixture("linen", "plain-zarr3", "float32")
+    remote = in_bucket(info, "in-plain-zarr3")
+    proxy = faulty()
+    res = run_unroll(unroll_bin, remote, tmp_path / "out")
+    assert res.returncode == 0, res.stderr
+    paths = [p for p, _ in proxy.served]
+    assert any("/params" in p for p in paths), paths
+    meta_files = ("zarr.json", ".zarray", ".zattrs", ".zgroup")
+    assert [p for p in paths if "opt_state" in p and not p.endswith(meta_files)] == []
