@@ -279,3 +279,32 @@ def test_unusable_credentials_file(gcs, stocked, tmp_path):
     r = tool(env, "ls", stocked, check=False)
     assert r.returncode == 2 and b'no string \\"private_key\\"' in r.stderr or \
         b'no string "private_key"' in r.stderr, r.stderr
+
+
+# ---- the same through unroll itself -----------------------------------------------------
+
+@pytest.mark.parametrize("case", ["good", "stale-token", "wrong-key"])
+def test_unroll_ls_with_service_account(unroll_bin, gcs, tmp_path, case):
+    gcs.put(BUCKET, "cli/items/_METADATA", b"{}")
+    with TokenServer(token="stale-token" if case == "stale-token" else "good-token") as tok:
+        sa, pub, email = make_service_account(tmp_path, tok.url + "/token")
+        if case == "wrong-key":
+            _, pub, _ = make_service_account(tmp_path, tok.url + "/token", name="other.json")
+        tok.public_key, tok.email = pub, email
+        with GateProxy(gcs.url, token="good-token") as proxy:
+            env = clean_env(GOOGLE_APPLICATION_CREDENTIALS=sa, UNROLL_GCS_ENDPOINT=proxy.url,
+                            HOME=tmp_path, UNROLL_HTTP_RETRIES=1, UNROLL_HTTP_BACKOFF_MS=5)
+            r = subprocess.run([str(unroll_bin), "ls", f"gs://{BUCKET}/cli/items"], env=env,
+                               capture_output=True, text=True, timeout=120)
+    if case == "good":
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["_METADATA"]
+        return
+    assert r.returncode == 3, r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and line.startswith("unroll: "), r.stderr
+    assert f"service_account from {sa}" in line, line
+    if case == "stale-token":
+        assert "access denied" in line and "HTTP 401" in line, line
+    else:
+        assert "token request failed" in line and "Invalid JWT Signature." in line, line
