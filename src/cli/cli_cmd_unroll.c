@@ -65,7 +65,8 @@ static void usage(FILE *f)
           "options (a value may also be attached: -j2, --threads=2, --memory-limit=4G):\n"
           "  -n, --dry-run          print the plan (kept, dropped, split leaves; bytes) and stop\n"
           "  -q, --quiet            no progress and no summary\n"
-          "  -j, --threads N        worker threads (default: one per core)\n"
+          "  -j, --threads N        worker threads (default: one per core; 16 when reading\n"
+          "                         from an object store)\n"
           "      --memory-limit S   bytes of chunk buffers in flight, e.g. 512M, 4G (default:\n"
           "                         128M per thread, at least 256M, at most 1/4 of the RAM)\n"
           "      --replace          on an object store, delete what the output step holds\n"
@@ -390,6 +391,9 @@ static int check_free_space(const char *step_dir, uint64_t need, ur_err *err)
     return rc;
 }
 
+/* Default worker count when the input is on an object store (see convert). */
+#define REMOTE_THREADS 16
+
 /* `in_path` converted into the step directory `step_dir`, created below `below` (the
  * staging directory, which must exist). */
 static int convert(const char *in_path, const char *step_dir, const char *below,
@@ -443,6 +447,11 @@ static int convert(const char *in_path, const char *step_dir, const char *below,
     }
     memset(&eo, 0, sizeof eo);
     eo.threads = args->threads;
+    /* From an object store each worker waits on one request at a time: more workers keep
+     * more requests in flight (the HTTP layer caps them, UNROLL_HTTP_MAX_IN_FLIGHT). */
+    if (eo.threads == 0 && ur_kvstore_location_is_remote(in_path)) {
+        eo.threads = REMOTE_THREADS;
+    }
     eo.memory_limit = args->memory_limit;
     eo.cancel = &interrupted;
     if (!args->quiet && isatty(STDERR_FILENO)) {

@@ -72,16 +72,22 @@ static int check_rel(const char *rel, ur_err *err)
     return rc < 0 ? ur_err_wrap(err, "invalid data file path") : rc;
 }
 
-/* A file the database references and the store does not have: damage, never an absent key. */
+/* A file the database references and the store does not have: damage, never an absent key
+ * (an I/O error naming the data file, whatever store it is missing from). */
 static int missing_is_damage(int rc, ur_err *err)
 {
-    if (rc == UR_ENOTFOUND) {
-        rc = UR_EIO;
-        if (err != NULL) {
-            err->code = UR_EIO;
+    if (rc == UR_ENOTFOUND && err != NULL) {
+        char where[sizeof err->where], msg[sizeof err->msg];
+        int e = err->os_errno;
+        memcpy(where, err->where, sizeof where);
+        memcpy(msg, err->msg, sizeof msg);
+        if (e != 0) {
+            ur_err_set_os(err, UR_EIO, e, where, "cannot open data file");
+        } else {
+            ur_err_set_os(err, UR_EIO, 0, where, "cannot open data file (%s)", msg);
         }
     }
-    return rc;
+    return rc == UR_ENOTFOUND ? UR_EIO : rc;
 }
 
 /* Read [offset, offset+n) of data file `rel` into dst, through the base store. */
