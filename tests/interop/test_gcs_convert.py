@@ -17,7 +17,7 @@ import pytest
 import maxtext_fixtures
 import reference
 from gcs_fixtures import check_in_bucket, download_tree, orbax_save, ts_list, use_emulator
-from gcs_servers import FakeGcs, GateProxy
+from gcs_servers import FakeGcs, GateProxy, TokenServer, make_service_account
 from test_unroll import run_unroll
 
 BUCKET = "ckpts"
@@ -214,3 +214,23 @@ def test_dropped_leaves_are_never_downloaded(unroll_bin, make_fixture, faulty, t
     assert any("/params" in p for p in paths), paths
     meta_files = ("zarr.json", ".zarray", ".zattrs", ".zgroup")
     assert [p for p in paths if "opt_state" in p and not p.endswith(meta_files)] == []
+
+
+def test_gs_to_local_with_a_service_account(unroll_bin, make_fixture, emu, gcs, tmp_path,
+                                            monkeypatch):
+    """The conversion's parallel readers share one access token: one JWT grant for the run,
+    and every request the bucket sees carries it."""
+    info = make_fixture("linen", "ocdbt-zarr3", "float32")
+    remote = in_bucket(info, "in-ocdbt-zarr3")
+    with TokenServer() as tok, GateProxy(gcs.url, token="good-token") as proxy:
+        sa, pub, email = make_service_account(tmp_path, tok.url + "/token")
+        tok.public_key, tok.email = pub, email
+        monkeypatch.delenv("STORAGE_EMULATOR_HOST")
+        monkeypatch.setenv("UNROLL_GCS_ENDPOINT", proxy.url)
+        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(sa))
+        res = run_unroll(unroll_bin, remote, tmp_path / "out")
+        assert res.returncode == 0, res.stderr
+        assert tok.log == ["jwt"]
+        assert len(proxy.auth_seen) > 5 and set(proxy.auth_seen) == {"Bearer good-token"}
+    reference.check_unrolled(tmp_path / "out" / "run" / "checkpoints" / "0" / "items",
+                             reference.reference_for(info))

@@ -52,7 +52,16 @@ struct gcs_auth {
     pthread_mutex_t mu;
     char token[4096]; /* the current access token, "" when none */
     time_t expiry;    /* wall-clock seconds */
+    unsigned refs;    /* stores sharing it (under g_share) */
 };
+
+/* One set of credentials per process (per emulator flag), shared by every store, as Google's
+ * libraries share theirs: a run that opens several gs:// locations, and its parallel readers,
+ * fetch one access token, not one each. */
+static pthread_mutex_t g_share = PTHREAD_MUTEX_INITIALIZER;
+static gcs_auth *g_shared[2];
+
+static void auth_destroy(gcs_auth *a);
 
 static char *json_str(const cJSON *o, const char *name)
 {
@@ -206,7 +215,7 @@ static int discover(gcs_auth *a, ur_err *err)
     return UR_OK;
 }
 
-int ur_gcs_auth_new(gcs_auth **out, int emulator, ur_err *err)
+static int auth_create(gcs_auth **out, int emulator, ur_err *err)
 {
     gcs_auth *a = ur_calloc(1, sizeof *a);
     int rc = UR_OK;
@@ -219,11 +228,27 @@ int ur_gcs_auth_new(gcs_auth **out, int emulator, ur_err *err)
         rc = discover(a, err);
     }
     if (rc < 0) {
-        ur_gcs_auth_free(a);
+        auth_destroy(a);
         return rc;
     }
     *out = a;
     return UR_OK;
+}
+
+int ur_gcs_auth_new(gcs_auth **out, int emulator, ur_err *err)
+{
+    int rc = UR_OK;
+    emulator = emulator != 0;
+    pthread_mutex_lock(&g_share);
+    if (g_shared[emulator] == NULL) {
+        rc = auth_create(&g_shared[emulator], emulator, err);
+    }
+    if (rc == UR_OK) {
+        g_shared[emulator]->refs++;
+        *out = g_shared[emulator];
+    }
+    pthread_mutex_unlock(&g_share);
+    return rc;
 }
 
 /* Append `name=<escaped value>` (with '&' before all but the first) to a form body. */
@@ -389,9 +414,23 @@ const char *ur_gcs_auth_kind(const gcs_auth *a)
 
 void ur_gcs_auth_free(gcs_auth *a)
 {
+    int last;
     if (a == NULL) {
         return;
     }
+    pthread_mutex_lock(&g_share);
+    last = --a->refs == 0;
+    if (last) {
+        g_shared[a->kind == K_EMULATOR] = NULL;
+    }
+    pthread_mutex_unlock(&g_share);
+    if (last) {
+        auth_destroy(a);
+    }
+}
+
+static void auth_destroy(gcs_auth *a)
+{
     ur_free(a->file);
     ur_free(a->token_uri);
     ur_free(a->email);

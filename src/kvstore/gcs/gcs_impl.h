@@ -70,8 +70,9 @@ int ur_gcs_b64url(ur_buf *out, const void *p, size_t n, ur_err *err);
 typedef struct gcs_auth gcs_auth;
 
 /* Find credentials the way Google's client libraries do (see gcs_auth.c). `emulator`: no
- * credentials at all (STORAGE_EMULATOR_HOST). UR_EINVAL naming the file for an unreadable or
- * malformed credentials file. */
+ * credentials at all (STORAGE_EMULATOR_HOST). The credentials, and so the cached access
+ * token, are shared by every caller in the process until the last one frees them. UR_EINVAL
+ * naming the file for an unreadable or malformed credentials file. */
 int ur_gcs_auth_new(gcs_auth **out, int emulator, ur_err *err);
 
 /* The Authorization header line for the next request ("" when anonymous), refreshing the
@@ -87,6 +88,7 @@ void ur_gcs_auth_invalidate(gcs_auth *a);
 /* "service_account", "authorized_user", "metadata", "anonymous" or "emulator". */
 const char *ur_gcs_auth_kind(const gcs_auth *a);
 
+/* Drop one reference (NULL-safe); the last frees. */
 void ur_gcs_auth_free(gcs_auth *a);
 
 #endif
