@@ -96,6 +96,14 @@ def test_listing_follows_page_tokens(gcs, tmp_path):
         assert proxy.requests == 4
 
 
+def test_folder_placeholders_are_not_keys(gcs, emu):
+    # The console's "create folder" makes empty objects named "<dir>/": no values.
+    gcs.put(BUCKET, "t8/", b"")
+    gcs.put(BUCKET, "t8/dir/", b"")
+    gcs.put(BUCKET, "t8/dir/v", b"123")
+    assert tool(emu, "ls", f"gs://{BUCKET}/t8").stdout.decode().splitlines() == ["dir/v\t3"]
+
+
 def test_large_write_is_a_resumable_upload(gcs, emu, tmp_path):
     # 20 MiB > UR_GCS_SIMPLE_MAX (8 MiB): a resumable session, two 16 MiB-or-less pieces.
     data = os.urandom(20 << 20)

@@ -87,6 +87,12 @@ int ur_gcs_http_do(const gcs_http_req *req, gcs_http_resp *resp, ur_err *err)
             }
             p = nl != NULL ? nl + 1 : NULL;
         }
+        /* Stored gzip-encoded and served decompressed (GCS's decompressive transcoding): the
+         * hash is that of the stored bytes, not of those we got. */
+        if (ur_http_header_get(&hdrs, "x-goog-stored-content-encoding", v, sizeof v) &&
+            strcmp(v, "identity") != 0) {
+            resp->has_crc32c = 0;
+        }
         (void)ur_http_header_get(&hdrs, "location", resp->location, sizeof resp->location);
         (void)ur_http_header_get(&hdrs, "range", resp->range, sizeof resp->range);
     }

@@ -311,6 +311,12 @@ static int list_page(gcs_store *g, const ur_buf *body, const char *what, ur_kvst
             rc = ur_err_set_os(err, UR_EIO, 0, what, "listing item without a valid name/size");
             goto out;
         }
+        /* A "folder" placeholder (a name ending in '/', as the console makes) holds no value,
+         * as a directory in the file store does not. */
+        if (size == 0 && name->valuestring[0] != '\0' &&
+            name->valuestring[strlen(name->valuestring) - 1] == '/') {
+            continue;
+        }
         rc = fn(ctx, name->valuestring + plen, size);
         if (rc != 0) {
             goto out;
