@@ -13,7 +13,6 @@
 #include "gcs_impl.h"
 
 #include "unroll/alloc.h"
-#include "unroll/b64.h"
 #include "unroll/crc32c.h"
 #include "unroll/json.h"
 #include "unroll/kvstore_gcs.h"
