@@ -115,6 +115,17 @@ def test_large_write_is_a_resumable_upload(gcs, emu, tmp_path):
     assert int(res["size"]) == len(data)
 
 
+def test_resumable_upload_survives_faults(gcs, tmp_path):
+    data = os.urandom(40 << 20)  # a session start and three pieces
+    src = tmp_path / "big"
+    src.write_bytes(data)
+    with GateProxy(gcs.url, token=None, status_every={503: 2}) as proxy:
+        env = clean_env(UNROLL_GCS_ENDPOINT=proxy.url, HOME=tmp_path, UNROLL_HTTP_BACKOFF_MS=5)
+        tool(env, "put", f"gs://{BUCKET}/t9", "big", src)
+        assert proxy.injected.get(503, 0) >= 3, proxy.injected
+    assert gcs.get(BUCKET, "t9/big") == data
+
+
 def test_download_checked_against_crc32c(gcs, tmp_path):
     data = b"checksummed bytes" * 100
     gcs.put(BUCKET, "t5/obj", data)
