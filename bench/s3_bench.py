@@ -6,8 +6,9 @@
 
 Starts SeaweedFS on 127.0.0.1 (tests/interop/s3_fixtures.py: signatures checked), uploads the
 checkpoint once with TensorStore's s3 driver, then times under /usr/bin/time -v:
-  local->local   unroll on the local copy (the file benchmark's (a));
-  s3->local      unroll reading s3://, writing a local directory;
+  local->local   unroll on the local copy (the file benchmark's (a)), --threads T;
+  s3->local      unroll reading s3://, writing a local directory (unroll's default workers
+                 for a remote input, 16, or --remote-threads);
   s3->s3         unroll reading and writing s3://;
   floor          TensorStore's OCDBT-on-s3 kvstore reading every parameter value (raw bytes,
                  no decoding) with the same number of requests in flight as unroll (32): the
@@ -36,8 +37,8 @@ import sys, time, concurrent.futures as cf, tensorstore as ts
 endpoint, bucket, prefix, inflight = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 kv = ts.KvStore.open({"driver": "ocdbt", "base": {"driver": "s3", "bucket": bucket,
     "path": prefix + "/", "endpoint": endpoint, "aws_region": "us-east-1"}},
-    context={"data_copy_concurrency": {"limit": inflight},
-             "s3_request_concurrency": {"limit": inflight}}).result()
+    context=ts.Context({"data_copy_concurrency": {"limit": inflight},
+                        "s3_request_concurrency": {"limit": inflight}})).result()
 keys = [k for k in kv.list().result() if k.startswith(b"params.") and b"/c/" in k]
 total = 0
 pending = []
@@ -74,6 +75,8 @@ def main():
     ap.add_argument("--ckpt", required=True, help="directory written by make_checkpoint.py make")
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--remote-threads", type=int, default=0,
+                    help="unroll --threads for the s3 runs (default: unroll's own, 16)")
     ap.add_argument("--unroll", default=str(ROOT / "build" / "src" / "cli" / "unroll"))
     ap.add_argument("--config", default=str(ROOT / "tests" / "data" / "example" / "unroll.yml"))
     a = ap.parse_args()
@@ -93,21 +96,25 @@ def main():
         items_local = ckpt / "checkpoints" / str(meta["step"]) / "items"
         items_s3 = f"s3://{BUCKET}/in/checkpoints/{meta['step']}/items"
         common = ["force_unroll=true", "scan_layers=true", "pure_nnx=false",
-                  f"base_num_decoder_layers={meta['layers']}", "run_name=bench", "-q",
-                  "--threads", str(a.threads)]
+                  f"base_num_decoder_layers={meta['layers']}", "run_name=bench", "-q"]
+        local_threads = ["--threads", str(a.threads)]
+        remote_threads = ["--threads", str(a.remote_threads)] if a.remote_threads else []
         rows = []
         # warm the page cache (local input; SeaweedFS's volume files) the same way for all
         subprocess.run(["sh", "-c", f"cat $(find {items_local} {work}/seaweedfs -type f) "
                                     "> /dev/null"])
         rows.append(timed("local->local", [a.unroll, a.config,
                                            f"load_full_state_path={items_local}",
-                                           f"base_output_directory={work}/out-local", *common],
+                                           f"base_output_directory={work}/out-local", *common,
+                                           *local_threads],
                           env, work))
         rows.append(timed("s3->local", [a.unroll, a.config, f"load_full_state_path={items_s3}",
-                                        f"base_output_directory={work}/out-s3local", *common],
+                                        f"base_output_directory={work}/out-s3local", *common,
+                                        *remote_threads],
                           env, work))
         rows.append(timed("s3->s3", [a.unroll, a.config, f"load_full_state_path={items_s3}",
-                                     f"base_output_directory=s3://{BUCKET}/out", *common],
+                                     f"base_output_directory=s3://{BUCKET}/out", *common,
+                                     *remote_threads],
                           env, work))
         rows.append(timed("floor (TensorStore ranged GETs)",
                           [sys.executable, "-c", FLOOR, server.endpoint, BUCKET,
