@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what building and testing unroll needs, only what is missing (idempotent, fast
 # when everything is there). Debian, as root (or with sudo).
-#   scripts/setup.sh            build dependencies (compiler, cmake, libzstd, cJSON, libyaml)
+#   scripts/setup.sh            build dependencies (compiler, cmake, libzstd, cJSON, libyaml,
+#                               libcurl and OpenSSL for s3:// and gs://)
 #   scripts/setup.sh --tests    also cmocka, valgrind, gdb, the clang toolchain of scripts/lint.sh
 #                               and scripts/format.sh, and the Python interop stack in .venv
 set -euo pipefail
@@ -10,7 +11,8 @@ cd "$(dirname "$0")/.."
 want_tests=0
 [ "${1:-}" = "--tests" ] && want_tests=1
 
-pkgs=(gcc make cmake pkg-config libzstd-dev libcjson-dev libyaml-dev zlib1g-dev)
+pkgs=(gcc make cmake pkg-config libzstd-dev libcjson-dev libyaml-dev zlib1g-dev
+      libcurl4-openssl-dev libssl-dev)
 if [ "$want_tests" = 1 ]; then
   pkgs+=(libcmocka-dev python3-venv valgrind gdb time)
   # clang beside gcc (scripts/lint.sh) and the formatter: 16 is the oldest clang-format that

@@ -31,7 +31,10 @@ typedef struct ur_run_opts {
     ur_config_opts config;       /* the config and its overrides, loaded by the run */
     int dry_run;                 /* build and report the plans, check the destination, write
                                   * nothing */
-    int threads;                 /* ur_exec_opts.threads */
+    int replace;                 /* an object-store destination's objects are deleted first
+                                  * (without it, a destination holding objects is refused) */
+    int threads;                 /* ur_exec_opts.threads (0: one per core; 16 when reading
+                                  * from an object store) */
     uint64_t memory_limit;       /* ur_exec_opts.memory_limit */
     /* When set and *cancel becomes nonzero, the run stops at its next chunk or unit, removes
      * what it staged, publishes nothing and fails with "interrupted". */

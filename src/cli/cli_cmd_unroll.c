@@ -21,6 +21,7 @@
 
 typedef struct {
     int dry_run;
+    int replace; /* --replace: an object-store destination's objects are deleted first */
     int quiet;
     int threads;
     uint64_t memory_limit;
@@ -44,6 +45,7 @@ static void usage(FILE *f)
           "first_num_dense_layers, logical_axis_rules, lora_input_adapters_path,\n"
           "checkpoint_storage_use_ocdbt, checkpoint_storage_use_zarr3, ...\n"
           "Output: <base_output_directory>/<run_name>/checkpoints/0 (only it is replaced).\n"
+          "Paths may be local, s3://bucket/prefix or gs://bucket/prefix (object stores).\n"
           "\n"
           "subcommands:\n"
           "  verify                 check an unrolled checkpoint against the scanned one\n"
@@ -54,9 +56,12 @@ static void usage(FILE *f)
           "options (a value may also be attached: -j2, --threads=2, --memory-limit=4G):\n"
           "  -n, --dry-run          print the plan (kept, dropped, split leaves; bytes) and stop\n"
           "  -q, --quiet            no progress and no summary\n"
-          "  -j, --threads N        worker threads (default: one per core)\n"
+          "  -j, --threads N        worker threads (default: one per core; 16 when reading\n"
+          "                         from an object store)\n"
           "      --memory-limit S   bytes of chunk buffers in flight, e.g. 512M, 4G (default:\n"
           "                         128M per thread, at least 256M, at most 1/4 of the RAM)\n"
+          "      --replace          on an object store, delete what the output step holds\n"
+          "                         (without it, a destination with objects is refused)\n"
           "  -h, --help             this help\n"
           "  -V, --version          the version and the libraries it was built with\n"
           "\n"
@@ -138,6 +143,8 @@ static int parse_args(unroll_args *a, int argc, char **argv)
             a->dry_run = 1;
         } else if (strcmp(s, "-q") == 0 || strcmp(s, "--quiet") == 0) {
             a->quiet = 1;
+        } else if (strcmp(s, "--replace") == 0) {
+            a->replace = 1;
         } else if (cli_opt_value(argc, argv, &i, "-j", "--threads", &v)) {
             char *end;
             long n;
@@ -314,6 +321,7 @@ static int run(const unroll_args *args, ur_err *err)
     ro.config.n_overrides = args->n_overrides;
     ro.config.envp = (const char *const *)environ;
     ro.dry_run = args->dry_run;
+    ro.replace = args->replace;
     ro.threads = args->threads;
     ro.memory_limit = args->memory_limit;
     ro.cancel = &interrupted;

@@ -5,6 +5,7 @@
 
 #include "unroll/buf.h"
 #include "unroll/err.h"
+#include "unroll/kvstore.h"
 #include "unroll/orbax.h"
 #include "unroll/strmap.h"
 
@@ -17,6 +18,39 @@
 #define UR_ORBAX_MAX_JSON_BYTES ((size_t)1 << 30)
 /* Largest extent accepted for a shape or mesh axis (TensorStore's kInfIndex is 2^62 - 2). */
 #define UR_ORBAX_MAX_DIM ((uint64_t)1 << 62)
+
+/* ---- orbax_loc.c: where a checkpoint being read lives ------------------------------------ */
+
+/* A local tree (root NULL) or the store of one bucket (root), whose keys are the paths
+ * "scheme://bucket/<key>" without their first root_len characters. */
+typedef struct ur_orbax_loc {
+    ur_kvstore *root;
+    size_t root_len;
+    /* Optional: where a yes/no question that could not be answered (out of memory, a store
+     * error) records its error code, the first one only. Its "no" is then not to be
+     * trusted: the caller fails with that code rather than read "absent". */
+    int *failed;
+} ur_orbax_loc;
+
+typedef int (*ur_orbax_loc_name_fn)(void *ctx, const char *name);
+
+/* For `path`: local, or open its bucket. UR_EINVAL for an unknown scheme. */
+int ur_orbax__loc_open(ur_orbax_loc *l, const char *path, ur_err *err);
+void ur_orbax__loc_close(ur_orbax_loc *l);
+int ur_orbax__loc_is_dir(const ur_orbax_loc *l, const char *path);
+/* dir/name is a file or a directory. */
+int ur_orbax__loc_exists(const ur_orbax_loc *l, const char *dir, const char *name);
+/* Read dir/name whole (locally beneath dir: ur_fs_read_file_beneath). */
+int ur_orbax__loc_read(const ur_orbax_loc *l, ur_buf *b, const char *dir, const char *name,
+                       size_t max_bytes, ur_err *err);
+/* Entries of dir whose names start with prefix (0 when dir cannot be listed). */
+size_t ur_orbax__loc_count_prefixed(const ur_orbax_loc *l, const char *dir, const char *prefix);
+/* fn(ctx, name) for each subdirectory of dir; a nonzero return stops and is returned. */
+int ur_orbax__loc_list_dirs(const ur_orbax_loc *l, const char *dir, ur_orbax_loc_name_fn fn,
+                            void *ctx, ur_err *err);
+/* The array store of item directory `dir`: OCDBT or plain. */
+int ur_orbax__loc_open_store(const ur_orbax_loc *l, ur_kvstore **out, const char *dir,
+                             int ocdbt, ur_err *err);
 
 /* ---- orbax_json.c ----------------------------------------------------------------------- */
 

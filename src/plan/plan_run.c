@@ -5,10 +5,17 @@
 
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
+#include "unroll/kvstore.h"
 #include "unroll/orbax_publish.h"
+#include "unroll/orbax_upload.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* Default worker count when the input is on an object store (see convert). */
+#define REMOTE_THREADS 16
 
 int ur_plan_run_input(const char **path_out, ur_plan_input *kind_out, const ur_settings *s,
                       int dry_run, ur_err *err)
@@ -99,6 +106,11 @@ static int convert(const char *in_path, const char *step_dir, const char *below,
     }
     memset(&eo, 0, sizeof eo);
     eo.threads = o->threads;
+    /* From an object store each worker waits on one request at a time: more workers keep
+     * more requests in flight (the HTTP layer caps them, UNROLL_HTTP_MAX_IN_FLIGHT). */
+    if (eo.threads == 0 && ur_kvstore_location_is_remote(in_path)) {
+        eo.threads = REMOTE_THREADS;
+    }
     eo.memory_limit = o->memory_limit;
     eo.cancel = o->cancel;
     eo.progress = o->progress;
@@ -176,6 +188,111 @@ static int convert_loras(const char *adapters, const ur_plan_units *u,
     return rc;
 }
 
+/* Locations: every path the run takes is local, s3:// or gs:// (anything else "scheme://" is
+ * refused, never made a local directory). Returns the kind of the output location. */
+static int check_locations(const ur_settings *s, const char *in_path, ur_err *err)
+{
+    int rc = ur_kvstore_location_kind(in_path, err);
+    if (rc >= 0 && s->lora_input_adapters_path[0] != '\0') {
+        rc = ur_kvstore_location_kind(s->lora_input_adapters_path, err);
+        if (rc > 0) {
+            rc = ur_err_set(err, UR_EUNSUPPORTED,
+                            "%s: LoRA adapters are read from local directories only",
+                            s->lora_input_adapters_path);
+        }
+    }
+    if (rc >= 0) {
+        rc = ur_kvstore_location_kind(s->checkpoint_dir, err);
+    }
+    if (rc > 0 && s->lora_input_adapters_path[0] != '\0') {
+        rc = ur_err_set(err, UR_EUNSUPPORTED,
+                        "%s: LoRA output is written to local directories only",
+                        s->checkpoint_dir);
+    }
+    return rc;
+}
+
+/* For an object-store output: the local tree the run converts into before uploading
+ * ($TMPDIR/unroll-upload.XXXXXX; its checkpoints/ stands for the remote checkpoint dir). */
+static int make_upload_root(char **root_out, char **ckdir_out, ur_err *err)
+{
+    const char *tmp = getenv("TMPDIR");
+    char *root = ur_path_join(tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp",
+                              "unroll-upload.XXXXXX");
+    if (root == NULL) {
+        return ur_err_oom(err);
+    }
+    if (mkdtemp(root) == NULL) {
+        int rc = ur_err_set_os(err, UR_EIO, errno, root, "cannot create the staging directory");
+        ur_free(root);
+        return rc;
+    }
+    *root_out = root;
+    *ckdir_out = ur_path_join(root, "checkpoints");
+    return *ckdir_out != NULL ? UR_OK : ur_err_oom(err);
+}
+
+/* checkpoint_dir without its trailing slashes, then "/" + unit (unit NULL: nothing more). */
+static char *remote_unit(const char *checkpoint_dir, const char *unit)
+{
+    size_t n = strlen(checkpoint_dir), m = unit != NULL ? strlen(unit) : 0;
+    char *out;
+    while (n > 0 && checkpoint_dir[n - 1] == '/') {
+        n--;
+    }
+    out = ur_malloc(n + m + 2);
+    if (out != NULL) {
+        memcpy(out, checkpoint_dir, n);
+        out[n] = '\0';
+        if (unit != NULL) {
+            out[n] = '/';
+            memcpy(out + n + 1, unit, m + 1);
+        }
+    }
+    return out;
+}
+
+/* An object-store destination: refused when it overlaps the input or already holds objects
+ * (unless o->replace); outside a dry run, the local tree to convert into (*up_root, whose
+ * checkpoints/ is *out_dir). */
+static int remote_begin(const ur_settings *s, const char *in_path, const ur_run_opts *o,
+                        char **up_dest, char **up_root, char **up_ckdir, ur_err *err)
+{
+    int rc;
+    *up_dest = remote_unit(s->checkpoint_dir, "0");
+    if (*up_dest == NULL) {
+        return ur_err_oom(err);
+    }
+    if (ur_kvstore_location_is_remote(in_path) &&
+        (strncmp(in_path, *up_dest, strlen(*up_dest)) == 0 ||
+         strncmp(*up_dest, in_path, strlen(in_path)) == 0)) {
+        return ur_err_set(err, UR_EINVAL, "the output %s and the input %s overlap", *up_dest,
+                          in_path);
+    }
+    /* refused before any work: a destination that holds objects (unless --replace) */
+    rc = ur_orbax_upload_check_dest(*up_dest, o->replace, err);
+    if (rc == UR_OK && !o->dry_run) {
+        rc = make_upload_root(up_root, up_ckdir, err);
+    }
+    return rc;
+}
+
+/* The finished local step, uploaded in Orbax's commit-file order. */
+static int remote_finish(const char *up_ckdir, const char *up_dest, const ur_run_opts *o,
+                         ur_err *err)
+{
+    ur_orbax_upload_opts uo;
+    char *local_step = ur_path_join(up_ckdir, "0");
+    int rc;
+    memset(&uo, 0, sizeof uo);
+    uo.replace = o->replace;
+    uo.threads = o->threads > 0 ? (unsigned)o->threads * 4 : 16;
+    rc = local_step != NULL ? ur_orbax_upload(local_step, up_dest, &uo, o->cancel, err)
+                            : ur_err_oom(err);
+    ur_free(local_step);
+    return rc;
+}
+
 void ur_plan_run_report_dispose(ur_run_report *rep)
 {
     ur_free(rep->dest);
@@ -189,7 +306,10 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
     ur_orbax_publish *pub = NULL;
     ur_plan_units units;
     const char *in_path = NULL, *inputs[2];
-    size_t n_inputs = 1;
+    const char *out_dir;
+    char *up_root = NULL, *up_ckdir = NULL, *up_dest = NULL;
+    int remote_out = 0;
+    size_t n_inputs = 0;
     ur_plan_input kind = UR_PLAN_INPUT_FULL_STATE;
     int rc;
 
@@ -204,9 +324,25 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
     if (rc < 0) {
         goto out;
     }
-    inputs[0] = in_path;
+    rc = check_locations(s, in_path, err);
+    if (rc < 0) {
+        goto out;
+    }
+    remote_out = rc != UR_LOC_LOCAL;
+    out_dir = s->checkpoint_dir;
+    /* the overlap rules of orbax_publish.h concern local paths */
+    if (!ur_kvstore_location_is_remote(in_path)) {
+        inputs[n_inputs++] = in_path;
+    }
     if (s->lora_input_adapters_path[0] != '\0') {
         inputs[n_inputs++] = s->lora_input_adapters_path;
+    }
+    if (remote_out) {
+        rc = remote_begin(s, in_path, o, &up_dest, &up_root, &up_ckdir, err);
+        if (rc < 0) {
+            goto out;
+        }
+        out_dir = up_ckdir;
     }
     rc = ur_plan_lora_units(&units, s->lora_input_adapters_path, err);
     if (rc < 0) {
@@ -216,13 +352,14 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
     /* Only the units are replaced (checkpoint_dir/0, or base/0 and loras/<id>/...); the
      * lock, the staging directory and the overlap rules: unroll/orbax_publish.h. */
     if (o->dry_run) {
-        rc = ur_orbax_publish_check(s->checkpoint_dir, units.units, units.n_units, inputs,
-                                    n_inputs, err);
+        rc = ur_orbax_publish_check(remote_out ? "/nonexistent/unroll-remote" : out_dir,
+                                    units.units, units.n_units, inputs, n_inputs, err);
     } else {
-        rc = ur_orbax_publish_begin(&pub, s->checkpoint_dir, units.units, units.n_units,
-                                    inputs, n_inputs, err);
+        rc = ur_orbax_publish_begin(&pub, out_dir, units.units, units.n_units, inputs,
+                                    n_inputs, err);
         if (rc == UR_OK) {
-            rep->dest = ur_strdup(ur_orbax_publish_dest(pub));
+            rep->dest = remote_out ? remote_unit(s->checkpoint_dir, NULL)
+                                   : ur_strdup(ur_orbax_publish_dest(pub));
             rc = rep->dest != NULL ? UR_OK : ur_err_oom(err);
         }
     }
@@ -238,8 +375,17 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
         rc = ur_orbax_publish_commit(pub, o->cancel, err);
         pub = NULL; /* commit frees it either way */
     }
+    if (rc == UR_OK && remote_out && !o->dry_run) {
+        rc = remote_finish(up_ckdir, up_dest, o, err);
+    }
 out:
     ur_orbax_publish_abort(pub); /* after a failure: staging, lock, created directories */
+    if (up_root != NULL) {
+        (void)ur_fs_remove_tree(up_root, NULL);
+    }
+    ur_free(up_root);
+    ur_free(up_ckdir);
+    ur_free(up_dest);
     ur_plan_lora_units_dispose(&units);
     ur_plan_config_free(cfg);
     return rc;
