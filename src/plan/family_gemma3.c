@@ -45,7 +45,8 @@ static int leaf(ur_plan_walk *w, const ur_plan_item *it, int *done, ur_err *err)
     *done = 1;
     if (it->en - it->st >= 4 && strncmp(l->path[it->st + 2], "layers_", 7) == 0 &&
         ur_plan__sub_layer(l->path[it->st + 2], st->n_remainder, &j)) {
-        snprintf(layer, sizeof layer, "layers_%lld", (long long)(st->remainder_first + j));
+        long long idx = (long long)st->remainder_first + (long long)j;
+        snprintf(layer, sizeof layer, "layers_%lld", idx);
         return ur_plan__copy_to_layer(w, it, layer, it->st + 3, err);
     }
     if (st->n_remainder == 0 && l->dtype == UR_DT_INVALID) {

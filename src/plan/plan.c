@@ -723,8 +723,9 @@ static int group_leaf(ur_plan_walk *w, const ur_plan_item *it, int64_t sub, size
         span parts[4] = {w->prefix, {mid, 2, NULL}, ur_plan__leaf_span(l, rest, it->en),
                          w->suffix};
         if (grp->out_name) {
-            snprintf(layer, sizeof layer, "%s_%lld", grp->out_name,
-                     (long long)(grp->first_out + (int64_t)li * grp->cycle + sub));
+            long long idx = (long long)grp->first_out + (long long)li * (long long)grp->cycle +
+                            (long long)sub;
+            snprintf(layer, sizeof layer, "%s_%lld", grp->out_name, idx);
         } else {
             snprintf(layer, sizeof layer, "%s_%llu", grp->name, (unsigned long long)li);
         }

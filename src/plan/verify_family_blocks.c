@@ -74,7 +74,7 @@ int ur_verify_family_blocks__table(verifier *vf, const char *const *q, size_t dl
         for (size_t i = 0; i < vf->in.n; i++) {
             const vleaf *v = &vf->in.v[i];
             int64_t j;
-            if (!ur_plan_verify__has_prefix(v, q, dlen) || v->len <= dlen + 1 || strcmp(v->comp[dlen], t->g)) {
+            if (!ur_plan_verify__has_prefix(v, q, dlen) || v->len <= dlen + 1 || strcmp(v->comp[dlen], t->g) != 0) {
                 continue;
             }
             if (v->len > dlen + 2 && ur_plan_verify__sub_index(v->comp[dlen + 1], &j)) {
