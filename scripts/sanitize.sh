@@ -13,8 +13,9 @@ scripts/setup.sh --tests
 status=0
 
 asan=$(realpath -m "${UNROLL_ASAN_BUILD_DIR:-$root/build-asan}")
+cache=$(realpath -m "${UNROLL_FIXTURE_CACHE:-$root/build/fixtures}")
 UNROLL_BUILD_DIR=$asan scripts/build.sh -DUR_TESTS=ON -DUR_SANITIZE=address,undefined \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUR_FIXTURE_CACHE="$cache"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 echo "== sanitize: ctest (ASan+UBSan) in $asan"
@@ -24,9 +25,14 @@ if [ "${UNROLL_SKIP_INTEROP:-0}" != 1 ]; then
   echo "== sanitize: interop tests against the ASan+UBSan binary"
   # Python is not instrumented: only the unroll subprocesses are. A sanitizer report makes
   # unroll exit non-zero (abort), which fails the test that ran it.
-  UNROLL_BIN="$asan/src/cli/unroll" UNROLL_BUILD_DIR="$asan" \
-    UNROLL_FIXTURE_CACHE="${UNROLL_FIXTURE_CACHE:-$root/build/fixtures}" \
-    .venv/bin/python -m pytest -q tests/interop "$@" || status=1
+  if [ "$#" = 0 ]; then
+    # one CTest entry per test file, side by side; the entries of the ASan build run its
+    # binary (tests/pytest.cmake) on the fixtures test.sh generated
+    ctest --test-dir "$asan" --output-on-failure -j"$(nproc)" -L interop || status=1
+  else
+    UNROLL_BIN="$asan/src/cli/unroll" UNROLL_BUILD_DIR="$asan" UNROLL_FIXTURE_CACHE="$cache" \
+      .venv/bin/python -m pytest -q tests/interop "$@" || status=1
+  fi
 fi
 
 build=$(realpath -m "${UNROLL_BUILD_DIR:-$root/build}")
