@@ -47,6 +47,21 @@ int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts
  * never more than its max_held_inline_bytes. */
 uint64_t ur_ocdbt_writer_held_bytes(const ur_kvstore *kv);
 
+/* Add to a writer from ur_ocdbt_create a key whose value is `length` bytes at `offset` of a
+ * file that is not the writer's own: its path below the database is base + rel (base ends in
+ * '/', e.g. "ocdbt.process_3/"). Nothing is copied; the file must stay. */
+int ur_ocdbt_writer_put_ref(ur_kvstore *kv, const uint8_t *key, size_t klen, const char *base,
+                            const char *rel, uint64_t offset, uint64_t length, ur_err *err);
+
+/* Orbax's merge of per-process databases (docs/ocdbt-format.md §9): create the database in
+ * `dir` whose B+tree holds every entry of the latest version of each database
+ * `dir/<children[i]>/` (names such as "ocdbt.process_0"), values left where they are and
+ * referred to through base path "<child>/". A key held by several children must have the
+ * same value in each (else UR_EINVAL naming it); it is kept once. The new nodes and the
+ * manifest are written as ur_ocdbt_create + ur_kvstore_commit write them. */
+int ur_ocdbt_merge(const char *dir, const char *const *children, size_t n_children,
+                   const ur_ocdbt_write_opts *opts, ur_err *err);
+
 /* Introspection for `unroll ls --manifest / --tree` (kv must come from ur_ocdbt_open, else
  * UR_EINVAL). Append to `out` a text description of the manifest (config, data files, inline
  * versions, every version-tree node) or of the latest version's B+tree (one line per node

@@ -191,6 +191,14 @@ typedef struct ur_orbax_write_opts {
      * that must exist, and the writer creates directories only below it, so one removed
      * during a run is an error rather than quietly re-created. Used by create only. */
     const char *create_below;
+    /* Share mode (one process of a multi-process run, unroll/orbax_share.h): >= 0 makes the
+     * writer write only the database `<step_dir>/<item>/ocdbt.process_<share_index>/` (a
+     * leftover one of the same share is removed; nothing else in step_dir is touched), and
+     * its commit writes that database, then _METADATA, _sharding and array_metadatas.json
+     * into `share_meta_dir` (borrowed, must exist) instead of finishing the checkpoint.
+     * -1 (default): the ordinary single-process checkpoint. */
+    int share_index;
+    const char *share_meta_dir;
 } ur_orbax_write_opts;
 
 void ur_orbax_write_opts_init(ur_orbax_write_opts *opts);

@@ -26,6 +26,14 @@ typedef struct ur_exec_opts {
     /* When set and *cancel becomes nonzero (a signal handler's flag), the workers stop at
      * their next work item and the run fails with "interrupted". */
     const volatile sig_atomic_t *cancel;
+    /* Multi-process runs (unroll/orbax_share.h): with process_count > 1 only this process's
+     * share of the work items is run (see ur_exec_share_range); every output array is still
+     * created, so each process's metadata is complete. 0 or 1: all of it. */
+    int process_count;
+    int process_index;
+    /* Bytes of input one worker's slab may take; 0: memory_limit / threads. The output chunk
+     * shape follows the slabs, so every process of a multi-process run must use the same. */
+    uint64_t slab_budget;
 } ur_exec_opts;
 
 #define UR_EXEC_DEFAULT_MEMORY ((uint64_t)256 << 20)
@@ -44,6 +52,8 @@ typedef struct ur_exec_stats {
     uint64_t chunks_in;  /* input chunks decoded */
     uint64_t chunks_out; /* output chunks written */
     int threads;         /* worker threads used */
+    uint64_t share_bytes; /* decoded input bytes of this process's share */
+    uint64_t all_bytes;   /* ... of every share together */
 } ur_exec_stats;
 
 /* Create the output leaves of `plan` in `w` (arrays, plus the plan's extras such as step = 0
@@ -51,5 +61,20 @@ typedef struct ur_exec_stats {
  * commits on success and aborts on failure. Errors name the input or output tensor. */
 int ur_plan_exec_run(const ur_plan *plan, ur_orbax_ckpt *in, ur_orbax_writer *w,
                      const ur_exec_opts *opts, ur_exec_stats *stats, ur_err *err);
+
+/* A run of equal chunks in plan order (one input tensor's). */
+typedef struct ur_exec_chunks {
+    uint64_t n;           /* chunks */
+    uint64_t chunk_bytes; /* decoded bytes of each */
+} ur_exec_chunks;
+
+/* The share of process `index` of `count`: the plan's input chunks, in order, cut into
+ * `count` contiguous runs of about equal decoded bytes (the chunk that starts at byte B of
+ * the plan's `total` belongs to process floor(B * count / total)), so a share is within one
+ * chunk's bytes of total / count. A deterministic function of the plan: every process
+ * computes the same cut without talking to the others. Sets [*lo, *hi), global chunk
+ * indices over groups g[0..n). (src/plan/plan_share.c) */
+void ur_exec_share_range(const ur_exec_chunks *g, size_t n, int count, int index, uint64_t *lo,
+                         uint64_t *hi);
 
 #endif

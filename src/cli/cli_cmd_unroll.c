@@ -13,6 +13,7 @@
 #include "unroll/fs.h"
 #include "unroll/orbax.h"
 #include "unroll/orbax_publish.h"
+#include "unroll/orbax_share.h"
 #include "unroll/plan.h"
 #include "unroll/plan_exec.h"
 
@@ -33,6 +34,13 @@ typedef struct {
     const char *config;
     const char **overrides;
     size_t n_overrides;
+    int opt_process_count; /* 0: not given */
+    int opt_process_index; /* -1: not given */
+    /* resolved (cli_multi_resolve); a share of a multi-process run when process_count > 1 */
+    int process_count;
+    int process_index;
+    const char *process_source;
+    const char *share_meta_dir; /* set while a share runs */
 } unroll_args;
 
 static void usage(FILE *f)
@@ -63,6 +71,10 @@ static void usage(FILE *f)
           "  -j, --threads N        worker threads (default: one per core)\n"
           "      --memory-limit S   bytes of chunk buffers in flight, e.g. 512M, 4G (default:\n"
           "                         128M per thread, at least 256M, at most 1/4 of the RAM)\n"
+          "      --process-count N  share the conversion among N processes (also from Slurm,\n"
+          "                         Open MPI, PMI, JOB_COMPLETION_INDEX); the last one to\n"
+          "                         finish publishes (see unroll merge --help)\n"
+          "      --process-index I  this process's share, 0 <= I < N\n"
           "  -h, --help             this help\n"
           "  -V, --version          the version and the libraries it was built with\n"
           "\n"
@@ -165,6 +177,26 @@ static int parse_args(unroll_args *a, int argc, char **argv)
                                        "(at most 16 EiB)",
                                        v);
             }
+        } else if (cli_opt_value(argc, argv, &i, NULL, "--process-count", &v) ||
+                   cli_opt_value(argc, argv, &i, NULL, "--process-index", &v)) {
+            int is_count = strncmp(s, "--process-count", 15) == 0;
+            char *end;
+            long n;
+            if (v == NULL) {
+                return cli_usage_error("%s needs a number", s);
+            }
+            errno = 0;
+            n = strtol(v, &end, 10);
+            if (errno != 0 || end == v || *end != '\0' || n < (is_count ? 1 : 0) ||
+                n >= UR_ORBAX_SHARE_MAX) {
+                return cli_usage_error("%s: '%s' is not a process %s", s, v,
+                                       is_count ? "count (1-65535)" : "index (0-65534)");
+            }
+            if (is_count) {
+                a->opt_process_count = (int)n;
+            } else {
+                a->opt_process_index = (int)n;
+            }
         } else if (s[0] == '-') {
             return cli_usage_error("unknown option '%s' (see unroll --help)", s);
         } else if (a->config == NULL) {
@@ -180,7 +212,8 @@ static int parse_args(unroll_args *a, int argc, char **argv)
         usage(stderr);
         return CLI_EXIT_USAGE;
     }
-    return -1;
+    return cli_multi_resolve(a->opt_process_count, a->opt_process_index, &a->process_count,
+                             &a->process_index, &a->process_source);
 }
 
 /* ---- progress ------------------------------------------------------------------------- */
@@ -381,6 +414,17 @@ static int check_free_space(const char *step_dir, uint64_t need, ur_err *err)
     return rc;
 }
 
+/* The slab budget of a share: the same in every process of a run, whatever its thread
+ * count, since the output chunking follows it (0: single process, the executor decides). */
+static uint64_t share_slab_budget(const unroll_args *args)
+{
+    if (args->process_count <= 1) {
+        return 0;
+    }
+    return args->memory_limit ? args->memory_limit / (uint64_t)(args->threads > 0 ? args->threads : 1)
+                              : (uint64_t)128 << 20;
+}
+
 /* `in_path` converted into the step directory `step_dir`, created below `below` (the
  * staging directory, which must exist). */
 static int convert(const char *in_path, const char *step_dir, const char *below,
@@ -428,6 +472,11 @@ static int convert(const char *in_path, const char *step_dir, const char *below,
     if (s->target_data_file_size > 0) {
         wo.ocdbt.target_data_file_size = (uint64_t)s->target_data_file_size;
     }
+    if (args->process_count > 1) {
+        wo.share_index = args->process_index;
+        wo.share_meta_dir = args->share_meta_dir;
+        wo.ocdbt.seed += (uint64_t)(args->process_index + 1) << 16; /* distinct names */
+    }
     rc = ur_orbax_writer_create(&w, step_dir, &wo, err);
     if (rc < 0) {
         goto out;
@@ -436,6 +485,9 @@ static int convert(const char *in_path, const char *step_dir, const char *below,
     eo.threads = args->threads;
     eo.memory_limit = args->memory_limit;
     eo.cancel = &interrupted;
+    eo.process_count = args->process_count;
+    eo.process_index = args->process_index;
+    eo.slab_budget = share_slab_budget(args);
     if (!args->quiet && isatty(STDERR_FILENO)) {
         clock_gettime(CLOCK_MONOTONIC, &prog.start);
         prog.last = -1.0;
@@ -457,6 +509,8 @@ static int convert(const char *in_path, const char *step_dir, const char *below,
     total->bytes_in += st.bytes_in;
     total->bytes_out += st.bytes_out;
     total->threads = st.threads;
+    total->share_bytes += st.share_bytes;
+    total->all_bytes += st.all_bytes;
 out:
     ur_orbax_writer_abort(w);
     ur_plan_free(plan);
@@ -622,6 +676,90 @@ static int convert_loras(const char *adapters, const unit_list *u, const ur_orba
     return rc;
 }
 
+/* One share of a multi-process run (unroll/orbax_share.h): convert this process's part into
+ * its own ocdbt.process_<i>/ in the shared staging directory, mark it done, and finish the
+ * run when it is the last. A share already done is not redone. */
+static int run_share(const unroll_args *args0, const ur_settings *s, const char *in_path,
+                     ur_plan_input kind, const char *const *inputs, size_t n_inputs, ur_err *err)
+{
+    unroll_args args = *args0;
+    ur_orbax_share *sh = NULL;
+    ur_exec_stats total;
+    ur_buf text;
+    struct timespec t0;
+    char *to = NULL;
+    int rc, published = 0, missing = 0;
+
+    memset(&total, 0, sizeof total);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ur_buf_init(&text, 0);
+    if (s->lora_input_adapters_path[0] != '\0') {
+        return ur_err_set(err, UR_EUNSUPPORTED,
+                          "lora_input_adapters_path: a multi-process run converts one checkpoint");
+    }
+    if (s->run_name[0] == '\0') {
+        return ur_err_set(err, UR_EINVAL, "a multi-process run needs run_name= (the default "
+                                          "names the date, which may differ between processes)");
+    }
+    rc = ur_orbax_publish_check(s->checkpoint_dir, (const char *const[]){"0"}, 1, inputs,
+                                n_inputs, err);
+    if (rc == UR_OK) {
+        rc = cli_multi_run_text(&text, args.process_count, share_slab_budget(&args), in_path,
+                                args.config, args.overrides, args.n_overrides, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_orbax_share_open(&sh, s->checkpoint_dir, args.process_count, args.process_index,
+                                 (const char *)text.data, err);
+    }
+    if (rc == UR_OK && ur_orbax_share_is_done(sh, args.process_index)) {
+        if (!args.quiet) {
+            fprintf(stderr, "unroll: share %d of %d is already complete: not redone\n",
+                    args.process_index, args.process_count);
+        }
+    } else if (rc == UR_OK) {
+        char summary[256];
+        rc = ur_orbax_share_begin(sh, &args.share_meta_dir, err);
+        if (rc == UR_OK) {
+            char what[64];
+            snprintf(what, sizeof what, "share %d/%d", args.process_index, args.process_count);
+            rc = convert(in_path, ur_orbax_share_step(sh), NULL, kind, s, &args, what, &total,
+                         err);
+        }
+        if (rc == UR_OK) {
+            snprintf(summary, sizeof summary,
+                     "%.3f GiB of %.3f GiB read (%.1f%%), %.2f s, %d threads, %s\n",
+                     (double)total.share_bytes / 1073741824.0,
+                     (double)total.all_bytes / 1073741824.0,
+                     total.all_bytes ? 100.0 * (double)total.share_bytes / (double)total.all_bytes
+                                     : 100.0,
+                     seconds_since(&t0), total.threads, args.process_source);
+            rc = ur_orbax_share_mark_done(sh, summary, err);
+        }
+        if (rc == UR_OK && !args.quiet) {
+            fprintf(stderr, "unroll: share %d of %d complete: %s", args.process_index,
+                    args.process_count, summary);
+        }
+    }
+    if (rc == UR_OK) {
+        rc = ur_orbax_share_finish(sh, &interrupted, &published, &missing, &to, err);
+    }
+    if (rc == UR_OK && !args.quiet) {
+        if (published) {
+            fprintf(stderr, "unroll: every share complete: merged and wrote %s/0\n", to);
+        } else if (missing > 0) {
+            fprintf(stderr, "unroll: %d of %d shares still to complete; the last one publishes "
+                            "%s/0\n",
+                    missing, args.process_count, s->checkpoint_dir);
+        } else {
+            fprintf(stderr, "unroll: every share complete; another process is publishing\n");
+        }
+    }
+    ur_free(to);
+    ur_orbax_share_close(sh);
+    ur_buf_dispose(&text);
+    return rc;
+}
+
 static int run(const unroll_args *args, ur_err *err)
 {
     ur_config *cfg = NULL;
@@ -682,6 +820,10 @@ static int run(const unroll_args *args, ur_err *err)
         goto out;
     }
 
+    if (args->process_count > 1 && !args->dry_run) {
+        rc = run_share(args, s, in_path, kind, inputs, n_inputs, err);
+        goto out;
+    }
     /* Only the units are replaced (checkpoint_dir/0, or base/0 and loras/<id>/...); the
      * lock, the staging directory and the overlap rules: unroll/orbax_publish.h. */
     if (args->dry_run) {
@@ -729,6 +871,7 @@ int cli_cmd_unroll(int argc, char **argv)
     int status;
 
     memset(&args, 0, sizeof args);
+    args.opt_process_index = -1;
     ur_err_clear(&err);
     status = parse_args(&args, argc, argv);
     if (status < 0) {

@@ -67,6 +67,7 @@ typedef struct {
     task *tasks;
     size_t n_tasks;
     uint64_t n_items;
+    uint64_t item_end; /* this process's share ends before it (n_items: all of it) */
     uint64_t bytes_total;
 
     pthread_mutex_t lock;
@@ -800,7 +801,7 @@ static void prefetch_ahead(const runner *r, uint64_t item)
 {
     item_info next;
     uint64_t ahead = item + (uint64_t)r->n_slots;
-    if (ahead >= r->n_items) {
+    if (ahead >= r->item_end) {
         return;
     }
     describe_item(r, ahead, &next);
@@ -827,7 +828,7 @@ static void *work(void *arg)
             break;
         }
         pthread_mutex_lock(&r->lock);
-        if (r->failed || r->next_claim >= r->n_items) {
+        if (r->failed || r->next_claim >= r->item_end) {
             pthread_mutex_unlock(&r->lock);
             break;
         }
@@ -1095,6 +1096,64 @@ static int setup_task(task *t, ur_orbax_ckpt *in, ur_orbax_writer *w, uint64_t b
     return UR_OK;
 }
 
+/* The first work item of global input chunk c (n_items past the last chunk). */
+static uint64_t item_of_chunk(const runner *r, uint64_t c)
+{
+    uint64_t chunk0 = 0;
+    for (size_t i = 0; i < r->n_tasks; i++) {
+        const task *t = &r->tasks[i];
+        if (c < chunk0 + t->info.chunk_count) {
+            return t->first_item + (c - chunk0) * t->slabs_per_chunk;
+        }
+        chunk0 += t->info.chunk_count;
+    }
+    return r->n_items;
+}
+
+/* This process's share of the items (all of them in a single-process run): whole input
+ * chunks, cut by ur_exec_share_range; a streamed chunk's slabs stay together. */
+static int select_share(runner *r, const ur_exec_opts *opts, ur_err *err)
+{
+    ur_exec_chunks *g;
+    uint64_t lo = 0, hi = 0, chunk0 = 0;
+
+    r->next_claim = r->next_commit = 0;
+    r->item_end = r->n_items;
+    r->stats->all_bytes = r->bytes_total;
+    r->stats->share_bytes = r->bytes_total;
+    if (opts->process_count <= 1) {
+        return UR_OK;
+    }
+    if (opts->process_index < 0 || opts->process_index >= opts->process_count) {
+        return ur_err_set(err, UR_EINVAL, "process index %d is not below the process count %d",
+                          opts->process_index, opts->process_count);
+    }
+    g = ur_calloc(r->n_tasks ? r->n_tasks : 1, sizeof *g);
+    if (g == NULL) {
+        return ur_err_oom(err);
+    }
+    for (size_t i = 0; i < r->n_tasks; i++) {
+        g[i].n = r->tasks[i].info.chunk_count;
+        g[i].chunk_bytes = r->tasks[i].info.chunk_bytes;
+    }
+    ur_exec_share_range(g, r->n_tasks, opts->process_count, opts->process_index, &lo, &hi);
+    ur_free(g);
+    r->next_claim = item_of_chunk(r, lo);
+    r->item_end = item_of_chunk(r, hi);
+    r->stats->share_bytes = 0;
+    for (size_t i = 0; i < r->n_tasks; i++) {
+        const task *t = &r->tasks[i];
+        uint64_t a = lo > chunk0 ? lo - chunk0 : 0, b = hi > chunk0 ? hi - chunk0 : 0;
+        a = a < t->info.chunk_count ? a : t->info.chunk_count;
+        b = b < t->info.chunk_count ? b : t->info.chunk_count;
+        r->stats->share_bytes += (b > a ? b - a : 0) * t->info.chunk_bytes;
+        chunk0 += t->info.chunk_count;
+    }
+    r->next_commit = r->next_claim;
+    r->bytes_total = r->stats->share_bytes;
+    return UR_OK;
+}
+
 static int requested_threads(const ur_exec_opts *opts)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1136,7 +1195,7 @@ int ur_plan_exec_run(const ur_plan *plan, ur_orbax_ckpt *in, ur_orbax_writer *w,
     r.opts = opts;
     r.w = w;
     /* Each worker gets an equal share of the memory limit for its slab. */
-    budget = limit / (uint64_t)n_threads;
+    budget = opts->slab_budget ? opts->slab_budget : limit / (uint64_t)n_threads;
     if (budget < 16) {
         budget = 16;
     }
@@ -1194,8 +1253,12 @@ int ur_plan_exec_run(const ur_plan *plan, ur_orbax_ckpt *in, ur_orbax_writer *w,
         stats->tensors_out += a->n_out;
     }
 
-    if ((uint64_t)n_threads > r.n_items && r.n_items > 0) {
-        n_threads = (int)r.n_items;
+    rc = select_share(&r, opts, err);
+    if (rc < 0) {
+        goto out;
+    }
+    if ((uint64_t)n_threads > r.item_end - r.next_claim && r.item_end > r.next_claim) {
+        n_threads = (int)(r.item_end - r.next_claim);
     }
     stats->threads = n_threads;
     workers = ur_calloc((size_t)n_threads, sizeof *workers);
@@ -1229,9 +1292,9 @@ int ur_plan_exec_run(const ur_plan *plan, ur_orbax_ckpt *in, ur_orbax_writer *w,
     if (r.failed) {
         *err = r.err;
         rc = r.err.code;
-    } else if (r.next_commit != r.n_items) {
+    } else if (r.next_commit != r.item_end) {
         rc = ur_err_set(err, UR_EINTERNAL, "%llu of %llu chunks written",
-                        (unsigned long long)r.next_commit, (unsigned long long)r.n_items);
+                        (unsigned long long)r.next_commit, (unsigned long long)r.item_end);
     }
 out:
     for (int i = 0; i < n_threads && workers != NULL; i++) {

@@ -15,6 +15,7 @@
 #include "unroll/appendfile.h"
 #include "unroll/fs.h"
 #include "unroll/ocdbt.h"
+#include "unroll/strmap.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -54,8 +55,10 @@ typedef struct {
     ur_ocdbt_config config;
     wentry *e;
     size_t n, cap;
-    char **files; /* "d/<32 hex>" */
+    char **files; /* "d/<32 hex>", or base + relative path of a file referred to */
+    size_t *file_base; /* length of each file's base path (0 for the writer's own) */
     size_t n_files;
+    ur_strmap ext_files; /* referred-to file path -> index in files */
     ur_appendfile *cur; /* the data file being appended to, or NULL */
     int committed;
     uint64_t held; /* bytes of inline values in e[] */
@@ -117,10 +120,27 @@ static int close_data_file(ocdbt_writer *w, ur_err *err)
     return f != NULL ? ur_appendfile_finish(f, err) : UR_OK;
 }
 
+/* Room for one more entry in files / file_base. */
+static int grow_files(ocdbt_writer *w, ur_err *err)
+{
+    char **files = ur_realloc(w->files, (w->n_files + 1) * sizeof *files);
+    size_t *base;
+    if (files == NULL) {
+        return ur_err_oom(err);
+    }
+    w->files = files;
+    base = ur_realloc(w->file_base, (w->n_files + 1) * sizeof *base);
+    if (base == NULL) {
+        return ur_err_oom(err);
+    }
+    w->file_base = base;
+    return UR_OK;
+}
+
 static int new_data_file(ocdbt_writer *w, ur_err *err)
 {
     uint8_t rnd[16];
-    char name[40], *path, **files;
+    char name[40], *path;
     int rc = close_data_file(w, err);
 
     if (rc == UR_OK) {
@@ -136,11 +156,11 @@ static int new_data_file(ocdbt_writer *w, ur_err *err)
         name[3 + 2 * i] = hex[rnd[i] & 15];
     }
     name[34] = '\0';
-    files = ur_realloc(w->files, (w->n_files + 1) * sizeof *files);
-    if (files == NULL) {
-        return ur_err_oom(err);
+    rc = grow_files(w, err);
+    if (rc < 0) {
+        return rc;
     }
-    w->files = files;
+    w->file_base[w->n_files] = 0;
     w->files[w->n_files] = ur_strdup(name);
     path = ur_path_join(w->dir, name);
     if (w->files[w->n_files] == NULL || path == NULL) {
@@ -236,6 +256,83 @@ static int w_write(ur_kvstore *kv, const char *key, const void *data, size_t n, 
     return UR_OK;
 }
 
+static const ur_kvstore_ops writer_ops;
+
+/* The index of the referred-to file base + rel in w->files, added when new. */
+static int ext_file(ocdbt_writer *w, const char *base, const char *rel, uint32_t *index,
+                    ur_err *err)
+{
+    size_t bl = strlen(base), rl = strlen(rel), at = 0;
+    char *path = ur_malloc(bl + rl + 1);
+    int rc;
+
+    if (path == NULL) {
+        return ur_err_oom(err);
+    }
+    memcpy(path, base, bl);
+    memcpy(path + bl, rel, rl + 1);
+    if (ur_strmap_get(&w->ext_files, path, bl + rl, &at) == 1) {
+        ur_free(path);
+        *index = (uint32_t)at;
+        return UR_OK;
+    }
+    rc = grow_files(w, err);
+    if (rc == UR_OK) {
+        rc = ur_strmap_put(&w->ext_files, path, bl + rl, w->n_files, NULL, err);
+    }
+    if (rc < 0) {
+        ur_free(path);
+        return rc;
+    }
+    w->files[w->n_files] = path;
+    w->file_base[w->n_files] = bl;
+    *index = (uint32_t)w->n_files++;
+    return UR_OK;
+}
+
+int ur_ocdbt_writer_put_ref(ur_kvstore *kv, const uint8_t *key, size_t klen, const char *base,
+                            const char *rel, uint64_t offset, uint64_t length, ur_err *err)
+{
+    ocdbt_writer *w = (ocdbt_writer *)kv;
+    wentry *e;
+    int rc;
+
+    if (kv == NULL || kv->ops != &writer_ops || w->committed) {
+        return ur_err_set(err, UR_EINTERNAL, "put_ref needs an uncommitted OCDBT writer");
+    }
+    if (klen > UR_OCDBT_MAX_KEY) {
+        return ur_err_set(err, UR_EINVAL, "key of %zu bytes is longer than %u", klen,
+                          UR_OCDBT_MAX_KEY);
+    }
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 256;
+        wentry *ne = ur_realloc(w->e, cap * sizeof *ne);
+        if (ne == NULL) {
+            return ur_err_oom(err);
+        }
+        w->e = ne;
+        w->cap = cap;
+    }
+    e = &w->e[w->n];
+    memset(e, 0, sizeof *e);
+    rc = ext_file(w, base, rel, &e->file, err);
+    if (rc < 0) {
+        return rc;
+    }
+    e->key = ur_malloc(klen ? klen : 1);
+    if (e->key == NULL) {
+        return ur_err_oom(err);
+    }
+    memcpy(e->key, key, klen);
+    e->klen = klen;
+    e->seq = w->n;
+    e->len = length;
+    e->indirect = 1;
+    e->offset = offset;
+    w->n++;
+    return UR_OK;
+}
+
 static int cmp_wentry(const void *a, const void *b)
 {
     const wentry *x = a, *y = b;
@@ -276,7 +373,7 @@ static int make_table(ocdbt_writer *w, const uint8_t *used, ur_ocdbt_table *t, u
     if (t->f == NULL) {
         return ur_err_oom(err);
     }
-    /* Writer files all have base "" and names "d/<hex>": sort by name. */
+    /* Sorted by (base, relative path); full paths are distinct, so found again by name. */
     for (size_t i = 0; i < w->n_files; i++) {
         if (!used[i]) {
             continue;
@@ -287,7 +384,7 @@ static int make_table(ocdbt_writer *w, const uint8_t *used, ur_ocdbt_table *t, u
             return ur_err_oom(err);
         }
         t->f[t->n].len = strlen(w->files[i]);
-        t->f[t->n].base_len = 0;
+        t->f[t->n].base_len = w->file_base[i];
         t->n++;
     }
     ur_ocdbt_table_sort(t);
@@ -619,12 +716,12 @@ static void w_close(ur_kvstore *kv)
         ur_free(w->files[i]);
     }
     ur_free(w->files);
+    ur_free(w->file_base);
+    ur_strmap_dispose(&w->ext_files);
     ur_free(w->e);
     ur_free(w->dir);
     ur_free(w);
 }
-
-static const ur_kvstore_ops writer_ops;
 
 uint64_t ur_ocdbt_writer_held_bytes(const ur_kvstore *kv)
 {
@@ -651,6 +748,7 @@ int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts
         return ur_err_oom(err);
     }
     w->base.ops = &writer_ops;
+    ur_strmap_init(&w->ext_files);
     snprintf(w->base.desc, sizeof w->base.desc, "ocdbt:%s", dir);
     w->opts = *opts;
     if (w->opts.target_data_file_size == 0) {
