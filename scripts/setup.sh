@@ -11,7 +11,8 @@ want_tests=0
 
 pkgs=(gcc make cmake pkg-config libzstd-dev libcjson-dev libyaml-dev zlib1g-dev)
 if [ "$want_tests" = 1 ]; then
-  pkgs+=(libcmocka-dev python3-venv valgrind gdb time)
+  # openmpi-bin: mpirun launches the multi-process tests (tests/interop/test_multiprocess.py)
+  pkgs+=(libcmocka-dev python3-venv valgrind gdb time openmpi-bin)
 fi
 
 missing=()

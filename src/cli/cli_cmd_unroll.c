@@ -727,9 +727,9 @@ static int run_share(const unroll_args *args0, const ur_settings *s, const char 
         }
         if (rc == UR_OK) {
             snprintf(summary, sizeof summary,
-                     "%.3f GiB of %.3f GiB read (%.1f%%), %.2f s, %d threads, %s\n",
-                     (double)total.share_bytes / 1073741824.0,
-                     (double)total.all_bytes / 1073741824.0,
+                     "%.1f MiB of %.1f MiB read (%.1f%%), %.2f s, %d threads, %s\n",
+                     (double)total.share_bytes / 1048576.0,
+                     (double)total.all_bytes / 1048576.0,
                      total.all_bytes ? 100.0 * (double)total.share_bytes / (double)total.all_bytes
                                      : 100.0,
                      seconds_since(&t0), total.threads, args.process_source);
@@ -748,8 +748,9 @@ static int run_share(const unroll_args *args0, const ur_settings *s, const char 
             fprintf(stderr, "unroll: every share complete: merged and wrote %s/0\n", to);
         } else if (missing > 0) {
             fprintf(stderr, "unroll: %d of %d shares still to complete; the last one publishes "
-                            "%s/0\n",
-                    missing, args.process_count, s->checkpoint_dir);
+                            "%s%s0\n",
+                    missing, args.process_count, s->checkpoint_dir,
+                    s->checkpoint_dir[strlen(s->checkpoint_dir) - 1] == '/' ? "" : "/");
         } else {
             fprintf(stderr, "unroll: every share complete; another process is publishing\n");
         }

@@ -336,3 +336,37 @@ int cli_cmd_merge(int argc, char **argv)
     ur_free(to);
     return CLI_EXIT_OK;
 }
+
+int cli_multi_show_status(const char *path)
+{
+    size_t n = strlen(path), sl = strlen(UR_ORBAX_SHARE_SUFFIX);
+    char *staged;
+    ur_buf out;
+    ur_err err;
+    int rc, is_staging;
+
+    while (n > 1 && path[n - 1] == '/') {
+        n--;
+    }
+    is_staging = n > sl && memcmp(path + n - sl, UR_ORBAX_SHARE_SUFFIX, sl) == 0;
+    staged = ur_malloc(n + sl + 1);
+    if (staged == NULL) {
+        return -1;
+    }
+    memcpy(staged, path, n);
+    memcpy(staged + n, UR_ORBAX_SHARE_SUFFIX, sl + 1);
+    /* a staging directory, or a destination not written yet whose run is staged */
+    if (!(is_staging && ur_fs_is_dir(path)) && !(ur_fs_is_dir(staged) && !ur_fs_exists(path))) {
+        ur_free(staged);
+        return -1;
+    }
+    ur_free(staged);
+    ur_err_clear(&err);
+    ur_buf_init(&out, 0);
+    rc = ur_orbax_share_status(path, &out, &err);
+    if (rc == UR_OK) {
+        fwrite(out.data, 1, out.len, stdout);
+    }
+    ur_buf_dispose(&out);
+    return rc < 0 ? cli_fail(&err) : CLI_EXIT_OK;
+}
