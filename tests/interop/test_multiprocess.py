@@ -290,7 +290,8 @@ def test_merge_command_finishes(unroll_bin, big, single, tmp_path):
 @pytest.mark.parametrize("victim", [0, 2, 3])
 def test_sigkill_one_share_and_rerun(unroll_bin, big, single, tmp_path, victim):
     """Kill one process at several points of its share; rerun only that index."""
-    rounds = [0.0, 0.05, 0.15, 0.3]
+    rounds = [0.0, 0.05, 0.15, 0.3, 0.6, 1.0]
+    killed = 0
     for k, delay in enumerate(rounds):
         out = tmp_path / f"k{k}"
         others = [subprocess.Popen(_args(unroll_bin, big, out, ["-j1", "--process-count", N,
@@ -307,8 +308,30 @@ def test_sigkill_one_share_and_rerun(unroll_bin, big, single, tmp_path, victim):
         if v.returncode == 0:   # finished before the kill: nothing to recover
             _check_same(out, single)
             continue
+        killed += 1
         assert not (out / "run" / "checkpoints").exists()
         subprocess.run(_args(unroll_bin, big, out, ["-j1", "--process-count", N,
                                                    "--process-index", victim]),
                        check=True, env=_env())
         _check_same(out, single)
+    assert killed > 0  # the kills did land inside the run
+
+
+def test_finisher_killed_is_taken_over(unroll_bin, big, single, tmp_path):
+    """The process that finishes dies mid-merge (its claim is left, unlocked, with partial
+    top-level files): the next process to find every share done takes the finish over."""
+    for i in range(N - 1):
+        subprocess.run(_args(unroll_bin, big, tmp_path, ["--process-count", N,
+                                                        "--process-index", i]),
+                       check=True, env=_env())
+    staging = tmp_path / "run" / "checkpoints.unroll-multi"
+    (staging / "finish.claim").write_text("pid 999999 on elsewhere\n")
+    items = staging / "step" / "items"
+    (items / "d").mkdir()
+    (items / "d" / "0123").write_bytes(b"partial node")
+    (items / "_METADATA").write_text("{")
+    subprocess.run(_args(unroll_bin, big, tmp_path, ["--process-count", N,
+                                                    "--process-index", N - 1]),
+                   check=True, env=_env())
+    _check_same(tmp_path, single)
+    assert not (_items(tmp_path) / "d" / "0123").exists()
