@@ -51,8 +51,8 @@ void ur_exec_share_range(const ur_exec_chunks *g, size_t n, int count, int index
     *lo = index == 0 ? 0 : first_at_least(g, n, (uint64_t)count, (u128)index * total);
     *hi = index + 1 >= count ? chunks
                              : first_at_least(g, n, (uint64_t)count, (u128)(index + 1) * total);
-    if (total == 0) { /* only empty chunks: all to the last process */
-        *lo = index + 1 >= count ? 0 : chunks;
+    if (total == 0) { /* only empty chunks: all to the first process */
+        *lo = index == 0 ? 0 : chunks;
         *hi = chunks;
     }
 }
