@@ -199,6 +199,9 @@ typedef struct ur_orbax_write_opts {
      * -1 (default): the ordinary single-process checkpoint. */
     int share_index;
     const char *share_meta_dir;
+    /* Share mode: 1 continues the share's database a killed run left (ur_ocdbt_resume)
+     * instead of starting it afresh. */
+    int share_resume;
 } ur_orbax_write_opts;
 
 void ur_orbax_write_opts_init(ur_orbax_write_opts *opts);
@@ -244,6 +247,10 @@ int ur_orbax_writer_set_custom_metadata(ur_orbax_writer *w, const char *json, ur
  * commit_success.txt, sync, and rename the temporary directory into place. The writer is
  * freed whether it succeeds or not; on failure the temporary directory is removed. */
 int ur_orbax_writer_commit(ur_orbax_writer *w, ur_err *err);
+
+/* Make what was written so far durable as a version of the output database (OCDBT:
+ * ur_ocdbt_writer_snapshot); nothing for other kvstores. */
+int ur_orbax_writer_snapshot(ur_orbax_writer *w, ur_err *err);
 
 /* Remove the temporary directory and free. NULL-safe. */
 void ur_orbax_writer_abort(ur_orbax_writer *w);

@@ -12,6 +12,8 @@
  *   step/items/ocdbt.process_<i>/ share i's database (every output array's zarr metadata and
  *                                 the chunks of its share)
  *   shares/<i>/                   share i's _METADATA, _sharding, array_metadatas.json
+ *   shares/<i>.progress           share i's database holds its work items before this one
+ *                                 (saved after each snapshot of it: resume point)
  *   shares/<i>.done               share i is complete (written last, atomically)
  *   finish.claim                  the finisher: created with O_EXCL by the process that sees
  *                                 every share done, and flock'ed while it finishes (a claim
@@ -26,7 +28,8 @@
  * nothing that opens as a checkpoint.
  *
  * A rerun of a share that is already done does nothing but try the finish; a rerun of one
- * that was killed redoes that share from its start. */
+ * that was killed continues from its last progress mark (the database snapshot before it),
+ * or redoes the share when it saved none. */
 #ifndef UNROLL_ORBAX_SHARE_H
 #define UNROLL_ORBAX_SHARE_H
 
@@ -35,6 +38,7 @@
 
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct ur_orbax_share ur_orbax_share;
 
@@ -54,9 +58,17 @@ int ur_orbax_share_is_done(const ur_orbax_share *s, int i);
 /* Borrowed: the step directory the shares write into (for ur_orbax_writer_create). */
 const char *ur_orbax_share_step(const ur_orbax_share *s);
 
-/* Empty this process's metadata directory (created) and remove its done marker: the share
- * is started afresh. *meta_dir (borrowed) is where its writer puts the metadata. */
-int ur_orbax_share_begin(ur_orbax_share *s, const char **meta_dir, ur_err *err);
+/* Start this process's share: remove its done marker; when a killed run of it saved
+ * progress (ur_orbax_share_save_progress) *resume_from gets that value and the share is to
+ * be continued (its database is kept), else its metadata directory is emptied and
+ * *resume_from = 0 (started afresh). *meta_dir (borrowed): where its writer puts the
+ * metadata. */
+int ur_orbax_share_begin(ur_orbax_share *s, const char **meta_dir, uint64_t *resume_from,
+                         ur_err *err);
+
+/* Record that the share's database holds every work item before `next_item` (after a
+ * snapshot of it): a rerun continues from there. */
+int ur_orbax_share_save_progress(ur_orbax_share *s, uint64_t next_item, ur_err *err);
 
 /* Mark this process's share complete (after its writer committed); `summary` (one line) is
  * kept in the marker. */

@@ -34,6 +34,15 @@ typedef struct ur_exec_opts {
     /* Bytes of input one worker's slab may take; 0: memory_limit / threads. The output chunk
      * shape follows the slabs, so every process of a multi-process run must use the same. */
     uint64_t slab_budget;
+    /* Resume (multi-process shares): work items before `resume_from` (a value `piece` was
+     * given earlier for this plan) are in the output already and are skipped. */
+    uint64_t resume_from;
+    /* When set, called every `piece_bytes` of input written, with every item before
+     * `next_item` written and no write in progress, to make them durable (a snapshot of the
+     * output database); an error stops the run. */
+    int (*piece)(void *ctx, uint64_t next_item, ur_err *err);
+    void *piece_ctx;
+    uint64_t piece_bytes;
 } ur_exec_opts;
 
 #define UR_EXEC_DEFAULT_MEMORY ((uint64_t)256 << 20)

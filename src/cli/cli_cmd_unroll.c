@@ -36,12 +36,19 @@ typedef struct {
     size_t n_overrides;
     int opt_process_count; /* 0: not given */
     int opt_process_index; /* -1: not given */
+    int resume;            /* --resume: a single process, resumable (as share 0 of 1) */
     /* resolved (cli_multi_resolve); a share of a multi-process run when process_count > 1 */
     int process_count;
     int process_index;
     const char *process_source;
     const char *share_meta_dir; /* set while a share runs */
+    ur_orbax_share *share;      /* set while a share runs */
+    uint64_t resume_from;       /* a share continued from its saved progress (0: afresh) */
+    uint64_t commit_every;      /* bytes of input between snapshots of a share; 0: default */
 } unroll_args;
+
+/* A share's database is snapshotted every this many bytes of input (--commit-every). */
+#define DEFAULT_COMMIT_EVERY ((uint64_t)1 << 30)
 
 static void usage(FILE *f)
 {
@@ -75,6 +82,10 @@ static void usage(FILE *f)
           "                         Open MPI, PMI, JOB_COMPLETION_INDEX); the last one to\n"
           "                         finish publishes (see unroll merge --help)\n"
           "      --process-index I  this process's share, 0 <= I < N\n"
+          "      --resume           resumable: a killed run rerun with the same arguments\n"
+          "                         continues (the default when such a run is staged)\n"
+          "      --commit-every S   a share commits its database every S of input (default\n"
+          "                         1G); a killed share rerun continues from the last one\n"
           "  -h, --help             this help\n"
           "  -V, --version          the version and the libraries it was built with\n"
           "\n"
@@ -176,6 +187,12 @@ static int parse_args(unroll_args *a, int argc, char **argv)
                 return cli_usage_error("--memory-limit: '%s' is not a size such as 512M or 4G "
                                        "(at most 16 EiB)",
                                        v);
+            }
+        } else if (strcmp(s, "--resume") == 0) {
+            a->resume = 1;
+        } else if (cli_opt_value(argc, argv, &i, NULL, "--commit-every", &v)) {
+            if (v == NULL || parse_size(v, &a->commit_every) < 0) {
+                return cli_usage_error("--commit-every needs a size such as 256M or 4G");
             }
         } else if (cli_opt_value(argc, argv, &i, NULL, "--process-count", &v) ||
                    cli_opt_value(argc, argv, &i, NULL, "--process-index", &v)) {
@@ -418,11 +435,24 @@ static int check_free_space(const char *step_dir, uint64_t need, ur_err *err)
  * count, since the output chunking follows it (0: single process, the executor decides). */
 static uint64_t share_slab_budget(const unroll_args *args)
 {
-    if (args->process_count <= 1) {
+    if (args->process_count <= 1 && !args->resume) {
         return 0;
     }
     return args->memory_limit ? args->memory_limit / (uint64_t)(args->threads > 0 ? args->threads : 1)
                               : (uint64_t)128 << 20;
+}
+
+typedef struct {
+    ur_orbax_writer *w;
+    ur_orbax_share *share;
+} share_piece_ctx;
+
+/* A piece of a share is done: snapshot its database, then record the resume point. */
+static int share_piece(void *ctx, uint64_t next_item, ur_err *err)
+{
+    share_piece_ctx *p = ctx;
+    int rc = ur_orbax_writer_snapshot(p->w, err);
+    return rc == UR_OK ? ur_orbax_share_save_progress(p->share, next_item, err) : rc;
 }
 
 /* `in_path` converted into the step directory `step_dir`, created below `below` (the
@@ -439,6 +469,7 @@ static int convert(const char *in_path, const char *step_dir, const char *below,
     ur_exec_opts eo;
     ur_exec_stats st;
     progress prog;
+    share_piece_ctx piece;
     int rc;
 
     rc = ur_orbax_ckpt_open(&ck, in_path, 0, err);
@@ -472,10 +503,11 @@ static int convert(const char *in_path, const char *step_dir, const char *below,
     if (s->target_data_file_size > 0) {
         wo.ocdbt.target_data_file_size = (uint64_t)s->target_data_file_size;
     }
-    if (args->process_count > 1) {
+    if (args->share != NULL) {
         wo.share_index = args->process_index;
         wo.share_meta_dir = args->share_meta_dir;
         wo.ocdbt.seed += (uint64_t)(args->process_index + 1) << 16; /* distinct names */
+        wo.share_resume = args->resume_from > 0;
     }
     rc = ur_orbax_writer_create(&w, step_dir, &wo, err);
     if (rc < 0) {
@@ -488,6 +520,14 @@ static int convert(const char *in_path, const char *step_dir, const char *below,
     eo.process_count = args->process_count;
     eo.process_index = args->process_index;
     eo.slab_budget = share_slab_budget(args);
+    if (args->share != NULL) {
+        piece.w = w;
+        piece.share = args->share;
+        eo.piece = share_piece;
+        eo.piece_ctx = &piece;
+        eo.piece_bytes = args->commit_every ? args->commit_every : DEFAULT_COMMIT_EVERY;
+        eo.resume_from = args->resume_from;
+    }
     if (!args->quiet && isatty(STDERR_FILENO)) {
         clock_gettime(CLOCK_MONOTONIC, &prog.start);
         prog.last = -1.0;
@@ -718,7 +758,14 @@ static int run_share(const unroll_args *args0, const ur_settings *s, const char 
         }
     } else if (rc == UR_OK) {
         char summary[256];
-        rc = ur_orbax_share_begin(sh, &args.share_meta_dir, err);
+        rc = ur_orbax_share_begin(sh, &args.share_meta_dir, &args.resume_from, err);
+        args.share = sh;
+        if (rc == UR_OK && args.resume_from > 0 && !args.quiet) {
+            fprintf(stderr, "unroll: share %d of %d: continuing a killed run of it (from work "
+                            "item %llu)\n",
+                    args.process_index, args.process_count,
+                    (unsigned long long)args.resume_from);
+        }
         if (rc == UR_OK) {
             char what[64];
             snprintf(what, sizeof what, "share %d/%d", args.process_index, args.process_count);
@@ -761,8 +808,29 @@ static int run_share(const unroll_args *args0, const ur_settings *s, const char 
     return rc;
 }
 
+/* Whether `<checkpoint_dir>.unroll-multi/` holds a run (multi-process, or --resume). */
+static int staged_run_exists(const char *checkpoint_dir)
+{
+    size_t n = strlen(checkpoint_dir);
+    char *p;
+    int yes;
+    while (n > 1 && checkpoint_dir[n - 1] == '/') {
+        n--;
+    }
+    p = ur_malloc(n + sizeof UR_ORBAX_SHARE_SUFFIX + 8);
+    if (p == NULL) {
+        return 0;
+    }
+    memcpy(p, checkpoint_dir, n);
+    memcpy(p + n, UR_ORBAX_SHARE_SUFFIX "/run.txt", sizeof UR_ORBAX_SHARE_SUFFIX + 7);
+    yes = ur_fs_exists(p);
+    ur_free(p);
+    return yes;
+}
+
 static int run(const unroll_args *args, ur_err *err)
 {
+    unroll_args resumed;
     ur_config *cfg = NULL;
     ur_config_opts co;
     const ur_settings *s;
@@ -821,7 +889,13 @@ static int run(const unroll_args *args, ur_err *err)
         goto out;
     }
 
-    if (args->process_count > 1 && !args->dry_run) {
+    if (!args->dry_run && args->process_count <= 1 && !args->resume &&
+        staged_run_exists(s->checkpoint_dir)) {
+        resumed = *args; /* a staged run of this destination: continue it (README) */
+        resumed.resume = 1;
+        args = &resumed;
+    }
+    if ((args->process_count > 1 || args->resume) && !args->dry_run) {
         rc = run_share(args, s, in_path, kind, inputs, n_inputs, err);
         goto out;
     }

@@ -221,18 +221,69 @@ const char *ur_orbax_share_step(const ur_orbax_share *s)
     return s->step;
 }
 
-int ur_orbax_share_begin(ur_orbax_share *s, const char **meta_dir, ur_err *err)
+static char *progress_path(const ur_orbax_share *s)
 {
-    char *p = done_path(s, s->index);
-    int rc = p != NULL ? ur_fs_remove_tree(p, err) : ur_err_oom(err);
+    return ur_path_joinf(s->staging, "shares/%d.progress", s->index);
+}
+
+/* The saved resume point, 0 when none (or unreadable: the share is then redone). */
+static uint64_t saved_progress(const ur_orbax_share *s)
+{
+    char *p = progress_path(s), *db = ur_path_joinf(s->items, "ocdbt.process_%d/manifest.ocdbt",
+                                                      s->index);
+    uint64_t v = 0;
+    ur_buf b;
+    ur_err ignored;
+    ur_buf_init(&b, 0);
+    if (p != NULL && db != NULL && ur_fs_exists(db) &&
+        ur_fs_read_file(&b, p, 256, &ignored) == UR_OK && ur_buf_append(&b, "", 1, &ignored) == UR_OK) {
+        unsigned long long n;
+        if (sscanf((const char *)b.data, "next_item %llu", &n) == 1) {
+            v = n;
+        }
+    }
+    ur_buf_dispose(&b);
     ur_free(p);
-    if (rc == UR_OK) {
-        rc = ur_fs_remove_tree(s->meta_dir, err);
+    ur_free(db);
+    return v;
+}
+
+int ur_orbax_share_begin(ur_orbax_share *s, const char **meta_dir, uint64_t *resume_from,
+                         ur_err *err)
+{
+    char *p = done_path(s, s->index), *prog = progress_path(s);
+    int rc = p != NULL && prog != NULL ? ur_fs_remove_tree(p, err) : ur_err_oom(err);
+    *resume_from = rc == UR_OK ? saved_progress(s) : 0;
+    if (rc == UR_OK && *resume_from == 0) {
+        rc = ur_fs_remove_tree(prog, err);
+        if (rc == UR_OK) {
+            rc = ur_fs_remove_tree(s->meta_dir, err);
+        }
     }
     if (rc == UR_OK) {
         rc = ur_fs_mkdirs(s->meta_dir, err);
     }
+    ur_free(p);
+    ur_free(prog);
     *meta_dir = s->meta_dir;
+    return rc;
+}
+
+int ur_orbax_share_save_progress(ur_orbax_share *s, uint64_t next_item, ur_err *err)
+{
+    char *p = progress_path(s), *tmp = ur_path_joinf(s->staging, "shares/%d.progress.tmp",
+                                                      s->index);
+    char text[64];
+    int rc = p != NULL && tmp != NULL ? UR_OK : ur_err_oom(err);
+    snprintf(text, sizeof text, "next_item %llu\n", (unsigned long long)next_item);
+    if (rc == UR_OK) {
+        rc = ur_fs_write_file(tmp, text, strlen(text), err);
+    }
+    if (rc == UR_OK && rename(tmp, p) != 0) {
+        rc = ur_err_set_os(err, UR_EIO, errno, p, "cannot rename %s into place", tmp);
+    }
+    ur_free(p);
+    ur_free(tmp);
     return rc;
 }
 

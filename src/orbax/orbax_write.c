@@ -80,14 +80,17 @@ static int share_create(ur_orbax_writer *w, const char *step_dir, ur_err *err)
         ur_free(db);
         return ur_err_oom(err);
     }
-    /* What a killed run of this share left is redone from the start. */
-    rc = ur_fs_remove_tree(db, err);
+    /* What a killed run of this share left is continued, or redone from the start. */
+    rc = w->opts.share_resume ? UR_OK : ur_fs_remove_tree(db, err);
     if (rc == UR_OK) {
         rc = ur_fs_mkdirs(db, err);
     }
     w->opts.create_below = NULL;
     w->init_ns = now_ns();
-    if (rc == UR_OK) {
+    if (rc == UR_OK && w->opts.share_resume) {
+        size_t kept = 0;
+        rc = ur_ocdbt_resume(&w->kv, db, &w->opts.ocdbt, &kept, err);
+    } else if (rc == UR_OK) {
         rc = ur_ocdbt_create(&w->kv, db, &w->opts.ocdbt, err);
     }
     ur_free(db);
@@ -693,6 +696,11 @@ out:
         ur_orbax_writer_abort(w);
     }
     return rc;
+}
+
+int ur_orbax_writer_snapshot(ur_orbax_writer *w, ur_err *err)
+{
+    return w->opts.use_ocdbt ? ur_ocdbt_writer_snapshot(w->kv, err) : UR_OK;
 }
 
 void ur_orbax_writer_abort(ur_orbax_writer *w)

@@ -68,6 +68,7 @@ typedef struct {
     size_t n_tasks;
     uint64_t n_items;
     uint64_t item_end; /* this process's share ends before it (n_items: all of it) */
+    uint64_t piece_mark; /* stats->bytes_in at the last opts->piece */
     uint64_t bytes_total;
 
     pthread_mutex_t lock;
@@ -667,6 +668,22 @@ static parked *parked_free_slot(runner *r)
     return NULL;
 }
 
+/* Under the lock, by the one writer (r->writing): a piece of the output made durable every
+ * opts->piece_bytes of input (the lock is let go meanwhile; no write can start). */
+static int maybe_piece(runner *r, ur_err *err)
+{
+    int rc;
+    if (r->opts->piece == NULL || r->opts->piece_bytes == 0 ||
+        r->stats->bytes_in - r->piece_mark < r->opts->piece_bytes) {
+        return UR_OK;
+    }
+    r->piece_mark = r->stats->bytes_in;
+    pthread_mutex_unlock(&r->lock);
+    rc = r->opts->piece(r->opts->piece_ctx, r->next_commit, err);
+    pthread_mutex_lock(&r->lock);
+    return rc;
+}
+
 /* Hand in a finished item. Items are written strictly in order by one writer at a time:
  * the item whose turn it is is written now, by this worker, followed by any parked items
  * that come next; an item finished early is parked (its encoded chunks move to the parked
@@ -723,6 +740,7 @@ static int commit(worker *wk, const item_info *it, size_t n_out, ur_err *err)
     pthread_mutex_lock(&r->lock);
     if (rc == UR_OK) {
         account(r, it, n_out);
+        rc = maybe_piece(r, err);
     }
     while (rc == UR_OK && !r->failed) {
         parked *p = parked_find(r, r->next_commit);
@@ -751,7 +769,9 @@ static int commit(worker *wk, const item_info *it, size_t n_out, ur_err *err)
         }
         if (rc == UR_OK) {
             account(r, &mine.it, mine.n_out);
-        } else {
+            rc = maybe_piece(r, err);
+        }
+        if (rc < 0) {
             /* already named its tensor: record the failure here */
             if (!r->failed) {
                 r->failed = 1;
@@ -1110,6 +1130,18 @@ static uint64_t item_of_chunk(const runner *r, uint64_t c)
     return r->n_items;
 }
 
+/* Resume: the items of the share before opts->resume_from are written already. */
+static void skip_done(runner *r, const ur_exec_opts *opts)
+{
+    if (opts->resume_from > r->next_claim && opts->resume_from <= r->item_end) {
+        for (uint64_t i = r->next_claim; i < opts->resume_from; i++) {
+            r->stats->bytes_in += task_of(r, i)->slab_bytes; /* counted as done */
+        }
+        r->next_claim = r->next_commit = opts->resume_from;
+        r->piece_mark = r->stats->bytes_in;
+    }
+}
+
 /* This process's share of the items (all of them in a single-process run): whole input
  * chunks, cut by ur_exec_share_range; a streamed chunk's slabs stay together. */
 static int select_share(runner *r, const ur_exec_opts *opts, ur_err *err)
@@ -1122,6 +1154,7 @@ static int select_share(runner *r, const ur_exec_opts *opts, ur_err *err)
     r->stats->all_bytes = r->bytes_total;
     r->stats->share_bytes = r->bytes_total;
     if (opts->process_count <= 1) {
+        skip_done(r, opts);
         return UR_OK;
     }
     if (opts->process_index < 0 || opts->process_index >= opts->process_count) {
@@ -1151,6 +1184,7 @@ static int select_share(runner *r, const ur_exec_opts *opts, ur_err *err)
     }
     r->next_commit = r->next_claim;
     r->bytes_total = r->stats->share_bytes;
+    skip_done(r, opts);
     return UR_OK;
 }
 

@@ -298,7 +298,9 @@ def test_sigkill_one_share_and_rerun(unroll_bin, big, single, tmp_path, victim):
                                                                "--process-index", i]),
                                    stderr=subprocess.PIPE, env=_env())
                   for i in range(N) if i != victim]
-        v = subprocess.Popen(_args(unroll_bin, big, out, ["-j1", "--process-count", N,
+        # small commits: some kills land after one, and the rerun continues from it
+        v = subprocess.Popen(_args(unroll_bin, big, out, ["-j1", "--commit-every", "256K",
+                                                         "--process-count", N,
                                                          "--process-index", victim]),
                              stderr=subprocess.PIPE, env=_env())
         time.sleep(delay)
@@ -310,7 +312,8 @@ def test_sigkill_one_share_and_rerun(unroll_bin, big, single, tmp_path, victim):
             continue
         killed += 1
         assert not (out / "run" / "checkpoints").exists()
-        subprocess.run(_args(unroll_bin, big, out, ["-j1", "--process-count", N,
+        subprocess.run(_args(unroll_bin, big, out, ["-j1", "--commit-every", "256K",
+                                                   "--process-count", N,
                                                    "--process-index", victim]),
                        check=True, env=_env())
         _check_same(out, single)
@@ -335,3 +338,62 @@ def test_finisher_killed_is_taken_over(unroll_bin, big, single, tmp_path):
                    check=True, env=_env())
     _check_same(tmp_path, single)
     assert not (_items(tmp_path) / "d" / "0123").exists()
+
+
+def test_killed_share_continues_from_its_last_commit(unroll_bin, big, single, tmp_path):
+    """A share commits its database every --commit-every bytes; killed, its rerun keeps what
+    was committed (the same data files) and does only the rest."""
+    staging = tmp_path / "run" / "checkpoints.unroll-multi"
+    db = staging / "step" / "items" / "ocdbt.process_0"
+    args = _args(unroll_bin, big, tmp_path, ["-j1", "--commit-every", "256K",
+                                            "--process-count", 2, "--process-index", 0])
+    v = subprocess.Popen(args, stderr=subprocess.PIPE, env=_env())
+    progress = staging / "shares" / "0.progress"
+    deadline = time.time() + 60
+    while not progress.exists() and v.poll() is None and time.time() < deadline:
+        time.sleep(0.002)
+    v.send_signal(signal.SIGKILL)
+    v.communicate()
+    assert v.returncode == -signal.SIGKILL, "the share ended before its first commit"
+    committed = int(progress.read_text().split()[1])
+    assert committed > 0
+    kept = {p.name for p in (db / "d").iterdir()}
+    # the rerun continues (a fresh start would remove ocdbt.process_0 and redo it)
+    r = subprocess.run([a for a in args if a != "-q"], capture_output=True, text=True,
+                       env=_env())
+    assert r.returncode == 0, r.stderr
+    assert f"continuing a killed run of it (from work item {committed})" in r.stderr
+    subprocess.run(_args(unroll_bin, big, tmp_path, ["--process-count", 2, "--process-index", 1]),
+                   check=True, env=_env())
+    items = _items(tmp_path)
+    still = {p.name for p in (items / "ocdbt.process_0" / "d").iterdir()}
+    assert kept & still, (kept, still)
+    reference.compare_trees(reference.restore(items), single[1], "resumed multi-process output")
+
+
+def test_single_process_resume(unroll_bin, big, single, tmp_path):
+    """--resume: one process, resumable; a rerun continues by default once a run is staged,
+    and one with other arguments is refused."""
+    args = _args(unroll_bin, big, tmp_path, ["-j1", "--resume", "--commit-every", "256K"])
+    staging = tmp_path / "run" / "checkpoints.unroll-multi"
+    v = subprocess.Popen(args, stderr=subprocess.PIPE, env=_env())
+    deadline = time.time() + 60
+    while not (staging / "shares" / "0.progress").exists() and v.poll() is None \
+            and time.time() < deadline:
+        time.sleep(0.002)
+    v.send_signal(signal.SIGKILL)
+    v.communicate()
+    assert v.returncode == -signal.SIGKILL
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    r = subprocess.run(_args(unroll_bin, big, tmp_path, ["pure_nnx=true"]), capture_output=True,
+                       text=True, env=_env())
+    assert r.returncode == 2 and "other arguments or another input" in r.stderr, r.stderr
+    # without --resume: continued all the same, since the run is staged
+    r = subprocess.run([a for a in args if a not in ("-q", "--resume")], capture_output=True,
+                       text=True, env=_env())
+    assert r.returncode == 0, r.stderr
+    assert "continuing a killed run of it" in r.stderr, r.stderr
+    items = _items(tmp_path)
+    assert (items / "ocdbt.process_0" / "manifest.ocdbt").is_file()
+    assert not staging.exists()
+    reference.compare_trees(reference.restore(items), single[1], "resumed single-process output")

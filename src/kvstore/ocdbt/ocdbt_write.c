@@ -74,6 +74,7 @@ void ur_ocdbt_write_opts_init(ur_ocdbt_write_opts *opts)
     opts->zstd_level = 0;
     opts->seed = 0;
     opts->max_held_inline_bytes = DEFAULT_HELD_INLINE;
+    opts->resume = 0;
 }
 
 /* splitmix64: a well-mixed sequence from a seed, for reproducible ids. */
@@ -167,6 +168,11 @@ static int new_data_file(ocdbt_writer *w, ur_err *err)
         ur_free(w->files[w->n_files]);
         ur_free(path);
         return ur_err_oom(err);
+    }
+    if (ur_fs_exists(path)) { /* a resumed database's file: draw another name */
+        ur_free(w->files[w->n_files]);
+        ur_free(path);
+        return new_data_file(w, err);
     }
     rc = ur_appendfile_create(&w->cur, path, err);
     if (rc < 0) {
@@ -623,44 +629,27 @@ static int write_manifest(ocdbt_writer *w, const ur_ocdbt_version *v, const char
     return rc;
 }
 
-static int w_commit(ur_kvstore *kv, ur_err *err)
+/* Write the B+tree of w->e[0..n) (sorted, one entry per key) and then the manifest: one
+ * version, generation 1, whose tree holds exactly these entries. */
+static int write_tree_and_manifest(ocdbt_writer *w, ur_err *err)
 {
-    ocdbt_writer *w = (ocdbt_writer *)kv;
     ur_ocdbt_version v;
     witem *items = NULL;
     uint8_t *used = NULL;
     uint32_t *map = NULL;
-    size_t n_items = 0, k = 0;
+    size_t n_items = 0;
     int rc = UR_OK, is_root = 0;
     uint8_t height = 0;
     char *d = NULL;
 
-    if (w->committed) {
-        return ur_err_set(err, UR_EINTERNAL, "%s: already committed", kv->desc);
-    }
     memset(&v, 0, sizeof v);
     v.generation = 1;
     v.commit_time = now_ns();
-    /* sort by key, then write order; keep the last write of each key */
-    if (w->n > 0) {
-        qsort(w->e, w->n, sizeof *w->e, cmp_wentry);
-        for (size_t i = 0; i < w->n; i++) {
-            if (i + 1 < w->n && w->e[i].klen == w->e[i + 1].klen &&
-                memcmp(w->e[i].key, w->e[i + 1].key, w->e[i].klen) == 0) {
-                ur_free(w->e[i].key);
-                ur_free(w->e[i].value);
-                continue;
-            }
-            w->e[k++] = w->e[i];
-        }
-        w->n = k;
-    }
     if (w->n == 0) {
         static const char empty[] = "";
         v.root.offset = UINT64_MAX;
         v.root.length = UINT64_MAX;
-        rc = write_manifest(w, &v, empty, err);
-        goto done;
+        return write_manifest(w, &v, empty, err);
     }
     items = ur_calloc(w->n, sizeof *items);
     /* at most one more file appears while nodes are written per node; size generously */
@@ -694,13 +683,77 @@ static int w_commit(ur_kvstore *kv, ur_err *err)
         rc = write_manifest(w, &v, w->files[items[0].ref.file], err);
     }
 done:
-    if (rc == UR_OK) {
-        w->committed = 1;
-    }
     ur_free(d);
     ur_free(items);
     ur_free(used);
     ur_free(map);
+    return rc;
+}
+
+/* Sort by key, then write order, and keep the last write of each key: into `out` (may be
+ * w->e itself, then the dropped keys are freed); returns the count. */
+static size_t sorted_last_writes(ocdbt_writer *w, wentry *out)
+{
+    size_t k = 0;
+    if (out != w->e) {
+        memcpy(out, w->e, w->n * sizeof *out);
+    }
+    qsort(out, w->n, sizeof *out, cmp_wentry);
+    for (size_t i = 0; i < w->n; i++) {
+        if (i + 1 < w->n && out[i].klen == out[i + 1].klen &&
+            memcmp(out[i].key, out[i + 1].key, out[i].klen) == 0) {
+            if (out == w->e) {
+                ur_free(out[i].key);
+                ur_free(out[i].value);
+            }
+            continue;
+        }
+        out[k++] = out[i];
+    }
+    return k;
+}
+
+static int w_commit(ur_kvstore *kv, ur_err *err)
+{
+    ocdbt_writer *w = (ocdbt_writer *)kv;
+    int rc;
+
+    if (w->committed) {
+        return ur_err_set(err, UR_EINTERNAL, "%s: already committed", kv->desc);
+    }
+    if (w->n > 0) {
+        w->n = sorted_last_writes(w, w->e);
+    }
+    rc = write_tree_and_manifest(w, err);
+    if (rc == UR_OK) {
+        w->committed = 1;
+    }
+    return rc;
+}
+
+int ur_ocdbt_writer_snapshot(ur_kvstore *kv, ur_err *err)
+{
+    ocdbt_writer *w = (ocdbt_writer *)kv;
+    wentry *all, *view;
+    size_t n_all;
+    int rc;
+
+    if (kv == NULL || kv->ops != &writer_ops || w->committed) {
+        return ur_err_set(err, UR_EINTERNAL, "snapshot needs an uncommitted OCDBT writer");
+    }
+    view = ur_malloc((w->n ? w->n : 1) * sizeof *view);
+    if (view == NULL) {
+        return ur_err_oom(err);
+    }
+    /* the tree of a sorted copy; the writer's own entries stay as they are */
+    all = w->e;
+    n_all = w->n;
+    w->n = n_all > 0 ? sorted_last_writes(w, view) : 0;
+    w->e = view;
+    rc = write_tree_and_manifest(w, err);
+    w->e = all;
+    w->n = n_all;
+    ur_free(view);
     return rc;
 }
 
@@ -764,7 +817,7 @@ int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts
         rc = ur_err_oom(err);
         goto fail;
     }
-    if (ur_fs_exists(manifest)) {
+    if (ur_fs_exists(manifest) && !opts->resume) {
         rc = ur_err_set_os(err, UR_EINVAL, 0, manifest, "a database already exists here");
         goto fail;
     }
