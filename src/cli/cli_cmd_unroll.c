@@ -824,7 +824,7 @@ static int staged_run_exists(const char *checkpoint_dir)
         return 0;
     }
     memcpy(p, checkpoint_dir, n);
-    memcpy(p + n, UR_ORBAX_SHARE_SUFFIX "/run.txt", sizeof UR_ORBAX_SHARE_SUFFIX + 7);
+    memcpy(p + n, UR_ORBAX_SHARE_SUFFIX "/run.txt", sizeof UR_ORBAX_SHARE_SUFFIX "/run.txt");
     yes = ur_fs_exists(p);
     ur_free(p);
     return yes;

@@ -549,6 +549,24 @@ static int write_step_metadata(const ur_orbax_share *s, ur_err *err)
     return rc;
 }
 
+/* Remove the staging directory of a published run: first renamed, in one step, to the name
+ * of a dead run's publication staging (`<C>.<pid>.unroll-tmp`, which the next run to C
+ * removes under its lock if this removal is cut short), so that a kill meanwhile never
+ * leaves a half-removed run that looks staged. */
+static void remove_staging(const ur_orbax_share *s)
+{
+    char *trash = ur_malloc(strlen(s->dest) + 40);
+    ur_err ignored;
+    if (trash == NULL) {
+        return;
+    }
+    snprintf(trash, strlen(s->dest) + 40, "%s.%ld.unroll-tmp", s->dest, (long)getpid());
+    if (rename(s->staging, trash) == 0) {
+        ur_fs_remove_tree(trash, &ignored); /* the claim goes with it */
+    }
+    ur_free(trash);
+}
+
 /* Move the finished step into place as C/0 (unroll/orbax_publish.h) and remove the staging
  * directory. */
 static int publish(ur_orbax_share *s, const volatile sig_atomic_t *cancel, char **published_to,
@@ -573,8 +591,7 @@ static int publish(ur_orbax_share *s, const volatile sig_atomic_t *cancel, char 
     }
     ur_orbax_publish_abort(pub);
     if (rc == UR_OK) {
-        ur_err ignored;
-        ur_fs_remove_tree(s->staging, &ignored); /* the claim goes with it */
+        remove_staging(s);
     }
     return rc;
 }
@@ -582,7 +599,14 @@ static int publish(ur_orbax_share *s, const volatile sig_atomic_t *cancel, char 
 static int finish(ur_orbax_share *s, const volatile sig_atomic_t *cancel, char **published_to,
                   ur_err *err)
 {
-    int rc = clear_finish(s, err);
+    int rc;
+    if (!ur_fs_is_dir(s->step)) {
+        /* published by a finisher killed before it removed the staging directory */
+        *published_to = ur_strdup(s->dest);
+        remove_staging(s);
+        return *published_to != NULL ? UR_OK : ur_err_oom(err);
+    }
+    rc = clear_finish(s, err);
     if (rc == UR_OK) {
         rc = write_item_metadata(s, err); /* first: it checks the shares agree */
     }

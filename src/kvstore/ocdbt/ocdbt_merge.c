@@ -109,8 +109,12 @@ static int add_leaf_entry(collector *c, const ur_ocdbt_btree_node *n,
         c->n--;
         return ur_err_oom(err);
     }
-    memcpy(m->key, c->prefix.data, c->prefix.len);
-    memcpy(m->key + c->prefix.len, n->keys + e->key_off, e->key_len);
+    if (c->prefix.len > 0) {
+        memcpy(m->key, c->prefix.data, c->prefix.len);
+    }
+    if (e->key_len > 0) {
+        memcpy(m->key + c->prefix.len, n->keys + e->key_off, e->key_len);
+    }
     m->child = c->child;
     m->len = e->value_len;
     m->indirect = e->indirect;
@@ -223,7 +227,7 @@ static int value_of(ur_kvstore *kv, const mentry *e, ur_buf *out, ur_err *err)
     int rc;
     out->len = 0;
     if (!e->indirect) {
-        return ur_buf_append(out, e->value, (size_t)e->len, err);
+        return e->len > 0 ? ur_buf_append(out, e->value, (size_t)e->len, err) : UR_OK;
     }
     if (memchr(e->key, '\0', e->klen) != NULL) {
         return ur_err_set(err, UR_EUNSUPPORTED, "a key holding a NUL byte is in two databases");
