@@ -26,7 +26,7 @@ import pytest
 import tensorstore as ts
 
 import reference
-from test_kill import BIG, _cached_fixture
+from test_kill import BIG, CONFIG, _cached_fixture
 from test_kill import _args as _kill_args
 
 from orbax.checkpoint._src.serialization import ocdbt_utils
@@ -403,3 +403,28 @@ def test_single_process_resume(unroll_bin, big, single, tmp_path):
     assert (items / "ocdbt.process_0" / "manifest.ocdbt").is_file()
     assert not staging.exists()
     reference.compare_trees(reference.restore(items), single[1], "resumed single-process output")
+
+
+@pytest.mark.parametrize("launcher", ["slurm-tasks", "pmi", "kubernetes"])
+def test_other_launcher_variables(unroll_bin, make_fixture, launcher, tmp_path):
+    """srun (SLURM_PROCID/SLURM_NTASKS), PMI launchers (PMI_RANK/PMI_SIZE) and Kubernetes
+    Indexed Jobs (JOB_COMPLETION_INDEX + --process-count): 2 processes, on a small input,
+    against `unroll verify`."""
+    info = make_fixture("linen")
+    procs = []
+    for i in range(2):
+        env, extra = {"slurm-tasks": ({"SLURM_PROCID": i, "SLURM_NTASKS": 2}, []),
+                      "pmi": ({"PMI_RANK": i, "PMI_SIZE": 2}, []),
+                      "kubernetes": ({"JOB_COMPLETION_INDEX": i}, ["--process-count", 2])}[launcher]
+        procs.append(subprocess.Popen(_args(unroll_bin, info, tmp_path, extra),
+                                      stderr=subprocess.PIPE, env=_env(**env)))
+    _wait_all(procs)
+    items = _items(tmp_path)
+    assert (items / "ocdbt.process_1" / "manifest.ocdbt").is_file()
+    cfg = info.config
+    r = subprocess.run([str(unroll_bin), "verify", "-q", str(info.items), str(items),
+                        str(CONFIG), f"base_num_decoder_layers={cfg['num_decoder_layers']}",
+                        f"param_scan_axis={cfg['param_scan_axis']}", "pure_nnx=false",
+                        f"decoder_block={cfg['decoder_block']}"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
