@@ -33,6 +33,7 @@ struct ur_orbax_share {
     char *input;    /* from run.txt's "input " line */
     int count, index;
     int claim_fd;
+    int share_fd; /* shares/<index>.lock, held while this share runs */
 };
 
 static int64_t now_ns(void)
@@ -49,6 +50,9 @@ void ur_orbax_share_close(ur_orbax_share *s)
     }
     if (s->claim_fd >= 0) {
         close(s->claim_fd); /* releases the flock */
+    }
+    if (s->share_fd >= 0) {
+        close(s->share_fd);
     }
     ur_free(s->dest);
     ur_free(s->staging);
@@ -82,6 +86,7 @@ static int share_new(ur_orbax_share **out, const char *dest, ur_err *err)
         return ur_err_oom(err);
     }
     s->claim_fd = -1;
+    s->share_fd = -1;
     while (n > 1 && dest[n - 1] == '/') {
         n--;
     }
@@ -248,11 +253,37 @@ static uint64_t saved_progress(const ur_orbax_share *s)
     return v;
 }
 
+/* Hold shares/<index>.lock while the share runs: the same index started twice (a launcher
+ * misconfigured, a rerun while the first still runs) would write one database twice. */
+static int lock_share(ur_orbax_share *s, ur_err *err)
+{
+    char *p = ur_path_joinf(s->staging, "shares/%d.lock", s->index);
+    int fd, rc = UR_OK;
+    if (p == NULL) {
+        return ur_err_oom(err);
+    }
+    fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = ur_err_set_os(err, UR_EIO, errno, p, "cannot open");
+    } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        rc = ur_err_set(err, UR_EIO, "%s: share %d is being run by another process", p,
+                        s->index);
+    } else {
+        s->share_fd = fd;
+    }
+    ur_free(p);
+    return rc;
+}
+
 int ur_orbax_share_begin(ur_orbax_share *s, const char **meta_dir, uint64_t *resume_from,
                          ur_err *err)
 {
     char *p = done_path(s, s->index), *prog = progress_path(s);
-    int rc = p != NULL && prog != NULL ? ur_fs_remove_tree(p, err) : ur_err_oom(err);
+    int rc = p != NULL && prog != NULL ? lock_share(s, err) : ur_err_oom(err);
+    if (rc == UR_OK) {
+        rc = ur_fs_remove_tree(p, err);
+    }
     *resume_from = rc == UR_OK ? saved_progress(s) : 0;
     if (rc == UR_OK && *resume_from == 0) {
         rc = ur_fs_remove_tree(prog, err);
@@ -337,7 +368,9 @@ static int claim(ur_orbax_share *s, int force, int *won, ur_err *err)
         rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot open");
         goto out;
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    /* the creator waits out a process that locked the fresh, still empty file for a moment
+     * (it lets go at once, seeing it empty) */
+    if (flock(fd, fresh ? LOCK_EX : LOCK_EX | LOCK_NB) != 0) {
         close(fd); /* another process is finishing */
         goto out;
     }

@@ -428,3 +428,21 @@ def test_other_launcher_variables(unroll_bin, make_fixture, launcher, tmp_path):
                         f"decoder_block={cfg['decoder_block']}"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_same_index_twice_is_refused(unroll_bin, make_fixture, tmp_path):
+    """Two processes given the same index (a launcher misconfigured): the second is refused
+    rather than writing the same database."""
+    import fcntl
+    info = make_fixture("linen")
+    subprocess.run(_args(unroll_bin, info, tmp_path, ["--process-count", 2, "--process-index", 1]),
+                   check=True, env=_env())
+    lock = tmp_path / "run" / "checkpoints.unroll-multi" / "shares" / "0.lock"
+    with open(lock, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)   # as a running share 0 holds it
+        r = subprocess.run(_args(unroll_bin, info, tmp_path, ["--process-count", 2,
+                                                             "--process-index", 0]),
+                           capture_output=True, text=True, env=_env())
+    assert r.returncode == 3, r.stderr
+    assert "share 0 is being run by another process" in r.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()
