@@ -245,6 +245,9 @@ def test_missing_share_is_refused_then_rerun(unroll_bin, big, single, tmp_path):
     assert rc == 0, text
     assert "share 2: not complete" in text and "share 3: complete" in text, text
     assert "3 of 4 shares complete" in text
+    r = subprocess.run([str(unroll_bin), "inspect", str(tmp_path / "run" / "checkpoints")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "share 2: not complete" in r.stdout, r.stdout + r.stderr
 
     r = subprocess.run([str(unroll_bin), "merge", str(tmp_path / "run" / "checkpoints")],
                        capture_output=True, text=True)
