@@ -62,7 +62,7 @@ _unroll()
         ;;
     *)
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-n --dry-run -q --quiet -j --threads --memory-limit --process-count --process-index --resume --commit-every -h --help -V --version" -- "$cur"))
+            COMPREPLY=($(compgen -W "-n --dry-run -q --quiet -j --threads --memory-limit --process-count --process-index --resume --commit-every --replace -h --help -V --version" -- "$cur"))
         elif ((nonopt == 0)); then
             COMPREPLY=($(compgen -W "verify inspect ls merge" -- "$cur"))
             COMPREPLY+=($(compgen -f -X '!*.y*ml' -- "$cur") $(compgen -d -- "$cur"))

@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # Install what building and testing unroll needs, only what is missing (idempotent, fast
 # when everything is there). Debian, as root (or with sudo).
-#   scripts/setup.sh            build dependencies (compiler, cmake, libzstd, cJSON, libyaml)
-#   scripts/setup.sh --tests    also cmocka, valgrind, gdb and the Python interop stack in .venv
+#   scripts/setup.sh            build dependencies (compiler, cmake, libzstd, cJSON, libyaml,
+#                               libcurl and OpenSSL for s3:// and gs://)
+#   scripts/setup.sh --tests    also cmocka, valgrind, gdb, the clang toolchain of scripts/lint.sh
+#                               and scripts/format.sh, and the Python interop stack in .venv
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_tests=0
 [ "${1:-}" = "--tests" ] && want_tests=1
 
-pkgs=(gcc make cmake pkg-config libzstd-dev libcjson-dev libyaml-dev zlib1g-dev)
+pkgs=(gcc make cmake pkg-config libzstd-dev libcjson-dev libyaml-dev zlib1g-dev
+      libcurl4-openssl-dev libssl-dev)
 if [ "$want_tests" = 1 ]; then
   # openmpi-bin: mpirun launches the multi-process tests (tests/interop/test_multiprocess.py)
   pkgs+=(libcmocka-dev python3-venv valgrind gdb time openmpi-bin)
+  # clang beside gcc (scripts/lint.sh) and the formatter: 16 is the oldest clang-format that
+  # reads .clang-format (AlignTrailingComments Kind), and Debian 12 ships it.
+  pkgs+=(clang-16 clang-tidy-16 clang-format-16)
 fi
 
 missing=()

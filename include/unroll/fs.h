@@ -115,5 +115,9 @@ int ur_fs_file_size(const char *path, uint64_t *size_out, ur_err *err);
  * created on (statvfs of its nearest existing ancestor; `path` need not exist). UR_EIO
  * naming the ancestor when it cannot be queried. */
 int ur_fs_free_space(const char *path, uint64_t *free_out, ur_err *err);
+/* Refuse, before anything is written, an output of up to `need` bytes that may not fit where
+ * `path` will be created: UR_EIO with ENOSPC naming `path` and both sizes (or the error of
+ * ur_fs_free_space). */
+int ur_fs_space_check(const char *path, uint64_t need, ur_err *err);
 
 #endif

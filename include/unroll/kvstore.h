@@ -41,6 +41,16 @@ int ur_kvstore_read_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvsto
                          ur_err *err);
 void ur_kvstore_view_release(ur_kvstore_view *v);
 
+/* As ur_kvstore_read_view, for the `len` bytes at `offset` of the value: mapped where the store
+ * keeps it in a file and the range is large, else read into memory (object stores: downloaded
+ * with one ranged request). UR_ECORRUPT when the value is shorter. Release with
+ * ur_kvstore_view_release. */
+int ur_kvstore_read_view_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len,
+                               ur_kvstore_view *v, ur_err *err);
+
+/* As ur_kvstore_prefetch for `len` bytes at `offset` of the value. */
+void ur_kvstore_prefetch_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len);
+
 /* Hint that the value of `key` will be read soon: where it lives in a file, start reading up
  * to `max_bytes` of it into the page cache in the background. Best effort: no errors, and a
  * no-op for stores in memory. */
@@ -79,8 +89,38 @@ int ur_kvstore_file_open(ur_kvstore **out, const char *root, int writable, ur_er
 int ur_kvstore_mem_new(ur_kvstore **out, ur_err *err);
 void ur_kvstore_mem_fail_at(ur_kvstore *kv, unsigned fail_read_at, unsigned fail_write_at);
 
-/* Open `dir` for reading as Orbax and TensorStore would: an OCDBT database when
- * `dir/manifest.ocdbt` exists, otherwise a plain directory. */
-int ur_kvstore_open_auto(ur_kvstore **out, const char *dir, ur_err *err);
+/* ---- Locations: one entry point for every store (src/kvstore/kvstore_url.c) ----
+ *
+ * A location is what a user writes where unroll takes a path:
+ *   - a local path ("ckpt/items", "/abs/dir")            -> the file store (kvstore_file);
+ *   - "s3://bucket[/prefix]"                              -> the S3 driver (src/kvstore/s3/);
+ *   - "gs://bucket[/prefix]"                              -> the GCS driver (src/kvstore/gcs/),
+ *     looked up in the scheme table of kvstore_url.c: a build without it says so (UR_EUNSUPPORTED);
+ *   - any other "scheme://..." is refused (UR_EINVAL, exit 2), never taken as a local directory.
+ * Keys of an object-store handle are relative to the prefix, as for a directory. */
+
+/* Kinds of location. */
+typedef enum { UR_LOC_LOCAL = 0, UR_LOC_S3 = 1, UR_LOC_GCS = 2 } ur_kvstore_loc_kind;
+
+/* Classify `location`; UR_EINVAL (naming it) for an unknown "scheme://" or a malformed URL
+ * ("s3://" without a bucket). Returns the kind (>= 0) or a negative code. */
+int ur_kvstore_location_kind(const char *location, ur_err *err);
+
+/* 1 when `location` names an object store (s3:// or gs://), else 0. No validation. */
+int ur_kvstore_location_is_remote(const char *location);
+
+/* Open the store at `location` (see above). writable: 1 to write (a directory is created; an
+ * object-store prefix needs no creation), 0 to read. UR_ENOTFOUND: a local directory that is
+ * not there. */
+int ur_kvstore_open_url(ur_kvstore **out, const char *location, int writable, ur_err *err);
+
+/* The signature of an object-store driver's open function in the scheme table: `bucket` and
+ * `prefix` ("" or without leading/trailing '/') split from the location. */
+typedef int (*ur_kvstore_remote_open_fn)(ur_kvstore **out, const char *bucket,
+                                         const char *prefix, int writable, ur_err *err);
+
+/* Delete `key` (writers of object stores, the file store): removing an absent key is not an
+ * error. UR_EINTERNAL where the store cannot delete. */
+int ur_kvstore_delete(ur_kvstore *kv, const char *key, ur_err *err);
 
 #endif

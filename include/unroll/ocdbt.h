@@ -41,10 +41,23 @@ void ur_ocdbt_write_opts_init(ur_ocdbt_write_opts *opts);
 /* Open the database in directory `dir` for reading (latest version). */
 int ur_ocdbt_open(ur_kvstore **out, const char *dir, ur_err *err);
 
+/* Open the database whose files are the keys of `base` (manifest.ocdbt, d/..., as TensorStore
+ * layers its OCDBT driver on a base kvstore): every byte is read through `base`, mapped where
+ * it maps large ranges (the file store), downloaded where it cannot (object stores). With
+ * take_base the reader owns `base` (closed with it, also when opening fails). `name` is the
+ * location for messages. */
+int ur_ocdbt_open_kv(ur_kvstore **out, ur_kvstore *base, int take_base, const char *name,
+                     ur_err *err);
+
 /* Create a new database in directory `dir` (created if missing; must not already hold a
  * manifest). Returns a write-only kvstore; ur_kvstore_commit writes the tree and manifest. */
 int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts *opts,
                     ur_err *err);
+
+/* Open the location `dir` (a path, s3://, gs://; see ur_kvstore_open_url) for reading as Orbax
+ * and TensorStore would: an OCDBT database when it holds manifest.ocdbt, otherwise the plain
+ * store. (Here, not in kvstore.h: it needs the OCDBT layer above the kvstore.) */
+int ur_kvstore_open_auto(ur_kvstore **out, const char *dir, ur_err *err);
 
 /* Bytes of inline values a writer from ur_ocdbt_create holds now (0 for another kvstore):
  * never more than its max_held_inline_bytes. */

@@ -21,6 +21,7 @@
 #include "unroll/err.h"
 #include "unroll/kvstore.h"
 #include "unroll/ocdbt.h"
+#include "unroll/sink.h"
 #include "unroll/zarr.h"
 
 #include <stddef.h>
@@ -68,19 +69,23 @@ typedef enum {
 typedef struct ur_orbax_sharding {
     ur_orbax_sharding_kind kind;
     const char *device_str; /* SINGLE_DEVICE: "cpu:0", "cuda:0", ... */
-    /* NAMED: the mesh. Shape entries are as stored (-1 is legal: numpy reshape infers it). */
+    /* NAMED: the mesh. Shape entries are as stored (-1 is legal: numpy reshape infers it).
+     * The arrays have mesh_rank entries (at least one) and are owned like the strings. */
     int mesh_rank;
-    int64_t mesh_shape[UR_MAX_RANK];
-    const char *mesh_axis_names[UR_MAX_RANK];
-    const char *mesh_axis_types[UR_MAX_RANK]; /* "AxisType.Auto" ...; all NULL when absent */
-    int has_device_mesh;                      /* an explicit device_mesh was stored */
+    const int64_t *mesh_shape;
+    const char *const *mesh_axis_names;
+    const char *const *mesh_axis_types; /* "AxisType.Auto" ...; NULL or all NULL when absent */
+    int has_device_mesh;                /* an explicit device_mesh was stored */
     /* NAMED: partition spec, one entry per array dim (may be shorter than the array's rank:
-     * trailing dims unsharded). NULL = None; several mesh axes on one dim are joined by ','. */
+     * trailing dims unsharded). NULL = None; several mesh axes on one dim are joined by ','.
+     * spec_rank entries (NULL when 0). */
     int spec_rank;
-    const char *spec[UR_MAX_RANK];
+    const char *const *spec;
 } ur_orbax_sharding;
 
-/* One entry of `_METADATA.tree_metadata`, in tree order (Orbax's sort by key path). */
+/* One entry of `_METADATA.tree_metadata`, in tree order (Orbax's sort by key path). The shape
+ * arrays have as many entries as their rank (NULL when it is 0 or -1), so that a checkpoint of
+ * 100,000 leaves costs about as much memory as its _METADATA. */
 typedef struct ur_orbax_leaf {
     const char *keypath;     /* the tree_metadata key: "('params', 'decoder', ...)" */
     size_t depth;            /* number of key components */
@@ -90,17 +95,17 @@ typedef struct ur_orbax_leaf {
     const char *value_type_name; /* as stored */
     int skip_deserialize;
     int write_shape_rank;    /* -1 when value_metadata has no write_shape */
-    uint64_t write_shape[UR_MAX_RANK];
+    const uint64_t *write_shape;
     ur_orbax_sharding sharding;
     /* Filled from the array's zarr metadata when the checkpoint is opened (has_array = 1). */
     int has_array;
     ur_dtype dtype;
     int rank;
-    uint64_t shape[UR_MAX_RANK];
-    uint64_t chunk_shape[UR_MAX_RANK]; /* read unit (inner chunk for zarr3 sharding) */
+    const uint64_t *shape;
+    const uint64_t *chunk_shape; /* read unit (inner chunk for zarr3 sharding) */
     /* From array_metadatas/process_0 (chunk_shape_rank -1 when not listed there). */
     int array_meta_chunk_rank;
-    uint64_t array_meta_chunk_shape[UR_MAX_RANK];
+    const uint64_t *array_meta_chunk_shape;
     const char *random_key_impl; /* ext_metadata.random_key_impl (PRNG keys), else NULL */
     const char *string_value;    /* STRING leaves: the value from _strings.json, else NULL */
 } ur_orbax_leaf;
@@ -162,9 +167,6 @@ const ur_orbax_leaf *ur_orbax_ckpt_leaf(const ur_orbax_ckpt *ck, size_t i);
 int ur_orbax_ckpt_find(const ur_orbax_ckpt *ck, const char *name, const ur_orbax_leaf **out,
                        ur_err *err);
 
-/* The kvstore the arrays live in (borrowed; OCDBT or the item directory). */
-ur_kvstore *ur_orbax_ckpt_kvstore(ur_orbax_ckpt *ck);
-
 /* Open a leaf's zarr array (format from use_zarr3). Scalars are 0-d arrays. The caller closes
  * it with ur_zarr_array_close before closing the checkpoint. A missing chunk reads as the fill
  * value only when _METADATA does not say store_array_data_equal_to_fill_value (else it is
@@ -222,6 +224,16 @@ int ur_orbax_writer_add_array(ur_orbax_writer *w, const ur_orbax_key *path, size
                               ur_dtype dtype, int rank, const uint64_t *shape,
                               const uint64_t *chunk_shape, const char *const *spec,
                               ur_zarr_array **arr_out, ur_err *err);
+/* ur_orbax_writer_add_array in two steps, for writers that encode on many threads:
+ * prepare makes the array's handle (thread-safe, writes nothing: it can encode chunks and
+ * write them); publish, once its chunks are written, adds the leaf and writes the array's
+ * metadata (one thread at a time). The caller closes the handle after publishing. */
+int ur_orbax_writer_prepare_array(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
+                                  ur_dtype dtype, int rank, const uint64_t *shape,
+                                  const uint64_t *chunk_shape, ur_zarr_array **arr_out,
+                                  ur_err *err);
+int ur_orbax_writer_publish_array(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
+                                  const char *const *spec, ur_zarr_array *arr, ur_err *err);
 /* Close an array from ur_orbax_writer_add_array once every chunk of it is written, so that a
  * checkpoint of 100,000 arrays does not hold 100,000 handles until commit (its metadata stays
  * with the writer). Cheap when arrays are finished in the order they were added. */
@@ -254,5 +266,10 @@ int ur_orbax_writer_snapshot(ur_orbax_writer *w, ur_err *err);
 
 /* Remove the temporary directory and free. NULL-safe. */
 void ur_orbax_writer_abort(ur_orbax_writer *w);
+
+/* The writer as an output sink (unroll/sink.h; orbax_sink.c): arrays are prepared when begun
+ * and published when finished, replicated (`_sharding` spec all None); the sink's finish
+ * commits the writer and abort aborts it. `w` stays the caller's until one of them. */
+void ur_orbax_sink_init(ur_sink *sink, ur_orbax_writer *w);
 
 #endif

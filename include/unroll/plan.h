@@ -186,7 +186,8 @@ typedef enum {
     UR_PLAN_LAYOUT_LORA_NNX    /* params/... adapter (single-nested) */
 } ur_plan_layout;
 
-/* A scanned group decoder/<name>. Plain (cycle 1): slice i of a leaf decoder/<name>/R is
+/* A scanned group decoder/<name>, as a layout family (src/plan/family_*.c) sets it up.
+ * Plain (cycle 1): slice i of a leaf decoder/<name>/R is
  * decoder/<name>_<i>/R. Blocks of `cycle` = K sub-layers (decoder/<name>/layers_<j>/R or
  * .../layer_<j>/R): slice b of sub-layer j is decoder/<out_name>_<first_out + b*K + j>/R. */
 typedef struct {
@@ -220,19 +221,6 @@ typedef struct {
     size_t n_groups;
     ur_plan_group groups[2];
     ur_plan_summary summary;
-    /* gemma3: decoder/layers_remainder/layers_<j>/R (unscanned) is copied to
-     * decoder/layers_<remainder_first + j>/R for j < n_remainder. */
-    int64_t n_remainder;
-    int64_t remainder_first;
-    /* Pipeline stacks (unrolled, ici * dcn pipeline parallelism = stages > 1): a leaf
-     * decoder/pipeline_module/layers/<stage>/R has shape [repeats (when > 1), stages, ...];
-     * <stage> is the layer itself (layers_per_stage 1), scanned_layers/ (scan_layers_per_stage:
-     * a layers_per_stage axis at param_scan_axis of the stage leaf) or layers_<j>/. Global
-     * layer (r * stages + s) * layers_per_stage + j -> decoder/layers_<global>/R; the group
-     * decoder/layers_outside_pipeline follows from pipeline_parallel_layers on. */
-    int pipelined;
-    int64_t pipe_repeats, pipe_stages, pipe_lps;
-    int pipe_scanned;
 } ur_plan;
 
 /* The scan (layer) axis of a leaf: the axis whose spec entry names layers_per_stage, layers
@@ -248,8 +236,9 @@ int ur_plan_scan_axis(const ur_plan_leaf *leaf, const ur_settings *s);
  * gemma4 -> scanned_blocks/{local_layers (block axis at param_scan_axis, the nested scan's 5
  * local layers right after it), global_layer} (block b: layers 6b..6b+4, 6b+5) +
  * layers_remainder/local_layers (N % 6); pipeline parallelism (ici * dcn pipeline > 1) ->
- * decoder/pipeline_module + layers_outside_pipeline (see ur_plan.pipelined);
+ * decoder/pipeline_module + layers_outside_pipeline (src/plan/family_pipeline.c);
  * inhomogeneous_layer_cycle_interval K > 1 -> blocks of K in decoder/layers; else layers.
+ * Each family is a descriptor of its own, src/plan/family_<name>.c, chosen in family.c.
  * UR_EINVAL: a full-state input without opt_state, a missing layer group, a leaf whose
  * layer axis length differs from its group's layer count (message names leaf, shape, axis
  * and expected length), a leaf of a block group outside layers_<j>/layer_<j> (j < K), a

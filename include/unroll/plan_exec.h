@@ -1,18 +1,26 @@
-/* Running a plan: stream every kept input tensor chunk by chunk into the output checkpoint.
+/* Running a plan: stream every kept input tensor chunk by chunk into an output sink.
  *
  * The unit of work is one input chunk (the zarr read unit). A worker decodes it, splits it
  * into the per-layer output chunks (or casts it, for a copied leaf) with the tensor kernel,
- * and encodes them; output chunking is the input chunking with the layer axis removed, so
- * every input chunk yields whole output chunks and nothing is held across chunks. Workers
- * run on a thread pool; their results are written in a fixed order, so the output does not
- * depend on the thread count. Peak memory is about threads × (one input chunk + its output
- * chunks, raw and encoded), and the thread count is lowered to fit the memory limit. */
+ * and has the sink encode them; output chunking is the input chunking with the layer axis
+ * removed, so every input chunk yields whole output chunks and nothing is held across chunks.
+ * Workers run on a thread pool; their results are written in a fixed order, so the output does
+ * not depend on the thread count. The memory limit is split evenly between the threads (the
+ * thread count is not lowered): a chunk larger than a thread's share is streamed in slabs that
+ * fit it. A leaf is set up when its first chunk is taken and released when its last is
+ * written, so memory does not grow with the number of leaves.
+ *
+ * Layout: exec_sched.c (ordered-commit scheduler and memory budget, knows nothing of
+ * checkpoints), exec_kernel.c (items, casting and splitting), plan_exec.c (leaves through the
+ * scheduler into the sink); unroll/sink.h is the sink interface, ur_orbax_sink_init the Orbax
+ * writer's. */
 #ifndef UNROLL_PLAN_EXEC_H
 #define UNROLL_PLAN_EXEC_H
 
 #include "unroll/err.h"
 #include "unroll/orbax.h"
 #include "unroll/plan.h"
+#include "unroll/sink.h"
 
 #include <signal.h>
 #include <stdint.h>
@@ -27,8 +35,10 @@ typedef struct ur_exec_opts {
      * their next work item and the run fails with "interrupted". */
     const volatile sig_atomic_t *cancel;
     /* Multi-process runs (unroll/orbax_share.h): with process_count > 1 only this process's
-     * share of the work items is run (see ur_exec_share_range); every output array is still
-     * created, so each process's metadata is complete. 0 or 1: all of it. */
+     * share of the work items is run (see ur_exec_share_range); the output arrays of the
+     * leaves outside it (or written before resume_from) are begun and finished without
+     * chunks, in plan order, so each process's metadata is complete and the same. 0 or 1:
+     * all of it. */
     int process_count;
     int process_index;
     /* Bytes of input one worker's slab may take; 0: memory_limit / threads. The output chunk
@@ -70,6 +80,11 @@ typedef struct ur_exec_stats {
  * commits on success and aborts on failure. Errors name the input or output tensor. */
 int ur_plan_exec_run(const ur_plan *plan, ur_orbax_ckpt *in, ur_orbax_writer *w,
                      const ur_exec_opts *opts, ur_exec_stats *stats, ur_err *err);
+
+/* The same into any sink (unroll/sink.h): the sink's leaves are added, its arrays begun,
+ * written and finished; the caller finishes (or aborts) the sink. */
+int ur_plan_exec_run_sink(const ur_plan *plan, ur_orbax_ckpt *in, const ur_sink *sink,
+                          const ur_exec_opts *opts, ur_exec_stats *stats, ur_err *err);
 
 /* A run of equal chunks in plan order (one input tensor's). */
 typedef struct ur_exec_chunks {

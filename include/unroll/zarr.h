@@ -87,6 +87,9 @@ typedef struct ur_zarr_spec {
     uint64_t shape[UR_MAX_RANK];
     uint64_t chunk_shape[UR_MAX_RANK];
     int zstd_level; /* as TensorStore's default when 0 is not meant: see zarr_codec_zstd.c */
+    /* 1: create writes nothing (the handle only encodes and writes chunks) until
+     * ur_zarr_array_write_meta; such a create is thread-safe. */
+    int defer_meta;
 } ur_zarr_spec;
 
 /* Write the metadata for a new array under `prefix` and return a handle for its chunks.
@@ -94,6 +97,9 @@ typedef struct ur_zarr_spec {
  * inner chunk per shard (bytes + zstd inside); zarr2 as a `.zarray` with zstd. */
 int ur_zarr_array_create(ur_zarr_array **out, ur_kvstore *kv, const char *prefix,
                          const ur_zarr_spec *spec, ur_err *err);
+
+/* Write the metadata of an array created with defer_meta. */
+int ur_zarr_array_write_meta(ur_zarr_array *arr, ur_err *err);
 
 /* Encode one full chunk (chunk_bytes of dense C-order data; the part past the array's edge
  * is padding and may hold anything) into `out` as it is stored. Pure and thread-safe. */

@@ -50,15 +50,9 @@ int cli_cmd_merge(int argc, char **argv);
  * Open MPI, PMI, Kubernetes JOB_COMPLETION_INDEX); *count 1 when none. Returns -1 to go on,
  * else an exit status (a usage error was printed). *source names where it came from. */
 int cli_multi_resolve(int opt_count, int opt_index, int *count, int *index, const char **source);
-/* The text of run.txt (unroll/orbax_share.h) for a run: process count, slab budget, the
- * input (resolved) and the CRC-32C of its manifest.ocdbt and _METADATA, the config
- * (resolved) and the overrides in order. */
 /* `unroll ls` / `inspect` on a multi-process run not yet published (its staging directory
  * `<C>.unroll-multi`, or C while only that exists): print which shares are complete and
  * return the exit status; -1 when `path` is not such a run. */
 int cli_multi_show_status(const char *path);
-int cli_multi_run_text(ur_buf *out, int count, uint64_t slab_budget, const char *input,
-                       const char *config, const char *const *overrides, size_t n_overrides,
-                       ur_err *err);
 
 #endif

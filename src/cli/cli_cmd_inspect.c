@@ -186,13 +186,16 @@ static int default_scan_axis(const ur_orbax_leaf *l)
         return -1;
     }
     memset(&s, 0, sizeof s);
-    s.param_scan_axis = 1;
+    /* a training state's non-parameter variables are stacked on axis 0 (plan.c is_aux) */
+    s.param_scan_axis = l->depth > 0 && strcmp(l->path[0].key, "nnx_aux") == 0 ? 0 : 1;
     s.axis_rules = rules;
     s.n_axis_rules = 1;
     memset(&p, 0, sizeof p);
     p.dtype = l->dtype;
     p.rank = (size_t)l->rank;
-    memcpy(p.shape, l->shape, sizeof p.shape);
+    if (p.rank > 0) { /* l->shape has rank entries */
+        memcpy(p.shape, l->shape, p.rank * sizeof p.shape[0]);
+    }
     p.has_spec = l->sharding.kind == UR_ORBAX_SHARDING_NAMED;
     for (int d = 0; d < l->sharding.spec_rank && d < UR_MAX_RANK; d++) {
         p.spec[d] = l->sharding.spec[d];
@@ -218,7 +221,7 @@ static int inspect_leaf(ur_orbax_ckpt *ck, const ur_orbax_leaf *l, int hash, cJS
         if (rc == UR_OK && hash) {
             rc = hash_array(arr, &digest, err);
         }
-        if (rc < 0) {
+        if (rc != UR_OK) {
             ur_err_wrap(err, "array '%s'", l->name);
             goto out;
         }

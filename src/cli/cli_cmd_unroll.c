@@ -1,23 +1,17 @@
 /* `unroll path/to/base.yml key=value ...`: the MaxText-style conversion.
  *
- * Reads the config as MaxText's pyconfig does, opens the input checkpoint, builds the plan
- * (what is kept, dropped, and split per layer), and runs it into a staging directory beside
- * the checkpoint directory. Only when everything (base and every LoRA adapter) is complete are
- * its units moved into place, replacing the earlier ones and nothing else
- * (unroll/orbax_publish.h: lock, staging, overlap, publication). */
+ * Parses the command line, catches the stop signals, calls ur_plan_run (unroll/plan_run.h:
+ * the config read as MaxText's pyconfig reads it, the plan, the run into a staging
+ * directory, the publication of every unit at once), prints the plans of a dry run, the
+ * progress and the summary, and maps an error to an exit status. */
 #define _POSIX_C_SOURCE 200809L
 #define _GNU_SOURCE /* environ */
 #include "cli.h"
 
 #include "unroll/alloc.h"
-#include "unroll/fs.h"
-#include "unroll/orbax.h"
-#include "unroll/orbax_publish.h"
 #include "unroll/orbax_share.h"
-#include "unroll/plan.h"
-#include "unroll/plan_exec.h"
+#include "unroll/plan_run.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -28,6 +22,7 @@
 
 typedef struct {
     int dry_run;
+    int replace; /* --replace: an object-store destination's objects are deleted first */
     int quiet;
     int threads;
     uint64_t memory_limit;
@@ -37,18 +32,12 @@ typedef struct {
     int opt_process_count; /* 0: not given */
     int opt_process_index; /* -1: not given */
     int resume;            /* --resume: a single process, resumable (as share 0 of 1) */
+    uint64_t commit_every; /* --commit-every; 0: the default */
     /* resolved (cli_multi_resolve); a share of a multi-process run when process_count > 1 */
     int process_count;
     int process_index;
     const char *process_source;
-    const char *share_meta_dir; /* set while a share runs */
-    ur_orbax_share *share;      /* set while a share runs */
-    uint64_t resume_from;       /* a share continued from its saved progress (0: afresh) */
-    uint64_t commit_every;      /* bytes of input between snapshots of a share; 0: default */
 } unroll_args;
-
-/* A share's database is snapshotted every this many bytes of input (--commit-every). */
-#define DEFAULT_COMMIT_EVERY ((uint64_t)1 << 30)
 
 static void usage(FILE *f)
 {
@@ -66,6 +55,7 @@ static void usage(FILE *f)
           "first_num_dense_layers, logical_axis_rules, lora_input_adapters_path,\n"
           "checkpoint_storage_use_ocdbt, checkpoint_storage_use_zarr3, ...\n"
           "Output: <base_output_directory>/<run_name>/checkpoints/0 (only it is replaced).\n"
+          "Paths may be local, s3://bucket/prefix or gs://bucket/prefix (object stores).\n"
           "\n"
           "subcommands:\n"
           "  verify                 check an unrolled checkpoint against the scanned one\n"
@@ -77,9 +67,12 @@ static void usage(FILE *f)
           "options (a value may also be attached: -j2, --threads=2, --memory-limit=4G):\n"
           "  -n, --dry-run          print the plan (kept, dropped, split leaves; bytes) and stop\n"
           "  -q, --quiet            no progress and no summary\n"
-          "  -j, --threads N        worker threads (default: one per core)\n"
+          "  -j, --threads N        worker threads (default: one per core; 16 when reading\n"
+          "                         from an object store)\n"
           "      --memory-limit S   bytes of chunk buffers in flight, e.g. 512M, 4G (default:\n"
           "                         128M per thread, at least 256M, at most 1/4 of the RAM)\n"
+          "      --replace          on an object store, delete what the output step holds\n"
+          "                         (without it, a destination with objects is refused)\n"
           "      --process-count N  share the conversion among N processes (also from Slurm,\n"
           "                         Open MPI, PMI, JOB_COMPLETION_INDEX); the last one to\n"
           "                         finish publishes (see unroll merge --help)\n"
@@ -169,6 +162,8 @@ static int parse_args(unroll_args *a, int argc, char **argv)
             a->dry_run = 1;
         } else if (strcmp(s, "-q") == 0 || strcmp(s, "--quiet") == 0) {
             a->quiet = 1;
+        } else if (strcmp(s, "--replace") == 0) {
+            a->replace = 1;
         } else if (cli_opt_value(argc, argv, &i, "-j", "--threads", &v)) {
             char *end;
             long n;
@@ -255,6 +250,15 @@ static double seconds_since(const struct timespec *t0)
  * (an early line read "0.8 MiB/s ETA 5122s"). Until then the line shows bytes only. */
 enum { PROGRESS_RATE_AFTER_S = 1, PROGRESS_ETA_AFTER_S = 3 };
 
+/* ur_run_opts.on_begin: a unit's conversion starts. */
+static void begin_progress(void *ctx, const char *what)
+{
+    progress *p = ctx;
+    clock_gettime(CLOCK_MONOTONIC, &p->start);
+    p->last = -1.0;
+    p->what = what;
+}
+
 static void show_progress(void *ctx, uint64_t done, uint64_t total)
 {
     progress *p = ctx;
@@ -305,81 +309,21 @@ static void catch_signals(void)
     }
 }
 
-static int check_interrupted(ur_err *err)
-{
-    return interrupted ? ur_err_set(err, UR_EINTERNAL, "interrupted") : UR_OK;
-}
-
 /* ---- one conversion --------------------------------------------------------------------- */
 
-typedef struct {
-    ur_plan_leaf *leaves;
-    const char **comps; /* every leaf's key components, back to back */
-    unsigned char *seqs; /* ... and which of them are list indices */
-    size_t n;
-} leaf_list;
-
-static void leaf_list_dispose(leaf_list *l)
+/* ur_run_opts.on_note: a share's state (multi-process or resumable runs). */
+static void print_note(void *ctx, const char *line)
 {
-    ur_free(l->comps);
-    ur_free(l->seqs);
-    ur_free(l->leaves);
+    (void)ctx;
+    fprintf(stderr, "unroll: %s\n", line);
 }
 
-static int placeholder_of(ur_orbax_value_type vt)
-{
-    switch (vt) {
-    case UR_ORBAX_VALUE_NONE:
-        return UR_PLAN_PLACEHOLDER_NONE;
-    case UR_ORBAX_VALUE_EMPTY_DICT:
-        return UR_PLAN_PLACEHOLDER_EMPTY_DICT;
-    case UR_ORBAX_VALUE_EMPTY_LIST:
-        return UR_PLAN_PLACEHOLDER_EMPTY_LIST;
-    default:
-        return UR_PLAN_NOT_PLACEHOLDER;
-    }
-}
-
-/* The plan's view of the checkpoint's leaves, index for index. */
-static int leaves_of(leaf_list *l, const ur_orbax_ckpt *ck, ur_err *err)
-{
-    size_t n = ur_orbax_ckpt_leaf_count(ck), total = 0, used = 0;
-    for (size_t i = 0; i < n; i++) {
-        total += ur_orbax_ckpt_leaf(ck, i)->depth;
-    }
-    l->leaves = ur_calloc(n ? n : 1, sizeof *l->leaves);
-    l->comps = ur_calloc(total ? total : 1, sizeof *l->comps);
-    l->seqs = ur_calloc(total ? total : 1, 1);
-    if (l->leaves == NULL || l->comps == NULL || l->seqs == NULL) {
-        return ur_err_oom(err);
-    }
-    for (size_t i = 0; i < n; i++) {
-        const ur_orbax_leaf *o = ur_orbax_ckpt_leaf(ck, i);
-        ur_plan_leaf *p = &l->leaves[i];
-        for (size_t k = 0; k < o->depth; k++) {
-            l->comps[used + k] = o->path[k].key;
-            l->seqs[used + k] = o->path[k].type == UR_ORBAX_KEY_SEQUENCE;
-        }
-        p->path = l->comps + used;
-        p->seq = l->seqs + used;
-        p->path_len = o->depth;
-        used += o->depth;
-        p->dtype = o->has_array ? o->dtype : UR_DT_INVALID;
-        p->placeholder = placeholder_of(o->value_type);
-        p->rank = o->has_array ? (size_t)o->rank : 0;
-        memcpy(p->shape, o->shape, sizeof p->shape);
-        p->has_spec = o->sharding.kind == UR_ORBAX_SHARDING_NAMED;
-        for (int d = 0; d < o->sharding.spec_rank && d < UR_MAX_RANK; d++) {
-            p->spec[d] = o->sharding.spec[d];
-        }
-    }
-    l->n = n;
-    return UR_OK;
-}
-
-static void print_plan(const ur_plan *plan, const leaf_list *leaves, const char *what)
+/* ur_run_opts.on_plan (dry run): the plan's summary and one line per input leaf. */
+static void print_plan(void *ctx, const char *what, const ur_plan *plan,
+                       const ur_plan_leaf *leaves)
 {
     char a[1024], b[1024];
+    (void)ctx;
     printf("%s: %zu leaves in, %zu kept, %zu dropped; %zu copied, %zu split, %zu replicated -> "
            "%zu arrays\n",
            what, plan->summary.leaves_in, plan->summary.leaves_kept, plan->summary.leaves_dropped,
@@ -390,7 +334,7 @@ static void print_plan(const ur_plan *plan, const leaf_list *leaves, const char 
            (unsigned long long)plan->summary.bytes_out);
     for (size_t i = 0; i < plan->n_actions; i++) {
         const ur_plan_action *act = &plan->actions[i];
-        const ur_plan_leaf *l = &leaves->leaves[i];
+        const ur_plan_leaf *l = &leaves[i];
         ur_plan_path_format(l->path, l->path_len, a, sizeof a);
         switch (act->kind) {
         case UR_PLAN_DROP:
@@ -414,530 +358,51 @@ static void print_plan(const ur_plan *plan, const leaf_list *leaves, const char 
     }
 }
 
-/* Refuse, before anything is written, an output that may not fit: `need` is the output's
- * uncompressed size, an upper bound (zstd rarely shrinks trained bf16 weights by much, so a
- * smaller guess would let a run fill the disk and fail late); arrays of the fill value
- * compress to almost nothing but are refused all the same when they would not fit as stored
- * uncompressed, so a few-KB input declaring a 1 TB array cannot fill the disk. */
-static int check_free_space(const char *step_dir, uint64_t need, ur_err *err)
-{
-    uint64_t avail = 0;
-    int rc = ur_fs_free_space(step_dir, &avail, err);
-    if (rc == UR_OK && need > avail) {
-        rc = ur_err_set_os(err, UR_EIO, ENOSPC, step_dir,
-                           "not enough free space: the output needs up to %llu bytes "
-                           "(%.3f GiB uncompressed), %llu bytes (%.3f GiB) are free",
-                           (unsigned long long)need, (double)need / 1073741824.0,
-                           (unsigned long long)avail, (double)avail / 1073741824.0);
-    }
-    return rc;
-}
-
-/* The slab budget of a share: the same in every process of a run, whatever its thread
- * count, since the output chunking follows it (0: single process, the executor decides). */
-static uint64_t share_slab_budget(const unroll_args *args)
-{
-    if (args->process_count <= 1 && !args->resume) {
-        return 0;
-    }
-    return args->memory_limit ? args->memory_limit / (uint64_t)(args->threads > 0 ? args->threads : 1)
-                              : (uint64_t)128 << 20;
-}
-
-typedef struct {
-    ur_orbax_writer *w;
-    ur_orbax_share *share;
-} share_piece_ctx;
-
-/* A piece of a share is done: snapshot its database, then record the resume point. */
-static int share_piece(void *ctx, uint64_t next_item, ur_err *err)
-{
-    share_piece_ctx *p = ctx;
-    int rc = ur_orbax_writer_snapshot(p->w, err);
-    return rc == UR_OK ? ur_orbax_share_save_progress(p->share, next_item, err) : rc;
-}
-
-/* `in_path` converted into the step directory `step_dir`, created below `below` (the
- * staging directory, which must exist). */
-static int convert(const char *in_path, const char *step_dir, const char *below,
-                   ur_plan_input kind, const ur_settings *s, const unroll_args *args,
-                   const char *what, ur_exec_stats *total, ur_err *err)
-{
-    ur_orbax_ckpt *ck = NULL;
-    ur_plan *plan = NULL;
-    ur_orbax_writer *w = NULL;
-    leaf_list leaves = {0};
-    ur_orbax_write_opts wo;
-    ur_exec_opts eo;
-    ur_exec_stats st;
-    progress prog;
-    share_piece_ctx piece;
-    int rc;
-
-    rc = ur_orbax_ckpt_open(&ck, in_path, 0, err);
-    if (rc < 0) {
-        goto out;
-    }
-    rc = leaves_of(&leaves, ck, err);
-    if (rc < 0) {
-        goto out;
-    }
-    rc = ur_plan_build(&plan, leaves.leaves, leaves.n, s, kind, err);
-    if (rc < 0) {
-        ur_err_wrap(err, "%s", in_path);
-        goto out;
-    }
-    if (args->dry_run) {
-        print_plan(plan, &leaves, what);
-        goto out;
-    }
-
-    rc = check_free_space(step_dir, plan->summary.bytes_out, err);
-    if (rc < 0) {
-        goto out;
-    }
-    ur_orbax_write_opts_init(&wo);
-    wo.use_ocdbt = s->use_ocdbt;
-    wo.use_zarr3 = s->use_zarr3;
-    wo.create_below = below;
-    /* Reproducible data-file names: the same input gives the same output bytes. */
-    wo.ocdbt.seed = 0x756e726f6c6c0001ull;
-    if (s->target_data_file_size > 0) {
-        wo.ocdbt.target_data_file_size = (uint64_t)s->target_data_file_size;
-    }
-    if (args->share != NULL) {
-        wo.share_index = args->process_index;
-        wo.share_meta_dir = args->share_meta_dir;
-        wo.ocdbt.seed += (uint64_t)(args->process_index + 1) << 16; /* distinct names */
-        wo.share_resume = args->resume_from > 0;
-    }
-    rc = ur_orbax_writer_create(&w, step_dir, &wo, err);
-    if (rc < 0) {
-        goto out;
-    }
-    memset(&eo, 0, sizeof eo);
-    eo.threads = args->threads;
-    eo.memory_limit = args->memory_limit;
-    eo.cancel = &interrupted;
-    eo.process_count = args->process_count;
-    eo.process_index = args->process_index;
-    eo.slab_budget = share_slab_budget(args);
-    if (args->share != NULL) {
-        piece.w = w;
-        piece.share = args->share;
-        eo.piece = share_piece;
-        eo.piece_ctx = &piece;
-        eo.piece_bytes = args->commit_every ? args->commit_every : DEFAULT_COMMIT_EVERY;
-        eo.resume_from = args->resume_from;
-    }
-    if (!args->quiet && isatty(STDERR_FILENO)) {
-        clock_gettime(CLOCK_MONOTONIC, &prog.start);
-        prog.last = -1.0;
-        prog.what = what;
-        eo.progress = show_progress;
-        eo.progress_ctx = &prog;
-    }
-    rc = ur_plan_exec_run(plan, ck, w, &eo, &st, err);
-    if (rc < 0) {
-        goto out;
-    }
-    rc = ur_orbax_writer_commit(w, err);
-    w = NULL; /* commit frees the writer either way */
-    if (rc < 0) {
-        goto out;
-    }
-    total->tensors_in += st.tensors_in;
-    total->tensors_out += st.tensors_out;
-    total->bytes_in += st.bytes_in;
-    total->bytes_out += st.bytes_out;
-    total->threads = st.threads;
-    total->share_bytes += st.share_bytes;
-    total->all_bytes += st.all_bytes;
-out:
-    ur_orbax_writer_abort(w);
-    ur_plan_free(plan);
-    leaf_list_dispose(&leaves);
-    ur_orbax_ckpt_close(ck);
-    return rc;
-}
-
-/* Copy a small file byte for byte (adapter_config.json), read beneath its own directory
- * (no link out of the adapter) and never given more permissions than it has. */
-static int copy_file(const char *from, const char *to, ur_err *err)
-{
-    const char *slash = strrchr(from, '/');
-    char *dir = slash != NULL ? ur_strndup(from, (size_t)(slash - from)) : ur_strdup(".");
-    int rc = dir != NULL ? ur_fs_copy_file_beneath(dir, slash != NULL ? slash + 1 : from, to,
-                                                   16u << 20, err)
-                         : ur_err_oom(err);
-    ur_free(dir);
-    return rc;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* The ids of `<adapters>/<id>/` holding adapter_config.json, sorted. */
-static int list_loras(const char *adapters, char ***ids_out, size_t *n_out, ur_err *err)
-{
-    DIR *d = opendir(adapters);
-    struct dirent *e;
-    char **ids = NULL;
-    size_t n = 0, cap = 0;
-    int rc = UR_OK;
-
-    if (d == NULL) {
-        return ur_err_set_os(err, errno == ENOENT ? UR_ENOTFOUND : UR_EIO, errno, adapters,
-                             "cannot open the LoRA adapters directory");
-    }
-    while ((e = readdir(d)) != NULL) {
-        char *cfg;
-        int has;
-        if (e->d_name[0] == '.') {
-            continue;
-        }
-        cfg = ur_path_joinf(adapters, "%s/adapter_config.json", e->d_name);
-        has = cfg != NULL && ur_fs_exists(cfg);
-        ur_free(cfg);
-        if (!has) {
-            continue;
-        }
-        if (n == cap) {
-            char **p = ur_realloc(ids, (cap ? cap * 2 : 8) * sizeof *p);
-            if (p == NULL) {
-                rc = ur_err_oom(err);
-                break;
-            }
-            ids = p;
-            cap = cap ? cap * 2 : 8;
-        }
-        ids[n] = ur_strdup(e->d_name);
-        if (ids[n] == NULL) {
-            rc = ur_err_oom(err);
-            break;
-        }
-        n++;
-    }
-    closedir(d);
-    if (rc == UR_OK && n == 0) {
-        rc = ur_err_set_os(err, UR_ENOTFOUND, 0, adapters,
-                           "no LoRA adapter (<id>/adapter_config.json) found");
-    }
-    if (rc == UR_OK) {
-        qsort(ids, n, sizeof *ids, cmp_str);
-    }
-    *ids_out = ids;
-    *n_out = n;
-    return rc;
-}
-
-/* ---- the run ---------------------------------------------------------------------------- */
-
-/* What a run writes, relative to the checkpoint directory (see unroll/orbax_publish.h): the
- * step "0", or "base/0" and per adapter "loras/<id>/0" and its adapter_config.json. */
-typedef struct {
-    char **ids; /* LoRA adapter ids */
-    size_t n_ids;
-    const char **units;
-    char **owned; /* the formatted unit names */
-    size_t n_units;
-} unit_list;
-
-static void unit_list_dispose(unit_list *u)
-{
-    for (size_t i = 0; i < u->n_ids; i++) {
-        ur_free(u->ids[i]);
-    }
-    for (size_t i = 0; i < u->n_units; i++) {
-        ur_free(u->owned[i]);
-    }
-    ur_free(u->ids);
-    ur_free(u->units);
-    ur_free(u->owned);
-}
-
-static int unit_list_make(unit_list *u, const char *adapters, ur_err *err)
-{
-    size_t n;
-    int rc = UR_OK;
-    if (adapters[0] != '\0') {
-        rc = list_loras(adapters, &u->ids, &u->n_ids, err);
-        if (rc < 0) {
-            return rc;
-        }
-    }
-    n = adapters[0] != '\0' ? 1 + 2 * u->n_ids : 1;
-    u->units = ur_calloc(n, sizeof *u->units);
-    u->owned = ur_calloc(n, sizeof *u->owned);
-    if (u->units == NULL || u->owned == NULL) {
-        return ur_err_oom(err);
-    }
-    u->owned[u->n_units++] = ur_strdup(adapters[0] != '\0' ? "base/0" : "0");
-    for (size_t i = 0; i < u->n_ids; i++) {
-        u->owned[u->n_units++] = ur_path_joinf("loras", "%s/0", u->ids[i]);
-        u->owned[u->n_units++] = ur_path_joinf("loras", "%s/adapter_config.json", u->ids[i]);
-    }
-    for (size_t i = 0; i < u->n_units; i++) {
-        if (u->owned[i] == NULL) {
-            return ur_err_oom(err);
-        }
-        u->units[i] = u->owned[i];
-    }
-    return UR_OK;
-}
-
-/* Each adapter `<adapters>/<id>/0/items` into the staged unit 1 + 2i, its adapter_config.json
- * copied into unit 2 + 2i (in a dry run: only the plans). */
-static int convert_loras(const char *adapters, const unit_list *u, const ur_orbax_publish *pub,
-                         const ur_settings *s, const unroll_args *args, ur_exec_stats *total,
-                         ur_err *err)
-{
-    int rc = UR_OK;
-    for (size_t i = 0; i < u->n_ids && rc == UR_OK; i++) {
-        char *in = ur_path_joinf(adapters, "%s/0/items", u->ids[i]);
-        char *cfg_in = ur_path_joinf(adapters, "%s/adapter_config.json", u->ids[i]);
-        const char *out = pub != NULL ? ur_orbax_publish_staged(pub, 1 + 2 * i) : NULL;
-        char what[300];
-        snprintf(what, sizeof what, "lora %s", u->ids[i]);
-        rc = check_interrupted(err);
-        if (rc == UR_OK && (in == NULL || cfg_in == NULL)) {
-            rc = ur_err_oom(err);
-        }
-        if (rc == UR_OK) {
-            rc = convert(in, out, pub != NULL ? ur_orbax_publish_staging(pub) : NULL,
-                         UR_PLAN_INPUT_LORA, s, args, what, total, err);
-        }
-        if (rc == UR_OK && pub != NULL) {
-            rc = copy_file(cfg_in, ur_orbax_publish_staged(pub, 2 + 2 * i), err);
-        }
-        ur_free(in);
-        ur_free(cfg_in);
-    }
-    return rc;
-}
-
-/* One share of a multi-process run (unroll/orbax_share.h): convert this process's part into
- * its own ocdbt.process_<i>/ in the shared staging directory, mark it done, and finish the
- * run when it is the last. A share already done is not redone. */
-static int run_share(const unroll_args *args0, const ur_settings *s, const char *in_path,
-                     ur_plan_input kind, const char *const *inputs, size_t n_inputs, ur_err *err)
-{
-    unroll_args args = *args0;
-    ur_orbax_share *sh = NULL;
-    ur_exec_stats total;
-    ur_buf text;
-    struct timespec t0;
-    char *to = NULL;
-    int rc, published = 0, missing = 0;
-
-    memset(&total, 0, sizeof total);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    ur_buf_init(&text, 0);
-    if (s->lora_input_adapters_path[0] != '\0') {
-        return ur_err_set(err, UR_EUNSUPPORTED,
-                          "lora_input_adapters_path: a multi-process run converts one checkpoint");
-    }
-    if (s->run_name[0] == '\0') {
-        return ur_err_set(err, UR_EINVAL, "a multi-process run needs run_name= (the default "
-                                          "names the date, which may differ between processes)");
-    }
-    rc = ur_orbax_publish_check(s->checkpoint_dir, (const char *const[]){"0"}, 1, inputs,
-                                n_inputs, err);
-    if (rc == UR_OK) {
-        rc = cli_multi_run_text(&text, args.process_count, share_slab_budget(&args), in_path,
-                                args.config, args.overrides, args.n_overrides, err);
-    }
-    if (rc == UR_OK) {
-        rc = ur_orbax_share_open(&sh, s->checkpoint_dir, args.process_count, args.process_index,
-                                 (const char *)text.data, err);
-    }
-    if (rc == UR_OK && ur_orbax_share_is_done(sh, args.process_index)) {
-        if (!args.quiet) {
-            fprintf(stderr, "unroll: share %d of %d is already complete: not redone\n",
-                    args.process_index, args.process_count);
-        }
-    } else if (rc == UR_OK) {
-        char summary[256];
-        rc = ur_orbax_share_begin(sh, &args.share_meta_dir, &args.resume_from, err);
-        args.share = sh;
-        if (rc == UR_OK && args.resume_from > 0 && !args.quiet) {
-            fprintf(stderr, "unroll: share %d of %d: continuing a killed run of it (from work "
-                            "item %llu)\n",
-                    args.process_index, args.process_count,
-                    (unsigned long long)args.resume_from);
-        }
-        if (rc == UR_OK) {
-            char what[64];
-            snprintf(what, sizeof what, "share %d/%d", args.process_index, args.process_count);
-            rc = convert(in_path, ur_orbax_share_step(sh), NULL, kind, s, &args, what, &total,
-                         err);
-        }
-        if (rc == UR_OK) {
-            snprintf(summary, sizeof summary,
-                     "%.1f MiB of %.1f MiB read (%.1f%%), %.2f s, %d threads, %s\n",
-                     (double)total.share_bytes / 1048576.0,
-                     (double)total.all_bytes / 1048576.0,
-                     total.all_bytes ? 100.0 * (double)total.share_bytes / (double)total.all_bytes
-                                     : 100.0,
-                     seconds_since(&t0), total.threads, args.process_source);
-            rc = ur_orbax_share_mark_done(sh, summary, err);
-        }
-        if (rc == UR_OK && !args.quiet) {
-            fprintf(stderr, "unroll: share %d of %d complete: %s", args.process_index,
-                    args.process_count, summary);
-        }
-    }
-    if (rc == UR_OK) {
-        rc = ur_orbax_share_finish(sh, &interrupted, &published, &missing, &to, err);
-    }
-    if (rc == UR_OK && !args.quiet) {
-        if (published) {
-            fprintf(stderr, "unroll: every share complete: merged and wrote %s/0\n", to);
-        } else if (missing > 0) {
-            fprintf(stderr, "unroll: %d of %d shares still to complete; the last one publishes "
-                            "%s%s0\n",
-                    missing, args.process_count, s->checkpoint_dir,
-                    s->checkpoint_dir[strlen(s->checkpoint_dir) - 1] == '/' ? "" : "/");
-        } else {
-            fprintf(stderr, "unroll: every share complete; another process is publishing\n");
-        }
-    }
-    ur_free(to);
-    ur_orbax_share_close(sh);
-    ur_buf_dispose(&text);
-    return rc;
-}
-
-/* Whether `<checkpoint_dir>.unroll-multi/` holds a run (multi-process, or --resume). */
-static int staged_run_exists(const char *checkpoint_dir)
-{
-    size_t n = strlen(checkpoint_dir);
-    char *p;
-    int yes;
-    while (n > 1 && checkpoint_dir[n - 1] == '/') {
-        n--;
-    }
-    p = ur_malloc(n + sizeof UR_ORBAX_SHARE_SUFFIX + 8);
-    if (p == NULL) {
-        return 0;
-    }
-    memcpy(p, checkpoint_dir, n);
-    memcpy(p + n, UR_ORBAX_SHARE_SUFFIX "/run.txt", sizeof UR_ORBAX_SHARE_SUFFIX "/run.txt");
-    yes = ur_fs_exists(p);
-    ur_free(p);
-    return yes;
-}
-
 static int run(const unroll_args *args, ur_err *err)
 {
-    unroll_args resumed;
-    ur_config *cfg = NULL;
-    ur_config_opts co;
-    const ur_settings *s;
-    ur_orbax_publish *pub = NULL;
-    unit_list units;
-    const char *in_path, *inputs[2];
-    size_t n_inputs = 1;
-    char *dest = NULL;
-    ur_plan_input kind;
-    ur_exec_stats total;
+    ur_run_opts ro;
+    ur_run_report rep;
+    progress prog;
     struct timespec t0;
     int rc;
 
-    memset(&co, 0, sizeof co);
-    memset(&total, 0, sizeof total);
-    memset(&units, 0, sizeof units);
+    memset(&ro, 0, sizeof ro);
+    memset(&prog, 0, sizeof prog);
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    co.config_path = args->config;
-    co.overrides = args->overrides;
-    co.n_overrides = args->n_overrides;
-    co.envp = (const char *const *)environ;
-    rc = ur_plan_config_load(&cfg, &co, err);
-    if (rc < 0) {
-        goto out;
+    ro.config.config_path = args->config;
+    ro.config.overrides = args->overrides;
+    ro.config.n_overrides = args->n_overrides;
+    ro.config.envp = (const char *const *)environ;
+    ro.dry_run = args->dry_run;
+    ro.replace = args->replace;
+    ro.threads = args->threads;
+    ro.memory_limit = args->memory_limit;
+    ro.cancel = &interrupted;
+    ro.process_count = args->process_count;
+    ro.process_index = args->process_index;
+    ro.process_source = args->process_source;
+    ro.resume = args->resume;
+    ro.commit_every = args->commit_every;
+    ro.on_plan = print_plan;
+    ro.ctx = &prog;
+    if (!args->quiet) {
+        ro.on_note = print_note;
     }
-    s = ur_plan_config_settings(cfg);
-
-    if (s->load_full_state_path[0] != '\0' && s->load_parameters_path[0] != '\0') {
-        rc = ur_err_set(err, UR_EINVAL,
-                        "set only one of load_full_state_path and load_parameters_path");
-        goto out;
+    if (!args->quiet && isatty(STDERR_FILENO)) {
+        ro.on_begin = begin_progress;
+        ro.progress = show_progress;
     }
-    if (s->load_full_state_path[0] != '\0') {
-        in_path = s->load_full_state_path;
-        kind = UR_PLAN_INPUT_FULL_STATE;
-    } else if (s->load_parameters_path[0] != '\0') {
-        in_path = s->load_parameters_path;
-        kind = UR_PLAN_INPUT_PARAMS;
-    } else {
-        rc = ur_err_set(err, UR_EINVAL,
-                        "no input: set load_full_state_path=<training checkpoint items dir> "
-                        "(or load_parameters_path=)");
-        goto out;
-    }
-    if (!s->enable_checkpointing && !args->dry_run) {
-        rc = ur_err_set(err, UR_EINVAL,
-                        "enable_checkpointing=false: MaxText would write no checkpoint");
-        goto out;
-    }
-    inputs[0] = in_path;
-    if (s->lora_input_adapters_path[0] != '\0') {
-        inputs[n_inputs++] = s->lora_input_adapters_path;
-    }
-    rc = unit_list_make(&units, s->lora_input_adapters_path, err);
-    if (rc < 0) {
-        goto out;
-    }
-
-    if (!args->dry_run && args->process_count <= 1 && !args->resume &&
-        staged_run_exists(s->checkpoint_dir)) {
-        resumed = *args; /* a staged run of this destination: continue it (README) */
-        resumed.resume = 1;
-        args = &resumed;
-    }
-    if ((args->process_count > 1 || args->resume) && !args->dry_run) {
-        rc = run_share(args, s, in_path, kind, inputs, n_inputs, err);
-        goto out;
-    }
-    /* Only the units are replaced (checkpoint_dir/0, or base/0 and loras/<id>/...); the
-     * lock, the staging directory and the overlap rules: unroll/orbax_publish.h. */
-    if (args->dry_run) {
-        rc = ur_orbax_publish_check(s->checkpoint_dir, units.units, units.n_units, inputs,
-                                    n_inputs, err);
-    } else {
-        rc = ur_orbax_publish_begin(&pub, s->checkpoint_dir, units.units, units.n_units,
-                                    inputs, n_inputs, err);
-        if (rc == UR_OK) {
-            dest = ur_strdup(ur_orbax_publish_dest(pub));
-            rc = dest != NULL ? UR_OK : ur_err_oom(err);
-        }
-    }
-    if (rc == UR_OK) {
-        rc = convert(in_path, pub != NULL ? ur_orbax_publish_staged(pub, 0) : NULL,
-                     pub != NULL ? ur_orbax_publish_staging(pub) : NULL, kind, s, args, "base",
-                     &total, err);
-    }
-    if (rc == UR_OK && units.n_ids > 0) {
-        rc = convert_loras(s->lora_input_adapters_path, &units, pub, s, args, &total, err);
-    }
-    if (rc == UR_OK && pub != NULL) {
-        rc = ur_orbax_publish_commit(pub, &interrupted, err);
-        pub = NULL; /* commit frees it either way */
-    }
-    if (rc == UR_OK && !args->quiet && !args->dry_run) {
+    rc = ur_plan_run(&rep, &ro, err);
+    if (rc == UR_OK && !args->quiet && !args->dry_run && !rep.share) {
         fprintf(stderr,
                 "unroll: wrote %s/: %zu tensors from %zu, %.3f GiB read, %.3f GiB written, "
                 "%.2f s, %d threads\n",
-                dest, total.tensors_out, total.tensors_in, (double)total.bytes_in / 1073741824.0,
-                (double)total.bytes_out / 1073741824.0, seconds_since(&t0), total.threads);
+                rep.dest, rep.total.tensors_out, rep.total.tensors_in,
+                (double)rep.total.bytes_in / 1073741824.0,
+                (double)rep.total.bytes_out / 1073741824.0, seconds_since(&t0),
+                rep.total.threads);
     }
-out:
-    ur_orbax_publish_abort(pub); /* after a failure: staging, lock, created directories */
-    unit_list_dispose(&units);
-    ur_free(dest);
-    ur_plan_config_free(cfg);
+    ur_plan_run_report_dispose(&rep);
     return rc;
 }
 

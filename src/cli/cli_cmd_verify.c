@@ -6,7 +6,7 @@
 
 #include "unroll/alloc.h"
 #include "unroll/orbax.h"
-#include "unroll/plan.h"
+#include "unroll/plan_run.h"
 #include "unroll/plan_verify.h"
 
 #include <errno.h>
@@ -106,51 +106,6 @@ static int parse_args(verify_args *a, int argc, char **argv)
     return -1;
 }
 
-/* param_scan_axis and num_decoder_layers from the config, or from bare overrides. */
-static int read_config(const verify_args *a, ur_verify_opts *vo, ur_err *err)
-{
-    if (a->config != NULL) {
-        ur_config *cfg = NULL;
-        ur_config_opts co;
-        const ur_settings *s;
-        int rc;
-        memset(&co, 0, sizeof co);
-        co.config_path = a->config;
-        co.overrides = a->overrides;
-        co.n_overrides = a->n_overrides;
-        co.envp = (const char *const *)environ;
-        rc = ur_plan_config_load(&cfg, &co, err);
-        if (rc < 0) {
-            return rc;
-        }
-        s = ur_plan_config_settings(cfg);
-        vo->param_scan_axis = s->param_scan_axis;
-        vo->num_decoder_layers = s->num_decoder_layers;
-        ur_plan_config_free(cfg);
-        return UR_OK;
-    }
-    for (size_t i = 0; i < a->n_overrides; i++) {
-        const char *s = a->overrides[i];
-        const char *eq = strchr(s, '=');
-        int64_t v;
-        if (parse_i64(eq + 1, &v) < 0) {
-            return ur_err_set(err, UR_EINVAL, "'%s': not an integer", s);
-        }
-        if ((size_t)(eq - s) == 15 && strncmp(s, "param_scan_axis", 15) == 0) {
-            vo->param_scan_axis = v;
-        } else if (((size_t)(eq - s) == 18 && strncmp(s, "num_decoder_layers", 18) == 0) ||
-                   ((size_t)(eq - s) == 23 && strncmp(s, "base_num_decoder_layers", 23) == 0)) {
-            vo->num_decoder_layers = v;
-        } else {
-            return ur_err_set(err, UR_EINVAL,
-                              "'%s': without a config only param_scan_axis and "
-                              "num_decoder_layers are read",
-                              s);
-        }
-    }
-    return UR_OK;
-}
-
 int cli_cmd_verify(int argc, char **argv)
 {
     verify_args a;
@@ -170,7 +125,8 @@ int cli_cmd_verify(int argc, char **argv)
     }
     ur_plan_verify_opts_init(&vo);
     vo.max_issues = a.max_issues;
-    rc = read_config(&a, &vo, &err);
+    rc = ur_plan_verify_config_read(&vo, a.config, a.overrides, a.n_overrides,
+                                    (const char *const *)environ, &err);
     if (rc == UR_OK) {
         rc = ur_orbax_ckpt_open(&in, a.in, 0, &err);
     }

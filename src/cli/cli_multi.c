@@ -1,11 +1,10 @@
 /* Multi-process conversion on the command line: which process this is (options, or the
- * environment of the launcher), what identifies the run (run.txt), and `unroll merge`.
+ * environment of the launcher), `unroll merge`, and the state of a staged run for `ls` and
+ * `inspect`. What identifies the run (run.txt) and the run itself: src/plan/plan_multi.c.
  * The protocol itself: unroll/orbax_share.h. */
-#define _GNU_SOURCE /* realpath */
 #include "cli.h"
 
 #include "unroll/alloc.h"
-#include "unroll/crc32c.h"
 #include "unroll/fs.h"
 #include "unroll/ocdbt.h"
 #include "unroll/orbax_share.h"
@@ -62,8 +61,8 @@ int cli_multi_resolve(int opt_count, int opt_index, int *count, int *index, cons
     }
     if (opt_index >= 0) {
         if (opt_index >= opt_count) {
-            return cli_usage_error("--process-index %d is not below --process-count %d",
-                                   opt_index, opt_count);
+            return cli_usage_error("--process-index %d is not below --process-count %d", opt_index,
+                                   opt_count);
         }
         *count = opt_count;
         *index = opt_index;
@@ -92,8 +91,8 @@ int cli_multi_resolve(int opt_count, int opt_index, int *count, int *index, cons
             continue;
         }
         if (opt_count > 0 && n != opt_count) {
-            return cli_usage_error("--process-count %d but %s=%ld", opt_count,
-                                   launchers[i].count, n);
+            return cli_usage_error("--process-count %d but %s=%ld", opt_count, launchers[i].count,
+                                   n);
         }
         if (ix < origin || ix - origin >= n || n > UR_ORBAX_SHARE_MAX) {
             return cli_usage_error("%s=%ld is not an index of %ld processes", launchers[i].index,
@@ -111,65 +110,6 @@ int cli_multi_resolve(int opt_count, int opt_index, int *count, int *index, cons
                                opt_count);
     }
     return -1;
-}
-
-/* CRC-32C and size of `dir/name`, or "none" when it does not exist. */
-static int fingerprint_file(ur_buf *out, const char *dir, const char *name, ur_err *err)
-{
-    char *p = ur_path_join(dir, name);
-    ur_buf b;
-    int rc;
-    if (p == NULL) {
-        return ur_err_oom(err);
-    }
-    ur_buf_init(&b, 0);
-    if (!ur_fs_exists(p)) {
-        rc = ur_buf_printf(out, err, "input_%s none\n", name);
-    } else {
-        rc = ur_fs_read_file(&b, p, (size_t)1 << 30, err);
-        if (rc == UR_OK) {
-            rc = ur_buf_printf(out, err, "input_%s crc32c=%08x size=%zu\n", name,
-                               ur_crc32c(0, b.data, b.len), b.len);
-        }
-    }
-    ur_buf_dispose(&b);
-    ur_free(p);
-    return rc;
-}
-
-int cli_multi_run_text(ur_buf *out, int count, uint64_t slab_budget, const char *input,
-                       const char *config, const char *const *overrides, size_t n_overrides,
-                       ur_err *err)
-{
-    char in_real[PATH_MAX], cfg_real[PATH_MAX];
-    int rc;
-    if (realpath(input, in_real) == NULL) {
-        return ur_err_set_os(err, UR_EIO, errno, input, "cannot resolve");
-    }
-    if (realpath(config, cfg_real) == NULL) {
-        return ur_err_set_os(err, UR_EIO, errno, config, "cannot resolve");
-    }
-    rc = ur_buf_printf(out, err,
-                       "unroll multi-process run 1\nprocesses %d\nslab_budget %llu\ninput %s\n",
-                       count, (unsigned long long)slab_budget, in_real);
-    /* the input's identity: its top-level manifest and tree metadata */
-    if (rc == UR_OK) {
-        rc = fingerprint_file(out, in_real, "manifest.ocdbt", err);
-    }
-    if (rc == UR_OK) {
-        rc = fingerprint_file(out, in_real, "_METADATA", err);
-    }
-    if (rc == UR_OK) {
-        rc = ur_buf_printf(out, err, "config %s\n", cfg_real);
-    }
-    for (size_t i = 0; i < n_overrides && rc == UR_OK; i++) {
-        rc = ur_buf_printf(out, err, "override %s\n", overrides[i]);
-    }
-    if (rc == UR_OK) {
-        rc = ur_buf_append(out, "", 1, err);
-        out->len--;
-    }
-    return rc;
 }
 
 /* `ocdbt.process_<i>` subdirectories of dir, sorted by i. */
@@ -216,9 +156,8 @@ static int list_process_dirs(const char *dir, char ***names_out, size_t *n_out, 
     closedir(d);
     /* numeric order */
     for (size_t a = 1; a < n; a++) {
-        for (size_t b = a; b > 0 && strtol(names[b - 1] + 14, NULL, 10) >
-                                        strtol(names[b] + 14, NULL, 10);
-             b--) {
+        for (size_t b = a;
+             b > 0 && strtol(names[b - 1] + 14, NULL, 10) > strtol(names[b] + 14, NULL, 10); b--) {
             char *t = names[b];
             names[b] = names[b - 1];
             names[b - 1] = t;
@@ -228,8 +167,9 @@ static int list_process_dirs(const char *dir, char ***names_out, size_t *n_out, 
         rc = ur_err_set(err, UR_EINVAL, "%s: no ocdbt.process_<i>/ databases to merge", dir);
     }
     if (rc == UR_OK && (size_t)(max + 1) != n) {
-        rc = ur_err_set(err, UR_EIO, "%s: ocdbt.process_0 .. ocdbt.process_%ld are not all there "
-                                     "(%zu found)",
+        rc = ur_err_set(err, UR_EIO,
+                        "%s: ocdbt.process_0 .. ocdbt.process_%ld are not all there "
+                        "(%zu found)",
                         dir, max, n);
     }
     if (rc < 0) {
@@ -320,8 +260,8 @@ int cli_cmd_merge(int argc, char **argv)
     signal(SIGINT, on_merge_signal);
     signal(SIGTERM, on_merge_signal);
     signal(SIGHUP, on_merge_signal);
-    rc = ocdbt ? merge_ocdbt_only(dir, &err) : ur_orbax_share_merge(dir, &merge_interrupted, &to,
-                                                                     &err);
+    rc = ocdbt ? merge_ocdbt_only(dir, &err)
+               : ur_orbax_share_merge(dir, &merge_interrupted, &to, &err);
     if (rc < 0) {
         ur_free(to);
         if (merge_interrupted) {

@@ -48,6 +48,33 @@ int ur_kvstore_read_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvsto
                          : ur_kvstore__view_by_read(kv, key, v, err);
 }
 
+int ur_kvstore_read_view_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len,
+                               ur_kvstore_view *v, ur_err *err)
+{
+    int rc;
+    memset(v, 0, sizeof *v);
+    ur_buf_init(&v->buf_, 0);
+    if (kv->ops->view_range != NULL) {
+        return kv->ops->view_range(kv, key, offset, len, v, err);
+    }
+    rc = ur_buf_reserve(&v->buf_, len, err);
+    if (rc == UR_OK) {
+        rc = ur_kvstore_read_range(kv, key, offset, len, v->buf_.data, err);
+    }
+    if (rc == UR_OK) {
+        v->buf_.len = len;
+        ur_kvstore__view_of_buf(v);
+    }
+    return rc;
+}
+
+void ur_kvstore_prefetch_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len)
+{
+    if (kv->ops->prefetch_range != NULL) {
+        kv->ops->prefetch_range(kv, key, offset, len);
+    }
+}
+
 void ur_kvstore_view_release(ur_kvstore_view *v)
 {
     if (v != NULL) {
@@ -79,6 +106,11 @@ int ur_kvstore_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, v
 int ur_kvstore_write(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err)
 {
     return kv->ops->write ? kv->ops->write(kv, key, data, n, err) : unsupported(kv, "write", err);
+}
+
+int ur_kvstore_delete(ur_kvstore *kv, const char *key, ur_err *err)
+{
+    return kv->ops->del ? kv->ops->del(kv, key, err) : unsupported(kv, "delete", err);
 }
 
 int ur_kvstore_commit(ur_kvstore *kv, ur_err *err)

@@ -11,6 +11,7 @@
 #include "unroll/fs.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,12 +20,24 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Descriptors kept open for positioned reads (OCDBT data files are read range by range from
+ * many threads): opening beneath the root on every read would cost two more system calls. */
+#define MAX_FDS 128
+
+typedef struct {
+    char *key;
+    int fd;
+} fd_slot;
+
 typedef struct {
     ur_kvstore base;
     char *root;
     int root_fd; /* reads resolve beneath it */
     int writable;
     int committed;
+    pthread_mutex_t lock; /* guards fds */
+    fd_slot fds[MAX_FDS];
+    size_t n_fds;
 } file_store;
 
 static int check_key(const char *key, ur_err *err)
@@ -63,6 +76,37 @@ static int open_key(file_store *fs, const char *key, int *fd_out, char **path_ou
     return rc;
 }
 
+/* A descriptor for positioned reads of `key` (cached; *temp set when the caller must close
+ * it) and, in *path_out, its path for messages (the caller frees it). */
+static int get_fd(file_store *fs, const char *key, int *fd_out, int *temp, char **path_out,
+                  ur_err *err)
+{
+    int rc;
+    *temp = 0;
+    pthread_mutex_lock(&fs->lock);
+    for (size_t i = 0; i < fs->n_fds; i++) {
+        if (strcmp(fs->fds[i].key, key) == 0) {
+            *fd_out = fs->fds[i].fd;
+            pthread_mutex_unlock(&fs->lock);
+            *path_out = ur_path_join(fs->root, key);
+            return *path_out != NULL ? UR_OK : ur_err_oom(err);
+        }
+    }
+    rc = open_key(fs, key, fd_out, path_out, err);
+    if (rc == UR_OK) {
+        char *copy = fs->n_fds < MAX_FDS ? ur_strdup(key) : NULL;
+        if (copy != NULL) {
+            fs->fds[fs->n_fds].key = copy;
+            fs->fds[fs->n_fds].fd = *fd_out;
+            fs->n_fds++;
+        } else {
+            *temp = 1;
+        }
+    }
+    pthread_mutex_unlock(&fs->lock);
+    return rc;
+}
+
 static int f_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
 {
     char *path = NULL;
@@ -79,13 +123,60 @@ static int f_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t
                         ur_err *err)
 {
     char *path = NULL;
-    int fd, rc = open_key((file_store *)kv, key, &fd, &path, err);
+    int fd, temp, rc = get_fd((file_store *)kv, key, &fd, &temp, &path, err);
     if (rc == UR_OK) {
         rc = ur_fs_pread_full(fd, dst, len, offset, path, err);
-        close(fd);
+        if (temp) {
+            close(fd);
+        }
     }
     ur_free(path);
     return rc;
+}
+
+/* A large range is mapped, a small one read (UR_KVSTORE_MAP_MIN). */
+static int f_view_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len,
+                        ur_kvstore_view *v, ur_err *err)
+{
+    char *path = NULL;
+    int fd, temp, rc;
+    if (len < UR_KVSTORE_MAP_MIN) {
+        rc = ur_buf_reserve(&v->buf_, len, err);
+        if (rc == UR_OK) {
+            rc = f_read_range(kv, key, offset, len, v->buf_.data, err);
+        }
+        if (rc == UR_OK) {
+            v->buf_.len = len;
+            ur_kvstore__view_of_buf(v);
+        }
+        return rc;
+    }
+    rc = get_fd((file_store *)kv, key, &fd, &temp, &path, err);
+    if (rc == UR_OK) {
+        rc = ur_fs_map_range(fd, offset, len, path, &v->map_, err);
+        if (rc == UR_OK) {
+            v->data = v->map_.data;
+            v->len = v->map_.len;
+        }
+        if (temp) {
+            close(fd);
+        }
+    }
+    ur_free(path);
+    return rc;
+}
+
+static void f_prefetch_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len)
+{
+    char *path = NULL;
+    int fd, temp;
+    if (get_fd((file_store *)kv, key, &fd, &temp, &path, NULL) == UR_OK) {
+        (void)posix_fadvise(fd, (off_t)offset, (off_t)len, POSIX_FADV_WILLNEED);
+        if (temp) {
+            close(fd);
+        }
+    }
+    ur_free(path);
 }
 
 /* A large file is mapped; a small one is read. */
@@ -315,6 +406,17 @@ out:
     return rc;
 }
 
+static int f_delete(ur_kvstore *kv, const char *key, ur_err *err)
+{
+    char *path = NULL;
+    int rc = key_path((file_store *)kv, key, &path, err);
+    if (rc == UR_OK && unlink(path) != 0 && errno != ENOENT) {
+        rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot delete");
+    }
+    ur_free(path);
+    return rc;
+}
+
 /* fsync every file and directory below `path`, children before parents. */
 static int sync_tree(const char *path, ur_err *err)
 {
@@ -371,6 +473,11 @@ static int f_commit(ur_kvstore *kv, ur_err *err)
 static void f_close(ur_kvstore *kv)
 {
     file_store *fs = (file_store *)kv;
+    for (size_t i = 0; i < fs->n_fds; i++) {
+        close(fs->fds[i].fd);
+        ur_free(fs->fds[i].key);
+    }
+    pthread_mutex_destroy(&fs->lock);
     if (fs->root_fd >= 0) {
         close(fs->root_fd);
     }
@@ -380,6 +487,7 @@ static void f_close(ur_kvstore *kv)
 
 static const ur_kvstore_ops file_ops = {
     "file", f_read, f_read_range, f_view, f_size, f_list, f_write, f_commit, f_close, f_prefetch,
+    f_delete, f_view_range, f_prefetch_range,
 };
 
 int ur_kvstore_file_open(ur_kvstore **out, const char *root, int writable, ur_err *err)
@@ -403,6 +511,7 @@ int ur_kvstore_file_open(ur_kvstore **out, const char *root, int writable, ur_er
         return ur_err_oom(err);
     }
     fs->root_fd = fd;
+    pthread_mutex_init(&fs->lock, NULL);
     fs->root = ur_strdup(root);
     if (fs->root == NULL) {
         close(fd);

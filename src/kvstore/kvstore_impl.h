@@ -20,6 +20,13 @@ typedef struct ur_kvstore_ops {
     void (*close)(ur_kvstore *kv);
     /* optional */
     void (*prefetch)(ur_kvstore *kv, const char *key, size_t max_bytes);
+    /* optional: delete one key (object stores; absent is not an error) */
+    int (*del)(ur_kvstore *kv, const char *key, ur_err *err);
+    /* optional: map a byte range of a value (else read_range into v->buf_) */
+    int (*view_range)(ur_kvstore *kv, const char *key, uint64_t offset, size_t len,
+                      ur_kvstore_view *v, ur_err *err);
+    /* optional */
+    void (*prefetch_range)(ur_kvstore *kv, const char *key, uint64_t offset, size_t len);
 } ur_kvstore_ops;
 
 /* Every implementation's handle starts with this header. */
@@ -37,5 +44,12 @@ void ur_kvstore__view_of_buf(ur_kvstore_view *v);
 
 /* A view holding the value read into memory (v->buf_ already has the limit). */
 int ur_kvstore__view_by_read(ur_kvstore *kv, const char *key, ur_kvstore_view *v, ur_err *err);
+
+/* Object-store drivers, reached through the scheme table of kvstore_url.c (signature:
+ * ur_kvstore_remote_open_fn). */
+int ur_kvstore_s3_open(ur_kvstore **out, const char *bucket, const char *prefix, int writable,
+                       ur_err *err);
+int ur_kvstore_gcs_open(ur_kvstore **out, const char *bucket, const char *prefix, int writable,
+                        ur_err *err);
 
 #endif

@@ -168,6 +168,20 @@ static int m_write(ur_kvstore *kv, const char *key, const void *data, size_t n, 
     return UR_OK;
 }
 
+static int m_delete(ur_kvstore *kv, const char *key, ur_err *err)
+{
+    mem_store *ms = (mem_store *)kv;
+    size_t i = lower_bound(ms, key);
+    (void)err;
+    if (i < ms->n && strcmp(ms->e[i].key, key) == 0) {
+        ur_free(ms->e[i].key);
+        ur_free(ms->e[i].val);
+        memmove(&ms->e[i], &ms->e[i + 1], (ms->n - i - 1) * sizeof *ms->e);
+        ms->n--;
+    }
+    return UR_OK;
+}
+
 static void m_close(ur_kvstore *kv)
 {
     mem_store *ms = (mem_store *)kv;
@@ -180,7 +194,7 @@ static void m_close(ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops mem_ops = {
-    "mem", m_read, m_read_range, NULL, m_size, m_list, m_write, NULL, m_close, NULL,
+    "mem", m_read, m_read_range, NULL, m_size, m_list, m_write, NULL, m_close, NULL, m_delete, NULL, NULL,
 };
 
 int ur_kvstore_mem_new(ur_kvstore **out, ur_err *err)

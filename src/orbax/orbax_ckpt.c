@@ -8,8 +8,10 @@
 #include "unroll/fs.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TMP_SUFFIX ".orbax-checkpoint-tmp"
 
@@ -28,19 +30,18 @@ struct ur_orbax_ckpt {
     ur_orbax_step_meta_doc *step;
     ur_orbax_array_meta_list *array_meta;
     ur_kvstore *kv;
+    ur_orbax_loc loc; /* local tree or bucket: every metadata read goes through it */
+    int loc_failed;   /* loc.failed points here */
 };
 
-/* Read a whole optional file: UR_ENOTFOUND (err untouched) when it is absent. It is read
- * beneath `dir`: a link out of the checkpoint or a FIFO is refused (ur_fs_open_beneath). */
-static int read_optional(ur_buf *b, const char *dir, const char *name, ur_err *err)
+/* Read a whole optional file: UR_ENOTFOUND (err untouched) when it is absent. A local one is
+ * read beneath `dir`: a link out of the checkpoint or a FIFO is refused (ur_fs_open_beneath). */
+static int read_optional(const ur_orbax_loc *l, ur_buf *b, const char *dir, const char *name,
+                         ur_err *err)
 {
-    char *path = ur_path_join(dir, name);
-    if (path == NULL) {
-        return ur_err_oom(err);
-    }
     int rc = UR_ENOTFOUND;
-    if (ur_fs_exists(path)) {
-        rc = ur_fs_read_file_beneath(b, dir, name, UR_ORBAX_MAX_JSON_BYTES, err);
+    if (ur_orbax__loc_exists(l, dir, name)) {
+        rc = ur_orbax__loc_read(l, b, dir, name, UR_ORBAX_MAX_JSON_BYTES, err);
         if (rc == UR_ENOTFOUND) { /* there, but a link to nothing */
             rc = UR_EIO;
             if (err != NULL) {
@@ -48,16 +49,12 @@ static int read_optional(ur_buf *b, const char *dir, const char *name, ur_err *e
             }
         }
     }
-    ur_free(path);
     return rc;
 }
 
-static int has_file(const char *dir, const char *name)
+static int has_file(const ur_orbax_loc *l, const char *dir, const char *name)
 {
-    char *path = ur_path_join(dir, name);
-    int yes = path != NULL && ur_fs_exists(path);
-    ur_free(path);
-    return yes;
+    return ur_orbax__loc_exists(l, dir, name);
 }
 
 /* The directory above `path` (trailing '/' ignored), or NULL when there is none. */
@@ -86,35 +83,19 @@ static int is_process_db_name(const char *name)
     return strncmp(name, "ocdbt.process_", 14) == 0;
 }
 
-/* How many entries of `dir` start with `prefix` (0 when it cannot be listed). */
-static size_t count_prefixed(const char *dir, const char *prefix)
+static size_t count_process_dbs(const ur_orbax_loc *l, const char *dir)
 {
-    DIR *d = opendir(dir);
-    size_t n = 0, len = strlen(prefix);
-    struct dirent *de;
-    if (d == NULL) {
-        return 0;
-    }
-    while ((de = readdir(d)) != NULL) {
-        n += strncmp(de->d_name, prefix, len) == 0;
-    }
-    closedir(d);
-    return n;
-}
-
-static size_t count_process_dbs(const char *dir)
-{
-    return count_prefixed(dir, "ocdbt.process_");
+    return ur_orbax__loc_count_prefixed(l, dir, "ocdbt.process_");
 }
 
 /* An item directory, finished or not: what Orbax writes into it first (the per-process
  * databases, array_metadatas/) counts, so that a save copied half-way is recognised as the
  * item it is and refused for what it lacks, rather than skipped for a subdirectory. */
-static int is_item_dir(const char *dir)
+static int is_item_dir(const ur_orbax_loc *l, const char *dir)
 {
-    return has_file(dir, "_METADATA") || has_file(dir, "manifest.ocdbt") ||
-           has_file(dir, "_sharding") || has_file(dir, "array_metadatas") ||
-           count_process_dbs(dir) > 0;
+    return has_file(l, dir, "_METADATA") || has_file(l, dir, "manifest.ocdbt") ||
+           has_file(l, dir, "_sharding") || has_file(l, dir, "array_metadatas") ||
+           count_process_dbs(l, dir) > 0;
 }
 
 /* A handler typestr of a PyTree item (v0 Standard/PyTree handlers, v1 PyTreeHandler). */
@@ -126,47 +107,51 @@ static int is_pytree_handler(const char *typestr)
 }
 
 /* The only subdirectory of `dir` that looks like a PyTree item (is_item_dir). */
-static int find_item_by_listing(char **out, const char *dir, ur_err *err)
+typedef struct {
+    const ur_orbax_loc *l;
+    const char *dir;
+    char *found;
+    ur_err *err;
+} item_search;
+
+static int consider_item(void *ctx, const char *name)
 {
-    DIR *d = opendir(dir);
-    if (d == NULL) {
-        return ur_err_set_os(err, UR_EIO, 0, dir, "cannot list the step directory");
+    item_search *st = ctx;
+    char *sub;
+    if (name[0] == '.' || is_process_db_name(name)) {
+        return 0;
     }
-    char *found = NULL;
-    int rc = UR_OK;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (de->d_name[0] == '.' || is_process_db_name(de->d_name)) {
-            continue;
-        }
-        char *sub = ur_path_join(dir, de->d_name);
-        if (sub == NULL) {
-            rc = ur_err_oom(err);
-            break;
-        }
-        if (ur_fs_is_dir(sub) && is_item_dir(sub)) {
-            if (found != NULL) {
-                rc = ur_err_set(err, UR_EINVAL,
-                                "%s: several items (%s, %s): give the item directory", dir,
-                                found, sub);
-                ur_free(sub);
-                break;
-            }
-            found = sub;
-        } else {
-            ur_free(sub);
-        }
+    sub = ur_path_join(st->dir, name);
+    if (sub == NULL) {
+        return ur_err_oom(st->err);
     }
-    closedir(d);
-    if (rc < 0) {
-        ur_free(found);
+    if (!is_item_dir(st->l, sub)) {
+        ur_free(sub);
+        return 0;
+    }
+    if (st->found != NULL) {
+        int rc = ur_err_set(st->err, UR_EINVAL, "%s: several items (%s, %s): give the item directory",
+                            st->dir, st->found, sub);
+        ur_free(sub);
         return rc;
     }
-    if (found == NULL) {
+    st->found = sub;
+    return 0;
+}
+
+static int find_item_by_listing(const ur_orbax_loc *l, char **out, const char *dir, ur_err *err)
+{
+    item_search st = {l, dir, NULL, err};
+    int rc = ur_orbax__loc_list_dirs(l, dir, consider_item, &st, err);
+    if (rc < 0) {
+        ur_free(st.found);
+        return rc;
+    }
+    if (st.found == NULL) {
         return ur_err_set(err, UR_ENOTFOUND,
                           "%s: not an Orbax checkpoint (no _METADATA, no items/ directory)", dir);
     }
-    *out = found;
+    *out = st.found;
     return UR_OK;
 }
 
@@ -174,7 +159,7 @@ static int load_step_meta(ur_orbax_ckpt *ck, ur_err *err)
 {
     ur_buf b;
     ur_buf_init(&b, 0);
-    int rc = read_optional(&b, ck->step_dir, "_CHECKPOINT_METADATA", err);
+    int rc = read_optional(&ck->loc, &b, ck->step_dir, "_CHECKPOINT_METADATA", err);
     if (rc == UR_ENOTFOUND) {
         rc = UR_OK;
     } else if (rc == UR_OK) {
@@ -196,22 +181,22 @@ static int resolve_dirs(ur_orbax_ckpt *ck, const char *path, ur_err *err)
                           "' directory, never renamed into place)",
                           path);
     }
-    if (!ur_fs_is_dir(path)) {
+    if (!ur_orbax__loc_is_dir(&ck->loc, path)) {
         return ur_err_set(err, UR_ENOTFOUND, "%s: no such checkpoint directory", path);
     }
-    if (is_item_dir(path)) {
+    if (is_item_dir(&ck->loc, path)) {
         ck->item_dir = ur_strdup(path);
         if (ck->item_dir == NULL) {
             return ur_err_oom(err);
         }
-        if (has_file(path, "_CHECKPOINT_METADATA")) {
+        if (has_file(&ck->loc, path, "_CHECKPOINT_METADATA")) {
             ck->step_dir = ur_strdup(path); /* a direct checkpoint */
         } else {
             char *parent = parent_dir(path);
             if (parent == NULL) {
                 return ur_err_oom(err);
             }
-            if (has_file(parent, "_CHECKPOINT_METADATA")) {
+            if (has_file(&ck->loc, parent, "_CHECKPOINT_METADATA")) {
                 ck->step_dir = parent;
             } else {
                 ur_free(parent);
@@ -235,7 +220,7 @@ static int resolve_dirs(ur_orbax_ckpt *ck, const char *path, ur_err *err)
         if (sub == NULL) {
             return ur_err_oom(err);
         }
-        if (ur_fs_is_dir(sub)) {
+        if (ur_orbax__loc_is_dir(&ck->loc, sub)) {
             ck->item_dir = sub;
             return UR_OK;
         }
@@ -251,14 +236,14 @@ static int resolve_dirs(ur_orbax_ckpt *ck, const char *path, ur_err *err)
             if (sub == NULL) {
                 return ur_err_oom(err);
             }
-            if (ur_fs_is_dir(sub)) {
+            if (ur_orbax__loc_is_dir(&ck->loc, sub)) {
                 ck->item_dir = sub;
                 return UR_OK;
             }
             ur_free(sub);
         }
     }
-    return find_item_by_listing(&ck->item_dir, path, err);
+    return find_item_by_listing(&ck->loc, &ck->item_dir, path, err);
 }
 
 /* ---- Only a finalized save is read ------------------------------------------------------
@@ -287,8 +272,8 @@ static int resolve_dirs(ur_orbax_ckpt *ck, const char *path, ur_err *err)
 
 static int has_commit_mark(const ur_orbax_ckpt *ck)
 {
-    return has_file(ck->item_dir, COMMIT_FILE) ||
-           (ck->step_dir != NULL && has_file(ck->step_dir, COMMIT_FILE)) ||
+    return has_file(&ck->loc, ck->item_dir, COMMIT_FILE) ||
+           (ck->step_dir != NULL && has_file(&ck->loc, ck->step_dir, COMMIT_FILE)) ||
            (ck->step != NULL && ck->step->meta.has_commit_timestamp);
 }
 
@@ -303,7 +288,8 @@ static int check_step_finalized(const ur_orbax_ckpt *ck, ur_err *err)
                           ck->item_dir);
     }
     if (ck->step_dir != NULL && strcmp(ck->step_dir, ck->item_dir) != 0 &&
-        !has_file(ck->step_dir, COMMIT_FILE) && has_file(ck->item_dir, COMMIT_FILE)) {
+        !has_file(&ck->loc, ck->step_dir, COMMIT_FILE) &&
+        has_file(&ck->loc, ck->item_dir, COMMIT_FILE)) {
         return ur_err_set(err, UR_ECORRUPT,
                           "%s: unfinished Orbax save: no " COMMIT_FILE
                           " in the step directory (its item has one; Orbax writes the step's "
@@ -316,9 +302,9 @@ static int check_step_finalized(const ur_orbax_ckpt *ck, ur_err *err)
 /* After _METADATA is read: the item's data is all there. */
 static int check_item_finalized(const ur_orbax_ckpt *ck, ur_err *err)
 {
-    size_t n_db = count_process_dbs(ck->item_dir);
+    size_t n_db = count_process_dbs(&ck->loc, ck->item_dir);
     /* use_ocdbt true, or null (Orbax then looks for manifest.ocdbt) */
-    if (ck->meta->use_ocdbt != 0 && n_db > 0 && !has_file(ck->item_dir, "manifest.ocdbt")) {
+    if (ck->meta->use_ocdbt != 0 && n_db > 0 && !has_file(&ck->loc, ck->item_dir, "manifest.ocdbt")) {
         return ur_err_set(err, UR_ECORRUPT,
                           "%s: unfinished Orbax save: no manifest.ocdbt (the %zu ocdbt.process_* "
                           "databases were never merged)",
@@ -326,7 +312,7 @@ static int check_item_finalized(const ur_orbax_ckpt *ck, ur_err *err)
     }
     if (!ck->use_ocdbt && !has_commit_mark(ck)) {
         char *am = ur_path_join(ck->item_dir, "array_metadatas");
-        size_t n_proc = am != NULL ? count_prefixed(am, "process_") : 0;
+        size_t n_proc = am != NULL ? ur_orbax__loc_count_prefixed(&ck->loc, am, "process_") : 0;
         ur_free(am);
         if (n_proc > 1) {
             return ur_err_set(err, UR_ECORRUPT,
@@ -352,7 +338,7 @@ static int attach_strings(ur_orbax_ckpt *ck, ur_err *err)
     ur_buf b;
     ur_buf_init(&b, 0);
     cJSON *root = NULL;
-    int rc = read_optional(&b, ck->item_dir, "_strings.json", err);
+    int rc = read_optional(&ck->loc, &b, ck->item_dir, "_strings.json", err);
     if (rc == UR_ENOTFOUND) {
         rc = UR_OK; /* restore of those leaves would fail; inspect still works */
         goto out;
@@ -409,7 +395,7 @@ static int attach_array_meta(ur_orbax_ckpt *ck, ur_err *err)
         if (ur_strmap_get(&by_name, am->param_name, strlen(am->param_name), &j)) {
             ur_orbax_leaf *l = &ck->leaves[j];
             l->array_meta_chunk_rank = am->chunk_rank;
-            memcpy(l->array_meta_chunk_shape, am->chunk_shape, sizeof(l->array_meta_chunk_shape));
+            l->array_meta_chunk_shape = am->chunk_shape; /* the list lives as long */
             l->random_key_impl = am->random_key_impl;
         }
     }
@@ -437,33 +423,170 @@ static int attach_sharding(ur_orbax_ckpt *ck, ur_err *err)
     return attach_array_meta(ck, err);
 }
 
-static int describe_arrays(ur_orbax_ckpt *ck, ur_err *err)
+/* The array leaf `l` from its zarr metadata (shapes go into `arena`). */
+static int describe_one(ur_orbax_ckpt *ck, ur_orbax_leaf *l, ur_orbax_arena *arena, ur_err *err)
 {
-    for (size_t i = 0; i < ck->n_leaves; i++) {
-        ur_orbax_leaf *l = &ck->leaves[i];
+    ur_zarr_array *arr = NULL;
+    int rc = ur_orbax_ckpt_open_array(ck, l, &arr, err);
+    if (rc < 0) {
+        return rc;
+    }
+    const ur_zarr_info *info = ur_zarr_array_info(arr);
+    l->has_array = 1;
+    l->dtype = info->dtype;
+    l->rank = info->rank;
+    l->shape = ur_orbax__arena_dims(arena, info->shape, info->rank);
+    l->chunk_shape = ur_orbax__arena_dims(arena, info->chunk_shape, info->rank);
+    ur_zarr_array_close(arr); /* info with it */
+    if (l->rank > 0 && (l->shape == NULL || l->chunk_shape == NULL)) {
+        return ur_err_oom(err);
+    }
+    if (l->sharding.kind == UR_ORBAX_SHARDING_NAMED && l->sharding.spec_rank > l->rank) {
+        return ur_err_set(err, UR_ECORRUPT,
+                          "_sharding: '%s': partition_spec has %d entries for a rank-%d "
+                          "array",
+                          l->name, l->sharding.spec_rank, l->rank);
+    }
+    return UR_OK;
+}
+
+/* Leaves [lo, hi) described by one thread; it stops at its first failure. */
+typedef struct {
+    ur_orbax_ckpt *ck;
+    size_t lo, hi;
+    ur_orbax_arena arena;
+    size_t failed_at; /* hi: none */
+    ur_err err;
+} describe_part;
+
+static void *describe_range(void *arg)
+{
+    describe_part *p = arg;
+    p->failed_at = p->hi;
+    for (size_t i = p->lo; i < p->hi; i++) {
+        ur_orbax_leaf *l = &p->ck->leaves[i];
         if (!ur_orbax_value_type_has_array(l->value_type) || l->skip_deserialize) {
             continue;
         }
-        ur_zarr_array *arr = NULL;
-        int rc = ur_orbax_ckpt_open_array(ck, l, &arr, err);
-        if (rc < 0) {
-            return rc;
-        }
-        const ur_zarr_info *info = ur_zarr_array_info(arr);
-        l->has_array = 1;
-        l->dtype = info->dtype;
-        l->rank = info->rank;
-        memcpy(l->shape, info->shape, sizeof(l->shape));
-        memcpy(l->chunk_shape, info->chunk_shape, sizeof(l->chunk_shape));
-        ur_zarr_array_close(arr);
-        if (l->sharding.kind == UR_ORBAX_SHARDING_NAMED && l->sharding.spec_rank > l->rank) {
-            return ur_err_set(err, UR_ECORRUPT,
-                              "_sharding: '%s': partition_spec has %d entries for a rank-%d "
-                              "array",
-                              l->name, l->sharding.spec_rank, l->rank);
+        if (describe_one(p->ck, l, &p->arena, &p->err) < 0) {
+            p->failed_at = i;
+            break;
         }
     }
-    return UR_OK;
+    return NULL;
+}
+
+/* Reading every array's zarr metadata is most of the time it takes to open a checkpoint of
+ * many small arrays: it is spread over the cores (each thread takes a contiguous range of
+ * leaves; the error reported is the one of the first failing leaf, as one thread would). */
+#define DESCRIBE_MAX_THREADS 8
+#define DESCRIBE_MIN_LEAVES 512 /* per thread */
+
+static int describe_arrays(ur_orbax_ckpt *ck, ur_err *err)
+{
+    describe_part parts[DESCRIBE_MAX_THREADS];
+    pthread_t tids[DESCRIBE_MAX_THREADS];
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t n = ck->n_leaves, t = cores > 1 ? (size_t)cores : 1, started = 1;
+    int rc = UR_OK;
+
+    /* The first array alone: its lookup decodes the B+tree node(s) into the reader's cache,
+     * which a small tree's other arrays then share (threads missing the cache together
+     * would each decode the same node). */
+    size_t first = 0;
+    while (first < n && (!ur_orbax_value_type_has_array(ck->leaves[first].value_type) ||
+                         ck->leaves[first].skip_deserialize)) {
+        first++;
+    }
+    if (first == n) {
+        return UR_OK;
+    }
+    rc = describe_one(ck, &ck->leaves[first], &ck->arena, err);
+    if (rc < 0) {
+        return rc;
+    }
+    first++;
+    n -= first;
+    if (t > DESCRIBE_MAX_THREADS) {
+        t = DESCRIBE_MAX_THREADS;
+    }
+    if (t > n / DESCRIBE_MIN_LEAVES) {
+        t = n / DESCRIBE_MIN_LEAVES > 0 ? n / DESCRIBE_MIN_LEAVES : 1;
+    }
+    for (size_t k = 0; k < t; k++) {
+        parts[k].ck = ck;
+        parts[k].lo = first + n * k / t;
+        parts[k].hi = first + n * (k + 1) / t;
+        ur_orbax__arena_init(&parts[k].arena);
+        ur_err_clear(&parts[k].err);
+    }
+    for (size_t k = 1; k < t; k++) {
+        if (pthread_create(&tids[k], NULL, describe_range, &parts[k]) != 0) {
+            break;
+        }
+        started++;
+    }
+    describe_range(&parts[0]);
+    for (size_t k = 1; k < started; k++) {
+        pthread_join(tids[k], NULL);
+    }
+    for (size_t k = started; k < t; k++) { /* threads that could not start */
+        describe_range(&parts[k]);
+    }
+    for (size_t k = 0; k < t; k++) {
+        if (rc == UR_OK && parts[k].failed_at < parts[k].hi) {
+            *err = parts[k].err;
+            rc = err->code;
+        }
+        ur_orbax__arena_adopt(&ck->arena, &parts[k].arena);
+    }
+    return rc;
+}
+
+/* _sharding, then array_metadatas/process_0 (both optional). */
+typedef struct {
+    const ur_orbax_loc *loc;
+    const char *item_dir;
+    ur_orbax_sharding_map *sharding;
+    ur_orbax_array_meta_list *array_meta;
+    int rc;
+    ur_err err;
+} side_parse;
+
+static void *parse_side(void *arg)
+{
+    side_parse *p = arg;
+    ur_buf b;
+    ur_buf_init(&b, 0);
+    int rc = read_optional(p->loc, &b, p->item_dir, "_sharding", &p->err);
+    if (rc == UR_OK) {
+        rc = ur_orbax_sharding_parse(&p->sharding, (const char *)b.data, b.len, &p->err);
+    } else if (rc == UR_ENOTFOUND) {
+        rc = UR_OK;
+    }
+    if (rc == UR_OK) {
+        ur_buf_reset(&b);
+        rc = read_optional(p->loc, &b, p->item_dir, "array_metadatas/process_0", &p->err);
+        if (rc == UR_OK) {
+            rc = ur_orbax_array_meta_parse(&p->array_meta, (const char *)b.data, b.len,
+                                           &p->err);
+        } else if (rc == UR_ENOTFOUND) {
+            rc = UR_OK;
+        }
+    }
+    ur_buf_dispose(&b);
+    p->rc = rc;
+    return NULL;
+}
+
+/* A file-exists question went unanswered while opening (ur_orbax_loc.failed): whatever the
+ * open concluded from its "no" is not to be trusted, so the open fails with that error. */
+static int unanswered(int code, const char *path, ur_err *err)
+{
+    if (code == UR_ENOMEM) {
+        return ur_err_oom(err);
+    }
+    return ur_err_set(err, code, "%s: the store did not answer whether a file exists", path);
 }
 
 int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur_err *err)
@@ -475,7 +598,11 @@ int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur
         return ur_err_oom(err);
     }
     ur_orbax__arena_init(&ck->arena);
-    int rc = resolve_dirs(ck, path, err);
+    int rc = ur_orbax__loc_open(&ck->loc, path, err);
+    ck->loc.failed = &ck->loc_failed;
+    if (rc == UR_OK) {
+        rc = resolve_dirs(ck, path, err);
+    }
     if (rc == UR_OK) {
         rc = check_step_finalized(ck, err);
     }
@@ -483,61 +610,60 @@ int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur
         goto out;
     }
 
-    rc = read_optional(&b, ck->item_dir, "_METADATA", err);
+    /* _sharding and array_metadatas are read and parsed on a second thread while this one
+     * parses _METADATA (a checkpoint of many leaves spends most of its opening there); their
+     * errors are reported in the order one thread would meet them. */
+    side_parse side;
+    pthread_t side_tid;
+    memset(&side, 0, sizeof side);
+    side.loc = &ck->loc;
+    side.item_dir = ck->item_dir;
+    int side_started = pthread_create(&side_tid, NULL, parse_side, &side) == 0;
+    if (!side_started) {
+        parse_side(&side);
+    }
+    rc = read_optional(&ck->loc, &b, ck->item_dir, "_METADATA", err);
     if (rc == UR_ENOTFOUND) {
         rc = ur_err_set(err, UR_ECORRUPT,
                         "%s: unfinished Orbax save: no _METADATA (Orbax writes it after the "
                         "array data)",
                         ck->item_dir);
-        goto out;
+    }
+    int where = 0;
+    if (rc == UR_OK) {
+        ck->has_metadata_file = 1;
+        rc = ur_orbax_meta_parse(&ck->meta, (const char *)b.data, b.len, err);
+        where = rc < 0;
+    }
+    if (rc == UR_OK) {
+        ck->leaves = ck->meta->leaves;
+        ck->n_leaves = ck->meta->n_leaves;
+        ck->use_zarr3 = ck->meta->use_zarr3;
+        ck->store_fill = ck->meta->store_fill;
+        ck->use_ocdbt = ck->meta->use_ocdbt;
+        if (ck->use_ocdbt < 0) {
+            ck->use_ocdbt = has_file(&ck->loc, ck->item_dir, "manifest.ocdbt");
+        }
+        rc = check_item_finalized(ck, err);
+    }
+    if (side_started) {
+        pthread_join(side_tid, NULL);
+    }
+    ck->sharding = side.sharding;
+    ck->array_meta = side.array_meta;
+    if (rc == UR_OK && side.rc < 0) {
+        *err = side.err;
+        rc = side.rc;
+        where = 1;
     }
     if (rc < 0) {
-        goto out;
-    }
-    ck->has_metadata_file = 1;
-    rc = ur_orbax_meta_parse(&ck->meta, (const char *)b.data, b.len, err);
-    if (rc < 0) {
-        goto out_where;
-    }
-    ck->leaves = ck->meta->leaves;
-    ck->n_leaves = ck->meta->n_leaves;
-    ck->use_zarr3 = ck->meta->use_zarr3;
-    ck->store_fill = ck->meta->store_fill;
-    ck->use_ocdbt = ck->meta->use_ocdbt;
-    if (ck->use_ocdbt < 0) {
-        ck->use_ocdbt = has_file(ck->item_dir, "manifest.ocdbt");
-    }
-    rc = check_item_finalized(ck, err);
-    if (rc < 0) {
+        if (where) {
+            goto out_where;
+        }
         goto out;
     }
 
-    ur_buf_reset(&b);
-    rc = read_optional(&b, ck->item_dir, "_sharding", err);
-    if (rc == UR_OK) {
-        rc = ur_orbax_sharding_parse(&ck->sharding, (const char *)b.data, b.len, err);
-    } else if (rc == UR_ENOTFOUND) {
-        rc = UR_OK;
-    }
-    if (rc < 0) {
-        goto out_where;
-    }
-    ur_buf_reset(&b);
-    rc = read_optional(&b, ck->item_dir, "array_metadatas/process_0", err);
-    if (rc == UR_OK) {
-        rc = ur_orbax_array_meta_parse(&ck->array_meta, (const char *)b.data, b.len, err);
-    } else if (rc == UR_ENOTFOUND) {
-        rc = UR_OK;
-    }
-    if (rc < 0) {
-        goto out_where;
-    }
-
-    if (ck->use_ocdbt) {
-        rc = ur_ocdbt_open(&ck->kv, ck->item_dir, err);
-    } else {
-        rc = ur_kvstore_file_open(&ck->kv, ck->item_dir, 0, err);
-    }
+    rc = ur_orbax__loc_open_store(&ck->loc, &ck->kv, ck->item_dir, ck->use_ocdbt, err);
     if (rc < 0) {
         ur_err_wrap(err, "%s store", ck->use_ocdbt ? "OCDBT" : "file");
         goto out_where;
@@ -552,12 +678,17 @@ int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur
     if (rc < 0) {
         goto out_where;
     }
-    *out = ck;
-    ck = NULL;
+    if (ck->loc_failed == 0) {
+        *out = ck;
+        ck = NULL;
+    }
     goto out;
 out_where:
     ur_err_set_where(err, ck->item_dir);
 out:
+    if (ck != NULL && ck->loc_failed != 0 && rc != ck->loc_failed) {
+        rc = unanswered(ck->loc_failed, path, err);
+    }
     ur_buf_dispose(&b);
     ur_orbax_ckpt_close(ck);
     return rc;
@@ -569,6 +700,7 @@ void ur_orbax_ckpt_close(ur_orbax_ckpt *ck)
         return;
     }
     ur_kvstore_close(ck->kv);
+    ur_orbax__loc_close(&ck->loc);
     ur_orbax_meta_free(ck->meta);
     ur_orbax_sharding_map_free(ck->sharding);
     ur_orbax_ckpt_meta_free(ck->step);
@@ -644,11 +776,6 @@ int ur_orbax_ckpt_find(const ur_orbax_ckpt *ck, const char *name, const ur_orbax
         }
     }
     return ur_err_set(err, UR_ENOTFOUND, "no leaf '%s' in the checkpoint", name);
-}
-
-ur_kvstore *ur_orbax_ckpt_kvstore(ur_orbax_ckpt *ck)
-{
-    return ck->kv;
 }
 
 int ur_orbax_ckpt_open_array(ur_orbax_ckpt *ck, const ur_orbax_leaf *leaf, ur_zarr_array **out,

@@ -201,7 +201,7 @@ static int parse_array_meta(ur_orbax_array_meta *am, ur_orbax_arena *a, const cJ
     const cJSON *ws = cJSON_GetObjectItemCaseSensitive(inner, "write_shape");
     if (ws != NULL && !cJSON_IsNull(ws)) {
         snprintf(what, sizeof what, "array_metadatas: '%s': write_shape", am->param_name);
-        int rc = ur_orbax__parse_shape(ws, am->write_shape, &am->write_rank, what, err);
+        int rc = ur_orbax__parse_shape_in(ws, a, &am->write_shape, &am->write_rank, what, err);
         if (rc < 0) {
             return rc;
         }
@@ -209,7 +209,7 @@ static int parse_array_meta(ur_orbax_array_meta *am, ur_orbax_arena *a, const cJ
     const cJSON *cs = cJSON_GetObjectItemCaseSensitive(inner, "chunk_shape");
     if (cs != NULL && !cJSON_IsNull(cs)) {
         snprintf(what, sizeof what, "array_metadatas: '%s': chunk_shape", am->param_name);
-        int rc = ur_orbax__parse_shape(cs, am->chunk_shape, &am->chunk_rank, what, err);
+        int rc = ur_orbax__parse_shape_in(cs, a, &am->chunk_shape, &am->chunk_rank, what, err);
         if (rc < 0) {
             return rc;
         }

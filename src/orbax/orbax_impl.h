@@ -5,6 +5,7 @@
 
 #include "unroll/buf.h"
 #include "unroll/err.h"
+#include "unroll/kvstore.h"
 #include "unroll/orbax.h"
 #include "unroll/strmap.h"
 
@@ -17,6 +18,39 @@
 #define UR_ORBAX_MAX_JSON_BYTES ((size_t)1 << 30)
 /* Largest extent accepted for a shape or mesh axis (TensorStore's kInfIndex is 2^62 - 2). */
 #define UR_ORBAX_MAX_DIM ((uint64_t)1 << 62)
+
+/* ---- orbax_loc.c: where a checkpoint being read lives ------------------------------------ */
+
+/* A local tree (root NULL) or the store of one bucket (root), whose keys are the paths
+ * "scheme://bucket/<key>" without their first root_len characters. */
+typedef struct ur_orbax_loc {
+    ur_kvstore *root;
+    size_t root_len;
+    /* Optional: where a yes/no question that could not be answered (out of memory, a store
+     * error) records its error code, the first one only. Its "no" is then not to be
+     * trusted: the caller fails with that code rather than read "absent". */
+    int *failed;
+} ur_orbax_loc;
+
+typedef int (*ur_orbax_loc_name_fn)(void *ctx, const char *name);
+
+/* For `path`: local, or open its bucket. UR_EINVAL for an unknown scheme. */
+int ur_orbax__loc_open(ur_orbax_loc *l, const char *path, ur_err *err);
+void ur_orbax__loc_close(ur_orbax_loc *l);
+int ur_orbax__loc_is_dir(const ur_orbax_loc *l, const char *path);
+/* dir/name is a file or a directory. */
+int ur_orbax__loc_exists(const ur_orbax_loc *l, const char *dir, const char *name);
+/* Read dir/name whole (locally beneath dir: ur_fs_read_file_beneath). */
+int ur_orbax__loc_read(const ur_orbax_loc *l, ur_buf *b, const char *dir, const char *name,
+                       size_t max_bytes, ur_err *err);
+/* Entries of dir whose names start with prefix (0 when dir cannot be listed). */
+size_t ur_orbax__loc_count_prefixed(const ur_orbax_loc *l, const char *dir, const char *prefix);
+/* fn(ctx, name) for each subdirectory of dir; a nonzero return stops and is returned. */
+int ur_orbax__loc_list_dirs(const ur_orbax_loc *l, const char *dir, ur_orbax_loc_name_fn fn,
+                            void *ctx, ur_err *err);
+/* The array store of item directory `dir`: OCDBT or plain. */
+int ur_orbax__loc_open_store(const ur_orbax_loc *l, ur_kvstore **out, const char *dir,
+                             int ocdbt, ur_err *err);
 
 /* ---- orbax_json.c ----------------------------------------------------------------------- */
 
@@ -31,6 +65,8 @@ void ur_orbax__arena_dispose(ur_orbax_arena *a);
 /* Zeroed, aligned for any type; NULL when out of memory. */
 void *ur_orbax__arena_alloc(ur_orbax_arena *a, size_t n);
 char *ur_orbax__arena_strdup(ur_orbax_arena *a, const char *s);
+/* Move every block of `from` into `into` (from is left empty). */
+void ur_orbax__arena_adopt(ur_orbax_arena *into, ur_orbax_arena *from);
 char *ur_orbax__arena_strndup(ur_orbax_arena *a, const char *s, size_t n);
 
 /* Parse `len` bytes of JSON (ur_json_parse); UR_ECORRUPT "<what>: invalid JSON near byte N",
@@ -77,10 +113,7 @@ void ur_orbax_meta_free(ur_orbax_meta *m);
 
 /* ---- orbax_sharding.c: _sharding -------------------------------------------------------- */
 
-/* URL-safe base64 with '=' padding, as Python's base64.urlsafe_b64encode. */
-int ur_orbax_b64url_encode(ur_buf *out, const void *p, size_t n, ur_err *err);
-/* Strict decode (padding required, no whitespace). UR_ECORRUPT for bad input. */
-int ur_orbax_b64url_decode(ur_buf *out, const char *s, size_t n, ur_err *err);
+/* Parameter names are keys in URL-safe base64 with '=' padding (unroll/b64.h, UR_B64_URL). */
 
 typedef struct ur_orbax_sharding_map {
     ur_orbax_arena arena;
@@ -122,9 +155,9 @@ void ur_orbax_ckpt_meta_free(ur_orbax_step_meta_doc *d);
 typedef struct ur_orbax_array_meta {
     const char *param_name;
     int write_rank; /* -1 when absent */
-    uint64_t write_shape[UR_MAX_RANK];
+    const uint64_t *write_shape; /* write_rank entries */
     int chunk_rank; /* -1 when absent */
-    uint64_t chunk_shape[UR_MAX_RANK];
+    const uint64_t *chunk_shape;
     const char *random_key_impl; /* NULL unless ext_metadata names one */
 } ur_orbax_array_meta;
 
@@ -143,6 +176,11 @@ void ur_orbax_array_meta_free(ur_orbax_array_meta_list *l);
 /* Parse a JSON list of non-negative integers (a shape) into dims; UR_ECORRUPT otherwise. */
 int ur_orbax__parse_shape(const cJSON *v, uint64_t *dims, int *rank, const char *what,
                           ur_err *err);
+/* The same into an array of *rank entries allocated in `a` (*dims NULL for rank 0). */
+int ur_orbax__parse_shape_in(const cJSON *v, ur_orbax_arena *a, const uint64_t **dims, int *rank,
+                             const char *what, ur_err *err);
+/* A copy of n entries in `a` (NULL for n 0 or when out of memory: check n). */
+uint64_t *ur_orbax__arena_dims(ur_orbax_arena *a, const uint64_t *dims, int n);
 /* Append "[1, 2, 3]" (Python layout). */
 int ur_orbax__put_shape(ur_buf *b, const uint64_t *dims, int rank, ur_err *err);
 

@@ -34,6 +34,20 @@ void ur_orbax__arena_dispose(ur_orbax_arena *a)
     a->head = NULL;
 }
 
+void ur_orbax__arena_adopt(ur_orbax_arena *into, ur_orbax_arena *from)
+{
+    ur_orbax__arena_block *tail = from->head;
+    if (tail == NULL) {
+        return;
+    }
+    while (tail->next != NULL) {
+        tail = tail->next;
+    }
+    tail->next = into->head;
+    into->head = from->head;
+    from->head = NULL;
+}
+
 void *ur_orbax__arena_alloc(ur_orbax_arena *a, size_t n)
 {
     const size_t align = alignof(max_align_t);
@@ -224,6 +238,32 @@ int ur_orbax__parse_shape(const cJSON *v, uint64_t *dims, int *rank, const char 
                               "%s: dimension %d is not an integer in [0, 2^62]", what, i);
         }
         dims[i++] = (uint64_t)d;
+    }
+    *rank = n;
+    return UR_OK;
+}
+
+uint64_t *ur_orbax__arena_dims(ur_orbax_arena *a, const uint64_t *dims, int n)
+{
+    uint64_t *p = n > 0 ? ur_orbax__arena_alloc(a, (size_t)n * sizeof(*p)) : NULL;
+    if (p != NULL) {
+        memcpy(p, dims, (size_t)n * sizeof(*p));
+    }
+    return p;
+}
+
+int ur_orbax__parse_shape_in(const cJSON *v, ur_orbax_arena *a, const uint64_t **dims, int *rank,
+                             const char *what, ur_err *err)
+{
+    uint64_t tmp[UR_MAX_RANK];
+    int n = 0;
+    int rc = ur_orbax__parse_shape(v, tmp, &n, what, err);
+    if (rc < 0) {
+        return rc;
+    }
+    *dims = ur_orbax__arena_dims(a, tmp, n);
+    if (n > 0 && *dims == NULL) {
+        return ur_err_oom(err);
     }
     *rank = n;
     return UR_OK;

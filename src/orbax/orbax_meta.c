@@ -170,7 +170,8 @@ static int parse_entry(ur_orbax_meta *m, ur_orbax_leaf *leaf, const cJSON *entry
     if (ws != NULL && !cJSON_IsNull(ws)) {
         char what[300];
         snprintf(what, sizeof what, "_METADATA: %s: write_shape", kp);
-        rc = ur_orbax__parse_shape(ws, leaf->write_shape, &leaf->write_shape_rank, what, err);
+        rc = ur_orbax__parse_shape_in(ws, &m->arena, &leaf->write_shape, &leaf->write_shape_rank,
+                                      what, err);
         if (rc < 0) {
             return rc;
         }

@@ -15,16 +15,6 @@
 
 #include <string.h>
 
-int ur_orbax_b64url_encode(ur_buf *out, const void *p, size_t n, ur_err *err)
-{
-    return ur_b64_encode(out, p, n, UR_B64_URL, err);
-}
-
-int ur_orbax_b64url_decode(ur_buf *out, const char *s, size_t n, ur_err *err)
-{
-    return ur_b64_decode(out, s, n, UR_B64_URL, err);
-}
-
 /* A partition-spec element: null, "axis", or ["a", "b"] (joined as "a,b"; [] as NULL). */
 static int parse_spec_elem(const char **out, ur_orbax_arena *a, const cJSON *e, ur_err *err)
 {
@@ -93,6 +83,15 @@ static int parse_named(ur_orbax_sharding *s, ur_orbax_arena *a, const cJSON *roo
                           "NamedSharding: mesh shape has %d axes but axis_names has %d", rank,
                           cJSON_GetArraySize(names));
     }
+    int64_t *mshape = ur_orbax__arena_alloc(a, (size_t)(rank ? rank : 1) * sizeof(*mshape));
+    const char **mnames = ur_orbax__arena_alloc(a, (size_t)(rank ? rank : 1) * sizeof(*mnames));
+    const char **mtypes = ur_orbax__arena_alloc(a, (size_t)(rank ? rank : 1) * sizeof(*mtypes));
+    if (mshape == NULL || mnames == NULL || mtypes == NULL) {
+        return ur_err_oom(err);
+    }
+    s->mesh_shape = mshape;
+    s->mesh_axis_names = mnames;
+    s->mesh_axis_types = mtypes;
     int i = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, shape)
@@ -101,7 +100,7 @@ static int parse_named(ur_orbax_sharding *s, ur_orbax_arena *a, const cJSON *roo
         if (ur_orbax__json_int(e, -1, (int64_t)1 << 31, &d) != 0) {
             return ur_err_set(err, UR_ECORRUPT, "NamedSharding: mesh shape[%d] is not a size", i);
         }
-        s->mesh_shape[i++] = d;
+        mshape[i++] = d;
     }
     i = 0;
     cJSON_ArrayForEach(e, names)
@@ -110,8 +109,8 @@ static int parse_named(ur_orbax_sharding *s, ur_orbax_arena *a, const cJSON *roo
             return ur_err_set(err, UR_ECORRUPT, "NamedSharding: axis_names[%d] is not a string",
                               i);
         }
-        s->mesh_axis_names[i] = ur_orbax__arena_strdup(a, e->valuestring);
-        if (s->mesh_axis_names[i] == NULL) {
+        mnames[i] = ur_orbax__arena_strdup(a, e->valuestring);
+        if (mnames[i] == NULL) {
             return ur_err_oom(err);
         }
         i++;
@@ -128,8 +127,8 @@ static int parse_named(ur_orbax_sharding *s, ur_orbax_arena *a, const cJSON *roo
                 return ur_err_set(err, UR_ECORRUPT,
                                   "NamedSharding: axis_types[%d] is not a string", i);
             }
-            s->mesh_axis_types[i] = ur_orbax__arena_strdup(a, e->valuestring);
-            if (s->mesh_axis_types[i] == NULL) {
+            mtypes[i] = ur_orbax__arena_strdup(a, e->valuestring);
+            if (mtypes[i] == NULL) {
                 return ur_err_oom(err);
             }
             i++;
@@ -141,10 +140,15 @@ static int parse_named(ur_orbax_sharding *s, ur_orbax_arena *a, const cJSON *roo
         return ur_err_set(err, UR_ECORRUPT, "NamedSharding: partition_spec has %d entries",
                           srank);
     }
+    const char **sp = ur_orbax__arena_alloc(a, (size_t)(srank ? srank : 1) * sizeof(*sp));
+    if (sp == NULL) {
+        return ur_err_oom(err);
+    }
+    s->spec = sp;
     i = 0;
     cJSON_ArrayForEach(e, spec)
     {
-        int rc = parse_spec_elem(&s->spec[i], a, e, err);
+        int rc = parse_spec_elem(&sp[i], a, e, err);
         if (rc < 0) {
             return rc;
         }
@@ -261,7 +265,8 @@ int ur_orbax_sharding_value_emit(ur_buf *out, const ur_orbax_sharding *s, ur_err
             rc = ur_orbax__json_put_str(out, s->mesh_axis_names[i], err);
         }
     }
-    if (rc == UR_OK && s->mesh_rank > 0 && s->mesh_axis_types[0] != NULL) {
+    if (rc == UR_OK && s->mesh_rank > 0 && s->mesh_axis_types != NULL &&
+        s->mesh_axis_types[0] != NULL) {
         rc = ur_buf_append_str(out, "], \"axis_types\": [", err);
         for (int i = 0; rc == UR_OK && i < s->mesh_rank; i++) {
             if (i > 0) {
@@ -301,7 +306,7 @@ int ur_orbax_sharding_emit(ur_buf *out, const char *const *names,
     for (size_t i = 0; rc == UR_OK && i < n; i++) {
         ur_buf_reset(&key);
         ur_buf_reset(&val);
-        rc = ur_orbax_b64url_encode(&key, names[i], strlen(names[i]), err);
+        rc = ur_b64_encode(&key, names[i], strlen(names[i]), UR_B64_URL, err);
         if (rc == UR_OK) {
             rc = ur_buf_append_byte(&key, 0, err);
         }
@@ -363,7 +368,7 @@ int ur_orbax_sharding_parse(ur_orbax_sharding_map **out, const char *json, size_
     cJSON_ArrayForEach(e, root)
     {
         ur_buf_reset(&name);
-        rc = ur_orbax_b64url_decode(&name, e->string, strlen(e->string), err);
+        rc = ur_b64_decode(&name, e->string, strlen(e->string), UR_B64_URL, err);
         if (rc < 0) {
             ur_err_wrap(err, "_sharding: member '%s' is not a base64 param name", e->string);
             goto out;

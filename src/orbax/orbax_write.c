@@ -33,6 +33,7 @@ struct ur_orbax_writer {
     size_t n_arrays;
     size_t cap_arrays;
     size_t first_open; /* arrays[0..first_open) are all closed */
+    const char *no_spec[UR_MAX_RANK]; /* a replicated array's partition spec */
     char *custom_metadata;
     int64_t init_ns;
     char *share_meta_dir; /* share mode (opts.share_index >= 0) */
@@ -330,40 +331,84 @@ static int mesh_has_axis(const ur_orbax_writer *w, const char *name, size_t n)
     return 0;
 }
 
-int ur_orbax_writer_add_array(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
-                              ur_dtype dtype, int rank, const uint64_t *shape,
-                              const uint64_t *chunk_shape, const char *const *spec,
-                              ur_zarr_array **arr_out, ur_err *err)
+static int array_spec(const ur_orbax_writer *w, ur_dtype dtype, int rank, const uint64_t *shape,
+                      const uint64_t *chunk_shape, ur_zarr_spec *zs, ur_err *err)
 {
     if (rank < 0 || rank > UR_MAX_RANK || ur_dtype_size(dtype) == 0) {
         return ur_err_set(err, UR_EINVAL, "bad rank %d or dtype", rank);
     }
-    ur_zarr_spec zs;
-    memset(&zs, 0, sizeof(zs));
-    zs.zarr_format = w->opts.use_zarr3 ? 3 : 2;
-    zs.dtype = dtype;
-    zs.rank = rank;
-    zs.zstd_level = w->opts.zstd_level;
+    memset(zs, 0, sizeof(*zs));
+    zs->zarr_format = w->opts.use_zarr3 ? 3 : 2;
+    zs->dtype = dtype;
+    zs->rank = rank;
+    zs->zstd_level = w->opts.zstd_level;
     for (int i = 0; i < rank; i++) {
         if (chunk_shape[i] == 0 || shape[i] > UR_ORBAX_MAX_DIM) {
             return ur_err_set(err, UR_EINVAL, "bad shape or chunk shape on axis %d", i);
         }
-        zs.shape[i] = shape[i];
-        zs.chunk_shape[i] = chunk_shape[i];
+        zs->shape[i] = shape[i];
+        zs->chunk_shape[i] = chunk_shape[i];
     }
+    return UR_OK;
+}
+
+int ur_orbax_writer_prepare_array(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
+                                  ur_dtype dtype, int rank, const uint64_t *shape,
+                                  const uint64_t *chunk_shape, ur_zarr_array **arr_out,
+                                  ur_err *err)
+{
+    ur_zarr_spec zs;
+    ur_buf name;
+    int rc = array_spec(w, dtype, rank, shape, chunk_shape, &zs, err);
+    if (rc < 0) {
+        return rc;
+    }
+    zs.defer_meta = 1;
+    ur_buf_init(&name, 0);
+    rc = ur_orbax_tree_name(&name, path, depth, err);
+    if (rc == UR_OK) {
+        rc = ur_buf_append_byte(&name, 0, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_zarr_array_create(arr_out, w->kv, (const char *)name.data, &zs, err);
+        if (rc < 0) {
+            ur_err_wrap(err, "array '%s'", (const char *)name.data);
+        }
+    }
+    ur_buf_dispose(&name);
+    return rc;
+}
+
+int ur_orbax_writer_publish_array(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
+                                  const char *const *spec, ur_zarr_array *arr, ur_err *err)
+{
+    const ur_zarr_info *info = ur_zarr_array_info(arr);
+    int rank = info->rank;
     ur_orbax_leaf *l = NULL;
     int rc = add_leaf(w, path, depth, &l, err);
     if (rc < 0) {
         return rc;
     }
+    if (strcmp(l->name, ur_zarr_array_prefix(arr)) != 0) {
+        return ur_err_set(err, UR_EINVAL, "array '%s' published as '%s'",
+                          ur_zarr_array_prefix(arr), l->name);
+    }
     ur_orbax_sharding *s = &l->sharding;
     s->kind = UR_ORBAX_SHARDING_NAMED;
     s->mesh_rank = w->opts.mesh_rank;
-    for (int i = 0; i < s->mesh_rank; i++) {
-        s->mesh_shape[i] = w->opts.mesh_shape[i];
-        s->mesh_axis_names[i] = w->opts.mesh_axis_names[i];
-    }
+    s->mesh_shape = w->opts.mesh_shape; /* every array's mesh: one copy */
+    s->mesh_axis_names = w->opts.mesh_axis_names;
     s->spec_rank = rank;
+    const char **sp = NULL;
+    if (spec != NULL && rank > 0) {
+        sp = ur_orbax__arena_alloc(&w->arena, (size_t)rank * sizeof(*sp));
+        if (sp == NULL) {
+            return ur_err_oom(err);
+        }
+    } else if (rank > 0) {
+        sp = w->no_spec; /* replicated: all None */
+    }
+    s->spec = sp;
     for (int i = 0; spec != NULL && i < rank; i++) {
         if (spec[i] == NULL || spec[i][0] == '\0') {
             continue;
@@ -382,31 +427,49 @@ int ur_orbax_writer_add_array(ur_orbax_writer *w, const ur_orbax_key *path, size
             }
             p = comma + 1;
         }
-        s->spec[i] = ur_orbax__arena_strdup(&w->arena, spec[i]);
-        if (s->spec[i] == NULL) {
+        sp[i] = ur_orbax__arena_strdup(&w->arena, spec[i]);
+        if (sp[i] == NULL) {
             return ur_err_oom(err);
         }
     }
-    ur_zarr_array *arr = NULL;
-    rc = ur_zarr_array_create(&arr, w->kv, l->name, &zs, err);
+    rc = ur_zarr_array_write_meta(arr, err);
     if (rc < 0) {
         return ur_err_wrap(err, "array '%s'", l->name);
-    }
-    rc = keep_array(w, arr, err);
-    if (rc < 0) {
-        ur_zarr_array_close(arr);
-        return rc;
     }
     l->value_type = UR_ORBAX_VALUE_JAX_ARRAY;
     l->value_type_name = ur_orbax_value_type_name(l->value_type);
     l->write_shape_rank = rank;
-    memcpy(l->write_shape, chunk_shape, (size_t)rank * sizeof(uint64_t));
     l->has_array = 1;
-    l->dtype = dtype;
+    l->dtype = info->dtype;
     l->rank = rank;
-    memcpy(l->shape, shape, (size_t)rank * sizeof(uint64_t));
-    memcpy(l->chunk_shape, chunk_shape, (size_t)rank * sizeof(uint64_t));
+    l->shape = ur_orbax__arena_dims(&w->arena, info->shape, rank);
+    l->chunk_shape = ur_orbax__arena_dims(&w->arena, info->chunk_shape, rank);
+    l->write_shape = l->chunk_shape;
+    if (rank > 0 && (l->shape == NULL || l->chunk_shape == NULL)) {
+        return ur_err_oom(err);
+    }
     w->n_leaves++;
+    return UR_OK;
+}
+
+int ur_orbax_writer_add_array(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
+                              ur_dtype dtype, int rank, const uint64_t *shape,
+                              const uint64_t *chunk_shape, const char *const *spec,
+                              ur_zarr_array **arr_out, ur_err *err)
+{
+    ur_zarr_array *arr = NULL;
+    int rc = ur_orbax_writer_prepare_array(w, path, depth, dtype, rank, shape, chunk_shape,
+                                           &arr, err);
+    if (rc == UR_OK) {
+        rc = ur_orbax_writer_publish_array(w, path, depth, spec, arr, err);
+    }
+    if (rc == UR_OK) {
+        rc = keep_array(w, arr, err);
+    }
+    if (rc < 0) {
+        ur_zarr_array_close(arr);
+        return rc;
+    }
     *arr_out = arr;
     return UR_OK;
 }
@@ -555,8 +618,8 @@ static int write_item_metadata(ur_orbax_writer *w, const char *dir_out, ur_err *
         am[na].param_name = l->name;
         am[na].write_rank = l->rank;
         am[na].chunk_rank = l->rank;
-        memcpy(am[na].write_shape, l->write_shape, sizeof(am[na].write_shape));
-        memcpy(am[na].chunk_shape, l->chunk_shape, sizeof(am[na].chunk_shape));
+        am[na].write_shape = l->write_shape;
+        am[na].chunk_shape = l->chunk_shape;
         na++;
     }
     if (na > 0) {

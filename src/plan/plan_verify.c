@@ -1,6 +1,11 @@
 /* `unroll verify`: every output leaf against the slice of the input it must come from.
- * See include/unroll/plan_verify.h for the correspondence. Nothing here uses plan.c: the
- * source of each output leaf is found from the output's names and shapes alone. */
+ * See include/unroll/plan_verify.h for the correspondence. Nothing here uses plan.c or the
+ * planner's family descriptors: the source of each output leaf is found from the output's
+ * names and shapes alone, by the family matchers of verify_family_*.c (verify_family.h);
+ * this file holds the leaf sets, the table of each output group, the value comparison and the
+ * report. */
+#include "verify_family.h"
+
 #include "unroll/plan_verify.h"
 
 #include "unroll/alloc.h"
@@ -13,68 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SEP '\x1f' /* joins key components into one string (never inside a MaxText key) */
 #define VALUE_ISSUES_PER_LEAF 3
-
-/* One leaf of either checkpoint, by its model path. */
-typedef struct {
-    const ur_orbax_leaf *leaf;
-    const char *const *comp; /* model path components */
-    size_t len;
-    size_t first; /* comp[0] is leaf->path[first] */
-    char *key; /* components joined with SEP */
-    /* input only */
-    int table;       /* the scanned group it was sliced from, -1: none (yet) */
-    int64_t sub;     /* cycle sub-layer j, -1: not a cycle leaf */
-    size_t rest;     /* first component after the group (and sub-layer) */
-    size_t hits;     /* output leaves taken from it */
-    uint8_t *seen;   /* scanned: which layers were found in the output (table's n) */
-    int64_t n_slices; /* pipeline stack / layers_outside_pipeline: slices in `seen`, else 0 */
-    /* ... their output: comp[0..pdlen)/layers_<(slice / pdiv) * pmul + slice % pdiv + padd>/
-     * comp[rest..] */
-    size_t pdlen;
-    int64_t pdiv, pmul, padd;
-} vleaf;
-
-typedef struct {
-    vleaf *v;
-    size_t n;
-    const char **comps; /* storage for every leaf's components */
-    ur_strmap by_key;   /* v[i].key -> i (the first leaf of a path) */
-    ur_strmap nodes;    /* interior nodes: every proper prefix of a key (value unused) */
-    int sep_inside;     /* a component holds SEP: keys are ambiguous, the maps unused */
-} vset;
-
-/* The layers of output group D/X_<g>: where each g comes from in the input. */
-typedef struct {
-    char *dkey;    /* D joined */
-    size_t dlen;   /* components of D */
-    char *x;       /* X */
-    const char *g; /* the scanned node under D in the input (X or "scanned_blocks"), or NULL */
-    int64_t k;     /* sub-layers per block (1: a plain group) */
-    int64_t h;     /* unscanned D/X_<i> before the blocks */
-    int64_t r;     /* D/layers_remainder/layers_<j> after the blocks */
-    int64_t n_out; /* output layers (max g + 1) */
-    int64_t n;     /* scan length: (n_out - h - r) / k */
-    int pipe;      /* D/layers_<g> come from D/pipeline_module (+ D/layers_outside_pipeline) */
-} table;
-
-typedef struct {
-    ur_orbax_ckpt *in_ck, *out_ck;
-    vset in, out;
-    table *tables;
-    size_t n_tables, cap_tables;
-    const ur_verify_opts *opts;
-    ur_verify_report *rep;
-    ur_buf bo, bi, be; /* output box, input box, cast input box */
-    /* Key-path scratch for the matchers, sized to the deepest output leaf + 3 (no limit);
-     * each matcher fills what it uses before it reads it. */
-    const char **scratch;
-} verifier;
 
 /* ---- report ----------------------------------------------------------------------------- */
 
-static ur_verify_issue *issue_add(verifier *vf, ur_verify_issue_kind kind, const char *leaf,
+ur_verify_issue *ur_plan_verify__issue(verifier *vf, ur_verify_issue_kind kind, const char *leaf,
                                   const char *source)
 {
     ur_verify_report *rep = vf->rep;
@@ -160,7 +108,7 @@ void ur_plan_verify_report_dispose(ur_verify_report *rep)
 
 /* ---- names -------------------------------------------------------------------------------- */
 
-static void join(const char *const *c, size_t n, char *buf, size_t cap)
+void ur_plan_verify__join(const char *const *c, size_t n, char *buf, size_t cap)
 {
     size_t used = 0;
     buf[0] = '\0';
@@ -173,13 +121,13 @@ static void join(const char *const *c, size_t n, char *buf, size_t cap)
     }
 }
 
-static void leaf_name(const vleaf *l, char *buf, size_t cap)
+void ur_plan_verify__leaf_name(const vleaf *l, char *buf, size_t cap)
 {
-    join(l->comp, l->len, buf, cap);
+    ur_plan_verify__join(l->comp, l->len, buf, cap);
 }
 
 /* "X_<g>": 1 and the parts when s is a name, an underscore and a decimal index. */
-static int split_index(const char *s, size_t *xlen, int64_t *g)
+int ur_plan_verify__split_index(const char *s, size_t *xlen, int64_t *g)
 {
     const char *u = strrchr(s, '_');
     const char *p;
@@ -199,14 +147,14 @@ static int split_index(const char *s, size_t *xlen, int64_t *g)
 }
 
 /* "layers_<j>" or "layer_<j>" (a sub-layer of a scanned block). */
-static int sub_index(const char *s, int64_t *j)
+int ur_plan_verify__sub_index(const char *s, int64_t *j)
 {
     size_t xl;
-    return split_index(s, &xl, j) &&
+    return ur_plan_verify__split_index(s, &xl, j) &&
            ((xl == 6 && memcmp(s, "layers", 6) == 0) || (xl == 5 && memcmp(s, "layer", 5) == 0));
 }
 
-static char *key_of(const char *const *c, size_t n)
+char *ur_plan_verify__key_of(const char *const *c, size_t n)
 {
     size_t len = 1;
     char *k, *p;
@@ -223,14 +171,14 @@ static char *key_of(const char *const *c, size_t n)
         memcpy(p, c[i], m);
         p += m;
         if (i + 1 < n) {
-            *p++ = SEP;
+            *p++ = UR_VERIFY_SEP;
         }
     }
     *p = '\0';
     return k;
 }
 
-static int is_placeholder(const ur_orbax_leaf *l)
+int ur_plan_verify__is_placeholder(const ur_orbax_leaf *l)
 {
     switch (l->value_type) {
     case UR_ORBAX_VALUE_NONE:
@@ -253,12 +201,30 @@ static int comp_is(const ur_orbax_leaf *l, size_t i, const char *s)
 
 typedef enum { WRAP_PARAMS2, WRAP_PARAMS1, WRAP_MODEL, WRAP_VALUE } wrapping;
 
-static wrapping wrapping_of(const ur_orbax_ckpt *ck)
+/* The leaves of a checkpoint, or of an array (the unit tests' in-memory trees). */
+typedef struct {
+    const ur_orbax_ckpt *ck;
+    const ur_orbax_leaf *arr;
+    size_t n;
+} leaf_list;
+
+static leaf_list list_of_ckpt(const ur_orbax_ckpt *ck)
 {
-    size_t n = ur_orbax_ckpt_leaf_count(ck);
+    leaf_list ll = {ck, NULL, ur_orbax_ckpt_leaf_count(ck)};
+    return ll;
+}
+
+static const ur_orbax_leaf *list_leaf(const leaf_list *ll, size_t i)
+{
+    return ll->ck != NULL ? ur_orbax_ckpt_leaf(ll->ck, i) : &ll->arr[i];
+}
+
+static wrapping wrapping_of(const leaf_list *ll)
+{
+    size_t n = ll->n;
     int p1 = 0, model = 0;
     for (size_t i = 0; i < n; i++) {
-        const ur_orbax_leaf *l = ur_orbax_ckpt_leaf(ck, i);
+        const ur_orbax_leaf *l = list_leaf(ll, i);
         if (comp_is(l, 0, "params") && comp_is(l, 1, "params") && l->depth > 2) {
             return WRAP_PARAMS2;
         }
@@ -290,7 +256,7 @@ static int index_leaf(vset *s, size_t i, ur_err *err)
     size_t len = strlen(v->key);
     int rc = ur_strmap_put(&s->by_key, v->key, len, i, NULL, err);
     for (size_t p = 0; rc >= 0 && p < len; p++) {
-        if (v->key[p] == SEP) {
+        if (v->key[p] == UR_VERIFY_SEP) {
             rc = ur_strmap_put(&s->nodes, v->key, p, 0, NULL, err);
         }
     }
@@ -299,15 +265,15 @@ static int index_leaf(vset *s, size_t i, ur_err *err)
 
 /* The model-path leaves of a checkpoint. For the output, `extras` gets the indices of the
  * top-level step / opt_state leaves and `bad` the leaves outside the wrapper. */
-static int vset_build(vset *s, const ur_orbax_ckpt *ck, int is_output, verifier *vf, ur_err *err)
+static int vset_build(vset *s, const leaf_list *ll, int is_output, verifier *vf, ur_err *err)
 {
-    size_t n = ur_orbax_ckpt_leaf_count(ck), total = 0, used = 0;
-    wrapping w = wrapping_of(ck);
+    size_t n = ll->n, total = 0, used = 0;
+    wrapping w = wrapping_of(ll);
     int irc;
     char name[1024];
 
     for (size_t i = 0; i < n; i++) {
-        total += ur_orbax_ckpt_leaf(ck, i)->depth;
+        total += list_leaf(ll, i)->depth;
     }
     s->v = ur_calloc(n ? n : 1, sizeof *s->v);
     s->comps = ur_calloc(total ? total : 1, sizeof *s->comps);
@@ -315,17 +281,20 @@ static int vset_build(vset *s, const ur_orbax_ckpt *ck, int is_output, verifier 
         return ur_err_oom(err);
     }
     for (size_t i = 0; i < n; i++) {
-        const ur_orbax_leaf *l = ur_orbax_ckpt_leaf(ck, i);
+        const ur_orbax_leaf *l = list_leaf(ll, i);
         size_t st = 0, en = l->depth;
-        int keep = 1;
+        int keep = 1, aux = 0;
         vleaf *v;
         for (size_t k = 0; k < l->depth; k++) {
             s->comps[used + k] = l->path[k].key;
-            s->sep_inside |= strchr(l->path[k].key, SEP) != NULL;
+            s->sep_inside |= strchr(l->path[k].key, UR_VERIFY_SEP) != NULL;
         }
         switch (w) {
         case WRAP_PARAMS2:
             keep = comp_is(l, 0, "params") && comp_is(l, 1, "params");
+            /* a training state's non-parameter variables, which unroll keeps (plan.c) */
+            aux = !is_output && comp_is(l, 0, "nnx_aux") && comp_is(l, 1, "model");
+            keep |= aux;
             st = 2;
             break;
         case WRAP_PARAMS1:
@@ -352,7 +321,7 @@ static int vset_build(vset *s, const ur_orbax_ckpt *ck, int is_output, verifier 
                 keep = 0;
             }
         }
-        if (keep && !l->has_array && !is_placeholder(l)) {
+        if (keep && !l->has_array && !ur_plan_verify__is_placeholder(l)) {
             keep = 0;
         }
         if (keep && en <= st) {
@@ -361,10 +330,10 @@ static int vset_build(vset *s, const ur_orbax_ckpt *ck, int is_output, verifier 
         if (!keep && is_output) {
             /* step = 0 and opt_state = {} beside a params wrapper (the Linen decode state) */
             int lin = w == WRAP_PARAMS2 || w == WRAP_PARAMS1;
-            join(s->comps + used, l->depth, name, sizeof name);
+            ur_plan_verify__join(s->comps + used, l->depth, name, sizeof name);
             if (lin && l->depth == 1 && strcmp(l->path[0].key, "opt_state") == 0) {
                 if (l->value_type != UR_ORBAX_VALUE_EMPTY_DICT) {
-                    ur_verify_issue *is = issue_add(vf, UR_VERIFY_KIND, name, NULL);
+                    ur_verify_issue *is = ur_plan_verify__issue(vf, UR_VERIFY_KIND, name, NULL);
                     if (is) {
                         snprintf(is->expected, sizeof is->expected, "an empty dict");
                         snprintf(is->got, sizeof is->got, "%s", l->value_type_name);
@@ -373,7 +342,8 @@ static int vset_build(vset *s, const ur_orbax_ckpt *ck, int is_output, verifier 
             } else if (lin && l->depth == 1 && strcmp(l->path[0].key, "step") == 0) {
                 int64_t val = -1;
                 int ok = 0;
-                if (l->has_array && l->rank == 0 && ur_dtype_size(l->dtype) <= 8 &&
+                if (vf->out_ck != NULL && l->has_array && l->rank == 0 &&
+                    ur_dtype_size(l->dtype) <= 8 &&
                     !ur_dtype_is_float(l->dtype)) {
                     ur_zarr_array *a = NULL;
                     unsigned char b[8] = {0};
@@ -390,7 +360,7 @@ static int vset_build(vset *s, const ur_orbax_ckpt *ck, int is_output, verifier 
                     ok = val == 0;
                 }
                 if (!ok) {
-                    ur_verify_issue *is = issue_add(vf, UR_VERIFY_KIND, name, NULL);
+                    ur_verify_issue *is = ur_plan_verify__issue(vf, UR_VERIFY_KIND, name, NULL);
                     if (is) {
                         snprintf(is->expected, sizeof is->expected, "an integer scalar 0");
                         snprintf(is->got, sizeof is->got, "%s %s", l->value_type_name,
@@ -398,7 +368,7 @@ static int vset_build(vset *s, const ur_orbax_ckpt *ck, int is_output, verifier 
                     }
                 }
             } else {
-                issue_add(vf, UR_VERIFY_EXTRA, name, "outside the params tree");
+                ur_plan_verify__issue(vf, UR_VERIFY_EXTRA, name, "outside the params tree");
             }
             vf->rep->leaves_out++;
         }
@@ -408,9 +378,10 @@ static int vset_build(vset *s, const ur_orbax_ckpt *ck, int is_output, verifier 
             v->comp = s->comps + used + st;
             v->len = en - st;
             v->first = st;
+            v->aux = aux;
             v->table = -1;
             v->sub = -1;
-            v->key = key_of(v->comp, v->len);
+            v->key = ur_plan_verify__key_of(v->comp, v->len);
             if (v->key == NULL) {
                 return ur_err_oom(err);
             }
@@ -424,7 +395,7 @@ static int vset_build(vset *s, const ur_orbax_ckpt *ck, int is_output, verifier 
     return UR_OK;
 }
 
-/* c[0..n) joined with SEP into buf; its length, or SIZE_MAX when it does not fit. */
+/* c[0..n) joined with UR_VERIFY_SEP into buf; its length, or SIZE_MAX when it does not fit. */
 static size_t join_key(const char *const *c, size_t n, char *buf, size_t cap)
 {
     size_t used = 0;
@@ -434,7 +405,7 @@ static size_t join_key(const char *const *c, size_t n, char *buf, size_t cap)
             return SIZE_MAX;
         }
         if (i > 0) {
-            buf[used++] = SEP;
+            buf[used++] = UR_VERIFY_SEP;
         }
         memcpy(buf + used, c[i], m);
         used += m;
@@ -455,12 +426,12 @@ static int same_path(const vleaf *v, const char *const *c, size_t n)
 }
 
 /* The input leaf with model path `c` (n components), or NULL. */
-static vleaf *find_in(verifier *vf, const char *const *c, size_t n)
+vleaf *ur_plan_verify__find_in(verifier *vf, const char *const *c, size_t n)
 {
     char buf[4096];
     size_t len = vf->in.sep_inside ? SIZE_MAX : join_key(c, n, buf, sizeof buf), at;
     if (len != SIZE_MAX) {
-        /* no leaf holds SEP, so keys name paths one to one (a query holding SEP can only
+        /* no leaf holds UR_VERIFY_SEP, so keys name paths one to one (a query holding UR_VERIFY_SEP can only
          * find a different path, which same_path rejects) */
         if (ur_strmap_get(&vf->in.by_key, buf, len, &at) && same_path(&vf->in.v[at], c, n)) {
             return &vf->in.v[at];
@@ -483,7 +454,7 @@ static vleaf *find_in(verifier *vf, const char *const *c, size_t n)
     return NULL;
 }
 
-static int has_prefix(const vleaf *v, const char *const *d, size_t dlen)
+int ur_plan_verify__has_prefix(const vleaf *v, const char *const *d, size_t dlen)
 {
     if (v->len < dlen) {
         return 0;
@@ -498,7 +469,7 @@ static int has_prefix(const vleaf *v, const char *const *d, size_t dlen)
 
 /* ---- layer tables ------------------------------------------------------------------------- */
 
-static int64_t max_index_under(const vset *s, const char *const *d, size_t dlen, const char *x,
+int64_t ur_plan_verify__max_index_under(const vset *s, const char *const *d, size_t dlen, const char *x,
                                size_t xl, int need_more)
 {
     int64_t best = -1;
@@ -506,10 +477,10 @@ static int64_t max_index_under(const vset *s, const char *const *d, size_t dlen,
         const vleaf *v = &s->v[i];
         size_t l2;
         int64_t g;
-        if (!has_prefix(v, d, dlen) || v->len <= dlen + (size_t)need_more) {
+        if (!ur_plan_verify__has_prefix(v, d, dlen) || v->len <= dlen + (size_t)need_more) {
             continue;
         }
-        if (split_index(v->comp[dlen], &l2, &g) && l2 == xl && memcmp(v->comp[dlen], x, xl) == 0 &&
+        if (ur_plan_verify__split_index(v->comp[dlen], &l2, &g) && l2 == xl && memcmp(v->comp[dlen], x, xl) == 0 &&
             g > best) {
             best = g;
         }
@@ -517,7 +488,7 @@ static int64_t max_index_under(const vset *s, const char *const *d, size_t dlen,
     return best;
 }
 
-static int any_under(const vset *s, const char *const *d, size_t dlen, const char *node)
+int ur_plan_verify__any_under(const vset *s, const char *const *d, size_t dlen, const char *node)
 {
     char buf[4096];
     const char *c[UR_MAX_RANK + 73];
@@ -533,91 +504,11 @@ static int any_under(const vset *s, const char *const *d, size_t dlen, const cha
     }
     for (size_t i = 0; i < s->n; i++) {
         const vleaf *v = &s->v[i];
-        if (has_prefix(v, d, dlen) && v->len > dlen + 1 && strcmp(v->comp[dlen], node) == 0) {
+        if (ur_plan_verify__has_prefix(v, d, dlen) && v->len > dlen + 1 && strcmp(v->comp[dlen], node) == 0) {
             return 1;
         }
     }
     return 0;
-}
-
-/* The table for output D/X_<g> (D = q[0..dlen)), built on first use. */
-static int table_get(verifier *vf, const char *const *q, size_t dlen, const char *x, size_t xl,
-                     int *out, ur_err *err)
-{
-    char *dkey = key_of(q, dlen);
-    table *t;
-    if (dkey == NULL) {
-        return ur_err_oom(err);
-    }
-    for (size_t i = 0; i < vf->n_tables; i++) {
-        t = &vf->tables[i];
-        if (t->dlen == dlen && strcmp(t->dkey, dkey) == 0 && strlen(t->x) == xl &&
-            memcmp(t->x, x, xl) == 0) {
-            ur_free(dkey);
-            *out = (int)i;
-            return UR_OK;
-        }
-    }
-    if (vf->n_tables == vf->cap_tables) {
-        size_t cap = vf->cap_tables ? vf->cap_tables * 2 : 8;
-        table *p = ur_realloc(vf->tables, cap * sizeof *p);
-        if (p == NULL) {
-            ur_free(dkey);
-            return ur_err_oom(err);
-        }
-        vf->tables = p;
-        vf->cap_tables = cap;
-    }
-    t = &vf->tables[vf->n_tables];
-    memset(t, 0, sizeof *t);
-    t->dkey = dkey;
-    t->dlen = dlen;
-    t->x = ur_strndup(x, xl);
-    if (t->x == NULL) {
-        ur_free(dkey);
-        return ur_err_oom(err);
-    }
-    vf->n_tables++;
-    if (any_under(&vf->in, q, dlen, t->x)) {
-        t->g = t->x;
-    } else if (strcmp(t->x, "layers") == 0 && any_under(&vf->in, q, dlen, "scanned_blocks")) {
-        t->g = "scanned_blocks";
-    }
-    t->k = 1;
-    if (t->g != NULL) {
-        /* a block of sub-layers when every leaf under D/G continues with layers_<j> */
-        int64_t kmax = -1;
-        int all = 1;
-        for (size_t i = 0; i < vf->in.n; i++) {
-            const vleaf *v = &vf->in.v[i];
-            int64_t j;
-            if (!has_prefix(v, q, dlen) || v->len <= dlen + 1 || strcmp(v->comp[dlen], t->g)) {
-                continue;
-            }
-            if (v->len > dlen + 2 && sub_index(v->comp[dlen + 1], &j)) {
-                kmax = j > kmax ? j : kmax;
-            } else {
-                all = 0;
-            }
-        }
-        if (all && kmax >= 0) {
-            t->k = kmax + 1;
-        }
-        t->h = max_index_under(&vf->in, q, dlen, t->x, xl, 1) + 1;
-    }
-    if (strcmp(t->x, "layers") == 0 && any_under(&vf->in, q, dlen, "layers_remainder")) {
-        const char **dr = vf->scratch;
-        memcpy(dr, q, dlen * sizeof *dr);
-        dr[dlen] = "layers_remainder";
-        t->r = max_index_under(&vf->in, dr, dlen + 1, "layers", 6, 1) + 1;
-    }
-    t->n_out = max_index_under(&vf->out, q, dlen, t->x, xl, 1) + 1;
-    t->n = (t->n_out - t->h - t->r) / t->k;
-    if (t->n < 0 || t->g == NULL) {
-        t->n = 0;
-    }
-    *out = (int)(vf->n_tables - 1);
-    return UR_OK;
 }
 
 /* ---- values ------------------------------------------------------------------------------- */
@@ -646,6 +537,12 @@ static ur_dtype cast_of(ur_dtype in)
     return ur_dtype_is_float(in) ? UR_DT_BFLOAT16 : in;
 }
 
+/* The dtype input leaf i is written in: params are cast, non-parameter variables kept. */
+static ur_dtype out_dtype_of(const vleaf *i)
+{
+    return i->aux ? i->leaf->dtype : cast_of(i->leaf->dtype);
+}
+
 /* Compare output leaf `o` with input leaf `i` (index fidx[m] taken on axis fax[m] for
  * m < nfix, fax increasing; nfix 0: whole), one output chunk at a time. */
 static int compare_values(verifier *vf, const vleaf *o, const vleaf *i, int nfix, const int *fax,
@@ -653,7 +550,7 @@ static int compare_values(verifier *vf, const vleaf *o, const vleaf *i, int nfix
 {
     ur_zarr_array *ao = NULL, *ai = NULL;
     const ur_zarr_info *io;
-    ur_dtype want = cast_of(i->leaf->dtype);
+    ur_dtype want = out_dtype_of(i);
     size_t isz = ur_dtype_size(i->leaf->dtype), osz = ur_dtype_size(want);
     int value_issues = 0, bad_leaf = 0;
     int rc;
@@ -745,7 +642,7 @@ static int compare_values(verifier *vf, const vleaf *o, const vleaf *i, int nfix
                 continue;
             }
             value_issues++;
-            is = issue_add(vf, UR_VERIFY_VALUE, oname, src);
+            is = ur_plan_verify__issue(vf, UR_VERIFY_VALUE, oname, src);
             if (is == NULL) {
                 continue;
             }
@@ -769,7 +666,7 @@ out:
 
 /* ---- matching ----------------------------------------------------------------------------- */
 
-static int shape_str(char *buf, size_t n, const uint64_t *s, int rank)
+void ur_plan_verify__shape_str(char *buf, size_t n, const uint64_t *s, int rank)
 {
     size_t used = 0;
     int k = snprintf(buf, n, "[");
@@ -781,12 +678,11 @@ static int shape_str(char *buf, size_t n, const uint64_t *s, int rank)
     if (used < n) {
         snprintf(buf + used, n - used, "]");
     }
-    return 0;
 }
 
 /* The layer axis of input leaf i for output leaf o: removing it gives o's shape and its
  * length is n. Several fit: param_scan_axis if it is one of them, else the first. */
-static int layer_axis(const verifier *vf, const vleaf *o, const vleaf *i, int64_t n)
+int ur_plan_verify__layer_axis(const verifier *vf, const vleaf *o, const vleaf *i, int64_t n)
 {
     int first = -1;
     if (o->leaf->rank + 1 != i->leaf->rank) {
@@ -799,7 +695,7 @@ static int layer_axis(const verifier *vf, const vleaf *o, const vleaf *i, int64_
                 ok = i->leaf->shape[d] == o->leaf->shape[k++];
             }
         }
-        if (ok && a == vf->opts->param_scan_axis) {
+        if (ok && a == (i->aux ? 0 : vf->opts->param_scan_axis)) {
             return a;
         }
         if (ok && first < 0) {
@@ -826,7 +722,7 @@ static int key_types_agree(verifier *vf, const vleaf *o, const vleaf *i, const c
         if (ko->type == ki->type) {
             continue;
         }
-        is = issue_add(vf, UR_VERIFY_KIND, oname, src);
+        is = ur_plan_verify__issue(vf, UR_VERIFY_KIND, oname, src);
         if (is) {
             static const char *const what[] = {"?", "a list index", "a dict key"};
             snprintf(is->expected, sizeof is->expected, "'%.64s' %s", ki->key,
@@ -848,8 +744,8 @@ static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t l
     int axis = -1;
     ur_verify_issue *is;
 
-    leaf_name(o, oname, sizeof oname);
-    leaf_name(i, iname, sizeof iname);
+    ur_plan_verify__leaf_name(o, oname, sizeof oname);
+    ur_plan_verify__leaf_name(i, iname, sizeof iname);
     if (t != NULL) {
         snprintf(src, sizeof src, "%s[layer %" PRId64 " of %" PRId64 "]", iname, layer, t->n);
         if (i->seen == NULL) {
@@ -870,9 +766,9 @@ static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t l
         return UR_OK;
     }
 
-    if (is_placeholder(o->leaf) || is_placeholder(i->leaf)) {
+    if (ur_plan_verify__is_placeholder(o->leaf) || ur_plan_verify__is_placeholder(i->leaf)) {
         if (o->leaf->value_type != i->leaf->value_type) {
-            is = issue_add(vf, UR_VERIFY_KIND, oname, src);
+            is = ur_plan_verify__issue(vf, UR_VERIFY_KIND, oname, src);
             if (is) {
                 snprintf(is->expected, sizeof is->expected, "%s", i->leaf->value_type_name);
                 snprintf(is->got, sizeof is->got, "%s", o->leaf->value_type_name);
@@ -882,28 +778,28 @@ static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t l
     }
     if (t != NULL && i->leaf->rank == 0) {
         /* as the conversion says (plan.c): a scanned model stacks every array of the group */
-        join(i->comp, t->dlen + 1, a, sizeof a);
+        ur_plan_verify__join(i->comp, t->dlen + 1, a, sizeof a);
         return ur_err_set(err, UR_ECORRUPT,
                           "leaf '%s': rank-0 leaf under the scanned group %s has no layer axis "
                           "(a scanned model stacks every parameter of the group)",
                           iname, a);
     }
-    if (o->leaf->dtype != cast_of(i->leaf->dtype)) {
-        is = issue_add(vf, UR_VERIFY_DTYPE, oname, src);
+    if (o->leaf->dtype != out_dtype_of(i)) {
+        is = ur_plan_verify__issue(vf, UR_VERIFY_DTYPE, oname, src);
         if (is) {
             snprintf(is->expected, sizeof is->expected, "%s",
-                     ur_dtype_name(cast_of(i->leaf->dtype)));
+                     ur_dtype_name(out_dtype_of(i)));
             snprintf(is->got, sizeof is->got, "%s", ur_dtype_name(o->leaf->dtype));
         }
         return UR_OK;
     }
     if (t != NULL) {
-        axis = layer_axis(vf, o, i, t->n);
+        axis = ur_plan_verify__layer_axis(vf, o, i, t->n);
         if (axis < 0) {
-            is = issue_add(vf, UR_VERIFY_SHAPE, oname, src);
+            is = ur_plan_verify__issue(vf, UR_VERIFY_SHAPE, oname, src);
             if (is) {
-                shape_str(a, sizeof a, i->leaf->shape, i->leaf->rank);
-                shape_str(b, sizeof b, o->leaf->shape, o->leaf->rank);
+                ur_plan_verify__shape_str(a, sizeof a, i->leaf->shape, i->leaf->rank);
+                ur_plan_verify__shape_str(b, sizeof b, o->leaf->shape, o->leaf->rank);
                 if (snprintf(is->expected, sizeof is->expected,
                              "input %.80s less an axis of length %" PRId64, a, t->n) < 0 ||
                     snprintf(is->got, sizeof is->got, "%.120s", b) < 0) {
@@ -916,15 +812,15 @@ static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t l
     } else if (o->leaf->rank != i->leaf->rank ||
                memcmp(o->leaf->shape, i->leaf->shape,
                       (size_t)o->leaf->rank * sizeof o->leaf->shape[0]) != 0) {
-        is = issue_add(vf, UR_VERIFY_SHAPE, oname, src);
+        is = ur_plan_verify__issue(vf, UR_VERIFY_SHAPE, oname, src);
         if (is) {
-            shape_str(is->expected, sizeof is->expected, i->leaf->shape, i->leaf->rank);
-            shape_str(is->got, sizeof is->got, o->leaf->shape, o->leaf->rank);
+            ur_plan_verify__shape_str(is->expected, sizeof is->expected, i->leaf->shape, i->leaf->rank);
+            ur_plan_verify__shape_str(is->got, sizeof is->got, o->leaf->shape, o->leaf->rank);
         }
         return UR_OK;
     }
-    if (!ur_tensor_cast_supported(cast_of(i->leaf->dtype), i->leaf->dtype)) {
-        is = issue_add(vf, UR_VERIFY_DTYPE, oname, src);
+    if (!ur_tensor_cast_supported(out_dtype_of(i), i->leaf->dtype)) {
+        is = ur_plan_verify__issue(vf, UR_VERIFY_DTYPE, oname, src);
         if (is) {
             snprintf(is->expected, sizeof is->expected, "a dtype unroll can cast (not %s)",
                      ur_dtype_name(i->leaf->dtype));
@@ -934,7 +830,7 @@ static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t l
     return compare_values(vf, o, i, axis >= 0 ? 1 : 0, &axis, &layer, oname, src, err);
 }
 
-/* ---- pipeline stacks ---------------------------------------------------------------------- */
+/* ---- slices (pipeline stacks, nested blocks) ---------------------------------------------- */
 
 /* Check output leaf o against slice `slice` (of n_slices) of input leaf i: index fidx[m] on
  * axis fax[m], the other axes equal to o's. */
@@ -945,8 +841,8 @@ static int check_slices(verifier *vf, const vleaf *o, vleaf *i, int nfix, const 
     ur_verify_issue *is;
     int ok;
 
-    leaf_name(o, oname, sizeof oname);
-    leaf_name(i, iname, sizeof iname);
+    ur_plan_verify__leaf_name(o, oname, sizeof oname);
+    ur_plan_verify__leaf_name(i, iname, sizeof iname);
     if (nfix == 3) {
         snprintf(src, sizeof src, "%s[%" PRId64 ", %" PRId64 ", %" PRId64 " on axes %d, %d, %d]",
                  iname, fidx[0], fidx[1], fidx[2], fax[0], fax[1], fax[2]);
@@ -964,7 +860,7 @@ static int check_slices(verifier *vf, const vleaf *o, vleaf *i, int nfix, const 
         i->n_slices = n_slices;
     }
     if (i->n_slices != n_slices) {
-        is = issue_add(vf, UR_VERIFY_SHAPE, oname, src);
+        is = ur_plan_verify__issue(vf, UR_VERIFY_SHAPE, oname, src);
         if (is) {
             snprintf(is->expected, sizeof is->expected, "%" PRId64 " layers from the input leaf",
                      i->n_slices);
@@ -979,20 +875,20 @@ static int check_slices(verifier *vf, const vleaf *o, vleaf *i, int nfix, const 
     if (!key_types_agree(vf, o, i, oname, src)) {
         return UR_OK;
     }
-    if (is_placeholder(o->leaf) || is_placeholder(i->leaf)) {
-        is = issue_add(vf, UR_VERIFY_KIND, oname, src);
+    if (ur_plan_verify__is_placeholder(o->leaf) || ur_plan_verify__is_placeholder(i->leaf)) {
+        is = ur_plan_verify__issue(vf, UR_VERIFY_KIND, oname, src);
         if (is) {
             snprintf(is->expected, sizeof is->expected, "an array slice");
             snprintf(is->got, sizeof is->got, "%s", o->leaf->value_type_name);
         }
         return UR_OK;
     }
-    if (o->leaf->dtype != cast_of(i->leaf->dtype) ||
-        !ur_tensor_cast_supported(cast_of(i->leaf->dtype), i->leaf->dtype)) {
-        is = issue_add(vf, UR_VERIFY_DTYPE, oname, src);
+    if (o->leaf->dtype != out_dtype_of(i) ||
+        !ur_tensor_cast_supported(out_dtype_of(i), i->leaf->dtype)) {
+        is = ur_plan_verify__issue(vf, UR_VERIFY_DTYPE, oname, src);
         if (is) {
             snprintf(is->expected, sizeof is->expected, "%s",
-                     ur_dtype_name(cast_of(i->leaf->dtype)));
+                     ur_dtype_name(out_dtype_of(i)));
             snprintf(is->got, sizeof is->got, "%s", ur_dtype_name(o->leaf->dtype));
         }
         return UR_OK;
@@ -1007,10 +903,10 @@ static int check_slices(verifier *vf, const vleaf *o, vleaf *i, int nfix, const 
         }
     }
     if (!ok) {
-        is = issue_add(vf, UR_VERIFY_SHAPE, oname, src);
+        is = ur_plan_verify__issue(vf, UR_VERIFY_SHAPE, oname, src);
         if (is) {
-            shape_str(a, sizeof a, i->leaf->shape, i->leaf->rank);
-            shape_str(b, sizeof b, o->leaf->shape, o->leaf->rank);
+            ur_plan_verify__shape_str(a, sizeof a, i->leaf->shape, i->leaf->rank);
+            ur_plan_verify__shape_str(b, sizeof b, o->leaf->shape, o->leaf->rank);
             if (snprintf(is->expected, sizeof is->expected, "input %.80s less its layer axes",
                          a) < 0 ||
                 snprintf(is->got, sizeof is->got, "%.120s", b) < 0) {
@@ -1024,7 +920,7 @@ static int check_slices(verifier *vf, const vleaf *o, vleaf *i, int nfix, const 
 
 /* The axis a of input leaf i (rank o + n) such that removing axes a..a+n-1 leaves o's shape;
  * a == pref preferred; -1: none. */
-static int run_axis(const vleaf *o, const vleaf *i, int n, int64_t pref)
+int ur_plan_verify__run_axis(const vleaf *o, const vleaf *i, int n, int64_t pref)
 {
     int best = -1;
     if (o->leaf->rank + n != i->leaf->rank) {
@@ -1044,386 +940,86 @@ static int run_axis(const vleaf *o, const vleaf *i, int n, int64_t pref)
     return best;
 }
 
-/* gemma4 and qwen3-next: output D/layers_<g>/R (D = o->comp[0..k)) from
- * D/<blocks>/local_layers/R (block axis, then the nested scan's local-layer axis right after
- * it), D/<blocks>/global_layer/R (block axis) and D/layers_remainder/local_layers/R, <blocks>
- * being scanned_blocks (gemma4) or layers (qwen3-next). Blocks of K = locals + 1 layers: block
- * b, local i -> g = b*K + i, global -> b*K + K - 1 (the local layers run first); then the
- * remainder. The axes are found from shapes; the local and the global layers may differ in
- * shape (gemma4's global_head_dim), so each is matched against o on its own and K is read from
- * the local stack whichever o resembles. */
-/* The nested scan's local-layer count: D/local_layers/R leaves (D = d[0..dlen)) with nb blocks
- * on axis a hold it on axis a + 1; -1: none. */
-static int64_t nested_locals(const vset *s, const char *const *d, size_t dlen, int64_t nb, int a)
+int ur_plan_verify__slices(vpair *out, vleaf *src, int nfix, const int *fax, const int64_t *fidx,
+                           int64_t slice, int64_t n_slices)
 {
-    for (size_t i = 0; i < s->n; i++) {
-        const vleaf *v = &s->v[i];
-        if (has_prefix(v, d, dlen) && v->len > dlen + 1 &&
-            strcmp(v->comp[dlen], "local_layers") == 0 && !is_placeholder(v->leaf) &&
-            v->leaf->rank > a + 1 && (int64_t)v->leaf->shape[a] == nb) {
-            return (int64_t)v->leaf->shape[a + 1];
-        }
+    out->kind = VPAIR_SLICES;
+    out->src = src;
+    out->nfix = nfix;
+    for (int m = 0; m < nfix; m++) {
+        out->fax[m] = fax[m];
+        out->fidx[m] = fidx[m];
     }
-    return -1;
-}
-
-static int match_nested(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl,
-                        const char *blocks, int *matched, ur_err *err)
-{
-    const char **c = vf->scratch;
-    size_t rest = o->len - k - 1;
-    vleaf *lo, *gl, *rm;
-    int la, ga = -1;
-    int64_t nb, nl, kk, fidx[2];
-    int fax[2];
-
-    *matched = 0;
-    if (is_placeholder(o->leaf)) {
-        return UR_OK;
-    }
-    memcpy(c, o->comp, k * sizeof *c);
-    c[k] = blocks;
-    c[k + 1] = "local_layers";
-    memcpy(c + k + 2, o->comp + k + 1, rest * sizeof *c);
-    lo = find_in(vf, c, o->len + 1);
-    c[k + 1] = "global_layer";
-    gl = find_in(vf, c, o->len + 1);
-    c[k] = "layers_remainder";
-    c[k + 1] = "local_layers";
-    rm = find_in(vf, c, o->len + 1);
-    if (lo != NULL && is_placeholder(lo->leaf)) {
-        lo = NULL;
-    }
-    if (gl != NULL && is_placeholder(gl->leaf)) {
-        gl = NULL;
-    }
-    la = lo != NULL ? run_axis(o, lo, 2, vf->opts->param_scan_axis) : -1;
-    ga = gl != NULL ? run_axis(o, gl, 1, vf->opts->param_scan_axis) : -1;
-    c[k] = blocks;
-    if (la >= 0) {
-        nb = (int64_t)lo->leaf->shape[la];
-        nl = (int64_t)lo->leaf->shape[la + 1];
-    } else if (ga >= 0) {
-        /* o is shaped like the global layer only (gemma4's global_head_dim), or only the global
-         * layer has this module (qwen3-next's full attention): the local stack's axes sit where
-         * the global layer's are */
-        nb = (int64_t)gl->leaf->shape[ga];
-        nl = nested_locals(&vf->in, c, k + 1, nb, ga);
-        if (nl < 0) {
-            return UR_OK;
-        }
-    } else {
-        return UR_OK;
-    }
-    if (ga >= 0 && (int64_t)gl->leaf->shape[ga] != nb) {
-        ga = -1;
-    }
-    /* qwen3-next's local (linear-attention) layers have modules the global one lacks */
-    kk = nl + (gl != NULL || any_under(&vf->in, c, k + 1, "global_layer") ? 1 : 0);
-    *matched = 1;
-    vf->tables[tbl].pipe = 1;
-    if (g < nb * kk && g % kk < nl) {
-        if (la < 0) {
-            *matched = 0;
-            return UR_OK;
-        }
-        fax[0] = la;
-        fax[1] = la + 1;
-        fidx[0] = g / kk;
-        fidx[1] = g % kk;
-        lo->pdlen = k;
-        lo->rest = k + 2;
-        lo->pdiv = nl;
-        lo->pmul = kk;
-        lo->padd = 0;
-        return check_slices(vf, o, lo, 2, fax, fidx, fidx[0] * nl + fidx[1], nb * nl, err);
-    }
-    if (g < nb * kk) {
-        if (ga < 0) {
-            *matched = 0;
-            return UR_OK;
-        }
-        fax[0] = ga;
-        fidx[0] = g / kk;
-        gl->pdlen = k;
-        gl->rest = k + 2;
-        gl->pdiv = 1;
-        gl->pmul = kk;
-        gl->padd = nl;
-        return check_slices(vf, o, gl, 1, fax, fidx, fidx[0], nb, err);
-    }
-    if (rm != NULL && !is_placeholder(rm->leaf)) {
-        int64_t n_rem = vf->tables[tbl].n_out - nb * kk;
-        int ra = layer_axis(vf, o, rm, n_rem);
-        if (ra >= 0) {
-            fax[0] = ra;
-            fidx[0] = g - nb * kk;
-            rm->pdlen = k;
-            rm->rest = k + 2;
-            rm->pdiv = 1;
-            rm->pmul = 1;
-            rm->padd = nb * kk;
-            return check_slices(vf, o, rm, 1, fax, fidx, fidx[0], n_rem, err);
-        }
-    }
-    *matched = 0;
+    out->slice = slice;
+    out->n_slices = n_slices;
     return UR_OK;
 }
 
-static int match_gemma4(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl,
-                        int *matched, ur_err *err)
+int ur_plan_verify__match(verifier *vf, const vleaf *o, vpair *out, ur_err *err)
 {
-    return match_nested(vf, o, k, g, tbl, "scanned_blocks", matched, err);
-}
-
-static int match_qwen3_next(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl,
-                            int *matched, ur_err *err)
-{
-    return match_nested(vf, o, k, g, tbl, "layers", matched, err);
-}
-
-/* Output D/layers_<g>/R (D = o->comp[0..k)) when the input has D/pipeline_module: find the
- * stage leaf D/pipeline_module/layers/{R, scanned_layers/R, layers_<j>/R}. Its layer axes
- * are read from shapes: the input has (rank of o) + n more axes, n = 1 ([stages, ...]) or 2
- * ([repeats, stages, ...]) in front, plus for scanned_layers a layers_per_stage axis (the one
- * whose removal leaves o's shape, param_scan_axis of the stage leaf preferred). P = repeats x
- * stages x layers per stage layers come from the stack, layer (r * stages + s) * lps + j (the
- * order pipeline.py runs them in); layers P.. from D/layers_outside_pipeline/R. *matched: 0
- * when there is no such stage leaf. */
-static int match_pipe(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl, int *matched,
-                      ur_err *err)
-{
-    const char **c = vf->scratch;
-    char sj[32];
-    size_t rest = o->len - k - 1;
-    vleaf *pi = NULL;
-    int scanned = 0, seq = 0;
-    int64_t kseq = 0, reps = 1, stages, lps = 1, p;
-    int lead, ri, ro = o->leaf->rank, lax = -1;
-    int fax[3];
-    int64_t fidx[3];
-    int nfix = 0;
-
-    *matched = 0;
-    memcpy(c, o->comp, k * sizeof *c);
-    c[k] = "pipeline_module";
-    c[k + 1] = "layers";
-    memcpy(c + k + 2, o->comp + k + 1, rest * sizeof *c);
-    pi = find_in(vf, c, k + 2 + rest);
-    if (pi == NULL) {
-        c[k + 2] = "scanned_layers";
-        memcpy(c + k + 3, o->comp + k + 1, rest * sizeof *c);
-        pi = find_in(vf, c, k + 3 + rest);
-        scanned = pi != NULL;
-    }
-    if (pi == NULL) {
-        kseq = max_index_under(&vf->in, c, k + 2, "layers", 6, 1) + 1;
-        c[k + 2] = "layers_0";
-        pi = kseq > 0 ? find_in(vf, c, k + 3 + rest) : NULL;
-        seq = pi != NULL;
-    }
-    if (pi == NULL || is_placeholder(pi->leaf) || is_placeholder(o->leaf)) {
-        return UR_OK;
-    }
-    ri = pi->leaf->rank;
-    lead = ri - ro - scanned;
-    if (lead < 1 || lead > 2) {
-        return UR_OK;
-    }
-    if (lead == 2) {
-        reps = (int64_t)pi->leaf->shape[0];
-    }
-    stages = (int64_t)pi->leaf->shape[lead - 1];
-    if (scanned) {
-        for (int a = lead; a < ri; a++) {
-            int ok = 1;
-            for (int d = lead, q = 0; ok && d < ri; d++) {
-                if (d != a) {
-                    ok = pi->leaf->shape[d] == o->leaf->shape[q++];
-                }
-            }
-            if (ok && (lax < 0 || a == lead + vf->opts->param_scan_axis)) {
-                lax = a;
-            }
-        }
-        if (lax < 0) {
-            return UR_OK;
-        }
-        lps = (int64_t)pi->leaf->shape[lax];
-    } else if (seq) {
-        lps = kseq;
-    }
-    p = reps * stages * lps;
-    *matched = 1;
-    vf->tables[tbl].pipe = 1;
-    if (g >= p) {
-        /* D/layers_outside_pipeline/R, layer g - P */
-        const table *t = &vf->tables[tbl];
-        int64_t n_outside = t->n_out - p;
-        vleaf *oi;
-        int axis;
-        c[k] = "layers_outside_pipeline";
-        memcpy(c + k + 1, o->comp + k + 1, rest * sizeof *c);
-        oi = find_in(vf, c, o->len);
-        if (oi == NULL || is_placeholder(oi->leaf)) {
-            *matched = 0;
-            return UR_OK;
-        }
-        axis = layer_axis(vf, o, oi, n_outside);
-        if (axis < 0) {
-            char oname[1024], iname[1024], a[256], b[256];
-            ur_verify_issue *is;
-            oi->hits++;
-            leaf_name(o, oname, sizeof oname);
-            leaf_name(oi, iname, sizeof iname);
-            is = issue_add(vf, UR_VERIFY_SHAPE, oname, iname);
-            if (is) {
-                shape_str(a, sizeof a, oi->leaf->shape, oi->leaf->rank);
-                shape_str(b, sizeof b, o->leaf->shape, o->leaf->rank);
-                if (snprintf(is->expected, sizeof is->expected,
-                             "input %.80s less an axis of length %" PRId64
-                             " (layers after the %" PRId64 " pipelined)",
-                             a, n_outside, p) < 0 ||
-                    snprintf(is->got, sizeof is->got, "%.120s", b) < 0) {
-                    is->got[0] = '\0';
-                }
-            }
-            return UR_OK;
-        }
-        fax[0] = axis;
-        fidx[0] = g - p;
-        oi->pdlen = k;
-        oi->rest = k + 1;
-        oi->pdiv = 1;
-        oi->pmul = 1;
-        oi->padd = p;
-        return check_slices(vf, o, oi, 1, fax, fidx, g - p, n_outside, err);
-    }
-    if (lead == 2) {
-        fax[nfix] = 0;
-        fidx[nfix++] = g / (stages * lps);
-    }
-    fax[nfix] = lead - 1;
-    fidx[nfix++] = (g / lps) % stages;
-    pi->pdlen = k;
-    pi->rest = k + 2 + (size_t)scanned;
-    pi->pdiv = 1;
-    pi->pmul = 1;
-    pi->padd = 0;
-    if (scanned) {
-        fax[nfix] = lax;
-        fidx[nfix++] = g % lps;
-        return check_slices(vf, o, pi, nfix, fax, fidx, g, p, err);
-    }
-    if (seq) {
-        snprintf(sj, sizeof sj, "layers_%" PRId64, g % lps);
-        c[k + 2] = sj;
-        pi = find_in(vf, c, k + 3 + rest);
-        if (pi == NULL) {
-            *matched = 0;
-            return UR_OK;
-        }
-        pi->pdlen = k;
-        pi->rest = k + 3;
-        pi->pdiv = 1;
-        pi->pmul = lps;
-        pi->padd = g % lps;
-        return check_slices(vf, o, pi, nfix, fax, fidx, g / lps, p / lps, err);
-    }
-    return check_slices(vf, o, pi, nfix, fax, fidx, g, p, err);
-}
-
-/* Find the source of output leaf o and check it. */
-/* Input subtrees whose layers_<g> outputs have a matcher of their own. */
-static const struct {
-    const char *under;
-    int (*match)(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl, int *matched,
-                 ur_err *err);
-} stacks[] = {{"pipeline_module", match_pipe},
-              {"scanned_blocks", match_gemma4},
-              {"layers", match_qwen3_next}};
-
-static int match_output(verifier *vf, const vleaf *o, ur_err *err)
-{
-    const char **c = vf->scratch;
-    char oname[1024];
-    vleaf *src;
     int rc;
-
-    vf->rep->leaves_out++;
-    src = find_in(vf, o->comp, o->len);
-    if (src != NULL) {
-        return check_pair(vf, o, src, -1, 0, err);
+    memset(out, 0, sizeof *out);
+    out->src = ur_plan_verify__find_in(vf, o->comp, o->len);
+    if (out->src != NULL) {
+        out->kind = VPAIR_LAYER; /* the same path: the whole leaf */
+        out->tbl = -1;
+        return UR_OK;
     }
+    /* an unrolled layer D/X_<g>/R: each family of the table in turn */
     for (size_t k = 0; k < o->len; k++) {
         size_t xl;
-        int64_t g, gg;
+        int64_t g;
         int ti = -1;
-        const table *t;
-        size_t rest = o->len - k - 1;
-        if (!split_index(o->comp[k], &xl, &g)) {
+        if (!ur_plan_verify__split_index(o->comp[k], &xl, &g)) {
             continue;
         }
-        rc = table_get(vf, o->comp, k, o->comp[k], xl, &ti, err);
+        rc = ur_verify_family_blocks__table(vf, o->comp, k, o->comp[k], xl, &ti, err);
         if (rc < 0) {
             return rc;
         }
-        /* layers_<g> may come from a pipeline stack or from gemma4's / qwen3-next's nested blocks */
-        for (size_t st = 0; st < sizeof stacks / sizeof stacks[0]; st++) {
-            int matched = 0;
-            if (xl != 6 || memcmp(o->comp[k], "layers", 6) != 0 ||
-                !any_under(&vf->in, o->comp, k, stacks[st].under)) {
+        for (size_t f = 0; f < ur_verify_family_count; f++) {
+            const ur_verify_family *fam = ur_verify_family_table[f];
+            if (fam->layers_only && (xl != 6 || memcmp(o->comp[k], "layers", 6) != 0)) {
                 continue;
             }
-            rc = stacks[st].match(vf, o, k, g, ti, &matched, err);
-            if (rc < 0 || matched) {
+            if (fam->under != NULL &&
+                !ur_plan_verify__any_under(&vf->in, o->comp, k, fam->under)) {
+                continue;
+            }
+            rc = fam->match(vf, o, k, g, ti, out, err);
+            if (rc < 0 || out->kind != VPAIR_NONE) {
                 return rc;
             }
         }
-        t = &vf->tables[ti];
-        memcpy(c, o->comp, k * sizeof *c);
-        gg = g - t->h;
-        if (t->g != NULL && t->k == 1 && gg >= 0 && gg < t->n) {
-            c[k] = t->g;
-            memcpy(c + k + 1, o->comp + k + 1, rest * sizeof *c);
-            src = find_in(vf, c, o->len);
-            if (src != NULL) {
-                src->rest = k + 1;
-                return check_pair(vf, o, src, ti, gg, err);
-            }
-        } else if (t->g != NULL && gg >= 0 && gg < t->n * t->k) {
-            char s1[32], s2[32];
-            snprintf(s1, sizeof s1, "layers_%" PRId64, gg % t->k);
-            snprintf(s2, sizeof s2, "layer_%" PRId64, gg % t->k);
-            c[k] = t->g;
-            memcpy(c + k + 2, o->comp + k + 1, rest * sizeof *c);
-            c[k + 1] = s1;
-            src = find_in(vf, c, o->len + 1);
-            if (src == NULL) {
-                c[k + 1] = s2;
-                src = find_in(vf, c, o->len + 1);
-            }
-            if (src != NULL) {
-                src->sub = gg % t->k;
-                src->rest = k + 2;
-                return check_pair(vf, o, src, ti, gg / t->k, err);
-            }
-        }
-        gg = g - t->h - t->n * t->k;
-        if (t->r > 0 && gg >= 0 && gg < t->r) {
-            char s1[32];
-            snprintf(s1, sizeof s1, "layers_%" PRId64, gg);
-            c[k] = "layers_remainder";
-            c[k + 1] = s1;
-            memcpy(c + k + 2, o->comp + k + 1, rest * sizeof *c);
-            src = find_in(vf, c, o->len + 1);
-            if (src != NULL) {
-                return check_pair(vf, o, src, -1, 0, err);
-            }
-        }
     }
-    leaf_name(o, oname, sizeof oname);
-    issue_add(vf, UR_VERIFY_EXTRA, oname, "no matching input leaf");
+    return UR_OK;
+}
+
+/* Find the source of output leaf o and check it. */
+static int match_output(verifier *vf, const vleaf *o, ur_err *err)
+{
+    char oname[1024];
+    vpair pair;
+    int rc;
+
+    vf->rep->leaves_out++;
+    rc = ur_plan_verify__match(vf, o, &pair, err);
+    if (rc < 0) {
+        return rc;
+    }
+    switch (pair.kind) {
+    case VPAIR_LAYER:
+        return check_pair(vf, o, pair.src, pair.tbl, pair.layer, err);
+    case VPAIR_SLICES:
+        return check_slices(vf, o, pair.src, pair.nfix, pair.fax, pair.fidx, pair.slice,
+                            pair.n_slices, err);
+    case VPAIR_DONE:
+        return UR_OK;
+    case VPAIR_NONE:
+        break;
+    }
+    ur_plan_verify__leaf_name(o, oname, sizeof oname);
+    ur_plan_verify__issue(vf, UR_VERIFY_EXTRA, oname, "no matching input leaf");
     return UR_OK;
 }
 
@@ -1433,9 +1029,9 @@ static void report_missing(verifier *vf)
     char iname[1024], oname[1100];
     for (size_t i = 0; i < vf->in.n; i++) {
         const vleaf *v = &vf->in.v[i];
-        leaf_name(v, iname, sizeof iname);
+        ur_plan_verify__leaf_name(v, iname, sizeof iname);
         if (v->hits == 0) {
-            issue_add(vf, UR_VERIFY_MISSING, "(no output leaf)", iname);
+            ur_plan_verify__issue(vf, UR_VERIFY_MISSING, "(no output leaf)", iname);
             continue;
         }
         for (int64_t b = 0; b < v->n_slices; b++) {
@@ -1443,14 +1039,14 @@ static void report_missing(verifier *vf)
             if (v->seen[b]) {
                 continue;
             }
-            join(v->comp, v->pdlen, head, sizeof head);
-            join(v->comp + v->rest, v->len - v->rest, tail, sizeof tail);
+            ur_plan_verify__join(v->comp, v->pdlen, head, sizeof head);
+            ur_plan_verify__join(v->comp + v->rest, v->len - v->rest, tail, sizeof tail);
             if (snprintf(oname, sizeof oname, "%.500s%slayers_%" PRId64 "/%.400s", head,
                          v->pdlen ? "/" : "",
                          (b / v->pdiv) * v->pmul + b % v->pdiv + v->padd, tail) < 0) {
                 oname[0] = '\0';
             }
-            issue_add(vf, UR_VERIFY_MISSING, oname, iname);
+            ur_plan_verify__issue(vf, UR_VERIFY_MISSING, oname, iname);
         }
         if (v->table >= 0) {
             const table *t = &vf->tables[v->table];
@@ -1459,14 +1055,14 @@ static void report_missing(verifier *vf)
                 if (v->seen[b]) {
                     continue;
                 }
-                join(v->comp, t->dlen, head, sizeof head);
-                join(v->comp + v->rest, v->len - v->rest, tail, sizeof tail);
+                ur_plan_verify__join(v->comp, t->dlen, head, sizeof head);
+                ur_plan_verify__join(v->comp + v->rest, v->len - v->rest, tail, sizeof tail);
                 if (snprintf(oname, sizeof oname, "%.500s%s%.100s_%" PRId64 "/%.400s", head,
                              t->dlen ? "/" : "", t->x,
                              t->h + b * t->k + (v->sub > 0 ? v->sub : 0), tail) < 0) {
                     oname[0] = '\0';
                 }
-                issue_add(vf, UR_VERIFY_MISSING, oname, iname);
+                ur_plan_verify__issue(vf, UR_VERIFY_MISSING, oname, iname);
             }
         }
     }
@@ -1496,9 +1092,9 @@ static void check_layer_count(verifier *vf)
             ur_verify_issue *is;
             snprintf(d, sizeof d, "%s/*", vf->tables[i].dkey);
             for (char *p = d; *p; p++) {
-                *p = *p == SEP ? '/' : *p;
+                *p = *p == UR_VERIFY_SEP ? '/' : *p;
             }
-            is = issue_add(vf, UR_VERIFY_SHAPE, d, "num_decoder_layers");
+            is = ur_plan_verify__issue(vf, UR_VERIFY_SHAPE, d, "num_decoder_layers");
             if (is) {
                 snprintf(is->expected, sizeof is->expected, "%" PRId64 " layers",
                          vf->opts->num_decoder_layers);
@@ -1518,38 +1114,76 @@ static int scratch_alloc(verifier *vf, ur_err *err)
     return vf->scratch == NULL ? ur_err_oom(err) : UR_OK;
 }
 
+/* The verifier over two leaf lists; ur_plan_verify__dispose in any case. */
+static int verifier_init(verifier *vf, ur_orbax_ckpt *in_ck, ur_orbax_ckpt *out_ck,
+                         const leaf_list *in, const leaf_list *out, const ur_verify_opts *opts,
+                         ur_verify_report *rep, ur_err *err)
+{
+    int rc;
+    memset(rep, 0, sizeof *rep);
+    memset(vf, 0, sizeof *vf);
+    vf->in_ck = in_ck;
+    vf->out_ck = out_ck;
+    vf->opts = opts;
+    vf->rep = rep;
+    ur_buf_init(&vf->bo, 0);
+    ur_buf_init(&vf->bi, 0);
+    ur_buf_init(&vf->be, 0);
+    rc = vset_build(&vf->in, in, 0, vf, err);
+    if (rc == UR_OK) {
+        rc = vset_build(&vf->out, out, 1, vf, err);
+    }
+    if (rc == UR_OK) {
+        rc = scratch_alloc(vf, err);
+    }
+    if (rc == UR_OK) {
+        rep->leaves_in = vf->in.n;
+    }
+    return rc;
+}
+
+int ur_plan_verify__init(verifier *vf, const ur_orbax_leaf *in, size_t n_in,
+                         const ur_orbax_leaf *out, size_t n_out, const ur_verify_opts *opts,
+                         ur_verify_report *rep, ur_err *err)
+{
+    leaf_list li = {NULL, in, n_in};
+    leaf_list lo = {NULL, out, n_out};
+    return verifier_init(vf, NULL, NULL, &li, &lo, opts, rep, err);
+}
+
+void ur_plan_verify__dispose(verifier *vf)
+{
+    vset_dispose(&vf->in);
+    vset_dispose(&vf->out);
+    for (size_t i = 0; i < vf->n_tables; i++) {
+        ur_free(vf->tables[i].dkey);
+        ur_free(vf->tables[i].x);
+    }
+    ur_free(vf->tables);
+    ur_free(vf->scratch);
+    ur_buf_dispose(&vf->bo);
+    ur_buf_dispose(&vf->bi);
+    ur_buf_dispose(&vf->be);
+    memset(vf, 0, sizeof *vf);
+}
+
 int ur_plan_verify_run(ur_verify_report *rep, ur_orbax_ckpt *in, ur_orbax_ckpt *out,
                        const ur_verify_opts *opts, ur_err *err)
 {
     verifier vf;
     ur_verify_opts dflt;
+    leaf_list li = list_of_ckpt(in);
+    leaf_list lo = list_of_ckpt(out);
     int rc;
 
-    memset(rep, 0, sizeof *rep);
-    memset(&vf, 0, sizeof vf);
     if (opts == NULL) {
         ur_plan_verify_opts_init(&dflt);
         opts = &dflt;
     }
-    vf.in_ck = in;
-    vf.out_ck = out;
-    vf.opts = opts;
-    vf.rep = rep;
-    ur_buf_init(&vf.bo, 0);
-    ur_buf_init(&vf.bi, 0);
-    ur_buf_init(&vf.be, 0);
-    rc = vset_build(&vf.in, in, 0, &vf, err);
-    if (rc == UR_OK) {
-        rc = vset_build(&vf.out, out, 1, &vf, err);
-    }
+    rc = verifier_init(&vf, in, out, &li, &lo, opts, rep, err);
     if (rc < 0) {
         goto done;
     }
-    rc = scratch_alloc(&vf, err);
-    if (rc < 0) {
-        goto done;
-    }
-    rep->leaves_in = vf.in.n;
     for (size_t i = 0; i < vf.out.n && rc == UR_OK; i++) {
         rc = match_output(&vf, &vf.out.v[i], err);
     }
@@ -1561,16 +1195,6 @@ int ur_plan_verify_run(ur_verify_report *rep, ur_orbax_ckpt *in, ur_orbax_ckpt *
         check_layer_count(&vf);
     }
 done:
-    vset_dispose(&vf.in);
-    vset_dispose(&vf.out);
-    for (size_t i = 0; i < vf.n_tables; i++) {
-        ur_free(vf.tables[i].dkey);
-        ur_free(vf.tables[i].x);
-    }
-    ur_free(vf.tables);
-    ur_free(vf.scratch);
-    ur_buf_dispose(&vf.bo);
-    ur_buf_dispose(&vf.bi);
-    ur_buf_dispose(&vf.be);
+    ur_plan_verify__dispose(&vf);
     return rc;
 }

@@ -46,3 +46,17 @@ int ur_fs_free_space(const char *path, uint64_t *free_out, ur_err *err)
     ur_free(p);
     return rc;
 }
+
+int ur_fs_space_check(const char *path, uint64_t need, ur_err *err)
+{
+    uint64_t avail = 0;
+    int rc = ur_fs_free_space(path, &avail, err);
+    if (rc == UR_OK && need > avail) {
+        rc = ur_err_set_os(err, UR_EIO, ENOSPC, path,
+                           "not enough free space: the output needs up to %llu bytes "
+                           "(%.3f GiB uncompressed), %llu bytes (%.3f GiB) are free",
+                           (unsigned long long)need, (double)need / 1073741824.0,
+                           (unsigned long long)avail, (double)avail / 1073741824.0);
+    }
+    return rc;
+}

@@ -26,6 +26,8 @@ struct ur_zarr_array {
     ur_zarr_info info;
     uint64_t ratio[UR_MAX_RANK]; /* inner chunks per shard along each axis (1 unsharded) */
     int fill_missing;
+    ur_buf meta_json; /* created with defer_meta: the metadata to write (emitted at create,
+                       * on the creating thread, so that the write is only a store) */
 };
 
 static int join_key(const ur_zarr_array *a, const char *rel, char *key, size_t n, ur_err *err)
@@ -197,6 +199,7 @@ void ur_zarr_array_set_fill_missing(ur_zarr_array *arr, int fill_missing)
 void ur_zarr_array_close(ur_zarr_array *arr)
 {
     if (arr != NULL) {
+        ur_buf_dispose(&arr->meta_json);
         ur_free(arr->prefix);
         ur_free(arr);
     }
@@ -592,8 +595,8 @@ int ur_zarr_array_stored_bytes(ur_zarr_array *arr, uint64_t *out, ur_err *err)
 
 /* ---- writing ------------------------------------------------------------------------------ */
 
-int ur_zarr_array__create_meta(ur_zarr_array **out, ur_kvstore *kv, const char *prefix,
-                               const ur_zarr_meta *m, ur_err *err)
+static int create(ur_zarr_array **out, ur_kvstore *kv, const char *prefix,
+                  const ur_zarr_meta *m, int write_meta, ur_err *err)
 {
     ur_zarr_array *a = NULL;
     char key[KEY_MAX];
@@ -610,14 +613,18 @@ int ur_zarr_array__create_meta(ur_zarr_array **out, ur_kvstore *kv, const char *
     if (rc == UR_OK) {
         rc = setup(a, err);
     }
-    if (rc == UR_OK) {
+    if (rc == UR_OK && !write_meta) {
+        rc = ur_zarr_meta__emit(&a->meta, &a->meta_json, err);
+    }
+    if (rc == UR_OK && write_meta) {
         rc = ur_zarr_meta__emit(&a->meta, &b, err);
-    }
-    if (rc == UR_OK) {
-        rc = join_key(a, m->zarr_format == 3 ? "zarr.json" : ".zarray", key, sizeof(key), err);
-    }
-    if (rc == UR_OK) {
-        rc = ur_kvstore_write(kv, key, b.data, b.len, err);
+        if (rc == UR_OK) {
+            rc = join_key(a, m->zarr_format == 3 ? "zarr.json" : ".zarray", key, sizeof(key),
+                          err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_kvstore_write(kv, key, b.data, b.len, err);
+        }
     }
     ur_buf_dispose(&b);
     if (rc < 0) {
@@ -627,6 +634,32 @@ int ur_zarr_array__create_meta(ur_zarr_array **out, ur_kvstore *kv, const char *
     }
     *out = a;
     return UR_OK;
+}
+
+int ur_zarr_array__create_meta(ur_zarr_array **out, ur_kvstore *kv, const char *prefix,
+                               const ur_zarr_meta *m, ur_err *err)
+{
+    return create(out, kv, prefix, m, 1, err);
+}
+
+int ur_zarr_array_write_meta(ur_zarr_array *arr, ur_err *err)
+{
+    char key[KEY_MAX];
+    ur_buf b;
+    int rc;
+
+    ur_buf_init(&b, 0);
+    rc = arr->meta_json.len > 0 ? UR_OK : ur_zarr_meta__emit(&arr->meta, &b, err);
+    if (rc == UR_OK) {
+        rc = join_key(arr, arr->meta.zarr_format == 3 ? "zarr.json" : ".zarray", key,
+                      sizeof(key), err);
+    }
+    if (rc == UR_OK) {
+        const ur_buf *j = arr->meta_json.len > 0 ? &arr->meta_json : &b;
+        rc = ur_kvstore_write(arr->kv, key, j->data, j->len, err);
+    }
+    ur_buf_dispose(&b);
+    return rc < 0 ? ur_err_wrap(err, "zarr array '%s': create", arr->prefix) : rc;
 }
 
 int ur_zarr_array_create(ur_zarr_array **out, ur_kvstore *kv, const char *prefix,
@@ -686,7 +719,7 @@ int ur_zarr_array_create(ur_zarr_array **out, ur_kvstore *kv, const char *prefix
         m.fill_null = 1;
         m.codecs.b2b[0].level = spec->zstd_level ? spec->zstd_level : UR_ZARR_ZSTD_DEFAULT_LEVEL_V2;
     }
-    return ur_zarr_array__create_meta(out, kv, prefix, &m, err);
+    return create(out, kv, prefix, &m, !spec->defer_meta, err);
 }
 
 int ur_zarr_array_encode_chunk(ur_zarr_array *arr, const void *src, ur_buf *out, ur_err *err)

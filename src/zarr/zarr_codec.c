@@ -1,5 +1,6 @@
 /* A codec chain over one chunk: [transpose] -> bytes (endianness) -> bytes->bytes codecs
- * (zstd, gzip/zlib, crc32c), encoded in list order and decoded in reverse. The sharding
+ * (each found in the codec table, zarr_codec_table.c), encoded in list order and decoded in
+ * reverse. The sharding
  * codec is handled in zarr_codec_sharding.c and zarr_array.c; its inner and index chains
  * are chains of this kind.
  *
@@ -13,13 +14,16 @@
 
 #include <string.h>
 
-static int decompress(const ur_zarr_b2b *b, const uint8_t *src, size_t n, uint8_t *dst,
-                      size_t cap, size_t *len, ur_err *err)
+/* The table entry of every codec of the chain, or UR_EUNSUPPORTED. */
+static int codecs_of(const ur_zarr_chain *c, const ur_zarr_b2b_codec **k, ur_err *err)
 {
-    if (b->kind == UR_ZARR_B2B_ZSTD) {
-        return ur_zarr_codec_zstd__decode(src, n, dst, cap, len, err);
+    for (int i = 0; i < c->n_b2b; i++) {
+        int rc = ur_zarr_codec__b2b_get(&c->b2b[i], &k[i], err);
+        if (rc != UR_OK) {
+            return rc;
+        }
     }
-    return ur_zarr_codec_gzip__decode(b->kind == UR_ZARR_B2B_GZIP, src, n, dst, cap, len, err);
+    return UR_OK;
 }
 
 int ur_zarr_codec__decode(const ur_zarr_chain *c, int rank, const uint64_t *shape,
@@ -34,19 +38,24 @@ int ur_zarr_codec__decode(const ur_zarr_chain *c, int rank, const uint64_t *shap
     /* known: the exact size stage i must decode to, while it is known. */
     size_t want[UR_ZARR_MAX_B2B];
     int want_ok[UR_ZARR_MAX_B2B];
+    const ur_zarr_b2b_codec *k[UR_ZARR_MAX_B2B];
+    rc = codecs_of(c, k, err);
+    if (rc != UR_OK) {
+        return rc;
+    }
     for (int i = 0; i < c->n_b2b; i++) {
         want[i] = known;
         want_ok[i] = known_ok;
-        if (c->b2b[i].kind == UR_ZARR_B2B_CRC32C) {
-            known_ok = known_ok && !ur_ckd_add(&known, known, 4);
+        if (k[i]->trailer > 0) {
+            known_ok = known_ok && !ur_ckd_add(&known, known, k[i]->trailer);
         } else {
             known_ok = 0;
         }
     }
     for (int i = c->n_b2b - 1; i >= 0; i--) {
         const ur_zarr_b2b *b = &c->b2b[i];
-        if (b->kind == UR_ZARR_B2B_CRC32C) {
-            rc = ur_zarr_codec_crc32c__decode(cur, cur_n, &cur_n, err);
+        if (k[i]->trailer > 0) {
+            rc = k[i]->strip(cur, cur_n, &cur_n, err);
             if (rc < 0) {
                 goto out;
             }
@@ -68,7 +77,7 @@ int ur_zarr_codec__decode(const ur_zarr_chain *c, int rank, const uint64_t *shap
                 goto out;
             }
         }
-        rc = decompress(b, cur, cur_n, next, cap, &len, err);
+        rc = k[i]->decode(b, cur, cur_n, next, cap, &len, err);
         if (rc < 0) {
             if (!direct) {
                 ur_free(next);
@@ -110,8 +119,12 @@ int ur_zarr_codec__encode(const ur_zarr_chain *c, int rank, const uint64_t *shap
     ur_buf a, b;
     const uint8_t *cur = src;
     size_t cur_n = n;
-    int rc = UR_OK;
+    const ur_zarr_b2b_codec *k[UR_ZARR_MAX_B2B];
+    int rc = codecs_of(c, k, err);
 
+    if (rc != UR_OK) {
+        return rc;
+    }
     ur_buf_init(&a, 0);
     ur_buf_init(&b, 0);
     if (c->has_transpose || c->big_endian) {
@@ -136,14 +149,7 @@ int ur_zarr_codec__encode(const ur_zarr_chain *c, int rank, const uint64_t *shap
         if (dst != out) {
             ur_buf_reset(dst);
         }
-        if (x->kind == UR_ZARR_B2B_ZSTD) {
-            rc = ur_zarr_codec_zstd__encode(cur, cur_n, x->level, x->checksum, dst, err);
-        } else if (x->kind == UR_ZARR_B2B_CRC32C) {
-            rc = ur_zarr_codec_crc32c__encode(cur, cur_n, dst, err);
-        } else {
-            rc = ur_zarr_codec_gzip__encode(x->kind == UR_ZARR_B2B_GZIP, cur, cur_n, x->level, dst,
-                                            err);
-        }
+        rc = k[i]->encode(x, cur, cur_n, dst, err);
         if (rc < 0) {
             goto out;
         }
@@ -164,11 +170,12 @@ int ur_zarr_codec__fixed_size(const ur_zarr_chain *c, size_t decoded, size_t *ou
     size_t n = decoded;
 
     for (int i = 0; i < c->n_b2b; i++) {
-        if (c->b2b[i].kind != UR_ZARR_B2B_CRC32C) {
+        const ur_zarr_b2b_codec *k = ur_zarr_codec__b2b(c->b2b[i].kind);
+        if (k == NULL || k->trailer == 0) {
             return ur_err_set(err, UR_EUNSUPPORTED,
                               "sharding index codecs must have a fixed size (bytes, crc32c)");
         }
-        if (ur_ckd_add(&n, n, 4)) {
+        if (ur_ckd_add(&n, n, k->trailer)) {
             return ur_err_set(err, UR_ECORRUPT, "shard index too large");
         }
     }
@@ -185,11 +192,10 @@ int ur_zarr_codec__decode_progressive(const ur_zarr_chain *c, int rank, const ui
                                       uint8_t *dst, size_t dst_size, ur_zarr_ready_fn ready,
                                       void *ctx, ur_err *err)
 {
+    const ur_zarr_b2b_codec *k = c->n_b2b == 1 ? ur_zarr_codec__b2b(c->b2b[0].kind) : NULL;
     int rc = 1;
-    if (c->n_b2b == 1 && c->b2b[0].kind == UR_ZARR_B2B_ZSTD && !c->has_transpose &&
-        !c->big_endian) {
-        rc = ur_zarr_codec_zstd__decode_progressive(src, n, dst, dst_size, PROGRESS_STEP, ready,
-                                                    ctx, err);
+    if (k != NULL && k->decode_progressive != NULL && !c->has_transpose && !c->big_endian) {
+        rc = k->decode_progressive(src, n, dst, dst_size, PROGRESS_STEP, ready, ctx, err);
     }
     if (rc == 1) {
         rc = ur_zarr_codec__decode(c, rank, shape, itemsize, src, n, dst, dst_size, err);

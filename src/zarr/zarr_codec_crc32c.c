@@ -4,7 +4,7 @@
 
 #include "unroll/crc32c.h"
 
-int ur_zarr_codec_crc32c__decode(const uint8_t *src, size_t n, size_t *len_out, ur_err *err)
+static int strip(const uint8_t *src, size_t n, size_t *len_out, ur_err *err)
 {
     uint32_t want, got;
 
@@ -22,8 +22,20 @@ int ur_zarr_codec_crc32c__decode(const uint8_t *src, size_t n, size_t *len_out, 
     return UR_OK;
 }
 
-int ur_zarr_codec_crc32c__encode(const uint8_t *src, size_t n, ur_buf *out, ur_err *err)
+static int encode(const ur_zarr_b2b *b, const uint8_t *src, size_t n, ur_buf *out, ur_err *err)
 {
-    int rc = ur_buf_append(out, src, n, err);
+    int rc;
+    (void)b;
+    rc = ur_buf_append(out, src, n, err);
     return rc ? rc : ur_buf_put_u32le(out, ur_crc32c(0, src, n), err);
 }
+
+/* The chunk stream checks the trailer itself as the data goes by (zarr_stream.c). */
+const ur_zarr_b2b_codec ur_zarr_codec_crc32c__entry = {
+    .kind = UR_ZARR_B2B_CRC32C,
+    .name = "crc32c",
+    .v3_name = "crc32c",
+    .trailer = 4,
+    .strip = strip,
+    .encode = encode,
+};

@@ -31,7 +31,7 @@ static void zfree(void *opaque, void *p)
 
 static const ZSTD_customMem mem = {zalloc, zfree, NULL};
 
-ZSTD_DCtx *ur_zarr_codec_zstd__new_dctx(void)
+static ZSTD_DCtx *new_dctx(void)
 {
     return ZSTD_createDCtx_advanced(mem);
 }
@@ -66,20 +66,21 @@ static ZSTD_DCtx *thread_dctx(int *owned)
         ZSTD_DCtx_reset(d, ZSTD_reset_session_and_parameters);
         return d;
     }
-    d = ur_zarr_codec_zstd__new_dctx();
+    d = new_dctx();
     if (d != NULL && (!dctx_key_ok || pthread_setspecific(dctx_key, d) != 0)) {
         *owned = 1;
     }
     return d;
 }
 
-int ur_zarr_codec_zstd__decode(const uint8_t *src, size_t n, uint8_t *dst, size_t cap,
-                               size_t *len_out, ur_err *err)
+static int decode(const ur_zarr_b2b *b, const uint8_t *src, size_t n, uint8_t *dst, size_t cap,
+                  size_t *len_out, ur_err *err)
 {
     int owned;
     ZSTD_DCtx *d = thread_dctx(&owned);
     size_t r;
 
+    (void)b;
     if (d == NULL) {
         return ur_err_oom(err);
     }
@@ -123,9 +124,8 @@ static size_t blocks_end(const uint8_t *src, size_t n, size_t at, size_t step, i
     return end;
 }
 
-int ur_zarr_codec_zstd__decode_progressive(const uint8_t *src, size_t n, uint8_t *dst,
-                                           size_t cap, size_t step, ur_zarr_ready_fn ready,
-                                           void *ctx, ur_err *err)
+static int decode_progressive(const uint8_t *src, size_t n, uint8_t *dst, size_t cap,
+                              size_t step, ur_zarr_ready_fn ready, void *ctx, ur_err *err)
 {
     ZSTD_DCtx *d;
     ZSTD_inBuffer in = {src, 0, 0};
@@ -136,7 +136,7 @@ int ur_zarr_codec_zstd__decode_progressive(const uint8_t *src, size_t n, uint8_t
     if (ZSTD_isError(at) || at > n) {
         return 1;
     }
-    d = ur_zarr_codec_zstd__new_dctx();
+    d = new_dctx();
     if (d == NULL) {
         return ur_err_oom(err);
     }
@@ -251,3 +251,93 @@ int ur_zarr_codec_zstd__encode(const uint8_t *src, size_t n, int level, int chec
     out->len += r;
     return UR_OK;
 }
+
+static int encode(const ur_zarr_b2b *b, const uint8_t *src, size_t n, ur_buf *out, ur_err *err)
+{
+    return ur_zarr_codec_zstd__encode(src, n, b->level, b->checksum, out, err);
+}
+
+/* ---- streaming decoder (zarr_stream.c) ----------------------------------------------------- */
+
+struct ur_zarr_b2b_stream {
+    ZSTD_DCtx *d;
+    int frame_open; /* inside a frame (not yet complete) */
+};
+
+static int stream_open(ur_zarr_b2b_stream **out, const ur_zarr_b2b *b, ur_err *err)
+{
+    ur_zarr_b2b_stream *s = ur_calloc(1, sizeof *s);
+    (void)b;
+    if (s == NULL) {
+        return ur_err_oom(err);
+    }
+    s->d = new_dctx();
+    if (s->d == NULL) {
+        ur_free(s);
+        return ur_err_oom(err);
+    }
+    *out = s;
+    return UR_OK;
+}
+
+/* A frame that declares more than the chunk is damage: say so before decoding it. */
+static int stream_head(const uint8_t *p, size_t n, size_t total, ur_err *err)
+{
+    unsigned long long fcs = ZSTD_getFrameContentSize(p, n);
+    if (fcs != ZSTD_CONTENTSIZE_UNKNOWN && fcs != ZSTD_CONTENTSIZE_ERROR && fcs > total) {
+        return ur_err_set(err, UR_ECORRUPT, "zstd: decoded data larger than %zu bytes", total);
+    }
+    return UR_OK;
+}
+
+static int stream_step(ur_zarr_b2b_stream *s, ur_zarr_b2b_io *io, ur_err *err)
+{
+    ZSTD_outBuffer ob = {io->out, io->out_n, 0};
+    ZSTD_inBuffer ib = {io->in, io->in_n, 0};
+    size_t r = ZSTD_decompressStream(s->d, &ob, &ib);
+    if (ZSTD_isError(r)) {
+        if (ZSTD_getErrorCode(r) == ZSTD_error_memory_allocation) {
+            return ur_err_oom(err);
+        }
+        return ur_err_set(err, UR_ECORRUPT, "zstd: %s", ZSTD_getErrorName(r));
+    }
+    io->in_used = ib.pos;
+    io->made = ob.pos;
+    io->ended = s->frame_open && r == 0;
+    s->frame_open = r != 0;
+    return UR_OK;
+}
+
+static int stream_done(const ur_zarr_b2b_stream *s)
+{
+    return !s->frame_open;
+}
+
+static void stream_close(ur_zarr_b2b_stream *s)
+{
+    if (s != NULL) {
+        ZSTD_freeDCtx(s->d);
+        ur_free(s);
+    }
+}
+
+const ur_zarr_b2b_codec ur_zarr_codec_zstd__entry = {
+    .kind = UR_ZARR_B2B_ZSTD,
+    .name = "zstd",
+    .v3_name = "zstd",
+    .v2_id = "zstd",
+    .has_level = 1,
+    .has_checksum = 1,
+    .level_v3 = UR_ZARR_ZSTD_DEFAULT_LEVEL_V3,
+    .level_v2 = UR_ZARR_ZSTD_DEFAULT_LEVEL_V2,
+    .level_min = -131072,
+    .level_max = 22,
+    .decode = decode,
+    .encode = encode,
+    .decode_progressive = decode_progressive,
+    .stream_open = stream_open,
+    .stream_head = stream_head,
+    .stream_step = stream_step,
+    .stream_done = stream_done,
+    .stream_close = stream_close,
+};

@@ -139,39 +139,88 @@ void ur_zarr_codec_transpose__encode(uint8_t *dst, const uint8_t *src, int rank,
 void ur_zarr_codec_transpose__decode(uint8_t *dst, const uint8_t *src, int rank,
                                      const uint64_t *shape, const int *perm, size_t itemsize);
 
-/* zarr_codec_zstd.c / zarr_codec_gzip.c: decode at most `cap` bytes into dst; more is
- * UR_ECORRUPT. Encoders append to out. */
+/* ---- bytes->bytes codecs: one table (zarr_codec_table.c), one entry per codec ---------------
+ *
+ * Every bytes->bytes codec (zstd, gzip, zlib, crc32c) is one entry of the table, defined in
+ * its own file; the metadata parser, the chain decoder/encoder and the chunk stream find a
+ * codec only through the table. A kind or a name the table does not hold is UR_EUNSUPPORTED
+ * wherever it is met: no codec is ever decoded by another's function. Adding a codec: a
+ * value of ur_zarr_b2b_kind, a file defining its entry, and one row in zarr_codec_table.c. */
+
+/* A streaming decoder's state (each codec defines its own struct). */
+typedef struct ur_zarr_b2b_stream ur_zarr_b2b_stream;
+
+/* One step of a streaming decoder: consume some of in[0, in_n) and/or produce some of
+ * out[0, out_n). */
+typedef struct ur_zarr_b2b_io {
+    const uint8_t *in; /* may be NULL when in_n is 0 */
+    size_t in_n;
+    uint64_t in_rest; /* encoded bytes after these, not yet read */
+    uint8_t *out;
+    size_t out_n;
+    size_t in_used; /* set by the step */
+    size_t made;    /* set by the step */
+    int ended;      /* set by the step: a frame or stream ended in this step */
+} ur_zarr_b2b_io;
+
+/* A step's return when the codec needs input and there is none left (the caller reports the
+ * data as cut short). */
+#define UR_ZARR_B2B_STARVED 1
+
+typedef struct ur_zarr_b2b_codec {
+    ur_zarr_b2b_kind kind;
+    const char *name;    /* in messages ("zstd", "gzip", "zlib", "crc32c") */
+    const char *v3_name; /* zarr3 codec "name", NULL: no zarr3 form */
+    const char *v2_id;   /* zarr2 compressor "id", NULL: not a zarr2 compressor */
+    int has_level;       /* "level" in the configuration */
+    int has_checksum;    /* "checksum" in the zarr3 configuration (written back) */
+    int level_v3, level_v2;
+    int level_min, level_max; /* zarr3 "level" range */
+    /* A checksum-like codec that appends `trailer` bytes and leaves the data as it is: its
+     * decoded size is the encoded size less the trailer. `strip` checks and removes it. */
+    size_t trailer;
+    int (*strip)(const uint8_t *src, size_t n, size_t *len_out, ur_err *err);
+    /* Decode at most `cap` bytes into dst (more is UR_ECORRUPT); NULL for trailer codecs. */
+    int (*decode)(const ur_zarr_b2b *b, const uint8_t *src, size_t n, uint8_t *dst,
+                  size_t cap, size_t *len_out, ur_err *err);
+    /* Append the encoding of src to out. */
+    int (*encode)(const ur_zarr_b2b *b, const uint8_t *src, size_t n, ur_buf *out,
+                  ur_err *err);
+    /* Optional: decode one frame of exactly cap bytes reporting the prefix as it grows
+     * (ur_zarr_codec__decode_progressive); returns 1 to fall back to `decode`. */
+    int (*decode_progressive)(const uint8_t *src, size_t n, uint8_t *dst, size_t cap,
+                              size_t step, ur_zarr_ready_fn ready, void *ctx, ur_err *err);
+    /* Optional streaming decoder (zarr_stream.c); without one, a chain holding the codec is
+     * decoded whole. `stream_head` (optional) sees the first piece of input before it is
+     * decoded (`total`: the decoded size expected); `stream_step` returns UR_OK,
+     * UR_ZARR_B2B_STARVED or an error; `stream_done` tells whether the input so far ends a
+     * frame or stream. */
+    int (*stream_open)(ur_zarr_b2b_stream **out, const ur_zarr_b2b *b, ur_err *err);
+    int (*stream_head)(const uint8_t *p, size_t n, size_t total, ur_err *err);
+    int (*stream_step)(ur_zarr_b2b_stream *s, ur_zarr_b2b_io *io, ur_err *err);
+    int (*stream_done)(const ur_zarr_b2b_stream *s);
+    void (*stream_close)(ur_zarr_b2b_stream *s);
+} ur_zarr_b2b_codec;
+
+/* zarr_codec_table.c: the entry of a kind, of a zarr3 codec name, of a zarr2 compressor id;
+ * NULL when the table has none. */
+const ur_zarr_b2b_codec *ur_zarr_codec__b2b(ur_zarr_b2b_kind kind);
+const ur_zarr_b2b_codec *ur_zarr_codec__b2b_v3(const char *name);
+const ur_zarr_b2b_codec *ur_zarr_codec__b2b_v2(const char *id);
+/* The entry of b's kind, or UR_EUNSUPPORTED naming it. */
+int ur_zarr_codec__b2b_get(const ur_zarr_b2b *b, const ur_zarr_b2b_codec **out, ur_err *err);
+
+/* The entries, one per file. */
+extern const ur_zarr_b2b_codec ur_zarr_codec_zstd__entry;   /* zarr_codec_zstd.c */
+extern const ur_zarr_b2b_codec ur_zarr_codec_gzip__entry;   /* zarr_codec_gzip.c */
+extern const ur_zarr_b2b_codec ur_zarr_codec_zlib__entry;   /* zarr_codec_gzip.c */
+extern const ur_zarr_b2b_codec ur_zarr_codec_crc32c__entry; /* zarr_codec_crc32c.c */
+
 #define UR_ZARR_ZSTD_DEFAULT_LEVEL_V3 3 /* TensorStore zarr3 zstd codec default */
 #define UR_ZARR_ZSTD_DEFAULT_LEVEL_V2 1 /* TensorStore zarr2 zstd compressor default */
-/* A zstd decompression context whose memory goes through ur_malloc (NULL when out of memory);
- * free it with ZSTD_freeDCtx. Shared by the one-shot and the streaming decoders. */
-struct ZSTD_DCtx_s;
-struct ZSTD_DCtx_s *ur_zarr_codec_zstd__new_dctx(void);
-int ur_zarr_codec_zstd__decode(const uint8_t *src, size_t n, uint8_t *dst, size_t cap,
-                               size_t *len_out, ur_err *err);
-/* Decode src, one zstd frame of exactly cap bytes, into dst, calling ready(ctx, n) each time
- * about `step` more bytes of input (whole blocks) have been decoded. Returns 1, having
- * perhaps reported a prefix, when the input is anything but one clean frame of cap bytes or
- * the stream decoder fails: the caller then decodes it one-shot, whose result or error is the
- * reference. */
-int ur_zarr_codec_zstd__decode_progressive(const uint8_t *src, size_t n, uint8_t *dst,
-                                           size_t cap, size_t step, ur_zarr_ready_fn ready,
-                                           void *ctx, ur_err *err);
+/* zarr_codec_zstd.c: also called directly by the tests to build data. */
 int ur_zarr_codec_zstd__encode(const uint8_t *src, size_t n, int level, int checksum,
                                ur_buf *out, ur_err *err);
-/* gzip: 1 for gzip framing, 0 for zlib framing. */
-/* A zlib stream zeroed and set to allocate through ur_malloc, ready for inflateInit2 or
- * deflateInit2; and a length clamped to what one zlib call takes. */
-struct z_stream_s;
-void ur_zarr_codec_gzip__prepare(struct z_stream_s *z);
-unsigned ur_zarr_codec_gzip__clamp(size_t n);
-int ur_zarr_codec_gzip__decode(int gzip, const uint8_t *src, size_t n, uint8_t *dst, size_t cap,
-                               size_t *len_out, ur_err *err);
-int ur_zarr_codec_gzip__encode(int gzip, const uint8_t *src, size_t n, int level, ur_buf *out,
-                               ur_err *err);
-/* zarr_codec_crc32c.c: check and strip the 4-byte little-endian CRC-32C trailer. */
-int ur_zarr_codec_crc32c__decode(const uint8_t *src, size_t n, size_t *len_out, ur_err *err);
-int ur_zarr_codec_crc32c__encode(const uint8_t *src, size_t n, ur_buf *out, ur_err *err);
 
 /* zarr_codec_sharding.c: the shard index, (offset, nbytes) per inner chunk in C order over
  * the inner grid of one shard. */

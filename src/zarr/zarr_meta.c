@@ -491,6 +491,7 @@ static int parse_chain(ur_zarr_meta *m, ur_zarr_chain *ch, const cJSON *codecs, 
     {
         const char *name = NULL;
         const cJSON *conf = NULL;
+        const ur_zarr_b2b_codec *k;
         rc = codec_name(c, &name, &conf, err);
         if (rc < 0) {
             return rc;
@@ -529,8 +530,7 @@ static int parse_chain(ur_zarr_meta *m, ur_zarr_chain *ch, const cJSON *codecs, 
                                   "bytes codec: \"endian\" is required for %zu-byte elements",
                                   itemsize);
             }
-        } else if (strcmp(name, "zstd") == 0 || strcmp(name, "gzip") == 0 ||
-                   strcmp(name, "crc32c") == 0) {
+        } else if ((k = ur_zarr_codec__b2b_v3(name)) != NULL) {
             ur_zarr_b2b *b;
             if (phase != 1) {
                 return ur_err_set(err, UR_ECORRUPT, "codec \"%s\" before the bytes codec", name);
@@ -540,26 +540,25 @@ static int parse_chain(ur_zarr_meta *m, ur_zarr_chain *ch, const cJSON *codecs, 
                                   UR_ZARR_MAX_B2B);
             }
             b = &ch->b2b[ch->n_b2b++];
+            b->kind = k->kind;
             b->level = 0;
             b->checksum = 0;
-            if (name[0] == 'c') {
-                b->kind = UR_ZARR_B2B_CRC32C;
+            if (!k->has_level) {
                 continue;
             }
-            b->kind = name[0] == 'z' ? UR_ZARR_B2B_ZSTD : UR_ZARR_B2B_GZIP;
-            b->level = name[0] == 'z' ? UR_ZARR_ZSTD_DEFAULT_LEVEL_V3 : 6;
+            b->level = k->level_v3;
             const cJSON *lv = conf ? member(conf, "level") : NULL;
             const cJSON *ck = conf ? member(conf, "checksum") : NULL;
             int64_t x;
             if (lv != NULL) {
-                if (get_int(lv, name[0] == 'z' ? -131072 : 0, name[0] == 'z' ? 22 : 9, &x) < 0) {
+                if (get_int(lv, k->level_min, k->level_max, &x) < 0) {
                     return ur_err_set(err, UR_ECORRUPT, "%s codec: invalid \"level\"", name);
                 }
                 b->level = (int)x;
             }
             if (ck != NULL) {
                 if (!cJSON_IsBool(ck)) {
-                    return ur_err_set(err, UR_ECORRUPT, "zstd codec: invalid \"checksum\"");
+                    return ur_err_set(err, UR_ECORRUPT, "%s codec: invalid \"checksum\"", name);
                 }
                 b->checksum = cJSON_IsTrue(ck);
             }
@@ -713,7 +712,8 @@ static int parse_v2(ur_zarr_meta *m, const cJSON *root, const char *json, size_t
     m->codecs.big_endian = big;
 
     v = member(root, "order");
-    if (!cJSON_IsString(v) || (strcmp(v->valuestring, "C") != 0 && strcmp(v->valuestring, "F"))) {
+    if (!cJSON_IsString(v) ||
+        (strcmp(v->valuestring, "C") != 0 && strcmp(v->valuestring, "F") != 0)) {
         return ur_err_set(err, UR_ECORRUPT, "\"order\" is not \"C\" or \"F\"");
     }
     if (v->valuestring[0] == 'F' && m->rank > 1) {
@@ -736,23 +736,18 @@ static int parse_v2(ur_zarr_meta *m, const cJSON *root, const char *json, size_t
     if (!cJSON_IsNull(v)) {
         const cJSON *id = member(v, "id"), *lv = member(v, "level");
         ur_zarr_b2b *b = &m->codecs.b2b[0];
+        const ur_zarr_b2b_codec *k;
         int64_t x;
         if (!cJSON_IsObject(v) || !cJSON_IsString(id)) {
             return ur_err_set(err, UR_ECORRUPT, "\"compressor\" has no \"id\"");
         }
-        if (strcmp(id->valuestring, "zstd") == 0) {
-            b->kind = UR_ZARR_B2B_ZSTD;
-            b->level = UR_ZARR_ZSTD_DEFAULT_LEVEL_V2;
-        } else if (strcmp(id->valuestring, "zlib") == 0) {
-            b->kind = UR_ZARR_B2B_ZLIB;
-            b->level = 1;
-        } else if (strcmp(id->valuestring, "gzip") == 0) {
-            b->kind = UR_ZARR_B2B_GZIP;
-            b->level = 1;
-        } else {
+        k = ur_zarr_codec__b2b_v2(id->valuestring);
+        if (k == NULL) {
             return ur_err_set(err, UR_EUNSUPPORTED, "unsupported codec \"%.64s\"",
                               id->valuestring);
         }
+        b->kind = k->kind;
+        b->level = k->level_v2;
         if (lv != NULL && !cJSON_IsNull(lv)) {
             if (get_int(lv, -131072, 22, &x) < 0) {
                 return ur_err_set(err, UR_ECORRUPT, "compressor \"level\" is invalid");
@@ -918,15 +913,19 @@ static int emit_chain(ur_buf *b, const ur_zarr_chain *c, int rank, size_t itemsi
     }
     for (int i = 0; rc == UR_OK && i < c->n_b2b; i++) {
         const ur_zarr_b2b *x = &c->b2b[i];
-        if (x->kind == UR_ZARR_B2B_ZSTD) {
+        const ur_zarr_b2b_codec *k = ur_zarr_codec__b2b(x->kind);
+        if (k == NULL || k->v3_name == NULL) {
+            rc = ur_err_set(err, UR_EUNSUPPORTED, "codec %s has no zarr3 form",
+                            k != NULL ? k->name : "(unknown)");
+        } else if (k->has_checksum) {
             rc = ur_buf_printf(b, err,
-                               ",{\"configuration\":{\"checksum\":%s,\"level\":%d},\"name\":\"zstd\"}",
-                               x->checksum ? "true" : "false", x->level);
-        } else if (x->kind == UR_ZARR_B2B_CRC32C) {
-            rc = ur_buf_append_str(b, ",{\"name\":\"crc32c\"}", err);
+                               ",{\"configuration\":{\"checksum\":%s,\"level\":%d},\"name\":\"%s\"}",
+                               x->checksum ? "true" : "false", x->level, k->v3_name);
+        } else if (k->has_level) {
+            rc = ur_buf_printf(b, err, ",{\"configuration\":{\"level\":%d},\"name\":\"%s\"}",
+                               x->level, k->v3_name);
         } else {
-            rc = ur_buf_printf(b, err, ",{\"configuration\":{\"level\":%d},\"name\":\"gzip\"}",
-                               x->level);
+            rc = ur_buf_printf(b, err, ",{\"name\":\"%s\"}", k->v3_name);
         }
     }
     return rc;
@@ -983,11 +982,10 @@ static int emit_v2(const ur_zarr_meta *m, ur_buf *b, ur_err *err)
     if (rc == UR_OK) {
         if (c->n_b2b == 0) {
             rc = ur_buf_append_str(b, "null", err);
-        } else if (c->n_b2b == 1 && c->b2b[0].kind != UR_ZARR_B2B_CRC32C) {
-            const char *id = c->b2b[0].kind == UR_ZARR_B2B_ZSTD   ? "zstd"
-                             : c->b2b[0].kind == UR_ZARR_B2B_ZLIB ? "zlib"
-                                                                  : "gzip";
-            rc = ur_buf_printf(b, err, "{\"id\":\"%s\",\"level\":%d}", id, c->b2b[0].level);
+        } else if (c->n_b2b == 1 && ur_zarr_codec__b2b(c->b2b[0].kind) != NULL &&
+                   ur_zarr_codec__b2b(c->b2b[0].kind)->v2_id != NULL) {
+            rc = ur_buf_printf(b, err, "{\"id\":\"%s\",\"level\":%d}",
+                               ur_zarr_codec__b2b(c->b2b[0].kind)->v2_id, c->b2b[0].level);
         } else {
             rc = ur_err_set(err, UR_EINVAL, "zarr2 holds at most one compressor");
         }

@@ -7,14 +7,14 @@
  *   pieces of the data: read_range(off + k * piece, piece) -> crc32c update -> decompressor
  *   -> caller's buffer -> byte swap (big-endian) -> fill value past the array's edge.
  *
- * Incremental chains (after the bytes codec, in encode order): [zstd|gzip|zlib] [crc32c].
+ * Incremental chains (after the bytes codec, in encode order): [a codec with a streaming
+ * decoder in the codec table (zstd, gzip, zlib)] [crc32c].
  * Anything else (transpose, zarr2 order F, several compressors) falls back to
  * ur_zarr_array_read_chunk into one chunk-sized buffer at open. The stream produces exactly
  * the bytes read_chunk writes, and fails where read_chunk fails, with the same messages
  * where it can: the checks read_chunk makes after decoding the whole chunk (crc32c, decoded
  * size, trailing bytes) are made here when the data reaches them, at the latest by the read
  * that returns the last byte. */
-#define ZSTD_STATIC_LINKING_ONLY
 #include "zarr_impl.h"
 
 #include "unroll/alloc.h"
@@ -23,14 +23,10 @@
 
 #include <limits.h>
 #include <string.h>
-#include <zlib.h>
-#include <zstd.h>
-#include <zstd_errors.h>
 
 #define KEY_MAX 4096
 
 enum { MODE_FILL, MODE_WHOLE, MODE_INCR };
-enum { COMP_NONE, COMP_ZSTD, COMP_GZIP, COMP_ZLIB };
 
 struct ur_zarr_chunk_stream {
     ur_zarr_array *arr;
@@ -57,31 +53,32 @@ struct ur_zarr_chunk_stream {
     uint64_t src_off, src_len, src_read;
     uint8_t *piece;
     size_t piece_size, in_pos, in_len;
-    int comp;
-    ZSTD_DCtx *zd;
-    int frame_open; /* zstd: inside a frame (not yet complete) */
-    z_stream z;
-    int z_live, z_ended;
+    const ur_zarr_b2b_codec *comp; /* the decompressor's table entry, NULL: stored as is */
+    const ur_zarr_b2b *comp_conf;
+    ur_zarr_b2b_stream *dec;
     int has_crc;
     uint32_t crc, crc_want;
 };
 
 /* ---- opening ------------------------------------------------------------------------------ */
 
-/* Which chains stream: bytes + [one compressor] + [crc32c], no transpose. */
-static int classify(const ur_zarr_chain *c, int *comp, int *crc)
+/* Which chains stream: bytes + [one codec with a streaming decoder] + [crc32c], no
+ * transpose. A codec the table does not hold does not stream: read_chunk reports it. */
+static int classify(const ur_zarr_chain *c, const ur_zarr_b2b_codec **comp, int *crc)
 {
+    const ur_zarr_b2b_codec *k = c->n_b2b > 0 ? ur_zarr_codec__b2b(c->b2b[0].kind) : NULL;
     int i = 0;
 
-    *comp = COMP_NONE;
+    *comp = NULL;
     *crc = 0;
-    if (c->has_transpose) {
+    if (c->has_transpose || (c->n_b2b > 0 && k == NULL)) {
         return 0;
     }
     if (i < c->n_b2b && c->b2b[i].kind != UR_ZARR_B2B_CRC32C) {
-        *comp = c->b2b[i].kind == UR_ZARR_B2B_ZSTD   ? COMP_ZSTD
-                : c->b2b[i].kind == UR_ZARR_B2B_GZIP ? COMP_GZIP
-                                                     : COMP_ZLIB;
+        if (k->stream_open == NULL) {
+            return 0;
+        }
+        *comp = k;
         i++;
     }
     if (i < c->n_b2b && c->b2b[i].kind == UR_ZARR_B2B_CRC32C) {
@@ -165,21 +162,7 @@ static int locate_unsharded(ur_zarr_chunk_stream *s, uint64_t *off, uint64_t *le
 
 static int start_decoder(ur_zarr_chunk_stream *s, ur_err *err)
 {
-    if (s->comp == COMP_ZSTD) {
-        s->zd = ur_zarr_codec_zstd__new_dctx();
-        return s->zd ? UR_OK : ur_err_oom(err);
-    }
-    if (s->comp == COMP_GZIP || s->comp == COMP_ZLIB) {
-        int zr;
-        ur_zarr_codec_gzip__prepare(&s->z);
-        zr = inflateInit2(&s->z, s->comp == COMP_GZIP ? 15 + 16 : 15);
-        if (zr != Z_OK) {
-            return zr == Z_MEM_ERROR ? ur_err_oom(err)
-                                     : ur_err_set(err, UR_EINTERNAL, "inflateInit");
-        }
-        s->z_live = 1;
-    }
-    return UR_OK;
+    return s->comp != NULL ? s->comp->stream_open(&s->dec, s->comp_conf, err) : UR_OK;
 }
 
 static int open_incremental(ur_zarr_chunk_stream *s, const uint64_t *idx, ur_err *err)
@@ -206,7 +189,7 @@ static int open_incremental(ur_zarr_chunk_stream *s, const uint64_t *idx, ur_err
                       (uint32_t)t[3] << 24;
         len -= 4;
     }
-    if (s->comp == COMP_NONE && len != s->total) {
+    if (s->comp == NULL && len != s->total) {
         return ur_err_set(err, UR_ECORRUPT, "decoded chunk is %llu bytes, expected %zu",
                           (unsigned long long)len, s->total);
     }
@@ -222,7 +205,8 @@ int ur_zarr_chunk_stream_open(ur_zarr_chunk_stream **out, ur_zarr_array *arr,
     const ur_zarr_info *in = ur_zarr_array_info(arr);
     uint64_t sidx[UR_MAX_RANK];
     ur_zarr_chunk_stream *s;
-    int rc, comp, crc;
+    const ur_zarr_b2b_codec *comp;
+    int rc, crc;
 
     for (int d = 0; d < in->rank; d++) {
         if (idx[d] >= in->grid[d]) {
@@ -266,6 +250,7 @@ int ur_zarr_chunk_stream_open(ur_zarr_chunk_stream **out, ur_zarr_array *arr,
     }
     s->mode = MODE_INCR;
     s->comp = comp;
+    s->comp_conf = &m->codecs.b2b[0];
     s->has_crc = crc;
     rc = ur_zarr_array_chunk_key(arr, sidx, s->key, sizeof(s->key), err);
     if (rc == UR_OK) {
@@ -305,9 +290,8 @@ void ur_zarr_chunk_stream_close(ur_zarr_chunk_stream *s)
     if (s == NULL) {
         return;
     }
-    ZSTD_freeDCtx(s->zd);
-    if (s->z_live) {
-        inflateEnd(&s->z);
+    if (s->comp != NULL) {
+        s->comp->stream_close(s->dec);
     }
     ur_free(s->piece);
     ur_free(s->whole);
@@ -347,12 +331,10 @@ static int refill(ur_zarr_chunk_stream *s, ur_err *err)
     if (rc < 0) {
         return rc;
     }
-    if (s->src_read == 0 && s->comp == COMP_ZSTD) {
-        /* A frame that declares more than the chunk is damage: say so before decoding it. */
-        unsigned long long fcs = ZSTD_getFrameContentSize(s->piece, c);
-        if (fcs != ZSTD_CONTENTSIZE_UNKNOWN && fcs != ZSTD_CONTENTSIZE_ERROR && fcs > s->total) {
-            return ur_err_set(err, UR_ECORRUPT, "zstd: decoded data larger than %zu bytes",
-                              s->total);
+    if (s->src_read == 0 && s->comp != NULL && s->comp->stream_head != NULL) {
+        rc = s->comp->stream_head(s->piece, c, s->total, err);
+        if (rc < 0) {
+            return rc;
         }
     }
     s->src_read += c;
@@ -374,33 +356,24 @@ static int in_empty(const ur_zarr_chunk_stream *s)
 
 static int truncated(const ur_zarr_chunk_stream *s, ur_err *err)
 {
-    static const char *const names[] = {"stored data", "zstd", "gzip", "zlib"};
     return ur_err_set(err, UR_ECORRUPT,
                       "%s: stored data ends early, after %zu of %zu decoded bytes",
-                      names[s->comp], s->raw_pos, s->total);
-}
-
-static int zstd_error(size_t r, ur_err *err)
-{
-    if (ZSTD_getErrorCode(r) == ZSTD_error_memory_allocation) {
-        return ur_err_oom(err);
-    }
-    return ur_err_set(err, UR_ECORRUPT, "zstd: %s", ZSTD_getErrorName(r));
+                      s->comp != NULL ? s->comp->name : "stored data", s->raw_pos, s->total);
 }
 
 /* One decompressor step into out[0, n): consumes input and/or produces output; *made gets
  * the bytes produced. Fails on bad data, and when neither happens with no input left. */
 static int step(ur_zarr_chunk_stream *s, uint8_t *out, size_t n, size_t *made, ur_err *err)
 {
-    size_t in0;
-    int rc = refill(s, err), ended_now = 0;
+    ur_zarr_b2b_io io;
+    int rc = refill(s, err);
 
     *made = 0;
     if (rc < 0) {
         return rc;
     }
     int empty = in_empty(s);
-    if (s->comp == COMP_NONE) {
+    if (s->comp == NULL) {
         if (empty) {
             return truncated(s, err);
         }
@@ -410,53 +383,22 @@ static int step(ur_zarr_chunk_stream *s, uint8_t *out, size_t n, size_t *made, u
         *made = c;
         return UR_OK;
     }
-    in0 = s->in_pos;
-    if (s->comp == COMP_ZSTD) {
-        ZSTD_outBuffer ob = {out, n, 0};
-        ZSTD_inBuffer ib = {s->piece, s->in_len, s->in_pos};
-        size_t r = ZSTD_decompressStream(s->zd, &ob, &ib);
-        if (ZSTD_isError(r)) {
-            return zstd_error(r, err);
-        }
-        s->in_pos = ib.pos;
-        ended_now = s->frame_open && r == 0;
-        s->frame_open = r != 0;
-        *made = ob.pos;
-    } else {
-        if (s->z_ended) {
-            if (empty) {
-                return truncated(s, err);
-            }
-            if (s->comp == COMP_ZLIB) {
-                return ur_err_set(err, UR_ECORRUPT, "zlib: %llu bytes after the end of the stream",
-                                  (unsigned long long)(s->in_len - s->in_pos +
-                                                       (s->src_len - s->src_read)));
-            }
-            /* gzip allows several members one after another. */
-            if (inflateReset(&s->z) != Z_OK) {
-                return ur_err_set(err, UR_EINTERNAL, "inflateReset");
-            }
-            s->z_ended = 0;
-        }
-        s->z.next_in = s->piece ? s->piece + s->in_pos : NULL;
-        s->z.avail_in = ur_zarr_codec_gzip__clamp(s->in_len - s->in_pos);
-        s->z.next_out = out;
-        s->z.avail_out = ur_zarr_codec_gzip__clamp(n);
-        uInt ai = s->z.avail_in, ao = s->z.avail_out;
-        int zr = inflate(&s->z, Z_NO_FLUSH);
-        s->in_pos += ai - s->z.avail_in;
-        *made = ao - s->z.avail_out;
-        if (zr == Z_STREAM_END) {
-            s->z_ended = 1;
-            ended_now = 1;
-        } else if (zr == Z_MEM_ERROR) {
-            return ur_err_oom(err);
-        } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
-            return ur_err_set(err, UR_ECORRUPT, "%s: %s", s->comp == COMP_GZIP ? "gzip" : "zlib",
-                              s->z.msg ? s->z.msg : "bad data");
-        }
+    memset(&io, 0, sizeof io);
+    io.in = s->piece != NULL ? s->piece + s->in_pos : NULL;
+    io.in_n = s->in_len - s->in_pos;
+    io.in_rest = s->src_len - s->src_read;
+    io.out = out;
+    io.out_n = n;
+    rc = s->comp->stream_step(s->dec, &io, err);
+    if (rc == UR_ZARR_B2B_STARVED) {
+        return truncated(s, err);
     }
-    if (*made == 0 && s->in_pos == in0 && !ended_now) {
+    if (rc < 0) {
+        return rc;
+    }
+    s->in_pos += io.in_used;
+    *made = io.made;
+    if (io.made == 0 && io.in_used == 0 && !io.ended) {
         if (empty) {
             return truncated(s, err);
         }
@@ -473,7 +415,7 @@ static int finish(ur_zarr_chunk_stream *s, ur_err *err)
     size_t made;
     int rc;
 
-    if (s->comp == COMP_NONE) {
+    if (s->comp == NULL) {
         return in_empty(s) ? UR_OK : ur_err_set(err, UR_EINTERNAL, "stored bytes left over");
     }
     for (;;) {
@@ -481,7 +423,7 @@ static int finish(ur_zarr_chunk_stream *s, ur_err *err)
         if (rc < 0) {
             return rc;
         }
-        if (in_empty(s) && (s->comp == COMP_ZSTD ? !s->frame_open : s->z_ended)) {
+        if (in_empty(s) && s->comp->stream_done(s->dec)) {
             return UR_OK;
         }
         rc = step(s, &spare, 1, &made, err);
@@ -489,9 +431,8 @@ static int finish(ur_zarr_chunk_stream *s, ur_err *err)
             return rc;
         }
         if (made) {
-            static const char *const names[] = {"", "zstd", "gzip", "zlib"};
             return ur_err_set(err, UR_ECORRUPT, "%s: decoded data larger than %zu bytes",
-                              names[s->comp], s->total);
+                              s->comp->name, s->total);
         }
     }
 }

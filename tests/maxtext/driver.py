@@ -63,17 +63,112 @@ FAMILIES = {
                           "gdn_key_head_dim=8", "gdn_value_head_dim=8", "gdn_chunk_size=8"],
 }
 
-# Trains and converts, but MaxEngine.insert fails on its decode state (MLA) in this harness
-# (not investigated yet); not in the suite. routed_bias=false: the trained router bias is not
-# an nnx.Param (issue 13, open).
-PENDING = {
-    # MLA + MoE, 1 dense layer then 2 MoE layers (v_head_dim = qk_nope + qk_rope: CPU decoding).
-    "deepseek": TINY + ["model_name=deepseek3-tiny", "override_model_config=true",
-                        "base_num_decoder_layers=3", "first_num_dense_layers=1", "num_experts=4",
-                        "num_experts_per_tok=2", "base_moe_mlp_dim=16", "q_lora_rank=8",
-                        "kv_lora_rank=8", "qk_nope_head_dim=8", "qk_rope_head_dim=8",
-                        "v_head_dim=16", "routed_bias=false", "base_num_kv_heads=4"],
+# DeepSeek: MLA + MoE, 1 dense layer then 2 MoE layers. MaxText's MLA decode cache (the default
+# mla_naive_kvcache=true) is the plain attention cache, sized by `head_dim` for keys and values
+# alike, while MLA's prefill writes keys of qk_nope_head_dim + qk_rope_head_dim and values of
+# v_head_dim: MaxEngine.insert fails ("update shape ... (8, 4, 1, 16) for operand shape
+# (8, 4, 1, 8)") unless head_dim == qk_nope_head_dim + qk_rope_head_dim == v_head_dim.
+DEEPSEEK = [a for a in TINY if not a.startswith("head_dim=")] + [
+    "model_name=deepseek3-tiny", "override_model_config=true", "head_dim=16",
+    "base_num_decoder_layers=3", "first_num_dense_layers=1", "num_experts=4",
+    "num_experts_per_tok=2", "base_moe_mlp_dim=16", "q_lora_rank=8", "kv_lora_rank=8",
+    "qk_nope_head_dim=8", "qk_rope_head_dim=8", "v_head_dim=16", "base_num_kv_heads=4"]
+FAMILIES["deepseek"] = DEEPSEEK + ["routed_bias=false"]
+# The aux-loss-free router bias (a MoEBiasVar, not an nnx.Param): stored under nnx_aux in the
+# training state, stacked on axis 0 (nnx.StateAxes {Param: param_scan_axis, ...: 0}). The update
+# rate (base.yml: 0, the bias then stays zero) makes the trained bias non-zero and large enough
+# to change which experts are picked.
+FAMILIES["deepseek-routed-bias"] = DEEPSEEK + ["routed_bias=true", "routed_bias_update_rate=0.5"]
+
+# llama4: blocks of 4 (inhomogeneous_layer_cycle_interval; every 4th layer without RoPE), MoE.
+FAMILIES["llama4"] = TINY + ["model_name=llama4-17b-16e", "override_model_config=true",
+                             "base_num_decoder_layers=4", "num_experts=4", "num_experts_per_tok=1",
+                             "base_moe_mlp_dim=16", "chunk_attn_window_size=8"]
+# gpt-oss: blocks of 2 (sliding, full attention), MoE with biases, attention sinks.
+FAMILIES["gpt-oss"] = TINY + ["model_name=gpt-oss-20b", "override_model_config=true",
+                              "base_num_decoder_layers=4", "num_experts=4", "num_experts_per_tok=2",
+                              "base_moe_mlp_dim=16", "sliding_window_size=4"]
+
+# olmo3: blocks of 4 (3 sliding-window layers, then 1 full-attention layer).
+FAMILIES["olmo3"] = TINY + ["model_name=olmo3-7b", "override_model_config=true",
+                            "base_num_decoder_layers=4", "sliding_window_size=4"]
+
+# Pipeline parallelism: trained on 2 (forced host) devices with 2 stages of 1 layer, repeated
+# twice; the decode model is the plain one (llama2, 4 layers).
+FAMILIES["pipeline"] = TINY + ["base_num_decoder_layers=4"]
+# family -> (keys for training and conversion only, devices): how the state was trained. The
+# decode model runs unpipelined on one device.
+PARALLEL = {"pipeline": (["ici_pipeline_parallelism=2", "ici_fsdp_parallelism=1",
+                          "num_layers_per_pipeline_stage=1", "num_pipeline_microbatches=2"], 2),
+            "fsdp-tensor": (["ici_fsdp_parallelism=2", "ici_tensor_parallelism=2"], 4)}
+# 4-device fsdp x tensor sharding: every array saved in shards over a 2 x 2 mesh.
+FAMILIES["fsdp-tensor"] = TINY + ["base_num_decoder_layers=2"]
+
+PENDING: dict = {}
+# deepseek4: 2 unscanned hash-routed layers (Tid2EidVar) before one scanned block of 2. The
+# scanned block builds its layers with compress ratios 128 then 4 whatever compress_ratios says
+# (deepseek4.py), the unscanned model from compress_ratios: they agree only when the list
+# follows that pattern.
+FAMILIES["deepseek4"] = [
+    "model_name=deepseek4-tiny", "override_model_config=true", "base_emb_dim=32",
+    "base_num_decoder_layers=4", "first_num_hash_layers=2", "compress_ratios=[0,0,128,4]",
+    "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=16", "base_mlp_dim=16",
+    "indexer_topk=4", "sliding_window_size=4", "head_dim=16", "qk_rope_head_dim=16",
+    "indexer_head_dim=16", "q_lora_rank=8", "o_lora_rank=8"]
+
+# Non-parameter variables written into the trained state before conversion, so that a loaded
+# value cannot be mistaken for an initialised one: maxtext 0.2.5's scanned CPU training leaves the
+# DeepSeek router bias (MoEBiasVar) at zero even with routed_bias_update_rate > 0, and deepseek4's
+# Tid2EidVar is a frozen all-zero table. Bias values are exact in bfloat16 (the decode
+# weight_dtype); tid2eid rows are valid, distinct expert ids.
+EDITS = {
+    "deepseek-routed-bias": ["nnx_aux/model/decoder/moe_layers/DeepSeekMoeBlock_0/MoeBlock_0/gate/bias"],
+    "deepseek4": ["nnx_aux/model/decoder/layers_0/mlp/MoeBlock_0/tid2eid",
+                  "nnx_aux/model/decoder/layers_1/mlp/MoeBlock_0/tid2eid",
+                  "nnx_aux/model/decoder/scanned_blocks/layers_0/mlp/MoeBlock_0/gate/bias",
+                  "nnx_aux/model/decoder/scanned_blocks/layers_1/mlp/MoeBlock_0/gate/bias"],
 }
+N_EXPERTS = 4
+TRAIN_FORMAT = None  # part of the training cache key: change it when the recipe changes
+
+
+def _edited_values(key: str, shape: tuple):
+    import numpy as np
+    n = int(np.prod(shape))
+    if key.endswith("/tid2eid"):
+        return (np.arange(n) % N_EXPERTS).reshape(shape)
+    return (np.arange(n)[::-1] * 0.375 - 1.0).reshape(shape)
+
+
+def edited(family: str, items: pathlib.Path) -> pathlib.Path:
+    """A copy of the training state at `items` with EDITS[family] set (Orbax restore and save,
+    sharding kept), cached beside it."""
+    keys = EDITS.get(family)
+    if not keys:
+        return items
+    tag = hashlib.sha256(json.dumps(keys).encode()).hexdigest()[:8]
+    done = items.parent.parent.parent.with_name(items.parent.parent.parent.name + f"-edit-{tag}")
+    out = done / "items"
+    if out.is_dir():
+        return out
+    import jax
+    import jax.numpy as jnp
+    import orbax.checkpoint as ocp
+    ck = ocp.PyTreeCheckpointer()
+    tree = ck.restore(str(items))
+    for key in keys:
+        node = tree
+        *parents, leaf = key.split("/")
+        for k in parents:
+            node = node[k]
+        b = node[leaf]
+        node[leaf] = jax.device_put(jnp.asarray(_edited_values(key, b.shape), b.dtype), b.sharding)
+    tmp = pathlib.Path(str(done) + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    ck.save(str(tmp / "items"), tree, force=True)
+    os.replace(tmp, done)
+    return out
+
 
 ALL = {**FAMILIES, **PENDING}
 
@@ -86,8 +181,10 @@ def _cache_root() -> pathlib.Path:
 
 def train(family: str) -> pathlib.Path:
     """The family's scanned training state at step 1 (trained once, then cached)."""
-    args = ALL[family] + COMMON
-    key = hashlib.sha256(json.dumps([maxtext.__version__, args]).encode()).hexdigest()[:16]
+    par, devices = PARALLEL.get(family, ([], 1))
+    args = ALL[family] + par + COMMON
+    key = hashlib.sha256(json.dumps([maxtext.__version__, args, TRAIN_FORMAT]).encode()
+                         ).hexdigest()[:16]
     done = _cache_root() / f"{family}-{maxtext.__version__}-{key}"
     items = done / "checkpoints" / "1" / "items"
     if items.is_dir():
@@ -98,8 +195,11 @@ def train(family: str) -> pathlib.Path:
     cmd = [sys.executable, "-m", "maxtext.trainers.pre_train.train", BASE_YML,
            f"run_name={tmp.name}", f"base_output_directory={tmp.parent}", *args]
     log = tmp.parent / f"{tmp.name}.log"
+    env = dict(os.environ)
+    if devices > 1:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     with open(log, "w") as f:
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
     if rc != 0 or not (tmp / "checkpoints" / "1" / "items").is_dir():
         raise SystemExit(f"training {family} failed (rc {rc}), see {log}")
     os.replace(tmp, done)
@@ -109,11 +209,99 @@ def train(family: str) -> pathlib.Path:
 
 def run_unroll(family: str, items: pathlib.Path, out: pathlib.Path, name: str, *extra: str) -> dict:
     cmd = [os.environ["UNROLL_BIN"], BASE_YML, f"load_full_state_path={items}",
-           f"base_output_directory={out}", f"run_name={name}", *ALL[family], *extra]
+           f"base_output_directory={out}", f"run_name={name}", *ALL[family],
+           *PARALLEL.get(family, ([], 1))[0], *extra]
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True)
     return {"rc": p.returncode, "stderr": p.stderr.strip()[-2000:], "seconds": time.monotonic() - t0,
             "path": str(out / name / "checkpoints" / "0" / "items")}
+
+
+# Families whose MaxText-converter output is valid (loads in MaxText's inference; issue 13):
+# unroll's output must equal it leaf for leaf, bit for bit.
+MAXTEXT_VALID = {"llama2", "deepseek", "fsdp-tensor"}
+
+
+# Output variants converted and decoded besides the default (OCDBT + zarr3): family -> name ->
+# extra keys for unroll and for MaxText's loader.
+VARIANTS = {"llama2": {"zarr2-no-ocdbt": ["checkpoint_storage_use_ocdbt=false",
+                                          "checkpoint_storage_use_zarr3=false"]}}
+
+
+def storage_kind(path: str) -> dict:
+    """What the output directory holds: an OCDBT manifest, zarr2 (.zarray) or zarr3 arrays."""
+    files = [f for _, _, fs in os.walk(path) for f in fs]
+    return {"ocdbt": "manifest.ocdbt" in files, "zarr2": ".zarray" in files,
+            "zarr3": "zarr.json" in files}
+
+
+def restack_pipeline(family: str, items: pathlib.Path, out: pathlib.Path) -> dict:
+    """The reference for a pipeline-trained state, written here independently of unroll: the
+    scanned param-only checkpoint of the plain model with the same values. A pipeline leaf
+    decoder/pipeline_module/layers/R is [repeats, stages, ...] and holds layer r * stages + s
+    (MaxText's pipeline runs stages 0..S-1 of repeat 0, then of repeat 1); the plain scanned
+    model holds decoder/layers/R with the layer axis at param_scan_axis (1). Cast to bfloat16."""
+    import jax.numpy as jnp
+    import numpy as np
+    import orbax.checkpoint as ocp
+    ck = ocp.PyTreeCheckpointer()
+    flat = _flat(ck.restore(str(items))["params"]["params"])
+    tree: dict = {}
+    for k, x in flat.items():
+        x = np.asarray(x)
+        p = k.split("/")
+        if p[:3] == ["decoder", "pipeline_module", "layers"]:
+            x = np.moveaxis(x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), 0, 1)
+            p = ["decoder", "layers", *p[3:]]
+        node = tree
+        for c in p:
+            node = node.setdefault(c, {})
+        node["value"] = jnp.asarray(x, jnp.bfloat16)
+    path = out / "restacked" / "items"
+    ck.save(str(path), tree, force=True)
+    return {"rc": 0, "stderr": "", "path": str(path)}
+
+
+def mesh_axes_used(items: pathlib.Path) -> dict:
+    """{mesh axis: number of the training state's arrays sharded over it} (Orbax _sharding)."""
+    used: dict = {}
+    for v in json.loads((items / "_sharding").read_text()).values():
+        v = json.loads(v) if isinstance(v, str) else v
+        names = set()
+        for entry in v.get("partition_spec", []):
+            names.update(entry if isinstance(entry, list) else [entry])
+        for name in names - {None}:
+            used[name] = used.get(name, 0) + 1
+    return used
+
+
+def run_maxtext(family: str, items: pathlib.Path, out: pathlib.Path, name: str) -> dict:
+    """MaxText's own generate_param_only_checkpoint (force_unroll=true) on the same state."""
+    cmd = [sys.executable, "-m", "maxtext.utils.generate_param_only_checkpoint", BASE_YML,
+           f"load_full_state_path={items}", f"base_output_directory={out}", f"run_name={name}",
+           "force_unroll=true", *ALL[family], *PARALLEL.get(family, ([], 1))[0], *COMMON]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    return {"rc": p.returncode, "stderr": p.stderr.strip()[-2000:],
+            "seconds": time.monotonic() - t0,
+            "path": str(out / name / "checkpoints" / "0" / "items")}
+
+
+def bit_differences(a_path: str, b_path: str) -> dict:
+    """Leaves of two checkpoints that differ: by presence, dtype, shape, or any bit."""
+    import numpy as np
+    import orbax.checkpoint as ocp
+    ck = ocp.PyTreeCheckpointer()
+    a, b = _flat(ck.restore(a_path)), _flat(ck.restore(b_path))
+    diff = {k: "only in unroll's" for k in set(a) - set(b)}
+    diff.update({k: "only in MaxText's" for k in set(b) - set(a)})
+    for k in set(a) & set(b):
+        x, y = np.asarray(a[k]), np.asarray(b[k])
+        if x.dtype != y.dtype or x.shape != y.shape:
+            diff[k] = f"{x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
+        elif x.tobytes() != y.tobytes():
+            diff[k] = "values differ"
+    return {"differences": diff, "leaves_compared": len(set(a) & set(b))}
 
 
 def _config(family: str, *extra: str):
@@ -151,6 +339,17 @@ def model_tree(family: str) -> dict:
     return flat
 
 
+def trained_aux(items: pathlib.Path) -> dict:
+    """{model path: values} of the training state's non-parameter variables (nnx_aux/model/P,
+    RNG state left out)."""
+    import numpy as np
+    import orbax.checkpoint as ocp
+    tree = ocp.PyTreeCheckpointer().restore(str(items))
+    flat = _flat(tree.get("nnx_aux", {}).get("model", {}))
+    return {k: np.asarray(v, np.float32).tolist() for k, v in flat.items()
+            if "rngs" not in k.split("/")}
+
+
 def checkpoint_tree(path: str) -> dict:
     import orbax.checkpoint as ocp
     meta = ocp.PyTreeCheckpointer().metadata(path).item_metadata.tree
@@ -177,17 +376,23 @@ def _token(result) -> int:
     return int(result.data[0, result.tokens_idx[0]])
 
 
-def decode(family: str, path: str, scanned: bool, n_steps: int = 4) -> dict:
+def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4) -> dict:
     """Greedy decode of fixed token ids from a param-only checkpoint through MaxEngine."""
     import jax
     import jax.numpy as jnp
     import numpy as np
+    from flax import nnx
     from maxtext.inference.maxengine import maxengine
     cfg = _config(family, f"load_parameters_path={path}", f"scan_layers={str(scanned).lower()}",
-                  "decode_sampling_strategy=greedy", "weight_dtype=bfloat16", "dtype=float32")
+                  "decode_sampling_strategy=greedy", "weight_dtype=bfloat16", "dtype=float32",
+                  *extra)
     _register_result_tokens(maxengine)
     engine = maxengine.MaxEngine(cfg)
     params = engine.load_params(rng=jax.random.PRNGKey(0))
+    # the non-parameter variables the engine runs with (MoEBiasVar, Tid2EidVar), as loaded
+    aux = {k: np.asarray(v, np.float32).tolist()
+           for k, v in _flat(nnx.to_pure_dict(engine._nnx_rest_state)).items()
+           if "rngs" not in k.split("/")}
     prompt = [1, 17, 42, 99, 5, 63]
     padded = jnp.array(prompt + [0] * (cfg.max_prefill_predict_length - len(prompt)), dtype=jnp.int32)
     prefix, first = engine.prefill(params=params, padded_tokens=padded, true_length=len(prompt),
@@ -200,26 +405,50 @@ def decode(family: str, path: str, scanned: bool, n_steps: int = 4) -> dict:
         state, res = engine.generate(params, state, rng=jax.random.PRNGKey(3 + i))
         tokens.append(_token(res))
         logits.append(np.asarray(state["logits"][0], np.float32).reshape(-1).tolist())
-    return {"tokens": tokens, "logits": logits}
+    return {"tokens": tokens, "logits": logits, "aux": aux}
 
 
 def main() -> None:
     family, work = sys.argv[1], pathlib.Path(sys.argv[2])
+    devices = PARALLEL.get(family, ([], 1))[1]
+    if devices > 1:
+        # read when JAX first starts its backend (nothing has yet): restoring the training state
+        # needs the devices it was saved from; the decodes then run fsdp over them alike
+        os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     facts: dict = {"family": family, "maxtext": maxtext.__version__}
-    items = train(family)
+    items = edited(family, train(family))
     facts["train"] = str(items)
+    facts["trained_aux"] = trained_aux(items)
+    facts["mesh_axes_used"] = mesh_axes_used(items)
     facts["unrolled"] = run_unroll(family, items, work, "unrolled", "force_unroll=true")
-    facts["scanned"] = run_unroll(family, items, work, "scanned", "force_unroll=false")
+    if family == "pipeline":
+        facts["scanned"] = restack_pipeline(family, items, work)
+    else:
+        facts["scanned"] = run_unroll(family, items, work, "scanned", "force_unroll=false")
     if facts["unrolled"]["rc"] == 0:
         p = subprocess.run([os.environ["UNROLL_BIN"], "verify", str(items), facts["unrolled"]["path"],
-                            BASE_YML, *ALL[family]], capture_output=True, text=True)
+                            BASE_YML, *ALL[family], *PARALLEL.get(family, ([], 1))[0]],
+                           capture_output=True, text=True)
         facts["verify"] = {"rc": p.returncode, "stdout": p.stdout[-3000:], "stderr": p.stderr[-2000:]}
+    if family in MAXTEXT_VALID and facts["unrolled"]["rc"] == 0:
+        facts["maxtext"] = run_maxtext(family, items, work, "maxtext")
+        if facts["maxtext"]["rc"] == 0:
+            facts["maxtext"].update(bit_differences(facts["unrolled"]["path"],
+                                                    facts["maxtext"]["path"]))
     facts["model_tree"] = model_tree(family)
     if facts["unrolled"]["rc"] == 0:
         facts["unrolled_tree"] = checkpoint_tree(facts["unrolled"]["path"])
         facts["decode_unrolled"] = decode(family, facts["unrolled"]["path"], scanned=False)
     if facts["scanned"]["rc"] == 0:
         facts["decode_scanned"] = decode(family, facts["scanned"]["path"], scanned=True)
+    facts["variants"] = {}
+    for name, keys in VARIANTS.get(family, {}).items():
+        v = run_unroll(family, items, work, name, "force_unroll=true", *keys)
+        if v["rc"] == 0:
+            v["storage"] = storage_kind(v["path"])
+            v["tree"] = checkpoint_tree(v["path"])
+            v["decode"] = decode(family, v["path"], False, *keys)
+        facts["variants"][name] = v
     (work / "facts.json").write_text(json.dumps(facts))
 
 

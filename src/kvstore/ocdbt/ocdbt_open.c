@@ -1,19 +1,32 @@
-/* ur_kvstore_open_auto: what TensorStore's and Orbax's auto-detection do — a directory with
- * manifest.ocdbt is an OCDBT database, anything else a plain directory. */
-#include "unroll/alloc.h"
-#include "unroll/fs.h"
+/* ur_kvstore_open_auto: what TensorStore's and Orbax's auto-detection do — a location with
+ * manifest.ocdbt is an OCDBT database (read through the location's store), anything else the
+ * plain store. */
 #include "unroll/kvstore.h"
 #include "unroll/ocdbt.h"
 
 int ur_kvstore_open_auto(ur_kvstore **out, const char *dir, ur_err *err)
 {
-    char *manifest = ur_path_join(dir, "manifest.ocdbt");
-    int is_ocdbt;
+    ur_kvstore *base = NULL;
+    uint64_t size;
+    ur_err probe;
+    int rc = ur_kvstore_open_url(&base, dir, 0, err);
 
-    if (manifest == NULL) {
-        return ur_err_oom(err);
+    if (rc < 0) {
+        return rc;
     }
-    is_ocdbt = ur_fs_exists(manifest);
-    ur_free(manifest);
-    return is_ocdbt ? ur_ocdbt_open(out, dir, err) : ur_kvstore_file_open(out, dir, 0, err);
+    ur_err_clear(&probe);
+    rc = ur_kvstore_size(base, "manifest.ocdbt", &size, &probe);
+    if (rc == UR_OK) {
+        return ur_ocdbt_open_kv(out, base, 1, dir, err);
+    }
+    if (rc != UR_ENOTFOUND) {
+        /* the store cannot answer (access denied, unreachable): say so rather than list */
+        if (err != NULL) {
+            *err = probe;
+        }
+        ur_kvstore_close(base);
+        return rc;
+    }
+    *out = base;
+    return UR_OK;
 }

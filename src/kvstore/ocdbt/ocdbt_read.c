@@ -1,29 +1,28 @@
-/* OCDBT reader: the latest version of a database directory as a read-only ur_kvstore.
+/* OCDBT reader: the latest version of a database as a read-only ur_kvstore, layered on a base
+ * kvstore that holds the database's files (a directory, an object-store prefix), as
+ * TensorStore layers its OCDBT driver.
  *
  * manifest.ocdbt (or the newest manifest.%016x) -> latest inline version -> root B+tree node
  * -> ... -> leaf entry -> inline value or (data file, offset, length). Every object is read
- * with pread as exactly its byte range; nothing else is loaded. Data-file paths come from
- * the containing object's table (transitive base path included), relative to the directory.
+ * from the base store as exactly its byte range (a ranged read, a mapped view); nothing else
+ * is loaded. Data-file paths come from the containing object's table (transitive base path
+ * included), relative to the database: they are the base store's keys.
  *
- * Threads: data-file descriptors and decoded nodes are cached under one mutex; decoded nodes
- * are refcounted so a node evicted while in use stays valid until released. */
+ * Threads: decoded nodes are cached under one mutex and refcounted, so a node evicted while
+ * in use stays valid until released; the base store's reads are thread-safe. */
 #define _POSIX_C_SOURCE 200809L
-#include "kvstore_impl.h"
+#include "../kvstore_impl.h" /* OCDBT is a kvstore driver: it fills in the vtable */
 #include "ocdbt_internal.h"
 
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
 #include "unroll/ocdbt.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
-#define MAX_FDS 128
 #define CACHE_NODES 64
 #define MAX_OBJECT ((uint64_t)UR_OCDBT_MAX_DECODED + 65536)
 #define MAX_MANIFEST ((size_t)64 << 20)
@@ -36,21 +35,15 @@ struct ur_ocdbt_cnode {
     ur_ocdbt_btree_node node;
 };
 
-typedef struct {
-    char *path;
-    int fd;
-} fd_slot;
-
 struct ur_ocdbt_reader {
     ur_kvstore base;
-    char *dir;
-    int dir_fd; /* every file is opened beneath it */
+    ur_kvstore *store; /* the base store: keys are paths relative to the database */
+    int own_store;
+    char *dir;         /* the database's location, for messages */
     char *manifest_name;
     ur_ocdbt_manifest manifest;
     const ur_ocdbt_version *latest; /* NULL for a config-only database */
     pthread_mutex_t lock;
-    fd_slot fds[MAX_FDS];
-    size_t n_fds;
     ur_ocdbt_cnode *cache[CACHE_NODES];
     uint64_t clock;
 };
@@ -72,68 +65,38 @@ const char *ur_ocdbt_read__manifest_name(const ur_ocdbt_reader *r)
     return r->manifest_name;
 }
 
-/* A descriptor for `rel`; *temp set when the caller must close it (cache full). */
-static int get_fd(ur_ocdbt_reader *r, const char *rel, int *fd_out, int *temp, ur_err *err)
+/* Data-file paths come from the database: checked before they reach the base store. */
+static int check_rel(const char *rel, ur_err *err)
 {
-    int fd, rc = ur_fs_relpath_validate(rel, strlen(rel), err);
-
-    if (rc < 0) {
-        return ur_err_wrap(err, "invalid data file path");
-    }
-    *temp = 0;
-    pthread_mutex_lock(&r->lock);
-    for (size_t i = 0; i < r->n_fds; i++) {
-        if (strcmp(r->fds[i].path, rel) == 0) {
-            *fd_out = r->fds[i].fd;
-            pthread_mutex_unlock(&r->lock);
-            return UR_OK;
-        }
-    }
-    /* Beneath the database's directory: base paths and data-file names come from the
-     * database, and a data file may be a link (checked by ur_fs_open_beneath). */
-    rc = ur_fs_open_beneath(&fd, r->dir_fd, r->dir, rel, "data file", err);
-    if (rc < 0) {
-        /* A file the database references is missing: damage, never an absent key. */
-        if (rc == UR_ENOTFOUND) {
-            rc = UR_EIO;
-            if (err != NULL) {
-                err->code = UR_EIO;
-            }
-        }
-        goto out;
-    }
-    if (r->n_fds < MAX_FDS) {
-        char *copy = ur_strdup(rel);
-        if (copy != NULL) {
-            r->fds[r->n_fds].path = copy;
-            r->fds[r->n_fds].fd = fd;
-            r->n_fds++;
-        } else {
-            *temp = 1;
-        }
-    } else {
-        *temp = 1;
-    }
-    *fd_out = fd;
-out:
-    pthread_mutex_unlock(&r->lock);
-    return rc;
+    int rc = ur_fs_relpath_validate(rel, strlen(rel), err);
+    return rc < 0 ? ur_err_wrap(err, "invalid data file path") : rc;
 }
 
-/* pread [offset, offset+n) of data file `rel` into dst. */
+/* A file the database references and the store does not have: damage, never an absent key
+ * (an I/O error naming the data file, whatever store it is missing from). */
+static int missing_is_damage(int rc, ur_err *err)
+{
+    if (rc == UR_ENOTFOUND && err != NULL) {
+        char where[sizeof err->where], msg[sizeof err->msg];
+        int e = err->os_errno;
+        memcpy(where, err->where, sizeof where);
+        memcpy(msg, err->msg, sizeof msg);
+        if (e != 0) {
+            ur_err_set_os(err, UR_EIO, e, where, "cannot open data file");
+        } else {
+            ur_err_set_os(err, UR_EIO, 0, where, "cannot open data file (%s)", msg);
+        }
+    }
+    return rc == UR_ENOTFOUND ? UR_EIO : rc;
+}
+
+/* Read [offset, offset+n) of data file `rel` into dst, through the base store. */
 static int read_file_range(ur_ocdbt_reader *r, const char *rel, uint64_t offset, size_t n,
                            void *dst, ur_err *err)
 {
-    int fd = -1, temp = 0, rc = get_fd(r, rel, &fd, &temp, err);
-    char *path;
-    if (rc < 0) {
-        return rc;
-    }
-    path = ur_path_join(r->dir, rel);
-    rc = ur_fs_pread_full(fd, dst, n, offset, path ? path : rel, err);
-    ur_free(path);
-    if (temp) {
-        close(fd);
+    int rc = check_rel(rel, err);
+    if (rc == UR_OK) {
+        rc = missing_is_damage(ur_kvstore_read_range(r->store, rel, offset, n, dst, err), err);
     }
     return rc;
 }
@@ -540,9 +503,7 @@ static int r_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvstore_view
     ur_ocdbt_cnode *leaf = NULL;
     const ur_ocdbt_btree_entry *e;
     const char *rel;
-    char *path = NULL;
     size_t idx;
-    int fd = -1, temp = 0;
     int rc = find_key(r, key, &leaf, &idx, err);
 
     if (rc < 0) {
@@ -566,25 +527,22 @@ static int r_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvstore_view
         goto out;
     }
     rel = leaf->node.table.f[e->ref.file].path;
-    rc = get_fd(r, rel, &fd, &temp, err);
-    if (rc < 0) {
-        goto out;
-    }
-    path = ur_path_join(r->dir, rel);
-    rc = ur_fs_map_range(fd, e->ref.offset, (size_t)e->value_len, path ? path : rel, &v->map_,
-                         err);
+    rc = check_rel(rel, err);
     if (rc == UR_OK) {
-        v->data = v->map_.data;
-        v->len = v->map_.len;
-    }
-    if (temp) {
-        close(fd);
+        ur_kvstore_view inner;
+        rc = missing_is_damage(ur_kvstore_read_view_range(r->store, rel, e->ref.offset,
+                                                          (size_t)e->value_len, &inner, err),
+                               err);
+        if (rc == UR_OK) {
+            *v = inner; /* the view owns the mapping or buffer now */
+        } else {
+            ur_kvstore_view_release(&inner);
+        }
     }
 out:
     if (rc < 0 && rc != UR_ENOMEM) {
         ur_err_set_where(err, key);
     }
-    ur_free(path);
     ur_ocdbt_read__release(r, leaf);
     return rc;
 }
@@ -595,19 +553,16 @@ static void r_prefetch(ur_kvstore *kv, const char *key, size_t max_bytes)
     ur_ocdbt_cnode *leaf = NULL;
     const ur_ocdbt_btree_entry *e;
     size_t idx;
-    int fd = -1, temp = 0;
 
     if (find_key(r, key, &leaf, &idx, NULL) < 0) {
         return;
     }
     e = &leaf->node.e[idx];
     if (e->indirect && e->value_len > 0 &&
-        get_fd(r, leaf->node.table.f[e->ref.file].path, &fd, &temp, NULL) == UR_OK) {
+        check_rel(leaf->node.table.f[e->ref.file].path, NULL) == UR_OK) {
         uint64_t n = e->value_len < max_bytes ? e->value_len : max_bytes;
-        (void)posix_fadvise(fd, (off_t)e->ref.offset, (off_t)n, POSIX_FADV_WILLNEED);
-        if (temp) {
-            close(fd);
-        }
+        ur_kvstore_prefetch_range(r->store, leaf->node.table.f[e->ref.file].path, e->ref.offset,
+                                  (size_t)n);
     }
     ur_ocdbt_read__release(r, leaf);
 }
@@ -766,17 +721,13 @@ static int r_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, voi
 static void r_close(ur_kvstore *kv)
 {
     ur_ocdbt_reader *r = (ur_ocdbt_reader *)kv;
-    for (size_t i = 0; i < r->n_fds; i++) {
-        close(r->fds[i].fd);
-        ur_free(r->fds[i].path);
-    }
     for (size_t i = 0; i < CACHE_NODES; i++) {
         if (r->cache[i] != NULL && --r->cache[i]->refs == 0) {
             cnode_free(r->cache[i]);
         }
     }
-    if (r->dir_fd >= 0) {
-        close(r->dir_fd);
+    if (r->own_store) {
+        ur_kvstore_close(r->store);
     }
     pthread_mutex_destroy(&r->lock);
     ur_ocdbt_manifest_dispose(&r->manifest);
@@ -786,7 +737,7 @@ static void r_close(ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops reader_ops = {
-    "ocdbt", r_read, r_read_range, r_view, r_size, r_list, NULL, NULL, r_close, r_prefetch,
+    "ocdbt", r_read, r_read_range, r_view, r_size, r_list, NULL, NULL, r_close, r_prefetch, NULL, NULL, NULL,
 };
 
 /* ---- opening ---- */
@@ -799,7 +750,12 @@ static int load_manifest(ur_ocdbt_reader *r, const char *name, ur_ocdbt_manifest
 
     ur_buf_init(&raw, 0);
     ur_buf_init(&body, 0);
-    rc = ur_fs_read_file_beneath(&raw, r->dir, name, MAX_MANIFEST, err);
+    raw.limit = MAX_MANIFEST;
+    rc = ur_kvstore_read(r->store, name, &raw, err);
+    if (rc == UR_ENOTFOUND || (rc == UR_ECORRUPT && raw.len == 0 && err != NULL &&
+                               err->where[0] == '\0')) {
+        ur_err_set_where(err, r->dir);
+    }
     if (rc == UR_OK) {
         rc = ur_ocdbt_codec_decode(&body, raw.data, raw.len, UR_OCDBT_MAGIC_MANIFEST, "manifest",
                                    &compressed, err);
@@ -836,24 +792,27 @@ static int hex16(const char *s, uint64_t *out)
 }
 
 /* Numbered manifests: the largest manifest.%016x holds the versions. */
+static int max_generation(void *ctx, const char *key, uint64_t size)
+{
+    uint64_t g, *best = ctx;
+    (void)size;
+    if (strchr(key, '/') == NULL && strncmp(key, "manifest.", 9) == 0 && hex16(key + 9, &g) == 0 &&
+        g > *best) {
+        *best = g;
+    }
+    return 0;
+}
+
 static int load_numbered(ur_ocdbt_reader *r, ur_err *err)
 {
-    DIR *d = opendir(r->dir);
-    struct dirent *e;
-    uint64_t best = 0, g;
+    uint64_t best = 0;
     char name[32];
     ur_ocdbt_manifest m;
-    int rc;
+    int rc = ur_kvstore_list(r->store, "manifest.", max_generation, &best, err);
 
-    if (d == NULL) {
-        return ur_err_set_os(err, UR_EIO, errno, r->dir, "cannot list directory");
+    if (rc < 0) {
+        return rc;
     }
-    while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, "manifest.", 9) == 0 && hex16(e->d_name + 9, &g) == 0 && g > best) {
-            best = g;
-        }
-    }
-    closedir(d);
     if (best == 0) {
         return ur_err_set_os(err, UR_ECORRUPT, 0, r->dir,
                              "numbered manifest kind but no manifest.%%016x file");
@@ -881,25 +840,26 @@ static int load_numbered(ur_ocdbt_reader *r, ur_err *err)
     return UR_OK;
 }
 
-int ur_ocdbt_open(ur_kvstore **out, const char *dir, ur_err *err)
+int ur_ocdbt_open_kv(ur_kvstore **out, ur_kvstore *base, int take_base, const char *name,
+                     ur_err *err)
 {
     ur_ocdbt_reader *r = ur_calloc(1, sizeof *r);
     int rc;
 
     if (r == NULL) {
+        if (take_base) {
+            ur_kvstore_close(base);
+        }
         return ur_err_oom(err);
     }
     r->base.ops = &reader_ops;
-    r->dir_fd = -1;
-    snprintf(r->base.desc, sizeof r->base.desc, "ocdbt:%s", dir);
+    r->store = base;
+    r->own_store = take_base;
+    snprintf(r->base.desc, sizeof r->base.desc, "ocdbt:%s", name);
     pthread_mutex_init(&r->lock, NULL);
-    r->dir = ur_strdup(dir);
+    r->dir = ur_strdup(name);
     if (r->dir == NULL) {
         rc = ur_err_oom(err);
-        goto fail;
-    }
-    rc = ur_fs_dir_open(&r->dir_fd, dir, err);
-    if (rc < 0) {
         goto fail;
     }
     rc = load_manifest(r, "manifest.ocdbt", &r->manifest, err);
@@ -926,4 +886,11 @@ int ur_ocdbt_open(ur_kvstore **out, const char *dir, ur_err *err)
 fail:
     r_close(&r->base);
     return rc;
+}
+
+int ur_ocdbt_open(ur_kvstore **out, const char *dir, ur_err *err)
+{
+    ur_kvstore *base = NULL;
+    int rc = ur_kvstore_file_open(&base, dir, 0, err);
+    return rc < 0 ? rc : ur_ocdbt_open_kv(out, base, 1, dir, err);
 }

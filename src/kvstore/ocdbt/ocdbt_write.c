@@ -8,7 +8,7 @@
  * node (zstd when asked) to the data files, fsync them, then write manifest.ocdbt (temp file
  * + rename + directory fsync), last. Spec §10 (invariants), §6.5 (statistics). */
 #define _POSIX_C_SOURCE 200809L
-#include "kvstore_impl.h"
+#include "../kvstore_impl.h" /* OCDBT is a kvstore driver: it fills in the vtable */
 #include "ocdbt_format.h"
 
 #include "unroll/alloc.h"
@@ -422,6 +422,18 @@ static int emit_node(ocdbt_writer *w, uint8_t height, ur_ocdbt_btree_enc_entry *
                 enc[i].ref.file = map[enc[i].ref.file];
             }
         }
+        /* A node of 100,000 small entries is tens of MB: sized once (keys, inline values
+         * and at most 64 bytes of varints and refs per entry) rather than grown by
+         * doubling to up to twice that. */
+        uint64_t bound = 4096;
+        for (size_t i = 0; i < n; i++) {
+            bound += enc[i].key_len + 64 + (height == 0 && !enc[i].indirect ? enc[i].value_len : 0);
+        }
+        if (bound < ((uint64_t)1 << 31)) {
+            rc = ur_buf_reserve(&body, (size_t)bound, err);
+        }
+    }
+    if (rc == UR_OK) {
         rc = ur_ocdbt_btree_encode(&body, height, &t, enc, n, err);
     }
     if (rc == UR_OK) {
@@ -782,7 +794,7 @@ uint64_t ur_ocdbt_writer_held_bytes(const ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops writer_ops = {
-    "ocdbt-writer", NULL, NULL, NULL, NULL, NULL, w_write, w_commit, w_close, NULL,
+    "ocdbt-writer", NULL, NULL, NULL, NULL, NULL, w_write, w_commit, w_close, NULL, NULL, NULL, NULL,
 };
 
 int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts *opts,

@@ -351,6 +351,63 @@ static void test_orbax_ckpt__open_oom(void **state)
     }
 }
 
+/* Many arrays are described on several threads: every leaf gets its shapes, and with two
+ * damaged arrays the error names the first of them, as a single thread would. */
+static void test_orbax_ckpt__many_arrays(void **state)
+{
+    enum { N = 1100 };
+    char step[512], items[560], bad[640];
+    ur_orbax_write_opts o;
+    ur_orbax_writer *w = NULL;
+    ur_orbax_ckpt *ck = NULL;
+    ur_err err;
+    (void)state;
+    snprintf(step, sizeof step, "%s/many/0", tmpdir);
+    snprintf(items, sizeof items, "%s/items", step);
+    ur_orbax_write_opts_init(&o);
+    o.use_ocdbt = 0; /* plain files, so that one array's metadata can be damaged */
+    assert_int_equal(ur_orbax_writer_create(&w, step, &o, &err), UR_OK);
+    for (int i = 0; i < N; i++) {
+        char name[16];
+        ur_orbax_key p[2] = {{"p", UR_ORBAX_KEY_DICT}, {name, UR_ORBAX_KEY_DICT}};
+        uint64_t shape[2] = {(uint64_t)i % 3 + 1, 3}, chunk[2] = {3, 3}, idx[2] = {0, 0};
+        float v[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+        ur_zarr_array *arr = NULL;
+        snprintf(name, sizeof name, "a%04d", i);
+        assert_int_equal(ur_orbax_writer_add_array(w, p, 2, UR_DT_FLOAT32, 2, shape, chunk,
+                                                   NULL, &arr, &err),
+                         UR_OK);
+        assert_int_equal(ur_zarr_array_write_chunk(arr, idx, v, &err), UR_OK);
+        ur_orbax_writer_done_array(w, arr);
+    }
+    assert_int_equal(ur_orbax_writer_commit(w, &err), UR_OK);
+
+    assert_int_equal(ur_orbax_ckpt_open(&ck, items, 0, &err), UR_OK);
+    assert_int_equal(ur_orbax_ckpt_leaf_count(ck), N);
+    for (size_t i = 0; i < N; i++) {
+        const ur_orbax_leaf *l = ur_orbax_ckpt_leaf(ck, i);
+        assert_true(l->has_array);
+        assert_int_equal(l->rank, 2);
+        assert_int_equal(l->shape[0], i % 3 + 1);
+        assert_int_equal(l->shape[1], 3);
+        assert_int_equal(l->chunk_shape[0], 3);
+    }
+    ur_orbax_ckpt_close(ck);
+
+    /* damage two, far apart (in different threads' ranges) */
+    for (int k = 0; k < 2; k++) {
+        FILE *f;
+        snprintf(bad, sizeof bad, "%s/p.a%04d/zarr.json", items, k == 0 ? 1000 : 600);
+        f = fopen(bad, "w");
+        assert_non_null(f);
+        fputs("{not json", f);
+        fclose(f);
+    }
+    assert_int_equal(ur_orbax_ckpt_open(&ck, items, 0, &err), UR_ECORRUPT);
+    assert_non_null(strstr(err.msg, "p.a0600"));
+    assert_null(strstr(err.msg, "p.a1000"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -359,6 +416,7 @@ int main(void)
         cmocka_unit_test(test_orbax_ckpt__unfinished),
         cmocka_unit_test(test_orbax_ckpt__abort_and_existing),
         cmocka_unit_test(test_orbax_ckpt__open_oom),
+        cmocka_unit_test(test_orbax_ckpt__many_arrays),
     };
     return cmocka_run_group_tests_name("orbax_ckpt", tests, setup, teardown);
 }

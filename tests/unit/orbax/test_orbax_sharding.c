@@ -3,6 +3,7 @@
 
 #include "orbax/orbax_impl.h"
 #include "unroll/alloc.h"
+#include "unroll/b64.h"
 #include "unroll/fs.h"
 
 #include <string.h>
@@ -16,11 +17,11 @@ static void check_b64(const char *plain, const char *enc)
     ur_buf b;
     ur_err err;
     ur_buf_init(&b, 0);
-    assert_int_equal(ur_orbax_b64url_encode(&b, plain, strlen(plain), &err), UR_OK);
+    assert_int_equal(ur_b64_encode(&b, plain, strlen(plain), UR_B64_URL, &err), UR_OK);
     assert_int_equal(b.len, strlen(enc));
     assert_memory_equal(b.data, enc, b.len);
     ur_buf_reset(&b);
-    assert_int_equal(ur_orbax_b64url_decode(&b, enc, strlen(enc), &err), UR_OK);
+    assert_int_equal(ur_b64_decode(&b, enc, strlen(enc), UR_B64_URL, &err), UR_OK);
     assert_int_equal(b.len, strlen(plain));
     assert_memory_equal(b.data, plain, b.len);
     ur_buf_dispose(&b);
@@ -42,7 +43,7 @@ static void test_orbax_sharding__base64(void **state)
         ur_buf b;
         ur_err err;
         ur_buf_init(&b, 0);
-        assert_int_equal(ur_orbax_b64url_decode(&b, bad[i], strlen(bad[i]), &err), UR_ECORRUPT);
+        assert_int_equal(ur_b64_decode(&b, bad[i], strlen(bad[i]), UR_B64_URL, &err), UR_ECORRUPT);
         ur_buf_dispose(&b);
     }
 }

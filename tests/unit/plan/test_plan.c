@@ -333,11 +333,81 @@ static void test_plan__nnx_current_with_rank1_rng_counts(void **state)
         NULL);
     add(&ts, "nnx_aux/model/decoder/rngs/params/count", UR_DT_UINT32, "", NULL);
     plan = build_ok(&ts, &s, UR_PLAN_INPUT_FULL_STATE);
-    expect_drop(plan, 9, "nnx_aux");
-    expect_drop(plan, 10, "nnx_aux");
-    expect_drop(plan, 11, "nnx_aux");
+    expect_drop(plan, 9, "rng");
+    expect_drop(plan, 10, "rng");
+    expect_drop(plan, 11, "rng");
     assert_int_equal(plan->summary.leaves_unstacked, 3);
     ur_plan_free(plan);
+}
+
+/* Non-parameter variables in nnx_aux (DeepSeek's MoEBiasVar router bias, deepseek4's
+ * Tid2EidVar): kept at their model path, unstacked on axis 0 (where a scan stacks non-Params,
+ * whatever param_scan_axis is), in their stored dtype; RNG state still dropped. */
+static void test_plan__nnx_aux_variables_kept(void **state)
+{
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    ur_err err;
+    (void)state;
+    linen_full_state(&ts);
+    /* [layers=4, experts=4]: param_scan_axis (1) would fit the length too, and be wrong */
+    add(&ts, "nnx_aux/model/decoder/layers/MoeBlock_0/gate/bias", UR_DT_FLOAT32, "4,4", NULL);
+    add(&ts, "nnx_aux/model/decoder/layers/MoeBlock_0/rngs/params/count", UR_DT_UINT32, "4",
+        NULL);
+    add(&ts, "nnx_aux/model/decoder/hash_layer/tid2eid", UR_DT_FLOAT32, "32,2", NULL);
+    add(&ts, "nnx_aux/other/x", UR_DT_FLOAT32, "3", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_FULL_STATE);
+    expect_unstack(plan, 9, 0, 4, "decoder/layers_0/MoeBlock_0/gate/bias/value",
+                   "decoder/layers_3/MoeBlock_0/gate/bias/value");
+    assert_int_equal(plan->actions[9].out_dtype, UR_DT_FLOAT32);
+    expect_drop(plan, 10, "rng");
+    expect_copy(plan, 11, "decoder/hash_layer/tid2eid/value");
+    assert_int_equal(plan->actions[11].out_dtype, UR_DT_FLOAT32);
+    expect_drop(plan, 12, "nnx_aux");
+    /* the params beside them are still cast */
+    assert_int_equal(plan->actions[2].out_dtype, UR_DT_BFLOAT16);
+    ur_plan_free(plan);
+    /* the Linen decode layout: beside the params, where MaxText's loaders look them up */
+    s.pure_nnx = 0;
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_FULL_STATE);
+    expect_unstack(plan, 9, 0, 4, "params/params/decoder/layers_0/MoeBlock_0/gate/bias",
+                   "params/params/decoder/layers_3/MoeBlock_0/gate/bias");
+    ur_plan_free(plan);
+    /* scanned output: copied whole, stacked as the scanned model holds it */
+    s.pure_nnx = 1;
+    s.force_unroll = 0;
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_FULL_STATE);
+    expect_copy(plan, 9, "decoder/layers/MoeBlock_0/gate/bias/value");
+    ur_plan_free(plan);
+    /* a wrong layer count on axis 0 is an error naming the leaf */
+    s.force_unroll = 1;
+    linen_full_state(&ts);
+    add(&ts, "nnx_aux/model/decoder/layers/MoeBlock_0/gate/bias", UR_DT_FLOAT32, "3,4", NULL);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "nnx_aux/model/decoder/layers/MoeBlock_0/gate/bias"));
+}
+
+/* Under a nested (gemma4) or pipeline scan the non-Param layer axes are not known: refused,
+ * never dropped. */
+static void test_plan__nnx_aux_nested_refused(void **state)
+{
+    tset ts;
+    ur_settings s = base_settings();
+    ur_err err;
+    (void)state;
+    s.decoder_block = "gemma4";
+    s.num_decoder_layers = 12;
+    ts.n = 0;
+    add(&ts, "params/params/decoder/scanned_blocks/local_layers/mlp/wi", UR_DT_FLOAT32,
+        "6,2,5,16", NULL);
+    add(&ts, "params/params/decoder/scanned_blocks/global_layer/mlp/wi", UR_DT_FLOAT32,
+        "6,2,16", NULL);
+    add(&ts, "opt_state/0/count", UR_DT_INT32, "", NULL);
+    add(&ts, "nnx_aux/model/decoder/scanned_blocks/local_layers/gate/bias", UR_DT_FLOAT32,
+        "2,5,4", NULL);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "scanned_blocks/local_layers/gate/bias"));
 }
 
 static void nnx_legacy(tset *ts)
@@ -770,7 +840,6 @@ static void test_plan__gemma3_blocks_and_remainder(void **state)
     expect_out(plan, 0, b5, 2);
     expect_copy(plan, 1, "params/params/decoder/layers_13/mlp/wo/kernel");
     expect_copy(plan, 2, "params/params/decoder/layers_12/pre_ffw_norm/scale");
-    assert_int_equal(plan->n_remainder, 2);
     ur_plan_free(plan);
     /* 13 layers: one remainder layer, so layers_remainder/layers_1 is wrong */
     s.num_decoder_layers = 13;
@@ -1062,6 +1131,8 @@ int main(void)
         cmocka_unit_test(test_plan__linen_full_state_to_linen_decode),
         cmocka_unit_test(test_plan__linen_full_state_to_nnx_decode),
         cmocka_unit_test(test_plan__nnx_current_with_rank1_rng_counts),
+        cmocka_unit_test(test_plan__nnx_aux_variables_kept),
+        cmocka_unit_test(test_plan__nnx_aux_nested_refused),
         cmocka_unit_test(test_plan__older_nnx_layout),
         cmocka_unit_test(test_plan__param_only_inputs),
         cmocka_unit_test(test_plan__length_mismatch_is_an_error),

@@ -1,4 +1,4 @@
-/* The executor against a naive reference: a real (C-written) Orbax checkpoint holding a
+/* The executor against a naive reference (and through a second, in-memory output sink): a real (C-written) Orbax checkpoint holding a
  * float32 tensor with one or several layer axes is run through hand-made plans (UNSTACK on
  * one axis, on three axes as a pipeline stack has them, COPY, REPLICATE), with several
  * thread counts and memory limits small enough to force slab streaming; every output
@@ -11,6 +11,7 @@
 #include "unroll/orbax.h"
 #include "unroll/plan.h"
 #include "unroll/plan_exec.h"
+#include "unroll/sink.h"
 #include "unroll/tensor.h"
 
 #include <stdlib.h>
@@ -209,6 +210,257 @@ static void run_and_check(ur_plan_kind kind, const size_t *axes, size_t n_axes, 
     free_action(&act);
 }
 
+static const uint64_t limits[] = {0, 4096, 64, 16};
+static const int threads[] = {1, 2, 3};
+
+/* ---- a second output sink --------------------------------------------------------------
+ * An output format other than Orbax is one implementation of unroll/sink.h: this one keeps
+ * every array in memory (dense, C order) and a hash of the write sequence, so the test checks
+ * both what the executor produced and that its order does not depend on the thread count. */
+typedef struct ur_sink_array {
+    char name[32];
+    int rank;
+    uint64_t shape[RANK], chunk[RANK];
+    size_t item;
+    uint8_t *data;
+    struct ur_sink_array *next;
+} mem_array;
+
+typedef struct {
+    mem_array *done; /* finished arrays */
+    uint64_t hash;   /* FNV-1a over (name, chunk index, bytes) in write order */
+    int begun, finished, dropped, writes, fail_at;
+} mem_sink;
+
+static void mem_hash(mem_sink *m, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) {
+        m->hash = (m->hash ^ b[i]) * 0x100000001b3ull;
+    }
+}
+
+static int mem_reserve(void *self, size_t n, ur_err *err)
+{
+    (void)self, (void)n, (void)err;
+    return UR_OK;
+}
+
+static int mem_add_scalar(void *self, const ur_sink_path *p, ur_dtype dt, const void *v,
+                          ur_err *err)
+{
+    (void)self, (void)p, (void)dt, (void)v;
+    return ur_err_set(err, UR_EINVAL, "no scalars here");
+}
+
+static int mem_add_empty(void *self, const ur_sink_path *p, ur_sink_empty kind, ur_err *err)
+{
+    (void)self, (void)p, (void)kind;
+    return ur_err_set(err, UR_EINVAL, "no empty leaves here");
+}
+
+static int mem_begin(void *self, const ur_sink_path *p, ur_dtype dt, int rank,
+                     const uint64_t *shape, const uint64_t *chunk, ur_sink_array **out,
+                     ur_err *err)
+{
+    mem_sink *m = self;
+    mem_array *a = ur_calloc(1, sizeof *a);
+    size_t n = 1;
+    assert_non_null(a);
+    assert_int_equal(dt, UR_DT_BFLOAT16);
+    assert_int_equal(p->len, 1);
+    snprintf(a->name, sizeof a->name, "%s", p->comp[0]);
+    a->rank = rank;
+    a->item = ur_dtype_size(dt);
+    for (int d = 0; d < rank; d++) {
+        a->shape[d] = shape[d];
+        a->chunk[d] = chunk[d];
+        n *= shape[d];
+    }
+    a->data = ur_calloc(n ? n : 1, a->item);
+    __atomic_add_fetch(&m->begun, 1, __ATOMIC_RELAXED); /* begun on any worker */
+    *out = a;
+    (void)err;
+    return UR_OK;
+}
+
+/* The stored form is the raw chunk. */
+static int mem_encode(void *self, ur_sink_array *a, const void *raw, ur_buf *out, ur_err *err)
+{
+    size_t n = a->item;
+    (void)self;
+    for (int d = 0; d < a->rank; d++) {
+        n *= a->chunk[d];
+    }
+    return ur_buf_append(out, raw, n, err);
+}
+
+static int mem_write(void *self, ur_sink_array *a, const uint64_t *idx, const void *enc,
+                     size_t len, ur_err *err)
+{
+    mem_sink *m = self;
+    const uint8_t *src = enc;
+    uint64_t pos[RANK] = {0};
+    size_t n = len / a->item;
+    if (++m->writes == m->fail_at) {
+        return ur_err_set(err, UR_EIO, "disk full (write %d)", m->writes);
+    }
+    mem_hash(m, a->name, strlen(a->name));
+    mem_hash(m, idx, (size_t)a->rank * sizeof idx[0]);
+    mem_hash(m, enc, len);
+    for (size_t e = 0; e < n; e++) { /* the chunk's elements inside the array */
+        uint64_t lin = 0, r = e;
+        int inside = 1;
+        for (int d = a->rank - 1; d >= 0; d--) {
+            pos[d] = idx[d] * a->chunk[d] + r % a->chunk[d];
+            r /= a->chunk[d];
+            inside &= pos[d] < a->shape[d];
+        }
+        for (int d = 0; d < a->rank; d++) {
+            lin = lin * a->shape[d] + pos[d];
+        }
+        if (inside) {
+            memcpy(a->data + lin * a->item, src + e * a->item, a->item);
+        }
+    }
+    return UR_OK;
+}
+
+static int mem_finish_array(void *self, ur_sink_array *a, ur_err *err)
+{
+    mem_sink *m = self;
+    (void)err;
+    m->finished++;
+    mem_hash(m, a->name, strlen(a->name));
+    a->next = m->done;
+    m->done = a;
+    return UR_OK;
+}
+
+static void mem_drop(void *self, ur_sink_array *a)
+{
+    mem_sink *m = self;
+    if (a != NULL) {
+        __atomic_add_fetch(&m->dropped, 1, __ATOMIC_RELAXED);
+        ur_free(a->data);
+        ur_free(a);
+    }
+}
+
+static void mem_abort(void *self)
+{
+    mem_sink *m = self;
+    while (m->done != NULL) {
+        mem_array *a = m->done;
+        m->done = a->next;
+        ur_free(a->data);
+        ur_free(a);
+    }
+}
+
+static int mem_finish(void *self, ur_err *err)
+{
+    (void)err;
+    mem_abort(self);
+    return UR_OK;
+}
+
+static const ur_sink_ops mem_ops = {mem_reserve, mem_add_scalar,   mem_add_empty,
+                                    mem_begin,   mem_encode,       mem_write,
+                                    mem_finish_array, mem_drop,    mem_finish,
+                                    mem_abort};
+
+/* Unstack axis 3 into the memory sink: the result is checked element by element; returns the
+ * write sequence's hash, which must not depend on the thread count. */
+static uint64_t run_mem(int n_threads, uint64_t limit, int fail_at, int *rc_out)
+{
+    static const size_t ax[] = {3};
+    char in_dir[300];
+    ur_orbax_ckpt *in = NULL;
+    ur_plan plan;
+    ur_plan_action act;
+    ur_exec_opts eo;
+    ur_exec_stats st;
+    ur_err err;
+    mem_sink m;
+    ur_sink sink = {&mem_ops, &m};
+    uint64_t hash;
+
+    memset(&m, 0, sizeof m);
+    m.hash = 0xcbf29ce484222325ull;
+    m.fail_at = fail_at;
+    snprintf(in_dir, sizeof in_dir, "%s/%s/0/items", scratch, input);
+    fill_action(&act, UR_PLAN_UNSTACK, ax, 1, (size_t)SHAPE[3]);
+    memset(&plan, 0, sizeof plan);
+    plan.n_actions = 1;
+    plan.actions = &act;
+    assert_int_equal(ur_orbax_ckpt_open(&in, in_dir, 0, &err), UR_OK);
+    memset(&eo, 0, sizeof eo);
+    eo.threads = n_threads;
+    eo.memory_limit = limit;
+    *rc_out = ur_plan_exec_run_sink(&plan, in, &sink, &eo, &st, &err);
+    /* every array begun is finished or dropped, whatever happened */
+    assert_int_equal(m.begun, m.finished + m.dropped);
+    if (*rc_out == UR_OK) {
+        assert_int_equal(m.finished, (int)SHAPE[3]);
+        for (mem_array *a = m.done; a != NULL; a = a->next) {
+            uint64_t layer = strtoull(a->name + 4, NULL, 10), n = 1;
+            for (int d = 0; d < a->rank; d++) {
+                n *= a->shape[d];
+            }
+            for (uint64_t e = 0; e < n; e++) {
+                uint64_t pos[RANK], r = e;
+                uint16_t got;
+                uint32_t bits;
+                float f;
+                for (int d = RANK - 1; d >= 0; d--) {
+                    if (d == 3) {
+                        pos[d] = layer;
+                    } else {
+                        pos[d] = r % SHAPE[d];
+                        r /= SHAPE[d];
+                    }
+                }
+                f = value_at(pos);
+                memcpy(&bits, &f, 4);
+                memcpy(&got, a->data + e * 2, 2);
+                assert_int_equal(got, ur_tensor_cast_f32_to_bf16(bits));
+            }
+        }
+        assert_int_equal(sink.ops->finish(sink.self, &err), UR_OK);
+    } else {
+        assert_int_equal(err.code, UR_EIO);
+        assert_non_null(strstr(err.msg, "disk full"));
+        sink.ops->abort(sink.self);
+    }
+    hash = m.hash;
+    ur_orbax_ckpt_close(in);
+    free_action(&act);
+    return hash;
+}
+
+static void test_plan_exec__second_sink(void **state)
+{
+    int rc;
+    (void)state;
+    for (size_t l = 0; l < sizeof limits / sizeof limits[0]; l++) {
+        /* A tight limit is split between the threads and sets the output chunking, so only
+         * with the default limit (chunks fit every share) is the sequence the same. */
+        uint64_t want = run_mem(1, limits[l], 0, &rc);
+        assert_int_equal(rc, UR_OK);
+        for (size_t t = 1; t < sizeof threads / sizeof threads[0]; t++) {
+            uint64_t got = run_mem(threads[t], limits[l], 0, &rc);
+            assert_int_equal(rc, UR_OK);
+            assert_true(limits[l] != 0 || got == want);
+        }
+    }
+    /* a sink that fails: the run stops with its error, and nothing is left begun */
+    for (int at = 1; at < 40; at += 7) {
+        (void)run_mem(2, 64, at, &rc);
+        assert_int_equal(rc, UR_EIO);
+    }
+}
+
 static int setup(void **state)
 {
     char in_step[300];
@@ -228,8 +480,6 @@ static int teardown(void **state)
     return ur_fs_remove_tree(scratch, NULL) == UR_OK ? 0 : -1;
 }
 
-static const uint64_t limits[] = {0, 4096, 64, 16};
-static const int threads[] = {1, 2, 3};
 
 static void sweep(ur_plan_kind kind, const size_t *axes, size_t n_axes)
 {
@@ -317,6 +567,7 @@ int main(void)
         cmocka_unit_test(test_plan_exec__large_chunks),
         cmocka_unit_test(test_plan_exec__default_memory),
         cmocka_unit_test(test_plan_exec__copy_and_replicate),
+        cmocka_unit_test(test_plan_exec__second_sink),
     };
     return cmocka_run_group_tests_name("plan_exec", tests, setup, teardown);
 }

@@ -274,6 +274,68 @@ static void test_zarr_codec__shard_index_absent_start_and_bounds(void **state)
     }
 }
 
+/* The codec table is the only dispatch: a kind it does not hold is unsupported in every
+ * direction (before the table, any kind but zstd and crc32c was inflated as zlib). */
+static void test_zarr_codec__unknown_kind_is_unsupported(void **state)
+{
+    static const uint8_t data[64] = {1, 2, 3};
+    ur_zarr_chain c;
+    uint64_t shape[1] = {64};
+    uint8_t out[64];
+    size_t fixed;
+    ur_buf enc;
+    ur_err err;
+    (void)state;
+    memset(&c, 0, sizeof c);
+    c.n_b2b = 1;
+    c.b2b[0].kind = (ur_zarr_b2b_kind)99;
+    assert_null(ur_zarr_codec__b2b(c.b2b[0].kind));
+    ur_buf_init(&enc, 0);
+    ur_err_clear(&err);
+    assert_int_equal(ur_zarr_codec__encode(&c, 1, shape, 1, data, sizeof data, &enc, &err),
+                     UR_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "unsupported"));
+    assert_int_equal(ur_zarr_codec__decode(&c, 1, shape, 1, data, sizeof data, out, sizeof out,
+                                           &err),
+                     UR_EUNSUPPORTED);
+    assert_int_equal(ur_zarr_codec__fixed_size(&c, 64, &fixed, &err), UR_EUNSUPPORTED);
+    /* Behind a known codec too: the whole chain is checked before anything is decoded. */
+    c.n_b2b = 2;
+    c.b2b[1] = c.b2b[0];
+    c.b2b[0].kind = UR_ZARR_B2B_CRC32C;
+    assert_int_equal(ur_zarr_codec__decode(&c, 1, shape, 1, data, sizeof data, out, sizeof out,
+                                           &err),
+                     UR_EUNSUPPORTED);
+    ur_buf_dispose(&enc);
+}
+
+/* Each entry is found by its kind and its names, and only by them. */
+static void test_zarr_codec__table_lookups(void **state)
+{
+    static const ur_zarr_b2b_kind kinds[] = {UR_ZARR_B2B_ZSTD, UR_ZARR_B2B_GZIP, UR_ZARR_B2B_ZLIB,
+                                             UR_ZARR_B2B_CRC32C};
+    (void)state;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        const ur_zarr_b2b_codec *k = ur_zarr_codec__b2b(kinds[i]);
+        assert_non_null(k);
+        assert_int_equal(k->kind, kinds[i]);
+        assert_non_null(k->encode);
+        assert_true((k->trailer > 0) == (k->decode == NULL));
+        assert_true((k->trailer > 0) == (k->strip != NULL));
+        if (k->v3_name != NULL) {
+            assert_ptr_equal(ur_zarr_codec__b2b_v3(k->v3_name), k);
+        }
+        if (k->v2_id != NULL) {
+            assert_ptr_equal(ur_zarr_codec__b2b_v2(k->v2_id), k);
+        }
+    }
+    assert_null(ur_zarr_codec__b2b_v3("zlib")); /* zarr2 only */
+    assert_null(ur_zarr_codec__b2b_v2("crc32c"));
+    assert_null(ur_zarr_codec__b2b_v3("blosc"));
+    assert_null(ur_zarr_codec__b2b_v2("lz4"));
+    assert_null(ur_zarr_codec__b2b_v3("ZSTD"));
+}
+
 static void test_zarr_codec__oom(void **state)
 {
     const uint64_t shape[1] = {1000};
@@ -314,6 +376,8 @@ int main(void)
         cmocka_unit_test(test_zarr_codec__golden_orbax_shard),
         cmocka_unit_test(test_zarr_codec__golden_orbax_zarr2_chunk),
         cmocka_unit_test(test_zarr_codec__shard_index_absent_start_and_bounds),
+        cmocka_unit_test(test_zarr_codec__unknown_kind_is_unsupported),
+        cmocka_unit_test(test_zarr_codec__table_lookups),
         cmocka_unit_test(test_zarr_codec__oom),
     };
     return cmocka_run_group_tests_name("zarr_codec", tests, NULL, NULL);

@@ -1,0 +1,134 @@
+"""The object-store benchmark: unroll against a local SeaweedFS S3 server (bench/README.md,
+"Object stores").
+
+    .venv/bin/python bench/s3_bench.py --ckpt <dir from make_checkpoint.py make> \
+        --workdir <dir> [--threads T] [--unroll build/src/cli/unroll] [--config yml]
+
+Starts SeaweedFS on 127.0.0.1 (tests/interop/s3_fixtures.py: signatures checked), uploads the
+checkpoint once with TensorStore's s3 driver, then times under /usr/bin/time -v:
+  local->local   unroll on the local copy (the file benchmark's (a)), --threads T;
+  s3->local      unroll reading s3://, writing a local directory (unroll's default workers
+                 for a remote input, 16, or --remote-threads);
+  s3->s3         unroll reading and writing s3://;
+  floor          TensorStore's OCDBT-on-s3 kvstore reading every parameter value (raw bytes,
+                 no decoding) with the same number of requests in flight as unroll (32): the
+                 network floor for the bytes unroll must fetch.
+Prints a table and writes <workdir>/s3_results.json."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "interop"))
+import s3_fixtures  # noqa: E402
+
+BUCKET = "unroll-bench"
+
+FLOOR = r'''
+import sys, time, concurrent.futures as cf, tensorstore as ts
+endpoint, bucket, prefix, inflight = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+kv = ts.KvStore.open({"driver": "ocdbt", "base": {"driver": "s3", "bucket": bucket,
+    "path": prefix + "/", "endpoint": endpoint, "aws_region": "us-east-1"}},
+    context=ts.Context({"data_copy_concurrency": {"limit": inflight},
+                        "s3_request_concurrency": {"limit": inflight}})).result()
+keys = [k for k in kv.list().result() if k.startswith(b"params.") and b"/c/" in k]
+total = 0
+pending = []
+for k in keys:
+    pending.append(kv.read(k))
+for f in pending:
+    total += len(f.result().value)
+print(f"{len(keys)} values, {total} bytes")
+'''
+
+
+def timed(name, args, env, log_dir):
+    out = log_dir / f"{name}.time"
+    t0 = time.time()
+    p = subprocess.run(["/usr/bin/time", "-v", "-o", str(out), *args], capture_output=True,
+                       text=True, env=env)
+    wall = time.time() - t0
+    text = out.read_text() if out.exists() else ""
+
+    def field(pat):
+        m = re.search(pat, text)
+        return float(m.group(1)) if m else float("nan")
+
+    cpu = field(r"User time \(seconds\): ([0-9.]+)") + field(r"System time \(seconds\): ([0-9.]+)")
+    rss = field(r"Maximum resident set size \(kbytes\): ([0-9]+)") / 1024
+    (log_dir / f"{name}.stderr").write_text(p.stderr)
+    (log_dir / f"{name}.stdout").write_text(p.stdout)
+    return {"tool": name, "rc": p.returncode, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+            "peak_rss_mib": round(rss, 1)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ckpt", required=True, help="directory written by make_checkpoint.py make")
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--remote-threads", type=int, default=0,
+                    help="unroll --threads for the s3 runs (default: unroll's own, 16)")
+    ap.add_argument("--unroll", default=str(ROOT / "build" / "src" / "cli" / "unroll"))
+    ap.add_argument("--config", default=str(ROOT / "tests" / "data" / "example" / "unroll.yml"))
+    a = ap.parse_args()
+    ckpt = pathlib.Path(a.ckpt).resolve()
+    meta = json.loads((ckpt / "bench_checkpoint.json").read_text())
+    work = pathlib.Path(a.workdir).resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    server = s3_fixtures.S3Server(work / "seaweedfs")
+    try:
+        server.make_bucket(BUCKET)
+        env = server.env()
+        os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
+        t0 = time.time()
+        n = server.upload_tree(ckpt / "checkpoints", BUCKET, "in/checkpoints")
+        print(f"uploaded {n} objects in {time.time() - t0:.1f} s", file=sys.stderr)
+        items_local = ckpt / "checkpoints" / str(meta["step"]) / "items"
+        items_s3 = f"s3://{BUCKET}/in/checkpoints/{meta['step']}/items"
+        common = ["force_unroll=true", "scan_layers=true", "pure_nnx=false",
+                  f"base_num_decoder_layers={meta['layers']}", "run_name=bench", "-q"]
+        local_threads = ["--threads", str(a.threads)]
+        remote_threads = ["--threads", str(a.remote_threads)] if a.remote_threads else []
+        rows = []
+        # warm the page cache (local input; SeaweedFS's volume files) the same way for all
+        subprocess.run(["sh", "-c", f"cat $(find {items_local} {work}/seaweedfs -type f) "
+                                    "> /dev/null"])
+        rows.append(timed("local->local", [a.unroll, a.config,
+                                           f"load_full_state_path={items_local}",
+                                           f"base_output_directory={work}/out-local", *common,
+                                           *local_threads],
+                          env, work))
+        rows.append(timed("s3->local", [a.unroll, a.config, f"load_full_state_path={items_s3}",
+                                        f"base_output_directory={work}/out-s3local", *common,
+                                        *remote_threads],
+                          env, work))
+        rows.append(timed("s3->s3", [a.unroll, a.config, f"load_full_state_path={items_s3}",
+                                     f"base_output_directory=s3://{BUCKET}/out", *common,
+                                     *remote_threads],
+                          env, work))
+        rows.append(timed("floor (TensorStore ranged GETs)",
+                          [sys.executable, "-c", FLOOR, server.endpoint, BUCKET,
+                           f"in/checkpoints/{meta['step']}/items", "32"], env, work))
+    finally:
+        server.stop()
+    print(f"{'tool':34} {'wall s':>7} {'CPU s':>7} {'peak RSS MiB':>13} status")
+    for r in rows:
+        print(f"{r['tool']:34} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} {r['peak_rss_mib']:13.1f} "
+              f"{r['rc']}")
+    (work / "s3_results.json").write_text(json.dumps({"checkpoint": meta, "threads": a.threads,
+                                                      "rows": rows}, indent=1))
+    return 0 if all(r["rc"] == 0 for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

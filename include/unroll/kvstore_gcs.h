@@ -1,0 +1,32 @@
+/* The Google Cloud Storage kvstore: `gs://bucket/prefix` through the GCS JSON API, opened with
+ * ur_kvstore_open_url (unroll/kvstore.h). Keys are object names below the prefix. Reads are
+ * media downloads (ranged where a range is asked for; a whole object is checked against the
+ * CRC-32C GCS gives in x-goog-hash); listing follows pageToken; writes are simple uploads up to
+ * UR_GCS_SIMPLE_MAX bytes and resumable uploads beyond, each checked against the CRC-32C GCS
+ * reports for the stored object. HTTP goes through unroll/http.h (retries, backoff).
+ *
+ * The server is https://storage.googleapis.com, or STORAGE_EMULATOR_HOST (an emulator: no
+ * credentials are sent), or UNROLL_GCS_ENDPOINT (another endpoint, e.g. a private one:
+ * credentials as usual). Credentials are found as Google's client libraries find them
+ * (GOOGLE_APPLICATION_CREDENTIALS, the gcloud ADC file, the GCE metadata server, else
+ * anonymous; src/kvstore/gcs/gcs_auth.c). */
+#ifndef UNROLL_KVSTORE_GCS_H
+#define UNROLL_KVSTORE_GCS_H
+
+#include "unroll/kvstore.h"
+
+#include <stddef.h>
+
+#define UR_GCS_SIMPLE_MAX ((size_t)8 << 20)  /* larger values use a resumable upload */
+#define UR_GCS_CHUNK      ((size_t)16 << 20) /* resumable upload piece, a 256 KiB multiple */
+
+/* Write `key` only if no object has that name (ifGenerationMatch=0): UR_OK when written,
+ * 1 when an object already exists (nothing written), < 0 on failure. */
+int ur_kvstore_gcs_create(ur_kvstore *kv, const char *key, const void *data, size_t n,
+                          ur_err *err);
+
+/* Which credentials a GCS store uses: "service_account", "authorized_user", "metadata",
+ * "anonymous" or "emulator"; NULL for a store that is not a GCS one. */
+const char *ur_kvstore_gcs_auth_kind(const ur_kvstore *kv);
+
+#endif

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The clang half of CI, beside the gcc build of scripts/test.sh (STYLE §3.8):
+#   1. the library, the CLI and the unit tests built with clang and -Werror (UR_WERROR=ON) in
+#      build-clang/ (or UNROLL_CLANG_BUILD_DIR), and the unit tests run;
+#   2. clang-tidy with the checks of .clang-tidy over every project .c file under src/
+#      (warnings are errors there too).
+# clang and clang-tidy: CC / CLANG_TIDY, else the newest clang-N / clang-tidy-N (16 or later),
+# else plain clang / clang-tidy (scripts/setup.sh --tests installs clang-16 and clang-tidy-16).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${UNROLL_CLANG_BUILD_DIR:-build-clang}
+
+pick() { # pick <env value> <name>: the tool to use
+  if [ -n "$1" ]; then
+    echo "$1"
+    return
+  fi
+  for v in 19 18 17 16; do
+    if command -v "$2-$v" >/dev/null 2>&1; then
+      echo "$2-$v"
+      return
+    fi
+  done
+  if command -v "$2" >/dev/null 2>&1; then
+    echo "$2"
+    return
+  fi
+  echo "lint.sh: $2 not found (scripts/setup.sh --tests installs it)" >&2
+  exit 2
+}
+cc=$(pick "${CC:-}" clang)
+tidy=$(pick "${CLANG_TIDY:-}" clang-tidy)
+
+echo "== clang build ($cc, -Werror) in $build"
+cmake -S . -B "$build" -DCMAKE_C_COMPILER="$cc" -DUR_WERROR=ON -DUR_TESTS=ON \
+  -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
+cmake --build "$build" -j"$(nproc)"
+echo "== unit tests (clang build)"
+ctest --test-dir "$build" -L unit --output-on-failure -j"$(nproc)"
+
+echo "== clang-tidy ($tidy, .clang-tidy)"
+git ls-files 'src/*.c' |
+  xargs -P"$(nproc)" -n4 "$tidy" -p "$build" --quiet 2> >(grep -v '^[0-9]* warnings\? generated\.$' >&2)
+echo "lint: ok"

@@ -1,0 +1,326 @@
+/* The upload of a staged checkpoint tree to an object store (unroll/orbax_upload.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "unroll/orbax_upload.h"
+
+#include "unroll/alloc.h"
+#include "unroll/buf.h"
+#include "unroll/kvstore.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MARKER "commit_success.txt"
+
+typedef struct {
+    char *key;
+    uint64_t size;
+    int phase; /* 0 data, 1 manifest, 2 metadata, 3 marker */
+    int depth; /* '/' in the key */
+    int written;
+} item;
+
+typedef struct {
+    item *v;
+    size_t n, cap;
+} item_list;
+
+static void items_dispose(item_list *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        ur_free(l->v[i].key);
+    }
+    ur_free(l->v);
+}
+
+static const char *base_name(const char *key)
+{
+    const char *s = strrchr(key, '/');
+    return s != NULL ? s + 1 : key;
+}
+
+static int phase_of(const char *key)
+{
+    const char *b = base_name(key);
+    if (strcmp(b, MARKER) == 0) {
+        return 3;
+    }
+    if (strcmp(b, "_METADATA") == 0 || strcmp(b, "_CHECKPOINT_METADATA") == 0) {
+        return 2;
+    }
+    if (strncmp(b, "manifest.", 9) == 0) {
+        return 1;
+    }
+    return 0;
+}
+
+static int collect(void *ctx, const char *key, uint64_t size)
+{
+    item_list *l = ctx;
+    item *it;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        item *v = ur_realloc(l->v, cap * sizeof *v);
+        if (v == NULL) {
+            return UR_ENOMEM;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    it = &l->v[l->n];
+    memset(it, 0, sizeof *it);
+    it->key = ur_strdup(key);
+    if (it->key == NULL) {
+        return UR_ENOMEM;
+    }
+    it->size = size;
+    it->phase = phase_of(key);
+    for (const char *p = key; *p; p++) {
+        it->depth += *p == '/';
+    }
+    l->n++;
+    return 0;
+}
+
+/* Upload order: by phase; markers deepest first. Sorted stably enough: ties by key. */
+static int cmp_upload(const void *pa, const void *pb)
+{
+    const item *a = pa, *b = pb;
+    if (a->phase != b->phase) {
+        return a->phase - b->phase;
+    }
+    if (a->phase == 3 && a->depth != b->depth) {
+        return b->depth - a->depth;
+    }
+    return strcmp(a->key, b->key);
+}
+
+static int list_all(ur_kvstore *kv, item_list *l, ur_err *err)
+{
+    int rc = ur_kvstore_list(kv, "", collect, l, err);
+    if (rc == UR_ENOMEM) {
+        return ur_err_oom(err);
+    }
+    return rc;
+}
+
+int ur_orbax_upload_check_dest(const char *dest, int replace, ur_err *err)
+{
+    ur_kvstore *kv = NULL;
+    item_list l = {0};
+    int rc = ur_kvstore_open_url(&kv, dest, 0, err);
+    if (rc == UR_OK) {
+        rc = list_all(kv, &l, err);
+    }
+    if (rc == UR_OK && l.n > 0 && !replace) {
+        rc = ur_err_set(err, UR_EINVAL,
+                        "%s already holds %zu object%s (e.g. %s): refusing to write over them "
+                        "(--replace deletes them first)",
+                        dest, l.n, l.n == 1 ? "" : "s", l.v[0].key);
+    }
+    items_dispose(&l);
+    ur_kvstore_close(kv);
+    return rc;
+}
+
+/* ---- the upload ---- */
+
+typedef struct {
+    ur_kvstore *src, *dst;
+    item_list *l;
+    size_t next, end; /* the range of the current phase */
+    pthread_mutex_t lock;
+    const volatile sig_atomic_t *cancel;
+    const char *dest;
+    int rc;
+    ur_err err;
+} job;
+
+static int put_one(job *j, item *it, ur_err *err)
+{
+    ur_kvstore_view v;
+    int rc;
+    if (it->phase == 3) {
+        /* Orbax's marker names where the step was committed: the final location. */
+        ur_buf text;
+        size_t n = strlen(it->key) - strlen(MARKER);
+        ur_buf_init(&text, 0);
+        rc = ur_buf_printf(&text, err, "Checkpoint commit was successful to %s%s%.*s", j->dest,
+                           n > 0 ? "/" : "", n > 0 ? (int)(n - 1) : 0, it->key);
+        if (rc == UR_OK) {
+            rc = ur_kvstore_write(j->dst, it->key, text.data, text.len, err);
+        }
+        ur_buf_dispose(&text);
+        return rc;
+    }
+    rc = ur_kvstore_read_view(j->src, it->key, 0, &v, err);
+    if (rc == UR_OK) {
+        rc = ur_kvstore_write(j->dst, it->key, v.data, v.len, err);
+    }
+    ur_kvstore_view_release(&v);
+    return rc;
+}
+
+static void *worker(void *arg)
+{
+    job *j = arg;
+    for (;;) {
+        item *it;
+        ur_err err;
+        int rc;
+        pthread_mutex_lock(&j->lock);
+        if (j->rc != UR_OK || j->next >= j->end || (j->cancel != NULL && *j->cancel)) {
+            if (j->rc == UR_OK && j->cancel != NULL && *j->cancel) {
+                j->rc = ur_err_set(&j->err, UR_EINTERNAL, "interrupted");
+            }
+            pthread_mutex_unlock(&j->lock);
+            return NULL;
+        }
+        it = &j->l->v[j->next++];
+        it->written = 1; /* deleted on failure even if the PUT half-happened */
+        pthread_mutex_unlock(&j->lock);
+        ur_err_clear(&err);
+        rc = put_one(j, it, &err);
+        if (rc < 0) {
+            pthread_mutex_lock(&j->lock);
+            if (j->rc == UR_OK) {
+                j->rc = rc;
+                j->err = err;
+            }
+            pthread_mutex_unlock(&j->lock);
+        }
+    }
+}
+
+static int run_phase(job *j, size_t begin, size_t end, unsigned threads)
+{
+    pthread_t t[64];
+    unsigned n = 0;
+    j->next = begin;
+    j->end = end;
+    if (threads > 64) {
+        threads = 64;
+    }
+    if (threads > end - begin) {
+        threads = (unsigned)(end - begin);
+    }
+    for (unsigned i = 1; i < threads; i++) {
+        if (pthread_create(&t[n], NULL, worker, j) == 0) {
+            n++;
+        }
+    }
+    worker(j);
+    for (unsigned i = 0; i < n; i++) {
+        pthread_join(t[i], NULL);
+    }
+    return j->rc;
+}
+
+/* Delete what was written, markers first (reverse upload order). Returns how many deletes
+ * failed; the first failure in *first. */
+static size_t undo(job *j, ur_err *first)
+{
+    size_t failed = 0;
+    for (size_t i = j->l->n; i-- > 0;) {
+        if (j->l->v[i].written) {
+            ur_err e;
+            ur_err_clear(&e);
+            if (ur_kvstore_delete(j->dst, j->l->v[i].key, &e) < 0) {
+                if (failed++ == 0) {
+                    *first = e;
+                }
+            }
+        }
+    }
+    return failed;
+}
+
+/* Delete what dest holds: markers first, so no reader takes a half-deleted step. */
+static int clear_dest(ur_kvstore *dst, ur_err *err)
+{
+    item_list old = {0};
+    int rc = list_all(dst, &old, err);
+    if (rc == UR_OK && old.n > 0) {
+        qsort(old.v, old.n, sizeof *old.v, cmp_upload);
+        for (size_t i = old.n; rc == UR_OK && i-- > 0;) {
+            rc = ur_kvstore_delete(dst, old.v[i].key, err);
+        }
+        if (rc < 0) {
+            ur_err_wrap(err, "replacing what the destination held");
+        }
+    }
+    items_dispose(&old);
+    return rc;
+}
+
+int ur_orbax_upload(const char *src, const char *dest, const ur_orbax_upload_opts *opts,
+                    const volatile sig_atomic_t *cancel, ur_err *err)
+{
+    job j;
+    item_list l = {0};
+    unsigned threads = opts != NULL && opts->threads > 0 ? opts->threads : 8;
+    int rc;
+
+    memset(&j, 0, sizeof j);
+    pthread_mutex_init(&j.lock, NULL);
+    j.cancel = cancel;
+    j.dest = dest;
+    j.l = &l;
+    ur_err_clear(&j.err);
+    rc = ur_kvstore_file_open(&j.src, src, 0, err);
+    if (rc == UR_OK) {
+        rc = ur_kvstore_open_url(&j.dst, dest, 1, err);
+    }
+    if (rc == UR_OK) {
+        rc = list_all(j.src, &l, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_orbax_upload_check_dest(dest, opts != NULL && opts->replace, err);
+    }
+    if (rc == UR_OK && opts != NULL && opts->replace) {
+        rc = clear_dest(j.dst, err);
+    }
+    if (rc < 0) {
+        goto out;
+    }
+    qsort(l.v, l.n, sizeof *l.v, cmp_upload);
+    {
+        size_t data_end = 0;
+        while (data_end < l.n && l.v[data_end].phase == 0) {
+            data_end++;
+        }
+        /* data in parallel; manifests, metadata and markers one at a time, in order */
+        rc = run_phase(&j, 0, data_end, threads);
+        if (rc == UR_OK) {
+            rc = run_phase(&j, data_end, l.n, 1);
+        }
+    }
+    if (rc < 0) {
+        ur_err e;
+        size_t written = 0, failed;
+        for (size_t i = 0; i < l.n; i++) {
+            written += l.v[i].written;
+        }
+        if (err != NULL) {
+            *err = j.err;
+        }
+        ur_err_clear(&e);
+        failed = undo(&j, &e);
+        if (failed == 0) {
+            ur_err_wrap(err, "nothing published (the %zu object%s written to %s were deleted)",
+                        written, written == 1 ? "" : "s", dest);
+        } else {
+            ur_err_wrap(err,
+                        "nothing published, but %zu of the %zu objects written to %s could not "
+                        "be deleted (%s); no commit marker was written",
+                        failed, written, dest, e.msg);
+        }
+    }
+out:
+    items_dispose(&l);
+    ur_kvstore_close(j.src);
+    ur_kvstore_close(j.dst);
+    pthread_mutex_destroy(&j.lock);
+    return rc;
+}

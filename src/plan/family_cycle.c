@@ -1,0 +1,32 @@
+/* Inhomogeneous layer cycles (inhomogeneous_layer_cycle_interval K > 1: llama4, gpt-oss,
+ * olmo3, ...): decoder/layers holds N / K blocks of K sub-layers decoder/layers/layers_<j>/R
+ * (or layer_<j>); block b, sub-layer j -> decoder/layers_<K*b + j>/R. N must be a multiple of
+ * K: MaxText's scan would drop the rest. */
+#include "family.h"
+
+static int applies(const ur_settings *s)
+{
+    return ur_plan__cycle(s) > 1;
+}
+
+static int setup(ur_plan_walk *w, ur_err *err)
+{
+    int64_t nl = w->s->num_decoder_layers;
+    int64_t k = ur_plan__cycle(w->s);
+    w->plan->n_groups = 1;
+    ur_plan__group_set(&w->plan->groups[0], "layers", nl / k, k, 0, "layers");
+    if (nl % k != 0 && w->plan->unrolled) {
+        return ur_err_set(err, UR_EINVAL,
+                          "num_decoder_layers=%lld is not a multiple of "
+                          "inhomogeneous_layer_cycle_interval=%lld: MaxText's scan would "
+                          "drop the last %lld layers",
+                          (long long)nl, (long long)k, (long long)(nl % k));
+    }
+    return UR_OK;
+}
+
+const ur_plan_family ur_family_cycle = {
+    .name = "cycle",
+    .applies = applies,
+    .setup = setup,
+};

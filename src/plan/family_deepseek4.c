@@ -1,0 +1,37 @@
+/* DeepSeek 4 (decoder_block deepseek4): first_num_hash_layers unscanned layers
+ * decoder/layers_<i> (copied as they are), then decoder/scanned_blocks of blocks of 2
+ * sub-layers: block b, sub-layer layers_<j> -> decoder/layers_<H + 2b + j>. */
+#include "family.h"
+
+#include <string.h>
+
+static int applies(const ur_settings *s)
+{
+    return strcmp(s->decoder_block, "deepseek4") == 0;
+}
+
+static int setup(ur_plan_walk *w, ur_err *err)
+{
+    int64_t nl = w->s->num_decoder_layers;
+    int64_t h = w->s->first_num_hash_layers;
+    if (h < 0 || h > nl) {
+        return ur_err_set(err, UR_EINVAL,
+                          "first_num_hash_layers=%lld does not fit num_decoder_layers=%lld",
+                          (long long)h, (long long)nl);
+    }
+    w->plan->n_groups = 1;
+    ur_plan__group_set(&w->plan->groups[0], "scanned_blocks", (nl - h) / 2, 2, h, "layers");
+    if ((nl - h) % 2 != 0 && w->plan->unrolled) {
+        return ur_err_set(err, UR_EINVAL,
+                          "deepseek4: %lld layers after %lld hash layers is odd; MaxText "
+                          "scans them in blocks of 2",
+                          (long long)(nl - h), (long long)h);
+    }
+    return UR_OK;
+}
+
+const ur_plan_family ur_family_deepseek4 = {
+    .name = "deepseek4",
+    .applies = applies,
+    .setup = setup,
+};

@@ -1,0 +1,115 @@
+/* The LoRA adapters directory as MaxText lays it out (docs/maxtext-checkpoints.md §4):
+ * `<adapters>/<id>/adapter_config.json` and `<adapters>/<id>/0/items`, and the units a run
+ * publishes for it (include/unroll/plan_run.h). */
+#include "unroll/alloc.h"
+#include "unroll/fs.h"
+#include "unroll/plan_run.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The ids of `<adapters>/<id>/` holding adapter_config.json, sorted. */
+static int list_loras(const char *adapters, char ***ids_out, size_t *n_out, ur_err *err)
+{
+    DIR *d = opendir(adapters);
+    struct dirent *e;
+    char **ids = NULL;
+    size_t n = 0, cap = 0;
+    int rc = UR_OK;
+
+    if (d == NULL) {
+        return ur_err_set_os(err, errno == ENOENT ? UR_ENOTFOUND : UR_EIO, errno, adapters,
+                             "cannot open the LoRA adapters directory");
+    }
+    while ((e = readdir(d)) != NULL) {
+        char *cfg;
+        int has;
+        if (e->d_name[0] == '.') {
+            continue;
+        }
+        cfg = ur_path_joinf(adapters, "%s/adapter_config.json", e->d_name);
+        has = cfg != NULL && ur_fs_exists(cfg);
+        ur_free(cfg);
+        if (!has) {
+            continue;
+        }
+        if (n == cap) {
+            char **p = ur_realloc(ids, (cap ? cap * 2 : 8) * sizeof *p);
+            if (p == NULL) {
+                rc = ur_err_oom(err);
+                break;
+            }
+            ids = p;
+            cap = cap ? cap * 2 : 8;
+        }
+        ids[n] = ur_strdup(e->d_name);
+        if (ids[n] == NULL) {
+            rc = ur_err_oom(err);
+            break;
+        }
+        n++;
+    }
+    closedir(d);
+    if (rc == UR_OK && n == 0) {
+        rc = ur_err_set_os(err, UR_ENOTFOUND, 0, adapters,
+                           "no LoRA adapter (<id>/adapter_config.json) found");
+    } else if (rc == UR_OK) {
+        qsort(ids, n, sizeof *ids, cmp_str);
+    }
+    *ids_out = ids;
+    *n_out = n;
+    return rc;
+}
+
+void ur_plan_lora_units_dispose(ur_plan_units *u)
+{
+    for (size_t i = 0; i < u->n_ids; i++) {
+        ur_free(u->ids[i]);
+    }
+    for (size_t i = 0; i < u->n_units; i++) {
+        ur_free(u->owned_[i]);
+    }
+    ur_free(u->ids);
+    ur_free(u->units);
+    ur_free(u->owned_);
+    memset(u, 0, sizeof *u);
+}
+
+int ur_plan_lora_units(ur_plan_units *u, const char *adapters, ur_err *err)
+{
+    size_t n;
+    int rc = UR_OK;
+
+    memset(u, 0, sizeof *u);
+    if (adapters[0] != '\0') {
+        rc = list_loras(adapters, &u->ids, &u->n_ids, err);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    n = adapters[0] != '\0' ? 1 + 2 * u->n_ids : 1;
+    u->units = ur_calloc(n, sizeof *u->units);
+    u->owned_ = ur_calloc(n, sizeof *u->owned_);
+    if (u->units == NULL || u->owned_ == NULL) {
+        return ur_err_oom(err);
+    }
+    u->owned_[u->n_units++] = ur_strdup(adapters[0] != '\0' ? "base/0" : "0");
+    for (size_t i = 0; i < u->n_ids; i++) {
+        u->owned_[u->n_units++] = ur_path_joinf("loras", "%s/0", u->ids[i]);
+        u->owned_[u->n_units++] = ur_path_joinf("loras", "%s/adapter_config.json", u->ids[i]);
+    }
+    for (size_t i = 0; i < u->n_units; i++) {
+        if (u->owned_[i] == NULL) {
+            return ur_err_oom(err);
+        }
+        u->units[i] = u->owned_[i];
+    }
+    return UR_OK;
+}

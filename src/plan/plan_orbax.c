@@ -1,0 +1,70 @@
+/* The plan's view of an Orbax checkpoint: each leaf's key path, dtype, shape, placeholder
+ * kind and partition spec, as ur_plan_build takes them (include/unroll/plan_run.h). The
+ * plan itself never sees an Orbax type, so it stays a pure function of this list. */
+#include "unroll/alloc.h"
+#include "unroll/plan_run.h"
+
+#include <string.h>
+
+static int placeholder_of(ur_orbax_value_type vt)
+{
+    switch (vt) {
+    case UR_ORBAX_VALUE_NONE:
+        return UR_PLAN_PLACEHOLDER_NONE;
+    case UR_ORBAX_VALUE_EMPTY_DICT:
+        return UR_PLAN_PLACEHOLDER_EMPTY_DICT;
+    case UR_ORBAX_VALUE_EMPTY_LIST:
+        return UR_PLAN_PLACEHOLDER_EMPTY_LIST;
+    default:
+        return UR_PLAN_NOT_PLACEHOLDER;
+    }
+}
+
+void ur_plan_orbax_leaves_dispose(ur_plan_leaves *l)
+{
+    ur_free(l->comps_);
+    ur_free(l->seqs_);
+    ur_free(l->leaves);
+    memset(l, 0, sizeof *l);
+}
+
+int ur_plan_orbax_leaves(ur_plan_leaves *l, const ur_orbax_ckpt *ck, ur_err *err)
+{
+    size_t n = ur_orbax_ckpt_leaf_count(ck), total = 0, used = 0;
+
+    memset(l, 0, sizeof *l);
+    for (size_t i = 0; i < n; i++) {
+        total += ur_orbax_ckpt_leaf(ck, i)->depth;
+    }
+    l->leaves = ur_calloc(n ? n : 1, sizeof *l->leaves);
+    l->comps_ = ur_calloc(total ? total : 1, sizeof *l->comps_);
+    l->seqs_ = ur_calloc(total ? total : 1, 1);
+    if (l->leaves == NULL || l->comps_ == NULL || l->seqs_ == NULL) {
+        ur_plan_orbax_leaves_dispose(l);
+        return ur_err_oom(err);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const ur_orbax_leaf *o = ur_orbax_ckpt_leaf(ck, i);
+        ur_plan_leaf *p = &l->leaves[i];
+        for (size_t k = 0; k < o->depth; k++) {
+            l->comps_[used + k] = o->path[k].key;
+            l->seqs_[used + k] = o->path[k].type == UR_ORBAX_KEY_SEQUENCE;
+        }
+        p->path = l->comps_ + used;
+        p->seq = l->seqs_ + used;
+        p->path_len = o->depth;
+        used += o->depth;
+        p->dtype = o->has_array ? o->dtype : UR_DT_INVALID;
+        p->placeholder = placeholder_of(o->value_type);
+        p->rank = o->has_array ? (size_t)o->rank : 0;
+        if (p->rank > 0) { /* o->shape has rank entries */
+            memcpy(p->shape, o->shape, p->rank * sizeof p->shape[0]);
+        }
+        p->has_spec = o->sharding.kind == UR_ORBAX_SHARDING_NAMED;
+        for (int d = 0; d < o->sharding.spec_rank && d < UR_MAX_RANK; d++) {
+            p->spec[d] = o->sharding.spec[d];
+        }
+    }
+    l->n = n;
+    return UR_OK;
+}

@@ -1,0 +1,414 @@
+/* The family matchers of `unroll verify` (src/plan/verify_family_*.c) on small in-memory
+ * trees: for each output leaf, which input leaf it is paired with, and at which index on which
+ * axes. No checkpoint is read: the leaf lists are built here, and only the pairing (the
+ * oracle's mapping) is checked, not values. */
+#include "ur_test.h"
+
+#include "plan/verify_family.h"
+
+#define MAX_LEAVES 32
+#define MAX_DEPTH 12
+
+/* An in-memory tree: leaves with their key components. */
+typedef struct {
+    ur_orbax_leaf leaf[MAX_LEAVES];
+    ur_orbax_key keys[MAX_LEAVES][MAX_DEPTH];
+    uint64_t shape[MAX_LEAVES][UR_MAX_RANK]; /* the leaves' shapes point here */
+    char text[MAX_LEAVES][256];
+    size_t n;
+} tree;
+
+/* Add "a/b/c" with shape "8,2,16" (float32 array). */
+static void add(tree *t, const char *path, const char *shape)
+{
+    ur_orbax_leaf *l = &t->leaf[t->n];
+    char *p = t->text[t->n];
+    size_t d = 0;
+    assert_true(t->n < MAX_LEAVES);
+    memset(l, 0, sizeof *l);
+    snprintf(p, sizeof t->text[0], "%s", path);
+    for (char *c = p;;) {
+        char *slash = strchr(c, '/');
+        assert_true(d < MAX_DEPTH);
+        t->keys[t->n][d].key = c;
+        t->keys[t->n][d].type = UR_ORBAX_KEY_DICT;
+        d++;
+        if (slash == NULL) {
+            break;
+        }
+        *slash = '\0';
+        c = slash + 1;
+    }
+    l->path = t->keys[t->n];
+    l->depth = d;
+    l->value_type = UR_ORBAX_VALUE_JAX_ARRAY;
+    l->value_type_name = "jax.Array";
+    l->has_array = 1;
+    l->dtype = UR_DT_FLOAT32;
+    l->shape = t->shape[t->n];
+    for (const char *s = shape; *s != '\0';) {
+        uint64_t v = 0;
+        while (*s >= '0' && *s <= '9') {
+            v = v * 10 + (uint64_t)(*s++ - '0');
+        }
+        assert_true(l->rank < UR_MAX_RANK);
+        t->shape[t->n][l->rank++] = v;
+        if (*s == ',') {
+            s++;
+        }
+    }
+    t->n++;
+}
+
+typedef struct {
+    tree in, out;
+    verifier vf;
+    ur_verify_opts opts;
+    ur_verify_report rep;
+} fixture;
+
+static void start(fixture *f)
+{
+    ur_err err;
+    ur_plan_verify_opts_init(&f->opts);
+    assert_int_equal(ur_plan_verify__init(&f->vf, f->in.leaf, f->in.n, f->out.leaf, f->out.n,
+                                          &f->opts, &f->rep, &err),
+                     UR_OK);
+}
+
+static void stop(fixture *f)
+{
+    ur_plan_verify__dispose(&f->vf);
+    ur_plan_verify_report_dispose(&f->rep);
+}
+
+/* The pairing of output leaf `name` (its model path, without the params/params wrapper). */
+static vpair pair_of(fixture *f, const char *name)
+{
+    char buf[512];
+    ur_err err;
+    vpair p;
+    for (size_t i = 0; i < f->vf.out.n; i++) {
+        ur_plan_verify__leaf_name(&f->vf.out.v[i], buf, sizeof buf);
+        if (strcmp(buf, name) == 0) {
+            assert_int_equal(ur_plan_verify__match(&f->vf, &f->vf.out.v[i], &p, &err), UR_OK);
+            return p;
+        }
+    }
+    fail_msg("no output leaf %s", name);
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+static void expect_src(const vpair *p, const char *name)
+{
+    char buf[512];
+    assert_non_null(p->src);
+    ur_plan_verify__leaf_name(p->src, buf, sizeof buf);
+    assert_string_equal(buf, name);
+}
+
+/* VPAIR_SLICES of `src` with the given axes, indices and slice. */
+static void expect_slices(const vpair *p, const char *src, int nfix, const int *fax,
+                          const int64_t *fidx, int64_t slice, int64_t n_slices)
+{
+    assert_int_equal(p->kind, VPAIR_SLICES);
+    expect_src(p, src);
+    assert_int_equal(p->nfix, nfix);
+    for (int m = 0; m < nfix; m++) {
+        assert_int_equal(p->fax[m], fax[m]);
+        assert_int_equal(p->fidx[m], fidx[m]);
+    }
+    assert_int_equal(p->slice, slice);
+    assert_int_equal(p->n_slices, n_slices);
+}
+
+/* The source's layer-index formula: slice s -> layers_<(s / pdiv) * pmul + s % pdiv + padd>. */
+static int64_t layer_of(const vleaf *v, int64_t s)
+{
+    return (s / v->pdiv) * v->pmul + s % v->pdiv + v->padd;
+}
+
+static void test_verify_family__plain_and_deepseek_groups(void **state)
+{
+    static fixture f;
+    vpair p;
+    char name[64];
+    (void)state;
+    memset(&f, 0, sizeof f);
+    add(&f.in, "params/params/token_embedder/embedding", "32,8");
+    add(&f.in, "params/params/decoder/layers/mlp/wi/kernel", "8,4,16");
+    add(&f.in, "params/params/decoder/dense_layers/mlp/kernel", "8,1,16");
+    add(&f.in, "params/params/decoder/moe_layers/mlp/kernel", "8,3,16");
+    add(&f.out, "params/params/token_embedder/embedding", "32,8");
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "params/params/decoder/layers_%d/mlp/wi/kernel", i);
+        add(&f.out, name, "8,16");
+    }
+    add(&f.out, "params/params/decoder/dense_layers_0/mlp/kernel", "8,16");
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "params/params/decoder/moe_layers_%d/mlp/kernel", i);
+        add(&f.out, name, "8,16");
+    }
+    start(&f);
+    /* the same path: the whole leaf */
+    p = pair_of(&f, "token_embedder/embedding");
+    assert_int_equal(p.kind, VPAIR_LAYER);
+    assert_int_equal(p.tbl, -1);
+    expect_src(&p, "token_embedder/embedding");
+    /* layer 2 of decoder/layers (4 layers, one per output) */
+    p = pair_of(&f, "decoder/layers_2/mlp/wi/kernel");
+    assert_int_equal(p.kind, VPAIR_LAYER);
+    expect_src(&p, "decoder/layers/mlp/wi/kernel");
+    assert_int_equal(p.layer, 2);
+    assert_true(p.tbl >= 0);
+    assert_int_equal(f.vf.tables[p.tbl].n, 4);
+    assert_int_equal(f.vf.tables[p.tbl].k, 1);
+    /* deepseek: each group keeps its name, indices restart at 0 */
+    p = pair_of(&f, "decoder/moe_layers_2/mlp/kernel");
+    expect_src(&p, "decoder/moe_layers/mlp/kernel");
+    assert_int_equal(p.layer, 2);
+    assert_int_equal(f.vf.tables[p.tbl].n, 3);
+    p = pair_of(&f, "decoder/dense_layers_0/mlp/kernel");
+    expect_src(&p, "decoder/dense_layers/mlp/kernel");
+    assert_int_equal(p.layer, 0);
+    stop(&f);
+}
+
+/* gemma3 (and inhomogeneous cycles): blocks of 6 sub-layers, then an unscanned remainder */
+static void test_verify_family__blocks_and_gemma3_remainder(void **state)
+{
+    static fixture f;
+    vpair p;
+    char name[96];
+    (void)state;
+    memset(&f, 0, sizeof f);
+    for (int j = 0; j < 6; j++) {
+        snprintf(name, sizeof name, "params/params/decoder/layers/layers_%d/mlp/wo", j);
+        add(&f.in, name, "4,2,6");
+    }
+    add(&f.in, "params/params/decoder/layers_remainder/layers_0/mlp/wo", "4,6");
+    add(&f.in, "params/params/decoder/layers_remainder/layers_1/mlp/wo", "4,6");
+    for (int g = 0; g < 14; g++) {
+        snprintf(name, sizeof name, "params/params/decoder/layers_%d/mlp/wo", g);
+        add(&f.out, name, "4,6");
+    }
+    start(&f);
+    /* layer 7 = block 1, sub-layer 1 */
+    p = pair_of(&f, "decoder/layers_7/mlp/wo");
+    assert_int_equal(p.kind, VPAIR_LAYER);
+    expect_src(&p, "decoder/layers/layers_1/mlp/wo");
+    assert_int_equal(p.layer, 1);
+    assert_int_equal(p.src->sub, 1);
+    assert_int_equal(f.vf.tables[p.tbl].k, 6);
+    assert_int_equal(f.vf.tables[p.tbl].n, 2);
+    assert_int_equal(f.vf.tables[p.tbl].r, 2);
+    /* layers 12, 13: the remainder, copied whole */
+    p = pair_of(&f, "decoder/layers_13/mlp/wo");
+    assert_int_equal(p.kind, VPAIR_LAYER);
+    assert_int_equal(p.tbl, -1);
+    expect_src(&p, "decoder/layers_remainder/layers_1/mlp/wo");
+    p = pair_of(&f, "decoder/layers_12/mlp/wo");
+    expect_src(&p, "decoder/layers_remainder/layers_0/mlp/wo");
+    stop(&f);
+}
+
+/* deepseek4: one unscanned hash layer, then scanned_blocks of 2 */
+static void test_verify_family__deepseek4_hash_layers(void **state)
+{
+    static fixture f;
+    vpair p;
+    char name[96];
+    (void)state;
+    memset(&f, 0, sizeof f);
+    add(&f.in, "params/params/decoder/layers_0/mlp/wo", "4,6");
+    add(&f.in, "params/params/decoder/scanned_blocks/layers_0/mlp/wo", "4,2,6");
+    add(&f.in, "params/params/decoder/scanned_blocks/layers_1/mlp/wo", "4,2,6");
+    for (int g = 0; g < 5; g++) {
+        snprintf(name, sizeof name, "params/params/decoder/layers_%d/mlp/wo", g);
+        add(&f.out, name, "4,6");
+    }
+    start(&f);
+    p = pair_of(&f, "decoder/layers_0/mlp/wo");
+    assert_int_equal(p.tbl, -1);
+    expect_src(&p, "decoder/layers_0/mlp/wo");
+    /* layer 4 = H 1 + block 1 * 2 + sub-layer 1 */
+    p = pair_of(&f, "decoder/layers_4/mlp/wo");
+    assert_int_equal(p.kind, VPAIR_LAYER);
+    expect_src(&p, "decoder/scanned_blocks/layers_1/mlp/wo");
+    assert_int_equal(p.layer, 1);
+    assert_int_equal(f.vf.tables[p.tbl].h, 1);
+    assert_int_equal(f.vf.tables[p.tbl].k, 2);
+    p = pair_of(&f, "decoder/layers_1/mlp/wo");
+    expect_src(&p, "decoder/scanned_blocks/layers_0/mlp/wo");
+    assert_int_equal(p.layer, 0);
+    stop(&f);
+}
+
+/* gemma4: 14 layers = 2 blocks of (5 local + 1 global) + 2 remainder; the global layers have
+ * head dim 32, the local ones 16, so each output is matched to the stack it resembles */
+static void test_verify_family__gemma4_head_dims(void **state)
+{
+    static fixture f;
+    vpair p;
+    char name[96];
+    (void)state;
+    memset(&f, 0, sizeof f);
+    add(&f.in, "params/params/decoder/scanned_blocks/local_layers/attn/q", "8,2,5,4,16");
+    add(&f.in, "params/params/decoder/scanned_blocks/global_layer/attn/q", "8,2,4,32");
+    add(&f.in, "params/params/decoder/layers_remainder/local_layers/attn/q", "8,2,4,16");
+    for (int g = 0; g < 14; g++) {
+        snprintf(name, sizeof name, "params/params/decoder/layers_%d/attn/q", g);
+        add(&f.out, name, g < 12 && g % 6 == 5 ? "8,4,32" : "8,4,16");
+    }
+    start(&f);
+    /* layer 7: block 1, local 1 -> axes 1 (block) and 2 (local), slice 1 * 5 + 1 */
+    p = pair_of(&f, "decoder/layers_7/attn/q");
+    expect_slices(&p, "decoder/scanned_blocks/local_layers/attn/q", 2, (int[]){1, 2},
+                  (int64_t[]){1, 1}, 6, 10);
+    assert_int_equal(layer_of(p.src, 6), 7);
+    /* layer 11: the global layer of block 1, shaped [8, 4, 32] */
+    p = pair_of(&f, "decoder/layers_11/attn/q");
+    expect_slices(&p, "decoder/scanned_blocks/global_layer/attn/q", 1, (int[]){1},
+                  (int64_t[]){1}, 1, 2);
+    assert_int_equal(layer_of(p.src, 1), 11);
+    assert_int_equal(layer_of(p.src, 0), 5);
+    /* layer 13: remainder layer 1 */
+    p = pair_of(&f, "decoder/layers_13/attn/q");
+    expect_slices(&p, "decoder/layers_remainder/local_layers/attn/q", 1, (int[]){1},
+                  (int64_t[]){1}, 1, 2);
+    assert_int_equal(layer_of(p.src, 1), 13);
+    stop(&f);
+}
+
+/* gemma4: a global layer written with the local head dim has no source */
+static void test_verify_family__gemma4_wrong_head_dim_unmatched(void **state)
+{
+    static fixture f;
+    vpair p;
+    char name[96];
+    (void)state;
+    memset(&f, 0, sizeof f);
+    add(&f.in, "params/params/decoder/scanned_blocks/local_layers/attn/q", "8,1,5,4,16");
+    add(&f.in, "params/params/decoder/scanned_blocks/global_layer/attn/q", "8,1,4,32");
+    for (int g = 0; g < 6; g++) {
+        snprintf(name, sizeof name, "params/params/decoder/layers_%d/attn/q", g);
+        add(&f.out, name, "8,4,16");
+    }
+    start(&f);
+    p = pair_of(&f, "decoder/layers_4/attn/q");
+    assert_int_equal(p.kind, VPAIR_SLICES);
+    p = pair_of(&f, "decoder/layers_5/attn/q");
+    assert_int_equal(p.kind, VPAIR_NONE);
+    stop(&f);
+}
+
+/* qwen3-next, K = 4, 10 layers: 2 blocks of (3 linear-attention + 1 full-attention) in
+ * decoder/layers, then 2 remainder layers; modules only the local or only the global layer has */
+static void test_verify_family__qwen3_next_nested_remainder(void **state)
+{
+    static fixture f;
+    vpair p;
+    char name[96];
+    (void)state;
+    memset(&f, 0, sizeof f);
+    add(&f.in, "params/params/decoder/layers/local_layers/attn/w", "8,2,3,8");
+    add(&f.in, "params/params/decoder/layers/local_layers/linear/a", "8,2,3,8");
+    add(&f.in, "params/params/decoder/layers/global_layer/attn/w", "8,2,8");
+    add(&f.in, "params/params/decoder/layers/global_layer/full/q", "8,2,8");
+    add(&f.in, "params/params/decoder/layers_remainder/local_layers/attn/w", "8,2,8");
+    add(&f.in, "params/params/decoder/layers_remainder/local_layers/linear/a", "8,2,8");
+    for (int g = 0; g < 10; g++) {
+        int global = g < 8 && g % 4 == 3;
+        snprintf(name, sizeof name, "params/params/decoder/layers_%d/attn/w", g);
+        add(&f.out, name, "8,8");
+        snprintf(name, sizeof name, "params/params/decoder/layers_%d/%s", g,
+                 global ? "full/q" : "linear/a");
+        add(&f.out, name, "8,8");
+    }
+    start(&f);
+    /* a module only the global layer has: block 0's global layer is layer 3 */
+    p = pair_of(&f, "decoder/layers_3/full/q");
+    expect_slices(&p, "decoder/layers/global_layer/full/q", 1, (int[]){1}, (int64_t[]){0}, 0,
+                  2);
+    assert_int_equal(layer_of(p.src, 1), 7);
+    /* a module only the local layers have: layer 6 = block 1, local 2 */
+    p = pair_of(&f, "decoder/layers_6/linear/a");
+    expect_slices(&p, "decoder/layers/local_layers/linear/a", 2, (int[]){1, 2},
+                  (int64_t[]){1, 2}, 5, 6);
+    assert_int_equal(layer_of(p.src, 5), 6);
+    p = pair_of(&f, "decoder/layers_7/attn/w");
+    expect_slices(&p, "decoder/layers/global_layer/attn/w", 1, (int[]){1}, (int64_t[]){1}, 1, 2);
+    /* the remainder: layers 8 and 9 */
+    p = pair_of(&f, "decoder/layers_9/linear/a");
+    expect_slices(&p, "decoder/layers_remainder/local_layers/linear/a", 1, (int[]){1},
+                  (int64_t[]){1}, 1, 2);
+    assert_int_equal(layer_of(p.src, 1), 9);
+    p = pair_of(&f, "decoder/layers_8/attn/w");
+    expect_slices(&p, "decoder/layers_remainder/local_layers/attn/w", 1, (int[]){1},
+                  (int64_t[]){0}, 0, 2);
+    stop(&f);
+}
+
+/* pipeline: [repeats 2, stages 3, ...] stacks for layers 0..5, then layers_outside_pipeline */
+static void test_verify_family__pipeline_repeats_and_outside(void **state)
+{
+    static fixture f;
+    vpair p;
+    char name[96];
+    (void)state;
+    memset(&f, 0, sizeof f);
+    add(&f.in, "params/params/decoder/pipeline_module/layers/mlp/k", "2,3,8,16");
+    add(&f.in, "params/params/decoder/layers_outside_pipeline/mlp/k", "8,2,16");
+    for (int g = 0; g < 8; g++) {
+        snprintf(name, sizeof name, "params/params/decoder/layers_%d/mlp/k", g);
+        add(&f.out, name, "8,16");
+    }
+    start(&f);
+    /* layer 4 = repeat 1, stage 1 */
+    p = pair_of(&f, "decoder/layers_4/mlp/k");
+    expect_slices(&p, "decoder/pipeline_module/layers/mlp/k", 2, (int[]){0, 1},
+                  (int64_t[]){1, 1}, 4, 6);
+    /* layer 7 = outside layer 1 */
+    p = pair_of(&f, "decoder/layers_7/mlp/k");
+    expect_slices(&p, "decoder/layers_outside_pipeline/mlp/k", 1, (int[]){1}, (int64_t[]){1}, 1,
+                  2);
+    assert_int_equal(layer_of(p.src, 1), 7);
+    stop(&f);
+}
+
+/* pipeline with scan_layers_per_stage: [stages 3, ..., layers_per_stage 2 at param_scan_axis] */
+static void test_verify_family__pipeline_scanned_stage(void **state)
+{
+    static fixture f;
+    vpair p;
+    char name[96];
+    (void)state;
+    memset(&f, 0, sizeof f);
+    add(&f.in, "params/params/decoder/pipeline_module/layers/scanned_layers/mlp/k", "3,8,2,16");
+    for (int g = 0; g < 6; g++) {
+        snprintf(name, sizeof name, "params/params/decoder/layers_%d/mlp/k", g);
+        add(&f.out, name, "8,16");
+    }
+    start(&f);
+    /* layer 3 = stage 1, layer 1 of the stage */
+    p = pair_of(&f, "decoder/layers_3/mlp/k");
+    expect_slices(&p, "decoder/pipeline_module/layers/scanned_layers/mlp/k", 2, (int[]){0, 2},
+                  (int64_t[]){1, 1}, 3, 6);
+    stop(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_verify_family__plain_and_deepseek_groups),
+        cmocka_unit_test(test_verify_family__blocks_and_gemma3_remainder),
+        cmocka_unit_test(test_verify_family__deepseek4_hash_layers),
+        cmocka_unit_test(test_verify_family__gemma4_head_dims),
+        cmocka_unit_test(test_verify_family__gemma4_wrong_head_dim_unmatched),
+        cmocka_unit_test(test_verify_family__qwen3_next_nested_remainder),
+        cmocka_unit_test(test_verify_family__pipeline_repeats_and_outside),
+        cmocka_unit_test(test_verify_family__pipeline_scanned_stage),
+    };
+    return cmocka_run_group_tests_name("verify_family", tests, NULL, NULL);
+}
