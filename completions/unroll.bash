@@ -22,14 +22,14 @@ _unroll()
     esac
     # an option that takes the next word as its value
     case $prev in
-        -j|--threads|--memory-limit|-m|--max-issues|--cat) return 0 ;;
+        -j|--threads|--memory-limit|-m|--max-issues|--cat|--process-count|--process-index|--commit-every) return 0 ;;
     esac
     # positional arguments before this word (options and their values skipped)
     local start=1
     [[ -n $sub ]] && start=2
     for ((i = start; i < COMP_CWORD; i++)); do
         case ${COMP_WORDS[i]} in
-            -j|--threads|--memory-limit|-m|--max-issues|--cat) i=$((i + 1)) ;;
+            -j|--threads|--memory-limit|-m|--max-issues|--cat|--process-count|--process-index|--commit-every) i=$((i + 1)) ;;
             -*) ;;
             *) nonopt=$((nonopt + 1)) ;;
         esac
@@ -62,9 +62,9 @@ _unroll()
         ;;
     *)
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-n --dry-run -q --quiet -j --threads --memory-limit --replace -h --help -V --version" -- "$cur"))
+            COMPREPLY=($(compgen -W "-n --dry-run -q --quiet -j --threads --memory-limit --process-count --process-index --resume --commit-every --replace -h --help -V --version" -- "$cur"))
         elif ((nonopt == 0)); then
-            COMPREPLY=($(compgen -W "verify inspect ls" -- "$cur"))
+            COMPREPLY=($(compgen -W "verify inspect ls merge" -- "$cur"))
             COMPREPLY+=($(compgen -f -X '!*.y*ml' -- "$cur") $(compgen -d -- "$cur"))
         elif [[ $cur == *=* ]]; then
             # a path value: complete the part after '='

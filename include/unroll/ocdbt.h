@@ -30,6 +30,9 @@ typedef struct ur_ocdbt_write_opts {
      * (readers take either), so memory does not grow with the number of small values.
      * 0 = 64 MiB. */
     uint64_t max_held_inline_bytes;
+    /* 1: ur_ocdbt_create accepts a directory that holds a database already (its files are
+     * kept and new data files get other names); used by ur_ocdbt_resume. Default 0. */
+    int resume;
 } ur_ocdbt_write_opts;
 
 /* Fill with Orbax's settings. */
@@ -59,6 +62,34 @@ int ur_kvstore_open_auto(ur_kvstore **out, const char *dir, ur_err *err);
 /* Bytes of inline values a writer from ur_ocdbt_create holds now (0 for another kvstore):
  * never more than its max_held_inline_bytes. */
 uint64_t ur_ocdbt_writer_held_bytes(const ur_kvstore *kv);
+
+/* Add to a writer from ur_ocdbt_create a key whose value is `length` bytes at `offset` of a
+ * file that is not the writer's own: its path below the database is base + rel (base ends in
+ * '/', e.g. "ocdbt.process_3/"). Nothing is copied; the file must stay. */
+int ur_ocdbt_writer_put_ref(ur_kvstore *kv, const uint8_t *key, size_t klen, const char *base,
+                            const char *rel, uint64_t offset, uint64_t length, ur_err *err);
+
+/* Orbax's merge of per-process databases (docs/ocdbt-format.md §9): create the database in
+ * `dir` whose B+tree holds every entry of the latest version of each database
+ * `dir/<children[i]>/` (names such as "ocdbt.process_0"), values left where they are and
+ * referred to through base path "<child>/". A key held by several children must have the
+ * same value in each (else UR_EINVAL naming it); it is kept once. The new nodes and the
+ * manifest are written as ur_ocdbt_create + ur_kvstore_commit write them. */
+int ur_ocdbt_merge(const char *dir, const char *const *children, size_t n_children,
+                   const ur_ocdbt_write_opts *opts, ur_err *err);
+
+/* Write the B+tree of every value written so far and a manifest naming it, and go on
+ * writing: a kill after this leaves a database holding those values (its data files are
+ * complete up to here). Costs a tree over all keys so far: call it every so many bytes. */
+int ur_ocdbt_writer_snapshot(ur_kvstore *kv, ur_err *err);
+
+/* A writer that continues the database in `dir` (one that ur_ocdbt_writer_snapshot or a
+ * commit left, possibly by a process that was killed): its entries are taken over as they
+ * are (values stay in their files), data files that no entry or node refers to (written
+ * after the last snapshot) are removed, and new writes go to new files. No database there:
+ * as ur_ocdbt_create. *n_kept gets the number of entries taken over. */
+int ur_ocdbt_resume(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts *opts,
+                    size_t *n_kept, ur_err *err);
 
 /* Introspection for `unroll ls --manifest / --tree` (kv must come from ur_ocdbt_open, else
  * UR_EINVAL). Append to `out` a text description of the manifest (config, data files, inline

@@ -193,6 +193,17 @@ typedef struct ur_orbax_write_opts {
      * that must exist, and the writer creates directories only below it, so one removed
      * during a run is an error rather than quietly re-created. Used by create only. */
     const char *create_below;
+    /* Share mode (one process of a multi-process run, unroll/orbax_share.h): >= 0 makes the
+     * writer write only the database `<step_dir>/<item>/ocdbt.process_<share_index>/` (a
+     * leftover one of the same share is removed; nothing else in step_dir is touched), and
+     * its commit writes that database, then _METADATA, _sharding and array_metadatas.json
+     * into `share_meta_dir` (borrowed, must exist) instead of finishing the checkpoint.
+     * -1 (default): the ordinary single-process checkpoint. */
+    int share_index;
+    const char *share_meta_dir;
+    /* Share mode: 1 continues the share's database a killed run left (ur_ocdbt_resume)
+     * instead of starting it afresh. */
+    int share_resume;
 } ur_orbax_write_opts;
 
 void ur_orbax_write_opts_init(ur_orbax_write_opts *opts);
@@ -248,6 +259,10 @@ int ur_orbax_writer_set_custom_metadata(ur_orbax_writer *w, const char *json, ur
  * commit_success.txt, sync, and rename the temporary directory into place. The writer is
  * freed whether it succeeds or not; on failure the temporary directory is removed. */
 int ur_orbax_writer_commit(ur_orbax_writer *w, ur_err *err);
+
+/* Make what was written so far durable as a version of the output database (OCDBT:
+ * ur_ocdbt_writer_snapshot); nothing for other kvstores. */
+int ur_orbax_writer_snapshot(ur_orbax_writer *w, ur_err *err);
 
 /* Remove the temporary directory and free. NULL-safe. */
 void ur_orbax_writer_abort(ur_orbax_writer *w);

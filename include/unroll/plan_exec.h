@@ -34,6 +34,25 @@ typedef struct ur_exec_opts {
     /* When set and *cancel becomes nonzero (a signal handler's flag), the workers stop at
      * their next work item and the run fails with "interrupted". */
     const volatile sig_atomic_t *cancel;
+    /* Multi-process runs (unroll/orbax_share.h): with process_count > 1 only this process's
+     * share of the work items is run (see ur_exec_share_range); the output arrays of the
+     * leaves outside it (or written before resume_from) are begun and finished without
+     * chunks, in plan order, so each process's metadata is complete and the same. 0 or 1:
+     * all of it. */
+    int process_count;
+    int process_index;
+    /* Bytes of input one worker's slab may take; 0: memory_limit / threads. The output chunk
+     * shape follows the slabs, so every process of a multi-process run must use the same. */
+    uint64_t slab_budget;
+    /* Resume (multi-process shares): work items before `resume_from` (a value `piece` was
+     * given earlier for this plan) are in the output already and are skipped. */
+    uint64_t resume_from;
+    /* When set, called every `piece_bytes` of input written, with every item before
+     * `next_item` written and no write in progress, to make them durable (a snapshot of the
+     * output database); an error stops the run. */
+    int (*piece)(void *ctx, uint64_t next_item, ur_err *err);
+    void *piece_ctx;
+    uint64_t piece_bytes;
 } ur_exec_opts;
 
 #define UR_EXEC_DEFAULT_MEMORY ((uint64_t)256 << 20)
@@ -52,6 +71,8 @@ typedef struct ur_exec_stats {
     uint64_t chunks_in;  /* input chunks decoded */
     uint64_t chunks_out; /* output chunks written */
     int threads;         /* worker threads used */
+    uint64_t share_bytes; /* decoded input bytes of this process's share */
+    uint64_t all_bytes;   /* ... of every share together */
 } ur_exec_stats;
 
 /* Create the output leaves of `plan` in `w` (arrays, plus the plan's extras such as step = 0
@@ -64,5 +85,20 @@ int ur_plan_exec_run(const ur_plan *plan, ur_orbax_ckpt *in, ur_orbax_writer *w,
  * written and finished; the caller finishes (or aborts) the sink. */
 int ur_plan_exec_run_sink(const ur_plan *plan, ur_orbax_ckpt *in, const ur_sink *sink,
                           const ur_exec_opts *opts, ur_exec_stats *stats, ur_err *err);
+
+/* A run of equal chunks in plan order (one input tensor's). */
+typedef struct ur_exec_chunks {
+    uint64_t n;           /* chunks */
+    uint64_t chunk_bytes; /* decoded bytes of each */
+} ur_exec_chunks;
+
+/* The share of process `index` of `count`: the plan's input chunks, in order, cut into
+ * `count` contiguous runs of about equal decoded bytes (the chunk that starts at byte B of
+ * the plan's `total` belongs to process floor(B * count / total)), so a share is within one
+ * chunk's bytes of total / count. A deterministic function of the plan: every process
+ * computes the same cut without talking to the others. Sets [*lo, *hi), global chunk
+ * indices over groups g[0..n). (src/plan/plan_share.c) */
+void ur_exec_share_range(const ur_exec_chunks *g, size_t n, int count, int index, uint64_t *lo,
+                         uint64_t *hi);
 
 #endif

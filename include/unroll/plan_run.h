@@ -10,6 +10,10 @@
  *        (ur_plan_orbax_leaves), ur_plan_build, ur_fs_space_check, ur_plan_exec_run into a
  *        staged Orbax writer
  *     -> ur_orbax_publish_commit: every unit moves into place, or none.
+ *   A share of a multi-process run (process_count > 1) or a resumable run (resume, or a
+ *   run staged for the destination) goes instead through unroll/orbax_share.h
+ *   (src/plan/plan_multi.c): this process's share into the staging directory the processes
+ *   share, marked done, and the last share to finish merges and publishes.
  *
  * Nothing here prints: a dry run hands each plan to a callback. */
 #ifndef UNROLL_PLAN_RUN_H
@@ -47,12 +51,31 @@ typedef struct ur_run_opts {
      * as ur_exec_opts.progress). */
     void (*on_begin)(void *ctx, const char *what);
     void (*progress)(void *ctx, uint64_t bytes_done, uint64_t bytes_total);
+    /* Multi-process runs (unroll/orbax_share.h): with process_count > 1 this process
+     * converts share process_index; `resume` runs one process the same way (share 0 of 1),
+     * so a killed run rerun with the same arguments continues. A run already staged for the
+     * destination is continued whatever `resume` says. Local paths only; no LoRA adapters;
+     * run_name must be set. Ignored in a dry run. */
+    int process_count; /* 0 or 1: one process */
+    int process_index;
+    const char *process_source; /* where the index came from (for the share's summary) */
+    int resume;
+    uint64_t commit_every; /* a share's database is snapshotted every so many bytes of input
+                            * (its resume point); 0: UR_RUN_COMMIT_EVERY */
+    /* A share's state as it changes (skipped as complete, continued from a resume point,
+     * complete, published or waiting for others): one line without newline. */
+    void (*on_note)(void *ctx, const char *line);
     void *ctx; /* for the callbacks */
 } ur_run_opts;
+
+#define UR_RUN_COMMIT_EVERY ((uint64_t)1 << 30)
 
 typedef struct ur_run_report {
     ur_exec_stats total; /* summed over the units (threads: the last unit's) */
     char *dest;          /* the checkpoint directory published into (owned; NULL in a dry run) */
+    /* The run was a share (multi-process or resumable): its state went to on_note, and dest
+     * is NULL unless this process published. */
+    int share;
 } ur_run_report;
 
 /* Load the config, convert the checkpoint it names (and its LoRA adapters) and publish the

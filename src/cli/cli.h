@@ -3,7 +3,11 @@
 #ifndef UNROLL_CLI_H
 #define UNROLL_CLI_H
 
+#include "unroll/buf.h"
 #include "unroll/err.h"
+
+#include <stddef.h>
+#include <stdint.h>
 
 /* Documented exit statuses (README "Exit statuses"). */
 enum {
@@ -39,5 +43,16 @@ int cli_cmd_ls(int argc, char **argv);
 int cli_cmd_inspect(int argc, char **argv);
 int cli_cmd_unroll(int argc, char **argv);
 int cli_cmd_verify(int argc, char **argv);
+int cli_cmd_merge(int argc, char **argv);
+
+/* Multi-process runs (cli_multi.c). Which process this is: --process-count/--process-index
+ * (opt_count 0 and opt_index -1 when not given), else the launcher's environment (Slurm,
+ * Open MPI, PMI, Kubernetes JOB_COMPLETION_INDEX); *count 1 when none. Returns -1 to go on,
+ * else an exit status (a usage error was printed). *source names where it came from. */
+int cli_multi_resolve(int opt_count, int opt_index, int *count, int *index, const char **source);
+/* `unroll ls` / `inspect` on a multi-process run not yet published (its staging directory
+ * `<C>.unroll-multi`, or C while only that exists): print which shares are complete and
+ * return the exit status; -1 when `path` is not such a run. */
+int cli_multi_show_status(const char *path);
 
 #endif

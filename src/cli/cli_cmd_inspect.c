@@ -313,6 +313,10 @@ int cli_cmd_inspect(int argc, char **argv)
     if (path == NULL) {
         return cli_usage_error("usage: unroll inspect [--json] [--hash] <checkpoint>");
     }
+    int status = cli_multi_show_status(path); /* a multi-process run still being written */
+    if (status >= 0) {
+        return status;
+    }
     ur_err err;
     ur_err_clear(&err);
     ur_orbax_ckpt *ck = NULL;

@@ -81,6 +81,10 @@ int cli_cmd_ls(int argc, char **argv)
     if (dir == NULL) {
         return cli_usage_error("missing <dir>\n%s", usage);
     }
+    rc = cli_multi_show_status(dir); /* a multi-process run still being written */
+    if (rc >= 0) {
+        return rc;
+    }
     ur_err_clear(&err);
     ur_buf_init(&out, 0);
     rc = ur_kvstore_open_auto(&kv, dir, &err);

@@ -9,6 +9,7 @@
 #include "cli.h"
 
 #include "unroll/alloc.h"
+#include "unroll/orbax_share.h"
 #include "unroll/plan_run.h"
 
 #include <errno.h>
@@ -28,6 +29,14 @@ typedef struct {
     const char *config;
     const char **overrides;
     size_t n_overrides;
+    int opt_process_count; /* 0: not given */
+    int opt_process_index; /* -1: not given */
+    int resume;            /* --resume: a single process, resumable (as share 0 of 1) */
+    uint64_t commit_every; /* --commit-every; 0: the default */
+    /* resolved (cli_multi_resolve); a share of a multi-process run when process_count > 1 */
+    int process_count;
+    int process_index;
+    const char *process_source;
 } unroll_args;
 
 static void usage(FILE *f)
@@ -36,6 +45,7 @@ static void usage(FILE *f)
           "       unroll verify [options] <scanned> <unrolled> [config.yml] [key=value ...]\n"
           "       unroll inspect [--json] [--hash] <checkpoint>\n"
           "       unroll ls [--sizes] [--manifest] [--tree] [--cat KEY] <dir> [prefix]\n"
+          "       unroll merge [--ocdbt] <checkpoint_dir>\n"
           "\n"
           "Turn a scanned MaxText/Orbax checkpoint into an unscanned, param-only bfloat16\n"
           "checkpoint, as MaxText's generate_param_only_checkpoint.py does with\n"
@@ -51,6 +61,7 @@ static void usage(FILE *f)
           "  verify                 check an unrolled checkpoint against the scanned one\n"
           "  inspect                show a checkpoint's tree, dtypes, shapes and chunking\n"
           "  ls                     list the keys of an OCDBT database or directory\n"
+          "  merge                  finish a multi-process conversion (--process-count)\n"
           "  (each has its own --help)\n"
           "\n"
           "options (a value may also be attached: -j2, --threads=2, --memory-limit=4G):\n"
@@ -62,6 +73,14 @@ static void usage(FILE *f)
           "                         128M per thread, at least 256M, at most 1/4 of the RAM)\n"
           "      --replace          on an object store, delete what the output step holds\n"
           "                         (without it, a destination with objects is refused)\n"
+          "      --process-count N  share the conversion among N processes (also from Slurm,\n"
+          "                         Open MPI, PMI, JOB_COMPLETION_INDEX); the last one to\n"
+          "                         finish publishes (see unroll merge --help)\n"
+          "      --process-index I  this process's share, 0 <= I < N\n"
+          "      --resume           resumable: a killed run rerun with the same arguments\n"
+          "                         continues (the default when such a run is staged)\n"
+          "      --commit-every S   a share commits its database every S of input (default\n"
+          "                         1G); a killed share rerun continues from the last one\n"
           "  -h, --help             this help\n"
           "  -V, --version          the version and the libraries it was built with\n"
           "\n"
@@ -166,6 +185,32 @@ static int parse_args(unroll_args *a, int argc, char **argv)
                                        "(at most 16 EiB)",
                                        v);
             }
+        } else if (strcmp(s, "--resume") == 0) {
+            a->resume = 1;
+        } else if (cli_opt_value(argc, argv, &i, NULL, "--commit-every", &v)) {
+            if (v == NULL || parse_size(v, &a->commit_every) < 0) {
+                return cli_usage_error("--commit-every needs a size such as 256M or 4G");
+            }
+        } else if (cli_opt_value(argc, argv, &i, NULL, "--process-count", &v) ||
+                   cli_opt_value(argc, argv, &i, NULL, "--process-index", &v)) {
+            int is_count = strncmp(s, "--process-count", 15) == 0;
+            char *end;
+            long n;
+            if (v == NULL) {
+                return cli_usage_error("%s needs a number", s);
+            }
+            errno = 0;
+            n = strtol(v, &end, 10);
+            if (errno != 0 || end == v || *end != '\0' || n < (is_count ? 1 : 0) ||
+                n >= UR_ORBAX_SHARE_MAX) {
+                return cli_usage_error("%s: '%s' is not a process %s", s, v,
+                                       is_count ? "count (1-65535)" : "index (0-65534)");
+            }
+            if (is_count) {
+                a->opt_process_count = (int)n;
+            } else {
+                a->opt_process_index = (int)n;
+            }
         } else if (s[0] == '-') {
             return cli_usage_error("unknown option '%s' (see unroll --help)", s);
         } else if (a->config == NULL) {
@@ -181,7 +226,8 @@ static int parse_args(unroll_args *a, int argc, char **argv)
         usage(stderr);
         return CLI_EXIT_USAGE;
     }
-    return -1;
+    return cli_multi_resolve(a->opt_process_count, a->opt_process_index, &a->process_count,
+                             &a->process_index, &a->process_source);
 }
 
 /* ---- progress ------------------------------------------------------------------------- */
@@ -265,6 +311,13 @@ static void catch_signals(void)
 
 /* ---- one conversion --------------------------------------------------------------------- */
 
+/* ur_run_opts.on_note: a share's state (multi-process or resumable runs). */
+static void print_note(void *ctx, const char *line)
+{
+    (void)ctx;
+    fprintf(stderr, "unroll: %s\n", line);
+}
+
 /* ur_run_opts.on_plan (dry run): the plan's summary and one line per input leaf. */
 static void print_plan(void *ctx, const char *what, const ur_plan *plan,
                        const ur_plan_leaf *leaves)
@@ -325,14 +378,22 @@ static int run(const unroll_args *args, ur_err *err)
     ro.threads = args->threads;
     ro.memory_limit = args->memory_limit;
     ro.cancel = &interrupted;
+    ro.process_count = args->process_count;
+    ro.process_index = args->process_index;
+    ro.process_source = args->process_source;
+    ro.resume = args->resume;
+    ro.commit_every = args->commit_every;
     ro.on_plan = print_plan;
     ro.ctx = &prog;
+    if (!args->quiet) {
+        ro.on_note = print_note;
+    }
     if (!args->quiet && isatty(STDERR_FILENO)) {
         ro.on_begin = begin_progress;
         ro.progress = show_progress;
     }
     rc = ur_plan_run(&rep, &ro, err);
-    if (rc == UR_OK && !args->quiet && !args->dry_run) {
+    if (rc == UR_OK && !args->quiet && !args->dry_run && !rep.share) {
         fprintf(stderr,
                 "unroll: wrote %s/: %zu tensors from %zu, %.3f GiB read, %.3f GiB written, "
                 "%.2f s, %d threads\n",
@@ -352,6 +413,7 @@ int cli_cmd_unroll(int argc, char **argv)
     int status;
 
     memset(&args, 0, sizeof args);
+    args.opt_process_index = -1;
     ur_err_clear(&err);
     status = parse_args(&args, argc, argv);
     if (status < 0) {

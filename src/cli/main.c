@@ -53,6 +53,7 @@ static const subcommand subcommands[] = {
     {"ls", cli_cmd_ls, "list the keys of an OCDBT database or checkpoint directory"},
     {"inspect", cli_cmd_inspect, "show a checkpoint's tree, dtypes, shapes and chunking"},
     {"verify", cli_cmd_verify, "check an unrolled checkpoint against the scanned one"},
+    {"merge", cli_cmd_merge, "finish a multi-process conversion (or merge ocdbt.process_<i>/)"},
     {NULL, NULL, NULL},
 };
 

@@ -36,6 +36,7 @@ struct ur_orbax_writer {
     const char *no_spec[UR_MAX_RANK]; /* a replicated array's partition spec */
     char *custom_metadata;
     int64_t init_ns;
+    char *share_meta_dir; /* share mode (opts.share_index >= 0) */
 };
 
 void ur_orbax_write_opts_init(ur_orbax_write_opts *opts)
@@ -48,6 +49,7 @@ void ur_orbax_write_opts_init(ur_orbax_write_opts *opts)
     opts->mesh_rank = 1;
     opts->mesh_shape[0] = -1;
     opts->mesh_axis_names[0] = "x";
+    opts->share_index = -1;
 }
 
 static int64_t now_ns(void)
@@ -57,6 +59,43 @@ static int64_t now_ns(void)
         return 0;
     }
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Share mode: only `<step_dir>/<item>/ocdbt.process_<i>/`, started afresh. */
+static int share_create(ur_orbax_writer *w, const char *step_dir, ur_err *err)
+{
+    char sub[40];
+    char *db;
+    int rc;
+
+    if (!w->opts.use_ocdbt || w->opts.share_meta_dir == NULL) {
+        return ur_err_set(err, UR_EINVAL, "a multi-process share needs OCDBT output");
+    }
+    w->share_meta_dir = ur_strdup(w->opts.share_meta_dir);
+    w->opts.share_meta_dir = NULL; /* borrowed: not kept */
+    w->final_dir = ur_strdup(step_dir);
+    w->item_dir = ur_path_join(step_dir, w->opts.item_name);
+    snprintf(sub, sizeof sub, "ocdbt.process_%d", w->opts.share_index);
+    db = w->item_dir != NULL ? ur_path_join(w->item_dir, sub) : NULL;
+    if (w->share_meta_dir == NULL || w->final_dir == NULL || db == NULL) {
+        ur_free(db);
+        return ur_err_oom(err);
+    }
+    /* What a killed run of this share left is continued, or redone from the start. */
+    rc = w->opts.share_resume ? UR_OK : ur_fs_remove_tree(db, err);
+    if (rc == UR_OK) {
+        rc = ur_fs_mkdirs(db, err);
+    }
+    w->opts.create_below = NULL;
+    w->init_ns = now_ns();
+    if (rc == UR_OK && w->opts.share_resume) {
+        size_t kept = 0;
+        rc = ur_ocdbt_resume(&w->kv, db, &w->opts.ocdbt, &kept, err);
+    } else if (rc == UR_OK) {
+        rc = ur_ocdbt_create(&w->kv, db, &w->opts.ocdbt, err);
+    }
+    ur_free(db);
+    return rc;
 }
 
 int ur_orbax_writer_create(ur_orbax_writer **out, const char *step_dir,
@@ -96,6 +135,14 @@ int ur_orbax_writer_create(ur_orbax_writer **out, const char *step_dir,
             rc = ur_err_oom(err);
             goto fail;
         }
+    }
+    if (w->opts.share_index >= 0) {
+        rc = share_create(w, step_dir, err);
+        if (rc < 0) {
+            goto fail;
+        }
+        *out = w;
+        return UR_OK;
     }
     if (strstr(step_dir, TMP_SUFFIX) != NULL) {
         rc = ur_err_set(err, UR_EINVAL, "%s: a step name may not contain '" TMP_SUFFIX "'",
@@ -515,7 +562,7 @@ static int write_json_file(const char *dir, const char *name, const ur_buf *b, u
     return rc;
 }
 
-static int write_item_metadata(ur_orbax_writer *w, ur_err *err)
+static int write_item_metadata(ur_orbax_writer *w, const char *dir_out, ur_err *err)
 {
     ur_buf b;
     ur_buf_init(&b, 0);
@@ -554,7 +601,7 @@ static int write_item_metadata(ur_orbax_writer *w, ur_err *err)
     m.store_fill = 1;
     rc = ur_orbax_meta_emit(&b, &m, err);
     if (rc == UR_OK) {
-        rc = write_json_file(w->item_dir, "_METADATA", &b, err);
+        rc = write_json_file(dir_out, "_METADATA", &b, err);
     }
     if (rc < 0) {
         goto out;
@@ -579,23 +626,27 @@ static int write_item_metadata(ur_orbax_writer *w, ur_err *err)
         ur_buf_reset(&b);
         rc = ur_orbax_sharding_emit(&b, names, sh, na, err);
         if (rc == UR_OK) {
-            rc = write_json_file(w->item_dir, "_sharding", &b, err);
+            rc = write_json_file(dir_out, "_sharding", &b, err);
         }
         if (rc < 0) {
             goto out;
         }
-        char *dir = ur_path_join(w->item_dir, "array_metadatas");
+        /* in share mode the finisher moves array_metadatas.json to array_metadatas/process_0 */
+        char *dir = w->share_meta_dir != NULL ? ur_strdup(dir_out)
+                                              : ur_path_join(dir_out, "array_metadatas");
         if (dir == NULL) {
             rc = ur_err_oom(err);
             goto out;
         }
         ur_buf_reset(&b);
-        rc = ur_fs_mkdirs_under(w->item_dir, dir, err);
+        rc = ur_fs_mkdirs_under(dir_out, dir, err);
         if (rc == UR_OK) {
             rc = ur_orbax_array_meta_emit(&b, am, na, err);
         }
         if (rc == UR_OK) {
-            rc = write_json_file(dir, "process_0", &b, err);
+            rc = write_json_file(dir, w->share_meta_dir != NULL ? "array_metadatas.json"
+                                                                : "process_0",
+                                 &b, err);
         }
         if (rc == UR_OK) {
             rc = ur_fs_fsync_dir(dir, err);
@@ -640,8 +691,16 @@ int ur_orbax_writer_commit(ur_orbax_writer *w, ur_err *err)
     rc = ur_kvstore_commit(w->kv, err);
     ur_kvstore_close(w->kv);
     w->kv = NULL;
+    if (rc == UR_OK && w->share_meta_dir != NULL) {
+        /* a share ends here: the finisher writes the rest (unroll/orbax_share.h) */
+        rc = write_item_metadata(w, w->share_meta_dir, err);
+        if (rc == UR_OK) {
+            rc = ur_fs_fsync_dir(w->share_meta_dir, err);
+        }
+        goto out;
+    }
     if (rc == UR_OK) {
-        rc = write_item_metadata(w, err);
+        rc = write_item_metadata(w, w->item_dir, err);
     }
     if (rc == UR_OK) {
         rc = write_commit_marker(w->item_dir, w->final_dir, err);
@@ -702,6 +761,11 @@ out:
     return rc;
 }
 
+int ur_orbax_writer_snapshot(ur_orbax_writer *w, ur_err *err)
+{
+    return w->opts.use_ocdbt ? ur_ocdbt_writer_snapshot(w->kv, err) : UR_OK;
+}
+
 void ur_orbax_writer_abort(ur_orbax_writer *w)
 {
     if (w == NULL) {
@@ -721,6 +785,7 @@ void ur_orbax_writer_abort(ur_orbax_writer *w)
     ur_free(w->final_dir);
     ur_free(w->tmp_dir);
     ur_free(w->item_dir);
+    ur_free(w->share_meta_dir);
     ur_orbax__arena_dispose(&w->arena);
     ur_free(w);
 }

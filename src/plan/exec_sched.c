@@ -224,6 +224,7 @@ int ur_sched_run(const ur_sched_cfg *cfg, ur_err *err)
 
     memset(&s, 0, sizeof s);
     s.cfg = cfg;
+    s.next_claim = s.next_commit = cfg->first_item;
     s.n_parked = n;
     s.cap_pool = 2 * n + 1;
     workers = ur_calloc((size_t)n, sizeof *workers);
@@ -258,7 +259,8 @@ int ur_sched_run(const ur_sched_cfg *cfg, ur_err *err)
         rc = s.err.code < 0 ? s.err.code : UR_EINTERNAL;
     } else if (s.next_commit != cfg->n_items) {
         rc = ur_err_set(err, UR_EINTERNAL, "%llu of %llu items committed",
-                        (unsigned long long)s.next_commit, (unsigned long long)cfg->n_items);
+                        (unsigned long long)(s.next_commit - cfg->first_item),
+                        (unsigned long long)(cfg->n_items - cfg->first_item));
     }
     for (int i = 0; i < n; i++) {
         if (workers[i].job != NULL) {

@@ -1,7 +1,7 @@
 /* The executor's scheduler and memory budget, which know nothing of checkpoints: items
- * 0 .. n_items-1 are claimed in order by a pool of workers, worked on concurrently, and
- * committed strictly in order (a ticket per item), so what the commits produce does not
- * depend on the number of threads.
+ * first_item .. n_items-1 are claimed in order by a pool of workers, worked on
+ * concurrently, and committed strictly in order (a ticket per item), so what the commits
+ * produce does not depend on the number of threads.
  *
  * Each item travels in a job (an object of the caller's, made by job_new): claim fills it
  * under the scheduler's lock, run works on it outside the lock, commit stores it. A worker
@@ -35,6 +35,9 @@ typedef struct ur_sched_ops {
 
 typedef struct ur_sched_cfg {
     uint64_t n_items;
+    /* The items before it are not run (another process's share, or done before a resume):
+     * claims and commits start there. 0: all of them. */
+    uint64_t first_item;
     int threads; /* >= 1; the calling thread is one of them */
     const ur_sched_ops *ops;
     void *user;
@@ -42,7 +45,8 @@ typedef struct ur_sched_cfg {
     const volatile sig_atomic_t *cancel;
 } ur_sched_cfg;
 
-/* Run every item. UR_OK when all were committed, else the first failure. */
+/* Run every item from first_item on. UR_OK when all were committed, else the first
+ * failure. */
 int ur_sched_run(const ur_sched_cfg *cfg, ur_err *err);
 
 /* From a callback: wait until ready(arg), evaluated under the lock, is nonzero; UR_OK, or

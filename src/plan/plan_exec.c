@@ -4,7 +4,12 @@
  * Nothing is held per leaf but its place in the item sequence: a leaf is set up (input array
  * opened, output arrays begun) by the worker that claims its first item, and released (output
  * arrays finished, input closed) when its last item is committed, so memory does not grow with
- * the number of leaves, and set-up is spread over the workers. */
+ * the number of leaves, and set-up is spread over the workers.
+ *
+ * A share of a multi-process run (opts->process_count > 1, unroll/orbax_share.h) or a resumed
+ * one (opts->resume_from) runs the items [start, end) only; every other leaf's output arrays
+ * are begun and finished without chunks, in plan order, so each process's metadata names
+ * every array, the same in every process (declare_leaf). */
 #include "unroll/plan_exec.h"
 
 #include "exec_kernel.h"
@@ -51,6 +56,8 @@ typedef struct {
     size_t n_refs;
     uint64_t n_items;
     uint64_t bytes_total;
+    uint64_t start, end;  /* the items this run works on (all of them but in a share/resume) */
+    uint64_t piece_mark;  /* stats->bytes_in at the last opts->piece */
     stream_slot *slots; /* one per worker */
     int n_slots;
     ur_kern_worker *workers;
@@ -335,7 +342,7 @@ static void prefetch_ahead(runner *r, ur_sched *s, uint64_t item)
     memset(&a, 0, sizeof a);
     a.r = r;
     a.item = item + (uint64_t)r->n_slots;
-    if (a.item >= r->n_items) {
+    if (a.item >= r->end) {
         return;
     }
     ur_sched_locked(s, find_ahead, &a);
@@ -385,6 +392,18 @@ static void unlink_task(void *arg)
     t->ref->live = NULL;
 }
 
+/* From commit (one thread at a time, every item before next_item written, none being
+ * written): a piece of the output made durable every opts->piece_bytes of input. */
+static int maybe_piece(runner *r, uint64_t next_item, ur_err *err)
+{
+    if (r->opts->piece == NULL || r->opts->piece_bytes == 0 ||
+        r->stats->bytes_in - r->piece_mark < r->opts->piece_bytes) {
+        return UR_OK;
+    }
+    r->piece_mark = r->stats->bytes_in;
+    return r->opts->piece(r->opts->piece_ctx, next_item, err);
+}
+
 static int commit(void *user, ur_sched *s, void *job_, ur_err *err)
 {
     runner *r = user;
@@ -421,9 +440,9 @@ static int commit(void *user, ur_sched *s, void *job_, ur_err *err)
         r->opts->progress(r->opts->progress_ctx, r->stats->bytes_in, r->bytes_total);
     }
     if (rc < 0) {
-        ur_err_wrap(err, "tensor '%s'", name);
+        return ur_err_wrap(err, "tensor '%s'", name);
     }
-    return rc;
+    return maybe_piece(r, j->item + 1, err);
 }
 
 static void *job_new(void *user)
@@ -587,6 +606,160 @@ static int index_leaves(runner *r, ur_err *err)
     return UR_OK;
 }
 
+/* ---- shares and resumes ------------------------------------------------------------------ */
+
+/* The output arrays of a leaf none of whose items this run works on (another process's, or
+ * written before a resume): begun and finished without chunks, so that the output's metadata
+ * names every array, as a run of all the items would. */
+static int declare_leaf(runner *r, const leaf_ref *ref, ur_err *err)
+{
+    const ur_plan_action *a = &r->plan->actions[ref->action];
+    ur_kern_task k;
+    int rc = task_geometry(r, ref, &k, err);
+    for (size_t i = 0; i < a->n_out && rc == UR_OK; i++) {
+        ur_sink_path p = out_path(&a->out[i]);
+        ur_sink_array *dst = NULL;
+        rc = r->sink->ops->begin_array(r->sink->self, &p, a->out_dtype, k.out_rank, k.out_shape,
+                                       k.out_chunk_shape, &dst, err);
+        if (rc == UR_OK) {
+            rc = r->sink->ops->finish_array(r->sink->self, dst, err);
+        }
+    }
+    if (rc < 0) {
+        ur_err_wrap(err, "tensor '%s'", ur_orbax_ckpt_leaf(r->in, ref->action)->name);
+    }
+    return rc;
+}
+
+/* 1 when leaf i has an item in [r->start, r->end). */
+static int ref_in_run(const runner *r, size_t i)
+{
+    uint64_t first = r->refs[i].first_item;
+    uint64_t last = i + 1 < r->n_refs ? r->refs[i + 1].first_item : r->n_items;
+    return r->start < r->end && first < r->end && last > r->start;
+}
+
+/* A kept leaf's input geometry, as the share cut and the resume need it. */
+typedef struct {
+    ur_exec_chunks g;
+    uint64_t slabs_per_chunk;
+    uint64_t slab_bytes;
+} ref_geom;
+
+/* The first item of global input chunk c (n_items past the last chunk). */
+static uint64_t item_of_chunk(const runner *r, const ref_geom *gm, uint64_t c)
+{
+    uint64_t chunk0 = 0;
+    for (size_t i = 0; i < r->n_refs; i++) {
+        if (c < chunk0 + gm[i].g.n) {
+            return r->refs[i].first_item + (c - chunk0) * gm[i].slabs_per_chunk;
+        }
+        chunk0 += gm[i].g.n;
+    }
+    return r->n_items;
+}
+
+/* The items this run works on: this process's share (whole input chunks, cut by
+ * ur_exec_share_range; a streamed chunk's slabs stay together), less the items a resumed run
+ * wrote before (counted as done). All of them in an ordinary run. */
+static int select_share(runner *r, ur_err *err)
+{
+    const ur_exec_opts *o = r->opts;
+    ur_exec_stats *st = r->stats;
+    ref_geom *gm;
+    uint64_t lo = 0, hi = UINT64_MAX, chunk0 = 0;
+    int rc = UR_OK;
+
+    r->start = 0;
+    r->end = r->n_items;
+    st->all_bytes = st->share_bytes = r->bytes_total;
+    if (o->process_count <= 1 && o->resume_from == 0) {
+        return UR_OK;
+    }
+    if (o->process_count > 1 && (o->process_index < 0 || o->process_index >= o->process_count)) {
+        return ur_err_set(err, UR_EINVAL, "process index %d is not below the process count %d",
+                          o->process_index, o->process_count);
+    }
+    gm = ur_calloc(r->n_refs ? r->n_refs : 1, sizeof *gm);
+    if (gm == NULL) {
+        return ur_err_oom(err);
+    }
+    for (size_t i = 0; i < r->n_refs && rc == UR_OK; i++) {
+        ur_kern_task k;
+        rc = task_geometry(r, &r->refs[i], &k, err);
+        gm[i].g.n = k.info.chunk_count;
+        gm[i].g.chunk_bytes = k.info.chunk_bytes;
+        gm[i].slabs_per_chunk = k.slabs_per_chunk;
+        gm[i].slab_bytes = k.slab_bytes;
+    }
+    if (rc < 0) {
+        ur_free(gm);
+        return rc;
+    }
+    if (o->process_count > 1) {
+        ur_exec_chunks *g = ur_calloc(r->n_refs ? r->n_refs : 1, sizeof *g);
+        if (g == NULL) {
+            ur_free(gm);
+            return ur_err_oom(err);
+        }
+        for (size_t i = 0; i < r->n_refs; i++) {
+            g[i] = gm[i].g;
+        }
+        ur_exec_share_range(g, r->n_refs, o->process_count, o->process_index, &lo, &hi);
+        ur_free(g);
+        r->start = item_of_chunk(r, gm, lo);
+        r->end = item_of_chunk(r, gm, hi);
+    }
+    st->share_bytes = 0;
+    for (size_t i = 0; i < r->n_refs; i++) {
+        uint64_t a = lo > chunk0 ? lo - chunk0 : 0, b = hi > chunk0 ? hi - chunk0 : 0;
+        a = a < gm[i].g.n ? a : gm[i].g.n;
+        b = b < gm[i].g.n ? b : gm[i].g.n;
+        st->share_bytes += (b > a ? b - a : 0) * gm[i].g.chunk_bytes;
+        chunk0 += gm[i].g.n;
+    }
+    r->bytes_total = st->share_bytes;
+    /* Resume: the items of the share before resume_from are in the output already. */
+    if (o->resume_from > r->start && o->resume_from <= r->end) {
+        for (size_t i = 0; i < r->n_refs; i++) {
+            uint64_t a = r->refs[i].first_item;
+            uint64_t b = a + gm[i].g.n * gm[i].slabs_per_chunk;
+            a = a > r->start ? a : r->start;
+            b = b < o->resume_from ? b : o->resume_from;
+            st->bytes_in += (b > a ? b - a : 0) * gm[i].slab_bytes;
+        }
+        r->start = o->resume_from;
+        r->piece_mark = st->bytes_in;
+    }
+    ur_free(gm);
+    return UR_OK;
+}
+
+/* Before the run (before = 1): declare the leaves wholly before its items; after it: finish
+ * the leaf its last item was in (when the share ends inside it) and declare the leaves after.
+ * In plan order, so every process's output lists its arrays in the same order. */
+static int declare_others(runner *r, int before, ur_err *err)
+{
+    int rc = UR_OK;
+    for (size_t i = 0; i < r->n_refs && rc == UR_OK; i++) {
+        leaf_ref *ref = &r->refs[i];
+        int is_before = ref->first_item < r->start && !ref_in_run(r, i);
+        if (before && is_before) {
+            rc = declare_leaf(r, ref, err);
+        } else if (!before && ref->live != NULL) {
+            task *t = ref->live;
+            ref->live = NULL;
+            rc = task_release(r, t, 1, err);
+            if (rc < 0) {
+                ur_err_wrap(err, "tensor '%s'", t->leaf->name);
+            }
+        } else if (!before && !is_before && !ref_in_run(r, i)) {
+            rc = declare_leaf(r, ref, err);
+        }
+    }
+    return rc;
+}
+
 uint64_t ur_exec_default_memory(int threads, uint64_t phys_bytes)
 {
     return ur_sched_default_memory(threads, phys_bytes, UR_EXEC_DEFAULT_MEMORY);
@@ -609,14 +782,22 @@ int ur_plan_exec_run_sink(const ur_plan *plan, ur_orbax_ckpt *in, const ur_sink 
     r.sink = sink;
     r.opts = opts;
     r.stats = stats;
-    /* Each worker gets an equal share of the memory limit for its slab. */
-    r.budget = ur_sched_share(limit, n_threads);
+    /* Each worker gets an equal share of the memory limit for its slab (in a multi-process
+     * run the same in every process: the output chunking follows it). */
+    r.budget = opts->slab_budget ? ur_sched_share(opts->slab_budget, 1)
+                                 : ur_sched_share(limit, n_threads);
     rc = index_leaves(&r, err);
+    if (rc == UR_OK) {
+        rc = select_share(&r, err);
+    }
+    if (rc == UR_OK) {
+        rc = declare_others(&r, 1, err);
+    }
     if (rc < 0) {
         goto out;
     }
-    if ((uint64_t)n_threads > r.n_items && r.n_items > 0) {
-        n_threads = (int)r.n_items;
+    if ((uint64_t)n_threads > r.end - r.start && r.end > r.start) {
+        n_threads = (int)(r.end - r.start);
     }
     stats->threads = n_threads;
     r.n_slots = n_threads;
@@ -627,12 +808,16 @@ int ur_plan_exec_run_sink(const ur_plan *plan, ur_orbax_ckpt *in, const ur_sink 
         goto out;
     }
     memset(&cfg, 0, sizeof cfg);
-    cfg.n_items = r.n_items;
+    cfg.n_items = r.end;
+    cfg.first_item = r.start;
     cfg.threads = n_threads;
     cfg.ops = &exec_ops;
     cfg.user = &r;
     cfg.cancel = opts->cancel;
     rc = ur_sched_run(&cfg, err);
+    if (rc == UR_OK) {
+        rc = declare_others(&r, 0, err);
+    }
 out:
     for (size_t i = 0; i < r.n_refs; i++) {
         if (r.refs[i].live != NULL) { /* a failed run */

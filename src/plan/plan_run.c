@@ -3,10 +3,13 @@
  * all of them published at once (include/unroll/plan_run.h, unroll/orbax_publish.h). */
 #include "unroll/plan_run.h"
 
+#include "plan_run_impl.h"
+
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
 #include "unroll/kvstore.h"
 #include "unroll/orbax_publish.h"
+#include "unroll/orbax_share.h"
 #include "unroll/orbax_upload.h"
 
 #include <errno.h>
@@ -47,12 +50,51 @@ static int check_cancel(const ur_run_opts *o, ur_err *err)
     return o->cancel != NULL && *o->cancel ? ur_err_set(err, UR_EINTERNAL, "interrupted") : UR_OK;
 }
 
-/* `in_path` converted into the step directory `step_dir`, created below `below` (the
- * staging directory, which must exist); in a dry run only its plan, handed to on_plan. */
-static int convert(const char *in_path, const char *step_dir, const char *below,
-                   ur_plan_input kind, const ur_settings *s, const ur_run_opts *o,
-                   const char *what, ur_exec_stats *total, ur_err *err)
+typedef struct {
+    ur_orbax_writer *w;
+    ur_orbax_share *share;
+} share_piece_ctx;
+
+/* ur_exec_opts.piece of a share: snapshot its database, then record the resume point. */
+static int share_piece(void *ctx, uint64_t next_item, ur_err *err)
 {
+    share_piece_ctx *p = ctx;
+    int rc = ur_orbax_writer_snapshot(p->w, err);
+    return rc == UR_OK ? ur_orbax_share_save_progress(p->share, next_item, err) : rc;
+}
+
+/* The share's settings of the writer and the executor (sh NULL: an ordinary run). */
+static void share_opts(const ur_run_share *sh, ur_orbax_write_opts *wo, ur_exec_opts *eo,
+                       share_piece_ctx *piece)
+{
+    if (sh == NULL) {
+        return;
+    }
+    if (wo != NULL) {
+        wo->share_index = sh->index;
+        wo->share_meta_dir = sh->meta_dir;
+        wo->ocdbt.seed += (uint64_t)(sh->index + 1) << 16; /* distinct names */
+        wo->share_resume = sh->resume_from > 0;
+        return;
+    }
+    eo->process_count = sh->count;
+    eo->process_index = sh->index;
+    eo->slab_budget = sh->slab_budget;
+    eo->piece = share_piece;
+    eo->piece_ctx = piece;
+    eo->piece_bytes = sh->commit_every;
+    eo->resume_from = sh->resume_from;
+}
+
+/* `in_path` converted into the step directory `step_dir`, created below `below` (the
+ * staging directory, which must exist); in a dry run only its plan, handed to on_plan. With
+ * `sh`, only a share of it (plan_run_impl.h). */
+int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *below,
+                        ur_plan_input kind, const ur_settings *s, const ur_run_opts *o,
+                        const ur_run_share *sh, const char *what, ur_exec_stats *total,
+                        ur_err *err)
+{
+    share_piece_ctx piece;
     ur_orbax_ckpt *ck = NULL;
     ur_plan *plan = NULL;
     ur_orbax_writer *w = NULL;
@@ -100,6 +142,7 @@ static int convert(const char *in_path, const char *step_dir, const char *below,
     if (s->target_data_file_size > 0) {
         wo.ocdbt.target_data_file_size = (uint64_t)s->target_data_file_size;
     }
+    share_opts(sh, &wo, NULL, NULL);
     rc = ur_orbax_writer_create(&w, step_dir, &wo, err);
     if (rc < 0) {
         goto out;
@@ -115,6 +158,11 @@ static int convert(const char *in_path, const char *step_dir, const char *below,
     eo.cancel = o->cancel;
     eo.progress = o->progress;
     eo.progress_ctx = o->ctx;
+    if (sh != NULL) {
+        piece.w = w;
+        piece.share = sh->share;
+        share_opts(sh, NULL, &eo, &piece);
+    }
     if (o->on_begin != NULL) {
         o->on_begin(o->ctx, what);
     }
@@ -138,6 +186,8 @@ static int convert(const char *in_path, const char *step_dir, const char *below,
     total->bytes_in += st.bytes_in;
     total->bytes_out += st.bytes_out;
     total->threads = st.threads;
+    total->share_bytes += st.share_bytes;
+    total->all_bytes += st.all_bytes;
 out:
     ur_orbax_writer_abort(w);
     ur_plan_free(plan);
@@ -176,8 +226,8 @@ static int convert_loras(const char *adapters, const ur_plan_units *u,
         if (rc == UR_OK && (in == NULL || cfg_in == NULL)) {
             rc = ur_err_oom(err);
         } else if (rc == UR_OK) {
-            rc = convert(in, out, pub != NULL ? ur_orbax_publish_staging(pub) : NULL,
-                         UR_PLAN_INPUT_LORA, s, o, what, total, err);
+            rc = ur_plan_run_convert(in, out, pub != NULL ? ur_orbax_publish_staging(pub) : NULL,
+                                     UR_PLAN_INPUT_LORA, s, o, NULL, what, total, err);
             if (rc == UR_OK && pub != NULL) {
                 rc = copy_file(cfg_in, ur_orbax_publish_staged(pub, 2 + 2 * i), err);
             }
@@ -337,6 +387,18 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
     if (s->lora_input_adapters_path[0] != '\0') {
         inputs[n_inputs++] = s->lora_input_adapters_path;
     }
+    if (ur_plan_multi_wanted(o, s)) {
+        /* a share of a multi-process run, or a resumable one (plan_multi.c) */
+        if (remote_out || ur_kvstore_location_is_remote(in_path)) {
+            rc = ur_err_set(err, UR_EUNSUPPORTED,
+                            "%s: a multi-process or resumable run (--process-count, --resume) "
+                            "reads and writes local directories only, not s3:// or gs://",
+                            remote_out ? s->checkpoint_dir : in_path);
+        } else {
+            rc = ur_plan_multi_run(rep, o, s, in_path, kind, inputs, n_inputs, err);
+        }
+        goto out;
+    }
     if (remote_out) {
         rc = remote_begin(s, in_path, o, &up_dest, &up_root, &up_ckdir, err);
         if (rc < 0) {
@@ -364,9 +426,9 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
         }
     }
     if (rc == UR_OK) {
-        rc = convert(in_path, pub != NULL ? ur_orbax_publish_staged(pub, 0) : NULL,
-                     pub != NULL ? ur_orbax_publish_staging(pub) : NULL, kind, s, o, "base",
-                     &rep->total, err);
+        rc = ur_plan_run_convert(in_path, pub != NULL ? ur_orbax_publish_staged(pub, 0) : NULL,
+                                 pub != NULL ? ur_orbax_publish_staging(pub) : NULL, kind, s, o,
+                                 NULL, "base", &rep->total, err);
     }
     if (rc == UR_OK && units.n_ids > 0) {
         rc = convert_loras(s->lora_input_adapters_path, &units, pub, s, o, &rep->total, err);

@@ -71,7 +71,7 @@ def test_subcommands_and_exit_statuses_match_help():
     top = helptext("--help")
     help_subs = re.findall(r"^  ([a-z]+)\s{2,}", top.split("subcommands:")[1].split("\n\n")[0], re.M)
     man_subs = re.findall(r"^\.B ([a-z]+)$", man["SUBCOMMANDS"], re.M)
-    assert help_subs == man_subs == ["verify", "inspect", "ls"]
+    assert help_subs == man_subs == ["verify", "inspect", "ls", "merge"]
     help_exit = re.findall(r"^  ([0-9])  ", top.split("exit status:")[1], re.M)
     man_exit = re.findall(r"^\.B ([0-9])$", man["EXIT STATUS"], re.M)
     assert help_exit == man_exit == [str(i) for i in range(7)]

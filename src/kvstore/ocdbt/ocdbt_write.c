@@ -15,6 +15,7 @@
 #include "unroll/appendfile.h"
 #include "unroll/fs.h"
 #include "unroll/ocdbt.h"
+#include "unroll/strmap.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -54,8 +55,10 @@ typedef struct {
     ur_ocdbt_config config;
     wentry *e;
     size_t n, cap;
-    char **files; /* "d/<32 hex>" */
+    char **files; /* "d/<32 hex>", or base + relative path of a file referred to */
+    size_t *file_base; /* length of each file's base path (0 for the writer's own) */
     size_t n_files;
+    ur_strmap ext_files; /* referred-to file path -> index in files */
     ur_appendfile *cur; /* the data file being appended to, or NULL */
     int committed;
     uint64_t held; /* bytes of inline values in e[] */
@@ -71,6 +74,7 @@ void ur_ocdbt_write_opts_init(ur_ocdbt_write_opts *opts)
     opts->zstd_level = 0;
     opts->seed = 0;
     opts->max_held_inline_bytes = DEFAULT_HELD_INLINE;
+    opts->resume = 0;
 }
 
 /* splitmix64: a well-mixed sequence from a seed, for reproducible ids. */
@@ -117,10 +121,27 @@ static int close_data_file(ocdbt_writer *w, ur_err *err)
     return f != NULL ? ur_appendfile_finish(f, err) : UR_OK;
 }
 
+/* Room for one more entry in files / file_base. */
+static int grow_files(ocdbt_writer *w, ur_err *err)
+{
+    char **files = ur_realloc(w->files, (w->n_files + 1) * sizeof *files);
+    size_t *base;
+    if (files == NULL) {
+        return ur_err_oom(err);
+    }
+    w->files = files;
+    base = ur_realloc(w->file_base, (w->n_files + 1) * sizeof *base);
+    if (base == NULL) {
+        return ur_err_oom(err);
+    }
+    w->file_base = base;
+    return UR_OK;
+}
+
 static int new_data_file(ocdbt_writer *w, ur_err *err)
 {
     uint8_t rnd[16];
-    char name[40], *path, **files;
+    char name[40], *path;
     int rc = close_data_file(w, err);
 
     if (rc == UR_OK) {
@@ -136,17 +157,22 @@ static int new_data_file(ocdbt_writer *w, ur_err *err)
         name[3 + 2 * i] = hex[rnd[i] & 15];
     }
     name[34] = '\0';
-    files = ur_realloc(w->files, (w->n_files + 1) * sizeof *files);
-    if (files == NULL) {
-        return ur_err_oom(err);
+    rc = grow_files(w, err);
+    if (rc < 0) {
+        return rc;
     }
-    w->files = files;
+    w->file_base[w->n_files] = 0;
     w->files[w->n_files] = ur_strdup(name);
     path = ur_path_join(w->dir, name);
     if (w->files[w->n_files] == NULL || path == NULL) {
         ur_free(w->files[w->n_files]);
         ur_free(path);
         return ur_err_oom(err);
+    }
+    if (ur_fs_exists(path)) { /* a resumed database's file: draw another name */
+        ur_free(w->files[w->n_files]);
+        ur_free(path);
+        return new_data_file(w, err);
     }
     rc = ur_appendfile_create(&w->cur, path, err);
     if (rc < 0) {
@@ -236,6 +262,83 @@ static int w_write(ur_kvstore *kv, const char *key, const void *data, size_t n, 
     return UR_OK;
 }
 
+static const ur_kvstore_ops writer_ops;
+
+/* The index of the referred-to file base + rel in w->files, added when new. */
+static int ext_file(ocdbt_writer *w, const char *base, const char *rel, uint32_t *index,
+                    ur_err *err)
+{
+    size_t bl = strlen(base), rl = strlen(rel), at = 0;
+    char *path = ur_malloc(bl + rl + 1);
+    int rc;
+
+    if (path == NULL) {
+        return ur_err_oom(err);
+    }
+    memcpy(path, base, bl);
+    memcpy(path + bl, rel, rl + 1);
+    if (ur_strmap_get(&w->ext_files, path, bl + rl, &at) == 1) {
+        ur_free(path);
+        *index = (uint32_t)at;
+        return UR_OK;
+    }
+    rc = grow_files(w, err);
+    if (rc == UR_OK) {
+        rc = ur_strmap_put(&w->ext_files, path, bl + rl, w->n_files, NULL, err);
+    }
+    if (rc < 0) {
+        ur_free(path);
+        return rc;
+    }
+    w->files[w->n_files] = path;
+    w->file_base[w->n_files] = bl;
+    *index = (uint32_t)w->n_files++;
+    return UR_OK;
+}
+
+int ur_ocdbt_writer_put_ref(ur_kvstore *kv, const uint8_t *key, size_t klen, const char *base,
+                            const char *rel, uint64_t offset, uint64_t length, ur_err *err)
+{
+    ocdbt_writer *w = (ocdbt_writer *)kv;
+    wentry *e;
+    int rc;
+
+    if (kv == NULL || kv->ops != &writer_ops || w->committed) {
+        return ur_err_set(err, UR_EINTERNAL, "put_ref needs an uncommitted OCDBT writer");
+    }
+    if (klen > UR_OCDBT_MAX_KEY) {
+        return ur_err_set(err, UR_EINVAL, "key of %zu bytes is longer than %u", klen,
+                          UR_OCDBT_MAX_KEY);
+    }
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 256;
+        wentry *ne = ur_realloc(w->e, cap * sizeof *ne);
+        if (ne == NULL) {
+            return ur_err_oom(err);
+        }
+        w->e = ne;
+        w->cap = cap;
+    }
+    e = &w->e[w->n];
+    memset(e, 0, sizeof *e);
+    rc = ext_file(w, base, rel, &e->file, err);
+    if (rc < 0) {
+        return rc;
+    }
+    e->key = ur_malloc(klen ? klen : 1);
+    if (e->key == NULL) {
+        return ur_err_oom(err);
+    }
+    memcpy(e->key, key, klen);
+    e->klen = klen;
+    e->seq = w->n;
+    e->len = length;
+    e->indirect = 1;
+    e->offset = offset;
+    w->n++;
+    return UR_OK;
+}
+
 static int cmp_wentry(const void *a, const void *b)
 {
     const wentry *x = a, *y = b;
@@ -276,7 +379,7 @@ static int make_table(ocdbt_writer *w, const uint8_t *used, ur_ocdbt_table *t, u
     if (t->f == NULL) {
         return ur_err_oom(err);
     }
-    /* Writer files all have base "" and names "d/<hex>": sort by name. */
+    /* Sorted by (base, relative path); full paths are distinct, so found again by name. */
     for (size_t i = 0; i < w->n_files; i++) {
         if (!used[i]) {
             continue;
@@ -287,7 +390,7 @@ static int make_table(ocdbt_writer *w, const uint8_t *used, ur_ocdbt_table *t, u
             return ur_err_oom(err);
         }
         t->f[t->n].len = strlen(w->files[i]);
-        t->f[t->n].base_len = 0;
+        t->f[t->n].base_len = w->file_base[i];
         t->n++;
     }
     ur_ocdbt_table_sort(t);
@@ -538,44 +641,27 @@ static int write_manifest(ocdbt_writer *w, const ur_ocdbt_version *v, const char
     return rc;
 }
 
-static int w_commit(ur_kvstore *kv, ur_err *err)
+/* Write the B+tree of w->e[0..n) (sorted, one entry per key) and then the manifest: one
+ * version, generation 1, whose tree holds exactly these entries. */
+static int write_tree_and_manifest(ocdbt_writer *w, ur_err *err)
 {
-    ocdbt_writer *w = (ocdbt_writer *)kv;
     ur_ocdbt_version v;
     witem *items = NULL;
     uint8_t *used = NULL;
     uint32_t *map = NULL;
-    size_t n_items = 0, k = 0;
+    size_t n_items = 0;
     int rc = UR_OK, is_root = 0;
     uint8_t height = 0;
     char *d = NULL;
 
-    if (w->committed) {
-        return ur_err_set(err, UR_EINTERNAL, "%s: already committed", kv->desc);
-    }
     memset(&v, 0, sizeof v);
     v.generation = 1;
     v.commit_time = now_ns();
-    /* sort by key, then write order; keep the last write of each key */
-    if (w->n > 0) {
-        qsort(w->e, w->n, sizeof *w->e, cmp_wentry);
-        for (size_t i = 0; i < w->n; i++) {
-            if (i + 1 < w->n && w->e[i].klen == w->e[i + 1].klen &&
-                memcmp(w->e[i].key, w->e[i + 1].key, w->e[i].klen) == 0) {
-                ur_free(w->e[i].key);
-                ur_free(w->e[i].value);
-                continue;
-            }
-            w->e[k++] = w->e[i];
-        }
-        w->n = k;
-    }
     if (w->n == 0) {
         static const char empty[] = "";
         v.root.offset = UINT64_MAX;
         v.root.length = UINT64_MAX;
-        rc = write_manifest(w, &v, empty, err);
-        goto done;
+        return write_manifest(w, &v, empty, err);
     }
     items = ur_calloc(w->n, sizeof *items);
     /* at most one more file appears while nodes are written per node; size generously */
@@ -609,13 +695,77 @@ static int w_commit(ur_kvstore *kv, ur_err *err)
         rc = write_manifest(w, &v, w->files[items[0].ref.file], err);
     }
 done:
-    if (rc == UR_OK) {
-        w->committed = 1;
-    }
     ur_free(d);
     ur_free(items);
     ur_free(used);
     ur_free(map);
+    return rc;
+}
+
+/* Sort by key, then write order, and keep the last write of each key: into `out` (may be
+ * w->e itself, then the dropped keys are freed); returns the count. */
+static size_t sorted_last_writes(ocdbt_writer *w, wentry *out)
+{
+    size_t k = 0;
+    if (out != w->e) {
+        memcpy(out, w->e, w->n * sizeof *out);
+    }
+    qsort(out, w->n, sizeof *out, cmp_wentry);
+    for (size_t i = 0; i < w->n; i++) {
+        if (i + 1 < w->n && out[i].klen == out[i + 1].klen &&
+            memcmp(out[i].key, out[i + 1].key, out[i].klen) == 0) {
+            if (out == w->e) {
+                ur_free(out[i].key);
+                ur_free(out[i].value);
+            }
+            continue;
+        }
+        out[k++] = out[i];
+    }
+    return k;
+}
+
+static int w_commit(ur_kvstore *kv, ur_err *err)
+{
+    ocdbt_writer *w = (ocdbt_writer *)kv;
+    int rc;
+
+    if (w->committed) {
+        return ur_err_set(err, UR_EINTERNAL, "%s: already committed", kv->desc);
+    }
+    if (w->n > 0) {
+        w->n = sorted_last_writes(w, w->e);
+    }
+    rc = write_tree_and_manifest(w, err);
+    if (rc == UR_OK) {
+        w->committed = 1;
+    }
+    return rc;
+}
+
+int ur_ocdbt_writer_snapshot(ur_kvstore *kv, ur_err *err)
+{
+    ocdbt_writer *w = (ocdbt_writer *)kv;
+    wentry *all, *view;
+    size_t n_all;
+    int rc;
+
+    if (kv == NULL || kv->ops != &writer_ops || w->committed) {
+        return ur_err_set(err, UR_EINTERNAL, "snapshot needs an uncommitted OCDBT writer");
+    }
+    view = ur_malloc((w->n ? w->n : 1) * sizeof *view);
+    if (view == NULL) {
+        return ur_err_oom(err);
+    }
+    /* the tree of a sorted copy; the writer's own entries stay as they are */
+    all = w->e;
+    n_all = w->n;
+    w->n = n_all > 0 ? sorted_last_writes(w, view) : 0;
+    w->e = view;
+    rc = write_tree_and_manifest(w, err);
+    w->e = all;
+    w->n = n_all;
+    ur_free(view);
     return rc;
 }
 
@@ -631,12 +781,12 @@ static void w_close(ur_kvstore *kv)
         ur_free(w->files[i]);
     }
     ur_free(w->files);
+    ur_free(w->file_base);
+    ur_strmap_dispose(&w->ext_files);
     ur_free(w->e);
     ur_free(w->dir);
     ur_free(w);
 }
-
-static const ur_kvstore_ops writer_ops;
 
 uint64_t ur_ocdbt_writer_held_bytes(const ur_kvstore *kv)
 {
@@ -663,6 +813,7 @@ int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts
         return ur_err_oom(err);
     }
     w->base.ops = &writer_ops;
+    ur_strmap_init(&w->ext_files);
     snprintf(w->base.desc, sizeof w->base.desc, "ocdbt:%s", dir);
     w->opts = *opts;
     if (w->opts.target_data_file_size == 0) {
@@ -678,7 +829,7 @@ int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts
         rc = ur_err_oom(err);
         goto fail;
     }
-    if (ur_fs_exists(manifest)) {
+    if (ur_fs_exists(manifest) && !opts->resume) {
         rc = ur_err_set_os(err, UR_EINVAL, 0, manifest, "a database already exists here");
         goto fail;
     }

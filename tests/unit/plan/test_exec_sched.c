@@ -1,7 +1,9 @@
 /* The executor's scheduler on its own (it knows nothing of checkpoints): items of uneven cost
  * on 1-4 threads are committed exactly once each and strictly in order; a failure in run or
  * commit stops the run with that error and commits nothing after it; a cancel flag stops it;
- * jobs are reused rather than made per item; the memory budget is split, not the threads. */
+ * jobs are reused rather than made per item; the memory budget is split, not the threads; a
+ * run from first_item (a process's share, a resume) claims and commits only the items from
+ * there. */
 #define _POSIX_C_SOURCE 200809L
 #include "ur_test.h"
 
@@ -77,11 +79,12 @@ static void job_free(void *user, void *j)
 
 static const ur_sched_ops ops = {claim, run, commit, job_new, job_free};
 
-static int go(ctx *c, uint64_t n, int threads, ur_err *err)
+static int go_from(ctx *c, uint64_t first, uint64_t n, int threads, ur_err *err)
 {
     ur_sched_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.n_items = n;
+    cfg.first_item = first;
     cfg.threads = threads;
     cfg.ops = &ops;
     cfg.user = c;
@@ -92,6 +95,11 @@ static int go(ctx *c, uint64_t n, int threads, ur_err *err)
     c->cancel = 0;
     pthread_mutex_init(&c->lock, NULL);
     return ur_sched_run(&cfg, err);
+}
+
+static int go(ctx *c, uint64_t n, int threads, ur_err *err)
+{
+    return go_from(c, 0, n, threads, err);
 }
 
 static void done(ctx *c)
@@ -112,6 +120,25 @@ static void test_exec_sched__in_order(void **state)
             assert_int_equal(c.log[i], i);
         }
         assert_true(c.jobs_made <= 2 * t + 1);
+        done(&c);
+    }
+}
+
+static void test_exec_sched__first_item(void **state)
+{
+    (void)state;
+    for (int t = 1; t <= 4; t++) {
+        ctx c = {.fail_run = UINT64_MAX, .fail_commit = UINT64_MAX, .cancel_at = UINT64_MAX};
+        ur_err err;
+        assert_int_equal(go_from(&c, 137, 400, t, &err), UR_OK);
+        assert_int_equal(c.n_log, 400 - 137);
+        for (uint64_t i = 0; i < c.n_log; i++) {
+            assert_int_equal(c.log[i], 137 + i);
+        }
+        done(&c);
+        /* an empty range: nothing claimed, nothing committed */
+        assert_int_equal(go_from(&c, 50, 50, t, &err), UR_OK);
+        assert_int_equal(c.n_log, 0);
         done(&c);
     }
 }
@@ -169,9 +196,8 @@ static void test_exec_sched__budget(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_exec_sched__in_order),
-        cmocka_unit_test(test_exec_sched__no_items),
-        cmocka_unit_test(test_exec_sched__failures),
+        cmocka_unit_test(test_exec_sched__in_order), cmocka_unit_test(test_exec_sched__first_item),
+        cmocka_unit_test(test_exec_sched__no_items), cmocka_unit_test(test_exec_sched__failures),
         cmocka_unit_test(test_exec_sched__budget),
     };
     return cmocka_run_group_tests_name("exec_sched", tests, NULL, NULL);

@@ -1,0 +1,446 @@
+/* Orbax's merge of per-process OCDBT databases into the item's top-level database.
+ *
+ * Orbax (orbax/checkpoint/_src/serialization/ocdbt_utils.py, merge_ocdbt_per_process_files)
+ * opens every `ocdbt.process_<i>/` and copies its whole key range into the parent with
+ * TensorStore's experimental_copy_range_to, in one transaction. TensorStore copies the leaf
+ * entries, not the values: an out-of-line value stays in the child's data file and the parent
+ * refers to it through the base path "ocdbt.process_<i>/" (plus the child's own base path),
+ * inline values are copied into the parent's leaves, and the parent's nodes and manifest are
+ * new files of its own. Spec: docs/ocdbt-format.md §3.1, §9.
+ *
+ * Here: walk each child's latest version, collect (key, value or reference), sort by key
+ * (children in the order given), refuse a key two children hold with different values, and
+ * hand the entries to a fresh writer (ur_ocdbt_create + ur_ocdbt_writer_put_ref), which
+ * builds the B+tree exactly as for a single-process database. */
+#define _POSIX_C_SOURCE 200809L
+#include "kvstore_impl.h"
+#include "ocdbt_internal.h"
+
+#include "unroll/alloc.h"
+#include "unroll/fs.h"
+#include "unroll/ocdbt.h"
+#include "unroll/strmap.h"
+
+#include <dirent.h>
+#include <errno.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint8_t *key;
+    size_t klen;
+    size_t child;
+    size_t seq;
+    int indirect;
+    uint64_t len;
+    uint8_t *value; /* inline (owned) */
+    char *base;     /* indirect: "<child>/" + the child's base path (owned) */
+    char *rel;      /* indirect: relative path (owned) */
+    uint64_t offset;
+} mentry;
+
+typedef struct {
+    mentry *e;
+    size_t n, cap;
+    ur_buf prefix;
+    size_t child;
+    const char *child_name; /* "" when reading a database to resume it */
+    ur_strmap *files;       /* when set: every data file referred to (paths owned by `paths`) */
+    char **paths;
+    size_t n_paths, cap_paths;
+} collector;
+
+/* Record that `path` is referred to (resume: such files are kept). */
+static int note_file(collector *c, const char *path, ur_err *err)
+{
+    size_t len = strlen(path), ignored;
+    char *copy;
+    if (c->files == NULL || ur_strmap_get(c->files, path, len, &ignored) == 1) {
+        return UR_OK;
+    }
+    if (c->n_paths == c->cap_paths) {
+        size_t cap = c->cap_paths ? 2 * c->cap_paths : 16;
+        char **np = ur_realloc(c->paths, cap * sizeof *np);
+        if (np == NULL) {
+            return ur_err_oom(err);
+        }
+        c->paths = np;
+        c->cap_paths = cap;
+    }
+    copy = ur_strdup(path);
+    if (copy == NULL) {
+        return ur_err_oom(err);
+    }
+    c->paths[c->n_paths++] = copy;
+    return ur_strmap_put(c->files, copy, len, 0, NULL, err) < 0 ? UR_ENOMEM : UR_OK;
+}
+
+/* A new zeroed entry at the end, NULL when out of memory. */
+static mentry *push(collector *c)
+{
+    mentry *m;
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 256;
+        mentry *ne = ur_realloc(c->e, cap * sizeof *ne);
+        if (ne == NULL) {
+            return NULL;
+        }
+        c->e = ne;
+        c->cap = cap;
+    }
+    m = &c->e[c->n];
+    memset(m, 0, sizeof *m);
+    m->seq = c->n++;
+    return m;
+}
+
+static int add_leaf_entry(collector *c, const ur_ocdbt_btree_node *n,
+                          const ur_ocdbt_btree_entry *e, ur_err *err)
+{
+    mentry *m = push(c);
+    if (m == NULL) {
+        return ur_err_oom(err);
+    }
+    m->klen = c->prefix.len + e->key_len;
+    m->key = ur_malloc(m->klen ? m->klen : 1);
+    if (m->key == NULL) {
+        c->n--;
+        return ur_err_oom(err);
+    }
+    if (c->prefix.len > 0) {
+        memcpy(m->key, c->prefix.data, c->prefix.len);
+    }
+    if (e->key_len > 0) {
+        memcpy(m->key + c->prefix.len, n->keys + e->key_off, e->key_len);
+    }
+    m->child = c->child;
+    m->len = e->value_len;
+    m->indirect = e->indirect;
+    if (e->indirect) {
+        const ur_ocdbt_file_id *f = &n->table.f[e->ref.file];
+        size_t cl = strlen(c->child_name), sep = cl > 0 ? 1 : 0;
+        m->base = ur_malloc(cl + sep + f->base_len + 1);
+        m->rel = ur_strdup(f->path + f->base_len);
+        if (m->base == NULL || m->rel == NULL) {
+            return ur_err_oom(err);
+        }
+        memcpy(m->base, c->child_name, cl);
+        if (sep) {
+            m->base[cl] = '/';
+        }
+        memcpy(m->base + cl + sep, f->path, f->base_len);
+        m->base[cl + sep + f->base_len] = '\0';
+        m->offset = e->ref.offset;
+        if (note_file(c, f->path, err) < 0) {
+            return UR_ENOMEM;
+        }
+    } else if (e->value_len > 0) {
+        m->value = ur_malloc((size_t)e->value_len);
+        if (m->value == NULL) {
+            return ur_err_oom(err);
+        }
+        memcpy(m->value, n->body.data + e->value_off, (size_t)e->value_len);
+    }
+    return UR_OK;
+}
+
+static int walk(collector *c, ur_ocdbt_reader *r, const ur_ocdbt_file_id *file,
+                const ur_ocdbt_ref *ref, int height, ur_err *err)
+{
+    ur_ocdbt_cnode *cn = NULL;
+    const ur_ocdbt_btree_node *n;
+    size_t base = c->prefix.len;
+    int rc = note_file(c, file->path, err);
+
+    if (rc == UR_OK) {
+        rc = ur_ocdbt_read__btree_node(r, file, ref, height, &cn, err);
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    n = ur_ocdbt_read__node(cn);
+    for (size_t i = 0; i < n->n && rc == UR_OK; i++) {
+        const ur_ocdbt_btree_entry *e = &n->e[i];
+        if (n->height == 0) {
+            rc = add_leaf_entry(c, n, e, err);
+            continue;
+        }
+        rc = ur_buf_append(&c->prefix, n->keys + e->key_off, e->subtree_prefix_len, err);
+        if (rc == UR_OK) {
+            rc = walk(c, r, &n->table.f[e->ref.file], &e->ref, n->height - 1, err);
+        }
+        c->prefix.len = base;
+    }
+    ur_ocdbt_read__release(r, cn);
+    return rc;
+}
+
+/* Every entry of the latest version of the database in `path`. */
+static int collect_child(collector *c, const char *path, ur_kvstore **kv_out, ur_err *err)
+{
+    ur_kvstore *kv = NULL;
+    ur_ocdbt_reader *r;
+    const ur_ocdbt_manifest *m;
+    const ur_ocdbt_version *v;
+    int rc = ur_ocdbt_open(&kv, path, err);
+
+    if (rc < 0) {
+        return rc;
+    }
+    *kv_out = kv;
+    r = ur_ocdbt_read__from_kv(kv);
+    if (r == NULL) {
+        return ur_err_set(err, UR_ECORRUPT, "%s: not an OCDBT database", path);
+    }
+    m = ur_ocdbt_read__manifest(r);
+    if (m->n_versions == 0) {
+        return ur_err_set(err, UR_ECORRUPT, "%s: the database has no version", path);
+    }
+    v = &m->versions[m->n_versions - 1];
+    if (ur_ocdbt_ref_is_missing(&v->root)) {
+        return UR_OK; /* an empty share */
+    }
+    c->prefix.len = 0;
+    return walk(c, r, &m->table.f[v->root.file], &v->root, v->root_height, err);
+}
+
+static int cmp_mentry(const void *a, const void *b)
+{
+    const mentry *x = a, *y = b;
+    size_t m = x->klen < y->klen ? x->klen : y->klen;
+    int c = memcmp(x->key, y->key, m);
+    if (c != 0) {
+        return c;
+    }
+    if (x->klen != y->klen) {
+        return x->klen < y->klen ? -1 : 1;
+    }
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* The value of entry `e` (from child database kv). */
+static int value_of(ur_kvstore *kv, const mentry *e, ur_buf *out, ur_err *err)
+{
+    char *key;
+    int rc;
+    out->len = 0;
+    if (!e->indirect) {
+        return e->len > 0 ? ur_buf_append(out, e->value, (size_t)e->len, err) : UR_OK;
+    }
+    if (memchr(e->key, '\0', e->klen) != NULL) {
+        return ur_err_set(err, UR_EUNSUPPORTED, "a key holding a NUL byte is in two databases");
+    }
+    key = ur_strndup((const char *)e->key, e->klen);
+    if (key == NULL) {
+        return ur_err_oom(err);
+    }
+    rc = ur_kvstore_read(kv, key, out, err);
+    ur_free(key);
+    return rc;
+}
+
+/* Two children hold the key of a and b: the same value is kept once, else refused. */
+static int check_same(ur_kvstore **kvs, const mentry *a, const mentry *b,
+                      const char *const *children, ur_err *err)
+{
+    ur_buf va, vb;
+    int rc;
+    if (a->len != b->len) {
+        return ur_err_set(err, UR_EINVAL, "key '%.*s' has different values in %s and %s",
+                          (int)a->klen, (const char *)a->key, children[a->child],
+                          children[b->child]);
+    }
+    ur_buf_init(&va, 0);
+    ur_buf_init(&vb, 0);
+    rc = value_of(kvs[a->child], a, &va, err);
+    if (rc == UR_OK) {
+        rc = value_of(kvs[b->child], b, &vb, err);
+    }
+    if (rc == UR_OK && (va.len != vb.len || memcmp(va.data, vb.data, va.len) != 0)) {
+        rc = ur_err_set(err, UR_EINVAL, "key '%.*s' has different values in %s and %s",
+                        (int)a->klen, (const char *)a->key, children[a->child],
+                        children[b->child]);
+    }
+    ur_buf_dispose(&va);
+    ur_buf_dispose(&vb);
+    return rc;
+}
+
+static int put_entry(ur_kvstore *parent, const mentry *e, ur_err *err)
+{
+    char *key;
+    int rc;
+    if (e->indirect) {
+        return ur_ocdbt_writer_put_ref(parent, e->key, e->klen, e->base, e->rel, e->offset, e->len,
+                                       err);
+    }
+    if (memchr(e->key, '\0', e->klen) != NULL) {
+        return ur_err_set(err, UR_EUNSUPPORTED, "cannot merge a key holding a NUL byte");
+    }
+    key = ur_strndup((const char *)e->key, e->klen);
+    if (key == NULL) {
+        return ur_err_oom(err);
+    }
+    rc = ur_kvstore_write(parent, key, e->value, (size_t)e->len, err);
+    ur_free(key);
+    return rc;
+}
+
+int ur_ocdbt_merge(const char *dir, const char *const *children, size_t n_children,
+                   const ur_ocdbt_write_opts *opts, ur_err *err)
+{
+    collector c;
+    ur_kvstore **kvs = ur_calloc(n_children ? n_children : 1, sizeof *kvs);
+    ur_kvstore *parent = NULL;
+    int rc = kvs != NULL ? UR_OK : ur_err_oom(err);
+
+    memset(&c, 0, sizeof c);
+    ur_buf_init(&c.prefix, 0);
+    for (size_t i = 0; i < n_children && rc == UR_OK; i++) {
+        char *path = ur_path_join(dir, children[i]);
+        if (path == NULL) {
+            rc = ur_err_oom(err);
+            break;
+        }
+        c.child = i;
+        c.child_name = children[i];
+        rc = collect_child(&c, path, &kvs[i], err);
+        ur_free(path);
+    }
+    if (rc == UR_OK && c.n > 0) {
+        qsort(c.e, c.n, sizeof *c.e, cmp_mentry);
+    }
+    if (rc == UR_OK) {
+        rc = ur_ocdbt_create(&parent, dir, opts, err);
+    }
+    for (size_t i = 0; i < c.n && rc == UR_OK; i++) {
+        if (i > 0 && c.e[i].klen == c.e[i - 1].klen &&
+            memcmp(c.e[i].key, c.e[i - 1].key, c.e[i].klen) == 0) {
+            rc = check_same(kvs, &c.e[i - 1], &c.e[i], children, err);
+            continue; /* kept once: the first child's */
+        }
+        rc = put_entry(parent, &c.e[i], err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_kvstore_commit(parent, err);
+    }
+    if (rc < 0) {
+        ur_err_wrap(err, "merging the per-process databases of %s", dir);
+    }
+    ur_kvstore_close(parent);
+    for (size_t i = 0; i < c.n; i++) {
+        ur_free(c.e[i].key);
+        ur_free(c.e[i].value);
+        ur_free(c.e[i].base);
+        ur_free(c.e[i].rel);
+    }
+    ur_free(c.e);
+    ur_buf_dispose(&c.prefix);
+    for (size_t i = 0; kvs != NULL && i < n_children; i++) {
+        ur_kvstore_close(kvs[i]);
+    }
+    ur_free(kvs);
+    return rc;
+}
+
+static void collector_dispose(collector *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        ur_free(c->e[i].key);
+        ur_free(c->e[i].value);
+        ur_free(c->e[i].base);
+        ur_free(c->e[i].rel);
+    }
+    ur_free(c->e);
+    ur_buf_dispose(&c->prefix);
+    for (size_t i = 0; i < c->n_paths; i++) {
+        ur_free(c->paths[i]);
+    }
+    ur_free(c->paths);
+}
+
+/* Remove the files of dir/d/ that nothing in the database refers to. */
+static int remove_unreferenced(const char *dir, const ur_strmap *files, ur_err *err)
+{
+    char *d = ur_path_join(dir, "d");
+    DIR *dp;
+    struct dirent *e;
+    int rc = UR_OK;
+
+    if (d == NULL) {
+        return ur_err_oom(err);
+    }
+    dp = opendir(d);
+    if (dp == NULL) {
+        ur_free(d);
+        return errno == ENOENT ? UR_OK : ur_err_set_os(err, UR_EIO, errno, dir, "cannot list d/");
+    }
+    while ((e = readdir(dp)) != NULL && rc == UR_OK) {
+        char rel[300];
+        size_t ignored;
+        if (e->d_name[0] == '.') {
+            continue;
+        }
+        snprintf(rel, sizeof rel, "d/%s", e->d_name);
+        if (ur_strmap_get(files, rel, strlen(rel), &ignored) != 1) {
+            char *p = ur_path_join(d, e->d_name);
+            rc = p != NULL ? ur_fs_remove_tree(p, err) : ur_err_oom(err);
+            ur_free(p);
+        }
+    }
+    closedir(dp);
+    ur_free(d);
+    return rc;
+}
+
+int ur_ocdbt_resume(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts *opts,
+                    size_t *n_kept, ur_err *err)
+{
+    collector c;
+    ur_strmap files;
+    ur_kvstore *old = NULL, *w = NULL;
+    ur_ocdbt_write_opts o = *opts;
+    char *manifest = ur_path_join(dir, "manifest.ocdbt");
+    int rc = manifest != NULL ? UR_OK : ur_err_oom(err);
+
+    *n_kept = 0;
+    if (rc == UR_OK && !ur_fs_exists(manifest)) {
+        ur_free(manifest);
+        o.resume = 0;
+        return ur_ocdbt_create(out, dir, &o, err);
+    }
+    ur_free(manifest);
+    if (rc < 0) {
+        return rc;
+    }
+    memset(&c, 0, sizeof c);
+    ur_buf_init(&c.prefix, 0);
+    ur_strmap_init(&files);
+    c.child_name = "";
+    c.files = &files;
+    rc = collect_child(&c, dir, &old, err);
+    ur_kvstore_close(old);
+    if (rc == UR_OK) {
+        rc = remove_unreferenced(dir, &files, err);
+    }
+    if (rc == UR_OK) {
+        o.resume = 1;
+        rc = ur_ocdbt_create(&w, dir, &o, err);
+    }
+    for (size_t i = 0; i < c.n && rc == UR_OK; i++) {
+        rc = put_entry(w, &c.e[i], err);
+    }
+    if (rc == UR_OK) {
+        *n_kept = c.n;
+        *out = w;
+        w = NULL;
+    } else {
+        ur_err_wrap(err, "resuming the database in %s", dir);
+    }
+    ur_kvstore_close(w);
+    collector_dispose(&c);
+    ur_strmap_dispose(&files);
+    return rc;
+}
