@@ -33,8 +33,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <zstd.h>
@@ -174,8 +174,7 @@ static void *worker(void *arg)
         if (job->map) {
             uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start = r->offset / page * page;
             map_len = (size_t)(r->offset - start + r->length);
-            map = mmap(NULL, map_len, PROT_READ, MAP_PRIVATE | MAP_POPULATE, r->fd,
-                       (off_t)start);
+            map = mmap(NULL, map_len, PROT_READ, MAP_PRIVATE | MAP_POPULATE, r->fd, (off_t)start);
             if (map == MAP_FAILED) {
                 die("mmap");
             }
@@ -192,8 +191,8 @@ static void *worker(void *arg)
                 memset(dec, 0, r->inner_bytes); /* missing inner chunk: fill value 0 */
             } else {
                 if (off > r->length - index_bytes || len > r->length - index_bytes - off) {
-                    fprintf(stderr, "floor: row %zu: inner chunk %" PRIu64 " out of range\n",
-                            i, c);
+                    fprintf(stderr, "floor: row %zu: inner chunk %" PRIu64 " out of range\n", i,
+                            c);
                     atomic_store(&job->failed, 1);
                     break;
                 }
@@ -349,8 +348,7 @@ int main(int argc, char **argv)
     if (out_fd < 0) {
         die(argv[optind + 1]);
     }
-    struct job job = {.rows = rows, .nrows = nrows, .level = level, .out_fd = out_fd,
-                      .map = map};
+    struct job job = {.rows = rows, .nrows = nrows, .level = level, .out_fd = out_fd, .map = map};
     atomic_init(&job.next, 0);
     atomic_init(&job.out_offset, 0);
     atomic_init(&job.bytes_read, 0);
@@ -381,11 +379,11 @@ int main(int argc, char **argv)
                 total_out * 2);
         return 1;
     }
-    printf("{\"mapped_and_discarded\": %s, \"chunks\": %zu, \"threads\": %ld, \"zstd_level\": %d, \"bytes_read\": %" PRIu64
-           ", \"bytes_decoded\": %" PRIu64 ", \"bytes_written\": %" PRIu64
-           ", \"seconds\": %.3f}\n",
-           map ? "true" : "false", nrows, threads, level, (uint64_t)atomic_load(&job.bytes_read), dec,
-           (uint64_t)atomic_load(&job.bytes_written), dt);
+    printf("{\"mapped_and_discarded\": %s, \"chunks\": %zu, \"threads\": %ld, \"zstd_level\": %d, "
+           "\"bytes_read\": %" PRIu64 ", \"bytes_decoded\": %" PRIu64
+           ", \"bytes_written\": %" PRIu64 ", \"seconds\": %.3f}\n",
+           map ? "true" : "false", nrows, threads, level, (uint64_t)atomic_load(&job.bytes_read),
+           dec, (uint64_t)atomic_load(&job.bytes_written), dt);
     for (size_t i = 0; i < nfiles; i++) {
         close(files[i].fd);
         free(files[i].path);

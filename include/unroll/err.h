@@ -45,8 +45,8 @@ int ur_err_set_at(ur_err *err, ur_code code, uint64_t offset, const char *fmt, .
     __attribute__((format(printf, 4, 5)));
 
 /* As ur_err_set for a failed OS call: records errno and the path, and appends strerror. */
-int ur_err_set_os(ur_err *err, ur_code code, int os_errno, const char *where, const char *fmt,
-                  ...) __attribute__((format(printf, 5, 6)));
+int ur_err_set_os(ur_err *err, ur_code code, int os_errno, const char *where, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 /* Out of memory; never allocates. */
 int ur_err_oom(ur_err *err);

@@ -69,8 +69,7 @@ void ur_fs__beneath_force_fallback(int on);
 int ur_fs__beneath_has_openat2(void);
 /* Read exactly n bytes at offset from an open descriptor (pread loop). A short file is
  * UR_ECORRUPT ("truncated"); `path` names it in the error. */
-int ur_fs_pread_full(int fd, void *dst, size_t n, uint64_t offset, const char *path,
-                     ur_err *err);
+int ur_fs_pread_full(int fd, void *dst, size_t n, uint64_t offset, const char *path, ur_err *err);
 /* A read-only private mapping of bytes [offset, offset + n) of an open file: `data` points
  * at them (the page cache's own pages, populated up front: no copy, no fault per page). A
  * file shorter than offset + n is UR_ECORRUPT, as for ur_fs_pread_full. The mapping outlives

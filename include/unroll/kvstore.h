@@ -24,8 +24,8 @@ typedef struct ur_kvstore ur_kvstore;
 int ur_kvstore_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err);
 
 /* Read `len` bytes at `offset` of the value into dst. UR_ECORRUPT when the value is shorter. */
-int ur_kvstore_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len,
-                          void *dst, ur_err *err);
+int ur_kvstore_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len, void *dst,
+                          ur_err *err);
 
 /* The whole value of `key`, read-only: the bytes of its file mapped in place where the store
  * keeps large values in files (OCDBT data files, plain files; no copy into a buffer), else
@@ -92,11 +92,12 @@ void ur_kvstore_mem_fail_at(ur_kvstore *kv, unsigned fail_read_at, unsigned fail
 /* ---- Locations: one entry point for every store (src/kvstore/kvstore_url.c) ----
  *
  * A location is what a user writes where unroll takes a path:
- *   - a local path ("ckpt/items", "/abs/dir")            -> the file store (kvstore_file);
- *   - "s3://bucket[/prefix]"                              -> the S3 driver (src/kvstore/s3/);
- *   - "gs://bucket[/prefix]"                              -> the GCS driver (src/kvstore/gcs/),
- *     looked up in the scheme table of kvstore_url.c: a build without it says so (UR_EUNSUPPORTED);
- *   - any other "scheme://..." is refused (UR_EINVAL, exit 2), never taken as a local directory.
+ *   - a local path ("ckpt/items", "/abs/dir"): the file store (kvstore_file);
+ *   - "s3://bucket[/prefix]": the S3 driver (src/kvstore/s3/);
+ *   - "gs://bucket[/prefix]": the GCS driver (src/kvstore/gcs/);
+ *     both looked up in the scheme table of kvstore_url.c, where a build without the driver
+ *     says so (UR_EUNSUPPORTED);
+ *   - any other "scheme://..." is refused (UR_EINVAL, exit 2), never a local directory.
  * Keys of an object-store handle are relative to the prefix, as for a directory. */
 
 /* Kinds of location. */
@@ -116,8 +117,8 @@ int ur_kvstore_open_url(ur_kvstore **out, const char *location, int writable, ur
 
 /* The signature of an object-store driver's open function in the scheme table: `bucket` and
  * `prefix` ("" or without leading/trailing '/') split from the location. */
-typedef int (*ur_kvstore_remote_open_fn)(ur_kvstore **out, const char *bucket,
-                                         const char *prefix, int writable, ur_err *err);
+typedef int (*ur_kvstore_remote_open_fn)(ur_kvstore **out, const char *bucket, const char *prefix,
+                                         int writable, ur_err *err);
 
 /* Delete `key` (writers of object stores, the file store): removing an absent key is not an
  * error. UR_EINTERNAL where the store cannot delete. */

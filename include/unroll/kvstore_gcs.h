@@ -18,7 +18,7 @@
 #include <stddef.h>
 
 #define UR_GCS_SIMPLE_MAX ((size_t)8 << 20)  /* larger values use a resumable upload */
-#define UR_GCS_CHUNK      ((size_t)16 << 20) /* resumable upload piece, a 256 KiB multiple */
+#define UR_GCS_CHUNK ((size_t)16 << 20) /* resumable upload piece, a 256 KiB multiple */
 
 /* Write `key` only if no object has that name (ifGenerationMatch=0): UR_OK when written,
  * 1 when an object already exists (nothing written), < 0 on failure. */

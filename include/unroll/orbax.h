@@ -39,7 +39,8 @@ typedef struct ur_orbax_key {
 /* value_metadata.value_type. The EMPTY_* kinds and NONE are placeholders for empty nodes
  * (skip_deserialize true; no data is stored). */
 typedef enum {
-    UR_ORBAX_VALUE_UNKNOWN = 0, /* a type string this tool does not know (kept in value_type_name) */
+    UR_ORBAX_VALUE_UNKNOWN =
+        0, /* a type string this tool does not know (kept in value_type_name) */
     UR_ORBAX_VALUE_JAX_ARRAY,   /* "jax.Array" */
     UR_ORBAX_VALUE_NP_ARRAY,    /* "np.ndarray" */
     UR_ORBAX_VALUE_SCALAR,      /* "scalar": a 0-d array */

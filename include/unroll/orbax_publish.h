@@ -69,8 +69,7 @@ const char *ur_orbax_publish_dest(const ur_orbax_publish *p);
  * published (every move undone) and the result is UR_EINTERNAL "interrupted". Frees `p`
  * whatever the outcome: on failure the staging directory and every directory this run
  * created are removed, and the earlier units stay as they were. */
-int ur_orbax_publish_commit(ur_orbax_publish *p, const volatile sig_atomic_t *cancel,
-                            ur_err *err);
+int ur_orbax_publish_commit(ur_orbax_publish *p, const volatile sig_atomic_t *cancel, ur_err *err);
 
 /* Give up: remove the staging directory (if it is still ours), the directories this run
  * created and the lock file, release the lock. NULL-safe. */

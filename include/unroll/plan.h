@@ -71,12 +71,12 @@ typedef struct {
     int64_t inhomogeneous_layer_cycle_interval;
     int64_t first_num_hash_layers; /* deepseek4: unscanned layers before scanned_blocks */
     /* pipeline parallelism (raw config values; ur_plan_build derives as types.py does) */
-    int64_t ici_pipeline_parallelism;      /* 1 */
-    int64_t dcn_pipeline_parallelism;      /* 1 */
+    int64_t ici_pipeline_parallelism; /* 1 */
+    int64_t dcn_pipeline_parallelism; /* 1 */
     int64_t num_layers_per_pipeline_stage; /* 1 */
-    int64_t num_pipeline_repeats;          /* -1: pipeline_parallel_layers / (stages * lps) */
-    int64_t pipeline_parallel_layers;      /* -1: num_decoder_layers */
-    int scan_layers_per_stage;             /* false */
+    int64_t num_pipeline_repeats; /* -1: pipeline_parallel_layers / (stages * lps) */
+    int64_t pipeline_parallel_layers; /* -1: num_decoder_layers */
+    int scan_layers_per_stage; /* false */
 } ur_settings;
 
 /* Load `opts->config_path` with its base_config chain, the model file named by model_name
@@ -103,8 +103,8 @@ int ur_plan_config_get_float(const ur_config *cfg, const char *key, double *out,
 
 typedef enum {
     UR_PLAN_INPUT_FULL_STATE, /* load_full_state_path: a training state with opt_state */
-    UR_PLAN_INPUT_PARAMS,     /* load_parameters_path: a param-only checkpoint */
-    UR_PLAN_INPUT_LORA        /* one LoRA adapter under lora_input_adapters_path */
+    UR_PLAN_INPUT_PARAMS, /* load_parameters_path: a param-only checkpoint */
+    UR_PLAN_INPUT_LORA /* one LoRA adapter under lora_input_adapters_path */
 } ur_plan_input;
 
 /* One leaf of the input checkpoint. */
@@ -138,9 +138,9 @@ enum {
 };
 
 typedef enum {
-    UR_PLAN_DROP,     /* not in the output */
-    UR_PLAN_COPY,     /* out[0] = leaf (cast) */
-    UR_PLAN_UNSTACK,  /* out[i] = take(leaf, i, axis) (cast), i < n_out */
+    UR_PLAN_DROP, /* not in the output */
+    UR_PLAN_COPY, /* out[0] = leaf (cast) */
+    UR_PLAN_UNSTACK, /* out[i] = take(leaf, i, axis) (cast), i < n_out */
     UR_PLAN_REPLICATE /* an empty entry ({}, None) of a scanned group: the same entry in
                        * every layer. An array without a layer axis is an error instead. */
 } ur_plan_kind;
@@ -153,24 +153,24 @@ typedef struct {
 
 typedef struct {
     ur_plan_kind kind;
-    const char *why;    /* DROP: static reason ("opt_state", "step", "nnx_aux", "rng", ...) */
+    const char *why; /* DROP: static reason ("opt_state", "step", "nnx_aux", "rng", ...) */
     ur_dtype out_dtype; /* bfloat16 for float inputs, else the input dtype; UR_DT_INVALID
                          * for a placeholder leaf (written as the same empty entry) */
-    size_t axis;        /* UNSTACK: the layer axis (with n_axes > 1: axes[n_axes - 1]) */
+    size_t axis; /* UNSTACK: the layer axis (with n_axes > 1: axes[n_axes - 1]) */
     /* UNSTACK over several layer axes (pipeline stacks [repeats, stages, ...,
      * layers_per_stage, ...], nested scans): n_axes > 1 and axes[] increasing. out[] is then
      * indexed by the C-order linear index of (i_axes[0], ..., i_axes[n_axes-1]) and n_out is
      * the product of those axes' lengths. n_axes is 0 or 1 for a single layer axis. */
     size_t n_axes;
     size_t axes[UR_PLAN_MAX_LAYER_AXES];
-    int group;          /* UNSTACK/REPLICATE: index into ur_plan.groups, else -1 */
+    int group; /* UNSTACK/REPLICATE: index into ur_plan.groups, else -1 */
     size_t n_out;
     ur_plan_path *out; /* n_out output key paths */
 } ur_plan_action;
 
 typedef enum {
     UR_PLAN_EXTRA_ZERO_SCALAR, /* `step` = 0 */
-    UR_PLAN_EXTRA_EMPTY_DICT   /* `opt_state` = {} */
+    UR_PLAN_EXTRA_EMPTY_DICT /* `opt_state` = {} */
 } ur_plan_extra_kind;
 
 typedef struct {
@@ -179,11 +179,11 @@ typedef struct {
 } ur_plan_extra;
 
 typedef enum {
-    UR_PLAN_LAYOUT_LINEN,      /* params/params/... (+ step, opt_state, nnx_aux) */
+    UR_PLAN_LAYOUT_LINEN, /* params/params/... (+ step, opt_state, nnx_aux) */
     UR_PLAN_LAYOUT_NNX_LEGACY, /* model/.../value + optimizer/... */
     UR_PLAN_LAYOUT_NNX_PARAMS, /* .../value, optionally under base/ (NNX decode layout) */
     UR_PLAN_LAYOUT_LORA_LINEN, /* params/params/... adapter */
-    UR_PLAN_LAYOUT_LORA_NNX    /* params/... adapter (single-nested) */
+    UR_PLAN_LAYOUT_LORA_NNX /* params/... adapter (single-nested) */
 } ur_plan_layout;
 
 /* A scanned group decoder/<name>, as a layout family (src/plan/family_*.c) sets it up.
@@ -191,12 +191,12 @@ typedef enum {
  * decoder/<name>_<i>/R. Blocks of `cycle` = K sub-layers (decoder/<name>/layers_<j>/R or
  * .../layer_<j>/R): slice b of sub-layer j is decoder/<out_name>_<first_out + b*K + j>/R. */
 typedef struct {
-    const char *name;  /* "layers", "dense_layers", "moe_layers", "scanned_blocks" */
-    int64_t n_layers;  /* expected length of the layer axis (blocks when cycle > 1) */
-    size_t n_leaves;   /* leaves unstacked or replicated */
+    const char *name; /* "layers", "dense_layers", "moe_layers", "scanned_blocks" */
+    int64_t n_layers; /* expected length of the layer axis (blocks when cycle > 1) */
+    size_t n_leaves; /* leaves unstacked or replicated */
     size_t n_axis[UR_MAX_RANK]; /* how many leaves were sliced on each axis */
-    int present;       /* the input has decoder/<name> */
-    int64_t cycle;     /* sub-layers per block; 1: a plain group */
+    int present; /* the input has decoder/<name> */
+    int64_t cycle; /* sub-layers per block; 1: a plain group */
     int64_t first_out; /* global index of the first output layer (deepseek4 hash layers) */
     const char *out_name; /* output layer prefix ("layers" for a block group) */
 } ur_plan_group;
@@ -204,15 +204,15 @@ typedef struct {
 typedef struct {
     size_t leaves_in, leaves_kept, leaves_dropped;
     size_t leaves_copied, leaves_unstacked, leaves_replicated;
-    size_t leaves_out;   /* array leaves written (extras not counted) */
-    uint64_t bytes_in;   /* all input array leaves */
+    size_t leaves_out; /* array leaves written (extras not counted) */
+    uint64_t bytes_in; /* all input array leaves */
     uint64_t bytes_read; /* kept input leaves */
-    uint64_t bytes_out;  /* output array leaves */
+    uint64_t bytes_out; /* output array leaves */
 } ur_plan_summary;
 
 typedef struct {
     ur_plan_layout layout;
-    int unrolled;   /* scan_layers && force_unroll */
+    int unrolled; /* scan_layers && force_unroll */
     int nnx_output; /* NNX decode layout ({value} leaves, no params wrapper) */
     size_t n_actions;
     ur_plan_action *actions; /* one per input leaf, in input order */

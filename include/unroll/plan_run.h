@@ -34,19 +34,18 @@
 typedef struct ur_run_opts {
     ur_config_opts config;       /* the config and its overrides, loaded by the run */
     int dry_run;                 /* build and report the plans, check the destination, write
-                                  * nothing */
+                  * nothing */
     int replace;                 /* an object-store destination's objects are deleted first
-                                  * (without it, a destination holding objects is refused) */
+                  * (without it, a destination holding objects is refused) */
     int threads;                 /* ur_exec_opts.threads (0: one per core; 16 when reading
-                                  * from an object store) */
+                  * from an object store) */
     uint64_t memory_limit;       /* ur_exec_opts.memory_limit */
     /* When set and *cancel becomes nonzero, the run stops at its next chunk or unit, removes
      * what it staged, publishes nothing and fails with "interrupted". */
     const volatile sig_atomic_t *cancel;
     /* Dry run: called with each plan, the base's ("base") first, then each adapter's
      * ("lora <id>"); `leaves` are the plan's input leaves, index for index. */
-    void (*on_plan)(void *ctx, const char *what, const ur_plan *plan,
-                    const ur_plan_leaf *leaves);
+    void (*on_plan)(void *ctx, const char *what, const ur_plan *plan, const ur_plan_leaf *leaves);
     /* Called as each unit's conversion starts, then as its chunks are written (`progress`
      * as ur_exec_opts.progress). */
     void (*on_begin)(void *ctx, const char *what);

@@ -67,13 +67,13 @@ typedef struct {
 } ur_verify_opts;
 
 typedef struct {
-    size_t leaves_out;       /* output leaves seen */
-    size_t leaves_in;        /* input leaves that must appear in the output */
-    size_t arrays_compared;  /* output arrays whose values were compared */
-    uint64_t elements;       /* elements compared */
-    uint64_t elements_bad;   /* elements that differ */
-    size_t n_issues_total;   /* every issue found */
-    size_t n_issues;         /* kept (first ones) */
+    size_t leaves_out; /* output leaves seen */
+    size_t leaves_in; /* input leaves that must appear in the output */
+    size_t arrays_compared; /* output arrays whose values were compared */
+    uint64_t elements; /* elements compared */
+    uint64_t elements_bad; /* elements that differ */
+    size_t n_issues_total; /* every issue found */
+    size_t n_issues; /* kept (first ones) */
     ur_verify_issue *issues; /* owned; ur_plan_verify_report_dispose */
 } ur_verify_report;
 

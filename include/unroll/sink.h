@@ -51,8 +51,7 @@ typedef struct ur_sink_ops {
                        ur_err *err);
     /* Thread-safe: the stored form of one chunk (raw: C order, chunk_shape, dtype), appended
      * to *out. */
-    int (*encode_chunk)(void *self, ur_sink_array *a, const void *raw, ur_buf *out,
-                        ur_err *err);
+    int (*encode_chunk)(void *self, ur_sink_array *a, const void *raw, ur_buf *out, ur_err *err);
     /* Ordered: store chunk idx (grid index, rank entries) as encoded. */
     int (*write_chunk)(void *self, ur_sink_array *a, const uint64_t *idx, const void *enc,
                        size_t len, ur_err *err);

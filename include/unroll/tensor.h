@@ -43,8 +43,8 @@ typedef struct ur_tensor_view {
 /* Fill *out with a dense C-order (row-major) view of `data`. Fails with UR_EINVAL (out
  * untouched) on a bad dtype or rank, or when the element count, byte size or a stride would
  * overflow. */
-int ur_tensor_view_init_dense(ur_tensor_view *out, ur_dtype dtype, int rank,
-                              const uint64_t *shape, void *data, ur_err *err);
+int ur_tensor_view_init_dense(ur_tensor_view *out, ur_dtype dtype, int rank, const uint64_t *shape,
+                              void *data, ur_err *err);
 
 /* Element count of the view (product of the shape; 1 for rank 0). UR_EINVAL on overflow or a
  * bad rank. */

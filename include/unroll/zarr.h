@@ -147,8 +147,8 @@ typedef struct ur_zarr_chunk_stream ur_zarr_chunk_stream;
 /* Open chunk `idx` (grid index, rank entries) for sequential reading. Errors as read_chunk:
  * UR_EINVAL (index outside the grid), UR_ECORRUPT (also: chunk missing and fill_missing
  * off) / UR_EIO naming the array and chunk key, UR_ENOMEM. */
-int ur_zarr_chunk_stream_open(ur_zarr_chunk_stream **out, ur_zarr_array *arr,
-                              const uint64_t *idx, ur_err *err);
+int ur_zarr_chunk_stream_open(ur_zarr_chunk_stream **out, ur_zarr_array *arr, const uint64_t *idx,
+                              ur_err *err);
 
 /* Copy the next n decoded bytes into dst; n must not exceed ur_zarr_chunk_stream_remaining
  * (UR_EINVAL). UR_ECORRUPT, naming the array and chunk key, when the stored data ends

@@ -169,8 +169,7 @@ static int default_scan_axis(const ur_orbax_leaf *l)
 {
     static const char *const stage[] = {"stage"};
     static const ur_axis_rule rules[] = {{"layers", stage, 1}};
-    static const char *const groups[] = {"layers", "dense_layers", "moe_layers",
-                                         "scanned_blocks"};
+    static const char *const groups[] = {"layers", "dense_layers", "moe_layers", "scanned_blocks"};
     ur_settings s;
     ur_plan_leaf p;
     int in_group = 0;
@@ -259,8 +258,8 @@ static int inspect_leaf(ur_orbax_ckpt *ck, const ur_orbax_leaf *l, int hash, cJS
     cJSON *kt = cJSON_AddArrayToObject(o, "key_types");
     for (size_t k = 0; k < l->depth; k++) {
         cJSON_AddItemToArray(keys, cJSON_CreateString(l->path[k].key));
-        cJSON_AddItemToArray(kt, cJSON_CreateString(
-                                     l->path[k].type == UR_ORBAX_KEY_SEQUENCE ? "seq" : "dict"));
+        cJSON_AddItemToArray(
+            kt, cJSON_CreateString(l->path[k].type == UR_ORBAX_KEY_SEQUENCE ? "seq" : "dict"));
     }
     cJSON_AddStringToObject(o, "value_type", l->value_type_name);
     cJSON_AddBoolToObject(o, "skip_deserialize", l->skip_deserialize);
@@ -337,8 +336,7 @@ int cli_cmd_inspect(int argc, char **argv)
         cJSON_AddBoolToObject(root, "has_sharding_file", ur_orbax_ckpt_has_sharding_file(ck));
         cJSON_AddBoolToObject(root, "has_metadata_file", ur_orbax_ckpt_has_metadata_file(ck));
         const char *cm = ur_orbax_ckpt_custom_metadata(ck);
-        cJSON_AddItemToObject(root, "custom_metadata",
-                              cm ? cJSON_Parse(cm) : cJSON_CreateNull());
+        cJSON_AddItemToObject(root, "custom_metadata", cm ? cJSON_Parse(cm) : cJSON_CreateNull());
         list = cJSON_AddArrayToObject(root, "leaves");
     } else {
         printf("%s  (%s, zarr%d)\n", ur_orbax_ckpt_item_dir(ck),

@@ -330,7 +330,8 @@ static void print_plan(void *ctx, const char *what, const ur_plan *plan,
            plan->summary.leaves_copied, plan->summary.leaves_unstacked,
            plan->summary.leaves_replicated, plan->summary.leaves_out);
     printf("%s: bytes in %llu (read %llu), bytes out %llu\n", what,
-           (unsigned long long)plan->summary.bytes_in, (unsigned long long)plan->summary.bytes_read,
+           (unsigned long long)plan->summary.bytes_in,
+           (unsigned long long)plan->summary.bytes_read,
            (unsigned long long)plan->summary.bytes_out);
     for (size_t i = 0; i < plan->n_actions; i++) {
         const ur_plan_action *act = &plan->actions[i];
@@ -399,8 +400,7 @@ static int run(const unroll_args *args, ur_err *err)
                 "%.2f s, %d threads\n",
                 rep.dest, rep.total.tensors_out, rep.total.tensors_in,
                 (double)rep.total.bytes_in / 1073741824.0,
-                (double)rep.total.bytes_out / 1073741824.0, seconds_since(&t0),
-                rep.total.threads);
+                (double)rep.total.bytes_out / 1073741824.0, seconds_since(&t0), rep.total.threads);
     }
     ur_plan_run_report_dispose(&rep);
     return rc;
@@ -421,10 +421,12 @@ int cli_cmd_unroll(int argc, char **argv)
         status = run(&args, &err) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
         if (status != CLI_EXIT_OK && interrupted) {
             /* whatever failed after the signal failed because of it */
-            fprintf(stderr, "unroll: interrupted by %s: nothing published, the destination "
-                            "is as it was\n",
-                    interrupted == SIGINT ? "SIGINT" : interrupted == SIGTERM ? "SIGTERM"
-                                                                              : "SIGHUP");
+            fprintf(stderr,
+                    "unroll: interrupted by %s: nothing published, the destination "
+                    "is as it was\n",
+                    interrupted == SIGINT    ? "SIGINT"
+                    : interrupted == SIGTERM ? "SIGTERM"
+                                             : "SIGHUP");
             status = 128 + interrupted;
         } else if (status != CLI_EXIT_OK) {
             status = cli_fail(&err);

@@ -1,8 +1,8 @@
 /* Dispatch through the vtable; each entry names the store in errors that lack a path. */
 #include "kvstore_impl.h"
 
-#include "unroll/fs.h"
 #include "unroll/alloc.h"
+#include "unroll/fs.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -17,8 +17,8 @@ int ur_kvstore_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
     return kv->ops->read ? kv->ops->read(kv, key, out, err) : unsupported(kv, "read", err);
 }
 
-int ur_kvstore_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len,
-                          void *dst, ur_err *err)
+int ur_kvstore_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len, void *dst,
+                          ur_err *err)
 {
     return kv->ops->read_range ? kv->ops->read_range(kv, key, offset, len, dst, err)
                                : unsupported(kv, "read_range", err);

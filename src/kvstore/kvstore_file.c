@@ -11,9 +11,9 @@
 #include "unroll/fs.h"
 
 #include <dirent.h>
-#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,8 +180,7 @@ static void f_prefetch_range(ur_kvstore *kv, const char *key, uint64_t offset, s
 }
 
 /* A large file is mapped; a small one is read. */
-static int f_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvstore_view *v,
-                  ur_err *err)
+static int f_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvstore_view *v, ur_err *err)
 {
     char *path = NULL;
     struct stat st;
@@ -486,8 +485,8 @@ static void f_close(ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops file_ops = {
-    "file", f_read, f_read_range, f_view, f_size, f_list, f_write, f_commit, f_close, f_prefetch,
-    f_delete, f_view_range, f_prefetch_range,
+    "file",   f_read,  f_read_range, f_view,   f_size,       f_list,           f_write,
+    f_commit, f_close, f_prefetch,   f_delete, f_view_range, f_prefetch_range,
 };
 
 int ur_kvstore_file_open(ur_kvstore **out, const char *root, int writable, ur_err *err)

@@ -13,8 +13,7 @@ typedef struct ur_kvstore_ops {
     /* optional: map the value when it is large (else ur_kvstore__view_by_read) */
     int (*view)(ur_kvstore *kv, const char *key, size_t limit, ur_kvstore_view *v, ur_err *err);
     int (*size)(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err);
-    int (*list)(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, void *ctx,
-                ur_err *err);
+    int (*list)(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, void *ctx, ur_err *err);
     int (*write)(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err);
     int (*commit)(ur_kvstore *kv, ur_err *err);
     void (*close)(ur_kvstore *kv);

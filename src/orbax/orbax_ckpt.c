@@ -130,8 +130,9 @@ static int consider_item(void *ctx, const char *name)
         return 0;
     }
     if (st->found != NULL) {
-        int rc = ur_err_set(st->err, UR_EINVAL, "%s: several items (%s, %s): give the item directory",
-                            st->dir, st->found, sub);
+        int rc = ur_err_set(st->err, UR_EINVAL,
+                            "%s: several items (%s, %s): give the item directory", st->dir,
+                            st->found, sub);
         ur_free(sub);
         return rc;
     }
@@ -304,7 +305,8 @@ static int check_item_finalized(const ur_orbax_ckpt *ck, ur_err *err)
 {
     size_t n_db = count_process_dbs(&ck->loc, ck->item_dir);
     /* use_ocdbt true, or null (Orbax then looks for manifest.ocdbt) */
-    if (ck->meta->use_ocdbt != 0 && n_db > 0 && !has_file(&ck->loc, ck->item_dir, "manifest.ocdbt")) {
+    if (ck->meta->use_ocdbt != 0 && n_db > 0 &&
+        !has_file(&ck->loc, ck->item_dir, "manifest.ocdbt")) {
         return ur_err_set(err, UR_ECORRUPT,
                           "%s: unfinished Orbax save: no manifest.ocdbt (the %zu ocdbt.process_* "
                           "databases were never merged)",
@@ -386,8 +388,7 @@ static int attach_array_meta(ur_orbax_ckpt *ck, ur_err *err)
     ur_strmap_init(&by_name);
     for (size_t j = 0; j < ck->n_leaves && rc >= 0; j++) {
         /* a later put never replaces: the first leaf of a name wins, as in a scan */
-        rc = ur_strmap_put(&by_name, ck->leaves[j].name, strlen(ck->leaves[j].name), j, NULL,
-                           err);
+        rc = ur_strmap_put(&by_name, ck->leaves[j].name, strlen(ck->leaves[j].name), j, NULL, err);
     }
     for (size_t i = 0; rc >= 0 && i < ck->array_meta->n; i++) {
         const ur_orbax_array_meta *am = &ck->array_meta->items[i];
@@ -568,8 +569,7 @@ static void *parse_side(void *arg)
         ur_buf_reset(&b);
         rc = read_optional(p->loc, &b, p->item_dir, "array_metadatas/process_0", &p->err);
         if (rc == UR_OK) {
-            rc = ur_orbax_array_meta_parse(&p->array_meta, (const char *)b.data, b.len,
-                                           &p->err);
+            rc = ur_orbax_array_meta_parse(&p->array_meta, (const char *)b.data, b.len, &p->err);
         } else if (rc == UR_ENOTFOUND) {
             rc = UR_OK;
         }

@@ -17,8 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int get_timestamp(const cJSON *root, const char *key, int *has, int64_t *out,
-                         ur_err *err)
+static int get_timestamp(const cJSON *root, const char *key, int *has, int64_t *out, ur_err *err)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
     *has = 0;
@@ -268,14 +267,14 @@ out:
     return rc;
 }
 
-int ur_orbax_array_meta_emit(ur_buf *out, const ur_orbax_array_meta *items, size_t n,
-                             ur_err *err)
+int ur_orbax_array_meta_emit(ur_buf *out, const ur_orbax_array_meta *items, size_t n, ur_err *err)
 {
     int rc = ur_buf_append_str(out, "{\"array_metadatas\": [", err);
     for (size_t i = 0; rc == UR_OK && i < n; i++) {
         const ur_orbax_array_meta *am = &items[i];
-        rc = ur_buf_append_str(out, i == 0 ? "{\"array_metadata\": {\"param_name\": "
-                                           : ", {\"array_metadata\": {\"param_name\": ",
+        rc = ur_buf_append_str(out,
+                               i == 0 ? "{\"array_metadata\": {\"param_name\": "
+                                      : ", {\"array_metadata\": {\"param_name\": ",
                                err);
         if (rc == UR_OK) {
             rc = ur_orbax__json_put_str(out, am->param_name, err);

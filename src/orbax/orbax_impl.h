@@ -49,8 +49,8 @@ size_t ur_orbax__loc_count_prefixed(const ur_orbax_loc *l, const char *dir, cons
 int ur_orbax__loc_list_dirs(const ur_orbax_loc *l, const char *dir, ur_orbax_loc_name_fn fn,
                             void *ctx, ur_err *err);
 /* The array store of item directory `dir`: OCDBT or plain. */
-int ur_orbax__loc_open_store(const ur_orbax_loc *l, ur_kvstore **out, const char *dir,
-                             int ocdbt, ur_err *err);
+int ur_orbax__loc_open_store(const ur_orbax_loc *l, ur_kvstore **out, const char *dir, int ocdbt,
+                             ur_err *err);
 
 /* ---- orbax_json.c ----------------------------------------------------------------------- */
 
@@ -135,8 +135,7 @@ int ur_orbax_sharding_value_emit(ur_buf *out, const ur_orbax_sharding *s, ur_err
 int ur_orbax_sharding_emit(ur_buf *out, const char *const *names,
                            const ur_orbax_sharding *shardings, size_t n, ur_err *err);
 /* Borrowed entry, NULL when absent. */
-const ur_orbax_sharding *ur_orbax_sharding_find(const ur_orbax_sharding_map *m,
-                                                const char *name);
+const ur_orbax_sharding *ur_orbax_sharding_find(const ur_orbax_sharding_map *m, const char *name);
 void ur_orbax_sharding_map_free(ur_orbax_sharding_map *m);
 
 /* ---- orbax_ckpt_meta.c: _CHECKPOINT_METADATA, array_metadatas, _strings.json ------------ */
@@ -169,8 +168,7 @@ typedef struct ur_orbax_array_meta_list {
 
 int ur_orbax_array_meta_parse(ur_orbax_array_meta_list **out, const char *json, size_t len,
                               ur_err *err);
-int ur_orbax_array_meta_emit(ur_buf *out, const ur_orbax_array_meta *items, size_t n,
-                             ur_err *err);
+int ur_orbax_array_meta_emit(ur_buf *out, const ur_orbax_array_meta *items, size_t n, ur_err *err);
 void ur_orbax_array_meta_free(ur_orbax_array_meta_list *l);
 
 /* Parse a JSON list of non-negative integers (a shape) into dims; UR_ECORRUPT otherwise. */

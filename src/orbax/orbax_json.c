@@ -166,9 +166,8 @@ int ur_orbax__json_put_str(ur_buf *b, const char *s, ur_err *err)
                 }
                 cp = (cp << 6) | (*p & 0x3fu);
             }
-            if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) ||
-                (extra == 1 && cp < 0x80) || (extra == 2 && cp < 0x800) ||
-                (extra == 3 && cp < 0x10000)) {
+            if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) || (extra == 1 && cp < 0x80) ||
+                (extra == 2 && cp < 0x800) || (extra == 3 && cp < 0x10000)) {
                 return ur_err_set(err, UR_EINVAL, "invalid UTF-8 in string");
             }
             if (cp >= 0x10000) {
@@ -218,8 +217,7 @@ char *ur_orbax__json_print(ur_orbax_arena *a, const cJSON *v)
     return copy;
 }
 
-int ur_orbax__parse_shape(const cJSON *v, uint64_t *dims, int *rank, const char *what,
-                          ur_err *err)
+int ur_orbax__parse_shape(const cJSON *v, uint64_t *dims, int *rank, const char *what, ur_err *err)
 {
     if (!cJSON_IsArray(v)) {
         return ur_err_set(err, UR_ECORRUPT, "%s: expected a list of integers", what);
@@ -234,8 +232,8 @@ int ur_orbax__parse_shape(const cJSON *v, uint64_t *dims, int *rank, const char 
     {
         int64_t d;
         if (ur_orbax__json_int(e, 0, (int64_t)UR_ORBAX_MAX_DIM, &d) != 0) {
-            return ur_err_set(err, UR_ECORRUPT,
-                              "%s: dimension %d is not an integer in [0, 2^62]", what, i);
+            return ur_err_set(err, UR_ECORRUPT, "%s: dimension %d is not an integer in [0, 2^62]",
+                              what, i);
         }
         dims[i++] = (uint64_t)d;
     }

@@ -160,12 +160,12 @@ int ur_orbax__loc_exists(const ur_orbax_loc *l, const char *dir, const char *nam
         const char *k = key_of(l, path);
         uint64_t size;
         int rc = k != NULL && k[0] != '\0' ? ur_kvstore_size(l->root, k, &size, NULL)
-                                            : UR_ENOTFOUND;
+                                           : UR_ENOTFOUND;
         if (rc != UR_ENOTFOUND) {
             loc_failed(l, rc);
         }
-        yes = rc == UR_OK || (k != NULL && k[0] != '\0' && rc == UR_ENOTFOUND &&
-                              has_children(l, k));
+        yes = rc == UR_OK ||
+              (k != NULL && k[0] != '\0' && rc == UR_ENOTFOUND && has_children(l, k));
     }
     ur_free(path);
     return yes;
@@ -310,8 +310,8 @@ int ur_orbax__loc_list_dirs(const ur_orbax_loc *l, const char *dir, ur_orbax_loc
     return list_names(l, dir, "", 1, fn, ctx, &n, err);
 }
 
-int ur_orbax__loc_open_store(const ur_orbax_loc *l, ur_kvstore **out, const char *dir,
-                             int ocdbt, ur_err *err)
+int ur_orbax__loc_open_store(const ur_orbax_loc *l, ur_kvstore **out, const char *dir, int ocdbt,
+                             ur_err *err)
 {
     ur_kvstore *base = NULL;
     int rc;

@@ -330,7 +330,8 @@ int ur_orbax_meta_emit(ur_buf *out, const ur_orbax_meta *m, ur_err *err)
         rc = ur_buf_append_str(out, "}, \"use_ocdbt\": ", err);
     }
     if (rc == UR_OK) {
-        rc = m->use_ocdbt < 0 ? ur_buf_append_str(out, "null", err) : put_bool(out, m->use_ocdbt, err);
+        rc = m->use_ocdbt < 0 ? ur_buf_append_str(out, "null", err)
+                              : put_bool(out, m->use_ocdbt, err);
     }
     if (rc == UR_OK) {
         rc = ur_buf_append_str(out, ", \"use_zarr3\": ", err);

@@ -215,8 +215,8 @@ static int check_rel(const char *rel, ur_err *err)
 }
 
 /* Canonical paths of C, its units, lock, staging and the inputs; then the overlap rules. */
-static int resolve(ur_orbax_publish *p, const char *dest, const char *const *units,
-                   size_t n_units, const char *const *inputs, size_t n_inputs, ur_err *err)
+static int resolve(ur_orbax_publish *p, const char *dest, const char *const *units, size_t n_units,
+                   const char *const *inputs, size_t n_inputs, ur_err *err)
 {
     const char *name;
     char *slash;
@@ -271,8 +271,7 @@ static int resolve(ur_orbax_publish *p, const char *dest, const char *const *uni
         if (u->aside == NULL) {
             return ur_err_oom(err);
         }
-        snprintf(u->aside, strlen(u->staged) + sizeof ASIDE_SUFFIX, "%s" ASIDE_SUFFIX,
-                 u->staged);
+        snprintf(u->aside, strlen(u->staged) + sizeof ASIDE_SUFFIX, "%s" ASIDE_SUFFIX, u->staged);
     }
 
     for (size_t j = 0; j < p->n_inputs; j++) {
@@ -510,8 +509,7 @@ static void remove_stale_staging(const ur_orbax_publish *p)
 }
 
 int ur_orbax_publish_begin(ur_orbax_publish **out, const char *dest, const char *const *units,
-                           size_t n_units, const char *const *inputs, size_t n_inputs,
-                           ur_err *err)
+                           size_t n_units, const char *const *inputs, size_t n_inputs, ur_err *err)
 {
     ur_orbax_publish *p = ur_calloc(1, sizeof *p);
     struct stat st;
@@ -670,8 +668,8 @@ static int check_final(const unit *u, ur_err *err)
         return errno == ENOENT ? UR_OK
                                : ur_err_set_os(err, UR_EIO, errno, u->final, "cannot stat");
     }
-    if (lstat(u->staged, &a) == 0 && (S_ISDIR(a.st_mode) ? S_ISDIR(b.st_mode)
-                                                         : S_ISREG(b.st_mode))) {
+    if (lstat(u->staged, &a) == 0 &&
+        (S_ISDIR(a.st_mode) ? S_ISDIR(b.st_mode) : S_ISREG(b.st_mode))) {
         return UR_OK;
     }
     return ur_err_set_os(err, UR_EIO, 0, u->final,
@@ -746,8 +744,7 @@ static int make_final_parent(unit *u, ur_err *err)
     return rc;
 }
 
-int ur_orbax_publish_commit(ur_orbax_publish *p, const volatile sig_atomic_t *cancel,
-                            ur_err *err)
+int ur_orbax_publish_commit(ur_orbax_publish *p, const volatile sig_atomic_t *cancel, ur_err *err)
 {
     size_t moved_n = 0;
     int rc = UR_OK;

@@ -137,8 +137,7 @@ static int parse_named(ur_orbax_sharding *s, ur_orbax_arena *a, const cJSON *roo
     s->mesh_rank = rank;
     int srank = cJSON_GetArraySize(spec);
     if (srank > UR_MAX_RANK) {
-        return ur_err_set(err, UR_ECORRUPT, "NamedSharding: partition_spec has %d entries",
-                          srank);
+        return ur_err_set(err, UR_ECORRUPT, "NamedSharding: partition_spec has %d entries", srank);
     }
     const char **sp = ur_orbax__arena_alloc(a, (size_t)(srank ? srank : 1) * sizeof(*sp));
     if (sp == NULL) {
@@ -240,8 +239,10 @@ int ur_orbax_sharding_value_emit(ur_buf *out, const ur_orbax_sharding *s, ur_err
 {
     int rc;
     if (s->kind == UR_ORBAX_SHARDING_SINGLE_DEVICE) {
-        rc = ur_buf_append_str(out, "{\"sharding_type\": \"SingleDeviceSharding\", "
-                                    "\"device_str\": ", err);
+        rc = ur_buf_append_str(out,
+                               "{\"sharding_type\": \"SingleDeviceSharding\", "
+                               "\"device_str\": ",
+                               err);
         if (rc == UR_OK) {
             rc = ur_orbax__json_put_str(out, s->device_str != NULL ? s->device_str : "", err);
         }
@@ -337,8 +338,7 @@ int ur_orbax_sharding_emit(ur_buf *out, const char *const *names,
     return rc;
 }
 
-int ur_orbax_sharding_parse(ur_orbax_sharding_map **out, const char *json, size_t len,
-                            ur_err *err)
+int ur_orbax_sharding_parse(ur_orbax_sharding_map **out, const char *json, size_t len, ur_err *err)
 {
     cJSON *root = NULL;
     ur_buf name;

@@ -234,17 +234,21 @@ static char *progress_path(const ur_orbax_share *s)
 /* The saved resume point, 0 when none (or unreadable: the share is then redone). */
 static uint64_t saved_progress(const ur_orbax_share *s)
 {
-    char *p = progress_path(s), *db = ur_path_joinf(s->items, "ocdbt.process_%d/manifest.ocdbt",
-                                                      s->index);
+    char *p = progress_path(s),
+         *db = ur_path_joinf(s->items, "ocdbt.process_%d/manifest.ocdbt", s->index);
     uint64_t v = 0;
     ur_buf b;
     ur_err ignored;
     ur_buf_init(&b, 0);
     if (p != NULL && db != NULL && ur_fs_exists(db) &&
-        ur_fs_read_file(&b, p, 256, &ignored) == UR_OK && ur_buf_append(&b, "", 1, &ignored) == UR_OK) {
-        unsigned long long n;
-        if (sscanf((const char *)b.data, "next_item %llu", &n) == 1) {
-            v = n;
+        ur_fs_read_file(&b, p, 256, &ignored) == UR_OK &&
+        ur_buf_append(&b, "", 1, &ignored) == UR_OK) {
+        const char *t = (const char *)b.data;
+        if (strncmp(t, "next_item ", 10) == 0 && t[10] >= '0' && t[10] <= '9') {
+            char *end;
+            errno = 0;
+            unsigned long long n = strtoull(t + 10, &end, 10);
+            v = errno == 0 && (*end == '\0' || *end == '\n') ? n : 0;
         }
     }
     ur_buf_dispose(&b);
@@ -267,8 +271,7 @@ static int lock_share(ur_orbax_share *s, ur_err *err)
         rc = ur_err_set_os(err, UR_EIO, errno, p, "cannot open");
     } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         close(fd);
-        rc = ur_err_set(err, UR_EIO, "%s: share %d is being run by another process", p,
-                        s->index);
+        rc = ur_err_set(err, UR_EIO, "%s: share %d is being run by another process", p, s->index);
     } else {
         s->share_fd = fd;
     }
@@ -302,8 +305,8 @@ int ur_orbax_share_begin(ur_orbax_share *s, const char **meta_dir, uint64_t *res
 
 int ur_orbax_share_save_progress(ur_orbax_share *s, uint64_t next_item, ur_err *err)
 {
-    char *p = progress_path(s), *tmp = ur_path_joinf(s->staging, "shares/%d.progress.tmp",
-                                                      s->index);
+    char *p = progress_path(s),
+         *tmp = ur_path_joinf(s->staging, "shares/%d.progress.tmp", s->index);
     char text[64];
     int rc = p != NULL && tmp != NULL ? UR_OK : ur_err_oom(err);
     snprintf(text, sizeof text, "next_item %llu\n", (unsigned long long)next_item);
@@ -415,7 +418,7 @@ static int same_metadata(const ur_orbax_share *s, const char *name, ur_buf *firs
                          ur_err *err)
 {
     ur_buf other;
-    int rc = read_share_file(s, 0, name, first, present, err), has;
+    int rc = read_share_file(s, 0, name, first, present, err), has = 0;
     ur_buf_init(&other, 0);
     for (int i = 1; i < s->count && rc == UR_OK; i++) {
         rc = read_share_file(s, i, name, &other, &has, err);
@@ -442,9 +445,9 @@ static int write_in(const char *dir, const char *name, const void *p, size_t n, 
 /* What an earlier finisher that died may have left in the step. */
 static int clear_finish(const ur_orbax_share *s, ur_err *err)
 {
-    static const char *const item_files[] = {"manifest.ocdbt", "manifest.ocdbt.partial", "d",
-                                             "_METADATA", "_sharding", "array_metadatas",
-                                             "commit_success.txt"};
+    static const char *const item_files[] = {
+        "manifest.ocdbt",  "manifest.ocdbt.partial", "d", "_METADATA", "_sharding",
+        "array_metadatas", "commit_success.txt"};
     static const char *const step_files[] = {"_CHECKPOINT_METADATA", "commit_success.txt"};
     int rc = UR_OK;
     for (size_t i = 0; i < sizeof item_files / sizeof *item_files && rc == UR_OK; i++) {
@@ -730,10 +733,8 @@ static int open_staged(ur_orbax_share **out, const char *path, ur_err *err)
         count = line_value((const char *)run.data, "processes");
         s->input = line_value((const char *)run.data, "input");
         c = count != NULL ? strtol(count, &end, 10) : 0;
-        if (s->input == NULL || count == NULL || *end != '\0' || c < 1 ||
-            c > UR_ORBAX_SHARE_MAX) {
-            rc = ur_err_set(err, UR_ECORRUPT, "%s/run.txt: no process count or input",
-                            s->staging);
+        if (s->input == NULL || count == NULL || *end != '\0' || c < 1 || c > UR_ORBAX_SHARE_MAX) {
+            rc = ur_err_set(err, UR_ECORRUPT, "%s/run.txt: no process count or input", s->staging);
         }
         s->count = (int)c;
     }

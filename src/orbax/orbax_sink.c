@@ -98,8 +98,7 @@ static int s_begin_array(void *self, const ur_sink_path *path, ur_dtype dtype, i
     return UR_OK;
 }
 
-static int s_encode_chunk(void *self, ur_sink_array *a, const void *raw, ur_buf *out,
-                          ur_err *err)
+static int s_encode_chunk(void *self, ur_sink_array *a, const void *raw, ur_buf *out, ur_err *err)
 {
     (void)self;
     return ur_zarr_array_encode_chunk(a->arr, raw, out, err);
@@ -131,8 +130,8 @@ static void s_abort(void *self)
 }
 
 static const ur_sink_ops orbax_sink_ops = {
-    s_reserve,      s_add_scalar,  s_add_empty,    s_begin_array, s_encode_chunk,
-    s_write_chunk,  s_finish_array, s_drop_array,  s_finish,      s_abort,
+    s_reserve,     s_add_scalar,   s_add_empty,  s_begin_array, s_encode_chunk,
+    s_write_chunk, s_finish_array, s_drop_array, s_finish,      s_abort,
 };
 
 void ur_orbax_sink_init(ur_sink *sink, ur_orbax_writer *w)

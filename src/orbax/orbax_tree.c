@@ -170,8 +170,7 @@ int ur_orbax_tree_order(ur_orbax_leaf *leaves, size_t *n, const char *what, ur_e
         }
         size_t common = prev != NULL ? common_prefix(prev, cur) : 0;
         if (prev != NULL && common == cur->depth && common == prev->depth) {
-            return ur_err_set(err, UR_ECORRUPT, "%s: %s: duplicate key path", what,
-                              cur->keypath);
+            return ur_err_set(err, UR_ECORRUPT, "%s: %s: duplicate key path", what, cur->keypath);
         }
         if (prev != NULL && common < prev->depth && common < cur->depth &&
             prev->path[common].type != cur->path[common].type) {

@@ -235,9 +235,8 @@ static int add_leaf(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
     if (rc == UR_OK) {
         rc = ur_orbax_tree_keypath(&b, copy, depth, err);
     }
-    char *keypath = rc == UR_OK
-                        ? ur_orbax__arena_strndup(&w->arena, (const char *)b.data, b.len)
-                        : NULL;
+    char *keypath = rc == UR_OK ? ur_orbax__arena_strndup(&w->arena, (const char *)b.data, b.len)
+                                : NULL;
     ur_buf_dispose(&b);
     if (rc == UR_OK && keypath == NULL) {
         rc = ur_err_oom(err);
@@ -458,8 +457,8 @@ int ur_orbax_writer_add_array(ur_orbax_writer *w, const ur_orbax_key *path, size
                               ur_zarr_array **arr_out, ur_err *err)
 {
     ur_zarr_array *arr = NULL;
-    int rc = ur_orbax_writer_prepare_array(w, path, depth, dtype, rank, shape, chunk_shape,
-                                           &arr, err);
+    int rc = ur_orbax_writer_prepare_array(w, path, depth, dtype, rank, shape, chunk_shape, &arr,
+                                           err);
     if (rc == UR_OK) {
         rc = ur_orbax_writer_publish_array(w, path, depth, spec, arr, err);
     }
@@ -644,9 +643,8 @@ static int write_item_metadata(ur_orbax_writer *w, const char *dir_out, ur_err *
             rc = ur_orbax_array_meta_emit(&b, am, na, err);
         }
         if (rc == UR_OK) {
-            rc = write_json_file(dir, w->share_meta_dir != NULL ? "array_metadatas.json"
-                                                                : "process_0",
-                                 &b, err);
+            rc = write_json_file(
+                dir, w->share_meta_dir != NULL ? "array_metadatas.json" : "process_0", &b, err);
         }
         if (rc == UR_OK) {
             rc = ur_fs_fsync_dir(dir, err);

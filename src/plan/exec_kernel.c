@@ -167,8 +167,8 @@ static int fused_prepare(ur_kern_worker *wk, const ur_kern_item *it, ur_kern_out
     }
     for (uint64_t j = 0; rc == UR_OK && j < f->layers; j++) {
         rc = ur_tensor_view_init_dense(&wk->views[j], t->act->out_dtype, t->out_rank,
-                                       t->out_chunk_shape,
-                                       wk->out.data + j * t->out_chunk_bytes, err);
+                                       t->out_chunk_shape, wk->out.data + j * t->out_chunk_bytes,
+                                       err);
         o->ix[j] = (size_t)(it->global[a] + j);
     }
     return rc;
@@ -186,8 +186,7 @@ static int fused_rows(fused *f, uint64_t r0, uint64_t r1, ur_err *err)
     if (a < 0) {
         size_t isz = ur_dtype_size(t->info.dtype), osz = ur_dtype_size(t->act->out_dtype);
         return ur_tensor_cast_dense(wk->out.data + r0 * osz, t->act->out_dtype,
-                                    wk->in.data + r0 * isz, t->info.dtype, (size_t)(r1 - r0),
-                                    err);
+                                    wk->in.data + r0 * isz, t->info.dtype, (size_t)(r1 - r0), err);
     }
     memcpy(count, f->src.shape, sizeof count);
     start[0] = r0;
@@ -239,8 +238,8 @@ static int read_fused(ur_kern_worker *wk, const ur_kern_item *it, ur_kern_out *o
                                                   &f, err);
     }
     if (rc == UR_OK && f.done != f.rows) {
-        rc = ur_err_set(err, UR_EINTERNAL, "split %llu of %llu rows",
-                        (unsigned long long)f.done, (unsigned long long)f.rows);
+        rc = ur_err_set(err, UR_EINTERNAL, "split %llu of %llu rows", (unsigned long long)f.done,
+                        (unsigned long long)f.rows);
     }
     *n_chunks = it->t->axis < 0 ? 1 : (size_t)f.layers;
     return rc;
@@ -260,7 +259,7 @@ static int encode_fused(const ur_kern_worker *wk, const ur_kern_item *it, const 
     }
     for (size_t k = 0; rc == UR_OK && k < n; k++) {
         rc = encode(sink, t->dst[t->axis < 0 ? 0 : o->ix[k]],
-                                        wk->out.data + k * t->out_chunk_bytes, &o->enc[k], err);
+                    wk->out.data + k * t->out_chunk_bytes, &o->enc[k], err);
     }
     o->n_out = t->axis < 0 ? t->act->n_out : n;
     return rc;
@@ -386,8 +385,8 @@ static int produce_unstack(ur_kern_worker *wk, const ur_kern_item *it, const ur_
         ur_free(dsts);
     }
     for (uint64_t k = 0; rc == UR_OK && k < total; k++) {
-        rc = encode(sink, t->dst[o->ix[k]], wk->out.data + k * t->out_chunk_bytes,
-                                        &o->enc[k], err);
+        rc = encode(sink, t->dst[o->ix[k]], wk->out.data + k * t->out_chunk_bytes, &o->enc[k],
+                    err);
     }
     o->n_out = (size_t)total;
     return rc;
@@ -404,8 +403,8 @@ int ur_kern_produce(ur_kern_worker *wk, const ur_kern_item *it, const ur_sink *s
                            : produce_unstack(wk, it, sink, o, err);
 }
 
-int ur_kern_fused(ur_kern_worker *wk, const ur_kern_item *it, const ur_sink *sink,
-                  ur_kern_out *o, ur_err *err)
+int ur_kern_fused(ur_kern_worker *wk, const ur_kern_item *it, const ur_sink *sink, ur_kern_out *o,
+                  ur_err *err)
 {
     size_t n_chunks = 0;
     int rc = read_fused(wk, it, o, &n_chunks, err);
@@ -557,12 +556,12 @@ static int layer_axes(ur_kern_task *t, ur_err *err)
         t->lstride[m] = m == t->n_axes - 1 ? 1 : t->lstride[m + 1] * t->info.shape[t->axes[m + 1]];
     }
     if (n != (uint64_t)a->n_out) {
-        return ur_err_set(err, UR_ECORRUPT, "the layer axes hold %llu layers, the plan expects %zu",
+        return ur_err_set(err, UR_ECORRUPT,
+                          "the layer axes hold %llu layers, the plan expects %zu",
                           (unsigned long long)n, a->n_out);
     }
     return UR_OK;
 }
-
 
 int ur_kern_task_init(ur_kern_task *t, const ur_plan_action *act, const ur_zarr_info *info,
                       uint64_t budget, ur_err *err)

@@ -83,8 +83,8 @@ void ur_kern_out_index(const ur_kern_item *it, uint64_t *out_idx);
 int ur_kern_fusable(const ur_kern_item *it);
 /* Read the item's chunk from t->src, casting or splitting it as it is decoded, and encode
  * the output chunks into *o. */
-int ur_kern_fused(ur_kern_worker *wk, const ur_kern_item *it, const ur_sink *sink,
-                  ur_kern_out *o, ur_err *err);
+int ur_kern_fused(ur_kern_worker *wk, const ur_kern_item *it, const ur_sink *sink, ur_kern_out *o,
+                  ur_err *err);
 /* The slab is in wk->in (ur_kern_in_buffer): cast or split it and encode into *o. */
 int ur_kern_produce(ur_kern_worker *wk, const ur_kern_item *it, const ur_sink *sink,
                     ur_kern_out *o, ur_err *err);

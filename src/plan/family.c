@@ -6,13 +6,13 @@
 
 /* The rows, in the order they are tried: ROW(x) is the descriptor ur_family_x of
  * family_x.c. */
-#define UR_FAMILY_ROWS(ROW)                                                                    \
-    ROW(deepseek)   /* decoder_block deepseek */                                               \
-    ROW(gemma3)     /* decoder_block gemma3 */                                                 \
-    ROW(gemma4)     /* decoder_block gemma4 */                                                 \
-    ROW(deepseek4)  /* decoder_block deepseek4 */                                              \
-    ROW(qwen3_next) /* decoder_block qwen3_next, inhomogeneous_layer_cycle_interval > 1 */     \
-    ROW(cycle)      /* inhomogeneous_layer_cycle_interval > 1 */                               \
+#define UR_FAMILY_ROWS(ROW)                                                                       \
+    ROW(deepseek)   /* decoder_block deepseek */                                                    \
+    ROW(gemma3)     /* decoder_block gemma3 */                                                        \
+    ROW(gemma4)     /* decoder_block gemma4 */                                                        \
+    ROW(deepseek4)  /* decoder_block deepseek4 */                                                  \
+    ROW(qwen3_next) /* decoder_block qwen3_next, inhomogeneous_layer_cycle_interval > 1 */        \
+    ROW(cycle)      /* inhomogeneous_layer_cycle_interval > 1 */                                       \
     ROW(plain)      /* everything else */
 
 #define DECLARE(x) extern const ur_plan_family ur_family_##x;

@@ -45,8 +45,9 @@ typedef struct {
 /* The family's state struct T inside walk w; each family file that keeps state states
  * UR_FAMILY_STATE_FITS(T) once, so that a state too large fails to compile. */
 #define UR_FAMILY_STATE(T, w) ((T *)(void *)&(w)->state)
-#define UR_FAMILY_STATE_FITS(T)                                                                \
-    _Static_assert(sizeof(T) <= sizeof(((ur_plan_walk *)0)->state), #T " fits ur_plan_walk.state")
+#define UR_FAMILY_STATE_FITS(T)                                                                   \
+    _Static_assert(sizeof(T) <= sizeof(((ur_plan_walk *)0)->state), #T " fits "                   \
+                                                                       "ur_plan_walk.state")
 
 /* One kept leaf of the model tree, path[st..en) being its model path; g: the group whose
  * name is path[st + 1] (-1: none); elems: its element count. */
@@ -109,13 +110,13 @@ ur_plan_span ur_plan__leaf_span(const ur_plan_leaf *l, size_t from, size_t to);
 /* Make the item's action a DROP (a kept leaf turned out to be dropped). */
 void ur_plan__drop(ur_plan_walk *w, const ur_plan_item *it, const char *why);
 /* Make it a COPY to prefix/decoder/<layer>/path[rest..en)/suffix. */
-int ur_plan__copy_to_layer(ur_plan_walk *w, const ur_plan_item *it, const char *layer,
-                           size_t rest, ur_err *err);
+int ur_plan__copy_to_layer(ur_plan_walk *w, const ur_plan_item *it, const char *layer, size_t rest,
+                           ur_err *err);
 /* Make it an UNSTACK over it->a->axes[0..n_axes) (set by the caller) of group g:
  * out[lin] = prefix/decoder/layers_<(lin / div) * mul + lin % div + add>/path[rest..en)/suffix
  * for the C-order linear index lin < n_out. */
-int ur_plan__unstack(ur_plan_walk *w, const ur_plan_item *it, int g, size_t rest,
-                     uint64_t n_out, int64_t div, int64_t mul, int64_t add, ur_err *err);
+int ur_plan__unstack(ur_plan_walk *w, const ur_plan_item *it, int g, size_t rest, uint64_t n_out,
+                     int64_t div, int64_t mul, int64_t add, ur_err *err);
 
 /* ---- nested blocks (plan_nested.c): gemma4 and qwen3-next ---------------------------------- */
 

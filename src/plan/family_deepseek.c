@@ -16,8 +16,7 @@ static int setup(ur_plan_walk *w, ur_err *err)
     const ur_settings *s = w->s;
     (void)err;
     w->plan->n_groups = 2;
-    ur_plan__group_set(&w->plan->groups[0], "dense_layers", s->first_num_dense_layers, 1, 0,
-                       NULL);
+    ur_plan__group_set(&w->plan->groups[0], "dense_layers", s->first_num_dense_layers, 1, 0, NULL);
     ur_plan__group_set(&w->plan->groups[1], "moe_layers",
                        s->num_decoder_layers - s->first_num_dense_layers, 1, 0, NULL);
     return UR_OK;

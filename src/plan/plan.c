@@ -412,8 +412,7 @@ static int leaf_elems(const ur_plan_leaf *l, uint64_t *out, ur_err *err)
     return UR_OK;
 }
 
-static int add_bytes(uint64_t *acc, uint64_t elems, size_t itemsize, uint64_t times,
-                     ur_err *err)
+static int add_bytes(uint64_t *acc, uint64_t elems, size_t itemsize, uint64_t times, ur_err *err)
 {
     uint64_t b;
     if (ur_ckd_mul64(&b, elems, (uint64_t)itemsize) || ur_ckd_mul64(&b, b, times) ||
@@ -590,17 +589,19 @@ void ur_plan__drop(ur_plan_walk *w, const ur_plan_item *it, const char *why)
     w->plan->summary.leaves_dropped++;
 }
 
-int ur_plan__copy_to_layer(ur_plan_walk *w, const ur_plan_item *it, const char *layer,
-                           size_t rest, ur_err *err)
+int ur_plan__copy_to_layer(ur_plan_walk *w, const ur_plan_item *it, const char *layer, size_t rest,
+                           ur_err *err)
 {
     const char *mid[2] = {"decoder", layer};
-    span parts[4] = {w->prefix, {mid, 2, NULL}, ur_plan__leaf_span(it->l, rest, it->en),
+    span parts[4] = {w->prefix,
+                     {mid, 2, NULL},
+                     ur_plan__leaf_span(it->l, rest, it->en),
                      w->suffix};
     return set_copy(w->plan, it->a, parts, 4, it->elems, err);
 }
 
-int ur_plan__unstack(ur_plan_walk *w, const ur_plan_item *it, int g, size_t rest,
-                     uint64_t n_out, int64_t div, int64_t mul, int64_t add, ur_err *err)
+int ur_plan__unstack(ur_plan_walk *w, const ur_plan_item *it, int g, size_t rest, uint64_t n_out,
+                     int64_t div, int64_t mul, int64_t add, ur_err *err)
 {
     ur_plan *plan = w->plan;
     ur_plan_action *a = it->a;
@@ -624,7 +625,9 @@ int ur_plan__unstack(ur_plan_walk *w, const ur_plan_item *it, int g, size_t rest
     for (uint64_t li = 0; li < n_out; li++) {
         char layer[96];
         const char *mid[2] = {"decoder", layer};
-        span parts[4] = {w->prefix, {mid, 2, NULL}, ur_plan__leaf_span(it->l, rest, it->en),
+        span parts[4] = {w->prefix,
+                         {mid, 2, NULL},
+                         ur_plan__leaf_span(it->l, rest, it->en),
                          w->suffix};
         int64_t gl = ((int64_t)li / div) * mul + (int64_t)li % div + add;
         snprintf(layer, sizeof layer, "layers_%lld", (long long)gl);
@@ -689,9 +692,9 @@ static int group_leaf(ur_plan_walk *w, const ur_plan_item *it, int64_t sub, size
             return ur_err_set(err, damaged ? UR_ECORRUPT : UR_EINVAL,
                               "leaf '%s' shape %s: axis %d has length %llu, expected %lld "
                               "(the layer count of decoder/%s)",
-                              ur_plan_path_format(l->path, l->path_len, name, sizeof name),
-                              shape, axis, (unsigned long long)l->shape[axis],
-                              (long long)grp->n_layers, grp->name);
+                              ur_plan_path_format(l->path, l->path_len, name, sizeof name), shape,
+                              axis, (unsigned long long)l->shape[axis], (long long)grp->n_layers,
+                              grp->name);
         }
         a->kind = UR_PLAN_UNSTACK;
         a->axis = (size_t)axis;
@@ -720,7 +723,9 @@ static int group_leaf(ur_plan_walk *w, const ur_plan_item *it, int64_t sub, size
     for (uint64_t li = 0; li < nl; li++) {
         char layer[96];
         const char *mid[2] = {"decoder", layer};
-        span parts[4] = {w->prefix, {mid, 2, NULL}, ur_plan__leaf_span(l, rest, it->en),
+        span parts[4] = {w->prefix,
+                         {mid, 2, NULL},
+                         ur_plan__leaf_span(l, rest, it->en),
                          w->suffix};
         if (grp->out_name) {
             long long idx = (long long)grp->first_out + (long long)li * (long long)grp->cycle +
@@ -741,8 +746,7 @@ static int group_leaf(ur_plan_walk *w, const ur_plan_item *it, int64_t sub, size
 
 /* A kept leaf whose model path is path[st..en): through the family's hook, then a group of
  * the family, else a copy. */
-static int model_leaf(ur_plan_walk *w, const ur_plan_family *fam, ur_plan_item *it,
-                      ur_err *err)
+static int model_leaf(ur_plan_walk *w, const ur_plan_family *fam, ur_plan_item *it, ur_err *err)
 {
     const ur_plan_leaf *l = it->l;
     ur_plan *plan = w->plan;
@@ -845,8 +849,7 @@ static int plan_leaf(ur_plan_walk *w, const ur_plan_family *fam, size_t i, ur_er
 }
 
 /* generate_param_only_checkpoint asserts the training state has an optimizer state */
-static int check_opt_state(const ur_plan *plan, const ur_plan_leaf *leaves, size_t n,
-                           ur_err *err)
+static int check_opt_state(const ur_plan *plan, const ur_plan_leaf *leaves, size_t n, ur_err *err)
 {
     int has_opt = 0;
     if (plan->layout == UR_PLAN_LAYOUT_LINEN) {

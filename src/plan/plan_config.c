@@ -38,9 +38,9 @@ struct ur_config {
 
 /* Keys unroll accepts although a MaxText base.yml may lack them: the NNX switches (absent
  * from NNX-only MaxText releases), and derived fields pydantic accepts and then recomputes. */
-static const char *const k_extra_keys[] = {"pure_nnx",         "enable_nnx", "pure_nnx_decoder",
-                                           "num_decoder_layers", "checkpoint_dir", "base_config",
-                                           NULL};
+static const char *const k_extra_keys[] = {
+    "pure_nnx",    "enable_nnx", "pure_nnx_decoder", "num_decoder_layers", "checkpoint_dir",
+    "base_config", NULL};
 
 /* ---- Python path helpers ------------------------------------------------------------- */
 
@@ -255,8 +255,8 @@ static int load_config_chain(ur_yval **out, const char *path, int depth, ur_err 
     char *ppath = NULL;
     int rc;
     if (depth > MAX_BASE_DEPTH) {
-        return ur_err_set(err, UR_EINVAL, "%s: base_config chain deeper than %d (a cycle?)",
-                          path, MAX_BASE_DEPTH);
+        return ur_err_set(err, UR_EINVAL, "%s: base_config chain deeper than %d (a cycle?)", path,
+                          MAX_BASE_DEPTH);
     }
     rc = load_yaml_file(&cfg, path, err);
     if (rc < 0) {
@@ -563,7 +563,7 @@ static int apply_env(ur_yval *root, const ur_yval *cli, const ur_yval *model, in
                               ur_plan_yaml_kind_name(v->kind), key);
         }
         continue;
-    bad:
+bad:
         return ur_err_set(err, UR_EINVAL, "Couldn't parse value from ENV '%s' for key '%s'", val,
                           key);
     }
@@ -590,8 +590,8 @@ static void none_strings_to_null(ur_yval *root)
 static int bad_type(const char *key, const char *want, const ur_yval *v, ur_err *err)
 {
     if (v->kind == UR_Y_STR) {
-        return ur_err_set(err, UR_EINVAL, "config key '%s': expected %s, got str '%s'", key,
-                          want, v->s);
+        return ur_err_set(err, UR_EINVAL, "config key '%s': expected %s, got str '%s'", key, want,
+                          v->s);
     }
     return ur_err_set(err, UR_EINVAL, "config key '%s': expected %s, got %s", key, want,
                       ur_plan_yaml_kind_name(v->kind));
@@ -768,8 +768,7 @@ static int opt_bool(const ur_config *cfg, const char *key, int dflt, int *out, u
     return rc;
 }
 
-static int opt_int(const ur_config *cfg, const char *key, int64_t dflt, int64_t *out,
-                   ur_err *err)
+static int opt_int(const ur_config *cfg, const char *key, int64_t dflt, int64_t *out, ur_err *err)
 {
     int rc = ur_plan_config_get_int(cfg, key, out, err);
     if (rc == UR_ENOTFOUND) {
@@ -812,8 +811,7 @@ static int build_rules(ur_config *cfg, ur_err *err)
             n_mesh += mesh->n;
         } else if (mesh->kind != UR_Y_NULL) {
             return ur_err_set(err, UR_EINVAL,
-                              "logical_axis_rules[%zu]: mesh axes must be a string or a list",
-                              i);
+                              "logical_axis_rules[%zu]: mesh axes must be a string or a list", i);
         }
     }
     cfg->rules = ur_calloc(list->n ? list->n : 1, sizeof *cfg->rules);
@@ -892,8 +890,8 @@ static int resolve_settings(ur_config *cfg, const ur_config_opts *opts, const ch
         (rc = opt_int(cfg, "first_num_hash_layers", 0, &s->first_num_hash_layers, err)) ||
         (rc = opt_int(cfg, "ici_pipeline_parallelism", 1, &s->ici_pipeline_parallelism, err)) ||
         (rc = opt_int(cfg, "dcn_pipeline_parallelism", 1, &s->dcn_pipeline_parallelism, err)) ||
-        (rc = opt_int(cfg, "num_layers_per_pipeline_stage", 1,
-                      &s->num_layers_per_pipeline_stage, err)) ||
+        (rc = opt_int(cfg, "num_layers_per_pipeline_stage", 1, &s->num_layers_per_pipeline_stage,
+                      err)) ||
         (rc = opt_int(cfg, "num_pipeline_repeats", -1, &s->num_pipeline_repeats, err)) ||
         (rc = opt_int(cfg, "pipeline_parallel_layers", -1, &s->pipeline_parallel_layers, err)) ||
         (rc = opt_bool(cfg, "scan_layers_per_stage", 0, &s->scan_layers_per_stage, err))) {
@@ -977,8 +975,7 @@ static int resolve_settings(ur_config *cfg, const ur_config_opts *opts, const ch
 
 /* The model file as pyconfig finds it: <dir>/models/<m>.yml, then <dir>/../models/<m>.yml,
  * then the configs directory's models/ (here: the nearest ancestor's). */
-static int find_model_file(char **out, const char *config_path, const char *model,
-                           ur_err *err)
+static int find_model_file(char **out, const char *config_path, const char *model, ur_err *err)
 {
     char *dir = py_dirname(config_path);
     char *rel = NULL;

@@ -107,9 +107,9 @@ static int task_geometry(const runner *r, const leaf_ref *ref, ur_kern_task *k, 
     ur_zarr_info info;
     const ur_orbax_leaf *leaf = ur_orbax_ckpt_leaf(r->in, ref->action);
     int rc = leaf_info(leaf, &info, err);
-    return rc == UR_OK ? ur_kern_task_init(k, &r->plan->actions[ref->action], &info, r->budget,
-                                           err)
-                       : rc;
+    return rc == UR_OK
+               ? ur_kern_task_init(k, &r->plan->actions[ref->action], &info, r->budget, err)
+               : rc;
 }
 
 /* The leaf that item belongs to: the last whose first item is <= item. */
@@ -744,16 +744,15 @@ static int declare_others(runner *r, int before, ur_err *err)
     for (size_t i = 0; i < r->n_refs && rc == UR_OK; i++) {
         leaf_ref *ref = &r->refs[i];
         int is_before = ref->first_item < r->start && !ref_in_run(r, i);
-        if (before && is_before) {
-            rc = declare_leaf(r, ref, err);
-        } else if (!before && ref->live != NULL) {
+        int declare = before ? is_before : !is_before && !ref_in_run(r, i) && ref->live == NULL;
+        if (!before && ref->live != NULL) {
             task *t = ref->live;
             ref->live = NULL;
             rc = task_release(r, t, 1, err);
             if (rc < 0) {
                 ur_err_wrap(err, "tensor '%s'", t->leaf->name);
             }
-        } else if (!before && !is_before && !ref_in_run(r, i)) {
+        } else if (declare) {
             rc = declare_leaf(r, ref, err);
         }
     }

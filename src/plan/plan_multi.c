@@ -114,6 +114,8 @@ static uint64_t share_slab_budget(const ur_run_opts *o)
                            : (uint64_t)128 << 20;
 }
 
+static void note(const ur_run_opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 static void note(const ur_run_opts *o, const char *fmt, ...)
 {
     char line[1024];

@@ -10,7 +10,8 @@
  *   decoder/<group>/global_layer/R       block axis -> decoder/layers_<Kb + K - 1>/R
  *   decoder/layers_remainder/local_layers/R
  *                                        the last N % K layers (all local: blocks start on a
- *                                        cycle boundary) at param_scan_axis -> layers_<K(N/K) + i> */
+ *                                        cycle boundary) at param_scan_axis -> layers_<K(N/K) + i>
+ */
 #include "family.h"
 
 #include <string.h>

@@ -211,9 +211,9 @@ static int copy_file(const char *from, const char *to, ur_err *err)
 
 /* Each adapter `<adapters>/<id>/0/items` into the staged unit 1 + 2i, its adapter_config.json
  * copied into unit 2 + 2i (in a dry run: only the plans). */
-static int convert_loras(const char *adapters, const ur_plan_units *u,
-                         const ur_orbax_publish *pub, const ur_settings *s, const ur_run_opts *o,
-                         ur_exec_stats *total, ur_err *err)
+static int convert_loras(const char *adapters, const ur_plan_units *u, const ur_orbax_publish *pub,
+                         const ur_settings *s, const ur_run_opts *o, ur_exec_stats *total,
+                         ur_err *err)
 {
     int rc = UR_OK;
     for (size_t i = 0; i < u->n_ids && rc == UR_OK; i++) {
@@ -256,8 +256,7 @@ static int check_locations(const ur_settings *s, const char *in_path, ur_err *er
     }
     if (rc > 0 && s->lora_input_adapters_path[0] != '\0') {
         rc = ur_err_set(err, UR_EUNSUPPORTED,
-                        "%s: LoRA output is written to local directories only",
-                        s->checkpoint_dir);
+                        "%s: LoRA output is written to local directories only", s->checkpoint_dir);
     }
     return rc;
 }
@@ -417,8 +416,8 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
         rc = ur_orbax_publish_check(remote_out ? "/nonexistent/unroll-remote" : out_dir,
                                     units.units, units.n_units, inputs, n_inputs, err);
     } else {
-        rc = ur_orbax_publish_begin(&pub, out_dir, units.units, units.n_units, inputs,
-                                    n_inputs, err);
+        rc = ur_orbax_publish_begin(&pub, out_dir, units.units, units.n_units, inputs, n_inputs,
+                                    err);
         if (rc == UR_OK) {
             rep->dest = remote_out ? remote_unit(s->checkpoint_dir, NULL)
                                    : ur_strdup(ur_orbax_publish_dest(pub));

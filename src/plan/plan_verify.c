@@ -23,7 +23,7 @@
 /* ---- report ----------------------------------------------------------------------------- */
 
 ur_verify_issue *ur_plan_verify__issue(verifier *vf, ur_verify_issue_kind kind, const char *leaf,
-                                  const char *source)
+                                       const char *source)
 {
     ur_verify_report *rep = vf->rep;
     size_t max = vf->opts->max_issues ? vf->opts->max_issues : 20;
@@ -76,8 +76,7 @@ char *ur_plan_verify_issue_format(const ur_verify_issue *is, char *buf, size_t n
         int k = snprintf(idx, sizeof idx, " index [");
         used = k > 0 ? (size_t)k : 0;
         for (int d = 0; d < is->rank && used < sizeof idx; d++) {
-            k = snprintf(idx + used, sizeof idx - used, "%s%" PRIu64, d ? ", " : "",
-                         is->index[d]);
+            k = snprintf(idx + used, sizeof idx - used, "%s%" PRIu64, d ? ", " : "", is->index[d]);
             used += k > 0 ? (size_t)k : 0;
         }
         if (used < sizeof idx) {
@@ -343,8 +342,7 @@ static int vset_build(vset *s, const leaf_list *ll, int is_output, verifier *vf,
                 int64_t val = -1;
                 int ok = 0;
                 if (vf->out_ck != NULL && l->has_array && l->rank == 0 &&
-                    ur_dtype_size(l->dtype) <= 8 &&
-                    !ur_dtype_is_float(l->dtype)) {
+                    ur_dtype_size(l->dtype) <= 8 && !ur_dtype_is_float(l->dtype)) {
                     ur_zarr_array *a = NULL;
                     unsigned char b[8] = {0};
                     uint64_t none[1] = {0};
@@ -431,8 +429,8 @@ vleaf *ur_plan_verify__find_in(verifier *vf, const char *const *c, size_t n)
     char buf[4096];
     size_t len = vf->in.sep_inside ? SIZE_MAX : join_key(c, n, buf, sizeof buf), at;
     if (len != SIZE_MAX) {
-        /* no leaf holds UR_VERIFY_SEP, so keys name paths one to one (a query holding UR_VERIFY_SEP can only
-         * find a different path, which same_path rejects) */
+        /* no leaf holds UR_VERIFY_SEP, so keys name paths one to one (a query holding
+         * UR_VERIFY_SEP can only find a different path, which same_path rejects) */
         if (ur_strmap_get(&vf->in.by_key, buf, len, &at) && same_path(&vf->in.v[at], c, n)) {
             return &vf->in.v[at];
         }
@@ -469,8 +467,8 @@ int ur_plan_verify__has_prefix(const vleaf *v, const char *const *d, size_t dlen
 
 /* ---- layer tables ------------------------------------------------------------------------- */
 
-int64_t ur_plan_verify__max_index_under(const vset *s, const char *const *d, size_t dlen, const char *x,
-                               size_t xl, int need_more)
+int64_t ur_plan_verify__max_index_under(const vset *s, const char *const *d, size_t dlen,
+                                        const char *x, size_t xl, int need_more)
 {
     int64_t best = -1;
     for (size_t i = 0; i < s->n; i++) {
@@ -480,8 +478,8 @@ int64_t ur_plan_verify__max_index_under(const vset *s, const char *const *d, siz
         if (!ur_plan_verify__has_prefix(v, d, dlen) || v->len <= dlen + (size_t)need_more) {
             continue;
         }
-        if (ur_plan_verify__split_index(v->comp[dlen], &l2, &g) && l2 == xl && memcmp(v->comp[dlen], x, xl) == 0 &&
-            g > best) {
+        if (ur_plan_verify__split_index(v->comp[dlen], &l2, &g) && l2 == xl &&
+            memcmp(v->comp[dlen], x, xl) == 0 && g > best) {
             best = g;
         }
     }
@@ -504,7 +502,8 @@ int ur_plan_verify__any_under(const vset *s, const char *const *d, size_t dlen, 
     }
     for (size_t i = 0; i < s->n; i++) {
         const vleaf *v = &s->v[i];
-        if (ur_plan_verify__has_prefix(v, d, dlen) && v->len > dlen + 1 && strcmp(v->comp[dlen], node) == 0) {
+        if (ur_plan_verify__has_prefix(v, d, dlen) && v->len > dlen + 1 &&
+            strcmp(v->comp[dlen], node) == 0) {
             return 1;
         }
     }
@@ -736,8 +735,7 @@ static int key_types_agree(verifier *vf, const vleaf *o, const vleaf *i, const c
 }
 
 /* Check one output leaf against its source. */
-static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t layer,
-                      ur_err *err)
+static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t layer, ur_err *err)
 {
     char oname[1024], iname[1024], src[1200], a[256], b[256];
     const table *t = tbl >= 0 ? &vf->tables[tbl] : NULL;
@@ -787,8 +785,7 @@ static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t l
     if (o->leaf->dtype != out_dtype_of(i)) {
         is = ur_plan_verify__issue(vf, UR_VERIFY_DTYPE, oname, src);
         if (is) {
-            snprintf(is->expected, sizeof is->expected, "%s",
-                     ur_dtype_name(out_dtype_of(i)));
+            snprintf(is->expected, sizeof is->expected, "%s", ur_dtype_name(out_dtype_of(i)));
             snprintf(is->got, sizeof is->got, "%s", ur_dtype_name(o->leaf->dtype));
         }
         return UR_OK;
@@ -814,7 +811,8 @@ static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t l
                       (size_t)o->leaf->rank * sizeof o->leaf->shape[0]) != 0) {
         is = ur_plan_verify__issue(vf, UR_VERIFY_SHAPE, oname, src);
         if (is) {
-            ur_plan_verify__shape_str(is->expected, sizeof is->expected, i->leaf->shape, i->leaf->rank);
+            ur_plan_verify__shape_str(is->expected, sizeof is->expected, i->leaf->shape,
+                                      i->leaf->rank);
             ur_plan_verify__shape_str(is->got, sizeof is->got, o->leaf->shape, o->leaf->rank);
         }
         return UR_OK;
@@ -847,8 +845,8 @@ static int check_slices(verifier *vf, const vleaf *o, vleaf *i, int nfix, const 
         snprintf(src, sizeof src, "%s[%" PRId64 ", %" PRId64 ", %" PRId64 " on axes %d, %d, %d]",
                  iname, fidx[0], fidx[1], fidx[2], fax[0], fax[1], fax[2]);
     } else if (nfix == 2) {
-        snprintf(src, sizeof src, "%s[%" PRId64 ", %" PRId64 " on axes %d, %d]", iname,
-                 fidx[0], fidx[1], fax[0], fax[1]);
+        snprintf(src, sizeof src, "%s[%" PRId64 ", %" PRId64 " on axes %d, %d]", iname, fidx[0],
+                 fidx[1], fax[0], fax[1]);
     } else {
         snprintf(src, sizeof src, "%s[%" PRId64 " on axis %d]", iname, fidx[0], fax[0]);
     }
@@ -887,8 +885,7 @@ static int check_slices(verifier *vf, const vleaf *o, vleaf *i, int nfix, const 
         !ur_tensor_cast_supported(out_dtype_of(i), i->leaf->dtype)) {
         is = ur_plan_verify__issue(vf, UR_VERIFY_DTYPE, oname, src);
         if (is) {
-            snprintf(is->expected, sizeof is->expected, "%s",
-                     ur_dtype_name(out_dtype_of(i)));
+            snprintf(is->expected, sizeof is->expected, "%s", ur_dtype_name(out_dtype_of(i)));
             snprintf(is->got, sizeof is->got, "%s", ur_dtype_name(o->leaf->dtype));
         }
         return UR_OK;
@@ -907,8 +904,8 @@ static int check_slices(verifier *vf, const vleaf *o, vleaf *i, int nfix, const 
         if (is) {
             ur_plan_verify__shape_str(a, sizeof a, i->leaf->shape, i->leaf->rank);
             ur_plan_verify__shape_str(b, sizeof b, o->leaf->shape, o->leaf->rank);
-            if (snprintf(is->expected, sizeof is->expected, "input %.80s less its layer axes",
-                         a) < 0 ||
+            if (snprintf(is->expected, sizeof is->expected, "input %.80s less its layer axes", a) <
+                    0 ||
                 snprintf(is->got, sizeof is->got, "%.120s", b) < 0) {
                 is->got[0] = '\0';
             }
@@ -1042,8 +1039,8 @@ static void report_missing(verifier *vf)
             ur_plan_verify__join(v->comp, v->pdlen, head, sizeof head);
             ur_plan_verify__join(v->comp + v->rest, v->len - v->rest, tail, sizeof tail);
             if (snprintf(oname, sizeof oname, "%.500s%slayers_%" PRId64 "/%.400s", head,
-                         v->pdlen ? "/" : "",
-                         (b / v->pdiv) * v->pmul + b % v->pdiv + v->padd, tail) < 0) {
+                         v->pdlen ? "/" : "", (b / v->pdiv) * v->pmul + b % v->pdiv + v->padd,
+                         tail) < 0) {
                 oname[0] = '\0';
             }
             ur_plan_verify__issue(vf, UR_VERIFY_MISSING, oname, iname);
@@ -1058,8 +1055,8 @@ static void report_missing(verifier *vf)
                 ur_plan_verify__join(v->comp, t->dlen, head, sizeof head);
                 ur_plan_verify__join(v->comp + v->rest, v->len - v->rest, tail, sizeof tail);
                 if (snprintf(oname, sizeof oname, "%.500s%s%.100s_%" PRId64 "/%.400s", head,
-                             t->dlen ? "/" : "", t->x,
-                             t->h + b * t->k + (v->sub > 0 ? v->sub : 0), tail) < 0) {
+                             t->dlen ? "/" : "", t->x, t->h + b * t->k + (v->sub > 0 ? v->sub : 0),
+                             tail) < 0) {
                     oname[0] = '\0';
                 }
                 ur_plan_verify__issue(vf, UR_VERIFY_MISSING, oname, iname);

@@ -433,9 +433,8 @@ static int match_float(const char *s, size_t len)
     /* [-+]?\.(inf|Inf|INF) | \.(nan|NaN|NAN) */
     c = (cur){s, end};
     eat_sign(&c);
-    if ((size_t)(end - c.p) == 4 &&
-        (memcmp(c.p, ".inf", 4) == 0 || memcmp(c.p, ".Inf", 4) == 0 ||
-         memcmp(c.p, ".INF", 4) == 0)) {
+    if ((size_t)(end - c.p) == 4 && (memcmp(c.p, ".inf", 4) == 0 || memcmp(c.p, ".Inf", 4) == 0 ||
+                                     memcmp(c.p, ".INF", 4) == 0)) {
         return 1;
     }
     if (len == 4 &&
@@ -492,10 +491,10 @@ static int str_in(const char *s, size_t len, const char *const *list)
     return 0;
 }
 
-static const char *const k_true[] = {"yes", "Yes", "YES", "true", "True", "TRUE",
-                                     "on",  "On",  "ON",  NULL};
-static const char *const k_false[] = {"no",    "No",    "NO",  "false", "False",
-                                      "FALSE", "off",   "Off", "OFF",   NULL};
+static const char *const k_true[] = {"yes",  "Yes", "YES", "true", "True",
+                                     "TRUE", "on",  "On",  "ON",   NULL};
+static const char *const k_false[] = {"no",    "No",  "NO",  "false", "False",
+                                      "FALSE", "off", "Off", "OFF",   NULL};
 static const char *const k_null[] = {"~", "null", "Null", "NULL", NULL};
 
 /* Copy s without '_' into buf (lower-cased when lower); UR_EINVAL if too long. */
@@ -548,8 +547,8 @@ static int construct_int(int64_t *out, const char *s, size_t len, ur_err *err)
             unsigned long long d = strtoull(q, &endp, 10);
             if (endp == q || __builtin_mul_overflow(acc, 60ull, &acc) ||
                 __builtin_add_overflow(acc, d, &acc)) {
-                return ur_err_set(err, UR_EINVAL, "yaml: integer out of range: '%.*s'",
-                                  (int)len, s);
+                return ur_err_set(err, UR_EINVAL, "yaml: integer out of range: '%.*s'", (int)len,
+                                  s);
             }
             q = *endp == ':' ? endp + 1 : endp;
         }
@@ -570,8 +569,7 @@ static int construct_int(int64_t *out, const char *s, size_t len, ur_err *err)
         errno = 0;
         mag = strtoull(p, &endp, base);
         if (errno || *endp) {
-            return ur_err_set(err, UR_EINVAL, "yaml: integer out of range: '%.*s'", (int)len,
-                              s);
+            return ur_err_set(err, UR_EINVAL, "yaml: integer out of range: '%.*s'", (int)len, s);
         }
     }
     if ((!neg && mag > (unsigned long long)INT64_MAX) ||
@@ -763,8 +761,7 @@ static int attach(frame *st, size_t depth, ur_yval **root, ur_yval *v, const yam
                               ev->start_mark.line + 1);
         }
         /* Keys keep their text: config keys are identifiers. */
-        top->pending_key = ur_strndup((const char *)ev->data.scalar.value,
-                                      ev->data.scalar.length);
+        top->pending_key = ur_strndup((const char *)ev->data.scalar.value, ev->data.scalar.length);
         if (!top->pending_key) {
             return ur_err_oom(err);
         }
@@ -780,8 +777,7 @@ static int attach(frame *st, size_t depth, ur_yval **root, ur_yval *v, const yam
     return rc;
 }
 
-int ur_plan_yaml_parse(ur_yval **out, const char *text, size_t len, const char *name,
-                       ur_err *err)
+int ur_plan_yaml_parse(ur_yval **out, const char *text, size_t len, const char *name, ur_err *err)
 {
     yaml_parser_t parser;
     yaml_event_t ev;
@@ -813,8 +809,8 @@ int ur_plan_yaml_parse(ur_yval **out, const char *text, size_t len, const char *
             break;
         case YAML_DOCUMENT_START_EVENT:
             if (++docs > 1) {
-                rc = ur_err_set(err, UR_EINVAL, "%s:%zu: expected a single YAML document",
-                                name, ev.start_mark.line + 1);
+                rc = ur_err_set(err, UR_EINVAL, "%s:%zu: expected a single YAML document", name,
+                                ev.start_mark.line + 1);
             }
             break;
         case YAML_ALIAS_EVENT:
@@ -822,8 +818,7 @@ int ur_plan_yaml_parse(ur_yval **out, const char *text, size_t len, const char *
                             ev.start_mark.line + 1);
             break;
         case YAML_SCALAR_EVENT:
-            if (depth > 0 && st[depth - 1].node->kind == UR_Y_MAP &&
-                !st[depth - 1].pending_key) {
+            if (depth > 0 && st[depth - 1].node->kind == UR_Y_MAP && !st[depth - 1].pending_key) {
                 rc = ur_plan_yaml_new(&v, UR_Y_NULL, err); /* placeholder; key is the text */
             } else {
                 rc = scalar_value(&v, &ev, name, err);
@@ -834,8 +829,7 @@ int ur_plan_yaml_parse(ur_yval **out, const char *text, size_t len, const char *
             break;
         case YAML_SEQUENCE_START_EVENT:
         case YAML_MAPPING_START_EVENT:
-            if (depth > 0 && st[depth - 1].node->kind == UR_Y_MAP &&
-                !st[depth - 1].pending_key) {
+            if (depth > 0 && st[depth - 1].node->kind == UR_Y_MAP && !st[depth - 1].pending_key) {
                 rc = ur_err_set(err, UR_EINVAL, "%s:%zu: a map key must be a scalar", name,
                                 ev.start_mark.line + 1);
                 break;
@@ -845,8 +839,7 @@ int ur_plan_yaml_parse(ur_yval **out, const char *text, size_t len, const char *
                                 ev.start_mark.line + 1, MAX_DEPTH);
                 break;
             }
-            rc = ur_plan_yaml_new(&v, ev.type == YAML_SEQUENCE_START_EVENT ? UR_Y_LIST
-                                                                            : UR_Y_MAP,
+            rc = ur_plan_yaml_new(&v, ev.type == YAML_SEQUENCE_START_EVENT ? UR_Y_LIST : UR_Y_MAP,
                                   err);
             if (rc == UR_OK) {
                 st[depth].node = v;

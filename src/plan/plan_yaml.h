@@ -39,8 +39,7 @@ struct ur_yval {
 
 /* Parse one YAML document. An empty document gives a UR_Y_NULL value. `name` (a file path
  * or "override") only labels error messages. UR_EINVAL with line and column on bad YAML. */
-int ur_plan_yaml_parse(ur_yval **out, const char *text, size_t len, const char *name,
-                       ur_err *err);
+int ur_plan_yaml_parse(ur_yval **out, const char *text, size_t len, const char *name, ur_err *err);
 
 /* Type a plain (unquoted) scalar as the resolver above does. UR_EINVAL: an int out of the
  * int64 range, or a number Python would not accept. */

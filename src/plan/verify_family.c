@@ -7,10 +7,10 @@
 
 /* The rows, in the order they are tried: ROW(x) is ur_verify_family_x, defined in the
  * verify_family_<shape>.c that reads that shape. */
-#define UR_VERIFY_FAMILY_ROWS(ROW)                                                             \
-    ROW(pipeline)   /* D/pipeline_module (+ layers_outside_pipeline) */                        \
-    ROW(gemma4)     /* D/scanned_blocks/{local_layers,global_layer} */                         \
-    ROW(qwen3_next) /* D/layers/{local_layers,global_layer} */                                 \
+#define UR_VERIFY_FAMILY_ROWS(ROW)                                                                \
+    ROW(pipeline)   /* D/pipeline_module (+ layers_outside_pipeline) */                             \
+    ROW(gemma4)     /* D/scanned_blocks/{local_layers,global_layer} */                                \
+    ROW(qwen3_next) /* D/layers/{local_layers,global_layer} */                                    \
     ROW(blocks)     /* D/X, D/X/layers_<j>, D/scanned_blocks, layers_remainder */
 
 #define DECLARE(x) extern const ur_verify_family ur_verify_family_##x;
@@ -19,5 +19,5 @@ UR_VERIFY_FAMILY_ROWS(DECLARE)
 
 const ur_verify_family *const ur_verify_family_table[] = {UR_VERIFY_FAMILY_ROWS(ENTRY)};
 
-const size_t ur_verify_family_count =
-    sizeof ur_verify_family_table / sizeof ur_verify_family_table[0];
+const size_t ur_verify_family_count = sizeof ur_verify_family_table /
+                                      sizeof ur_verify_family_table[0];

@@ -35,7 +35,7 @@ typedef struct {
     char *key;    /* components joined with UR_VERIFY_SEP */
     /* input only */
     int aux;          /* a non-parameter variable (nnx_aux/model/P): kept in its dtype, and a
-                       * scan stacks it on axis 0 (see plan.c is_aux) */
+              * scan stacks it on axis 0 (see plan.c is_aux) */
     int table;        /* the scanned group it was sliced from, -1: none (yet) */
     int64_t sub;      /* cycle sub-layer j, -1: not a cycle leaf */
     size_t rest;      /* first component after the group (and sub-layer) */
@@ -88,7 +88,7 @@ typedef struct {
 typedef enum {
     VPAIR_NONE,   /* no source found (yet) */
     VPAIR_LAYER,  /* src, layer `layer` of table `tbl` (the axis found from shapes); tbl -1:
-                   * the whole leaf */
+                  * the whole leaf */
     VPAIR_SLICES, /* src at index fidx[m] on axis fax[m], m < nfix: slice `slice` of n_slices */
     VPAIR_DONE    /* the matcher found the source and reported the issue itself */
 } vpair_kind;
@@ -121,8 +121,8 @@ extern const size_t ur_verify_family_count;
 
 /* The table for output D/X_<g> (D = q[0..dlen)), built on first use (verify_family_blocks.c):
  * the scanned node, sub-layers per block, unscanned head and remainder, read from the tree. */
-int ur_verify_family_blocks__table(verifier *vf, const char *const *q, size_t dlen,
-                                   const char *x, size_t xl, int *out, ur_err *err);
+int ur_verify_family_blocks__table(verifier *vf, const char *const *q, size_t dlen, const char *x,
+                                   size_t xl, int *out, ur_err *err);
 
 /* ---- what the core lends the families (plan_verify.c) ------------------------------------- */
 ur_verify_issue *ur_plan_verify__issue(verifier *vf, ur_verify_issue_kind kind, const char *leaf,

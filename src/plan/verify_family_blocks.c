@@ -24,8 +24,8 @@
 /* The table of output group D/X_<g> (D = q[0..dlen)), built on first use: the scanned node D/X
  * or D/scanned_blocks, K from its layers_<j> children, H from unscanned D/X_<i>, the remainder
  * from D/layers_remainder/layers_<j>, the scan length from the output's largest g. */
-int ur_verify_family_blocks__table(verifier *vf, const char *const *q, size_t dlen,
-                                   const char *x, size_t xl, int *out, ur_err *err)
+int ur_verify_family_blocks__table(verifier *vf, const char *const *q, size_t dlen, const char *x,
+                                   size_t xl, int *out, ur_err *err)
 {
     char *dkey = ur_plan_verify__key_of(q, dlen);
     table *t;
@@ -63,7 +63,8 @@ int ur_verify_family_blocks__table(verifier *vf, const char *const *q, size_t dl
     vf->n_tables++;
     if (ur_plan_verify__any_under(&vf->in, q, dlen, t->x)) {
         t->g = t->x;
-    } else if (strcmp(t->x, "layers") == 0 && ur_plan_verify__any_under(&vf->in, q, dlen, "scanned_blocks")) {
+    } else if (strcmp(t->x, "layers") == 0 &&
+               ur_plan_verify__any_under(&vf->in, q, dlen, "scanned_blocks")) {
         t->g = "scanned_blocks";
     }
     t->k = 1;
@@ -74,7 +75,8 @@ int ur_verify_family_blocks__table(verifier *vf, const char *const *q, size_t dl
         for (size_t i = 0; i < vf->in.n; i++) {
             const vleaf *v = &vf->in.v[i];
             int64_t j;
-            if (!ur_plan_verify__has_prefix(v, q, dlen) || v->len <= dlen + 1 || strcmp(v->comp[dlen], t->g) != 0) {
+            if (!ur_plan_verify__has_prefix(v, q, dlen) || v->len <= dlen + 1 ||
+                strcmp(v->comp[dlen], t->g) != 0) {
                 continue;
             }
             if (v->len > dlen + 2 && ur_plan_verify__sub_index(v->comp[dlen + 1], &j)) {
@@ -88,7 +90,8 @@ int ur_verify_family_blocks__table(verifier *vf, const char *const *q, size_t dl
         }
         t->h = ur_plan_verify__max_index_under(&vf->in, q, dlen, t->x, xl, 1) + 1;
     }
-    if (strcmp(t->x, "layers") == 0 && ur_plan_verify__any_under(&vf->in, q, dlen, "layers_remainder")) {
+    if (strcmp(t->x, "layers") == 0 &&
+        ur_plan_verify__any_under(&vf->in, q, dlen, "layers_remainder")) {
         const char **dr = vf->scratch;
         memcpy(dr, q, dlen * sizeof *dr);
         dr[dlen] = "layers_remainder";

@@ -26,8 +26,9 @@ static int64_t nested_locals(const vset *s, const char *const *d, size_t dlen, i
     for (size_t i = 0; i < s->n; i++) {
         const vleaf *v = &s->v[i];
         if (ur_plan_verify__has_prefix(v, d, dlen) && v->len > dlen + 1 &&
-            strcmp(v->comp[dlen], "local_layers") == 0 && !ur_plan_verify__is_placeholder(v->leaf) &&
-            v->leaf->rank > a + 1 && (int64_t)v->leaf->shape[a] == nb) {
+            strcmp(v->comp[dlen], "local_layers") == 0 &&
+            !ur_plan_verify__is_placeholder(v->leaf) && v->leaf->rank > a + 1 &&
+            (int64_t)v->leaf->shape[a] == nb) {
             return (int64_t)v->leaf->shape[a + 1];
         }
     }
@@ -132,15 +133,15 @@ static int match_nested(verifier *vf, const vleaf *o, size_t k, int64_t g, int t
     return UR_OK; /* not matched */
 }
 
-static int match_gemma4(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl,
-                        vpair *out, ur_err *err)
+static int match_gemma4(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl, vpair *out,
+                        ur_err *err)
 {
     (void)err;
     return match_nested(vf, o, k, g, tbl, "scanned_blocks", out);
 }
 
-static int match_qwen3_next(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl,
-                            vpair *out, ur_err *err)
+static int match_qwen3_next(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl, vpair *out,
+                            ur_err *err)
 {
     (void)err;
     return match_nested(vf, o, k, g, tbl, "layers", out);

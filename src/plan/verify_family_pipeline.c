@@ -51,7 +51,8 @@ static int match_pipe(verifier *vf, const vleaf *o, size_t k, int64_t g, int tbl
         pi = kseq > 0 ? ur_plan_verify__find_in(vf, c, k + 3 + rest) : NULL;
         seq = pi != NULL;
     }
-    if (pi == NULL || ur_plan_verify__is_placeholder(pi->leaf) || ur_plan_verify__is_placeholder(o->leaf)) {
+    if (pi == NULL || ur_plan_verify__is_placeholder(pi->leaf) ||
+        ur_plan_verify__is_placeholder(o->leaf)) {
         return UR_OK;
     }
     ri = pi->leaf->rank;

@@ -24,7 +24,7 @@
 
 /* On x86-64 the dense cast runs are also compiled for AVX2 and picked at load time (an ifunc):
  * the baseline SSE2 has no 32 -> 16 bit pack, which halves the throughput of these loops. */
-#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__)) && \
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__)) &&     \
     !defined(UR_TENSOR_NO_CLONES)
 #define UR_VEC_CLONES __attribute__((target_clones("avx2", "default")))
 #else
@@ -84,33 +84,32 @@ uint16_t ur_tensor_cast_f16_to_bf16(uint16_t f16_bits)
 
 /* One dense and one strided run function per conversion. `restrict`: dst and src never
  * overlap (documented in tensor.h), which lets the compiler vectorize the dense loops. */
-#define UR_CAST_RUNS(name, stype, ssz, conv)                                                 \
-    UR_VEC_CLONES static void name##_dense(char *restrict dst, ptrdiff_t dstep,             \
-                                           const char *restrict src, ptrdiff_t sstep,       \
-                                           size_t n)                                        \
-    {                                                                                       \
-        (void)dstep;                                                                        \
-        (void)sstep;                                                                        \
-        for (size_t i = 0; i < n; i++) {                                                    \
-            stype v;                                                                        \
-            uint16_t h;                                                                     \
-            memcpy(&v, src + i * (ssz), sizeof v);                                          \
-            h = conv(v);                                                                    \
-            memcpy(dst + i * 2, &h, sizeof h);                                              \
-        }                                                                                   \
-    }                                                                                       \
-    static void name##_strided(char *restrict dst, ptrdiff_t dstep, const char *restrict src, \
-                               ptrdiff_t sstep, size_t n)                                   \
-    {                                                                                       \
-        for (size_t i = 0; i < n; i++) {                                                    \
-            stype v;                                                                        \
-            uint16_t h;                                                                     \
-            memcpy(&v, src, sizeof v);                                                      \
-            h = conv(v);                                                                    \
-            memcpy(dst, &h, sizeof h);                                                      \
-            src += sstep;                                                                   \
-            dst += dstep;                                                                   \
-        }                                                                                   \
+#define UR_CAST_RUNS(name, stype, ssz, conv)                                                      \
+    UR_VEC_CLONES static void name##_dense(char *restrict dst, ptrdiff_t dstep,                   \
+                                           const char *restrict src, ptrdiff_t sstep, size_t n)   \
+    {                                                                                             \
+        (void)dstep;                                                                              \
+        (void)sstep;                                                                              \
+        for (size_t i = 0; i < n; i++) {                                                          \
+            stype v;                                                                              \
+            uint16_t h;                                                                           \
+            memcpy(&v, src + i * (ssz), sizeof v);                                                \
+            h = conv(v);                                                                          \
+            memcpy(dst + i * 2, &h, sizeof h);                                                    \
+        }                                                                                         \
+    }                                                                                             \
+    static void name##_strided(char *restrict dst, ptrdiff_t dstep, const char *restrict src,     \
+                               ptrdiff_t sstep, size_t n)                                         \
+    {                                                                                             \
+        for (size_t i = 0; i < n; i++) {                                                          \
+            stype v;                                                                              \
+            uint16_t h;                                                                           \
+            memcpy(&v, src, sizeof v);                                                            \
+            h = conv(v);                                                                          \
+            memcpy(dst, &h, sizeof h);                                                            \
+            src += sstep;                                                                         \
+            dst += dstep;                                                                         \
+        }                                                                                         \
     }
 
 static inline uint16_t conv_f32(uint32_t v)
@@ -231,10 +230,10 @@ UR_CAST_RUNS(e8m0fnu_bf16, uint8_t, 1, conv_e8m0fnu)
 /* The run pair converting `src` to bfloat16, or 0 when there is none. */
 static int bf16_runs(ur_dtype src, ur_tensor__kernel *k)
 {
-#define UR_RUNS_CASE(dt, name)                                                                 \
-    case dt:                                                                                   \
-        k->dense = name##_dense;                                                               \
-        k->strided = name##_strided;                                                           \
+#define UR_RUNS_CASE(dt, name)                                                                    \
+    case dt:                                                                                      \
+        k->dense = name##_dense;                                                                  \
+        k->strided = name##_strided;                                                              \
         return 1;
     switch (src) {
         UR_RUNS_CASE(UR_DT_FLOAT32, f32_bf16)
@@ -263,15 +262,15 @@ static void same_dense(char *restrict dst, ptrdiff_t dstep, const char *restrict
     memcpy(dst, src, n * (size_t)dstep);
 }
 
-#define UR_SAME_STRIDED(name, sz)                                                               \
-    static void name(char *restrict dst, ptrdiff_t dstep, const char *restrict src,            \
-                     ptrdiff_t sstep, size_t n)                                                \
-    {                                                                                          \
-        for (size_t i = 0; i < n; i++) {                                                       \
-            memcpy(dst, src, (sz));                                                            \
-            src += sstep;                                                                      \
-            dst += dstep;                                                                      \
-        }                                                                                      \
+#define UR_SAME_STRIDED(name, sz)                                                                 \
+    static void name(char *restrict dst, ptrdiff_t dstep, const char *restrict src,               \
+                     ptrdiff_t sstep, size_t n)                                                   \
+    {                                                                                             \
+        for (size_t i = 0; i < n; i++) {                                                          \
+            memcpy(dst, src, (sz));                                                               \
+            src += sstep;                                                                         \
+            dst += dstep;                                                                         \
+        }                                                                                         \
     }
 
 UR_SAME_STRIDED(same1_strided, 1)

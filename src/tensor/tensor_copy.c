@@ -26,8 +26,8 @@ static int byte_stride(int64_t *out, int64_t elems, uint64_t n, size_t size, ur_
     int64_t b;
     uint64_t span;
 
-    if (__builtin_mul_overflow(elems, (int64_t)size, &b) ||
-        ur_ckd_mul64(&span, abs64(b), n - 1) || span > (uint64_t)INT64_MAX) {
+    if (__builtin_mul_overflow(elems, (int64_t)size, &b) || ur_ckd_mul64(&span, abs64(b), n - 1) ||
+        span > (uint64_t)INT64_MAX) {
         return ur_err_set(err, UR_EINVAL, "tensor: stride %lld x %llu elements overflows",
                           (long long)elems, (unsigned long long)n);
     }

@@ -63,9 +63,9 @@ int ur_tensor_unstack(const ur_tensor_view *dsts, size_t n, const ur_tensor_view
                 continue;
             }
             if (dv->shape[o] != src->shape[d]) {
-                return ur_err_set(err, UR_EINVAL, "tensor: unstack dst %zu dim %d: %llu, want %llu",
-                                  i, o, (unsigned long long)dv->shape[o],
-                                  (unsigned long long)src->shape[d]);
+                return ur_err_set(
+                    err, UR_EINVAL, "tensor: unstack dst %zu dim %d: %llu, want %llu", i, o,
+                    (unsigned long long)dv->shape[o], (unsigned long long)src->shape[d]);
             }
             o++;
         }

@@ -23,8 +23,8 @@ int ur_tensor__check_view(const ur_tensor_view *v, const char *what, ur_err *err
     return UR_OK;
 }
 
-int ur_tensor_view_init_dense(ur_tensor_view *out, ur_dtype dtype, int rank,
-                              const uint64_t *shape, void *data, ur_err *err)
+int ur_tensor_view_init_dense(ur_tensor_view *out, ur_dtype dtype, int rank, const uint64_t *shape,
+                              void *data, ur_err *err)
 {
     ur_tensor_view v;
     uint64_t stride = 1;
@@ -124,8 +124,8 @@ int ur_tensor_view_take(ur_tensor_view *out, const ur_tensor_view *v, int axis, 
     }
     /* index < shape, so the offset is in bounds of the caller's memory if the view is; the
      * pointer arithmetic is done in bytes as the view's own strides define it. */
-    r.data = (char *)v->data + (ptrdiff_t)index * (ptrdiff_t)v->strides[axis] *
-                                   (ptrdiff_t)ur_dtype_size(v->dtype);
+    r.data = (char *)v->data +
+             (ptrdiff_t)index * (ptrdiff_t)v->strides[axis] * (ptrdiff_t)ur_dtype_size(v->dtype);
     *out = r;
     return UR_OK;
 }

@@ -67,8 +67,7 @@ int ur_err_set_at(ur_err *err, ur_code code, uint64_t offset, const char *fmt, .
     return code;
 }
 
-int ur_err_set_os(ur_err *err, ur_code code, int os_errno, const char *where, const char *fmt,
-                  ...)
+int ur_err_set_os(ur_err *err, ur_code code, int os_errno, const char *where, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

@@ -72,8 +72,7 @@ static int os_fail(ur_err *err, const char *path, const char *what)
     return ur_err_set_os(err, e == ENOENT ? UR_ENOTFOUND : UR_EIO, e, path, "%s", what);
 }
 
-int ur_fs_pread_full(int fd, void *dst, size_t n, uint64_t offset, const char *path,
-                     ur_err *err)
+int ur_fs_pread_full(int fd, void *dst, size_t n, uint64_t offset, const char *path, ur_err *err)
 {
     uint8_t *p = dst;
     while (n > 0) {
@@ -99,8 +98,7 @@ int ur_fs_pread_full(int fd, void *dst, size_t n, uint64_t offset, const char *p
 /* Per thread, for the SIGBUS message: the file whose pages the thread last mapped. */
 static _Thread_local char mapped_path[512];
 
-int ur_fs_map_range(int fd, uint64_t offset, size_t n, const char *path, ur_fs_map *m,
-                    ur_err *err)
+int ur_fs_map_range(int fd, uint64_t offset, size_t n, const char *path, ur_fs_map *m, ur_err *err)
 {
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start = offset / page * page;
     struct stat st;
@@ -202,8 +200,8 @@ static int check_regular(int fd, const char *path, struct stat *st, ur_err *err)
 }
 
 /* Append the whole regular file open on `fd` (stat in `st`) to `out`. */
-static int read_fd(ur_buf *out, int fd, const struct stat *st, const char *path,
-                   size_t max_bytes, ur_err *err)
+static int read_fd(ur_buf *out, int fd, const struct stat *st, const char *path, size_t max_bytes,
+                   ur_err *err)
 {
     size_t n;
     int rc;
@@ -277,8 +275,8 @@ int ur_fs_relpath_validate(const char *p, size_t n, ur_err *err)
     if (why == NULL) {
         return UR_OK;
     }
-    return ur_err_set(err, UR_ECORRUPT, "unsafe relative path '%.*s': %s",
-                      n > 200 ? 200 : (int)n, p, why);
+    return ur_err_set(err, UR_ECORRUPT, "unsafe relative path '%.*s': %s", n > 200 ? 200 : (int)n,
+                      p, why);
 }
 
 int ur_fs_dir_open(int *fd_out, const char *path, ur_err *err)
@@ -540,7 +538,8 @@ int ur_fs_write_file(const char *path, const void *data, size_t n, ur_err *err)
 }
 
 /* Create every directory of the writable copy `p` of `path` from `from` on (each component
- * ending at a '/' or at the end; none when `from` is NULL), then check that `path` is a directory. Frees `p`. */
+ * ending at a '/' or at the end; none when `from` is NULL), then check that `path` is a directory.
+ * Frees `p`. */
 static int mkdirs_from(char *p, char *from, const char *path, ur_err *err)
 {
     int rc = UR_OK;

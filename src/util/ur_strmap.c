@@ -33,8 +33,7 @@ static ur_strmap_slot *probe(const ur_strmap *m, const char *key, size_t len, ui
     size_t mask = m->cap - 1;
     for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
         ur_strmap_slot *s = &m->slots[i];
-        if (s->key == NULL ||
-            (s->hash == h && s->len == len && memcmp(s->key, key, len) == 0)) {
+        if (s->key == NULL || (s->hash == h && s->len == len && memcmp(s->key, key, len) == 0)) {
             return s;
         }
     }

@@ -244,7 +244,8 @@ static void fill_padding(const ur_zarr_array *a, const uint64_t *idx, uint8_t *d
         }
         for (int k = 0; k < rank; k++) {
             start[k] = k == d ? valid[k] : 0;
-            count[k] = k < d ? valid[k] : (k == d ? in->chunk_shape[k] - valid[k] : in->chunk_shape[k]);
+            count[k] = k < d ? valid[k]
+                             : (k == d ? in->chunk_shape[k] - valid[k] : in->chunk_shape[k]);
         }
         ur_zarr_chunk_grid__fill_box(dst, in->chunk_shape, start, count, rank, a->meta.fill,
                                      a->meta.itemsize);
@@ -453,9 +454,9 @@ static int read_chunk(ur_zarr_array *arr, const uint64_t *idx, void *dst, const 
 
     for (int d = 0; d < in->rank; d++) {
         if (idx[d] >= in->grid[d]) {
-            return ur_err_set(err, UR_EINVAL, "zarr array '%s': chunk index %llu >= %llu on axis %d",
-                              arr->prefix, (unsigned long long)idx[d],
-                              (unsigned long long)in->grid[d], d);
+            return ur_err_set(err, UR_EINVAL,
+                              "zarr array '%s': chunk index %llu >= %llu on axis %d", arr->prefix,
+                              (unsigned long long)idx[d], (unsigned long long)in->grid[d], d);
         }
         sidx[d] = idx[d] / arr->ratio[d];
         edge |= (idx[d] + 1) * in->chunk_shape[d] > in->shape[d];
@@ -540,8 +541,8 @@ int ur_zarr_array_read_box(ur_zarr_array *arr, const uint64_t *start, const uint
             src_lo[d] = lo[d] - clo;
             dst_lo[d] = lo[d] - start[d];
         }
-        ur_zarr_chunk_grid__copy_box(dst, count, dst_lo, scratch, in->chunk_shape, src_lo, n,
-                                     rank, arr->meta.itemsize);
+        ur_zarr_chunk_grid__copy_box(dst, count, dst_lo, scratch, in->chunk_shape, src_lo, n, rank,
+                                     arr->meta.itemsize);
         int d = rank - 1;
         for (; d >= 0; d--) {
             if (++idx[d] <= c1[d]) {
@@ -595,8 +596,8 @@ int ur_zarr_array_stored_bytes(ur_zarr_array *arr, uint64_t *out, ur_err *err)
 
 /* ---- writing ------------------------------------------------------------------------------ */
 
-static int create(ur_zarr_array **out, ur_kvstore *kv, const char *prefix,
-                  const ur_zarr_meta *m, int write_meta, ur_err *err)
+static int create(ur_zarr_array **out, ur_kvstore *kv, const char *prefix, const ur_zarr_meta *m,
+                  int write_meta, ur_err *err)
 {
     ur_zarr_array *a = NULL;
     char key[KEY_MAX];
@@ -619,8 +620,7 @@ static int create(ur_zarr_array **out, ur_kvstore *kv, const char *prefix,
     if (rc == UR_OK && write_meta) {
         rc = ur_zarr_meta__emit(&a->meta, &b, err);
         if (rc == UR_OK) {
-            rc = join_key(a, m->zarr_format == 3 ? "zarr.json" : ".zarray", key, sizeof(key),
-                          err);
+            rc = join_key(a, m->zarr_format == 3 ? "zarr.json" : ".zarray", key, sizeof(key), err);
         }
         if (rc == UR_OK) {
             rc = ur_kvstore_write(kv, key, b.data, b.len, err);
@@ -651,8 +651,8 @@ int ur_zarr_array_write_meta(ur_zarr_array *arr, ur_err *err)
     ur_buf_init(&b, 0);
     rc = arr->meta_json.len > 0 ? UR_OK : ur_zarr_meta__emit(&arr->meta, &b, err);
     if (rc == UR_OK) {
-        rc = join_key(arr, arr->meta.zarr_format == 3 ? "zarr.json" : ".zarray", key,
-                      sizeof(key), err);
+        rc = join_key(arr, arr->meta.zarr_format == 3 ? "zarr.json" : ".zarray", key, sizeof(key),
+                      err);
     }
     if (rc == UR_OK) {
         const ur_buf *j = arr->meta_json.len > 0 ? &arr->meta_json : &b;
@@ -709,7 +709,8 @@ int ur_zarr_array_create(ur_zarr_array **out, ur_kvstore *kv, const char *prefix
         m.sep = '/';
         m.sharded = 1;
         m.codecs.bytes_has_endian = m.itemsize > 1;
-        m.codecs.b2b[0].level = spec->zstd_level ? spec->zstd_level : UR_ZARR_ZSTD_DEFAULT_LEVEL_V3;
+        m.codecs.b2b[0].level = spec->zstd_level ? spec->zstd_level
+                                                 : UR_ZARR_ZSTD_DEFAULT_LEVEL_V3;
         m.index.bytes_has_endian = 1;
         m.index.n_b2b = 1;
         m.index.b2b[0].kind = UR_ZARR_B2B_CRC32C;
@@ -717,7 +718,8 @@ int ur_zarr_array_create(ur_zarr_array **out, ur_kvstore *kv, const char *prefix
         m.v2_keys = 1;
         m.sep = '.';
         m.fill_null = 1;
-        m.codecs.b2b[0].level = spec->zstd_level ? spec->zstd_level : UR_ZARR_ZSTD_DEFAULT_LEVEL_V2;
+        m.codecs.b2b[0].level = spec->zstd_level ? spec->zstd_level
+                                                 : UR_ZARR_ZSTD_DEFAULT_LEVEL_V2;
     }
     return create(out, kv, prefix, &m, !spec->defer_meta, err);
 }
@@ -735,8 +737,7 @@ int ur_zarr_array_encode_chunk(ur_zarr_array *arr, const void *src, ur_buf *out,
     }
     if (ur_zarr_codec_sharding__count(m) != 1) {
         return ur_err_set(err, UR_EUNSUPPORTED,
-                          "zarr array '%s': writing shards of several inner chunks",
-                          arr->prefix);
+                          "zarr array '%s': writing shards of several inner chunks", arr->prefix);
     }
     if (!m->index_at_start) { /* Orbax's layout: the chunk, then the index */
         size_t base = out->len;

@@ -8,8 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
-int ur_zarr_chunk_grid__key(const ur_zarr_meta *m, const uint64_t *idx, char *key,
-                            size_t key_size, ur_err *err)
+int ur_zarr_chunk_grid__key(const ur_zarr_meta *m, const uint64_t *idx, char *key, size_t key_size,
+                            ur_err *err)
 {
     size_t pos = 0;
     int n;

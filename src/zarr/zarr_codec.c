@@ -26,9 +26,8 @@ static int codecs_of(const ur_zarr_chain *c, const ur_zarr_b2b_codec **k, ur_err
     return UR_OK;
 }
 
-int ur_zarr_codec__decode(const ur_zarr_chain *c, int rank, const uint64_t *shape,
-                          size_t itemsize, const uint8_t *src, size_t n, uint8_t *dst,
-                          size_t dst_size, ur_err *err)
+int ur_zarr_codec__decode(const ur_zarr_chain *c, int rank, const uint64_t *shape, size_t itemsize,
+                          const uint8_t *src, size_t n, uint8_t *dst, size_t dst_size, ur_err *err)
 {
     const uint8_t *cur = src;
     size_t cur_n = n, known = dst_size, len;
@@ -112,9 +111,8 @@ out:
     return rc;
 }
 
-int ur_zarr_codec__encode(const ur_zarr_chain *c, int rank, const uint64_t *shape,
-                          size_t itemsize, const uint8_t *src, size_t n, ur_buf *out,
-                          ur_err *err)
+int ur_zarr_codec__encode(const ur_zarr_chain *c, int rank, const uint64_t *shape, size_t itemsize,
+                          const uint8_t *src, size_t n, ur_buf *out, ur_err *err)
 {
     ur_buf a, b;
     const uint8_t *cur = src;
@@ -188,9 +186,9 @@ int ur_zarr_codec__fixed_size(const ur_zarr_chain *c, size_t decoded, size_t *ou
 #define PROGRESS_STEP ((size_t)256 << 10)
 
 int ur_zarr_codec__decode_progressive(const ur_zarr_chain *c, int rank, const uint64_t *shape,
-                                      size_t itemsize, const uint8_t *src, size_t n,
-                                      uint8_t *dst, size_t dst_size, ur_zarr_ready_fn ready,
-                                      void *ctx, ur_err *err)
+                                      size_t itemsize, const uint8_t *src, size_t n, uint8_t *dst,
+                                      size_t dst_size, ur_zarr_ready_fn ready, void *ctx,
+                                      ur_err *err)
 {
     const ur_zarr_b2b_codec *k = c->n_b2b == 1 ? ur_zarr_codec__b2b(c->b2b[0].kind) : NULL;
     int rc = 1;

@@ -62,8 +62,7 @@ static int inflate_capped(int gzip, const uint8_t *src, size_t n, uint8_t *dst, 
         zr = inflate(&z, Z_NO_FLUSH);
         in_left -= ai - z.avail_in;
         if (out_left == 0 && z.avail_out == 0) {
-            rc = ur_err_set(err, UR_ECORRUPT, "%s: decoded data larger than %zu bytes", what,
-                            cap);
+            rc = ur_err_set(err, UR_ECORRUPT, "%s: decoded data larger than %zu bytes", what, cap);
             break;
         }
         if (out_left != 0) {
@@ -100,8 +99,7 @@ static int inflate_capped(int gzip, const uint8_t *src, size_t n, uint8_t *dst, 
     return rc;
 }
 
-static int deflate_all(int gzip, const uint8_t *src, size_t n, int level, ur_buf *out,
-                       ur_err *err)
+static int deflate_all(int gzip, const uint8_t *src, size_t n, int level, ur_buf *out, ur_err *err)
 {
     z_stream z;
     size_t in_left = n;

@@ -124,8 +124,8 @@ static size_t blocks_end(const uint8_t *src, size_t n, size_t at, size_t step, i
     return end;
 }
 
-static int decode_progressive(const uint8_t *src, size_t n, uint8_t *dst, size_t cap,
-                              size_t step, ur_zarr_ready_fn ready, void *ctx, ur_err *err)
+static int decode_progressive(const uint8_t *src, size_t n, uint8_t *dst, size_t cap, size_t step,
+                              ur_zarr_ready_fn ready, void *ctx, ur_err *err)
 {
     ZSTD_DCtx *d;
     ZSTD_inBuffer in = {src, 0, 0};
@@ -216,8 +216,8 @@ static ZSTD_CCtx *thread_cctx(int *owned)
     return c;
 }
 
-int ur_zarr_codec_zstd__encode(const uint8_t *src, size_t n, int level, int checksum,
-                               ur_buf *out, ur_err *err)
+int ur_zarr_codec_zstd__encode(const uint8_t *src, size_t n, int level, int checksum, ur_buf *out,
+                               ur_err *err)
 {
     ZSTD_CCtx *c;
     int owned;

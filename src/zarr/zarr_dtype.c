@@ -214,11 +214,11 @@ double ur_zarr_dtype__to_double(ur_dtype dt, const uint8_t *p)
 
 /* Extension types zarr2 writes bare; the rest are NumPy typestrings. */
 static const ur_dtype bare_v2[] = {
-    UR_DT_BFLOAT16,         UR_DT_INT4,
-    UR_DT_UINT4,            UR_DT_FLOAT8_E3M4,
-    UR_DT_FLOAT8_E4M3,      UR_DT_FLOAT8_E4M3FN,
-    UR_DT_FLOAT8_E4M3FNUZ,  UR_DT_FLOAT8_E4M3B11FNUZ,
-    UR_DT_FLOAT8_E5M2,      UR_DT_FLOAT8_E5M2FNUZ,
+    UR_DT_BFLOAT16,        UR_DT_INT4,
+    UR_DT_UINT4,           UR_DT_FLOAT8_E3M4,
+    UR_DT_FLOAT8_E4M3,     UR_DT_FLOAT8_E4M3FN,
+    UR_DT_FLOAT8_E4M3FNUZ, UR_DT_FLOAT8_E4M3B11FNUZ,
+    UR_DT_FLOAT8_E5M2,     UR_DT_FLOAT8_E5M2FNUZ,
     UR_DT_FLOAT8_E8M0FNU,
 };
 
@@ -226,10 +226,10 @@ static const struct {
     const char *code; /* kind + size, after the byte-order character */
     ur_dtype dt;
 } numpy_v2[] = {
-    {"b1", UR_DT_BOOL},     {"i1", UR_DT_INT8},      {"i2", UR_DT_INT16},
-    {"i4", UR_DT_INT32},    {"i8", UR_DT_INT64},     {"u1", UR_DT_UINT8},
-    {"u2", UR_DT_UINT16},   {"u4", UR_DT_UINT32},    {"u8", UR_DT_UINT64},
-    {"f2", UR_DT_FLOAT16},  {"f4", UR_DT_FLOAT32},   {"f8", UR_DT_FLOAT64},
+    {"b1", UR_DT_BOOL},      {"i1", UR_DT_INT8},        {"i2", UR_DT_INT16},
+    {"i4", UR_DT_INT32},     {"i8", UR_DT_INT64},       {"u1", UR_DT_UINT8},
+    {"u2", UR_DT_UINT16},    {"u4", UR_DT_UINT32},      {"u8", UR_DT_UINT64},
+    {"f2", UR_DT_FLOAT16},   {"f4", UR_DT_FLOAT32},     {"f8", UR_DT_FLOAT64},
     {"c8", UR_DT_COMPLEX64}, {"c16", UR_DT_COMPLEX128},
 };
 

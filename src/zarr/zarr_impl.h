@@ -95,8 +95,8 @@ double ur_zarr_dtype__to_double(ur_dtype dt, const uint8_t *p);
 
 /* zarr_chunk_grid.c */
 /* Key of storage chunk `idx`, relative to the array prefix ("c/0/1", "0.1", "c", "0"). */
-int ur_zarr_chunk_grid__key(const ur_zarr_meta *m, const uint64_t *idx, char *key,
-                            size_t key_size, ur_err *err);
+int ur_zarr_chunk_grid__key(const ur_zarr_meta *m, const uint64_t *idx, char *key, size_t key_size,
+                            ur_err *err);
 /* Copy the box `count` between two dense C-order arrays: src at src_start in src_shape,
  * dst at dst_start in dst_shape. */
 void ur_zarr_chunk_grid__copy_box(uint8_t *dst, const uint64_t *dst_shape,
@@ -113,19 +113,18 @@ void ur_zarr_chunk_grid__fill(uint8_t *dst, uint64_t n, const uint8_t *fill, siz
 /* zarr_codec.c: run a non-sharded chain over one chunk of `shape` (rank entries) and
  * `itemsize` bytes per element. Decode writes exactly the chunk's bytes into dst
  * (dst_size must equal them); anything else is UR_ECORRUPT. */
-int ur_zarr_codec__decode(const ur_zarr_chain *c, int rank, const uint64_t *shape,
-                          size_t itemsize, const uint8_t *src, size_t n, uint8_t *dst,
-                          size_t dst_size, ur_err *err);
+int ur_zarr_codec__decode(const ur_zarr_chain *c, int rank, const uint64_t *shape, size_t itemsize,
+                          const uint8_t *src, size_t n, uint8_t *dst, size_t dst_size,
+                          ur_err *err);
 /* ur_zarr_codec__decode reporting the decoded prefix to `ready` as it grows, for a chain of
  * one zstd codec behind a little-endian bytes codec; other chains are decoded whole and
  * reported once. */
 int ur_zarr_codec__decode_progressive(const ur_zarr_chain *c, int rank, const uint64_t *shape,
-                                      size_t itemsize, const uint8_t *src, size_t n,
-                                      uint8_t *dst, size_t dst_size, ur_zarr_ready_fn ready,
-                                      void *ctx, ur_err *err);
-int ur_zarr_codec__encode(const ur_zarr_chain *c, int rank, const uint64_t *shape,
-                          size_t itemsize, const uint8_t *src, size_t n, ur_buf *out,
-                          ur_err *err);
+                                      size_t itemsize, const uint8_t *src, size_t n, uint8_t *dst,
+                                      size_t dst_size, ur_zarr_ready_fn ready, void *ctx,
+                                      ur_err *err);
+int ur_zarr_codec__encode(const ur_zarr_chain *c, int rank, const uint64_t *shape, size_t itemsize,
+                          const uint8_t *src, size_t n, ur_buf *out, ur_err *err);
 /* Encoded size of a chain made only of size-fixed codecs (bytes, transpose, crc32c), or
  * UR_EUNSUPPORTED (sharding index codecs must be fixed-size). */
 int ur_zarr_codec__fixed_size(const ur_zarr_chain *c, size_t decoded, size_t *out, ur_err *err);
@@ -181,15 +180,14 @@ typedef struct ur_zarr_b2b_codec {
     size_t trailer;
     int (*strip)(const uint8_t *src, size_t n, size_t *len_out, ur_err *err);
     /* Decode at most `cap` bytes into dst (more is UR_ECORRUPT); NULL for trailer codecs. */
-    int (*decode)(const ur_zarr_b2b *b, const uint8_t *src, size_t n, uint8_t *dst,
-                  size_t cap, size_t *len_out, ur_err *err);
+    int (*decode)(const ur_zarr_b2b *b, const uint8_t *src, size_t n, uint8_t *dst, size_t cap,
+                  size_t *len_out, ur_err *err);
     /* Append the encoding of src to out. */
-    int (*encode)(const ur_zarr_b2b *b, const uint8_t *src, size_t n, ur_buf *out,
-                  ur_err *err);
+    int (*encode)(const ur_zarr_b2b *b, const uint8_t *src, size_t n, ur_buf *out, ur_err *err);
     /* Optional: decode one frame of exactly cap bytes reporting the prefix as it grows
      * (ur_zarr_codec__decode_progressive); returns 1 to fall back to `decode`. */
-    int (*decode_progressive)(const uint8_t *src, size_t n, uint8_t *dst, size_t cap,
-                              size_t step, ur_zarr_ready_fn ready, void *ctx, ur_err *err);
+    int (*decode_progressive)(const uint8_t *src, size_t n, uint8_t *dst, size_t cap, size_t step,
+                              ur_zarr_ready_fn ready, void *ctx, ur_err *err);
     /* Optional streaming decoder (zarr_stream.c); without one, a chain holding the codec is
      * decoded whole. `stream_head` (optional) sees the first piece of input before it is
      * decoded (`total`: the decoded size expected); `stream_step` returns UR_OK,
@@ -219,8 +217,8 @@ extern const ur_zarr_b2b_codec ur_zarr_codec_crc32c__entry; /* zarr_codec_crc32c
 #define UR_ZARR_ZSTD_DEFAULT_LEVEL_V3 3 /* TensorStore zarr3 zstd codec default */
 #define UR_ZARR_ZSTD_DEFAULT_LEVEL_V2 1 /* TensorStore zarr2 zstd compressor default */
 /* zarr_codec_zstd.c: also called directly by the tests to build data. */
-int ur_zarr_codec_zstd__encode(const uint8_t *src, size_t n, int level, int checksum,
-                               ur_buf *out, ur_err *err);
+int ur_zarr_codec_zstd__encode(const uint8_t *src, size_t n, int level, int checksum, ur_buf *out,
+                               ur_err *err);
 
 /* zarr_codec_sharding.c: the shard index, (offset, nbytes) per inner chunk in C order over
  * the inner grid of one shard. */

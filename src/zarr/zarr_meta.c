@@ -38,8 +38,8 @@ static const cJSON *member(const cJSON *obj, const char *key)
 /* A JSON number that is an integer in [lo, hi]. */
 static int get_int(const cJSON *v, double lo, double hi, int64_t *out)
 {
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || floor(v->valuedouble) != v->valuedouble ||
-        v->valuedouble < lo || v->valuedouble > hi) {
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) ||
+        floor(v->valuedouble) != v->valuedouble || v->valuedouble < lo || v->valuedouble > hi) {
         return -1;
     }
     *out = (int64_t)v->valuedouble;
@@ -64,8 +64,8 @@ static int get_dims(const cJSON *v, uint64_t *out, const char *what, ur_err *err
     {
         int64_t x;
         if (get_int(e, 0, 9007199254740992.0, &x) < 0) {
-            return ur_err_set(err, UR_ECORRUPT,
-                              "\"%s\"[%d] is not an integer in [0, 2^53]", what, n);
+            return ur_err_set(err, UR_ECORRUPT, "\"%s\"[%d] is not an integer in [0, 2^53]", what,
+                              n);
         }
         out[n++] = (uint64_t)x;
     }
@@ -446,8 +446,8 @@ static int parse_sharding(ur_zarr_meta *m, const cJSON *conf, ur_err *err)
         return n;
     }
     if (n != m->rank) {
-        return ur_err_set(err, UR_ECORRUPT, "sharding_indexed chunk_shape has rank %d, not %d",
-                          n, m->rank);
+        return ur_err_set(err, UR_ECORRUPT, "sharding_indexed chunk_shape has rank %d, not %d", n,
+                          m->rank);
     }
     memcpy(m->inner_shape, dims, sizeof(uint64_t) * (size_t)n);
     m->sharded = 1;
@@ -523,7 +523,8 @@ static int parse_chain(ur_zarr_meta *m, ur_zarr_chain *ch, const cJSON *codecs, 
             ch->bytes_has_endian = e != NULL;
             if (e != NULL && cJSON_IsString(e) && strcmp(e->valuestring, "big") == 0) {
                 ch->big_endian = itemsize > 1;
-            } else if (e != NULL && !(cJSON_IsString(e) && strcmp(e->valuestring, "little") == 0)) {
+            } else if (e != NULL &&
+                       !(cJSON_IsString(e) && strcmp(e->valuestring, "little") == 0)) {
                 return ur_err_set(err, UR_ECORRUPT, "bytes codec: invalid \"endian\"");
             } else if (e == NULL && itemsize > 1) {
                 return ur_err_set(err, UR_ECORRUPT,
@@ -574,8 +575,7 @@ static int parse_chain(ur_zarr_meta *m, ur_zarr_chain *ch, const cJSON *codecs, 
 
 /* ---- zarr3 --------------------------------------------------------------------------- */
 
-static int parse_v3(ur_zarr_meta *m, const cJSON *root, const char *json, size_t len,
-                    ur_err *err)
+static int parse_v3(ur_zarr_meta *m, const cJSON *root, const char *json, size_t len, ur_err *err)
 {
     const cJSON *v, *conf, *sep;
     int64_t fmt;
@@ -603,8 +603,7 @@ static int parse_v3(ur_zarr_meta *m, const cJSON *root, const char *json, size_t
     }
     m->dtype = ur_zarr_dtype__parse_v3(v->valuestring);
     if (m->dtype == UR_DT_INVALID) {
-        return ur_err_set(err, UR_EUNSUPPORTED, "unsupported data_type \"%.64s\"",
-                          v->valuestring);
+        return ur_err_set(err, UR_EUNSUPPORTED, "unsupported data_type \"%.64s\"", v->valuestring);
     }
     m->itemsize = ur_dtype_size(m->dtype);
 
@@ -672,8 +671,7 @@ static int parse_v3(ur_zarr_meta *m, const cJSON *root, const char *json, size_t
 
 /* ---- zarr2 --------------------------------------------------------------------------- */
 
-static int parse_v2(ur_zarr_meta *m, const cJSON *root, const char *json, size_t len,
-                    ur_err *err)
+static int parse_v2(ur_zarr_meta *m, const cJSON *root, const char *json, size_t len, ur_err *err)
 {
     const cJSON *v;
     int64_t fmt;
@@ -777,8 +775,8 @@ static int parse_v2(ur_zarr_meta *m, const cJSON *root, const char *json, size_t
     return ur_zarr_meta__validate(m, err);
 }
 
-static int parse_any(ur_zarr_meta *out, const char *json, size_t len, const char *name,
-                     int format, ur_err *err)
+static int parse_any(ur_zarr_meta *out, const char *json, size_t len, const char *name, int format,
+                     ur_err *err)
 {
     ur_zarr_meta m;
     cJSON *root;
@@ -907,7 +905,8 @@ static int emit_chain(ur_buf *b, const ur_zarr_chain *c, int rank, size_t itemsi
         if (itemsize == 1 && !c->bytes_has_endian) {
             rc = ur_buf_append_str(b, "{\"name\":\"bytes\"}", err);
         } else {
-            rc = ur_buf_printf(b, err, "{\"configuration\":{\"endian\":\"%s\"},\"name\":\"bytes\"}",
+            rc = ur_buf_printf(b, err,
+                               "{\"configuration\":{\"endian\":\"%s\"},\"name\":\"bytes\"}",
                                c->big_endian ? "big" : "little");
         }
     }
@@ -918,9 +917,9 @@ static int emit_chain(ur_buf *b, const ur_zarr_chain *c, int rank, size_t itemsi
             rc = ur_err_set(err, UR_EUNSUPPORTED, "codec %s has no zarr3 form",
                             k != NULL ? k->name : "(unknown)");
         } else if (k->has_checksum) {
-            rc = ur_buf_printf(b, err,
-                               ",{\"configuration\":{\"checksum\":%s,\"level\":%d},\"name\":\"%s\"}",
-                               x->checksum ? "true" : "false", x->level, k->v3_name);
+            rc = ur_buf_printf(
+                b, err, ",{\"configuration\":{\"checksum\":%s,\"level\":%d},\"name\":\"%s\"}",
+                x->checksum ? "true" : "false", x->level, k->v3_name);
         } else if (k->has_level) {
             rc = ur_buf_printf(b, err, ",{\"configuration\":{\"level\":%d},\"name\":\"%s\"}",
                                x->level, k->v3_name);
@@ -941,9 +940,8 @@ static int emit_v3(const ur_zarr_meta *m, ur_buf *b, ur_err *err)
             rc = ur_buf_printf(b, err, "\"configuration\":{\"separator\":\"%c\"},\"name\":\"v2\"}",
                                m->sep);
         } else if (m->sep != '/') {
-            rc = ur_buf_printf(b, err,
-                               "\"configuration\":{\"separator\":\"%c\"},\"name\":\"default\"}",
-                               m->sep);
+            rc = ur_buf_printf(
+                b, err, "\"configuration\":{\"separator\":\"%c\"},\"name\":\"default\"}", m->sep);
         } else {
             rc = ur_buf_append_str(b, "\"name\":\"default\"}", err);
         }
@@ -964,8 +962,9 @@ static int emit_v3(const ur_zarr_meta *m, ur_buf *b, ur_err *err)
     } else if (rc == UR_OK) {
         rc = emit_chain(b, &m->codecs, m->rank, m->itemsize, err);
     }
-    rc = rc ? rc : ur_buf_printf(b, err, "],\"data_type\":\"%s\",\"fill_value\":",
-                                 ur_dtype_name(m->dtype));
+    rc = rc ? rc
+            : ur_buf_printf(b, err,
+                            "],\"data_type\":\"%s\",\"fill_value\":", ur_dtype_name(m->dtype));
     rc = rc ? rc : emit_fill(b, m, err);
     rc = rc ? rc : ur_buf_append_str(b, ",\"node_type\":\"array\",\"shape\":", err);
     rc = rc ? rc : emit_dims(b, m->shape, m->rank, err);
@@ -993,12 +992,14 @@ static int emit_v2(const ur_zarr_meta *m, ur_buf *b, ur_err *err)
     if (rc == UR_OK && (c->big_endian || m->v2_keys == 0)) {
         rc = ur_err_set(err, UR_EINVAL, "zarr2 metadata: big-endian or non-v2 keys");
     }
-    rc = rc ? rc : ur_buf_printf(b, err, ",\"dimension_separator\":\"%c\",\"dtype\":\"%s\"",
-                                 m->sep, ur_zarr_dtype__v2_name(m->dtype));
+    rc = rc ? rc
+            : ur_buf_printf(b, err, ",\"dimension_separator\":\"%c\",\"dtype\":\"%s\"", m->sep,
+                            ur_zarr_dtype__v2_name(m->dtype));
     rc = rc ? rc : ur_buf_append_str(b, ",\"fill_value\":", err);
     rc = rc ? rc : emit_fill(b, m, err);
-    rc = rc ? rc : ur_buf_printf(b, err, ",\"filters\":null,\"order\":\"%s\",\"shape\":",
-                                 c->has_transpose ? "F" : "C");
+    rc = rc ? rc
+            : ur_buf_printf(b, err, ",\"filters\":null,\"order\":\"%s\",\"shape\":",
+                            c->has_transpose ? "F" : "C");
     rc = rc ? rc : emit_dims(b, m->shape, m->rank, err);
     return rc ? rc : ur_buf_append_str(b, ",\"zarr_format\":2}", err);
 }

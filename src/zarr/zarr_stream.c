@@ -172,7 +172,8 @@ static int open_incremental(ur_zarr_chunk_stream *s, const uint64_t *idx, ur_err
     uint8_t t[4];
     int rc;
 
-    rc = m->sharded ? locate_sharded(s, idx, &off, &len, err) : locate_unsharded(s, &off, &len, err);
+    rc = m->sharded ? locate_sharded(s, idx, &off, &len, err)
+                    : locate_unsharded(s, &off, &len, err);
     if (rc < 0 || s->mode == MODE_FILL) {
         return rc;
     }
@@ -198,8 +199,8 @@ static int open_incremental(ur_zarr_chunk_stream *s, const uint64_t *idx, ur_err
     return start_decoder(s, err);
 }
 
-int ur_zarr_chunk_stream_open(ur_zarr_chunk_stream **out, ur_zarr_array *arr,
-                              const uint64_t *idx, ur_err *err)
+int ur_zarr_chunk_stream_open(ur_zarr_chunk_stream **out, ur_zarr_array *arr, const uint64_t *idx,
+                              ur_err *err)
 {
     const ur_zarr_meta *m = ur_zarr_array__meta(arr);
     const ur_zarr_info *in = ur_zarr_array_info(arr);
@@ -210,7 +211,8 @@ int ur_zarr_chunk_stream_open(ur_zarr_chunk_stream **out, ur_zarr_array *arr,
 
     for (int d = 0; d < in->rank; d++) {
         if (idx[d] >= in->grid[d]) {
-            return ur_err_set(err, UR_EINVAL, "zarr array '%s': chunk index %llu >= %llu on axis %d",
+            return ur_err_set(err, UR_EINVAL,
+                              "zarr array '%s': chunk index %llu >= %llu on axis %d",
                               ur_zarr_array_prefix(arr), (unsigned long long)idx[d],
                               (unsigned long long)in->grid[d], d);
         }
@@ -320,7 +322,7 @@ static int refill(ur_zarr_chunk_stream *s, ur_err *err)
         return UR_OK;
     }
     c = s->src_len - s->src_read < s->piece_size ? (size_t)(s->src_len - s->src_read)
-                                                  : s->piece_size;
+                                                 : s->piece_size;
     if (s->piece == NULL) {
         s->piece = ur_malloc(c);
         if (s->piece == NULL) {
@@ -489,7 +491,8 @@ static void post(const ur_zarr_chunk_stream *s, uint8_t *p, size_t e0, size_t ne
             ur_zarr_chunk_grid__fill(q, run, s->fill, isz);
         } else if (col + run > vlast) {
             uint64_t from = col > vlast ? col : vlast;
-            ur_zarr_chunk_grid__fill(q + (size_t)(from - col) * isz, col + run - from, s->fill, isz);
+            ur_zarr_chunk_grid__fill(q + (size_t)(from - col) * isz, col + run - from, s->fill,
+                                     isz);
         }
         e += run;
     }

@@ -35,8 +35,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                  UR_OK);
         fz_check(ur_ocdbt_codec_decode(&body2, obj.data, obj.len, magic, "object", NULL, &err) ==
                  UR_OK);
-        fz_check(body2.len == body.len && (body.len == 0 ||
-                                           memcmp(body.data, body2.data, body.len) == 0));
+        fz_check(body2.len == body.len &&
+                 (body.len == 0 || memcmp(body.data, body2.data, body.len) == 0));
     }
     ur_buf_dispose(&body);
     ur_buf_dispose(&obj);

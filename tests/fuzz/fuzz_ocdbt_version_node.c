@@ -21,8 +21,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (obj == NULL) {
             return 0;
         }
-        rc = ur_ocdbt_codec_decode(&body, obj, size, UR_OCDBT_MAGIC_VERSION_NODE,
-                                   "version node", NULL, &err);
+        rc = ur_ocdbt_codec_decode(&body, obj, size, UR_OCDBT_MAGIC_VERSION_NODE, "version node",
+                                   NULL, &err);
         free(obj);
     } else {
         rc = ur_buf_append(&body, data, size, &err);

@@ -6,8 +6,8 @@
 
 #include "zarr/zarr_impl.h"
 
-typedef int (*fz_zarr_parse_fn)(ur_zarr_meta *out, const char *json, size_t len,
-                                const char *name, ur_err *err);
+typedef int (*fz_zarr_parse_fn)(ur_zarr_meta *out, const char *json, size_t len, const char *name,
+                                ur_err *err);
 
 /* Invariants of a parsed meta, then: emit, parse the emitted text again (same version), emit
  * again: the two texts are equal (emit is a fixed point). */

@@ -40,8 +40,8 @@ static void decode_chunks(const ur_zarr_meta *m, const uint8_t *shard, size_t n,
         }
         fz_check(off <= n && len <= n - off);
         ur_err_clear(&err);
-        rc = ur_zarr_codec__decode(&m->codecs, m->rank, m->inner_shape, m->itemsize,
-                                   shard + off, (size_t)len, dst, bytes, &err);
+        rc = ur_zarr_codec__decode(&m->codecs, m->rank, m->inner_shape, m->itemsize, shard + off,
+                                   (size_t)len, dst, bytes, &err);
         fz_check_err(rc, &err);
     }
     free(dst);

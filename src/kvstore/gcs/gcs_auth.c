@@ -28,11 +28,11 @@
 #include <string.h>
 #include <time.h>
 
-#define REFRESH_MARGIN_S   240 /* google-auth refreshes 3 min 45 s early */
-#define CRED_FILE_MAX      ((size_t)1 << 20)
-#define DEFAULT_TOKEN_URI  "https://oauth2.googleapis.com/token"
-#define DEFAULT_METADATA   "metadata.google.internal"
-#define SCOPE_RW           "https://www.googleapis.com/auth/devstorage.read_write"
+#define REFRESH_MARGIN_S 240 /* google-auth refreshes 3 min 45 s early */
+#define CRED_FILE_MAX ((size_t)1 << 20)
+#define DEFAULT_TOKEN_URI "https://oauth2.googleapis.com/token"
+#define DEFAULT_METADATA "metadata.google.internal"
+#define SCOPE_RW "https://www.googleapis.com/auth/devstorage.read_write"
 
 typedef enum { K_EMULATOR, K_ANON, K_SERVICE, K_USER, K_METADATA } auth_kind;
 
@@ -47,8 +47,9 @@ struct gcs_auth {
     char *client_secret;
     char *refresh_token;
     char *metadata_url; /* metadata: the token URL */
-    ur_http *http;      /* its own client: a token is fetched inside another request's
-                           auth hook, which holds one of the storage client's slots */
+    /* its own client: a token is fetched inside another request's auth hook, which holds
+     * one of the storage client's slots */
+    ur_http *http;
     pthread_mutex_t mu;
     char token[4096]; /* the current access token, "" when none */
     time_t expiry;    /* wall-clock seconds */
@@ -72,8 +73,8 @@ static char *json_str(const cJSON *o, const char *name)
 static int need(const char *v, const char *file, const char *field, ur_err *err)
 {
     if (v == NULL || v[0] == '\0') {
-        return ur_err_set_os(err, UR_EINVAL, 0, file,
-                             "credentials file has no string \"%s\"", field);
+        return ur_err_set_os(err, UR_EINVAL, 0, file, "credentials file has no string \"%s\"",
+                             field);
     }
     return UR_OK;
 }
@@ -307,8 +308,9 @@ static int take_token(gcs_auth *a, const ur_buf *body, const char *what, ur_err 
     exp = cJSON_GetObjectItemCaseSensitive(j, "expires_in");
     if (!cJSON_IsString(tok) || tok->valuestring[0] == '\0' ||
         strlen(tok->valuestring) >= sizeof a->token || strpbrk(tok->valuestring, "\r\n") != NULL) {
-        rc = ur_err_set_os(err, UR_EIO, 0, what, "token endpoint answered with no usable "
-                                                 "access_token");
+        rc = ur_err_set_os(err, UR_EIO, 0, what,
+                           "token endpoint answered with no usable "
+                           "access_token");
     } else {
         double secs = cJSON_IsNumber(exp) ? exp->valuedouble : 3600.0;
         snprintf(a->token, sizeof a->token, "%s", tok->valuestring);

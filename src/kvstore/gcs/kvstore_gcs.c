@@ -9,8 +9,8 @@
  *   delete      DELETE /storage/v1/b/<b>/o/<name>
  *
  * Object names are sorted by their UTF-8 bytes, the kvstore's key order. */
-#include "kvstore_impl.h"
 #include "gcs_impl.h"
+#include "kvstore_impl.h"
 
 #include "unroll/alloc.h"
 #include "unroll/crc32c.h"
@@ -218,8 +218,8 @@ static int g_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t
                            len);
     } else if (rc == UR_OK && resp.status == 416) {
         rc = ur_err_set_os(err, UR_ECORRUPT, 0, what,
-                           "value is truncated: range %" PRIu64 "+%zu starts past its end",
-                           offset, len);
+                           "value is truncated: range %" PRIu64 "+%zu starts past its end", offset,
+                           len);
     } else if (rc == UR_OK && resp.status == 404) {
         rc = ur_err_set_os(err, UR_ENOTFOUND, 0, what, "no such object");
     }
@@ -470,8 +470,9 @@ static int upload_simple(gcs_store *g, const char *key, const void *data, size_t
     req.what = what;
     rc = send_req(g, &req, accept, if_absent ? 1 : 0, &resp, err);
     if (rc == UR_ENOTFOUND) {
-        rc = ur_err_set_os(err, UR_EIO, 0, what, "GCS upload failed with HTTP 404: no such "
-                                                 "bucket");
+        rc = ur_err_set_os(err, UR_EIO, 0, what,
+                           "GCS upload failed with HTTP 404: no such "
+                           "bucket");
     }
     if (rc < 0) {
         goto out;
@@ -500,9 +501,8 @@ static int upload_resumable(gcs_store *g, const char *key, const void *data, siz
                             const char *what, ur_err *err)
 {
     static const long accept_308[] = {308};
-    static const char *const start_hdrs[] = {"Content-Type: application/json",
-                                             "X-Upload-Content-Type: application/octet-stream",
-                                             NULL};
+    static const char *const start_hdrs[] = {
+        "Content-Type: application/json", "X-Upload-Content-Type: application/octet-stream", NULL};
     ur_buf url, body;
     gcs_http_req req = {0};
     gcs_http_resp resp;
@@ -539,8 +539,8 @@ static int upload_resumable(gcs_store *g, const char *key, const void *data, siz
         size_t len = n - off < UR_GCS_CHUNK ? n - off : UR_GCS_CHUNK;
         int last = off + len == n;
         if (last) {
-            snprintf(crange, sizeof crange, "Content-Range: bytes %zu-%zu/%zu", off,
-                     off + len - 1, n);
+            snprintf(crange, sizeof crange, "Content-Range: bytes %zu-%zu/%zu", off, off + len - 1,
+                     n);
         } else {
             snprintf(crange, sizeof crange, "Content-Range: bytes %zu-%zu/*", off, off + len - 1);
         }
@@ -602,8 +602,7 @@ static int g_write(ur_kvstore *kv, const char *key, const void *data, size_t n, 
     return upload_simple(g, key, data, n, 0, what, err);
 }
 
-int ur_kvstore_gcs_create(ur_kvstore *kv, const char *key, const void *data, size_t n,
-                          ur_err *err)
+int ur_kvstore_gcs_create(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err)
 {
     gcs_store *g = (gcs_store *)kv;
     char what[1024];
@@ -718,7 +717,8 @@ int ur_kvstore_gcs_open(ur_kvstore **out, const char *bucket, const char *prefix
     size_t blen = strlen(bucket), plen = strlen(prefix);
     int emulator, rc = UR_OK;
 
-    if (blen < 3 || blen > 222 || strspn(bucket, "abcdefghijklmnopqrstuvwxyz0123456789-_.") < blen) {
+    if (blen < 3 || blen > 222 ||
+        strspn(bucket, "abcdefghijklmnopqrstuvwxyz0123456789-_.") < blen) {
         return ur_err_set(err, UR_EINVAL,
                           "'gs://%s': not a valid GCS bucket name (3 to 222 of a-z 0-9 - _ .)",
                           bucket);

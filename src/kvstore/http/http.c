@@ -473,7 +473,7 @@ int ur_http_perform(ur_http *h, const ur_http_req *req, long *status_out, ur_err
             rc = req->dst != NULL
                      ? ur_err_set(err, UR_EIO, "more bytes than the %zu expected", req->dst_len)
                      : (err != NULL && err->code != UR_OK ? err->code
-                                                         : ur_err_set(err, UR_EIO, "too large"));
+                                                          : ur_err_set(err, UR_EIO, "too large"));
             break;
         }
         if (cc != CURLE_OK) {
@@ -565,8 +565,8 @@ int ur_http_encode(ur_buf *b, const char *s, int keep_slash, ur_err *err)
     for (; *s; s++) {
         unsigned char ch = (unsigned char)*s;
         int plain = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
-                    (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.' ||
-                    ch == '~' || (keep_slash && ch == '/');
+                    (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.' || ch == '~' ||
+                    (keep_slash && ch == '/');
         int rc;
         if (plain) {
             rc = ur_buf_append_byte(b, ch, err);

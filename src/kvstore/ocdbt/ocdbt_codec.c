@@ -108,8 +108,8 @@ int ur_ocdbt_codec_decode(ur_buf *body, const uint8_t *p, size_t n, uint32_t mag
 
     ur_buf_reset(body);
     if (n < 16) {
-        return ur_err_set_at(err, UR_ECORRUPT, 0, "%s: %zu bytes is too short for an object",
-                             what, n);
+        return ur_err_set_at(err, UR_ECORRUPT, 0, "%s: %zu bytes is too short for an object", what,
+                             n);
     }
     ur_rd_init(&rd, p, n - 4);
     got_magic = ur_rd_u32be(&rd);
@@ -157,8 +157,8 @@ int ur_ocdbt_codec_decode(ur_buf *body, const uint8_t *p, size_t n, uint32_t mag
     return decompress(body, p + payload_at, n - 4 - payload_at, payload_at, what, err);
 }
 
-int ur_ocdbt_codec_encode(ur_buf *out, uint32_t magic, const uint8_t *body, size_t n,
-                          int compress, int level, ur_err *err)
+int ur_ocdbt_codec_encode(ur_buf *out, uint32_t magic, const uint8_t *body, size_t n, int compress,
+                          int level, ur_err *err)
 {
     size_t start = out->len, total;
     int rc;

@@ -85,8 +85,8 @@ int ur_ocdbt_table_decode(ur_ocdbt_table *t, ur_rd *rd, const char *transitive, 
         }
         if (base > plen) {
             rc = ur_err_set_at(err, UR_ECORRUPT, at,
-                               "data file table: base_path_length[%zu] = %zu > path length %zu",
-                               i, base, plen);
+                               "data file table: base_path_length[%zu] = %zu > path length %zu", i,
+                               base, plen);
             goto out;
         }
         if (prefix > (prev_base < base ? prev_base : base) && base != prev_base) {
@@ -98,7 +98,8 @@ int ur_ocdbt_table_decode(ur_ocdbt_table *t, ur_rd *rd, const char *transitive, 
         }
         if (i > 0 && prefix > t->f[i - 1].len - tlen) {
             rc = ur_err_set_at(err, UR_ECORRUPT, at,
-                               "data file table: prefix length %zu > previous path length", prefix);
+                               "data file table: prefix length %zu > previous path length",
+                               prefix);
             goto out;
         }
         sfx = ur_rd_bytes(rd, suffix);

@@ -33,14 +33,15 @@ static int put_loc(ur_buf *out, const char *kind, const ur_ocdbt_table *t, const
                          f->path, f->path + f->base_len, r->offset, r->length);
 }
 
-static int dump_versions(ur_buf *out, const ur_ocdbt_table *t, const ur_ocdbt_version *v,
-                         size_t n, int indent, ur_err *err)
+static int dump_versions(ur_buf *out, const ur_ocdbt_table *t, const ur_ocdbt_version *v, size_t n,
+                         int indent, ur_err *err)
 {
     int rc = UR_OK;
     for (size_t i = 0; i < n && rc == UR_OK; i++) {
-        rc = ur_buf_printf(out, err, "%*sversion generation=%" PRIu64 " commit_time=%" PRIu64
-                           " root_height=%u root=", indent, "", v[i].generation,
-                           v[i].commit_time, v[i].root_height);
+        rc = ur_buf_printf(out, err,
+                           "%*sversion generation=%" PRIu64 " commit_time=%" PRIu64
+                           " root_height=%u root=",
+                           indent, "", v[i].generation, v[i].commit_time, v[i].root_height);
         if (rc == UR_OK) {
             rc = put_loc(out, "btreenode", t, &v[i].root, err);
         }
@@ -62,7 +63,8 @@ static int dump_vnode_refs(ur_ocdbt_reader *r, ur_buf *out, const ur_ocdbt_table
     int rc = UR_OK;
     for (size_t i = 0; i < n && rc == UR_OK; i++) {
         ur_ocdbt_version_node node;
-        rc = ur_buf_printf(out, err, "%*sversion_node height=%u generation=%" PRIu64
+        rc = ur_buf_printf(out, err,
+                           "%*sversion_node height=%u generation=%" PRIu64
                            " num_generations=%" PRIu64 " commit_time=%" PRIu64 " location=",
                            indent, "", v[i].height, v[i].generation, v[i].num_generations,
                            v[i].commit_time);
@@ -94,8 +96,8 @@ static int dump_vnode_refs(ur_ocdbt_reader *r, ur_buf *out, const ur_ocdbt_table
         if (node.height == 0) {
             rc = dump_versions(out, &node.table, node.versions, node.n, indent + 2, err);
         } else {
-            rc = dump_vnode_refs(r, out, &node.table, node.children, node.n, indent + 2,
-                                 depth + 1, err);
+            rc = dump_vnode_refs(r, out, &node.table, node.children, node.n, indent + 2, depth + 1,
+                                 err);
         }
         ur_ocdbt_version_node_dispose(&node);
     }
@@ -126,9 +128,9 @@ int ur_ocdbt_dump_manifest(ur_kvstore *kv, ur_buf *out, ur_err *err)
                            c->max_decoded_node_bytes, c->version_tree_arity_log2);
     }
     if (rc == UR_OK) {
-        rc = c->compression ? ur_buf_printf(out, err, " compression=zstd(level %d)\n",
-                                            (int)c->zstd_level)
-                            : ur_buf_printf(out, err, " compression=none\n");
+        rc = c->compression
+                 ? ur_buf_printf(out, err, " compression=zstd(level %d)\n", (int)c->zstd_level)
+                 : ur_buf_printf(out, err, " compression=none\n");
     }
     for (size_t i = 0; i < m->table.n && rc == UR_OK; i++) {
         const ur_ocdbt_file_id *f = &m->table.f[i];
@@ -145,8 +147,7 @@ int ur_ocdbt_dump_manifest(ur_kvstore *kv, ur_buf *out, ur_err *err)
 }
 
 static int dump_node(ur_ocdbt_reader *r, ur_buf *out, const ur_ocdbt_file_id *file,
-                     const ur_ocdbt_ref *ref, int height, ur_buf *prefix, int indent,
-                     ur_err *err)
+                     const ur_ocdbt_ref *ref, int height, ur_buf *prefix, int indent, ur_err *err)
 {
     ur_ocdbt_cnode *c = NULL;
     const ur_ocdbt_btree_node *n;
@@ -157,9 +158,11 @@ static int dump_node(ur_ocdbt_reader *r, ur_buf *out, const ur_ocdbt_file_id *fi
         return rc;
     }
     n = ur_ocdbt_read__node(c);
-    rc = ur_buf_printf(out, err, "%*snode height=%u entries=%zu location=btreenode:%.*s:%s:%" PRIu64
-                       ":%" PRIu64 " prefix=", indent, "", n->height, n->n, (int)file->base_len,
-                       file->path, file->path + file->base_len, ref->offset, ref->length);
+    rc = ur_buf_printf(out, err,
+                       "%*snode height=%u entries=%zu location=btreenode:%.*s:%s:%" PRIu64
+                       ":%" PRIu64 " prefix=",
+                       indent, "", n->height, n->n, (int)file->base_len, file->path,
+                       file->path + file->base_len, ref->offset, ref->length);
     if (rc == UR_OK) {
         rc = put_bytes(out, prefix->data, prefix->len, err);
     }

@@ -43,8 +43,8 @@
 int ur_ocdbt_codec_decode(ur_buf *body, const uint8_t *p, size_t n, uint32_t magic,
                           const char *what, int *compressed_out, ur_err *err);
 /* Append an envelope around `body` to `out`: zstd level `level` when `compress`. */
-int ur_ocdbt_codec_encode(ur_buf *out, uint32_t magic, const uint8_t *body, size_t n,
-                          int compress, int level, ur_err *err);
+int ur_ocdbt_codec_encode(ur_buf *out, uint32_t magic, const uint8_t *body, size_t n, int compress,
+                          int level, ur_err *err);
 /* Decode a varint that must fit 16 bits (riegeli reads 32 and checks). */
 uint16_t ur_ocdbt_codec_varint16(ur_rd *rd);
 
@@ -125,16 +125,16 @@ typedef struct ur_ocdbt_vnode_ref {
 } ur_ocdbt_vnode_ref;
 
 /* Leaf array (manifest inline_versions, height-0 nodes). */
-int ur_ocdbt_versions_decode(ur_ocdbt_version **out, size_t *n_out, ur_rd *rd,
-                             uint8_t arity_log2, size_t n_files, ur_err *err);
+int ur_ocdbt_versions_decode(ur_ocdbt_version **out, size_t *n_out, ur_rd *rd, uint8_t arity_log2,
+                             size_t n_files, ur_err *err);
 int ur_ocdbt_versions_encode(ur_buf *out, const ur_ocdbt_version *v, size_t n, ur_err *err);
 /* Interior array; with_height: manifest form (entry_height column). height: node height
  * (ignored when with_height). */
 int ur_ocdbt_vnode_refs_decode(ur_ocdbt_vnode_ref **out, size_t *n_out, ur_rd *rd,
                                uint8_t arity_log2, unsigned height, int with_height,
                                size_t n_files, ur_err *err);
-int ur_ocdbt_vnode_refs_encode(ur_buf *out, const ur_ocdbt_vnode_ref *v, size_t n,
-                               int with_height, ur_err *err);
+int ur_ocdbt_vnode_refs_encode(ur_buf *out, const ur_ocdbt_vnode_ref *v, size_t n, int with_height,
+                               ur_err *err);
 
 typedef struct ur_ocdbt_version_node {
     uint8_t arity_log2;

@@ -26,7 +26,6 @@ void ur_ocdbt_read__release(ur_ocdbt_reader *r, ur_ocdbt_cnode *c);
 
 /* Read and decode a version-tree node (caller disposes it). */
 int ur_ocdbt_read__version_node(ur_ocdbt_reader *r, const ur_ocdbt_file_id *file,
-                                const ur_ocdbt_ref *ref, ur_ocdbt_version_node *out,
-                                ur_err *err);
+                                const ur_ocdbt_ref *ref, ur_ocdbt_version_node *out, ur_err *err);
 
 #endif

@@ -124,8 +124,7 @@ static void locate(ur_ocdbt_reader *r, ur_err *err, const char *rel, uint64_t of
             ur_err_wrap(err, "byte %llu of the decompressed body", (unsigned long long)at);
             err->offset = off;
         }
-        ur_err_wrap(err, "object [%llu, +%llu)", (unsigned long long)off,
-                    (unsigned long long)len);
+        ur_err_wrap(err, "object [%llu, +%llu)", (unsigned long long)off, (unsigned long long)len);
     }
     ur_err_set_where(err, path ? path : rel);
     ur_free(path);
@@ -286,8 +285,7 @@ int ur_ocdbt_read__btree_node(ur_ocdbt_reader *r, const ur_ocdbt_file_id *file,
 }
 
 int ur_ocdbt_read__version_node(ur_ocdbt_reader *r, const ur_ocdbt_file_id *file,
-                                const ur_ocdbt_ref *ref, ur_ocdbt_version_node *out,
-                                ur_err *err)
+                                const ur_ocdbt_ref *ref, ur_ocdbt_version_node *out, ur_err *err)
 {
     ur_buf body;
     int compressed = 0;
@@ -441,15 +439,15 @@ static int r_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t
     }
     e = &leaf->node.e[idx];
     if (offset > e->value_len || len > e->value_len - offset) {
-        rc = ur_err_set(err, UR_ECORRUPT, "%s: range [%llu, +%zu) beyond value of %llu bytes",
-                        key, (unsigned long long)offset, len, (unsigned long long)e->value_len);
+        rc = ur_err_set(err, UR_ECORRUPT, "%s: range [%llu, +%zu) beyond value of %llu bytes", key,
+                        (unsigned long long)offset, len, (unsigned long long)e->value_len);
     } else if (len == 0) {
         rc = UR_OK;
     } else if (!e->indirect) {
         memcpy(dst, leaf->node.body.data + e->value_off + offset, len);
     } else {
-        rc = read_file_range(r, leaf->node.table.f[e->ref.file].path, e->ref.offset + offset,
-                             len, dst, err);
+        rc = read_file_range(r, leaf->node.table.f[e->ref.file].path, e->ref.offset + offset, len,
+                             dst, err);
     }
     ur_ocdbt_read__release(r, leaf);
     return rc;
@@ -496,8 +494,7 @@ static int r_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
 }
 
 /* Large indirect values are mapped from their data file; the rest is read. */
-static int r_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvstore_view *v,
-                  ur_err *err)
+static int r_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvstore_view *v, ur_err *err)
 {
     ur_ocdbt_reader *r = (ur_ocdbt_reader *)kv;
     ur_ocdbt_cnode *leaf = NULL;
@@ -628,8 +625,8 @@ static size_t first_in_range(const list_state *st, const ur_ocdbt_btree_node *n,
     return h == 0 || lo == 0 ? lo : lo - 1;
 }
 
-static int list_node(list_state *st, const ur_ocdbt_file_id *file, const ur_ocdbt_ref *ref,
-                     int h, const uint8_t *min, size_t min_len, ur_err *err)
+static int list_node(list_state *st, const ur_ocdbt_file_id *file, const ur_ocdbt_ref *ref, int h,
+                     const uint8_t *min, size_t min_len, ur_err *err)
 {
     ur_ocdbt_cnode *c = NULL;
     const ur_ocdbt_btree_node *n;
@@ -673,8 +670,7 @@ static int list_node(list_state *st, const ur_ocdbt_file_id *file, const ur_ocdb
                 st->stop = 1;
                 break;
             }
-            if (i + 1 < n->n &&
-                range_cmp(st, base, ekey(n, i + 1), n->e[i + 1].key_len) < 0) {
+            if (i + 1 < n->n && range_cmp(st, base, ekey(n, i + 1), n->e[i + 1].key_len) < 0) {
                 continue; /* the whole child precedes the prefix */
             }
             st->key.len = base;
@@ -711,8 +707,8 @@ static int r_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, voi
     ur_buf_init(&st.key, 0);
     rc = ur_buf_reserve(&st.key, 256, err);
     if (rc == UR_OK) {
-        rc = list_node(&st, &r->manifest.table.f[v->root.file], &v->root, v->root_height, NULL,
-                       0, err);
+        rc = list_node(&st, &r->manifest.table.f[v->root.file], &v->root, v->root_height, NULL, 0,
+                       err);
     }
     ur_buf_dispose(&st.key);
     return rc;
@@ -737,13 +733,13 @@ static void r_close(ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops reader_ops = {
-    "ocdbt", r_read, r_read_range, r_view, r_size, r_list, NULL, NULL, r_close, r_prefetch, NULL, NULL, NULL,
+    "ocdbt", r_read,  r_read_range, r_view, r_size, r_list, NULL,
+    NULL,    r_close, r_prefetch,   NULL,   NULL,   NULL,
 };
 
 /* ---- opening ---- */
 
-static int load_manifest(ur_ocdbt_reader *r, const char *name, ur_ocdbt_manifest *m,
-                         ur_err *err)
+static int load_manifest(ur_ocdbt_reader *r, const char *name, ur_ocdbt_manifest *m, ur_err *err)
 {
     ur_buf raw, body;
     int rc, compressed = 0;
@@ -752,8 +748,8 @@ static int load_manifest(ur_ocdbt_reader *r, const char *name, ur_ocdbt_manifest
     ur_buf_init(&body, 0);
     raw.limit = MAX_MANIFEST;
     rc = ur_kvstore_read(r->store, name, &raw, err);
-    if (rc == UR_ENOTFOUND || (rc == UR_ECORRUPT && raw.len == 0 && err != NULL &&
-                               err->where[0] == '\0')) {
+    if (rc == UR_ENOTFOUND ||
+        (rc == UR_ECORRUPT && raw.len == 0 && err != NULL && err->where[0] == '\0')) {
         ur_err_set_where(err, r->dir);
     }
     if (rc == UR_OK) {

@@ -16,34 +16,34 @@
 #include <string.h>
 
 /* The three columns of a reference array: all file indices, all offsets, all lengths. */
-#define READ_REFS(rd, arr, n, fld)                                                              \
-    do {                                                                                        \
-        for (size_t k_ = 0; k_ < (n); k_++) {                                                   \
-            (arr)[k_].fld.file = ur_rd_varint64(rd);                                            \
-        }                                                                                       \
-        for (size_t k_ = 0; k_ < (n); k_++) {                                                   \
-            (arr)[k_].fld.offset = ur_rd_varint64(rd);                                          \
-        }                                                                                       \
-        for (size_t k_ = 0; k_ < (n); k_++) {                                                   \
-            (arr)[k_].fld.length = ur_rd_varint64(rd);                                          \
-        }                                                                                       \
+#define READ_REFS(rd, arr, n, fld)                                                                \
+    do {                                                                                          \
+        for (size_t k_ = 0; k_ < (n); k_++) {                                                     \
+            (arr)[k_].fld.file = ur_rd_varint64(rd);                                              \
+        }                                                                                         \
+        for (size_t k_ = 0; k_ < (n); k_++) {                                                     \
+            (arr)[k_].fld.offset = ur_rd_varint64(rd);                                            \
+        }                                                                                         \
+        for (size_t k_ = 0; k_ < (n); k_++) {                                                     \
+            (arr)[k_].fld.length = ur_rd_varint64(rd);                                            \
+        }                                                                                         \
     } while (0)
 
-#define WRITE_REFS(rc, out, arr, n, fld, err)                                                   \
-    do {                                                                                        \
-        for (size_t k_ = 0; k_ < (n) && (rc) == UR_OK; k_++) {                                  \
-            (rc) = ur_buf_put_varint(out, (arr)[k_].fld.file, err);                             \
-        }                                                                                       \
-        for (size_t k_ = 0; k_ < (n) && (rc) == UR_OK; k_++) {                                  \
-            (rc) = ur_buf_put_varint(out, (arr)[k_].fld.offset, err);                           \
-        }                                                                                       \
-        for (size_t k_ = 0; k_ < (n) && (rc) == UR_OK; k_++) {                                  \
-            (rc) = ur_buf_put_varint(out, (arr)[k_].fld.length, err);                           \
-        }                                                                                       \
+#define WRITE_REFS(rc, out, arr, n, fld, err)                                                     \
+    do {                                                                                          \
+        for (size_t k_ = 0; k_ < (n) && (rc) == UR_OK; k_++) {                                    \
+            (rc) = ur_buf_put_varint(out, (arr)[k_].fld.file, err);                               \
+        }                                                                                         \
+        for (size_t k_ = 0; k_ < (n) && (rc) == UR_OK; k_++) {                                    \
+            (rc) = ur_buf_put_varint(out, (arr)[k_].fld.offset, err);                             \
+        }                                                                                         \
+        for (size_t k_ = 0; k_ < (n) && (rc) == UR_OK; k_++) {                                    \
+            (rc) = ur_buf_put_varint(out, (arr)[k_].fld.length, err);                             \
+        }                                                                                         \
     } while (0)
 
-int ur_ocdbt_versions_decode(ur_ocdbt_version **out, size_t *n_out, ur_rd *rd,
-                             uint8_t arity_log2, size_t n_files, ur_err *err)
+int ur_ocdbt_versions_decode(ur_ocdbt_version **out, size_t *n_out, ur_rd *rd, uint8_t arity_log2,
+                             size_t n_files, ur_err *err)
 {
     size_t at = rd->pos, n;
     uint64_t num = ur_rd_varint64(rd), arity = (uint64_t)1 << arity_log2, last, min_gen;
@@ -241,8 +241,8 @@ fail:
     return rc;
 }
 
-int ur_ocdbt_vnode_refs_encode(ur_buf *out, const ur_ocdbt_vnode_ref *v, size_t n,
-                               int with_height, ur_err *err)
+int ur_ocdbt_vnode_refs_encode(ur_buf *out, const ur_ocdbt_vnode_ref *v, size_t n, int with_height,
+                               ur_err *err)
 {
     int rc = ur_buf_put_varint(out, n, err);
     for (size_t i = 0; i < n && rc == UR_OK; i++) {
@@ -290,8 +290,7 @@ int ur_ocdbt_version_node_decode(ur_ocdbt_version_node *node, const uint8_t *bod
                              node->arity_log2);
     }
     if (node->height > 63U / node->arity_log2 - 1U) {
-        return ur_err_set_at(err, UR_ECORRUPT, 1, "version node: invalid height %u",
-                             node->height);
+        return ur_err_set_at(err, UR_ECORRUPT, 1, "version node: invalid height %u", node->height);
     }
     rc = ur_ocdbt_table_decode(&node->table, &rd, transitive, tlen, err);
     if (rc == UR_OK) {

@@ -410,7 +410,7 @@ static int emit_node(ocdbt_writer *w, uint8_t height, ur_ocdbt_btree_enc_entry *
 {
     ur_ocdbt_table t = {0, NULL};
     ur_buf body, obj;
-    uint32_t file;
+    uint32_t file = 0;
     int rc;
 
     ur_buf_init(&body, 0);
@@ -427,7 +427,8 @@ static int emit_node(ocdbt_writer *w, uint8_t height, ur_ocdbt_btree_enc_entry *
          * doubling to up to twice that. */
         uint64_t bound = 4096;
         for (size_t i = 0; i < n; i++) {
-            bound += enc[i].key_len + 64 + (height == 0 && !enc[i].indirect ? enc[i].value_len : 0);
+            bound += enc[i].key_len + 64 +
+                     (height == 0 && !enc[i].indirect ? enc[i].value_len : 0);
         }
         if (bound < ((uint64_t)1 << 31)) {
             rc = ur_buf_reserve(&body, (size_t)bound, err);
@@ -794,7 +795,8 @@ uint64_t ur_ocdbt_writer_held_bytes(const ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops writer_ops = {
-    "ocdbt-writer", NULL, NULL, NULL, NULL, NULL, w_write, w_commit, w_close, NULL, NULL, NULL, NULL,
+    "ocdbt-writer", NULL,    NULL, NULL, NULL, NULL, w_write,
+    w_commit,       w_close, NULL, NULL, NULL, NULL,
 };
 
 int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts *opts,

@@ -104,8 +104,8 @@ int ur_s3__config_load(ur_s3_config *c, const char *bucket, ur_err *err)
                              sizeof c->creds.key_id, &seen);
         int has_secret = ini_get(cred_path, name, "aws_secret_access_key", c->creds.secret,
                                  sizeof c->creds.secret, NULL);
-        (void)ini_get(cred_path, name, "aws_session_token", c->creds.token,
-                      sizeof c->creds.token, NULL);
+        (void)ini_get(cred_path, name, "aws_session_token", c->creds.token, sizeof c->creds.token,
+                      NULL);
         if (profile != NULL && !seen) {
             return ur_err_set(err, UR_EINVAL, "AWS_PROFILE '%s' is not a section of %s", profile,
                               cred_path);
@@ -135,8 +135,8 @@ int ur_s3__config_load(ur_s3_config *c, const char *bucket, ur_err *err)
     if ((v = env("AWS_ENDPOINT_URL_S3")) != NULL || (v = env("AWS_ENDPOINT_URL")) != NULL) {
         size_t n;
         if (strncmp(v, "http://", 7) != 0 && strncmp(v, "https://", 8) != 0) {
-            return ur_err_set(err, UR_EINVAL, "S3 endpoint '%s' must start with http:// or https://",
-                              v);
+            return ur_err_set(err, UR_EINVAL,
+                              "S3 endpoint '%s' must start with http:// or https://", v);
         }
         snprintf(c->endpoint, sizeof c->endpoint, "%s", v);
         n = strlen(c->endpoint);
@@ -154,8 +154,8 @@ int ur_s3__config_load(ur_s3_config *c, const char *bucket, ur_err *err)
         } else if (strcmp(v, "virtual") == 0) {
             c->path_style = 0;
         } else {
-            return ur_err_set(err, UR_EINVAL, "UNROLL_S3_ADDRESSING must be path or virtual, not '%s'",
-                              v);
+            return ur_err_set(err, UR_EINVAL,
+                              "UNROLL_S3_ADDRESSING must be path or virtual, not '%s'", v);
         }
     }
     return UR_OK;

@@ -280,7 +280,11 @@ static int xml_next(const char *xml, size_t n, size_t *pos, const char *tag, ur_
         static const struct {
             const char *ent;
             char ch;
-        } ents[] = {{"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
+        } ents[] = {{"&amp;", '&'},
+                    {"&lt;", '<'},
+                    {"&gt;", '>'},
+                    {"&quot;", '"'},
+                    {"&apos;", '\''}};
         char ch = *c;
         if (ch == '&') {
             for (size_t i = 0; i < sizeof ents / sizeof ents[0]; i++) {
@@ -293,7 +297,8 @@ static int xml_next(const char *xml, size_t n, size_t *pos, const char *tag, ur_
             }
             if (ch == '&' && c + 2 < e && c[1] == '#') {
                 char *stop2;
-                unsigned long v = c[2] == 'x' ? strtoul(c + 3, &stop2, 16) : strtoul(c + 2, &stop2, 10);
+                unsigned long v = c[2] == 'x' ? strtoul(c + 3, &stop2, 16)
+                                              : strtoul(c + 2, &stop2, 10);
                 if (*stop2 == ';' && v > 0 && v < 128) {
                     ch = (char)v;
                     c = stop2;
@@ -377,7 +382,8 @@ static int s_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, voi
                 rc = ur_err_set(err, UR_EIO, "s3://%s: malformed ListObjectsV2 answer", s->bucket);
                 break;
             }
-            rc = fn(ctx, (const char *)key.data + skip, strtoull((const char *)size.data, NULL, 10));
+            rc = fn(ctx, (const char *)key.data + skip,
+                    strtoull((const char *)size.data, NULL, 10));
         }
         if (rc != UR_OK) {
             break;
@@ -416,8 +422,7 @@ static int put_simple(s3_store *s, const char *key, const void *data, size_t n, 
 
 /* Multipart upload: initiate, PUT the parts in order, complete; abort on any failure so no
  * parts linger (and are billed). */
-static int put_multipart(s3_store *s, const char *key, const uint8_t *data, size_t n,
-                         ur_err *err)
+static int put_multipart(s3_store *s, const char *key, const uint8_t *data, size_t n, ur_err *err)
 {
     ur_buf id, resp, q, done, hdr;
     ur_http_req req;
@@ -467,8 +472,9 @@ static int put_multipart(s3_store *s, const char *key, const uint8_t *data, size
                             key, i + 1);
         }
         if (rc == UR_OK) {
-            rc = ur_buf_printf(&done, err, "<Part><PartNumber>%zu</PartNumber><ETag>%s</ETag></Part>",
-                               i + 1, etag);
+            rc = ur_buf_printf(&done, err,
+                               "<Part><PartNumber>%zu</PartNumber><ETag>%s</ETag></Part>", i + 1,
+                               etag);
         }
     }
     if (rc == UR_OK) {
@@ -476,7 +482,8 @@ static int put_multipart(s3_store *s, const char *key, const uint8_t *data, size
     }
     ur_buf_reset(&q);
     if (ur_buf_append_str(&q, "uploadId=", err) < 0 ||
-        ur_http_encode(&q, (const char *)id.data, 0, err) < 0 || ur_buf_append_byte(&q, 0, err) < 0) {
+        ur_http_encode(&q, (const char *)id.data, 0, err) < 0 ||
+        ur_buf_append_byte(&q, 0, err) < 0) {
         rc = rc < 0 ? rc : UR_ENOMEM;
         goto out;
     }
@@ -543,7 +550,8 @@ static void s_close(ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops s3_ops = {
-    "s3", s_read, s_read_range, NULL, s_size, s_list, s_write, NULL, s_close, NULL, s_delete, NULL, NULL,
+    "s3", s_read,  s_read_range, NULL,     s_size, s_list, s_write,
+    NULL, s_close, NULL,         s_delete, NULL,   NULL,
 };
 
 int ur_kvstore_s3_open(ur_kvstore **out, const char *bucket, const char *prefix, int writable,

@@ -2,11 +2,14 @@
  * Spec: https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_sigv-create-signed-request.html
  *
  *   canonical request = METHOD \n /canonical/uri \n sorted&encoded=query \n
- *                       host:..\n x-amz-content-sha256:..\n x-amz-date:..\n [x-amz-security-token:..\n]
- *                       \n signed;header;names \n hex(sha256(payload))
- *   string to sign    = AWS4-HMAC-SHA256 \n <amz date> \n <date>/<region>/s3/aws4_request \n
+ *                       host:..\n x-amz-content-sha256:..\n x-amz-date:..\n
+ *                       [x-amz-security-token:..\n] \n
+ *                       signed;header;names \n hex(sha256(payload))
+ *   string to sign    = AWS4-HMAC-SHA256 \n <amz date> \n
+ *                       <date>/<region>/s3/aws4_request \n
  *                       hex(sha256(canonical request))
- *   signing key       = HMAC(HMAC(HMAC(HMAC("AWS4" + secret, date), region), "s3"), "aws4_request")
+ *   signing key       = HMAC(HMAC(HMAC(HMAC("AWS4" + secret, date), region), "s3"),
+ *                            "aws4_request")
  *
  * The caller builds the URI and query in canonical form already (encoded once, query keys
  * sorted), so the bytes signed are the bytes sent. */

@@ -42,9 +42,9 @@ static int run(ur_kvstore *kv, int argc, char **argv, ur_err *err)
     if (strcmp(cmd, "range") == 0 && argc == 6) {
         size_t len = strtoull(argv[5], NULL, 10);
         void *dst = ur_malloc(len + 1);
-        rc = dst == NULL ? ur_err_oom(err)
-                         : ur_kvstore_read_range(kv, argv[3], strtoull(argv[4], NULL, 10), len,
-                                                 dst, err);
+        rc = dst == NULL
+                 ? ur_err_oom(err)
+                 : ur_kvstore_read_range(kv, argv[3], strtoull(argv[4], NULL, 10), len, dst, err);
         if (rc == UR_OK) {
             fwrite(dst, 1, len, stdout);
         }
@@ -91,8 +91,9 @@ static int run(ur_kvstore *kv, int argc, char **argv, ur_err *err)
         }
         return rc;
     }
-    return ur_err_set(err, UR_EINVAL, "usage: gcs_tool get|range|size|ls|put|create|rm|auth "
-                                      "gs://bucket/prefix ...");
+    return ur_err_set(err, UR_EINVAL,
+                      "usage: gcs_tool get|range|size|ls|put|create|rm|auth "
+                      "gs://bucket/prefix ...");
 }
 
 int main(int argc, char **argv)

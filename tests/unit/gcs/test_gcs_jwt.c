@@ -73,7 +73,8 @@ static void test_gcs_jwt__signature_verifies(void **state)
 
     b64url_decode(&part, (const char *)jwt.data, (size_t)(d1 - (const char *)jwt.data));
     ur_buf_append_byte(&part, '\0', NULL);
-    assert_string_equal((const char *)part.data, "{\"alg\":\"RS256\",\"typ\":\"JWT\",\"kid\":\"kid1\"}");
+    assert_string_equal((const char *)part.data,
+                        "{\"alg\":\"RS256\",\"typ\":\"JWT\",\"kid\":\"kid1\"}");
     ur_buf_reset(&part);
     b64url_decode(&part, d1 + 1, (size_t)(d2 - d1 - 1));
     ur_buf_append_byte(&part, '\0', NULL);
@@ -85,15 +86,15 @@ static void test_gcs_jwt__signature_verifies(void **state)
     b64url_decode(&sig, d2 + 1, strlen(d2 + 1));
     assert_int_equal(sig.len, 256);
     assert_int_equal(EVP_DigestVerifyInit(md, NULL, EVP_sha256(), NULL, g_key), 1);
-    assert_int_equal(EVP_DigestVerify(md, sig.data, sig.len, jwt.data,
-                                      (size_t)(d2 - (const char *)jwt.data)),
-                     1);
+    assert_int_equal(
+        EVP_DigestVerify(md, sig.data, sig.len, jwt.data, (size_t)(d2 - (const char *)jwt.data)),
+        1);
     /* A flipped byte of the signed text no longer verifies. */
     jwt.data[3] ^= 1;
     assert_int_equal(EVP_DigestVerifyInit(md, NULL, EVP_sha256(), NULL, g_key), 1);
-    assert_int_not_equal(EVP_DigestVerify(md, sig.data, sig.len, jwt.data,
-                                          (size_t)(d2 - (const char *)jwt.data)),
-                         1);
+    assert_int_not_equal(
+        EVP_DigestVerify(md, sig.data, sig.len, jwt.data, (size_t)(d2 - (const char *)jwt.data)),
+        1);
     EVP_MD_CTX_free(md);
     ur_buf_dispose(&jwt);
     ur_buf_dispose(&part);
@@ -106,8 +107,9 @@ static void test_gcs_jwt__bad_key_is_einval(void **state)
     ur_err err;
     (void)state;
     ur_buf_init(&jwt, 0);
-    assert_int_equal(ur_gcs_jwt_sign(&jwt, "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE "
-                                           "KEY-----\n",
+    assert_int_equal(ur_gcs_jwt_sign(&jwt,
+                                     "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE "
+                                     "KEY-----\n",
                                      NULL, "a", "s", "u", 1, &err),
                      UR_EINVAL);
     assert_non_null(strstr(err.msg, "private_key"));

@@ -50,10 +50,12 @@ static void test_kvstore_url__local_path_is_the_file_store(void **state)
 
 static void clear_aws_env(void)
 {
-    static const char *const names[] = {
-        "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-        "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
-        "UNROLL_S3_ADDRESSING", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"};
+    static const char *const names[] = {"AWS_ACCESS_KEY_ID",    "AWS_SECRET_ACCESS_KEY",
+                                        "AWS_SESSION_TOKEN",    "AWS_PROFILE",
+                                        "AWS_REGION",           "AWS_DEFAULT_REGION",
+                                        "AWS_ENDPOINT_URL",     "AWS_ENDPOINT_URL_S3",
+                                        "UNROLL_S3_ADDRESSING", "AWS_SHARED_CREDENTIALS_FILE",
+                                        "AWS_CONFIG_FILE"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         unsetenv(names[i]);
     }

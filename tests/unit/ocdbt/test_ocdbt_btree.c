@@ -10,10 +10,11 @@
 
 /* spec §10.4 leaf body (after the 14-byte header, before the CRC) */
 static uint8_t golden_body[] = {
-    0x00, 0x01, 0x22, 0x00, 'd', '/', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0',
-    '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0',
-    '0', '0', '0', 0x03, 0x01, 0x00, 0x01, 0x06, 0x03, 'a', 'b', 'c', '/', 'd', 'e', 'f', 'b',
-    'i', 'g', 0x05, 0x00, 0x80, 0x04, 0x00, 0x00, 0x01, 0x00, 0x00, 'h', 'e', 'l', 'l', 'o'};
+    0x00, 0x01, 0x22, 0x00, 'd',  '/',  '0',  '0', '0', '0', '0',  '0',  '0',  '0',
+    '0',  '0',  '0',  '0',  '0',  '0',  '0',  '0', '0', '0', '0',  '0',  '0',  '0',
+    '0',  '0',  '0',  '0',  '0',  '0',  '0',  '0', '0', '0', 0x03, 0x01, 0x00, 0x01,
+    0x06, 0x03, 'a',  'b',  'c',  '/',  'd',  'e', 'f', 'b', 'i',  'g',  0x05, 0x00,
+    0x80, 0x04, 0x00, 0x00, 0x01, 0x00, 0x00, 'h', 'e', 'l', 'l',  'o'};
 
 static void test_ocdbt_btree__golden_leaf(void **state)
 {
@@ -48,9 +49,8 @@ static void test_ocdbt_btree__golden_leaf(void **state)
     assert_int_equal(ur_ocdbt_btree_encode(&body, 0, &node.table, e, 3, NULL), UR_OK);
     assert_int_equal(body.len, sizeof golden_body);
     assert_memory_equal(body.data, golden_body, sizeof golden_body);
-    assert_int_equal(ur_ocdbt_codec_encode(&obj, UR_OCDBT_MAGIC_BTREE, body.data, body.len, 0, 0,
-                                           NULL),
-                     UR_OK);
+    assert_int_equal(
+        ur_ocdbt_codec_encode(&obj, UR_OCDBT_MAGIC_BTREE, body.data, body.len, 0, 0, NULL), UR_OK);
     assert_int_equal(obj.len, 86);
     assert_int_equal(obj.data[82], 0x55);
     assert_int_equal(obj.data[85], 0xa7);
@@ -66,12 +66,12 @@ static void encode_interior(ur_buf *body)
     ur_ocdbt_table t = {3, f};
     ur_ocdbt_btree_enc_entry e[3];
     memset(e, 0, sizeof e);
-    e[0] = (ur_ocdbt_btree_enc_entry){(const uint8_t *)"abc/x", 5, 4, 0, NULL, 0,
-                                      {0, 0, 40}, {3, 40, 0}};
-    e[1] = (ur_ocdbt_btree_enc_entry){(const uint8_t *)"abc/y", 5, 5, 0, NULL, 0,
-                                      {1, 40, 50}, {1, 50, 9}};
-    e[2] = (ur_ocdbt_btree_enc_entry){(const uint8_t *)"b", 1, 0, 0, NULL, 0,
-                                      {2, 90, 60}, {2, 60, 0}};
+    e[0] = (ur_ocdbt_btree_enc_entry){
+        (const uint8_t *)"abc/x", 5, 4, 0, NULL, 0, {0, 0, 40}, {3, 40, 0}};
+    e[1] = (ur_ocdbt_btree_enc_entry){
+        (const uint8_t *)"abc/y", 5, 5, 0, NULL, 0, {1, 40, 50}, {1, 50, 9}};
+    e[2] = (ur_ocdbt_btree_enc_entry){(const uint8_t *)"b", 1,         0, 0, NULL, 0,
+                                      {2, 90, 60},          {2, 60, 0}};
     ur_ocdbt_table_sort(&t); /* already sorted: "" < "ocdbt.process_0/" */
     assert_int_equal(t.n, 3);
     assert_int_equal(ur_ocdbt_btree_encode(body, 2, &t, e, 3, NULL), UR_OK);
@@ -159,8 +159,8 @@ static void test_ocdbt_btree__key_order(void **state)
 static void test_ocdbt_btree__table_edge_cases(void **state)
 {
     static char s0[] = "", s1[] = "a", s2[] = "ab", s3[] = "ac", s4[] = "a/x", s5[] = "a/y";
-    ur_ocdbt_file_id f[6] = {{s5, 3, 2}, {s2, 2, 0}, {s0, 0, 0}, {s3, 2, 0}, {s1, 1, 0},
-                             {s4, 3, 2}};
+    ur_ocdbt_file_id f[6] = {{s5, 3, 2}, {s2, 2, 0}, {s0, 0, 0},
+                             {s3, 2, 0}, {s1, 1, 0}, {s4, 3, 2}};
     ur_ocdbt_table t = {6, f}, d;
     ur_buf b;
     ur_rd rd;

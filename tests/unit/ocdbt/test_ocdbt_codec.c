@@ -68,9 +68,9 @@ static void roundtrip(int compress)
     }
     ur_buf_init(&obj, 0);
     ur_buf_init(&out, 0);
-    assert_int_equal(ur_ocdbt_codec_encode(&obj, UR_OCDBT_MAGIC_BTREE, body, sizeof body,
-                                           compress, 0, NULL),
-                     UR_OK);
+    assert_int_equal(
+        ur_ocdbt_codec_encode(&obj, UR_OCDBT_MAGIC_BTREE, body, sizeof body, compress, 0, NULL),
+        UR_OK);
     assert_int_equal(obj.data[12], 0);
     assert_int_equal(obj.data[13], compress);
     assert_int_equal(ur_ocdbt_codec_decode(&out, obj.data, obj.len, UR_OCDBT_MAGIC_BTREE, "t",
@@ -80,9 +80,9 @@ static void roundtrip(int compress)
     assert_int_equal(out.len, sizeof body);
     assert_memory_equal(out.data, body, sizeof body);
     /* the wrong magic is refused */
-    assert_int_equal(ur_ocdbt_codec_decode(&out, obj.data, obj.len, UR_OCDBT_MAGIC_MANIFEST, "t",
-                                           NULL, NULL),
-                     UR_ECORRUPT);
+    assert_int_equal(
+        ur_ocdbt_codec_decode(&out, obj.data, obj.len, UR_OCDBT_MAGIC_MANIFEST, "t", NULL, NULL),
+        UR_ECORRUPT);
     ur_buf_dispose(&obj);
     ur_buf_dispose(&out);
 }
@@ -107,13 +107,13 @@ static void corrupt_all(int compress)
     ur_err err;
     ur_buf_init(&obj, 0);
     ur_buf_init(&out, 0);
-    assert_int_equal(ur_ocdbt_codec_encode(&obj, UR_OCDBT_MAGIC_MANIFEST, body, sizeof body,
-                                           compress, 3, NULL),
-                     UR_OK);
+    assert_int_equal(
+        ur_ocdbt_codec_encode(&obj, UR_OCDBT_MAGIC_MANIFEST, body, sizeof body, compress, 3, NULL),
+        UR_OK);
     for (size_t cut = 0; cut < obj.len; cut++) {
-        assert_int_equal(ur_ocdbt_codec_decode(&out, obj.data, cut, UR_OCDBT_MAGIC_MANIFEST, "m",
-                                               NULL, &err),
-                         UR_ECORRUPT);
+        assert_int_equal(
+            ur_ocdbt_codec_decode(&out, obj.data, cut, UR_OCDBT_MAGIC_MANIFEST, "m", NULL, &err),
+            UR_ECORRUPT);
     }
     for (size_t i = 0; i < obj.len; i++) {
         for (int bit = 0; bit < 8; bit += 3) {
@@ -163,39 +163,38 @@ static void test_ocdbt_codec__zstd_exactly_one_frame(void **state)
     ur_buf_init(&obj, 0);
     ur_buf_init(&out, 0);
     /* take the frame out of a valid compressed object */
-    assert_int_equal(ur_ocdbt_codec_encode(&obj, UR_OCDBT_MAGIC_BTREE, body, sizeof body, 1, 0,
-                                           NULL),
-                     UR_OK);
+    assert_int_equal(
+        ur_ocdbt_codec_encode(&obj, UR_OCDBT_MAGIC_BTREE, body, sizeof body, 1, 0, NULL), UR_OK);
     assert_int_equal(ur_buf_append(&frame, obj.data + 14, obj.len - 18, NULL), UR_OK);
     wrap(&obj, 1, frame.data, frame.len);
-    assert_int_equal(ur_ocdbt_codec_decode(&out, obj.data, obj.len, UR_OCDBT_MAGIC_BTREE, "n",
-                                           NULL, &err),
-                     UR_OK);
+    assert_int_equal(
+        ur_ocdbt_codec_decode(&out, obj.data, obj.len, UR_OCDBT_MAGIC_BTREE, "n", NULL, &err),
+        UR_OK);
     /* two frames back to back */
     assert_int_equal(ur_buf_append(&two, frame.data, frame.len, NULL), UR_OK);
     assert_int_equal(ur_buf_append(&two, frame.data, frame.len, NULL), UR_OK);
     wrap(&obj, 1, two.data, two.len);
-    assert_int_equal(ur_ocdbt_codec_decode(&out, obj.data, obj.len, UR_OCDBT_MAGIC_BTREE, "n",
-                                           NULL, &err),
-                     UR_ECORRUPT);
+    assert_int_equal(
+        ur_ocdbt_codec_decode(&out, obj.data, obj.len, UR_OCDBT_MAGIC_BTREE, "n", NULL, &err),
+        UR_ECORRUPT);
     assert_non_null(strstr(err.msg, "after the zstd frame"));
     /* a trailing byte */
     assert_int_equal(ur_buf_append_byte(&frame, 0, NULL), UR_OK);
     wrap(&obj, 1, frame.data, frame.len);
-    assert_int_equal(ur_ocdbt_codec_decode(&out, obj.data, obj.len, UR_OCDBT_MAGIC_BTREE, "n",
-                                           NULL, &err),
-                     UR_ECORRUPT);
+    assert_int_equal(
+        ur_ocdbt_codec_decode(&out, obj.data, obj.len, UR_OCDBT_MAGIC_BTREE, "n", NULL, &err),
+        UR_ECORRUPT);
     /* unknown compression format, nonzero version */
     wrap(&obj, 2, body, sizeof body);
-    assert_int_equal(ur_ocdbt_codec_decode(&out, obj.data, obj.len, UR_OCDBT_MAGIC_BTREE, "n",
-                                           NULL, &err),
-                     UR_ECORRUPT);
+    assert_int_equal(
+        ur_ocdbt_codec_decode(&out, obj.data, obj.len, UR_OCDBT_MAGIC_BTREE, "n", NULL, &err),
+        UR_ECORRUPT);
     assert_int_equal(err.offset, 13);
     wrap(&obj, 0, body, sizeof body);
     obj.data[12] = 1;
-    assert_int_equal(ur_ocdbt_codec_decode(&out, obj.data, obj.len, UR_OCDBT_MAGIC_BTREE, "n",
-                                           NULL, &err),
-                     UR_ECORRUPT);
+    assert_int_equal(
+        ur_ocdbt_codec_decode(&out, obj.data, obj.len, UR_OCDBT_MAGIC_BTREE, "n", NULL, &err),
+        UR_ECORRUPT);
     ur_buf_dispose(&frame);
     ur_buf_dispose(&two);
     ur_buf_dispose(&obj);
@@ -209,14 +208,12 @@ static void test_ocdbt_codec__oom(void **state)
     int rc = UR_ENOMEM;
     (void)state;
     ur_buf_init(&obj, 0);
-    assert_int_equal(ur_ocdbt_codec_encode(&obj, UR_OCDBT_MAGIC_BTREE, body, sizeof body, 1, 0,
-                                           NULL),
-                     UR_OK);
+    assert_int_equal(
+        ur_ocdbt_codec_encode(&obj, UR_OCDBT_MAGIC_BTREE, body, sizeof body, 1, 0, NULL), UR_OK);
     for (long n = 0; rc == UR_ENOMEM && n < 100; n++) {
         ur_buf_init(&out, 0);
         ur_alloc_fail_after(n);
-        rc = ur_ocdbt_codec_decode(&out, obj.data, obj.len, UR_OCDBT_MAGIC_BTREE, "n", NULL,
-                                   NULL);
+        rc = ur_ocdbt_codec_decode(&out, obj.data, obj.len, UR_OCDBT_MAGIC_BTREE, "n", NULL, NULL);
         ur_alloc_fail_after(-1);
         ur_buf_dispose(&out);
     }

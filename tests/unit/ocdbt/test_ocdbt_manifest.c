@@ -64,9 +64,8 @@ static void test_ocdbt_manifest__golden(void **state)
     ur_buf_init(&re, 0);
     ur_buf_init(&obj, 0);
     assert_int_equal(ur_ocdbt_manifest_encode(&re, &m, NULL), UR_OK);
-    assert_int_equal(ur_ocdbt_codec_encode(&obj, UR_OCDBT_MAGIC_MANIFEST, re.data, re.len, 0, 0,
-                                           NULL),
-                     UR_OK);
+    assert_int_equal(
+        ur_ocdbt_codec_encode(&obj, UR_OCDBT_MAGIC_MANIFEST, re.data, re.len, 0, 0, NULL), UR_OK);
     assert_int_equal(obj.len, n);
     assert_memory_equal(obj.data, raw, n);
     ur_ocdbt_manifest_dispose(&m);

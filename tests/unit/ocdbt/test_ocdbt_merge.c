@@ -31,9 +31,8 @@ static void write_child(const char *dir, int i, const char *shared_value)
     ur_ocdbt_write_opts_init(&o);
     o.seed = 1; /* the same file names in every child: told apart by their base path */
     assert_int_equal(ur_ocdbt_create(&kv, db, &o, &err), UR_OK);
-    assert_int_equal(ur_kvstore_write(kv, "shared/zarr.json", shared_value, strlen(shared_value),
-                                      &err),
-                     UR_OK);
+    assert_int_equal(
+        ur_kvstore_write(kv, "shared/zarr.json", shared_value, strlen(shared_value), &err), UR_OK);
     snprintf(key, sizeof key, "a%d/small", i);
     assert_int_equal(ur_kvstore_write(kv, key, "xyz", 3, &err), UR_OK);
     snprintf(key, sizeof key, "a%d/big", i);

@@ -118,8 +118,9 @@ static void test_ocdbt_read__upstream_multi_version(void **state)
     if (!ur_fs_is_dir(UR_UPSTREAM_DATA_DIR)) {
         fail_msg("upstream test data missing at %s", UR_UPSTREAM_DATA_DIR);
     }
-    assert_int_equal(ur_ocdbt_open(&kv, UR_UPSTREAM_DATA_DIR "/neuroglancer-ocdbt/kvstore/ocdbt/"
-                                        "multi_version_low_arity.ocdbt",
+    assert_int_equal(ur_ocdbt_open(&kv,
+                                   UR_UPSTREAM_DATA_DIR "/neuroglancer-ocdbt/kvstore/ocdbt/"
+                                                        "multi_version_low_arity.ocdbt",
                                    &err),
                      UR_OK);
     assert_int_equal(list_all(kv, "key19", &l, &err), UR_OK);
@@ -393,7 +394,9 @@ static void test_ocdbt_read__views(void **state)
         const char *key;
         size_t len;
         int mapped;
-    } vals[] = {{"a/inline", 100, 0}, {"b/read", 5000, 0}, {"c/big", 3 * 1048576 + 123, 1},
+    } vals[] = {{"a/inline", 100, 0},
+                {"b/read", 5000, 0},
+                {"c/big", 3 * 1048576 + 123, 1},
                 {"d/big", 2 * 1048576 + 1, 1}};
     char dir[] = "/tmp/ur_ocdbt_viewXXXXXX";
     char db[256], cmd[600];

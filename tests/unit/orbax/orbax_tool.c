@@ -116,8 +116,7 @@ static const case_t cases[] = {
     {"empty_dim", UR_DT_FLOAT32, 2, {0, 3}, {1, 3}, NULL},
 };
 
-static int write_array(ur_orbax_writer *w, const case_t *c, FILE *manifest, int first,
-                       ur_err *err)
+static int write_array(ur_orbax_writer *w, const case_t *c, FILE *manifest, int first, ur_err *err)
 {
     ur_orbax_key path[3] = {{"params", UR_ORBAX_KEY_DICT},
                             {"arrays", UR_ORBAX_KEY_DICT},
@@ -154,8 +153,8 @@ static int write_array(ur_orbax_writer *w, const case_t *c, FILE *manifest, int 
         rc = ur_zarr_array_write_chunk(arr, idx, chunk, err);
     }
     if (rc == UR_OK) {
-        fprintf(manifest, "%s\"params.arrays.%s\": {\"dtype\": \"%s\", \"shape\": [", first ? "" : ", ",
-                c->name, ur_dtype_name(c->dt));
+        fprintf(manifest, "%s\"params.arrays.%s\": {\"dtype\": \"%s\", \"shape\": [",
+                first ? "" : ", ", c->name, ur_dtype_name(c->dt));
         for (int i = 0; i < c->rank; i++) {
             fprintf(manifest, i ? ", %" PRIu64 : "%" PRIu64, c->shape[i]);
         }
@@ -194,7 +193,8 @@ int main(int argc, char **argv)
     int64_t step = 0;
     ur_orbax_key k_step[1] = {{"step", UR_ORBAX_KEY_DICT}};
     ur_orbax_key k_opt[1] = {{"opt_state", UR_ORBAX_KEY_DICT}};
-    ur_orbax_key k_l0[3] = {{"layers", UR_ORBAX_KEY_DICT}, {"0", UR_ORBAX_KEY_SEQUENCE},
+    ur_orbax_key k_l0[3] = {{"layers", UR_ORBAX_KEY_DICT},
+                            {"0", UR_ORBAX_KEY_SEQUENCE},
                             {"w", UR_ORBAX_KEY_DICT}};
     ur_orbax_key k_l1[2] = {{"layers", UR_ORBAX_KEY_DICT}, {"1", UR_ORBAX_KEY_SEQUENCE}};
     rc = ur_orbax_writer_add_scalar(w, k_step, 1, UR_DT_INT64, &step, &err);

@@ -46,9 +46,9 @@ static void write_small(const char *step_dir, int ocdbt, int zarr3)
     uint64_t chunk[2] = {2, 3};
     const char *spec[2] = {"x", NULL};
     ur_zarr_array *arr = NULL;
-    assert_int_equal(ur_orbax_writer_add_array(w, pw, 2, UR_DT_FLOAT32, 2, shape, chunk, spec,
-                                               &arr, &err),
-                     UR_OK);
+    assert_int_equal(
+        ur_orbax_writer_add_array(w, pw, 2, UR_DT_FLOAT32, 2, shape, chunk, spec, &arr, &err),
+        UR_OK);
     for (uint64_t g = 0; g < 3; g++) {
         float buf[6];
         for (int i = 0; i < 6; i++) {
@@ -74,9 +74,9 @@ static void write_small(const char *step_dir, int ocdbt, int zarr3)
                      UR_EINVAL);
     const char *badspec[1] = {"nope"};
     ur_orbax_key pb[1] = {{"b", UR_ORBAX_KEY_DICT}};
-    assert_int_equal(ur_orbax_writer_add_array(w, pb, 1, UR_DT_INT8, 1, s4, s4, badspec, &arr,
-                                               &err),
-                     UR_EINVAL);
+    assert_int_equal(
+        ur_orbax_writer_add_array(w, pb, 1, UR_DT_INT8, 1, s4, s4, badspec, &arr, &err),
+        UR_EINVAL);
     assert_non_null(strstr(err.msg, "'nope' is not a mesh axis"));
     assert_int_equal(ur_orbax_writer_commit(w, &err), UR_OK);
 }
@@ -374,9 +374,9 @@ static void test_orbax_ckpt__many_arrays(void **state)
         float v[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
         ur_zarr_array *arr = NULL;
         snprintf(name, sizeof name, "a%04d", i);
-        assert_int_equal(ur_orbax_writer_add_array(w, p, 2, UR_DT_FLOAT32, 2, shape, chunk,
-                                                   NULL, &arr, &err),
-                         UR_OK);
+        assert_int_equal(
+            ur_orbax_writer_add_array(w, p, 2, UR_DT_FLOAT32, 2, shape, chunk, NULL, &arr, &err),
+            UR_OK);
         assert_int_equal(ur_zarr_array_write_chunk(arr, idx, v, &err), UR_OK);
         ur_orbax_writer_done_array(w, arr);
     }

@@ -8,8 +8,10 @@
 #include <string.h>
 
 #define V0 UR_UPSTREAM_DATA_DIR "/orbax-compat/v0_checkpoints/"
-#define COMPOSITE V0 "composite_checkpoint/checkpoint_metadata_present/pytree_checkpointable_has_metadata"
-#define DIRECT V0 "direct_checkpoint/checkpoint_metadata_present/pytree_checkpointable_has_metadata"
+#define COMPOSITE                                                                                 \
+    V0 "composite_checkpoint/checkpoint_metadata_present/pytree_checkpointable_has_metadata"
+#define DIRECT                                                                                    \
+    V0 "direct_checkpoint/checkpoint_metadata_present/pytree_checkpointable_has_metadata"
 
 static void read_file(ur_buf *b, const char *path)
 {

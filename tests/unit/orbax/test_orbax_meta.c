@@ -8,9 +8,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#define V0_STATE                                                                                   \
-    UR_UPSTREAM_DATA_DIR "/orbax-compat/v0_checkpoints/composite_checkpoint/"                    \
-                           "checkpoint_metadata_present/pytree_checkpointable_has_metadata/state"
+#define V0_STATE                                                                                  \
+    UR_UPSTREAM_DATA_DIR "/orbax-compat/v0_checkpoints/composite_checkpoint/"                     \
+                         "checkpoint_metadata_present/pytree_checkpointable_has_metadata/state"
 
 static const char maxtext_meta[] =
     "{\"tree_metadata\": {"

@@ -90,8 +90,7 @@ static void test_orbax_publish__overlap(void **state)
     assert_int_equal(ur_orbax_publish_check(dest, units, 1, inputs, 1, &err), UR_EINVAL);
     /* an output inside the input (the output does not exist yet) */
     snprintf(in, sizeof in, "%s/o/run/checkpoints/9/items", tmpdir);
-    snprintf(dest, sizeof dest, "%s/o/run/checkpoints/9/items/new/../sub/run/checkpoints",
-             tmpdir);
+    snprintf(dest, sizeof dest, "%s/o/run/checkpoints/9/items/new/../sub/run/checkpoints", tmpdir);
     assert_int_equal(ur_orbax_publish_check(dest, units, 1, inputs, 1, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "inside the input"));
     assert_false(exists("o/run/checkpoints/9/items/sub"));

@@ -144,8 +144,8 @@ static const char *fmt(const ur_plan_path *p)
     return ur_plan_path_format((const char *const *)p->comp, p->len, buf[k], sizeof buf[k]);
 }
 
-static void expect_unstack(const ur_plan *plan, size_t i, size_t axis, size_t n,
-                           const char *first, const char *last)
+static void expect_unstack(const ur_plan *plan, size_t i, size_t axis, size_t n, const char *first,
+                           const char *last)
 {
     const ur_plan_action *a = &plan->actions[i];
     assert_int_equal(a->kind, UR_PLAN_UNSTACK);
@@ -241,10 +241,9 @@ static void linen_full_state(tset *ts)
         "fsdp - tensor");
     add(ts, "params/params/decoder/layers/pre_self_attention_layer_norm/scale", UR_DT_FLOAT32,
         "6,4", NULL);
-    add(ts, "params/params/decoder/layers/self_attention/query/kernel", UR_DT_BFLOAT16,
-        "6,4,2,3", "fsdp stage tensor -");
-    add(ts, "opt_state/0/mu/params/decoder/layers/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,4,16",
-        NULL);
+    add(ts, "params/params/decoder/layers/self_attention/query/kernel", UR_DT_BFLOAT16, "6,4,2,3",
+        "fsdp stage tensor -");
+    add(ts, "opt_state/0/mu/params/decoder/layers/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,4,16", NULL);
     add(ts, "opt_state/0/count", UR_DT_INT32, "", NULL);
     add(ts, "opt_state/1", UR_DT_INVALID, "", NULL);
     add(ts, "step", UR_DT_INT32, "", NULL);
@@ -327,8 +326,7 @@ static void test_plan__nnx_current_with_rank1_rng_counts(void **state)
     ur_plan *plan;
     (void)state;
     linen_full_state(&ts);
-    add(&ts, "nnx_aux/model/decoder/layers/dropout/rngs/params/count", UR_DT_UINT32, "4",
-        NULL);
+    add(&ts, "nnx_aux/model/decoder/layers/dropout/rngs/params/count", UR_DT_UINT32, "4", NULL);
     add(&ts, "nnx_aux/model/decoder/layers/self_attention/rngs/dropout/key", UR_DT_INVALID, "4",
         NULL);
     add(&ts, "nnx_aux/model/decoder/rngs/params/count", UR_DT_UINT32, "", NULL);
@@ -353,8 +351,7 @@ static void test_plan__nnx_aux_variables_kept(void **state)
     linen_full_state(&ts);
     /* [layers=4, experts=4]: param_scan_axis (1) would fit the length too, and be wrong */
     add(&ts, "nnx_aux/model/decoder/layers/MoeBlock_0/gate/bias", UR_DT_FLOAT32, "4,4", NULL);
-    add(&ts, "nnx_aux/model/decoder/layers/MoeBlock_0/rngs/params/count", UR_DT_UINT32, "4",
-        NULL);
+    add(&ts, "nnx_aux/model/decoder/layers/MoeBlock_0/rngs/params/count", UR_DT_UINT32, "4", NULL);
     add(&ts, "nnx_aux/model/decoder/hash_layer/tid2eid", UR_DT_FLOAT32, "32,2", NULL);
     add(&ts, "nnx_aux/other/x", UR_DT_FLOAT32, "3", NULL);
     plan = build_ok(&ts, &s, UR_PLAN_INPUT_FULL_STATE);
@@ -399,13 +396,13 @@ static void test_plan__nnx_aux_nested_refused(void **state)
     s.decoder_block = "gemma4";
     s.num_decoder_layers = 12;
     ts.n = 0;
-    add(&ts, "params/params/decoder/scanned_blocks/local_layers/mlp/wi", UR_DT_FLOAT32,
-        "6,2,5,16", NULL);
-    add(&ts, "params/params/decoder/scanned_blocks/global_layer/mlp/wi", UR_DT_FLOAT32,
-        "6,2,16", NULL);
+    add(&ts, "params/params/decoder/scanned_blocks/local_layers/mlp/wi", UR_DT_FLOAT32, "6,2,5,16",
+        NULL);
+    add(&ts, "params/params/decoder/scanned_blocks/global_layer/mlp/wi", UR_DT_FLOAT32, "6,2,16",
+        NULL);
     add(&ts, "opt_state/0/count", UR_DT_INT32, "", NULL);
-    add(&ts, "nnx_aux/model/decoder/scanned_blocks/local_layers/gate/bias", UR_DT_FLOAT32,
-        "2,5,4", NULL);
+    add(&ts, "nnx_aux/model/decoder/scanned_blocks/local_layers/gate/bias", UR_DT_FLOAT32, "2,5,4",
+        NULL);
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EUNSUPPORTED);
     assert_non_null(strstr(err.msg, "scanned_blocks/local_layers/gate/bias"));
 }
@@ -555,8 +552,7 @@ static void test_plan__replicate_and_dtypes(void **state)
     add(&ts, "params/params/decoder/layers/empty", UR_DT_INVALID, "", NULL);
     ts.t[1].leaf.placeholder = UR_PLAN_PLACEHOLDER_EMPTY_DICT;
     add(&ts, "params/params/decoder/positions", UR_DT_INT32, "8", NULL);
-    add(&ts, "params/params/decoder/layers/gate/kernel", UR_DT_FLOAT16, "6,16,4",
-        "fsdp - layers");
+    add(&ts, "params/params/decoder/layers/gate/kernel", UR_DT_FLOAT16, "6,16,4", "fsdp - layers");
     plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
     assert_int_equal(plan->actions[0].out_dtype, UR_DT_BFLOAT16);
     /* an empty entry is kept in every layer, as jax.tree_util.tree_map keeps it */
@@ -610,10 +606,9 @@ static void test_plan__deepseek_groups(void **state)
     s.first_num_dense_layers = 2;
     s.pure_nnx = 0;
     ts.n = 0;
-    add(&ts, "params/params/decoder/dense_layers/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,2,16",
-        NULL);
-    add(&ts, "params/params/decoder/moe_layers/DeepSeekMoeBlock_0/MoeBlock_0/wi_0",
-        UR_DT_FLOAT32, "8,3,6,16", NULL);
+    add(&ts, "params/params/decoder/dense_layers/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,2,16", NULL);
+    add(&ts, "params/params/decoder/moe_layers/DeepSeekMoeBlock_0/MoeBlock_0/wi_0", UR_DT_FLOAT32,
+        "8,3,6,16", NULL);
     add(&ts, "params/params/decoder/moe_layers/DeepSeekMoeBlock_0/MoeBlock_0/gate/bias",
         UR_DT_FLOAT32, "8,3", NULL);
     add(&ts, "params/params/decoder/decoder_norm/scale", UR_DT_FLOAT32, "6", NULL);
@@ -832,8 +827,8 @@ static void test_plan__gemma3_blocks_and_remainder(void **state)
     s.pure_nnx = 0;
     ts.n = 0;
     add(&ts, "params/params/decoder/layers/layers_5/mlp/wo/kernel", UR_DT_FLOAT32, "4,2,6", NULL);
-    add(&ts, "params/params/decoder/layers_remainder/layers_1/mlp/wo/kernel", UR_DT_FLOAT32,
-        "4,6", NULL);
+    add(&ts, "params/params/decoder/layers_remainder/layers_1/mlp/wo/kernel", UR_DT_FLOAT32, "4,6",
+        NULL);
     add(&ts, "params/params/decoder/layers_remainder/layers_0/pre_ffw_norm/scale", UR_DT_FLOAT32,
         "6", NULL);
     plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
@@ -873,8 +868,7 @@ static void test_plan__deepseek4_hash_layers_and_blocks(void **state)
     ur_plan_free(plan);
 }
 
-static void expect_axes(const ur_plan *plan, size_t i, size_t n, size_t a0, size_t a1,
-                        size_t a2)
+static void expect_axes(const ur_plan *plan, size_t i, size_t n, size_t a0, size_t a1, size_t a2)
 {
     const ur_plan_action *a = &plan->actions[i];
     size_t want[3] = {a0, a1, a2};
@@ -907,8 +901,8 @@ static void test_plan__pipeline_stacks(void **state)
     s.scan_layers_per_stage = 1;
     s.num_decoder_layers = 14;
     ts.n = 0;
-    add(&ts, "decoder/pipeline_module/layers/scanned_layers/mlp/wi_0/kernel/value",
-        UR_DT_FLOAT32, "2,2,6,3,16", NULL);
+    add(&ts, "decoder/pipeline_module/layers/scanned_layers/mlp/wi_0/kernel/value", UR_DT_FLOAT32,
+        "2,2,6,3,16", NULL);
     add(&ts, "decoder/layers_outside_pipeline/mlp/wi_0/kernel/value", UR_DT_FLOAT32, "6,2,16",
         NULL);
     add(&ts, "decoder/decoder_norm/scale/value", UR_DT_FLOAT32, "6", NULL);

@@ -1,8 +1,8 @@
-/* The executor against a naive reference (and through a second, in-memory output sink): a real (C-written) Orbax checkpoint holding a
- * float32 tensor with one or several layer axes is run through hand-made plans (UNSTACK on
- * one axis, on three axes as a pipeline stack has them, COPY, REPLICATE), with several
- * thread counts and memory limits small enough to force slab streaming; every output
- * element must equal the input element it comes from, cast to bfloat16. */
+/* The executor against a naive reference (and through a second, in-memory output sink): a real
+ * (C-written) Orbax checkpoint holding a float32 tensor with one or several layer axes is run
+ * through hand-made plans (UNSTACK on one axis, on three axes as a pipeline stack has them, COPY,
+ * REPLICATE), with several thread counts and memory limits small enough to force slab streaming;
+ * every output element must equal the input element it comes from, cast to bfloat16. */
 #define _POSIX_C_SOURCE 200809L
 #include "ur_test.h"
 
@@ -54,9 +54,9 @@ static void make_input(const char *step_dir)
 
     ur_orbax_write_opts_init(&o);
     assert_int_equal(ur_orbax_writer_create(&w, step_dir, &o, &err), UR_OK);
-    assert_int_equal(ur_orbax_writer_add_array(w, path, 1, UR_DT_FLOAT32, RANK, SHAPE, CHUNK,
-                                               NULL, &arr, &err),
-                     UR_OK);
+    assert_int_equal(
+        ur_orbax_writer_add_array(w, path, 1, UR_DT_FLOAT32, RANK, SHAPE, CHUNK, NULL, &arr, &err),
+        UR_OK);
     info = ur_zarr_array_info(arr);
     chunk = ur_malloc(info->chunk_bytes);
     for (uint64_t c = 0; c < info->chunk_count; c++) {
@@ -365,10 +365,9 @@ static int mem_finish(void *self, ur_err *err)
     return UR_OK;
 }
 
-static const ur_sink_ops mem_ops = {mem_reserve, mem_add_scalar,   mem_add_empty,
-                                    mem_begin,   mem_encode,       mem_write,
-                                    mem_finish_array, mem_drop,    mem_finish,
-                                    mem_abort};
+static const ur_sink_ops mem_ops = {mem_reserve, mem_add_scalar, mem_add_empty,    mem_begin,
+                                    mem_encode,  mem_write,      mem_finish_array, mem_drop,
+                                    mem_finish,  mem_abort};
 
 /* Unstack axis 3 into the memory sink: the result is checked element by element; returns the
  * write sequence's hash, which must not depend on the thread count. */
@@ -480,7 +479,6 @@ static int teardown(void **state)
     return ur_fs_remove_tree(scratch, NULL) == UR_OK ? 0 : -1;
 }
 
-
 static void sweep(ur_plan_kind kind, const size_t *axes, size_t n_axes)
 {
     for (size_t l = 0; l < sizeof limits / sizeof limits[0]; l++) {
@@ -545,8 +543,8 @@ static void test_plan_exec__default_memory(void **state)
     assert_int_equal(ur_exec_default_memory(1, 16 * GiB), 256 * MiB);
     assert_int_equal(ur_exec_default_memory(2, 16 * GiB), 256 * MiB);
     assert_int_equal(ur_exec_default_memory(8, 16 * GiB), 1024 * MiB);
-    assert_int_equal(ur_exec_default_memory(64, 16 * GiB), 4 * GiB);  /* RAM / 4 */
-    assert_int_equal(ur_exec_default_memory(64, 0), 8 * GiB);         /* RAM unknown */
+    assert_int_equal(ur_exec_default_memory(64, 16 * GiB), 4 * GiB); /* RAM / 4 */
+    assert_int_equal(ur_exec_default_memory(64, 0), 8 * GiB); /* RAM unknown */
     assert_int_equal(ur_exec_default_memory(64, 512 * MiB), 256 * MiB); /* a tiny machine */
     assert_int_equal(ur_exec_default_memory(0, 16 * GiB), 256 * MiB);
 }

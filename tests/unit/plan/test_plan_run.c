@@ -129,7 +129,10 @@ static void test_plan_run__lora_units_sorted_ids_only_with_config(void **state)
     ur_err err;
     char *dir = ur_path_joinf(scratch, "adapters");
     static const char *const want[] = {
-        "base/0",      "loras/a/0", "loras/a/adapter_config.json", "loras/b/0",
+        "base/0",
+        "loras/a/0",
+        "loras/a/adapter_config.json",
+        "loras/b/0",
         "loras/b/adapter_config.json",
     };
     (void)state;
@@ -207,8 +210,7 @@ static void test_plan_run__verify_config_from_overrides_or_config(void **state)
     assert_int_equal(vo.num_decoder_layers, 5);
     /* with a config, an override is read as the config reads it: unknown keys are refused */
     assert_int_equal(
-        ur_plan_verify_config_read(&vo, EXAMPLE "/unroll.yml", bad_key, 1, NULL, &err),
-        UR_EINVAL);
+        ur_plan_verify_config_read(&vo, EXAMPLE "/unroll.yml", bad_key, 1, NULL, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "no_such_key"));
 }
 

@@ -269,8 +269,8 @@ static void test_verify_family__gemma4_head_dims(void **state)
     assert_int_equal(layer_of(p.src, 6), 7);
     /* layer 11: the global layer of block 1, shaped [8, 4, 32] */
     p = pair_of(&f, "decoder/layers_11/attn/q");
-    expect_slices(&p, "decoder/scanned_blocks/global_layer/attn/q", 1, (int[]){1},
-                  (int64_t[]){1}, 1, 2);
+    expect_slices(&p, "decoder/scanned_blocks/global_layer/attn/q", 1, (int[]){1}, (int64_t[]){1},
+                  1, 2);
     assert_int_equal(layer_of(p.src, 1), 11);
     assert_int_equal(layer_of(p.src, 0), 5);
     /* layer 13: remainder layer 1 */
@@ -329,13 +329,12 @@ static void test_verify_family__qwen3_next_nested_remainder(void **state)
     start(&f);
     /* a module only the global layer has: block 0's global layer is layer 3 */
     p = pair_of(&f, "decoder/layers_3/full/q");
-    expect_slices(&p, "decoder/layers/global_layer/full/q", 1, (int[]){1}, (int64_t[]){0}, 0,
-                  2);
+    expect_slices(&p, "decoder/layers/global_layer/full/q", 1, (int[]){1}, (int64_t[]){0}, 0, 2);
     assert_int_equal(layer_of(p.src, 1), 7);
     /* a module only the local layers have: layer 6 = block 1, local 2 */
     p = pair_of(&f, "decoder/layers_6/linear/a");
-    expect_slices(&p, "decoder/layers/local_layers/linear/a", 2, (int[]){1, 2},
-                  (int64_t[]){1, 2}, 5, 6);
+    expect_slices(&p, "decoder/layers/local_layers/linear/a", 2, (int[]){1, 2}, (int64_t[]){1, 2},
+                  5, 6);
     assert_int_equal(layer_of(p.src, 5), 6);
     p = pair_of(&f, "decoder/layers_7/attn/w");
     expect_slices(&p, "decoder/layers/global_layer/attn/w", 1, (int[]){1}, (int64_t[]){1}, 1, 2);
@@ -367,8 +366,8 @@ static void test_verify_family__pipeline_repeats_and_outside(void **state)
     start(&f);
     /* layer 4 = repeat 1, stage 1 */
     p = pair_of(&f, "decoder/layers_4/mlp/k");
-    expect_slices(&p, "decoder/pipeline_module/layers/mlp/k", 2, (int[]){0, 1},
-                  (int64_t[]){1, 1}, 4, 6);
+    expect_slices(&p, "decoder/pipeline_module/layers/mlp/k", 2, (int[]){0, 1}, (int64_t[]){1, 1},
+                  4, 6);
     /* layer 7 = outside layer 1 */
     p = pair_of(&f, "decoder/layers_7/mlp/k");
     expect_slices(&p, "decoder/layers_outside_pipeline/mlp/k", 1, (int[]){1}, (int64_t[]){1}, 1,

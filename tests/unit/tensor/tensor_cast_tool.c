@@ -1,7 +1,7 @@
 /* Test-only: convert raw little-endian elements of the dtype named in argv[1] (float32,
  * float64, float16, bfloat16 or a float8 format), read from stdin, to raw bfloat16 on stdout,
- * through ur_tensor_copy on rank-1 views. Used by tests/interop/test_tensor_cast.py. Exit 0 on success,
- * 2 on usage errors, 1 on other failures. */
+ * through ur_tensor_copy on rank-1 views. Used by tests/interop/test_tensor_cast.py. Exit 0 on
+ * success, 2 on usage errors, 1 on other failures. */
 #include <stdio.h>
 #include <string.h>
 
@@ -47,8 +47,7 @@ int main(int argc, char **argv)
     }
     esz = ur_dtype_size(sdt);
     if (len % esz != 0) {
-        fprintf(stderr, "tensor_cast_tool: %zu bytes is not a whole number of %s\n", len,
-                argv[1]);
+        fprintf(stderr, "tensor_cast_tool: %zu bytes is not a whole number of %s\n", len, argv[1]);
         status = 2;
         goto out;
     }

@@ -161,7 +161,7 @@ static inline int64_t ref_offset(const ur_tensor_view *v, const uint64_t *idx)
 
 /* Build a layout of the given dtype and shape; broadcast (zero strides) only if allowed. */
 static inline void ref_layout_make(ref_layout *l, ref_rng *r, ur_dtype dt, int rank,
-                            const uint64_t *shape, int mode, int allow_broadcast)
+                                   const uint64_t *shape, int mode, int allow_broadcast)
 {
     size_t esz = ur_dtype_size(dt);
     int perm[UR_MAX_RANK];
@@ -284,8 +284,7 @@ static inline void ref_copy(const ur_tensor_view *dst, const ur_tensor_view *src
     }
     do {
         ref_cast_one((uint8_t *)dst->data + ref_offset(dst, idx) * (int64_t)ds, dst->dtype,
-                     (const uint8_t *)src->data + ref_offset(src, idx) * (int64_t)ss,
-                     src->dtype);
+                     (const uint8_t *)src->data + ref_offset(src, idx) * (int64_t)ss, src->dtype);
     } while (ref_next_index(idx, src->rank, src->shape));
 }
 

@@ -30,8 +30,8 @@ static void check_f32(uint32_t u)
  * class) with the low halves where rounding decides: 0, 1, just below/at/above the tie, max. */
 static void test_tensor_cast__f32_every_high_half(void **state)
 {
-    static const uint32_t lows[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff, 0x4000,
-                                    0xc000};
+    static const uint32_t lows[] = {0x0000, 0x0001, 0x7fff, 0x8000,
+                                    0x8001, 0xffff, 0x4000, 0xc000};
     (void)state;
     for (uint32_t hi = 0; hi < 0x10000; hi++) {
         for (size_t i = 0; i < sizeof lows / sizeof lows[0]; i++) {
@@ -141,9 +141,8 @@ static void test_tensor_cast__dense_runs_match_scalar(void **state)
                 src[i] = (uint8_t)ref_next(&r);
             }
             memset(dst, REF_GUARD, sizeof dst);
-            assert_int_equal(ur_tensor_cast_dense(dst + doff, UR_DT_BFLOAT16, src + soff, sdt, n,
-                                                  NULL),
-                             UR_OK);
+            assert_int_equal(
+                ur_tensor_cast_dense(dst + doff, UR_DT_BFLOAT16, src + soff, sdt, n, NULL), UR_OK);
             for (size_t i = 0; i < n; i++) {
                 uint16_t got, want;
                 memcpy(&got, dst + doff + 2 * i, 2);
@@ -167,8 +166,8 @@ static void test_tensor_cast__dense_runs_match_scalar(void **state)
             }
             for (size_t i = 0; i < sizeof dst; i++) {
                 if ((i < doff || i >= doff + 2 * n) && dst[i] != REF_GUARD) {
-                    fail_msg("%s n=%zu: byte %zu outside the run written", ur_dtype_name(sdt),
-                             n, i);
+                    fail_msg("%s n=%zu: byte %zu outside the run written", ur_dtype_name(sdt), n,
+                             i);
                 }
             }
         }

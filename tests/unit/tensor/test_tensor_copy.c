@@ -13,8 +13,7 @@ static void check_same(const ref_layout *got, const ref_layout *want, uint64_t s
     for (size_t i = 0; i < got->size; i++) {
         if (got->buf[i] != want->buf[i]) {
             fail_msg("seed 0x%llx iter %d (%s): byte %zu of dst buffer: got 0x%02x want 0x%02x",
-                     (unsigned long long)seed, iter, what, i, got->buf[i],
-                     want->buf[i]);
+                     (unsigned long long)seed, iter, what, i, got->buf[i], want->buf[i]);
         }
     }
 }
@@ -34,8 +33,10 @@ static void random_shape(ref_rng *r, int rank, uint64_t *shape)
     for (int d = 0; d < rank; d++) {
         /* Mostly small; sometimes 1 (dropped by the kernel), rarely 0, sometimes long. */
         uint64_t k = ref_below(r, 16);
-        shape[d] = k == 0 ? 1 : k == 1 && ref_below(r, 8) == 0 ? 0 : k < 4 ? 1 + ref_below(r, 40)
-                                                                       : 1 + ref_below(r, 5);
+        shape[d] = k == 0                           ? 1
+                   : k == 1 && ref_below(r, 8) == 0 ? 0
+                   : k < 4                          ? 1 + ref_below(r, 40)
+                                                    : 1 + ref_below(r, 5);
     }
     /* Keep the element count small enough for the slow reference. */
     while (ref_numel(rank, shape) > 20000) {
@@ -63,8 +64,7 @@ static void run_copy_case(ref_rng *r, uint64_t seed, int iter, int dmode, int sm
     ref_layout_make(&dst, r, ddt, rank, shape, dmode, 0);
     /* Same layout again (same PRNG state) for the reference's output. */
     ref_layout_make(&want, &twin, ddt, rank, shape, dmode, 0);
-    snprintf(what, sizeof what, "%s <- %s, rank %d", ur_dtype_name(ddt), ur_dtype_name(sdt),
-             rank);
+    snprintf(what, sizeof what, "%s <- %s, rank %d", ur_dtype_name(ddt), ur_dtype_name(sdt), rank);
     rc = ur_tensor_copy(&dst.v, &src.v, &err);
     if (rc != UR_OK) {
         fail_msg("seed 0x%llx iter %d (%s): rc %d: %s", (unsigned long long)seed, iter, what, rc,

@@ -86,8 +86,7 @@ static void dst_set_check(const dst_set *got, const dst_set *want, uint64_t seed
         for (size_t i = 0; i < got->shared_size; i++) {
             if (got->shared[i] != want->shared[i]) {
                 fail_msg("seed 0x%llx iter %d (%s): shared byte %zu: got 0x%02x want 0x%02x",
-                         (unsigned long long)seed, iter, what, i, got->shared[i],
-                         want->shared[i]);
+                         (unsigned long long)seed, iter, what, i, got->shared[i], want->shared[i]);
             }
         }
         return;
@@ -234,8 +233,8 @@ static void test_tensor_unstack__rank1_to_scalars(void **state)
     (void)state;
     assert_int_equal(ur_tensor_view_init_dense(&s, UR_DT_UINT32, 1, shape, src, NULL), UR_OK);
     for (int i = 0; i < 6; i++) {
-        assert_int_equal(ur_tensor_view_init_dense(&d[i], UR_DT_UINT32, 0, NULL, &out[5 - i], NULL),
-                         UR_OK);
+        assert_int_equal(
+            ur_tensor_view_init_dense(&d[i], UR_DT_UINT32, 0, NULL, &out[5 - i], NULL), UR_OK);
     }
     assert_int_equal(ur_tensor_unstack(d, 6, &s, 0, NULL), UR_OK);
     for (int i = 0; i < 6; i++) {

@@ -46,9 +46,9 @@ static void test_tensor_view__dense_rejects_bad_input(void **state)
                      UR_EINVAL);
     assert_int_equal(ur_tensor_view_init_dense(&v, UR_DT_FLOAT32, -1, shape, NULL, &err),
                      UR_EINVAL);
-    assert_int_equal(ur_tensor_view_init_dense(&v, UR_DT_FLOAT32, UR_MAX_RANK + 1, shape, NULL,
-                                               &err),
-                     UR_EINVAL);
+    assert_int_equal(
+        ur_tensor_view_init_dense(&v, UR_DT_FLOAT32, UR_MAX_RANK + 1, shape, NULL, &err),
+        UR_EINVAL);
     /* 2^62 float32 elements: the element count fits, the byte size does not */
     huge[2] = 1;
     huge[1] = 1;

@@ -44,8 +44,7 @@ static void test_ur_b64__bad_input_is_corrupt(void **state)
     (void)state;
     ur_buf_init(&b, 0);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        assert_int_equal(ur_b64_decode(&b, bad[i], strlen(bad[i]), UR_B64_STD, &err),
-                         UR_ECORRUPT);
+        assert_int_equal(ur_b64_decode(&b, bad[i], strlen(bad[i]), UR_B64_STD, &err), UR_ECORRUPT);
     }
     assert_int_equal(ur_b64_decode(&b, "-_-_", 4, UR_B64_STD, &err), UR_ECORRUPT);
     assert_int_equal(ur_b64_decode(&b, "+/+/", 4, UR_B64_URL, &err), UR_ECORRUPT);

@@ -145,20 +145,13 @@ static void test_ur_fs__relpath_validate_table(void **state)
         size_t n;
         const char *why;
     } bad[] = {
-        {"", 0, "empty"},
-        {"a/", 2, "ends in '/'"},
-        {"/", 1, "absolute"},
-        {"/etc/passwd", 11, "absolute"},
-        {"..", 2, "'..'"},
-        {".", 1, "'..'"},
-        {"../x", 4, "'..'"},
-        {"a/../../b", 9, "'..'"},
-        {"a/..", 4, "'..'"},
-        {"./a", 3, "'..'"},
-        {"a/./b", 5, "'..'"},
-        {"a//b", 4, "empty component"},
-        {"a\0b", 3, "NUL"},
-        {"a/b\0", 4, "NUL"},
+        {"", 0, "empty"},     {"a/", 2, "ends in '/'"},
+        {"/", 1, "absolute"}, {"/etc/passwd", 11, "absolute"},
+        {"..", 2, "'..'"},    {".", 1, "'..'"},
+        {"../x", 4, "'..'"},  {"a/../../b", 9, "'..'"},
+        {"a/..", 4, "'..'"},  {"./a", 3, "'..'"},
+        {"a/./b", 5, "'..'"}, {"a//b", 4, "empty component"},
+        {"a\0b", 3, "NUL"},   {"a/b\0", 4, "NUL"},
     };
     ur_err err;
     (void)state;

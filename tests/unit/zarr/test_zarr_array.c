@@ -47,7 +47,7 @@ static void write_all(ur_zarr_array *a, const uint8_t *data)
         for (int d = 0; d < in->rank; d++) {
             lo[d] = idx[d] * in->chunk_shape[d];
             cnt[d] = in->shape[d] - lo[d] < in->chunk_shape[d] ? in->shape[d] - lo[d]
-                                                                : in->chunk_shape[d];
+                                                               : in->chunk_shape[d];
         }
         memset(chunk, 0x77, in->chunk_bytes); /* padding holds junk: it must not matter */
         ur_zarr_chunk_grid__copy_box(chunk, in->chunk_shape, zero, data, in->shape, lo, cnt,
@@ -114,9 +114,8 @@ static void test_zarr_array__rank0_and_keys(void **state)
         assert_int_equal(ur_zarr_array_write_chunk(a, NULL, &v, NULL), UR_OK);
         assert_int_equal(ur_zarr_array_read_box(a, NULL, NULL, &back, NULL), UR_OK);
         assert_int_equal(back, -42);
-        assert_int_equal(ur_kvstore_size(kv, fmt == 3 ? "step/zarr.json" : "step/.zarray", &size,
-                                         NULL),
-                         UR_OK);
+        assert_int_equal(
+            ur_kvstore_size(kv, fmt == 3 ? "step/zarr.json" : "step/.zarray", &size, NULL), UR_OK);
         ur_zarr_array_close(a);
     }
     ur_kvstore_close(kv);
@@ -295,9 +294,10 @@ static void test_zarr_array__io_faults(void **state)
             if (rc == UR_OK) {
                 uint16_t c[4];
                 for (uint64_t k = 0; rc == UR_OK && k < 4; k++) {
-                    uint64_t idx[2] = {k / 2, k % 2}, z[2] = {0, 0}, lo[2] = {idx[0] * 2, idx[1] * 2};
-                    ur_zarr_chunk_grid__copy_box((uint8_t *)c, chunk, z, (uint8_t *)data, shape, lo,
-                                                 chunk, 2, 2);
+                    uint64_t idx[2] = {k / 2, k % 2}, z[2] = {0, 0},
+                             lo[2] = {idx[0] * 2, idx[1] * 2};
+                    ur_zarr_chunk_grid__copy_box((uint8_t *)c, chunk, z, (uint8_t *)data, shape,
+                                                 lo, chunk, 2, 2);
                     rc = ur_zarr_array_write_chunk(a, idx, c, &err);
                 }
             }

@@ -77,11 +77,11 @@ static void test_zarr_codec__round_trip_every_codec_and_dtype(void **state)
             ur_buf_init(&enc, 0);
             assert_int_equal(ur_zarr_codec__encode(&c, 3, shape, isz, src, n, &enc, NULL), UR_OK);
             memset(dst, 0x5a, n);
-            assert_int_equal(ur_zarr_codec__decode(&c, 3, shape, isz, enc.data, enc.len, dst, n,
-                                                   NULL),
-                             UR_OK);
+            assert_int_equal(
+                ur_zarr_codec__decode(&c, 3, shape, isz, enc.data, enc.len, dst, n, NULL), UR_OK);
             if (memcmp(src, dst, n) != 0) {
-                fail_msg("config %zu dtype %s: round trip differs", ci, ur_dtype_name((ur_dtype)dt));
+                fail_msg("config %zu dtype %s: round trip differs", ci,
+                         ur_dtype_name((ur_dtype)dt));
             }
             if (cfgs[ci].n == 0 && !cfgs[ci].transpose && !cfgs[ci].big) {
                 assert_memory_equal(enc.data, src, n); /* plain bytes: stored as is */
@@ -194,9 +194,9 @@ static void test_zarr_codec__golden_orbax_shard(void **state)
     assert_int_equal(ur_zarr_codec_sharding__decode_index(&m, v + n - 20, 20, n, e, NULL), UR_OK);
     assert_int_equal(e[0], 0);
     assert_int_equal(e[1], 41);
-    assert_int_equal(ur_zarr_codec__decode(&m.codecs, 1, m.inner_shape, 4, v, 41, (uint8_t *)out,
-                                           32, NULL),
-                     UR_OK);
+    assert_int_equal(
+        ur_zarr_codec__decode(&m.codecs, 1, m.inner_shape, 4, v, 41, (uint8_t *)out, 32, NULL),
+        UR_OK);
     for (int i = 0; i < 8; i++) {
         assert_int_equal(out[i], i);
     }
@@ -204,9 +204,9 @@ static void test_zarr_codec__golden_orbax_shard(void **state)
     ur_buf inner, shard;
     ur_buf_init(&inner, 0);
     ur_buf_init(&shard, 0);
-    assert_int_equal(ur_zarr_codec__encode(&m.codecs, 1, m.inner_shape, 4, (uint8_t *)out, 32,
-                                           &inner, NULL),
-                     UR_OK);
+    assert_int_equal(
+        ur_zarr_codec__encode(&m.codecs, 1, m.inner_shape, 4, (uint8_t *)out, 32, &inner, NULL),
+        UR_OK);
     assert_int_equal(ur_zarr_codec_sharding__encode(&m, &inner, 1, &shard, NULL), UR_OK);
     assert_int_equal(shard.len, n);
     assert_memory_equal(shard.data + 41, v + 41, 20);
@@ -228,7 +228,8 @@ static void test_zarr_codec__golden_orbax_zarr2_chunk(void **state)
     memset(&c, 0, sizeof c);
     c.n_b2b = 1;
     c.b2b[0].kind = UR_ZARR_B2B_ZSTD;
-    assert_int_equal(ur_zarr_codec__decode(&c, 1, shape, 4, v, n, (uint8_t *)out, 32, NULL), UR_OK);
+    assert_int_equal(ur_zarr_codec__decode(&c, 1, shape, 4, v, n, (uint8_t *)out, 32, NULL),
+                     UR_OK);
     for (int i = 0; i < 8; i++) {
         assert_int_equal(out[i], i);
     }
@@ -295,17 +296,17 @@ static void test_zarr_codec__unknown_kind_is_unsupported(void **state)
     assert_int_equal(ur_zarr_codec__encode(&c, 1, shape, 1, data, sizeof data, &enc, &err),
                      UR_EUNSUPPORTED);
     assert_non_null(strstr(err.msg, "unsupported"));
-    assert_int_equal(ur_zarr_codec__decode(&c, 1, shape, 1, data, sizeof data, out, sizeof out,
-                                           &err),
-                     UR_EUNSUPPORTED);
+    assert_int_equal(
+        ur_zarr_codec__decode(&c, 1, shape, 1, data, sizeof data, out, sizeof out, &err),
+        UR_EUNSUPPORTED);
     assert_int_equal(ur_zarr_codec__fixed_size(&c, 64, &fixed, &err), UR_EUNSUPPORTED);
     /* Behind a known codec too: the whole chain is checked before anything is decoded. */
     c.n_b2b = 2;
     c.b2b[1] = c.b2b[0];
     c.b2b[0].kind = UR_ZARR_B2B_CRC32C;
-    assert_int_equal(ur_zarr_codec__decode(&c, 1, shape, 1, data, sizeof data, out, sizeof out,
-                                           &err),
-                     UR_EUNSUPPORTED);
+    assert_int_equal(
+        ur_zarr_codec__decode(&c, 1, shape, 1, data, sizeof data, out, sizeof out, &err),
+        UR_EUNSUPPORTED);
     ur_buf_dispose(&enc);
 }
 

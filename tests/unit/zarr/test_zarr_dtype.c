@@ -83,11 +83,11 @@ static void test_zarr_dtype__canonical_nans(void **state)
         ur_dtype dt;
         unsigned code;
     } want[] = {
-        {UR_DT_FLOAT16, 0x7e00},         {UR_DT_BFLOAT16, 0x7fc0},
-        {UR_DT_FLOAT8_E3M4, 0x78},       {UR_DT_FLOAT8_E4M3, 0x7c},
-        {UR_DT_FLOAT8_E4M3FN, 0x7f},     {UR_DT_FLOAT8_E4M3FNUZ, 0x80},
+        {UR_DT_FLOAT16, 0x7e00},          {UR_DT_BFLOAT16, 0x7fc0},
+        {UR_DT_FLOAT8_E3M4, 0x78},        {UR_DT_FLOAT8_E4M3, 0x7c},
+        {UR_DT_FLOAT8_E4M3FN, 0x7f},      {UR_DT_FLOAT8_E4M3FNUZ, 0x80},
         {UR_DT_FLOAT8_E4M3B11FNUZ, 0x80}, {UR_DT_FLOAT8_E5M2, 0x7e},
-        {UR_DT_FLOAT8_E5M2FNUZ, 0x80},   {UR_DT_FLOAT8_E8M0FNU, 0xff},
+        {UR_DT_FLOAT8_E5M2FNUZ, 0x80},    {UR_DT_FLOAT8_E8M0FNU, 0xff},
     };
     uint8_t b[8];
     (void)state;
@@ -105,11 +105,10 @@ static void test_zarr_dtype__canonical_nans(void **state)
 /* Every finite code of every small float decodes and encodes back to itself. */
 static void test_zarr_dtype__encode_decode_all_codes(void **state)
 {
-    static const ur_dtype dts[] = {UR_DT_FLOAT16,         UR_DT_BFLOAT16,
-                                   UR_DT_FLOAT8_E3M4,     UR_DT_FLOAT8_E4M3,
-                                   UR_DT_FLOAT8_E4M3FN,   UR_DT_FLOAT8_E4M3FNUZ,
-                                   UR_DT_FLOAT8_E4M3B11FNUZ, UR_DT_FLOAT8_E5M2,
-                                   UR_DT_FLOAT8_E5M2FNUZ, UR_DT_FLOAT8_E8M0FNU};
+    static const ur_dtype dts[] = {
+        UR_DT_FLOAT16,         UR_DT_BFLOAT16,        UR_DT_FLOAT8_E3M4,        UR_DT_FLOAT8_E4M3,
+        UR_DT_FLOAT8_E4M3FN,   UR_DT_FLOAT8_E4M3FNUZ, UR_DT_FLOAT8_E4M3B11FNUZ, UR_DT_FLOAT8_E5M2,
+        UR_DT_FLOAT8_E5M2FNUZ, UR_DT_FLOAT8_E8M0FNU};
     (void)state;
     for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
         unsigned n = ur_dtype_size(dts[i]) == 2 ? 65536u : 256u;

@@ -90,12 +90,11 @@ static int parse2(ur_zarr_meta *m, const char *s, ur_err *err)
 }
 
 #define V3_HEAD                                                                                   \
-    "{\"chunk_grid\":{\"configuration\":{\"chunk_shape\":[2]},\"name\":\"regular\"},"              \
-    "\"chunk_key_encoding\":{\"name\":\"default\"},\"node_type\":\"array\",\"shape\":[4],"         \
+    "{\"chunk_grid\":{\"configuration\":{\"chunk_shape\":[2]},\"name\":\"regular\"},"             \
+    "\"chunk_key_encoding\":{\"name\":\"default\"},\"node_type\":\"array\",\"shape\":[4],"        \
     "\"zarr_format\":3,"
 
-static void fill3(const char *dtype, const char *fill, const char *codecs, uint8_t *out,
-                  size_t n)
+static void fill3(const char *dtype, const char *fill, const char *codecs, uint8_t *out, size_t n)
 {
     char buf[1024];
     ur_zarr_meta m;
@@ -144,10 +143,11 @@ static void test_zarr_meta__fill_values(void **state)
 static void test_zarr_meta__fill_value_round_trip(void **state)
 {
     static const char *const cases[][2] = {
-        {"float32", "\"NaN\""},        {"float32", "\"0x7fc00001\""}, {"float32", "-1.5"},
-        {"float64", "\"-Infinity\""}, {"bfloat16", "0.0"},            {"int8", "-128"},
-        {"uint32", "4294967295"},     {"complex128", "[0.0,-2.0]"},   {"bool", "false"},
-        {"int64", "-9223372036854775808"},
+        {"float32", "\"NaN\""},   {"float32", "\"0x7fc00001\""},
+        {"float32", "-1.5"},      {"float64", "\"-Infinity\""},
+        {"bfloat16", "0.0"},      {"int8", "-128"},
+        {"uint32", "4294967295"}, {"complex128", "[0.0,-2.0]"},
+        {"bool", "false"},        {"int64", "-9223372036854775808"},
     };
     (void)state;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -157,8 +157,9 @@ static void test_zarr_meta__fill_value_round_trip(void **state)
         const char *codec = strcmp(cases[i][0], "bool") == 0 || strcmp(cases[i][0], "int8") == 0
                                 ? "{\"name\":\"bytes\"}"
                                 : LE;
-        snprintf(buf, sizeof buf, V3_HEAD "\"data_type\":\"%s\",\"fill_value\":%s,\"codecs\":[%s]}",
-                 cases[i][0], cases[i][1], codec);
+        snprintf(buf, sizeof buf,
+                 V3_HEAD "\"data_type\":\"%s\",\"fill_value\":%s,\"codecs\":[%s]}", cases[i][0],
+                 cases[i][1], codec);
         assert_int_equal(parse3(&m, buf, NULL), UR_OK);
         ur_buf_init(&b, 0);
         assert_int_equal(ur_zarr_meta__emit(&m, &b, NULL), UR_OK);
@@ -176,12 +177,13 @@ static void test_zarr_meta__zarr2_variants(void **state)
     ur_zarr_meta m;
     ur_err err;
     (void)state;
-    assert_int_equal(parse2(&m,
-                            "{\"chunks\":[2,3],\"compressor\":{\"id\":\"zlib\",\"level\":4},"
-                            "\"dimension_separator\":\"/\",\"dtype\":\">f8\",\"fill_value\":\"NaN\","
-                            "\"filters\":[],\"order\":\"F\",\"shape\":[4,5],\"zarr_format\":2}",
-                            &err),
-                     UR_OK);
+    assert_int_equal(
+        parse2(&m,
+               "{\"chunks\":[2,3],\"compressor\":{\"id\":\"zlib\",\"level\":4},"
+               "\"dimension_separator\":\"/\",\"dtype\":\">f8\",\"fill_value\":\"NaN\","
+               "\"filters\":[],\"order\":\"F\",\"shape\":[4,5],\"zarr_format\":2}",
+               &err),
+        UR_OK);
     assert_int_equal(m.dtype, UR_DT_FLOAT64);
     assert_true(m.codecs.big_endian);
     assert_true(m.codecs.has_transpose);
@@ -215,34 +217,40 @@ typedef struct bad_case {
     const char *needle;
 } bad_case;
 
-#define V2A "{\"chunks\":[2],\"compressor\":null,\"dimension_separator\":\".\",\"fill_value\":null,"
+#define V2A                                                                                       \
+    "{\"chunks\":[2],\"compressor\":null,\"dimension_separator\":\".\",\"fill_value\":null,"
 static const bad_case bad[] = {
     {1, "{\"zarr_format\":3,", UR_ECORRUPT, "invalid JSON"},
     {1, "[]", UR_ECORRUPT, "not a JSON object"},
     {1, "{\"zarr_format\":2}", UR_ECORRUPT, "zarr_format"},
     {1, "{\"zarr_format\":3,\"node_type\":\"group\"}", UR_ECORRUPT, "node_type"},
     {1, V3_HEAD "\"data_type\":\"int32\",\"fill_value\":0}", UR_ECORRUPT, "codecs"},
-    {1, "{\"chunk_grid\":{\"configuration\":{\"chunk_shape\":[2]},\"name\":\"regular\"},"
-        "\"chunk_key_encoding\":{\"name\":\"default\"},\"node_type\":\"array\",\"shape\":[-4],"
-        "\"zarr_format\":3,\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[" LE "]}",
+    {1,
+     "{\"chunk_grid\":{\"configuration\":{\"chunk_shape\":[2]},\"name\":\"regular\"},"
+     "\"chunk_key_encoding\":{\"name\":\"default\"},\"node_type\":\"array\",\"shape\":[-4],"
+     "\"zarr_format\":3,\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[" LE "]}",
      UR_ECORRUPT, "shape"},
-    {1, "{\"chunk_grid\":{\"configuration\":{\"chunk_shape\":[1,1]},\"name\":\"regular\"},"
-        "\"chunk_key_encoding\":{\"name\":\"default\"},\"node_type\":\"array\","
-        "\"shape\":[4503599627370496,4503599627370496],"
-        "\"zarr_format\":3,\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[" LE "]}",
+    {1,
+     "{\"chunk_grid\":{\"configuration\":{\"chunk_shape\":[1,1]},\"name\":\"regular\"},"
+     "\"chunk_key_encoding\":{\"name\":\"default\"},\"node_type\":\"array\","
+     "\"shape\":[4503599627370496,4503599627370496],"
+     "\"zarr_format\":3,\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[" LE "]}",
      UR_ECORRUPT, "overflow"},
-    {1, "{\"chunk_grid\":{\"configuration\":{\"chunk_shape\":[4503599627370496]},\"name\":"
-        "\"regular\"},\"chunk_key_encoding\":{\"name\":\"default\"},\"node_type\":\"array\","
-        "\"shape\":[4],\"zarr_format\":3,\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[" LE
-        "]}",
+    {1,
+     "{\"chunk_grid\":{\"configuration\":{\"chunk_shape\":[4503599627370496]},\"name\":"
+     "\"regular\"},\"chunk_key_encoding\":{\"name\":\"default\"},\"node_type\":\"array\","
+     "\"shape\":[4],\"zarr_format\":3,\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[" LE
+     "]}",
      UR_ECORRUPT, "too large"},
-    {1, "{\"chunk_grid\":{\"configuration\":{\"chunk_shape\":[0]},\"name\":\"regular\"},"
-        "\"chunk_key_encoding\":{\"name\":\"default\"},\"node_type\":\"array\",\"shape\":[4],"
-        "\"zarr_format\":3,\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[" LE "]}",
+    {1,
+     "{\"chunk_grid\":{\"configuration\":{\"chunk_shape\":[0]},\"name\":\"regular\"},"
+     "\"chunk_key_encoding\":{\"name\":\"default\"},\"node_type\":\"array\",\"shape\":[4],"
+     "\"zarr_format\":3,\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[" LE "]}",
      UR_ECORRUPT, "chunk shape"},
     {1, V3_HEAD "\"data_type\":\"float7\",\"fill_value\":0,\"codecs\":[" LE "]}", UR_EUNSUPPORTED,
      "data_type"},
-    {1, V3_HEAD "\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[" LE ",{\"name\":\"blosc\"}]}",
+    {1,
+     V3_HEAD "\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[" LE ",{\"name\":\"blosc\"}]}",
      UR_EUNSUPPORTED, "unsupported codec \"blosc\""},
     {1, V3_HEAD "\"data_type\":\"int32\",\"fill_value\":\"x\",\"codecs\":[" LE "]}", UR_ECORRUPT,
      "fill_value"},
@@ -250,21 +258,26 @@ static const bad_case bad[] = {
      UR_ECORRUPT, "fill_value"},
     {1, V3_HEAD "\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[{\"name\":\"bytes\"}]}",
      UR_ECORRUPT, "endian"},
-    {1, V3_HEAD "\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[{\"name\":\"zstd\"}," LE "]}",
+    {1,
+     V3_HEAD "\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[{\"name\":\"zstd\"}," LE "]}",
      UR_ECORRUPT, "before the bytes codec"},
-    {1, V3_HEAD "\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[{\"name\":\"transpose\","
-                "\"configuration\":{\"order\":[1]}}," LE "]}",
+    {1,
+     V3_HEAD "\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[{\"name\":\"transpose\","
+             "\"configuration\":{\"order\":[1]}}," LE "]}",
      UR_ECORRUPT, "transpose"},
-    {1, V3_HEAD "\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[{\"name\":"
-                "\"sharding_indexed\",\"configuration\":{\"chunk_shape\":[3],\"codecs\":[" LE
-                "],\"index_codecs\":[" LE "]}}]}",
+    {1,
+     V3_HEAD "\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[{\"name\":"
+             "\"sharding_indexed\",\"configuration\":{\"chunk_shape\":[3],\"codecs\":[" LE
+             "],\"index_codecs\":[" LE "]}}]}",
      UR_ECORRUPT, "divide"},
-    {1, V3_HEAD "\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[{\"name\":"
-                "\"sharding_indexed\",\"configuration\":{\"chunk_shape\":[1],\"codecs\":[" LE
-                "],\"index_codecs\":[" LE ",{\"name\":\"zstd\"}]}}]}",
+    {1,
+     V3_HEAD "\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[{\"name\":"
+             "\"sharding_indexed\",\"configuration\":{\"chunk_shape\":[1],\"codecs\":[" LE
+             "],\"index_codecs\":[" LE ",{\"name\":\"zstd\"}]}}]}",
      UR_EUNSUPPORTED, "fixed size"},
-    {1, "{\"chunk_grid\":{\"configuration\":{\"chunk_shape\":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,"
-        "1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]},\"name\":\"regular\"}}",
+    {1,
+     "{\"chunk_grid\":{\"configuration\":{\"chunk_shape\":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,"
+     "1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]},\"name\":\"regular\"}}",
      UR_ECORRUPT, "zarr_format"},
     {0, V2A "\"dtype\":\"<i4\",\"filters\":null,\"order\":\"C\",\"shape\":[-1],\"zarr_format\":2}",
      UR_ECORRUPT, "shape"},
@@ -274,20 +287,25 @@ static const bad_case bad[] = {
      UR_EUNSUPPORTED, "dtype"},
     {0, V2A "\"dtype\":\"<i4\",\"filters\":null,\"order\":\"K\",\"shape\":[4],\"zarr_format\":2}",
      UR_ECORRUPT, "order"},
-    {0, V2A "\"dtype\":\"<i4\",\"filters\":[{\"id\":\"delta\"}],\"order\":\"C\",\"shape\":[4],"
-            "\"zarr_format\":2}",
+    {0,
+     V2A "\"dtype\":\"<i4\",\"filters\":[{\"id\":\"delta\"}],\"order\":\"C\",\"shape\":[4],"
+         "\"zarr_format\":2}",
      UR_EUNSUPPORTED, "filters"},
-    {0, "{\"chunks\":[2],\"compressor\":{\"id\":\"blosc\"},\"dtype\":\"<i4\",\"fill_value\":null,"
-        "\"filters\":null,\"order\":\"C\",\"shape\":[4],\"zarr_format\":2}",
+    {0,
+     "{\"chunks\":[2],\"compressor\":{\"id\":\"blosc\"},\"dtype\":\"<i4\",\"fill_value\":null,"
+     "\"filters\":null,\"order\":\"C\",\"shape\":[4],\"zarr_format\":2}",
      UR_EUNSUPPORTED, "unsupported codec \"blosc\""},
-    {0, "{\"chunks\":[2],\"compressor\":null,\"dtype\":\"<i4\",\"fill_value\":null,"
-        "\"order\":\"C\",\"shape\":[4],\"zarr_format\":2}",
+    {0,
+     "{\"chunks\":[2],\"compressor\":null,\"dtype\":\"<i4\",\"fill_value\":null,"
+     "\"order\":\"C\",\"shape\":[4],\"zarr_format\":2}",
      UR_ECORRUPT, "filters"},
-    {0, "{\"chunks\":\"2\",\"compressor\":null,\"dtype\":\"<i4\",\"fill_value\":null,"
-        "\"filters\":null,\"order\":\"C\",\"shape\":[4],\"zarr_format\":2}",
+    {0,
+     "{\"chunks\":\"2\",\"compressor\":null,\"dtype\":\"<i4\",\"fill_value\":null,"
+     "\"filters\":null,\"order\":\"C\",\"shape\":[4],\"zarr_format\":2}",
      UR_ECORRUPT, "chunks"},
-    {0, "{\"chunks\":[2,2],\"compressor\":null,\"dtype\":\"<i4\",\"fill_value\":null,"
-        "\"filters\":null,\"order\":\"C\",\"shape\":[4],\"zarr_format\":2}",
+    {0,
+     "{\"chunks\":[2,2],\"compressor\":null,\"dtype\":\"<i4\",\"fill_value\":null,"
+     "\"filters\":null,\"order\":\"C\",\"shape\":[4],\"zarr_format\":2}",
      UR_ECORRUPT, "rank"},
 };
 
@@ -314,11 +332,12 @@ static void test_zarr_meta__rank_over_max(void **state)
     for (int i = 0; i < 33; i++) {
         strcat(dims, i ? ",1" : "1");
     }
-    snprintf(buf, sizeof buf,
-             "{\"chunk_grid\":{\"configuration\":{\"chunk_shape\":[%s]},\"name\":\"regular\"},"
-             "\"chunk_key_encoding\":{\"name\":\"default\"},\"node_type\":\"array\",\"shape\":[%s],"
-             "\"zarr_format\":3,\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[" LE "]}",
-             dims, dims);
+    snprintf(
+        buf, sizeof buf,
+        "{\"chunk_grid\":{\"configuration\":{\"chunk_shape\":[%s]},\"name\":\"regular\"},"
+        "\"chunk_key_encoding\":{\"name\":\"default\"},\"node_type\":\"array\",\"shape\":[%s],"
+        "\"zarr_format\":3,\"data_type\":\"int32\",\"fill_value\":0,\"codecs\":[" LE "]}",
+        dims, dims);
     assert_int_equal(parse3(&m, buf, &err), UR_EUNSUPPORTED);
     assert_non_null(strstr(err.msg, "more than 32"));
 }

@@ -142,8 +142,8 @@ static void write_all(ur_kvstore *kv, ur_zarr_array *a, uint64_t skip)
             }
             make_chunk(chunk, in->chunk_bytes, lin);
             assert_int_equal(ur_zarr_codec__encode(&m->codecs, m->rank, m->inner_shape,
-                                                   m->itemsize, chunk, in->chunk_bytes,
-                                                   &bufs[i], NULL),
+                                                   m->itemsize, chunk, in->chunk_bytes, &bufs[i],
+                                                   NULL),
                              UR_OK);
         }
         ur_buf_init(&shard, 0);
@@ -241,8 +241,8 @@ static void check_all_chunks(ur_zarr_array *a, int want_incremental, const char 
                                       &e2);
                 if (rc != rc_ref) {
                     fail_msg("%s chunk %llu pattern %d piece %zu: rc %d (%s), read_chunk %d (%s)",
-                             what, (unsigned long long)k, pat, pieces[p], rc,
-                             rc ? e2.msg : "", rc_ref, rc_ref ? e1.msg : "");
+                             what, (unsigned long long)k, pat, pieces[p], rc, rc ? e2.msg : "",
+                             rc_ref, rc_ref ? e1.msg : "");
                 }
                 if (rc == UR_OK) {
                     assert_int_equal(inc, want_incremental);
@@ -299,10 +299,11 @@ typedef struct chain_case {
     int incremental;
 } chain_case;
 
-#define V3_HEAD                                                                                \
-    "{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":[5,7,3],\"data_type\":\"@T\","     \
+#define V3_HEAD                                                                                   \
+    "{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":[5,7,3],\"data_type\":\"@T\","          \
     "\"chunk_key_encoding\":{\"name\":\"default\"},\"fill_value\":@F,"
-#define V3_GRID(c) "\"chunk_grid\":{\"name\":\"regular\",\"configuration\":{\"chunk_shape\":" c "}},"
+#define V3_GRID(c)                                                                                \
+    "\"chunk_grid\":{\"name\":\"regular\",\"configuration\":{\"chunk_shape\":" c "}},"
 #define LE "{\"name\":\"bytes\",\"configuration\":{\"endian\":\"little\"}}"
 #define BE "{\"name\":\"bytes\",\"configuration\":{\"endian\":\"big\"}}"
 #define CRC "{\"name\":\"crc32c\"}"
@@ -311,13 +312,13 @@ typedef struct chain_case {
 #define GZIP "{\"name\":\"gzip\",\"configuration\":{\"level\":5}}"
 #define TRANSPOSE "{\"name\":\"transpose\",\"configuration\":{\"order\":[2,0,1]}}"
 #define V3(codecs) V3_HEAD V3_GRID("[2,3,2]") "\"codecs\":[" codecs "]}"
-#define SHARD(loc, inner, index)                                                              \
-    V3_HEAD V3_GRID("[4,6,3]") "\"codecs\":[{\"name\":\"sharding_indexed\",\"configuration\":{" \
-                               "\"chunk_shape\":[2,3,1],\"codecs\":[" inner                  \
-                               "],\"index_codecs\":[" index "],\"index_location\":\"" loc      \
+#define SHARD(loc, inner, index)                                                                  \
+    V3_HEAD V3_GRID("[4,6,3]") "\"codecs\":[{\"name\":\"sharding_indexed\",\"configuration\":{"   \
+                               "\"chunk_shape\":[2,3,1],\"codecs\":[" inner                       \
+                               "],\"index_codecs\":[" index "],\"index_location\":\"" loc         \
                                "\"}}]}"
-#define V2F(dtype, comp, order, fill)                                                         \
-    "{\"zarr_format\":2,\"shape\":[5,7,3],\"chunks\":[2,3,2],\"dtype\":\"" dtype "\","       \
+#define V2F(dtype, comp, order, fill)                                                             \
+    "{\"zarr_format\":2,\"shape\":[5,7,3],\"chunks\":[2,3,2],\"dtype\":\"" dtype "\","            \
     "\"compressor\":" comp ",\"fill_value\":" fill ",\"order\":\"" order "\",\"filters\":null}"
 #define V2(dtype, comp, order) V2F(dtype, comp, order, "3")
 
@@ -333,13 +334,20 @@ static const chain_case chains[] = {
     {"v3 transpose", V3(TRANSPOSE "," LE "," ZSTD), {"int16", "float32", NULL, NULL}, 0},
     {"v3 zstd gzip", V3(LE "," ZSTD "," GZIP), {"int32", NULL, NULL, NULL}, 0},
     {"v3 crc zstd", V3(LE "," CRC "," ZSTD), {"int32", NULL, NULL, NULL}, 0},
-    {"v3 shard end", SHARD("end", LE "," ZSTD, LE "," CRC), {"int32", "bfloat16", "bool", NULL}, 1},
-    {"v3 shard start", SHARD("start", BE "," ZSTDC "," CRC, LE),
-     {"int16", "complex64", NULL, NULL}, 1},
+    {"v3 shard end",
+     SHARD("end", LE "," ZSTD, LE "," CRC),
+     {"int32", "bfloat16", "bool", NULL},
+     1},
+    {"v3 shard start",
+     SHARD("start", BE "," ZSTDC "," CRC, LE),
+     {"int16", "complex64", NULL, NULL},
+     1},
     {"v3 shard plain", SHARD("end", LE, BE "," CRC), {"float32", NULL, NULL, NULL}, 1},
     {"v3 shard gzip", SHARD("start", LE "," GZIP, LE "," CRC), {"uint16", NULL, NULL, NULL}, 1},
-    {"v3 shard transpose", SHARD("end", TRANSPOSE "," BE "," GZIP, LE "," CRC),
-     {"float32", NULL, NULL, NULL}, 0},
+    {"v3 shard transpose",
+     SHARD("end", TRANSPOSE "," BE "," GZIP, LE "," CRC),
+     {"float32", NULL, NULL, NULL},
+     0},
     {"v2 zstd", V2("<i2", "{\"id\":\"zstd\",\"level\":1}", "C"), {NULL}, 1},
     {"v2 zstd big", V2(">f8", "{\"id\":\"zstd\",\"level\":5}", "C"), {NULL}, 1},
     {"v2 none", V2("<f4", "null", "C"), {NULL}, 1},
@@ -367,8 +375,8 @@ static void test_zarr_stream__every_chain(void **state)
                 ur_zarr_array *a = open_json(kv, "layer.w", json);
                 write_all(kv, a, 3);
                 ur_zarr_array_set_fill_missing(a, fill_missing);
-                snprintf(what, sizeof what, "%s %s fill_missing %d", chains[c].name,
-                         dt ? dt : "", fill_missing);
+                snprintf(what, sizeof what, "%s %s fill_missing %d", chains[c].name, dt ? dt : "",
+                         fill_missing);
                 check_all_chunks(a, chains[c].incremental, what);
                 ur_zarr_array_close(a);
                 ur_kvstore_close(kv);
@@ -410,7 +418,8 @@ static void test_zarr_stream__rank0_and_golden_fixtures(void **state)
     }
 }
 
-/* ---- damaged data ---------------------------------------------------------------------------- */
+/* ---- damaged data ----------------------------------------------------------------------------
+ */
 
 /* Stream the one chunk (idx 0) of `a` in random pieces; expect `want`, with the error naming
  * the array and key. Also read_chunk must agree on the code. */
@@ -444,12 +453,13 @@ static void expect_stream(ur_zarr_array *a, int want, const char *key, const cha
 static ur_zarr_array *one_chunk_array(ur_kvstore *kv, const char *codecs)
 {
     char json[1024];
-    snprintf(json, sizeof json,
-             "{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":[64,64],\"data_type\":\"int32\","
-             "\"chunk_key_encoding\":{\"name\":\"default\"},\"fill_value\":0,"
-             "\"chunk_grid\":{\"name\":\"regular\",\"configuration\":{\"chunk_shape\":[64,64]}},"
-             "\"codecs\":[%s]}",
-             codecs);
+    snprintf(
+        json, sizeof json,
+        "{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":[64,64],\"data_type\":\"int32\","
+        "\"chunk_key_encoding\":{\"name\":\"default\"},\"fill_value\":0,"
+        "\"chunk_grid\":{\"name\":\"regular\",\"configuration\":{\"chunk_shape\":[64,64]}},"
+        "\"codecs\":[%s]}",
+        codecs);
     return open_json(kv, "dmg.arr", json);
 }
 
@@ -466,8 +476,9 @@ static void append_crc(ur_buf *b)
 
 static void test_zarr_stream__truncated_trailing_wrong_size(void **state)
 {
-    static const char *const chains3[] = {LE "," ZSTD, LE "," ZSTDC, LE "," GZIP, LE,
-                                          LE "," ZSTD "," CRC, LE "," GZIP "," CRC, LE "," CRC};
+    static const char *const chains3[] = {LE "," ZSTD, LE "," ZSTDC,        LE "," GZIP,
+                                          LE,          LE "," ZSTD "," CRC, LE "," GZIP "," CRC,
+                                          LE "," CRC};
     const char *key = "dmg.arr/c/0/0";
     int32_t data[4096], other[4097];
     (void)state;
@@ -539,11 +550,10 @@ static void test_zarr_stream__truncated_trailing_wrong_size(void **state)
         /* A valid encoding of fewer and of more elements. */
         for (int big = 0; big <= 1; big++) {
             ur_buf_reset(&b);
-            assert_int_equal(ur_zarr_codec__encode(&inner, big ? 1 : 2,
-                                                   big ? shape_big : shape_small, 4,
-                                                   (uint8_t *)other, big ? 4097 * 4 : 4032 * 4,
-                                                   &b, NULL),
-                             UR_OK);
+            assert_int_equal(
+                ur_zarr_codec__encode(&inner, big ? 1 : 2, big ? shape_big : shape_small, 4,
+                                      (uint8_t *)other, big ? 4097 * 4 : 4032 * 4, &b, NULL),
+                UR_OK);
             if (crc) {
                 append_crc(&b);
             }
@@ -592,9 +602,8 @@ static void test_zarr_stream__zstd_frames(void **state)
     assert_int_equal(ur_buf_append(&b, empty, en, NULL), UR_OK);
     assert_int_equal(ur_buf_append(&b, skip, sizeof skip, NULL), UR_OK);
     for (int h = 0; h < 2; h++) {
-        assert_int_equal(ur_zarr_codec_zstd__encode((uint8_t *)data + h * 8192, 8192, 3, h, &b,
-                                                    NULL),
-                         UR_OK);
+        assert_int_equal(
+            ur_zarr_codec_zstd__encode((uint8_t *)data + h * 8192, 8192, 3, h, &b, NULL), UR_OK);
     }
     assert_int_equal(ur_buf_append(&b, empty, en, NULL), UR_OK);
     put(kv, b.data, b.len);
@@ -623,10 +632,14 @@ static void test_zarr_stream__zstd_frames(void **state)
  * (same bytes) and on the error code, and never crashes. */
 static void test_zarr_stream__flipped_bytes_agree_with_read_chunk(void **state)
 {
-    static const char *const jsons[] = {
-        V3(BE "," ZSTDC "," CRC), V3(LE "," ZSTD), V3(LE "," GZIP), V3(BE "," CRC),
-        SHARD("end", LE "," ZSTD, LE "," CRC), SHARD("start", BE "," GZIP "," CRC, LE),
-        V2("<i4", "{\"id\":\"zlib\"}", "C"), V2(">i2", "null", "C")};
+    static const char *const jsons[] = {V3(BE "," ZSTDC "," CRC),
+                                        V3(LE "," ZSTD),
+                                        V3(LE "," GZIP),
+                                        V3(BE "," CRC),
+                                        SHARD("end", LE "," ZSTD, LE "," CRC),
+                                        SHARD("start", BE "," GZIP "," CRC, LE),
+                                        V2("<i4", "{\"id\":\"zlib\"}", "C"),
+                                        V2(">i2", "null", "C")};
     (void)state;
     for (size_t j = 0; j < sizeof jsons / sizeof jsons[0]; j++) {
         char json[2048];
@@ -719,7 +732,8 @@ static void test_zarr_stream__missing_chunks(void **state)
     ur_kvstore_close(kv);
 }
 
-/* ---- faults, threads ------------------------------------------------------------------------- */
+/* ---- faults, threads -------------------------------------------------------------------------
+ */
 
 static void test_zarr_stream__oom(void **state)
 {
@@ -936,9 +950,9 @@ static void test_zarr_stream__large_chunk_bounded_memory(void **state)
         if (v == 0) {
             ur_buf shard;
             ur_buf_init(&shard, 0);
-            assert_int_equal(ur_zarr_codec_sharding__encode(ur_zarr_array__meta(a), &enc, 1,
-                                                            &shard, NULL),
-                             UR_OK);
+            assert_int_equal(
+                ur_zarr_codec_sharding__encode(ur_zarr_array__meta(a), &enc, 1, &shard, NULL),
+                UR_OK);
             assert_int_equal(ur_zarr_array_write_encoded(a, idx, shard.data, shard.len, NULL),
                              UR_OK);
             ur_buf_dispose(&shard);

@@ -28,7 +28,8 @@
 static int fail(const ur_err *err)
 {
     char buf[1200];
-    fprintf(stderr, "error: %s: %s\n", ur_code_name(err->code), ur_err_format(err, buf, sizeof(buf)));
+    fprintf(stderr, "error: %s: %s\n", ur_code_name(err->code),
+            ur_err_format(err, buf, sizeof(buf)));
     return 1;
 }
 
@@ -224,7 +225,7 @@ static int cmd_write(int argc, char **argv, ur_err *err)
         for (int d = 0; d < in->rank; d++) {
             lo[d] = idx[d] * in->chunk_shape[d];
             cnt[d] = in->shape[d] - lo[d] < in->chunk_shape[d] ? in->shape[d] - lo[d]
-                                                                : in->chunk_shape[d];
+                                                               : in->chunk_shape[d];
         }
         memset(chunk, 0, in->chunk_bytes);
         ur_zarr_chunk_grid__copy_box(chunk, in->chunk_shape, zero, all, in->shape, lo, cnt,
@@ -281,7 +282,8 @@ int main(int argc, char **argv)
 
     ur_err_clear(&err);
     if (argc < 4) {
-        fprintf(stderr, "usage: zarr_tool read|box|chunk|stream|write|stored <dir> <prefix> ...\n");
+        fprintf(stderr,
+                "usage: zarr_tool read|box|chunk|stream|write|stored <dir> <prefix> ...\n");
         return 2;
     }
     if (strcmp(argv[1], "write") == 0) {
