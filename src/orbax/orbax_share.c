@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#define PUBLISHING_FILE "publishing.txt"
+
 #define STANDARD_HANDLER                                                                          \
     "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
 #define MAX_META ((size_t)1 << 30)
@@ -155,6 +157,66 @@ static int create_run(const ur_orbax_share *s, const char *text, int *created, u
     return rc;
 }
 
+/* staging/publishing.txt: where publish() moved the finished step (written before the move) */
+static char *publishing_path(const ur_orbax_share *s)
+{
+    return ur_path_join(s->staging, PUBLISHING_FILE);
+}
+
+/* 1 when a finisher moved the step out to publish it (the step is gone and publishing.txt
+ * names where it went), 0 when the step is the run's own (or not made yet). */
+static int step_taken(const ur_orbax_share *s)
+{
+    char *note = publishing_path(s);
+    int taken = note != NULL && !ur_fs_is_dir(s->step) && ur_fs_exists(note);
+    ur_free(note);
+    return taken;
+}
+
+/* A finisher killed between moving the finished step into its publication staging directory
+ * and the commit leaves the step there: move it back, so that a rerun finishes the run again
+ * instead of re-creating an empty step that lacks every other share's database. Only when no
+ * finisher is alive (finish.claim not locked); when the step is not there any more the
+ * publication completed (finish() then reports it). */
+static int recover_step(ur_orbax_share *s, ur_err *err)
+{
+    char *note = publishing_path(s), *claim_path = ur_path_join(s->staging, "finish.claim");
+    ur_buf where;
+    int fd = -1, rc = UR_OK;
+
+    ur_buf_init(&where, 0);
+    if (note == NULL || claim_path == NULL) {
+        rc = ur_err_oom(err);
+    } else if (!ur_fs_is_dir(s->step) && ur_fs_exists(note)) {
+        fd = open(claim_path, O_RDWR | O_CLOEXEC);
+        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            rc = ur_err_set(err, UR_EIO, "%s: another process is publishing this run", claim_path);
+        }
+        if (rc == UR_OK) {
+            rc = ur_fs_read_file(&where, note, 4096, err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_buf_append(&where, "", 1, err);
+        }
+        if (rc == UR_OK && ur_fs_is_dir((const char *)where.data)) {
+            if (rename((const char *)where.data, s->step) != 0) {
+                rc = ur_err_set_os(err, UR_EIO, errno, (const char *)where.data,
+                                   "cannot move the finished step back to %s", s->step);
+            } else {
+                (void)unlink(note);
+                rc = ur_fs_fsync_dir(s->staging, err);
+            }
+        }
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    ur_buf_dispose(&where);
+    ur_free(note);
+    ur_free(claim_path);
+    return rc;
+}
+
 int ur_orbax_share_open(ur_orbax_share **out, const char *dest, int count, int index,
                         const char *run_text, ur_err *err)
 {
@@ -184,7 +246,12 @@ int ur_orbax_share_open(ur_orbax_share **out, const char *dest, int count, int i
     ur_buf_init(&have, 0);
     rc = ur_fs_mkdirs(shares, err);
     if (rc == UR_OK) {
+        rc = recover_step(s, err);
+    }
+    if (rc == UR_OK && (rc = step_taken(s)) == 0) {
         rc = ur_fs_mkdirs(s->items, err);
+    } else if (rc > 0) {
+        rc = UR_OK; /* published already: finish() says so and removes the staging */
     }
     if (rc == UR_OK) {
         rc = create_run(s, run_text, &created, err);
@@ -617,6 +684,13 @@ static int publish(ur_orbax_share *s, const volatile sig_atomic_t *cancel, char 
         *published_to = ur_strdup(ur_orbax_publish_dest(pub));
         rc = *published_to != NULL ? UR_OK : ur_err_oom(err);
     }
+    if (rc == UR_OK) { /* where the step goes, for a rerun after a kill (recover_step) */
+        const char *to = ur_orbax_publish_staged(pub, 0);
+        rc = write_in(s->staging, PUBLISHING_FILE, to, strlen(to), err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_fs_fsync_dir(s->staging, err);
+    }
     if (rc == UR_OK && rename(s->step, ur_orbax_publish_staged(pub, 0)) != 0) {
         rc = ur_err_set_os(err, UR_EIO, errno, s->step, "cannot move to %s",
                            ur_orbax_publish_staged(pub, 0));
@@ -638,6 +712,15 @@ static int finish(ur_orbax_share *s, const volatile sig_atomic_t *cancel, char *
     int rc;
     if (!ur_fs_is_dir(s->step)) {
         /* published by a finisher killed before it removed the staging directory */
+        char *out = ur_path_join(s->dest, "0/items");
+        int there = out != NULL && ur_fs_is_dir(out);
+        ur_free(out);
+        if (!there) {
+            return ur_err_set(err, UR_EIO,
+                              "%s: the finished step is gone and %s/0 was not published: "
+                              "remove %s and run every share again",
+                              s->staging, s->dest, s->staging);
+        }
         *published_to = ur_strdup(s->dest);
         remove_staging(s);
         return *published_to != NULL ? UR_OK : ur_err_oom(err);

@@ -349,6 +349,37 @@ def test_finisher_killed_is_taken_over(unroll_bin, big, single, tmp_path):
     assert not (_items(tmp_path) / "d" / "0123").exists()
 
 
+def test_finisher_killed_while_publishing_is_recovered(unroll_bin, big, single, tmp_path):
+    """The finisher dies after it moved the finished step into its publication staging
+    directory and before the commit (stopped there with gdb, then killed): the rerun moves the
+    step back and publishes it, instead of re-creating an empty step that lacks the other
+    shares' databases ("share 0 has no database", seen once in CI under load)."""
+    gdb = shutil.which("gdb")
+    assert gdb is not None, "gdb is not installed (scripts/setup.sh --tests installs it)"
+    for i in range(N - 1):
+        subprocess.run(_args(unroll_bin, big, tmp_path, ["--process-count", N,
+                                                        "--process-index", i]),
+                       check=True, env=_env())
+    last = _args(unroll_bin, big, tmp_path, ["--process-count", N, "--process-index", N - 1])
+    script = tmp_path / "gdb.cmds"
+    script.write_text("set pagination off\nset confirm off\n"
+                      "break ur_orbax_publish_commit\nrun\nkill\n")
+    env = _env()
+    env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":detect_leaks=0").lstrip(":")
+    res = subprocess.run([gdb, "-q", "-batch", "-x", str(script), "--args",
+                          *[str(a) for a in last]], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert "Breakpoint 1," in res.stdout, res.stdout + res.stderr
+    run_dir = tmp_path / "run"
+    staging = run_dir / "checkpoints.unroll-multi"
+    assert not (run_dir / "checkpoints").exists()
+    assert not (staging / "step").exists()          # moved out for the commit
+    assert list(run_dir.glob("checkpoints.*.unroll-tmp"))
+    res = subprocess.run(last, capture_output=True, text=True, env=_env())
+    assert res.returncode == 0, res.stderr
+    _check_same(tmp_path, single)
+
+
 def test_killed_share_continues_from_its_last_commit(unroll_bin, big, single, tmp_path):
     """A share commits its database every --commit-every bytes; killed, its rerun keeps what
     was committed (the same data files) and does only the rest."""
