@@ -2,7 +2,8 @@
 # Build the two packages into $UNROLL_PKG_DIR (default build-pkg/dist), then install each in a
 # clean environment and run the example conversion with it (CI runs this; nothing is uploaded):
 #   maxtext_unroll-<v>-py3-none-manylinux_<glibc>_x86_64.whl   pip wheel (scikit-build-core),
-#        repaired by auditwheel: libzstd, cJSON and libyaml copied into the wheel
+#        repaired by auditwheel: libzstd, cJSON, libyaml, libcurl and OpenSSL (with what
+#        they load) copied into the wheel
 #   unroll_<v>_amd64.deb                                       CPack, runtime dependencies declared
 # The wheel goes into a fresh venv whose PATH holds nothing but the venv (no compiler, no
 # system unroll); the .deb is installed with apt-get (dependencies from the archive) and

@@ -100,6 +100,11 @@ int ur_http_header_get(const ur_buf *raw, const char *name, char *out, size_t n)
  * (SigV4 and the GCS JSON API both need this exact form.) */
 int ur_http_encode(ur_buf *b, const char *s, int keep_slash, ur_err *err);
 
+/* The libcurl loaded at run time ("8.1.2") and the TLS library it uses ("OpenSSL/3.0.11"), for
+ * --version. */
+const char *ur_http_curl_version(void);
+const char *ur_http_tls_version(void);
+
 /* Bytes received in response bodies by this process, over all clients (tests, bench). */
 uint64_t ur_http_bytes_received(void);
 

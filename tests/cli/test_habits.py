@@ -44,7 +44,10 @@ def test_version_names_the_libraries():
     lines = res.stdout.splitlines()
     assert re.fullmatch(r"unroll \d+\.\d+\.\d+", lines[0])
     libs = dict(line.split(" ", 1) for line in lines[1:])
-    assert set(libs) == {"zstd", "cJSON", "libyaml", "zlib"}
+    assert set(libs) == {"zstd", "cJSON", "libyaml", "zlib", "libcurl"}
+    curl = libs.pop("libcurl")
+    # libcurl also names the TLS library it was built with (object stores sign with it)
+    assert re.fullmatch(r"\d+\.\d+(\.\d+)?\S* \((OpenSSL|none)\S*\)", curl), curl
     for name, version in libs.items():
         assert re.fullmatch(r"\d+\.\d+(\.\d+)?\S*", version), (name, version)
 

@@ -580,3 +580,15 @@ int ur_http_encode(ur_buf *b, const char *s, int keep_slash, ur_err *err)
     }
     return UR_OK;
 }
+
+const char *ur_http_curl_version(void)
+{
+    const curl_version_info_data *v = curl_version_info(CURLVERSION_NOW);
+    return v != NULL && v->version != NULL ? v->version : "?";
+}
+
+const char *ur_http_tls_version(void)
+{
+    const curl_version_info_data *v = curl_version_info(CURLVERSION_NOW);
+    return v != NULL && v->ssl_version != NULL ? v->ssl_version : "none";
+}
