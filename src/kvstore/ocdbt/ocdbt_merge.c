@@ -13,7 +13,7 @@
  * hand the entries to a fresh writer (ur_ocdbt_create + ur_ocdbt_writer_put_ref), which
  * builds the B+tree exactly as for a single-process database. */
 #define _POSIX_C_SOURCE 200809L
-#include "kvstore_impl.h"
+#include "../kvstore_impl.h" /* the OCDBT reader and writer are kvstore drivers */
 #include "ocdbt_internal.h"
 
 #include "unroll/alloc.h"
