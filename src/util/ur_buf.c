@@ -77,6 +77,17 @@ int ur_buf_reserve_exact(ur_buf *b, size_t extra, ur_err *err)
     return reserve(b, extra, 1, err);
 }
 
+void ur_buf_fit(ur_buf *b)
+{
+    if (b->data != NULL && b->cap > b->len + 1) {
+        uint8_t *p = ur_realloc(b->data, b->len + 1);
+        if (p != NULL) { /* else the larger block stays: still valid */
+            b->data = p;
+            b->cap = b->len + 1;
+        }
+    }
+}
+
 int ur_buf_append(ur_buf *b, const void *p, size_t n, ur_err *err)
 {
     int rc;

@@ -105,6 +105,11 @@ static int decompress(ur_buf *body, const uint8_t *p, size_t n, size_t at, const
     if (in.pos != in.size) {
         ret = ur_err_set_at(err, UR_ECORRUPT, at + in.pos, "%s: bytes after the zstd frame", what);
     }
+    /* Grown by doubling when the frame did not declare its size (TensorStore's do not): a
+     * decoded node is kept while it is read, so up to half of it would be idle memory. */
+    if (body->cap - body->len > (body->len >> 3) + 65536) {
+        ur_buf_fit(body);
+    }
 out:
     ZSTD_freeDCtx(dctx);
     return ret;
