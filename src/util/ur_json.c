@@ -144,7 +144,7 @@ static int member_key(ur_buf *key, const char *t, size_t s, size_t e, ur_err *er
     }
     cJSON *k = NULL;
     int rc = ur_json_parse(&k, t + s, e - s, err);
-    if (rc == UR_OK && cJSON_IsString(k)) {
+    if (rc == UR_OK && k != NULL && cJSON_IsString(k) && k->valuestring != NULL) {
         rc = ur_buf_append(key, k->valuestring, strlen(k->valuestring) + 1, err);
     } else if (rc == UR_OK) {
         rc = ur_err_set_at(err, UR_ECORRUPT, s, "invalid JSON near byte %zu", s);

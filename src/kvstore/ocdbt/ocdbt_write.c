@@ -551,20 +551,23 @@ static void add_stats(ur_ocdbt_stats *s, const ur_ocdbt_stats *a)
     s->num_indirect_value_bytes += a->num_indirect_value_bytes;
 }
 
-/* Room for one more witem in *items. */
-static int grow_items(witem **items, size_t n, size_t *cap, ur_err *err)
+/* A new zeroed slot at the end of *items (*n of them, room for *cap), or NULL when out of
+ * memory. */
+static witem *next_item(witem **items, size_t *n, size_t *cap)
 {
-    witem *p;
-    if (n < *cap) {
-        return UR_OK;
+    witem *it;
+    if (*items == NULL || *n == *cap) {
+        size_t c = *cap ? *cap * 2 : 64;
+        witem *p = ur_realloc(*items, c * sizeof *p);
+        if (p == NULL) {
+            return NULL;
+        }
+        *items = p;
+        *cap = c;
     }
-    p = ur_realloc(*items, (*cap ? *cap * 2 : 64) * sizeof *p);
-    if (p == NULL) {
-        return ur_err_oom(err);
-    }
-    *items = p;
-    *cap = *cap ? *cap * 2 : 64;
-    return UR_OK;
+    it = &(*items)[(*n)++];
+    memset(it, 0, sizeof *it);
+    return it;
 }
 
 /* Write the leaves of entries e[0..n): one witem per leaf into *items. */
@@ -580,16 +583,11 @@ static int write_leaves(ocdbt_writer *w, wscratch *s, witem **items, size_t *n_i
         size_t pl = *is_root ? 0
                              : lcp(w->e[start].key, w->e[start].klen, w->e[end - 1].key,
                                    w->e[end - 1].klen);
-        witem *it;
-        rc = grow_items(items, k, items_cap, err);
-        if (rc == UR_OK) {
-            rc = scratch_ready(s, w, end - start, err);
-        }
-        if (rc < 0) {
+        witem *it = next_item(items, &k, items_cap);
+        rc = it != NULL ? scratch_ready(s, w, end - start, err) : ur_err_oom(err);
+        if (rc != UR_OK) {
             break;
         }
-        it = &(*items)[k++];
-        memset(it, 0, sizeof *it);
         for (size_t i = start; i < end; i++) {
             const wentry *e = &w->e[i];
             ur_ocdbt_btree_enc_entry *x = &s->enc[i - start];
@@ -638,7 +636,7 @@ static int write_level(ocdbt_writer *w, wscratch *s, uint8_t height, witem *item
             }
         }
         rc = scratch_ready(s, w, end - start, err);
-        if (rc < 0) {
+        if (rc != UR_OK) {
             break;
         }
         for (size_t i = start; i < end; i++) {
