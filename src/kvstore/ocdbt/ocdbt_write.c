@@ -28,12 +28,17 @@
 
 #define DEFAULT_TARGET_FILE_SIZE ((uint64_t)2 << 30)
 #define DEFAULT_HELD_INLINE ((uint64_t)64 << 20)
+/* Inline values at least this long are held once however often they are written (every array
+ * of a shape has the same zarr.json: 32,000 arrays hold 15 MB of copies); below it a pool slot
+ * costs about as much as the value. */
+#define POOL_MIN_VALUE 64
 
 typedef struct {
     uint8_t *key;
     size_t klen;
     size_t seq;
     int indirect;
+    int shared;     /* value belongs to the writer's pool of values, not to the entry */
     uint64_t len;
     uint8_t *value; /* inline */
     uint32_t file;  /* indirect */
@@ -62,7 +67,8 @@ typedef struct {
     ur_strmap ext_files; /* referred-to file path -> index in files */
     ur_appendfile *cur; /* the data file being appended to, or NULL */
     int committed;
-    uint64_t held; /* bytes of inline values in e[] */
+    uint64_t held;     /* bytes of inline values held for e[] */
+    ur_strmap values;  /* pool: an inline value's bytes -> its one copy (value = pointer) */
     uint64_t seed_state; /* 0: random ids; else the splitmix64 state */
 } ocdbt_writer;
 
@@ -207,6 +213,35 @@ static int append_data(ocdbt_writer *w, const void *p, size_t n, uint32_t *file,
     return UR_OK;
 }
 
+/* Hold the n > 0 bytes at data as e's inline value: a copy, or the pool's when it has them. */
+static int hold_value(ocdbt_writer *w, wentry *e, const void *data, size_t n, ur_err *err)
+{
+    size_t at = 0;
+    uint8_t *copy;
+    if (n >= POOL_MIN_VALUE && ur_strmap_get(&w->values, data, n, &at) == 1) {
+        e->value = (uint8_t *)(uintptr_t)at;
+        e->shared = 1;
+        return UR_OK;
+    }
+    copy = ur_malloc(n);
+    if (copy == NULL) {
+        return ur_err_oom(err);
+    }
+    memcpy(copy, data, n);
+    if (n >= POOL_MIN_VALUE) {
+        int rc = ur_strmap_put(&w->values, (const char *)copy, n, (size_t)(uintptr_t)copy, NULL,
+                               err);
+        if (rc < 0) {
+            ur_free(copy);
+            return rc;
+        }
+        e->shared = 1;
+    }
+    e->value = copy;
+    w->held += n;
+    return UR_OK;
+}
+
 static int w_write(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err)
 {
     ocdbt_writer *w = (ocdbt_writer *)kv;
@@ -245,18 +280,12 @@ static int w_write(ur_kvstore *kv, const char *key, const void *data, size_t n, 
         e->indirect = 1;
         rc = append_data(w, data, n, &e->file, &e->offset, err);
     } else if (n > 0) {
-        e->value = ur_malloc(n);
-        rc = e->value ? UR_OK : ur_err_oom(err);
-        if (rc == UR_OK) {
-            memcpy(e->value, data, n);
-            w->held += n;
-        }
+        rc = hold_value(w, e, data, n, err);
     } else {
         rc = UR_OK;
     }
-    if (rc < 0) {
+    if (rc < 0) { /* nothing was held */
         ur_free(e->key);
-        ur_free(e->value);
         return rc;
     }
     w->n++;
@@ -782,7 +811,9 @@ static size_t sorted_last_writes(ocdbt_writer *w, wentry *out)
             memcmp(out[i].key, out[i + 1].key, out[i].klen) == 0) {
             if (out == w->e) {
                 ur_free(out[i].key);
-                ur_free(out[i].value);
+                if (!out[i].shared) {
+                    ur_free(out[i].value);
+                }
             }
             continue;
         }
@@ -841,8 +872,14 @@ static void w_close(ur_kvstore *kv)
     ur_appendfile_abort(w->cur);
     for (size_t i = 0; i < w->n; i++) {
         ur_free(w->e[i].key);
-        ur_free(w->e[i].value);
+        if (!w->e[i].shared) {
+            ur_free(w->e[i].value);
+        }
     }
+    for (size_t i = 0; i < w->values.cap; i++) {
+        ur_free((void *)(uintptr_t)w->values.slots[i].key);
+    }
+    ur_strmap_dispose(&w->values);
     for (size_t i = 0; i < w->n_files; i++) {
         ur_free(w->files[i]);
     }
@@ -881,6 +918,7 @@ int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts
     }
     w->base.ops = &writer_ops;
     ur_strmap_init(&w->ext_files);
+    ur_strmap_init(&w->values);
     snprintf(w->base.desc, sizeof w->base.desc, "ocdbt:%s", dir);
     w->opts = *opts;
     if (w->opts.target_data_file_size == 0) {
