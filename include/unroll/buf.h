@@ -21,6 +21,12 @@ void ur_buf_dispose(ur_buf *b);
 void ur_buf_reset(ur_buf *b);
 /* Ensure room for `extra` more bytes. UR_ENOMEM, or UR_ECORRUPT past the limit. */
 int ur_buf_reserve(ur_buf *b, size_t extra, ur_err *err);
+/* The same, growing to exactly that much when it grows: for a size known in advance (a
+ * whole file, a decoded node), where doubling would hold up to twice the memory. */
+int ur_buf_reserve_exact(ur_buf *b, size_t extra, ur_err *err);
+/* Give back the capacity past the content (and its NUL): for a buffer grown by doubling to
+ * an unknown size and then kept. */
+void ur_buf_fit(ur_buf *b);
 int ur_buf_append(ur_buf *b, const void *p, size_t n, ur_err *err);
 int ur_buf_append_byte(ur_buf *b, uint8_t byte, ur_err *err);
 int ur_buf_append_str(ur_buf *b, const char *s, ur_err *err);

@@ -19,4 +19,16 @@ void ur_json_init(void);
  * (or "trailing bytes after JSON at N"), the offset recorded. */
 int ur_json_parse(struct cJSON **out, const char *text, size_t len, ur_err *err);
 
+/* Called with each member of an object: its key, and its value's text, unparsed (the callee
+ * parses it, which checks it). A negative return stops the walk with that status. */
+typedef int (*ur_json_member_fn)(void *ctx, const char *key, const char *value, size_t len,
+                                 ur_err *err);
+
+/* Walk the members of the JSON object `text` in order without building its tree: a large
+ * document costs its own size plus one member's tree, where cJSON's tree of it is about ten
+ * times its size. UR_ECORRUPT when the object's own syntax is wrong (the values are left to
+ * `fn`), offsets relative to `text`. */
+int ur_json_each_member(const char *text, size_t len, ur_json_member_fn fn, void *ctx,
+                        ur_err *err);
+
 #endif

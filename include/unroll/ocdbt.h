@@ -18,7 +18,7 @@
 typedef struct ur_ocdbt_write_opts {
     uint64_t target_data_file_size; /* roll over to a new d/ file past this; 0 = 2 GiB */
     uint32_t max_inline_value_bytes; /* as Orbax configures it: 1024 */
-    uint64_t max_decoded_node_bytes; /* B+tree node size target; TensorStore's default 8 MiB */
+    uint64_t max_decoded_node_bytes; /* config bound; nodes are cut at min(this, 1 MiB) */
     int compress;                    /* 1: zstd-compress manifest and nodes (as Orbax) */
     int zstd_level;                  /* level for nodes; Orbax configures 0 (libzstd default) */
     /* 0: the database uuid and data-file names are random, as TensorStore makes them.

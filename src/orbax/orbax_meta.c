@@ -13,7 +13,9 @@
 #include "orbax_impl.h"
 
 #include "unroll/alloc.h"
+#include "unroll/json.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -193,7 +195,36 @@ static int get_flag(const cJSON *root, const char *key, int absent, int *out, ur
     return UR_OK;
 }
 
-int ur_orbax_meta_parse(ur_orbax_meta **out, const char *json, size_t len, ur_err *err)
+/* What follows tree_metadata: leaf order, the flags and custom_metadata from `root`. */
+static int meta_finish(ur_orbax_meta *m, const cJSON *root, ur_err *err)
+{
+    int rc = ur_orbax_tree_order(m->leaves, &m->n_leaves, "_METADATA", err);
+    if (rc == UR_OK) {
+        rc = get_flag(root, "use_ocdbt", -1, &m->use_ocdbt, err);
+    }
+    if (rc == UR_OK) {
+        rc = get_flag(root, "use_zarr3", 0, &m->use_zarr3, err);
+    }
+    if (rc == UR_OK) {
+        rc = get_flag(root, "store_array_data_equal_to_fill_value", 0, &m->store_fill, err);
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    const cJSON *cm = cJSON_GetObjectItemCaseSensitive(root, "custom_metadata");
+    if (cm != NULL && !cJSON_IsNull(cm)) {
+        char *text = ur_orbax__json_print(&m->arena, cm);
+        if (text == NULL) {
+            return ur_err_oom(err);
+        }
+        m->custom_metadata_json = text;
+    }
+    return UR_OK;
+}
+
+/* The whole document as one cJSON tree: about ten times its size in memory. Used when the
+ * member walk below fails, for the errors this parse has always given. */
+static int parse_whole(ur_orbax_meta **out, const char *json, size_t len, ur_err *err)
 {
     cJSON *root = NULL;
     ur_orbax_meta *m = ur_calloc(1, sizeof(*m));
@@ -235,29 +266,9 @@ int ur_orbax_meta_parse(ur_orbax_meta **out, const char *json, size_t len, ur_er
         i++;
     }
     m->n_leaves = i;
-    rc = ur_orbax_tree_order(m->leaves, &m->n_leaves, "_METADATA", err);
+    rc = meta_finish(m, root, err);
     if (rc < 0) {
         goto out;
-    }
-
-    rc = get_flag(root, "use_ocdbt", -1, &m->use_ocdbt, err);
-    if (rc == UR_OK) {
-        rc = get_flag(root, "use_zarr3", 0, &m->use_zarr3, err);
-    }
-    if (rc == UR_OK) {
-        rc = get_flag(root, "store_array_data_equal_to_fill_value", 0, &m->store_fill, err);
-    }
-    if (rc < 0) {
-        goto out;
-    }
-    const cJSON *cm = cJSON_GetObjectItemCaseSensitive(root, "custom_metadata");
-    if (cm != NULL && !cJSON_IsNull(cm)) {
-        char *text = ur_orbax__json_print(&m->arena, cm);
-        if (text == NULL) {
-            rc = ur_err_oom(err);
-            goto out;
-        }
-        m->custom_metadata_json = text;
     }
     *out = m;
     m = NULL;
@@ -265,6 +276,121 @@ out:
     cJSON_Delete(root);
     ur_orbax_meta_free(m);
     return rc;
+}
+
+/* State of the member walk: the top level's other members are kept as a small tree. */
+typedef struct {
+    ur_orbax_meta *m;
+    cJSON *root;
+    const char *tree; /* tree_metadata's text (the first such member) */
+    size_t tree_len;
+    size_t n;
+} meta_walk;
+
+static int top_member(void *ctx, const char *key, const char *value, size_t len, ur_err *err)
+{
+    meta_walk *w = ctx;
+    cJSON *v = NULL;
+    int rc;
+    if (strcmp(key, "tree_metadata") == 0 && w->tree == NULL) {
+        w->tree = value;
+        w->tree_len = len;
+        return UR_OK;
+    }
+    rc = ur_json_parse(&v, value, len, err);
+    if (rc == UR_OK && !cJSON_AddItemToObject(w->root, key, v)) {
+        cJSON_Delete(v);
+        rc = ur_err_oom(err);
+    }
+    return rc;
+}
+
+static int count_member(void *ctx, const char *key, const char *value, size_t len, ur_err *err)
+{
+    (void)key, (void)value, (void)len, (void)err;
+    ((meta_walk *)ctx)->n++;
+    return UR_OK;
+}
+
+/* One entry of tree_metadata: its own small tree, parsed and dropped. */
+static int leaf_member(void *ctx, const char *key, const char *value, size_t len, ur_err *err)
+{
+    meta_walk *w = ctx;
+    cJSON *e = NULL;
+    int rc;
+    if (w->m->n_leaves == w->n) {
+        return ur_err_set(err, UR_EINTERNAL, "_METADATA: more entries than counted");
+    }
+    rc = ur_json_parse(&e, value, len, err);
+    if (rc < 0) {
+        return rc;
+    }
+    e->string = (char *)(uintptr_t)key; /* borrowed: not freed by cJSON_Delete */
+    e->type |= cJSON_StringIsConst;
+    rc = parse_entry(w->m, &w->m->leaves[w->m->n_leaves], e, err);
+    e->string = NULL;
+    cJSON_Delete(e);
+    if (rc == UR_OK) {
+        w->m->n_leaves++;
+    }
+    return rc;
+}
+
+/* _METADATA member by member: the leaves' entries are parsed one at a time, never the whole
+ * document at once (100,000 leaves make a 38 MB _METADATA and a 380 MB cJSON tree). */
+static int parse_walk(ur_orbax_meta **out, const char *json, size_t len, ur_err *err)
+{
+    meta_walk w;
+    int rc;
+
+    memset(&w, 0, sizeof w);
+    w.m = ur_calloc(1, sizeof(*w.m));
+    w.root = cJSON_CreateObject();
+    if (w.m == NULL || w.root == NULL) {
+        ur_free(w.m);
+        cJSON_Delete(w.root);
+        return ur_err_oom(err);
+    }
+    ur_orbax__arena_init(&w.m->arena);
+    rc = ur_json_each_member(json, len, top_member, &w, err);
+    if (rc == UR_OK && w.tree == NULL) {
+        rc = ur_err_set(err, UR_ECORRUPT, "_METADATA: tree_metadata is missing");
+    }
+    if (rc == UR_OK) {
+        rc = ur_json_each_member(w.tree, w.tree_len, count_member, &w, err);
+    }
+    if (rc == UR_OK && w.n == 0) {
+        rc = ur_err_set(err, UR_ECORRUPT, "_METADATA: empty tree_metadata (no leaves)");
+    }
+    if (rc == UR_OK) {
+        w.m->leaves = ur_orbax__arena_alloc(&w.m->arena, w.n * sizeof(*w.m->leaves));
+        rc = w.m->leaves != NULL ? UR_OK : ur_err_oom(err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_json_each_member(w.tree, w.tree_len, leaf_member, &w, err);
+    }
+    if (rc == UR_OK) {
+        rc = meta_finish(w.m, w.root, err);
+    }
+    cJSON_Delete(w.root);
+    if (rc < 0) {
+        ur_orbax_meta_free(w.m);
+        return rc;
+    }
+    *out = w.m;
+    return UR_OK;
+}
+
+int ur_orbax_meta_parse(ur_orbax_meta **out, const char *json, size_t len, ur_err *err)
+{
+    int rc = parse_walk(out, json, len, err);
+    if (rc == UR_OK || rc == UR_ENOMEM) {
+        return rc;
+    }
+    /* A document the walk refuses is parsed whole, for the same error (or result) as
+     * always: which fault is reported first must not depend on how it was read. */
+    ur_err_clear(err);
+    return parse_whole(out, json, len, err);
 }
 
 static int put_bool(ur_buf *b, int v, ur_err *err)

@@ -32,7 +32,8 @@ void ur_buf_reset(ur_buf *b)
     b->len = 0;
 }
 
-int ur_buf_reserve(ur_buf *b, size_t extra, ur_err *err)
+/* Grow to hold `extra` more bytes: by doubling (amortized appends), or to exactly that. */
+static int reserve(ur_buf *b, size_t extra, int exact, ur_err *err)
 {
     size_t need, cap;
     uint8_t *p;
@@ -48,11 +49,14 @@ int ur_buf_reserve(ur_buf *b, size_t extra, ur_err *err)
         return UR_OK;
     }
     cap = b->cap < 64 ? 64 : b->cap;
-    while (cap < need) {
+    while (!exact && cap < need) {
         if (ur_ckd_mul(&cap, cap, 2)) {
             cap = need;
             break;
         }
+    }
+    if (cap < need) {
+        cap = need;
     }
     p = ur_realloc(b->data, cap);
     if (p == NULL) {
@@ -61,6 +65,27 @@ int ur_buf_reserve(ur_buf *b, size_t extra, ur_err *err)
     b->data = p;
     b->cap = cap;
     return UR_OK;
+}
+
+int ur_buf_reserve(ur_buf *b, size_t extra, ur_err *err)
+{
+    return reserve(b, extra, 0, err);
+}
+
+int ur_buf_reserve_exact(ur_buf *b, size_t extra, ur_err *err)
+{
+    return reserve(b, extra, 1, err);
+}
+
+void ur_buf_fit(ur_buf *b)
+{
+    if (b->data != NULL && b->cap > b->len + 1) {
+        uint8_t *p = ur_realloc(b->data, b->len + 1);
+        if (p != NULL) { /* else the larger block stays: still valid */
+            b->data = p;
+            b->cap = b->len + 1;
+        }
+    }
 }
 
 int ur_buf_append(ur_buf *b, const void *p, size_t n, ur_err *err)

@@ -211,7 +211,7 @@ static int read_fd(ur_buf *out, int fd, const struct stat *st, const char *path,
                              (long long)st->st_size, max_bytes);
     }
     n = (size_t)st->st_size;
-    rc = ur_buf_reserve(out, n, err);
+    rc = ur_buf_reserve_exact(out, n, err);
     if (rc == UR_OK) {
         rc = ur_fs_pread_full(fd, out->data + out->len, n, 0, path, err);
     }

@@ -5,9 +5,11 @@
 #include "unroll/json.h"
 
 #include "unroll/alloc.h"
+#include "unroll/buf.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
+#include <string.h>
 
 static _Thread_local int alloc_failed;
 static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
@@ -68,5 +70,143 @@ int ur_json_parse(struct cJSON **out, const char *text, size_t len, ur_err *err)
         return ur_err_set_at(err, UR_ECORRUPT, off, "trailing bytes after JSON at %zu", off);
     }
     *out = root;
+    return UR_OK;
+}
+
+/* ---- members of a large object, one at a time ---- */
+
+static size_t skip_space(const char *t, size_t i, size_t len)
+{
+    while (i < len && is_space(t[i])) {
+        i++;
+    }
+    return i;
+}
+
+/* The end of the string starting at t[i] == '"' (past its closing quote), or 0. */
+static size_t skip_string(const char *t, size_t i, size_t len)
+{
+    for (i++; i < len; i++) {
+        if (t[i] == '\\') {
+            i++;
+        } else if (t[i] == '"') {
+            return i + 1;
+        }
+    }
+    return 0;
+}
+
+/* The end of the value starting at t[i], found without checking it (the caller parses it);
+ * 0 when it is cut short. */
+static size_t skip_value(const char *t, size_t i, size_t len)
+{
+    size_t depth = 0;
+    if (i >= len) {
+        return 0;
+    }
+    if (t[i] != '"' && t[i] != '{' && t[i] != '[') {
+        size_t s = i;
+        while (i < len && !is_space(t[i]) && t[i] != ',' && t[i] != '}' && t[i] != ']') {
+            i++;
+        }
+        return i > s ? i : 0;
+    }
+    while (i < len) {
+        char c = t[i];
+        if (c == '"') {
+            i = skip_string(t, i, len);
+            if (i == 0) {
+                return 0;
+            }
+        } else {
+            depth += (c == '{' || c == '[') ? 1 : 0;
+            depth -= (c == '}' || c == ']') ? 1 : 0;
+            i++;
+        }
+        if (depth == 0) {
+            return i;
+        }
+    }
+    return 0;
+}
+
+/* The key t[s..e) (quotes included) as a C string in *key. */
+static int member_key(ur_buf *key, const char *t, size_t s, size_t e, ur_err *err)
+{
+    int plain = 1;
+    for (size_t i = s + 1; i + 1 < e; i++) {
+        plain &= t[i] != '\\' && (unsigned char)t[i] >= 0x20;
+    }
+    ur_buf_reset(key);
+    if (plain) { /* the common case, without cJSON's allocations */
+        int rc = ur_buf_append(key, t + s + 1, e - s - 2, err);
+        return rc == UR_OK ? ur_buf_append_byte(key, 0, err) : rc;
+    }
+    cJSON *k = NULL;
+    int rc = ur_json_parse(&k, t + s, e - s, err);
+    if (rc == UR_OK && k != NULL && cJSON_IsString(k) && k->valuestring != NULL) {
+        rc = ur_buf_append(key, k->valuestring, strlen(k->valuestring) + 1, err);
+    } else if (rc == UR_OK) {
+        rc = ur_err_set_at(err, UR_ECORRUPT, s, "invalid JSON near byte %zu", s);
+    }
+    cJSON_Delete(k);
+    return rc;
+}
+
+int ur_json_each_member(const char *text, size_t len, ur_json_member_fn fn, void *ctx, ur_err *err)
+{
+    ur_buf key;
+    size_t i = skip_space(text, 0, len);
+    int rc = UR_OK, closed = 0;
+
+    if (i >= len || text[i] != '{') {
+        return ur_err_set_at(err, UR_ECORRUPT, i, "not a JSON object at byte %zu", i);
+    }
+    ur_buf_init(&key, 0);
+    i = skip_space(text, i + 1, len);
+    if (i < len && text[i] == '}') {
+        i++;
+        closed = 1;
+    } else {
+        for (;;) {
+            size_t ke, vs, ve;
+            if (i >= len || text[i] != '"' || (ke = skip_string(text, i, len)) == 0) {
+                break;
+            }
+            rc = member_key(&key, text, i, ke, err);
+            vs = skip_space(text, ke, len);
+            if (rc < 0 || vs >= len || text[vs] != ':') {
+                i = vs;
+                break;
+            }
+            vs = skip_space(text, vs + 1, len);
+            ve = skip_value(text, vs, len);
+            if (ve == 0) {
+                i = vs;
+                break;
+            }
+            rc = fn(ctx, (const char *)key.data, text + vs, ve - vs, err);
+            if (rc < 0) {
+                break;
+            }
+            i = skip_space(text, ve, len);
+            if (i < len && text[i] == ',') {
+                i = skip_space(text, i + 1, len);
+                continue;
+            }
+            if (i < len && text[i] == '}') {
+                i++;
+                closed = 1;
+            }
+            break;
+        }
+    }
+    ur_buf_dispose(&key);
+    if (rc < 0) {
+        return rc;
+    }
+    if (!closed || skip_space(text, i, len) < len) {
+        return ur_err_set_at(err, UR_ECORRUPT, i, "invalid JSON near byte %zu", i);
+    }
     return UR_OK;
 }

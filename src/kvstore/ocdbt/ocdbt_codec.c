@@ -49,6 +49,18 @@ static int decompress(ur_buf *body, const uint8_t *p, size_t n, size_t at, const
                              "%s: %zu bytes after the zstd frame (exactly one frame expected)",
                              what, n - frame);
     }
+    /* The size the frame declares (TensorStore's frames do): reserved exactly, where growing
+     * by doubling would hold up to twice a large node. Only a hint, taken when plausible
+     * (a corrupt header must not make a small object claim a gigabyte up front): the loop
+     * below still bounds what is written. */
+    unsigned long long declared = ZSTD_getFrameContentSize(p, n);
+    if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared != ZSTD_CONTENTSIZE_ERROR &&
+        declared <= UR_OCDBT_MAX_DECODED - body->len && declared / 256 <= n) {
+        int r = ur_buf_reserve_exact(body, (size_t)declared, err);
+        if (r < 0) {
+            return r;
+        }
+    }
     dctx = ZSTD_createDCtx();
     if (dctx == NULL) {
         return ur_err_oom(err);
@@ -92,6 +104,11 @@ static int decompress(ur_buf *body, const uint8_t *p, size_t n, size_t at, const
     }
     if (in.pos != in.size) {
         ret = ur_err_set_at(err, UR_ECORRUPT, at + in.pos, "%s: bytes after the zstd frame", what);
+    }
+    /* Grown by doubling when the frame did not declare its size (TensorStore's do not): a
+     * decoded node is kept while it is read, so up to half of it would be idle memory. */
+    if (body->cap - body->len > (body->len >> 3) + 65536) {
+        ur_buf_fit(body);
     }
 out:
     ZSTD_freeDCtx(dctx);

@@ -3,9 +3,10 @@
  * ur_kvstore_write: a value longer than max_inline_value_bytes is appended at once to the
  * current data file d/<32 hex> (a new file past target_data_file_size); shorter values are
  * kept in memory with the key index. ur_kvstore_commit: sort the keys (the last write of a key
- * wins), cut them into leaves of about max_decoded_node_bytes (TensorStore's estimate of a
- * decoded entry), build interior levels the same way until one root remains, append every
- * node (zstd when asked) to the data files, fsync them, then write manifest.ocdbt (temp file
+ * wins), cut them into leaves of about min(max_decoded_node_bytes, 1 MiB) (TensorStore's
+ * estimate of a decoded entry), build interior levels the same way until one root remains,
+ * append every node (zstd when asked) to the data files as it is encoded, fsync them, then write
+ * manifest.ocdbt (temp file
  * + rename + directory fsync), last. Spec §10 (invariants), §6.5 (statistics). */
 #define _POSIX_C_SOURCE 200809L
 #include "../kvstore_impl.h" /* OCDBT is a kvstore driver: it fills in the vtable */
@@ -27,12 +28,17 @@
 
 #define DEFAULT_TARGET_FILE_SIZE ((uint64_t)2 << 30)
 #define DEFAULT_HELD_INLINE ((uint64_t)64 << 20)
+/* Inline values at least this long are held once however often they are written (every array
+ * of a shape has the same zarr.json: 32,000 arrays hold 15 MB of copies); below it a pool slot
+ * costs about as much as the value. */
+#define POOL_MIN_VALUE 64
 
 typedef struct {
     uint8_t *key;
     size_t klen;
     size_t seq;
     int indirect;
+    int shared;     /* value belongs to the writer's pool of values, not to the entry */
     uint64_t len;
     uint8_t *value; /* inline */
     uint32_t file;  /* indirect */
@@ -61,7 +67,8 @@ typedef struct {
     ur_strmap ext_files; /* referred-to file path -> index in files */
     ur_appendfile *cur; /* the data file being appended to, or NULL */
     int committed;
-    uint64_t held; /* bytes of inline values in e[] */
+    uint64_t held;     /* bytes of inline values held for e[] */
+    ur_strmap values;  /* pool: an inline value's bytes -> its one copy (value = pointer) */
     uint64_t seed_state; /* 0: random ids; else the splitmix64 state */
 } ocdbt_writer;
 
@@ -206,6 +213,35 @@ static int append_data(ocdbt_writer *w, const void *p, size_t n, uint32_t *file,
     return UR_OK;
 }
 
+/* Hold the n > 0 bytes at data as e's inline value: a copy, or the pool's when it has them. */
+static int hold_value(ocdbt_writer *w, wentry *e, const void *data, size_t n, ur_err *err)
+{
+    size_t at = 0;
+    uint8_t *copy;
+    if (n >= POOL_MIN_VALUE && ur_strmap_get(&w->values, data, n, &at) == 1) {
+        e->value = (uint8_t *)(uintptr_t)at;
+        e->shared = 1;
+        return UR_OK;
+    }
+    copy = ur_malloc(n);
+    if (copy == NULL) {
+        return ur_err_oom(err);
+    }
+    memcpy(copy, data, n);
+    if (n >= POOL_MIN_VALUE) {
+        int rc = ur_strmap_put(&w->values, (const char *)copy, n, (size_t)(uintptr_t)copy, NULL,
+                               err);
+        if (rc < 0) {
+            ur_free(copy);
+            return rc;
+        }
+        e->shared = 1;
+    }
+    e->value = copy;
+    w->held += n;
+    return UR_OK;
+}
+
 static int w_write(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err)
 {
     ocdbt_writer *w = (ocdbt_writer *)kv;
@@ -244,18 +280,12 @@ static int w_write(ur_kvstore *kv, const char *key, const void *data, size_t n, 
         e->indirect = 1;
         rc = append_data(w, data, n, &e->file, &e->offset, err);
     } else if (n > 0) {
-        e->value = ur_malloc(n);
-        rc = e->value ? UR_OK : ur_err_oom(err);
-        if (rc == UR_OK) {
-            memcpy(e->value, data, n);
-            w->held += n;
-        }
+        rc = hold_value(w, e, data, n, err);
     } else {
         rc = UR_OK;
     }
-    if (rc < 0) {
+    if (rc < 0) { /* nothing was held */
         ur_free(e->key);
-        ur_free(e->value);
         return rc;
     }
     w->n++;
@@ -362,6 +392,63 @@ static size_t lcp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn)
     return i;
 }
 
+/* Nodes are cut at this decoded size even when the configured maximum is larger (Orbax
+ * configures 100 MB): the configuration is a bound readers accept, not a size to reach, and
+ * a 100 MB node would need that much memory twice over (body and compressed copy) to write. */
+#define NODE_CUT_BYTES ((uint64_t)1 << 20)
+
+/* Scratch for encoding one node at a time, reused from node to node. */
+typedef struct {
+    ur_ocdbt_btree_enc_entry *enc;
+    size_t enc_cap;
+    uint8_t *used; /* per writer file: referred to by the node being written */
+    uint32_t *map; /* writer file index -> index in the node's table */
+    size_t files_cap;
+    ur_buf body, obj;
+} wscratch;
+
+static void scratch_dispose(wscratch *s)
+{
+    ur_free(s->enc);
+    ur_free(s->used);
+    ur_free(s->map);
+    ur_buf_dispose(&s->body);
+    ur_buf_dispose(&s->obj);
+}
+
+/* Room for a node of n entries, and the file flags cleared for every writer file (plus the
+ * one a node's append may open). */
+static int scratch_ready(wscratch *s, const ocdbt_writer *w, size_t n, ur_err *err)
+{
+    size_t nf = w->n_files + 1;
+    if (n > s->enc_cap) {
+        ur_ocdbt_btree_enc_entry *e = ur_realloc(s->enc, n * sizeof *e);
+        if (e == NULL) {
+            return ur_err_oom(err);
+        }
+        s->enc = e;
+        s->enc_cap = n;
+    }
+    if (nf > s->files_cap) {
+        size_t cap = nf * 2;
+        uint8_t *u = ur_realloc(s->used, cap);
+        uint32_t *m;
+        if (u == NULL) {
+            return ur_err_oom(err);
+        }
+        s->used = u;
+        m = ur_realloc(s->map, cap * sizeof *m);
+        if (m == NULL) {
+            return ur_err_oom(err);
+        }
+        s->map = m;
+        s->files_cap = cap;
+    }
+    memset(s->used, 0, s->files_cap);
+    memset(s->enc, 0, n * sizeof *s->enc);
+    return UR_OK;
+}
+
 /* A table holding the writer files in `used` (flags), and the writer->table index map. */
 static int make_table(ocdbt_writer *w, const uint8_t *used, ur_ocdbt_table *t, uint32_t *map,
                       ur_err *err)
@@ -404,69 +491,83 @@ static int make_table(ocdbt_writer *w, const uint8_t *used, ur_ocdbt_table *t, u
     return UR_OK;
 }
 
-/* Encode one node (entries already relative), envelope it, append it; *ref gets its place. */
-static int emit_node(ocdbt_writer *w, uint8_t height, ur_ocdbt_btree_enc_entry *enc, size_t n,
-                     uint8_t *used, uint32_t *map, ur_ocdbt_ref *ref, ur_err *err)
+/* Encode the node in s->enc[0..n) (entries already relative), envelope it, append it; *ref
+ * gets its place. */
+static int emit_node(ocdbt_writer *w, uint8_t height, wscratch *s, size_t n, ur_ocdbt_ref *ref,
+                     ur_err *err)
 {
+    ur_ocdbt_btree_enc_entry *enc = s->enc;
     ur_ocdbt_table t = {0, NULL};
-    ur_buf body, obj;
     uint32_t file = 0;
     int rc;
 
-    ur_buf_init(&body, 0);
-    ur_buf_init(&obj, 0);
-    rc = make_table(w, used, &t, map, err);
+    ur_buf_reset(&s->body);
+    ur_buf_reset(&s->obj);
+    rc = make_table(w, s->used, &t, s->map, err);
     if (rc == UR_OK) {
         for (size_t i = 0; i < n; i++) {
             if (height > 0 || enc[i].indirect) {
-                enc[i].ref.file = map[enc[i].ref.file];
+                enc[i].ref.file = s->map[enc[i].ref.file];
             }
         }
-        /* A node of 100,000 small entries is tens of MB: sized once (keys, inline values
-         * and at most 64 bytes of varints and refs per entry) rather than grown by
-         * doubling to up to twice that. */
-        uint64_t bound = 4096;
-        for (size_t i = 0; i < n; i++) {
-            bound += enc[i].key_len + 64 +
-                     (height == 0 && !enc[i].indirect ? enc[i].value_len : 0);
-        }
-        if (bound < ((uint64_t)1 << 31)) {
-            rc = ur_buf_reserve(&body, (size_t)bound, err);
-        }
+        rc = ur_ocdbt_btree_encode(&s->body, height, &t, enc, n, err);
     }
     if (rc == UR_OK) {
-        rc = ur_ocdbt_btree_encode(&body, height, &t, enc, n, err);
-    }
-    if (rc == UR_OK) {
-        rc = ur_ocdbt_codec_encode(&obj, UR_OCDBT_MAGIC_BTREE, body.data, body.len,
+        rc = ur_ocdbt_codec_encode(&s->obj, UR_OCDBT_MAGIC_BTREE, s->body.data, s->body.len,
                                    w->opts.compress, w->opts.zstd_level, err);
     }
     if (rc == UR_OK) {
-        rc = append_data(w, obj.data, obj.len, &file, &ref->offset, err);
+        rc = append_data(w, s->obj.data, s->obj.len, &file, &ref->offset, err);
         ref->file = file;
-        ref->length = obj.len;
+        ref->length = s->obj.len;
     }
     ur_ocdbt_table_dispose(&t);
-    ur_buf_dispose(&body);
-    ur_buf_dispose(&obj);
     return rc;
 }
 
-/* Where the group starting at `start` ends, by TensorStore's decoded-size estimate. */
-static size_t group_end(const size_t *est, size_t start, size_t n, uint64_t max_bytes,
-                        size_t min_arity)
+/* TensorStore's estimate of an entry's decoded size, in a leaf and in an interior node. */
+static uint64_t leaf_est(const wentry *e)
 {
-    uint64_t size = 0;
+    return e->klen + 16 + (e->indirect ? 16 + 34 : e->len);
+}
+
+static uint64_t item_est(const witem *it)
+{
+    return it->klen + 56 + 34;
+}
+
+static uint64_t node_cut(const ocdbt_writer *w)
+{
+    return w->opts.max_decoded_node_bytes < NODE_CUT_BYTES ? w->opts.max_decoded_node_bytes
+                                                           : NODE_CUT_BYTES;
+}
+
+/* Whether a group of `count` entries of estimated `size` is complete before an entry of
+ * estimated `next`. */
+static int group_full(size_t count, uint64_t size, uint64_t next, uint64_t max, size_t min_arity)
+{
+    return count >= UR_OCDBT_MAX_NODE_ENTRIES || (count >= min_arity && size + next > max);
+}
+
+/* Where the leaf starting at entry `start` ends. */
+static size_t leaf_end(const ocdbt_writer *w, size_t start)
+{
+    uint64_t size = 0, max = node_cut(w);
     size_t i = start;
-    while (i < n) {
-        size_t count = i - start;
-        if (count >= UR_OCDBT_MAX_NODE_ENTRIES) {
-            break;
-        }
-        if (count >= min_arity && size + est[i] > max_bytes) {
-            break;
-        }
-        size += est[i];
+    while (i < w->n && !group_full(i - start, size, leaf_est(&w->e[i]), max, 1)) {
+        size += leaf_est(&w->e[i]);
+        i++;
+    }
+    return i;
+}
+
+/* Where the interior node over items[start..) ends. */
+static size_t level_end(const ocdbt_writer *w, const witem *items, size_t start, size_t n)
+{
+    uint64_t size = 0, max = node_cut(w);
+    size_t i = start;
+    while (i < n && !group_full(i - start, size, item_est(&items[i]), max, 2)) {
+        size += item_est(&items[i]);
         i++;
     }
     return i;
@@ -479,34 +580,46 @@ static void add_stats(ur_ocdbt_stats *s, const ur_ocdbt_stats *a)
     s->num_indirect_value_bytes += a->num_indirect_value_bytes;
 }
 
-/* Write the leaves of entries e[0..n): one witem per leaf into *items. */
-static int write_leaves(ocdbt_writer *w, witem *items, size_t *n_items, int *is_root,
-                        uint8_t *used, uint32_t *map, ur_err *err)
+/* A new zeroed slot at the end of *items (*n of them, room for *cap), or NULL when out of
+ * memory. */
+static witem *next_item(witem **items, size_t *n, size_t *cap)
 {
-    size_t n = w->n, *est = ur_calloc(n, sizeof *est), k = 0;
-    ur_ocdbt_btree_enc_entry *enc = ur_calloc(n, sizeof *enc);
+    witem *it;
+    if (*items == NULL || *n == *cap) {
+        size_t c = *cap ? *cap * 2 : 64;
+        witem *p = ur_realloc(*items, c * sizeof *p);
+        if (p == NULL) {
+            return NULL;
+        }
+        *items = p;
+        *cap = c;
+    }
+    it = &(*items)[(*n)++];
+    memset(it, 0, sizeof *it);
+    return it;
+}
+
+/* Write the leaves of entries e[0..n): one witem per leaf into *items. */
+static int write_leaves(ocdbt_writer *w, wscratch *s, witem **items, size_t *n_items,
+                        size_t *items_cap, int *is_root, ur_err *err)
+{
+    size_t n = w->n, k = 0;
     int rc = UR_OK;
 
-    if (est == NULL || enc == NULL) {
-        rc = ur_err_oom(err);
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        est[i] = w->e[i].klen + 16 + (w->e[i].indirect ? 16 + 34 : (size_t)w->e[i].len);
-    }
-    *is_root = group_end(est, 0, n, w->opts.max_decoded_node_bytes, 1) == n;
+    *is_root = leaf_end(w, 0) == n;
     for (size_t start = 0; start < n && rc == UR_OK;) {
-        size_t end = group_end(est, start, n, w->opts.max_decoded_node_bytes, 1);
+        size_t end = leaf_end(w, start);
         size_t pl = *is_root ? 0
                              : lcp(w->e[start].key, w->e[start].klen, w->e[end - 1].key,
                                    w->e[end - 1].klen);
-        witem *it = &items[k++];
-        memset(used, 0, w->n_files ? w->n_files : 1);
-        memset(it, 0, sizeof *it);
+        witem *it = next_item(items, &k, items_cap);
+        rc = it != NULL ? scratch_ready(s, w, end - start, err) : ur_err_oom(err);
+        if (rc != UR_OK) {
+            break;
+        }
         for (size_t i = start; i < end; i++) {
             const wentry *e = &w->e[i];
-            ur_ocdbt_btree_enc_entry *x = &enc[i - start];
-            memset(x, 0, sizeof *x);
+            ur_ocdbt_btree_enc_entry *x = &s->enc[i - start];
             x->key = e->key + pl;
             x->key_len = e->klen - pl;
             x->indirect = e->indirect;
@@ -516,7 +629,7 @@ static int write_leaves(ocdbt_writer *w, witem *items, size_t *n_items, int *is_
                 x->ref.file = e->file;
                 x->ref.offset = e->offset;
                 x->ref.length = e->len;
-                used[e->file] = 1;
+                s->used[e->file] = 1;
                 it->stats.num_indirect_value_bytes += e->len;
             }
         }
@@ -524,35 +637,24 @@ static int write_leaves(ocdbt_writer *w, witem *items, size_t *n_items, int *is_
         it->klen = w->e[start].klen;
         it->child_prefix = pl;
         it->stats.num_keys = end - start;
-        rc = emit_node(w, 0, enc, end - start, used, map, &it->ref, err);
+        rc = emit_node(w, 0, s, end - start, &it->ref, err);
         it->stats.num_tree_bytes = it->ref.length;
         start = end;
     }
     *n_items = k;
-out:
-    ur_free(est);
-    ur_free(enc);
     return rc;
 }
 
 /* Write one interior level over items[0..n); the parents replace them in place. */
-static int write_level(ocdbt_writer *w, uint8_t height, witem *items, size_t *n_items,
-                       int *is_root, uint8_t *used, uint32_t *map, ur_err *err)
+static int write_level(ocdbt_writer *w, wscratch *s, uint8_t height, witem *items, size_t *n_items,
+                       int *is_root, ur_err *err)
 {
-    size_t n = *n_items, *est = ur_calloc(n, sizeof *est), k = 0;
-    ur_ocdbt_btree_enc_entry *enc = ur_calloc(n, sizeof *enc);
+    size_t n = *n_items, k = 0;
     int rc = UR_OK;
 
-    if (est == NULL || enc == NULL) {
-        rc = ur_err_oom(err);
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        est[i] = items[i].klen + 56 + 34;
-    }
-    *is_root = group_end(est, 0, n, w->opts.max_decoded_node_bytes, 2) == n;
+    *is_root = level_end(w, items, 0, n) == n;
     for (size_t start = 0; start < n && rc == UR_OK;) {
-        size_t end = group_end(est, start, n, w->opts.max_decoded_node_bytes, 2);
+        size_t end = level_end(w, items, start, n);
         size_t pl = 0;
         witem parent;
         memset(&parent, 0, sizeof parent);
@@ -562,30 +664,29 @@ static int write_level(ocdbt_writer *w, uint8_t height, witem *items, size_t *n_
                 pl = items[i].child_prefix < pl ? items[i].child_prefix : pl;
             }
         }
-        memset(used, 0, w->n_files);
+        rc = scratch_ready(s, w, end - start, err);
+        if (rc != UR_OK) {
+            break;
+        }
         for (size_t i = start; i < end; i++) {
-            ur_ocdbt_btree_enc_entry *x = &enc[i - start];
-            memset(x, 0, sizeof *x);
+            ur_ocdbt_btree_enc_entry *x = &s->enc[i - start];
             x->key = items[i].key + pl;
             x->key_len = items[i].klen - pl;
             x->subtree_prefix_len = items[i].child_prefix - pl;
             x->ref = items[i].ref;
             x->stats = items[i].stats;
-            used[items[i].ref.file] = 1;
+            s->used[items[i].ref.file] = 1;
             add_stats(&parent.stats, &items[i].stats);
         }
         parent.key = items[start].key;
         parent.klen = items[start].klen;
         parent.child_prefix = pl;
-        rc = emit_node(w, height, enc, end - start, used, map, &parent.ref, err);
+        rc = emit_node(w, height, s, end - start, &parent.ref, err);
         parent.stats.num_tree_bytes += parent.ref.length;
         items[k++] = parent; /* k <= start: never overwrites an unread item */
         start = end;
     }
     *n_items = k;
-out:
-    ur_free(est);
-    ur_free(enc);
     return rc;
 }
 
@@ -643,14 +744,14 @@ static int write_manifest(ocdbt_writer *w, const ur_ocdbt_version *v, const char
 }
 
 /* Write the B+tree of w->e[0..n) (sorted, one entry per key) and then the manifest: one
- * version, generation 1, whose tree holds exactly these entries. */
+ * version, generation 1, whose tree holds exactly these entries. Nodes are written one at a
+ * time, leaves first; only the current node's buffers are held. */
 static int write_tree_and_manifest(ocdbt_writer *w, ur_err *err)
 {
     ur_ocdbt_version v;
+    wscratch s;
     witem *items = NULL;
-    uint8_t *used = NULL;
-    uint32_t *map = NULL;
-    size_t n_items = 0;
+    size_t n_items = 0, items_cap = 0;
     int rc = UR_OK, is_root = 0;
     uint8_t height = 0;
     char *d = NULL;
@@ -664,23 +765,19 @@ static int write_tree_and_manifest(ocdbt_writer *w, ur_err *err)
         v.root.length = UINT64_MAX;
         return write_manifest(w, &v, empty, err);
     }
-    items = ur_calloc(w->n, sizeof *items);
-    /* at most one more file appears while nodes are written per node; size generously */
-    used = ur_calloc(w->n_files + 2 * w->n + 2, 1);
-    map = ur_calloc(w->n_files + 2 * w->n + 2, sizeof *map);
-    if (items == NULL || used == NULL || map == NULL) {
-        rc = ur_err_oom(err);
-        goto done;
-    }
-    rc = write_leaves(w, items, &n_items, &is_root, used, map, err);
+    memset(&s, 0, sizeof s);
+    ur_buf_init(&s.body, 0);
+    ur_buf_init(&s.obj, 0);
+    rc = write_leaves(w, &s, &items, &n_items, &items_cap, &is_root, err);
     while (rc == UR_OK && !is_root) {
         if (height == 255) {
             rc = ur_err_set(err, UR_EINTERNAL, "btree too high");
             break;
         }
         height++;
-        rc = write_level(w, height, items, &n_items, &is_root, used, map, err);
+        rc = write_level(w, &s, height, items, &n_items, &is_root, err);
     }
+    scratch_dispose(&s);
     if (rc == UR_OK) {
         v.root_height = height;
         v.root = items[0].ref;
@@ -695,11 +792,8 @@ static int write_tree_and_manifest(ocdbt_writer *w, ur_err *err)
     if (rc == UR_OK) {
         rc = write_manifest(w, &v, w->files[items[0].ref.file], err);
     }
-done:
     ur_free(d);
     ur_free(items);
-    ur_free(used);
-    ur_free(map);
     return rc;
 }
 
@@ -717,7 +811,9 @@ static size_t sorted_last_writes(ocdbt_writer *w, wentry *out)
             memcmp(out[i].key, out[i + 1].key, out[i].klen) == 0) {
             if (out == w->e) {
                 ur_free(out[i].key);
-                ur_free(out[i].value);
+                if (!out[i].shared) {
+                    ur_free(out[i].value);
+                }
             }
             continue;
         }
@@ -776,8 +872,14 @@ static void w_close(ur_kvstore *kv)
     ur_appendfile_abort(w->cur);
     for (size_t i = 0; i < w->n; i++) {
         ur_free(w->e[i].key);
-        ur_free(w->e[i].value);
+        if (!w->e[i].shared) {
+            ur_free(w->e[i].value);
+        }
     }
+    for (size_t i = 0; i < w->values.cap; i++) {
+        ur_free((void *)(uintptr_t)w->values.slots[i].key);
+    }
+    ur_strmap_dispose(&w->values);
     for (size_t i = 0; i < w->n_files; i++) {
         ur_free(w->files[i]);
     }
@@ -816,6 +918,7 @@ int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts
     }
     w->base.ops = &writer_ops;
     ur_strmap_init(&w->ext_files);
+    ur_strmap_init(&w->values);
     snprintf(w->base.desc, sizeof w->base.desc, "ocdbt:%s", dir);
     w->opts = *opts;
     if (w->opts.target_data_file_size == 0) {

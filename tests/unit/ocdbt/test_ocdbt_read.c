@@ -361,6 +361,49 @@ static void test_ocdbt_write__held_inline_bytes_are_bounded(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* The same inline value under many keys (every array of a shape has the same zarr.json) is
+ * held once; each key reads it back, a rewritten key its last value. */
+static void test_ocdbt_write__repeated_values_are_held_once(void **state)
+{
+    char dir[] = "/tmp/ur_ocdbt_poolXXXXXX";
+    char db[256], cmd[300], key[64];
+    enum { N = 3000, LEN = 300 };
+    ur_ocdbt_write_opts o;
+    ur_kvstore *kv = NULL;
+    uint8_t val[LEN], other[LEN];
+    ur_err err;
+    ur_buf b;
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(db, sizeof db, "%s/db", dir);
+    ur_ocdbt_write_opts_init(&o);
+    assert_int_equal(ur_ocdbt_create(&kv, db, &o, &err), UR_OK);
+    memset(val, 'v', LEN);
+    memset(other, 'o', LEN);
+    for (size_t i = 0; i < N; i++) {
+        snprintf(key, sizeof key, "a%zu/zarr.json", i);
+        assert_int_equal(ur_kvstore_write(kv, key, val, LEN, &err), UR_OK);
+    }
+    assert_int_equal(ur_ocdbt_writer_held_bytes(kv), LEN); /* was N * LEN */
+    assert_int_equal(ur_kvstore_write(kv, "a7/zarr.json", other, LEN, &err), UR_OK);
+    assert_int_equal(ur_ocdbt_writer_held_bytes(kv), 2 * LEN);
+    assert_int_equal(ur_kvstore_commit(kv, &err), UR_OK);
+    ur_kvstore_close(kv);
+    assert_int_equal(ur_ocdbt_open(&kv, db, &err), UR_OK);
+    ur_buf_init(&b, 0);
+    for (size_t i = 0; i < N; i += 7) {
+        snprintf(key, sizeof key, "a%zu/zarr.json", i);
+        ur_buf_reset(&b);
+        assert_int_equal(ur_kvstore_read(kv, key, &b, &err), UR_OK);
+        assert_int_equal(b.len, LEN);
+        assert_memory_equal(b.data, i == 7 ? other : val, LEN);
+    }
+    ur_buf_dispose(&b);
+    ur_kvstore_close(kv);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_ocdbt_write__oom(void **state)
 {
     char dir[] = "/tmp/ur_ocdbt_woomXXXXXX";
@@ -471,6 +514,7 @@ int main(void)
         cmocka_unit_test(test_ocdbt_write__no_commit_no_manifest),
         cmocka_unit_test(test_ocdbt_write__oom),
         cmocka_unit_test(test_ocdbt_write__held_inline_bytes_are_bounded),
+        cmocka_unit_test(test_ocdbt_write__repeated_values_are_held_once),
         cmocka_unit_test(test_ocdbt_read__views),
     };
     return cmocka_run_group_tests_name("ocdbt_read", tests, NULL, NULL);

@@ -2,6 +2,7 @@
 #include "ur_test.h"
 
 #include "unroll/alloc.h"
+#include "unroll/buf.h"
 #include "unroll/json.h"
 
 #include <cjson/cJSON.h>
@@ -50,11 +51,68 @@ static void test_ur_json__oom_is_enomem(void **state)
     assert_true(n > 10); /* every node was allocated through ur_malloc */
 }
 
+/* Collects "key=value;" for each member. */
+static int collect(void *ctx, const char *key, const char *value, size_t len, ur_err *err)
+{
+    ur_buf *b = ctx;
+    int rc = ur_buf_printf(b, err, "%s=%.*s;", key, (int)len, value);
+    return rc;
+}
+
+static int walk(const char *doc, ur_buf *b, ur_err *err)
+{
+    ur_buf_reset(b);
+    int rc = ur_json_each_member(doc, strlen(doc), collect, b, err);
+    if (rc == UR_OK) {
+        rc = ur_buf_append_byte(b, 0, err);
+    }
+    return rc;
+}
+
+/* The member walk hands over each value's text in order, keys unescaped, and refuses an
+ * object whose own syntax is wrong rather than stopping early with what it has. */
+static void test_ur_json__each_member(void **state)
+{
+    static const char *const bad[] = {
+        "",
+        "[1]",
+        "{",
+        "{\"a\"}",
+        "{\"a\":}",
+        "{\"a\":1,}",
+        "{\"a\":1 \"b\":2}",
+        "{\"a\":{}\"b\":2}",
+        "{\"a\":1} x",
+        "{\"a\":\"x}",
+        "{a:1}",
+        "{\"a\":[1,{]}",
+    };
+    ur_buf b;
+    ur_err err;
+    (void)state;
+    ur_buf_init(&b, 0);
+    assert_int_equal(walk(" { } ", &b, &err), UR_OK);
+    assert_string_equal((const char *)b.data, "");
+    assert_int_equal(
+        walk("{\"a\": 1, \"b\\u0041\\\"\" :{\"c\": [1, \"}]\"]} , \"d\":\"x\\\"y\"}", &b, &err),
+        UR_OK);
+    assert_string_equal((const char *)b.data, "a=1;bA\"={\"c\": [1, \"}]\"]};d=\"x\\\"y\";");
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = walk(bad[i], &b, &err);
+        if (rc == UR_OK) {
+            fail_msg("accepted %s", bad[i]);
+        }
+        assert_int_equal(rc, UR_ECORRUPT);
+    }
+    ur_buf_dispose(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ur_json__parses_and_rejects),
         cmocka_unit_test(test_ur_json__oom_is_enomem),
+        cmocka_unit_test(test_ur_json__each_member),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
