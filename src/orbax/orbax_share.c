@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#define CLAIM_GRACE_MS 300 /* see creator_gone */
 #define PUBLISHING_FILE "publishing.txt"
 
 #define STANDARD_HANDLER                                                                          \
@@ -418,6 +419,18 @@ int ur_orbax_share_mark_done(ur_orbax_share *s, const char *summary, ur_err *err
  * to see every share done) and flock'ed for as long as it finishes. A claim file whose lock
  * can be taken belongs to a finisher that died: taken over when it names its holder (the
  * holder writes its name only once locked), or when `force` (unroll merge). */
+/* An empty claim file whose lock this process holds: its creator is between its exclusive
+ * create and its lock (a moment), or was killed there and will never finish. Let go, give it
+ * CLAIM_GRACE_MS, and lock again: 1 (locked again: the creator is gone, take the claim over)
+ * or 0 (the creator took its lock: it finishes). */
+static int creator_gone(int fd)
+{
+    struct timespec grace = {0, CLAIM_GRACE_MS * 1000000L};
+    (void)flock(fd, LOCK_UN);
+    nanosleep(&grace, NULL);
+    return flock(fd, LOCK_EX | LOCK_NB) == 0;
+}
+
 static int claim(ur_orbax_share *s, int force, int *won, ur_err *err)
 {
     char *path = ur_path_join(s->staging, "finish.claim");
@@ -439,13 +452,17 @@ static int claim(ur_orbax_share *s, int force, int *won, ur_err *err)
         goto out;
     }
     /* the creator waits out a process that locked the fresh, still empty file for a moment
-     * (it lets go at once, seeing it empty) */
+     * (it lets go, seeing it empty) */
     if (flock(fd, fresh ? LOCK_EX : LOCK_EX | LOCK_NB) != 0) {
         close(fd); /* another process is finishing */
         goto out;
     }
-    if (!fresh && !force && (fstat(fd, &st) != 0 || st.st_size == 0)) {
-        close(fd); /* just created by another process, not yet locked */
+    if (fresh && (fstat(fd, &st) != 0 || st.st_nlink == 0 || st.st_size > 0)) {
+        close(fd); /* while it waited, the claim was taken over (its creator seemed dead) */
+        goto out;
+    }
+    if (!fresh && !force && (fstat(fd, &st) != 0 || st.st_size == 0) && !creator_gone(fd)) {
+        close(fd); /* just created by another process, which now holds it */
         goto out;
     }
     gethostname(host, sizeof host - 1);
