@@ -242,31 +242,45 @@ static int hold_value(ocdbt_writer *w, wentry *e, const void *data, size_t n, ur
     return UR_OK;
 }
 
-static int w_write(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err)
+/* A zeroed entry at the end of w's table (not yet counted in w->n), for a key of klen bytes;
+ * NULL with *rc set when the key is too long or memory runs out. */
+static wentry *next_entry(ocdbt_writer *w, size_t klen, int *rc, ur_err *err)
 {
-    ocdbt_writer *w = (ocdbt_writer *)kv;
-    size_t klen = strlen(key);
     wentry *e;
-    int rc;
-
-    if (w->committed) {
-        return ur_err_set(err, UR_EINTERNAL, "%s: already committed", kv->desc);
-    }
     if (klen > UR_OCDBT_MAX_KEY) {
-        return ur_err_set(err, UR_EINVAL, "key of %zu bytes is longer than %u", klen,
-                          UR_OCDBT_MAX_KEY);
+        *rc = ur_err_set(err, UR_EINVAL, "key of %zu bytes is longer than %u", klen,
+                         UR_OCDBT_MAX_KEY);
+        return NULL;
     }
     if (w->n == w->cap) {
         size_t cap = w->cap ? w->cap * 2 : 256;
         wentry *ne = ur_realloc(w->e, cap * sizeof *ne);
         if (ne == NULL) {
-            return ur_err_oom(err);
+            *rc = ur_err_oom(err);
+            return NULL;
         }
         w->e = ne;
         w->cap = cap;
     }
     e = &w->e[w->n];
     memset(e, 0, sizeof *e);
+    return e;
+}
+
+static int w_write(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err)
+{
+    ocdbt_writer *w = (ocdbt_writer *)kv;
+    size_t klen = strlen(key);
+    wentry *e = NULL;
+    int rc;
+
+    if (w->committed) {
+        return ur_err_set(err, UR_EINTERNAL, "%s: already committed", kv->desc);
+    }
+    e = next_entry(w, klen, &rc, err);
+    if (e == NULL) {
+        return rc;
+    }
     e->key = (uint8_t *)ur_strndup(key, klen);
     if (e->key == NULL) {
         return ur_err_oom(err);
@@ -330,27 +344,16 @@ int ur_ocdbt_writer_put_ref(ur_kvstore *kv, const uint8_t *key, size_t klen, con
                             const char *rel, uint64_t offset, uint64_t length, ur_err *err)
 {
     ocdbt_writer *w = (ocdbt_writer *)kv;
-    wentry *e;
+    wentry *e = NULL;
     int rc;
 
     if (kv == NULL || kv->ops != &writer_ops || w->committed) {
         return ur_err_set(err, UR_EINTERNAL, "put_ref needs an uncommitted OCDBT writer");
     }
-    if (klen > UR_OCDBT_MAX_KEY) {
-        return ur_err_set(err, UR_EINVAL, "key of %zu bytes is longer than %u", klen,
-                          UR_OCDBT_MAX_KEY);
+    e = next_entry(w, klen, &rc, err);
+    if (e == NULL) {
+        return rc;
     }
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 256;
-        wentry *ne = ur_realloc(w->e, cap * sizeof *ne);
-        if (ne == NULL) {
-            return ur_err_oom(err);
-        }
-        w->e = ne;
-        w->cap = cap;
-    }
-    e = &w->e[w->n];
-    memset(e, 0, sizeof *e);
     rc = ext_file(w, base, rel, &e->file, err);
     if (rc < 0) {
         return rc;
