@@ -15,28 +15,8 @@ if [ "${1:-}" = "--check" ]; then
   shift
 fi
 
-find_clang_format() {
-  if [ -n "${CLANG_FORMAT:-}" ]; then
-    echo "$CLANG_FORMAT"
-    return
-  fi
-  for v in 19 18 17 16; do
-    if command -v "clang-format-$v" >/dev/null 2>&1; then
-      echo "clang-format-$v"
-      return
-    fi
-  done
-  if command -v clang-format >/dev/null 2>&1; then
-    major=$(clang-format --version | sed -n 's/.*version \([0-9]*\).*/\1/p')
-    if [ "${major:-0}" -ge 16 ]; then
-      echo clang-format
-      return
-    fi
-  fi
-  echo "format.sh: needs clang-format 16 or later (scripts/setup.sh --tests installs it)" >&2
-  exit 2
-}
-cf=$(find_clang_format)
+. scripts/clang_tool.sh
+cf=$(clang_tool "${CLANG_FORMAT:-}" clang-format)
 
 if [ "$#" -gt 0 ]; then
   files=("$@")

@@ -10,26 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${UNROLL_CLANG_BUILD_DIR:-build-clang}
 
-pick() { # pick <env value> <name>: the tool to use
-  if [ -n "$1" ]; then
-    echo "$1"
-    return
-  fi
-  for v in 19 18 17 16; do
-    if command -v "$2-$v" >/dev/null 2>&1; then
-      echo "$2-$v"
-      return
-    fi
-  done
-  if command -v "$2" >/dev/null 2>&1; then
-    echo "$2"
-    return
-  fi
-  echo "lint.sh: $2 not found (scripts/setup.sh --tests installs it)" >&2
-  exit 2
-}
-cc=$(pick "${CC:-}" clang)
-tidy=$(pick "${CLANG_TIDY:-}" clang-tidy)
+. scripts/clang_tool.sh
+cc=$(clang_tool "${CC:-}" clang)
+tidy=$(clang_tool "${CLANG_TIDY:-}" clang-tidy)
 
 echo "== clang build ($cc, -Werror) in $build"
 cmake -S . -B "$build" -DCMAKE_C_COMPILER="$cc" -DUR_WERROR=ON -DUR_TESTS=ON \
