@@ -89,7 +89,7 @@ class S3Server:
              f"-filer.port={p['filer']}", f"-filer.port.grpc={p['filer_g']}",
              "-s3", f"-s3.port={p['s3']}", f"-s3.port.grpc={p['s3_g']}",
              f"-s3.port.iceberg={p['iceberg']}", f"-s3.port.lance={p['lance']}",
-             f"-s3.config={ident}", "-master.volumeSizeLimitMB=64", "-volume.max=20",
+             f"-s3.config={ident}", "-master.volumeSizeLimitMB=64", "-volume.max=100",
              "-master.telemetry=false"],
             stdout=self.log, stderr=subprocess.STDOUT)
         self._wait_ready()
