@@ -362,3 +362,22 @@ def test_large_objects_go_up_in_parts(unroll_bin, s3, proxy, tmp_path, adam_chec
                           f"base_num_decoder_layers={meta['layers']}"],
                          capture_output=True, text=True, env=s3.env(), timeout=300)
     assert ver.returncode == 0, ver.stdout + ver.stderr
+
+
+def test_unfinished_commit_file_save_in_bucket_is_refused(unroll_bin, make_fixture, s3,
+                                                          tmp_path):
+    """Orbax's commit-file mode on an object store: the item's marker is there, the step's is
+    not yet (the save is still finalizing). unroll must not read it (exit 4) nor write."""
+    info = make_fixture("linen", "ocdbt-zarr3", "float32")
+    prefix = f"in/unfinished-{uuid.uuid4().hex[:8]}/checkpoints"
+    s3.upload_tree(info.root, BUCKET, prefix)
+    keys = s3.list(BUCKET, prefix)
+    step_marker = f"{info.step}/commit_success.txt"
+    assert step_marker in keys and f"{info.step}/items/commit_success.txt" in keys
+    st, body = s3.request("DELETE", f"/{BUCKET}/{prefix}/{step_marker}")
+    assert st in (200, 204), body
+    src = f"s3://{BUCKET}/{prefix}/{info.step}/items"
+    res = run_unroll(unroll_bin, info, src, tmp_path, s3.env())
+    assert res.returncode == 4, res.stderr
+    assert "unfinished Orbax save" in res.stderr and "commit_success.txt" in res.stderr
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").rglob("_METADATA"))
