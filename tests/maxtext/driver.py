@@ -9,7 +9,10 @@
 3. compares the unscanned output's tree (paths, shapes) with the `scan_layers=false` model of the
    same package (`nnx.eval_shape` of what MaxText's inference builds);
 4. decodes fixed token ids with MaxText's inference engine (MaxEngine: load_params, prefill,
-   insert, generate) from both outputs and reports tokens and logits.
+   insert, generate) from both outputs and reports tokens and logits;
+5. runs MaxText's own generate_param_only_checkpoint on the same state (families of
+   MAXTEXT_OUTCOME; cached like the training) and reports what its output is: equal to unroll's
+   bit for bit, or how it differs, its NaN-filled groups, and whether MaxEngine loads it.
 
 The test (test_maxtext.py) asserts on the JSON; this script only gathers facts, so that a failure
 names what differs. Runs with DECOUPLE_GCLOUD=TRUE JAX_PLATFORMS=cpu (set here).
