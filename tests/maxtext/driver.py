@@ -254,7 +254,6 @@ MAXTEXT_OUTCOME = {
     "pipeline": "fails", "gemma4": "fails", "deepseek4": "fails",
     "deepseek-routed-bias": "drops-aux",
 }
-MAXTEXT_VALID = {f for f, o in MAXTEXT_OUTCOME.items() if o == "valid"}
 
 
 # Output variants converted and decoded besides the default (OCDBT + zarr3): family -> name ->
