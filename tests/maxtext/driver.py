@@ -188,7 +188,13 @@ def _step_metadata(items: pathlib.Path, step: pathlib.Path) -> None:
             os.replace(tmp, step / name)
 
 
-ALL = {**FAMILIES, **PENDING}
+# LoRA through MaxText (README, "LoRA through MaxText"): pre-training with LoRA enabled, which
+# 0.2.5 accepts but never applies. Trained and cached like the families; not a family of the
+# suite (lora_blockers() reports on it).
+LORA_PRETRAIN = TINY + ["base_num_decoder_layers=2", "lora.enable_lora=true", "lora.lora_rank=4",
+                        "lora.lora_alpha=8.0", "lora.lora_module_path=decoder/layers/.*self_attention/query"]
+
+ALL = {**FAMILIES, **PENDING, "lora-pretrain": LORA_PRETRAIN}
 
 
 def _cache_root() -> pathlib.Path:
@@ -504,8 +510,41 @@ def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4)
     return {"tokens": tokens, "logits": logits, "aux": aux}
 
 
+def lora_blockers(work: pathlib.Path) -> dict:
+    """Why LoRA cannot go through MaxText 0.2.5 (README): what its pre-training with LoRA enabled
+    saves, and what MaxEngine.load_single_adapter does, after load_params of unroll's llama2
+    output, with an adapter directory (adapter_config.json, 0/items/commit_success.txt) whose
+    weights it never gets to read."""
+    saved = checkpoint_tree(str(train("lora-pretrain")))
+    lora_config = _config("lora-pretrain").lora.model_dump()
+    base = run_unroll("llama2", train("llama2"), work, "unrolled", "force_unroll=true")
+    if base["rc"] != 0:
+        return {"lora_pretrain_tree": saved, "lora_config": lora_config, "unroll": base}
+    import jax
+    from maxtext.inference.maxengine import maxengine
+    adapter = work / "adapter"
+    (adapter / "0" / "items").mkdir(parents=True)
+    (adapter / "0" / "items" / "commit_success.txt").write_text("")
+    (adapter / "adapter_config.json").write_text(json.dumps(
+        {"r": 2, "lora_alpha": 4, "target_modules": ["q_proj", "v_proj"], "peft_type": "LORA"}))
+    engine = maxengine.MaxEngine(_config("llama2", f"load_parameters_path={base['path']}",
+                                         "scan_layers=false", "weight_dtype=bfloat16",
+                                         "dtype=float32"))
+    engine.load_params(rng=jax.random.PRNGKey(0))
+    try:
+        engine.load_single_adapter(str(adapter))
+        load = {"ok": True}
+    except Exception as e:  # noqa: BLE001 - what MaxText raises is the fact gathered
+        load = {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:500]}"}
+    return {"lora_pretrain_tree": saved, "lora_config": lora_config, "unroll": base,
+            "load_single_adapter": load}
+
+
 def main() -> None:
     family, work = sys.argv[1], pathlib.Path(sys.argv[2])
+    if family == "lora-blockers":
+        (work / "facts.json").write_text(json.dumps(lora_blockers(work)))
+        return
     devices = PARALLEL.get(family, ([], 1))[1]
     if devices > 1:
         # read when JAX first starts its backend (nothing has yet): restoring the training state

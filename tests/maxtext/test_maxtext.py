@@ -184,3 +184,21 @@ MAXTEXT_NAN = {
     "gpt-oss": [f"decoder/layers_{i}" for i in range(2, 4)],     # 4 layers: 2 blocks of 2
     "olmo3": [f"decoder/layers_{i}" for i in range(1, 4)],       # 4 layers: 1 block of 4
 }
+
+
+def test_maxtext_lora_blocked(tmp_path):
+    """LoRA cannot go through maxtext 0.2.5 (README, "LoRA through MaxText"), as observed: its
+    pre-training accepts LoRA keys but saves no adapter (nor the base), and its engine cannot
+    load any adapter. Fails when either changes: then a LoRA round trip (MaxText-trained adapter,
+    unroll's LoRA mode, MaxEngine) belongs here instead."""
+    p = subprocess.run([sys.executable, str(HERE / "driver.py"), "lora-blockers", str(tmp_path)],
+                       capture_output=True, text=True)
+    facts_file = tmp_path / "facts.json"
+    assert p.returncode == 0 and facts_file.exists(), p.stderr[-4000:]
+    f = json.loads(facts_file.read_text())
+    assert f["lora_config"]["enable_lora"] is True and f["lora_config"]["lora_rank"] == 4
+    assert f["lora_pretrain_tree"] == {"step": []}, "MaxText's pre-training now saves LoRA weights"
+    assert f["unroll"]["rc"] == 0, f["unroll"]["stderr"]
+    assert not f["load_single_adapter"]["ok"], "MaxEngine now loads adapters: test unroll's"
+    assert f["load_single_adapter"]["error"] == \
+        "ValueError: Unexpected leaf type Param at .decoder.decoder_norm.scale"
