@@ -7,7 +7,9 @@
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
 #include "unroll/ocdbt.h"
+#include "unroll/kvstore.h"
 #include "unroll/orbax_share.h"
+#include "unroll/orbax_share_remote.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -232,7 +234,7 @@ static void merge_usage(FILE *f)
 int cli_cmd_merge(int argc, char **argv)
 {
     const char *dir = NULL;
-    int ocdbt = 0, quiet = 0, rc;
+    int ocdbt = 0, quiet = 0, remote, rc;
     char *to = NULL;
     ur_err err;
 
@@ -260,8 +262,14 @@ int cli_cmd_merge(int argc, char **argv)
     signal(SIGINT, on_merge_signal);
     signal(SIGTERM, on_merge_signal);
     signal(SIGHUP, on_merge_signal);
-    rc = ocdbt ? merge_ocdbt_only(dir, &err)
-               : ur_orbax_share_merge(dir, &merge_interrupted, &to, &err);
+    remote = ur_kvstore_location_is_remote(dir);
+    if (ocdbt) {
+        rc = merge_ocdbt_only(dir, &err);
+    } else if (remote) { /* a run into an object store: unroll/orbax_share_remote.h */
+        rc = ur_orbax_rshare_merge(dir, &merge_interrupted, &to, &err);
+    } else {
+        rc = ur_orbax_share_merge(dir, &merge_interrupted, &to, &err);
+    }
     if (rc < 0) {
         ur_free(to);
         if (merge_interrupted) {
@@ -271,7 +279,7 @@ int cli_cmd_merge(int argc, char **argv)
     }
     if (!quiet) {
         fprintf(stderr, "unroll: merged %s%s%s\n", ocdbt ? dir : "", to != NULL ? to : "",
-                to != NULL ? "/0" : "");
+                to != NULL && !remote ? "/0" : "");
     }
     ur_free(to);
     return CLI_EXIT_OK;

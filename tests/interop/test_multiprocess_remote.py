@@ -1,0 +1,114 @@
+"""A multi-process conversion into an object store (unroll/orbax_share_remote.h): each process
+writes its share under the final step prefix, the finisher is the process whose conditional
+create of the claim object succeeds, and the top-level manifest, metadata and commit marker go
+up last. Against a real S3 server (SeaweedFS). The oracle as in test_multiprocess.py: the
+output, downloaded by TensorStore and restored by stock Orbax, equals the single-process output
+bit for bit."""
+import subprocess
+import uuid
+
+import pytest
+
+import reference
+import s3_fixtures
+from test_multiprocess import _args, big, single  # noqa: F401 (fixtures)
+
+BUCKET = "unroll-multi"
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    server = s3_fixtures.S3Server(tmp_path_factory.mktemp("seaweedfs"))
+    server.make_bucket(BUCKET)
+    yield server
+    server.stop()
+
+
+def _out():
+    return f"out-{uuid.uuid4().hex[:8]}"
+
+
+def _run(unroll_bin, info, s3, out, count, index, check=True):
+    r = subprocess.run(_args(unroll_bin, info, f"s3://{BUCKET}/{out}",
+                             ["-j1", "--process-count", count, "--process-index", index]),
+                       env=s3.env(), capture_output=True, timeout=600)
+    if check:
+        assert r.returncode == 0, r.stderr.decode()
+    return r
+
+
+def _step_keys(s3, out):
+    return s3.list(BUCKET, f"{out}/run/checkpoints/0")
+
+
+def _check_same(s3, out, count, single, tmp_path):
+    keys = _step_keys(s3, out)
+    for i in range(count):
+        assert f"items/ocdbt.process_{i}/manifest.ocdbt" in keys
+    assert "items/manifest.ocdbt" in keys and "commit_success.txt" in keys
+    assert not [k for k in keys if k.startswith("unroll-multi/")], keys
+    local = tmp_path / "down"
+    s3.download_tree(BUCKET, f"{out}/run/checkpoints", local)
+    items = local / "0" / "items"
+    reference.compare_trees(reference.restore(items), single[1], "multi-process output in S3")
+
+
+@pytest.mark.parametrize("count", [2, 4])
+def test_background_processes_into_s3(unroll_bin, big, single, s3, tmp_path, count):
+    out = _out()
+    procs = [subprocess.Popen(_args(unroll_bin, big, f"s3://{BUCKET}/{out}",
+                                    ["-j1", "--process-count", count, "--process-index", i]),
+                              env=s3.env(), stderr=subprocess.PIPE)
+             for i in range(count)]
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err.decode()
+    _check_same(s3, out, count, single, tmp_path)
+
+
+def test_missing_share_publishes_nothing_then_rerun(unroll_bin, big, single, s3, tmp_path):
+    out = _out()
+    _run(unroll_bin, big, s3, out, 3, 0)
+    _run(unroll_bin, big, s3, out, 3, 2)
+    keys = _step_keys(s3, out)
+    assert "items/ocdbt.process_0/manifest.ocdbt" in keys
+    assert "items/manifest.ocdbt" not in keys
+    assert not [k for k in keys if k.endswith("commit_success.txt")], keys
+    r = subprocess.run([str(unroll_bin), "merge", f"s3://{BUCKET}/{out}/run/checkpoints"],
+                       env=s3.env(), capture_output=True, timeout=300)
+    assert r.returncode == 3, r.stderr.decode()
+    assert b"process index 1" in r.stderr and r.stderr.count(b"\n") == 1, r.stderr
+    assert "commit_success.txt" not in _step_keys(s3, out)
+    _run(unroll_bin, big, s3, out, 3, 1)
+    _check_same(s3, out, 3, single, tmp_path)
+    # a rerun after the publication does nothing
+    _run(unroll_bin, big, s3, out, 3, 1)
+
+
+def test_claim_held_elsewhere_then_merge(unroll_bin, big, single, s3, tmp_path):
+    """The claim decides: with the claim object already created (another would-be finisher),
+    the last share does not finish; `unroll merge` does, afterwards."""
+    out = _out()
+    _run(unroll_bin, big, s3, out, 2, 0)
+    st, _ = s3.request("PUT", f"/{BUCKET}/{out}/run/checkpoints/0/unroll-multi/finish.claim",
+                       b"another finisher\n")
+    assert st == 200
+    _run(unroll_bin, big, s3, out, 2, 1)
+    keys = _step_keys(s3, out)
+    assert "items/manifest.ocdbt" not in keys and "commit_success.txt" not in keys, keys
+    r = subprocess.run([str(unroll_bin), "merge", f"s3://{BUCKET}/{out}/run/checkpoints"],
+                       env=s3.env(), capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+    _check_same(s3, out, 2, single, tmp_path)
+
+
+def test_other_run_or_foreign_objects_are_refused(unroll_bin, big, s3):
+    out = _out()
+    _run(unroll_bin, big, s3, out, 3, 0)
+    r = _run(unroll_bin, big, s3, out, 2, 1, check=False)
+    assert r.returncode == 2 and b"run.txt" in r.stderr, r.stderr
+    out2 = _out()
+    st, _ = s3.request("PUT", f"/{BUCKET}/{out2}/run/checkpoints/0/stray", b"x")
+    assert st == 200
+    r = _run(unroll_bin, big, s3, out2, 2, 0, check=False)
+    assert r.returncode == 2 and b"stray" in r.stderr, r.stderr
