@@ -1,16 +1,24 @@
 """A multi-process conversion into an object store (unroll/orbax_share_remote.h): each process
 writes its share under the final step prefix, the finisher is the process whose conditional
 create of the claim object succeeds, and the top-level manifest, metadata and commit marker go
-up last. Against a real S3 server (SeaweedFS). The oracle as in test_multiprocess.py: the
-output, downloaded by TensorStore and restored by stock Orbax, equals the single-process output
-bit for bit."""
+up last. Against a real S3 server (SeaweedFS) and fake-gcs-server. The oracle as in
+test_multiprocess.py: the output, restored by stock Orbax (from a TensorStore download for S3,
+straight from the bucket for GCS), equals the single-process output bit for bit.
+
+fake-gcs-server ignores ifGenerationMatch on uploads: as in test_gcs.py a proxy in front of it
+answers 412 for an existing object, here holding a lock over the check and the upload so that
+the create is atomic as on GCS."""
+import os
 import subprocess
+import threading
 import uuid
 
 import pytest
 
 import reference
 import s3_fixtures
+from gcs_fixtures import check_in_bucket, ts_list, use_emulator
+from gcs_servers import FakeGcs, GateProxy
 from test_multiprocess import _args, big, single  # noqa: F401 (fixtures)
 
 BUCKET = "unroll-multi"
@@ -112,3 +120,82 @@ def test_other_run_or_foreign_objects_are_refused(unroll_bin, big, s3):
     assert st == 200
     r = _run(unroll_bin, big, s3, out2, 2, 0, check=False)
     assert r.returncode == 2 and b"stray" in r.stderr, r.stderr
+
+
+# ---- GCS ------------------------------------------------------------------------------------
+
+GBUCKET = "multi"
+
+
+class AtomicCondProxy(GateProxy):
+    """GateProxy(cond=True) with its existence check and the upload under one lock."""
+
+    def __init__(self, upstream):
+        super().__init__(upstream, token=None, cond=True)
+        self.cond_lock = threading.Lock()
+
+    def handle(self, h, method):
+        if "ifGenerationMatch=0" in h.path:
+            with self.cond_lock:
+                return super().handle(h, method)
+        return super().handle(h, method)
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    with FakeGcs() as server:
+        server.create_bucket(GBUCKET)
+        with AtomicCondProxy(server.url) as proxy:
+            yield server, proxy
+
+
+def _genv(proxy):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GOOGLE_APPLICATION_CREDENTIALS", "UNROLL_GCS_ENDPOINT",
+                        "CLOUDSDK_CONFIG")}
+    env["STORAGE_EMULATOR_HOST"] = proxy.url
+    return env
+
+
+def _gcs_run(unroll_bin, info, proxy, out, count, index):
+    r = subprocess.run(_args(unroll_bin, info, f"gs://{GBUCKET}/{out}",
+                             ["-j1", "--process-count", count, "--process-index", index]),
+                       env=_genv(proxy), capture_output=True, timeout=600)
+    assert r.returncode == 0, r.stderr.decode()
+
+
+@pytest.mark.parametrize("count", [3])
+def test_background_processes_into_gcs(unroll_bin, big, single, gcs, tmp_path, monkeypatch,
+                                       count):
+    server, proxy = gcs
+    out = _out()
+    procs = [subprocess.Popen(_args(unroll_bin, big, f"gs://{GBUCKET}/{out}",
+                                    ["-j1", "--process-count", count, "--process-index", i]),
+                              env=_genv(proxy), stderr=subprocess.PIPE)
+             for i in range(count)]
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err.decode()
+    use_emulator(monkeypatch, server.url)
+    names = ts_list(GBUCKET, f"{out}/run/checkpoints")
+    for i in range(count):
+        assert f"0/items/ocdbt.process_{i}/manifest.ocdbt" in names
+    assert "0/commit_success.txt" in names
+    assert not [n for n in names if "/unroll-multi/" in n], names
+    check_in_bucket(f"gs://{GBUCKET}/{out}/run/checkpoints/0/items", single[1], tmp_path)
+
+
+def test_gcs_missing_share_then_merge_refused_then_rerun(unroll_bin, big, single, gcs, tmp_path,
+                                                         monkeypatch):
+    server, proxy = gcs
+    use_emulator(monkeypatch, server.url)  # TensorStore's listing
+    out = _out()
+    _gcs_run(unroll_bin, big, proxy, out, 2, 1)
+    assert "0/items/manifest.ocdbt" not in ts_list(GBUCKET, f"{out}/run/checkpoints")
+    r = subprocess.run([str(unroll_bin), "merge", f"gs://{GBUCKET}/{out}/run/checkpoints"],
+                       env=_genv(proxy), capture_output=True, timeout=300)
+    assert r.returncode == 3 and b"process index 0" in r.stderr, r.stderr
+    names = ts_list(GBUCKET, f"{out}/run/checkpoints")
+    assert not [n for n in names if n.endswith("commit_success.txt")], names
+    _gcs_run(unroll_bin, big, proxy, out, 2, 0)
+    check_in_bucket(f"gs://{GBUCKET}/{out}/run/checkpoints/0/items", single[1], tmp_path)
