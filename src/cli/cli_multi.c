@@ -223,6 +223,8 @@ static void merge_usage(FILE *f)
           "checkpoints.unroll-multi staging directory): merge every process's OCDBT database\n"
           "into the top-level one, write the metadata and publish <checkpoint_dir>/0. Refused\n"
           "while a share is not complete. The last process of a run does this by itself.\n"
+          "<checkpoint_dir> may be s3:// or gs://: the run staged under <checkpoint_dir>/0 is\n"
+          "finished there (taking over the claim of a finisher that died).\n"
           "--ocdbt: only merge <item_dir>/ocdbt.process_<i>/ into <item_dir>'s top-level\n"
           "database, as Orbax's merge_ocdbt_per_process_files does.\n"
           "\n"
