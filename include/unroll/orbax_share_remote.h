@@ -49,14 +49,13 @@ int ur_orbax_rshare_is_done(ur_orbax_rshare *s, int i, int *done, ur_err *err);
  * metadata in `meta_dir` (what ur_orbax_share_begin handed out), then the done marker holding
  * `summary`. Objects a killed earlier attempt left are replaced. */
 int ur_orbax_rshare_upload(ur_orbax_rshare *s, const char *db_dir, const char *meta_dir,
-                           const char *summary, const volatile sig_atomic_t *cancel,
-                           ur_err *err);
+                           const char *summary, const volatile sig_atomic_t *cancel, ur_err *err);
 
 /* When every share is complete and this process's conditional create of the claim succeeds:
  * finish (*published = 1). Otherwise nothing (*missing = shares not complete; 0 with
  * *published 0: another process holds the claim). */
-int ur_orbax_rshare_finish(ur_orbax_rshare *s, const volatile sig_atomic_t *cancel,
-                           int *published, int *missing, ur_err *err);
+int ur_orbax_rshare_finish(ur_orbax_rshare *s, const volatile sig_atomic_t *cancel, int *published,
+                           int *missing, ur_err *err);
 
 void ur_orbax_rshare_close(ur_orbax_rshare *s);
 

@@ -6,8 +6,8 @@
 
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
-#include "unroll/ocdbt.h"
 #include "unroll/kvstore.h"
+#include "unroll/ocdbt.h"
 #include "unroll/orbax_share.h"
 #include "unroll/orbax_share_remote.h"
 

@@ -133,9 +133,15 @@ int ur_orbax_rshare_open(ur_orbax_rshare **out, const char *step, int count, int
         rc = UR_OK;
         goto out;
     }
-    /* objects there that no run of ours put: refused as for a single-process output */
+    /* objects there that no run of ours put: refused as for a single-process output (listed
+     * only while the run has not started: later the shares' objects are there) */
     memset(&c, 0, sizeof c);
     if (rc == UR_OK) {
+        rc = present(s->kv, RUN_KEY, err);
+        c.run = rc == 1;
+        rc = rc < 0 ? rc : UR_OK;
+    }
+    if (rc == UR_OK && !c.run) {
         rc = ur_kvstore_list(s->kv, "", count_objects, &c, err);
     }
     if (rc == UR_OK && c.n > 0 && !c.run) {
@@ -178,8 +184,7 @@ int ur_orbax_rshare_is_done(ur_orbax_rshare *s, int i, int *done, ur_err *err)
 }
 
 int ur_orbax_rshare_upload(ur_orbax_rshare *s, const char *db_dir, const char *meta_dir,
-                           const char *summary, const volatile sig_atomic_t *cancel,
-                           ur_err *err)
+                           const char *summary, const volatile sig_atomic_t *cancel, ur_err *err)
 {
     ur_orbax_upload_opts uo;
     char *db_url = ur_path_joinf(s->step, "items/ocdbt.process_%d", s->index);
@@ -236,8 +241,8 @@ static int write_in(const char *dir, const char *name, const void *p, size_t n, 
 }
 
 /* Share 0's metadata file `name` (checked the same in every share) into local `items`. */
-static int same_metadata(ur_orbax_rshare *s, const char *name, const char *items,
-                         const char *as, int required, ur_err *err)
+static int same_metadata(ur_orbax_rshare *s, const char *name, const char *items, const char *as,
+                         int required, ur_err *err)
 {
     ur_buf first, other;
     char key[300];
@@ -257,8 +262,8 @@ static int same_metadata(ur_orbax_rshare *s, const char *name, const char *items
         }
     }
     if (rc == UR_OK && required && !has0) {
-        rc = ur_err_set(err, UR_EIO, "%s/" UR_ORBAX_RSHARE_DIR "/shares/0/%s is missing",
-                        s->step, name);
+        rc = ur_err_set(err, UR_EIO, "%s/" UR_ORBAX_RSHARE_DIR "/shares/0/%s is missing", s->step,
+                        name);
     }
     if (rc == UR_OK && has0) {
         rc = write_in(items, as, first.data, first.len, err);
@@ -336,8 +341,7 @@ static int build_finish_tree(ur_orbax_rshare *s, const char *step_dir, ur_err *e
         rc = same_metadata(s, "_sharding", items, "_sharding", 0, err);
     }
     if (rc == UR_OK) {
-        rc = same_metadata(s, "array_metadatas.json", items, "array_metadatas/process_0", 0,
-                           err);
+        rc = same_metadata(s, "array_metadatas.json", items, "array_metadatas/process_0", 0, err);
     }
     if (rc == UR_OK) {
         rc = merge_from_store(s, items, err);
@@ -436,11 +440,21 @@ static int claim(ur_orbax_rshare *s, int *won, ur_err *err)
              s->count);
     rc = ur_kvstore_create(s->kv, CLAIM_KEY, who, strlen(who), err);
     *won = rc == UR_OK;
-    return rc == UR_EEXIST ? UR_OK : rc;
+    if (rc == UR_EEXIST) {
+        /* a create retried after its answer was lost finds its own object: ours if it holds
+         * our name */
+        ur_buf have;
+        int found = 0;
+        ur_buf_init(&have, 0);
+        rc = read_opt(s->kv, CLAIM_KEY, &have, &found, err);
+        *won = rc == UR_OK && found && strcmp((const char *)have.data, who) == 0;
+        ur_buf_dispose(&have);
+    }
+    return rc;
 }
 
-int ur_orbax_rshare_finish(ur_orbax_rshare *s, const volatile sig_atomic_t *cancel,
-                           int *published, int *missing, ur_err *err)
+int ur_orbax_rshare_finish(ur_orbax_rshare *s, const volatile sig_atomic_t *cancel, int *published,
+                           int *missing, ur_err *err)
 {
     int won = 0, rc = count_missing(s, NULL, missing, err);
     *published = 0;

@@ -139,8 +139,8 @@ static double seconds_since(const struct timespec *t0)
 
 /* Convert this process's share (not done yet) and mark it done. */
 static int run_my_share(ur_orbax_share *sh, ur_run_report *rep, const ur_run_opts *o,
-                        const ur_settings *s, const char *in_path, ur_plan_input kind,
-                        char *line, size_t line_size, ur_err *err)
+                        const ur_settings *s, const char *in_path, ur_plan_input kind, char *line,
+                        size_t line_size, ur_err *err)
 {
     int count = o->process_count > 1 ? o->process_count : 1;
     int index = o->process_count > 1 ? o->process_index : 0;
@@ -277,8 +277,8 @@ static int convert_and_upload(ur_orbax_rshare *rs, ur_run_report *rep, const ur_
     }
     dest = ur_path_join(root, "checkpoints");
     if (dest != NULL) {
-        db = ur_path_joinf(root, "checkpoints" UR_ORBAX_SHARE_SUFFIX
-                                 "/step/items/ocdbt.process_%d", index);
+        db = ur_path_joinf(
+            root, "checkpoints" UR_ORBAX_SHARE_SUFFIX "/step/items/ocdbt.process_%d", index);
         meta = ur_path_joinf(root, "checkpoints" UR_ORBAX_SHARE_SUFFIX "/shares/%d", index);
     }
     rc = db != NULL && meta != NULL ? ur_orbax_share_open(&sh, dest, count, index, text, err)
@@ -364,8 +364,8 @@ int ur_plan_multi_run_remote(ur_run_report *rep, const ur_run_opts *o, const ur_
             note(o, "every share complete: merged and wrote %s", step);
             rep->dest = ur_strdup(s->checkpoint_dir);
         } else if (missing > 0) {
-            note(o, "%d of %d shares still to complete; the last one publishes %s", missing,
-                 count, step);
+            note(o, "%d of %d shares still to complete; the last one publishes %s", missing, count,
+                 step);
         } else {
             note(o, "every share complete; another process is publishing");
         }

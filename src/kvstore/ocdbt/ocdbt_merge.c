@@ -186,7 +186,8 @@ static int collect_child(collector *c, const char *path, ur_kvstore *base, ur_kv
     ur_ocdbt_reader *r;
     const ur_ocdbt_manifest *m;
     const ur_ocdbt_version *v;
-    int rc = base != NULL ? ur_ocdbt_open_kv(&kv, base, 0, path, err) : ur_ocdbt_open(&kv, path, err);
+    int rc = base != NULL ? ur_ocdbt_open_kv(&kv, base, 0, path, err)
+                          : ur_ocdbt_open(&kv, path, err);
 
     if (rc < 0) {
         return rc;
