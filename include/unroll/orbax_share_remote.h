@@ -27,6 +27,7 @@
 #ifndef UNROLL_ORBAX_SHARE_REMOTE_H
 #define UNROLL_ORBAX_SHARE_REMOTE_H
 
+#include "unroll/buf.h"
 #include "unroll/err.h"
 
 #include <signal.h>
@@ -64,5 +65,10 @@ void ur_orbax_rshare_close(ur_orbax_rshare *s);
  * claim. *published_to gets S (ur_free it). */
 int ur_orbax_rshare_merge(const char *checkpoint_dir, const volatile sig_atomic_t *cancel,
                           char **published_to, ur_err *err);
+
+/* `unroll ls` / `inspect` of a run staged in an object store (`checkpoint_dir` or its step):
+ * one line per share, complete or not, into `out`; *staged = 0 (nothing written) when no
+ * unpublished run is there. */
+int ur_orbax_rshare_status(const char *checkpoint_dir, ur_buf *out, int *staged, ur_err *err);
 
 #endif

@@ -295,6 +295,18 @@ int cli_multi_show_status(const char *path)
     ur_err err;
     int rc, is_staging;
 
+    if (ur_kvstore_location_is_remote(path)) {
+        int in_store = 0;
+        ur_err_clear(&err);
+        ur_buf_init(&out, 0);
+        rc = ur_orbax_rshare_status(path, &out, &in_store, &err);
+        if (rc == UR_OK && in_store) {
+            fwrite(out.data, 1, out.len, stdout);
+        }
+        ur_buf_dispose(&out);
+        /* not a staged run (or one the store cannot tell about): the ordinary command */
+        return rc == UR_OK && in_store ? CLI_EXIT_OK : -1;
+    }
     while (n > 1 && path[n - 1] == '/') {
         n--;
     }

@@ -470,16 +470,17 @@ int ur_orbax_rshare_finish(ur_orbax_rshare *s, const volatile sig_atomic_t *canc
     return rc;
 }
 
-int ur_orbax_rshare_merge(const char *checkpoint_dir, const volatile sig_atomic_t *cancel,
-                          char **published_to, ur_err *err)
+/* Open the run staged at `checkpoint_dir`/0 (or at the step itself) from its run.txt:
+ * *found = 0 when there is none. */
+static int open_staged(ur_orbax_rshare **out, const char *checkpoint_dir, int *found, ur_err *err)
 {
     ur_orbax_rshare *s = NULL;
-    ur_buf run, names;
+    ur_buf run;
     size_t n = strlen(checkpoint_dir);
     char *step;
-    int rc, found = 0, missing = 0, won = 0;
+    int rc;
 
-    *published_to = NULL;
+    *found = 0;
     while (n > 0 && checkpoint_dir[n - 1] == '/') {
         n--;
     }
@@ -495,19 +496,83 @@ int ur_orbax_rshare_merge(const char *checkpoint_dir, const volatile sig_atomic_
         return rc;
     }
     ur_buf_init(&run, 0);
-    ur_buf_init(&names, 0);
-    rc = read_opt(s->kv, RUN_KEY, &run, &found, err);
-    if (rc == UR_OK && !found) {
-        rc = ur_err_set(err, UR_EINVAL, "%s: no multi-process run is staged there (no %s)",
-                        s->step, RUN_KEY);
-    }
-    if (rc == UR_OK) {
+    rc = read_opt(s->kv, RUN_KEY, &run, found, err);
+    if (rc == UR_OK && *found) {
         const char *p = strstr((const char *)run.data, "\nprocesses ");
         long c = p != NULL ? strtol(p + 11, NULL, 10) : 0;
         if (c < 1 || c > UR_ORBAX_SHARE_MAX) {
             rc = ur_err_set(err, UR_ECORRUPT, "%s/%s: no process count", s->step, RUN_KEY);
         }
         s->count = (int)c;
+    }
+    ur_buf_dispose(&run);
+    if (rc < 0) {
+        ur_orbax_rshare_close(s);
+        return rc;
+    }
+    *out = s;
+    return UR_OK;
+}
+
+int ur_orbax_rshare_status(const char *checkpoint_dir, ur_buf *out, int *staged, ur_err *err)
+{
+    ur_orbax_rshare *s = NULL;
+    ur_buf summary;
+    int found = 0, done = 0, rc = open_staged(&s, checkpoint_dir, &found, err);
+
+    *staged = 0;
+    if (rc < 0) {
+        return rc;
+    }
+    if (found) {
+        rc = present(s->kv, "commit_success.txt", err);
+        *staged = rc == 0;
+        rc = rc < 0 ? rc : UR_OK;
+    }
+    ur_buf_init(&summary, 0);
+    for (int i = 0; *staged && i < s->count && rc == UR_OK; i++) {
+        char key[64];
+        int has = 0;
+        snprintf(key, sizeof key, UR_ORBAX_RSHARE_DIR "/shares/%d.done", i);
+        rc = read_opt(s->kv, key, &summary, &has, err);
+        while (rc == UR_OK && summary.len > 0 && summary.data[summary.len - 1] == '\n') {
+            summary.len--;
+        }
+        if (rc == UR_OK && has) {
+            done++;
+            rc = ur_buf_printf(out, err, "share %d: complete: %.*s\n", i, (int)summary.len,
+                               (const char *)summary.data);
+        } else if (rc == UR_OK) {
+            rc = ur_buf_printf(out, err, "share %d: not complete\n", i);
+        }
+    }
+    if (rc == UR_OK && *staged) {
+        rc = ur_buf_printf(out, err,
+                           "%d of %d shares complete; %s: not a checkpoint until the last "
+                           "share (or unroll merge) publishes it\n",
+                           done, s->count, s->step);
+    }
+    ur_buf_dispose(&summary);
+    ur_orbax_rshare_close(s);
+    return rc;
+}
+
+int ur_orbax_rshare_merge(const char *checkpoint_dir, const volatile sig_atomic_t *cancel,
+                          char **published_to, ur_err *err)
+{
+    ur_orbax_rshare *s = NULL;
+    ur_buf names;
+    int rc, found = 0, missing = 0, won = 0;
+
+    *published_to = NULL;
+    rc = open_staged(&s, checkpoint_dir, &found, err);
+    if (rc < 0) {
+        return rc;
+    }
+    ur_buf_init(&names, 0);
+    if (!found) {
+        rc = ur_err_set(err, UR_EINVAL, "%s: no multi-process run is staged there (no %s)",
+                        s->step, RUN_KEY);
     }
     if (rc == UR_OK) {
         rc = count_missing(s, &names, &missing, err);
@@ -529,7 +594,6 @@ int ur_orbax_rshare_merge(const char *checkpoint_dir, const volatile sig_atomic_
         *published_to = ur_strdup(s->step);
         rc = *published_to != NULL ? UR_OK : ur_err_oom(err);
     }
-    ur_buf_dispose(&run);
     ur_buf_dispose(&names);
     ur_orbax_rshare_close(s);
     return rc;

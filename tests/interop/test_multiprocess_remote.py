@@ -87,6 +87,13 @@ def test_missing_share_publishes_nothing_then_rerun(unroll_bin, big, single, s3,
     assert r.returncode == 3, r.stderr.decode()
     assert b"process index 1" in r.stderr and r.stderr.count(b"\n") == 1, r.stderr
     assert "commit_success.txt" not in _step_keys(s3, out)
+    # ls and inspect on the partial output name the complete shares
+    for cmd in ("ls", "inspect"):
+        r = subprocess.run([str(unroll_bin), cmd, f"s3://{BUCKET}/{out}/run/checkpoints"],
+                           env=s3.env(), capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "share 0: complete" in r.stdout and "share 1: not complete" in r.stdout
+        assert "share 2: complete" in r.stdout and "2 of 3 shares complete" in r.stdout
     _run(unroll_bin, big, s3, out, 3, 1)
     _check_same(s3, out, 3, single, tmp_path)
     # a rerun after the publication does nothing
