@@ -117,6 +117,32 @@ def test_claim_held_elsewhere_then_merge(unroll_bin, big, single, s3, tmp_path):
     _check_same(s3, out, 2, single, tmp_path)
 
 
+def test_two_would_be_finishers_exactly_one_finishes(unroll_bin, big, single, s3, tmp_path):
+    """Both shares complete, the claim free: two processes rerun at once (a complete share is
+    not redone, each goes straight to the finish). Exactly one of them publishes."""
+    out = _out()
+    claim = f"/{BUCKET}/{out}/run/checkpoints/0/unroll-multi/finish.claim"
+    _run(unroll_bin, big, s3, out, 2, 0)
+    assert s3.request("PUT", claim, b"held\n")[0] == 200
+    _run(unroll_bin, big, s3, out, 2, 1)
+    assert "commit_success.txt" not in _step_keys(s3, out)
+    assert s3.request("DELETE", claim)[0] in (200, 204)
+    procs = []
+    for i in range(2):
+        args = _args(unroll_bin, big, f"s3://{BUCKET}/{out}",
+                     ["-j1", "--process-count", 2, "--process-index", i])
+        args.remove("-q")  # the notes say who finished
+        procs.append(subprocess.Popen(args, env=s3.env(), stderr=subprocess.PIPE, text=True))
+    errs = []
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+        errs.append(err)
+    assert sum("merged and wrote" in e for e in errs) == 1, errs
+    assert all("already complete: not redone" in e for e in errs), errs
+    _check_same(s3, out, 2, single, tmp_path)
+
+
 def test_other_run_or_foreign_objects_are_refused(unroll_bin, big, s3):
     out = _out()
     _run(unroll_bin, big, s3, out, 3, 0)
