@@ -20,15 +20,31 @@
 #include "unroll/err.h"
 
 #include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
 
 typedef struct ur_orbax_upload_opts {
     int replace;      /* 1: delete what the destination holds instead of refusing */
     unsigned threads; /* parallel uploads of data objects; 0: 8 */
+    /* With n_units > 0, only these paths relative to src (step directories such as "0" or
+     * "base/0", or single files such as "loras/<id>/adapter_config.json") are uploaded, to the
+     * same paths under dest, all in one upload (every unit's data before any manifest, every
+     * marker last); "the destination" is then these units, not all of dest. */
+    const char *const *units;
+    size_t n_units;
+    /* Called after each object is written, with the bytes written so far and the total (the
+     * sizes of the staged files), from one thread at a time; NULL: no progress. */
+    void (*progress)(void *ctx, uint64_t bytes_done, uint64_t bytes_total);
+    void *progress_ctx;
 } ur_orbax_upload_opts;
 
 /* Before converting: UR_EINVAL when `dest` (a location) holds objects and replace is 0;
  * UR_EIO when the store cannot be listed. */
 int ur_orbax_upload_check_dest(const char *dest, int replace, ur_err *err);
+
+/* As ur_orbax_upload_check_dest for the units (see ur_orbax_upload_opts) under `dest`. */
+int ur_orbax_upload_check_units(const char *dest, const char *const *units, size_t n_units,
+                                int replace, ur_err *err);
 
 /* Upload the tree under local directory `src` to location `dest` in the order above.
  * `cancel`, when set and nonzero between objects, stops the upload (UR_EINTERNAL

@@ -196,11 +196,39 @@ out:
     return rc;
 }
 
+/* An adapter_config.json in an object store (`from` a location), copied byte for byte. */
+static int copy_remote_file(const char *from, const char *to, ur_err *err)
+{
+    const char *slash = strrchr(from, '/');
+    char *dir = ur_strndup(from, (size_t)(slash - from));
+    ur_kvstore *kv = NULL;
+    ur_buf b;
+    int rc;
+    ur_buf_init(&b, 16u << 20);
+    rc = dir != NULL ? ur_kvstore_open_url(&kv, dir, 0, err) : ur_err_oom(err);
+    if (rc == UR_OK) {
+        rc = ur_kvstore_read(kv, slash + 1, &b, err);
+        if (rc < 0) {
+            ur_err_wrap(err, "%s", from);
+        }
+    }
+    if (rc == UR_OK) {
+        rc = ur_fs_write_file(to, b.data, b.len, err);
+    }
+    ur_buf_dispose(&b);
+    ur_kvstore_close(kv);
+    ur_free(dir);
+    return rc;
+}
+
 /* Copy a small file byte for byte (adapter_config.json), read beneath its own directory
  * (no link out of the adapter) and never given more permissions than it has. */
 static int copy_file(const char *from, const char *to, ur_err *err)
 {
     const char *slash = strrchr(from, '/');
+    if (ur_kvstore_location_is_remote(from)) {
+        return copy_remote_file(from, to, err);
+    }
     char *dir = slash != NULL ? ur_strndup(from, (size_t)(slash - from)) : ur_strdup(".");
     int rc = dir != NULL ? ur_fs_copy_file_beneath(dir, slash != NULL ? slash + 1 : from, to,
                                                    16u << 20, err)
@@ -245,18 +273,9 @@ static int check_locations(const ur_settings *s, const char *in_path, ur_err *er
     int rc = ur_kvstore_location_kind(in_path, err);
     if (rc >= 0 && s->lora_input_adapters_path[0] != '\0') {
         rc = ur_kvstore_location_kind(s->lora_input_adapters_path, err);
-        if (rc > 0) {
-            rc = ur_err_set(err, UR_EUNSUPPORTED,
-                            "%s: LoRA adapters are read from local directories only",
-                            s->lora_input_adapters_path);
-        }
     }
     if (rc >= 0) {
         rc = ur_kvstore_location_kind(s->checkpoint_dir, err);
-    }
-    if (rc > 0 && s->lora_input_adapters_path[0] != '\0') {
-        rc = ur_err_set(err, UR_EUNSUPPORTED,
-                        "%s: LoRA output is written to local directories only", s->checkpoint_dir);
     }
     return rc;
 }
@@ -301,44 +320,69 @@ static char *remote_unit(const char *checkpoint_dir, const char *unit)
     return out;
 }
 
-/* An object-store destination: refused when it overlaps the input or already holds objects
- * (unless o->replace); outside a dry run, the local tree to convert into (*up_root, whose
- * checkpoints/ is *out_dir). */
-static int remote_begin(const ur_settings *s, const char *in_path, const ur_run_opts *o,
-                        char **up_dest, char **up_root, char **up_ckdir, ur_err *err)
+/* 1 when the remote location `in` and checkpoint_dir/unit are one inside the other. */
+static int overlaps(const char *in, const char *checkpoint_dir, const char *unit)
 {
+    char *dest = remote_unit(checkpoint_dir, unit);
+    int hit = dest != NULL && ur_kvstore_location_is_remote(in) &&
+              (strncmp(in, dest, strlen(dest)) == 0 || strncmp(dest, in, strlen(in)) == 0);
+    ur_free(dest);
+    return hit;
+}
+
+/* An object-store destination (its units: "0", or base/0 and the loras/<id> of a LoRA run):
+ * refused when a unit overlaps an input or already holds objects (unless o->replace);
+ * outside a dry run, the local tree to convert into (*up_root, whose checkpoints/ is
+ * *up_ckdir). */
+static int remote_begin(const ur_settings *s, const char *in_path, const ur_plan_units *u,
+                        const ur_run_opts *o, char **up_root, char **up_ckdir, ur_err *err)
+{
+    const char *ins[2] = {in_path, s->lora_input_adapters_path};
     int rc;
-    *up_dest = remote_unit(s->checkpoint_dir, "0");
-    if (*up_dest == NULL) {
-        return ur_err_oom(err);
-    }
-    if (ur_kvstore_location_is_remote(in_path) &&
-        (strncmp(in_path, *up_dest, strlen(*up_dest)) == 0 ||
-         strncmp(*up_dest, in_path, strlen(in_path)) == 0)) {
-        return ur_err_set(err, UR_EINVAL, "the output %s and the input %s overlap", *up_dest,
-                          in_path);
+    for (size_t i = 0; i < u->n_units; i++) {
+        for (size_t k = 0; k < 2; k++) {
+            if (ins[k][0] != '\0' && overlaps(ins[k], s->checkpoint_dir, u->units[i])) {
+                char *dest = remote_unit(s->checkpoint_dir, u->units[i]);
+                rc = ur_err_set(err, UR_EINVAL, "the output %s and the input %s overlap",
+                                dest != NULL ? dest : u->units[i], ins[k]);
+                ur_free(dest);
+                return rc;
+            }
+        }
     }
     /* refused before any work: a destination that holds objects (unless --replace) */
-    rc = ur_orbax_upload_check_dest(*up_dest, o->replace, err);
+    rc = ur_orbax_upload_check_units(s->checkpoint_dir, u->units, u->n_units, o->replace, err);
     if (rc == UR_OK && !o->dry_run) {
         rc = make_upload_root(up_root, up_ckdir, err);
     }
     return rc;
 }
 
-/* The finished local step, uploaded in Orbax's commit-file order. */
-static int remote_finish(const char *up_ckdir, const char *up_dest, const ur_run_opts *o,
-                         ur_err *err)
+/* The finished local units, uploaded in Orbax's commit-file order, with a progress line of
+ * their own ("upload") where the conversion has one. */
+static int remote_finish(const char *up_ckdir, const ur_settings *s, const ur_plan_units *u,
+                         const ur_run_opts *o, ur_err *err)
 {
     ur_orbax_upload_opts uo;
-    char *local_step = ur_path_join(up_ckdir, "0");
+    char *dest = remote_unit(s->checkpoint_dir, NULL); /* the markers name it */
     int rc;
+    if (dest == NULL) {
+        return ur_err_oom(err);
+    }
     memset(&uo, 0, sizeof uo);
     uo.replace = o->replace;
     uo.threads = o->threads > 0 ? (unsigned)o->threads * 4 : 16;
-    rc = local_step != NULL ? ur_orbax_upload(local_step, up_dest, &uo, o->cancel, err)
-                            : ur_err_oom(err);
-    ur_free(local_step);
+    uo.units = u->units;
+    uo.n_units = u->n_units;
+    if (o->progress != NULL) {
+        uo.progress = o->progress;
+        uo.progress_ctx = o->ctx;
+        if (o->on_begin != NULL) {
+            o->on_begin(o->ctx, "upload");
+        }
+    }
+    rc = ur_orbax_upload(up_ckdir, dest, &uo, o->cancel, err);
+    ur_free(dest);
     return rc;
 }
 
@@ -356,7 +400,7 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
     ur_plan_units units;
     const char *in_path = NULL, *inputs[2];
     const char *out_dir;
-    char *up_root = NULL, *up_ckdir = NULL, *up_dest = NULL;
+    char *up_root = NULL, *up_ckdir = NULL;
     int remote_out = 0;
     size_t n_inputs = 0;
     ur_plan_input kind = UR_PLAN_INPUT_FULL_STATE;
@@ -383,12 +427,14 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
     if (!ur_kvstore_location_is_remote(in_path)) {
         inputs[n_inputs++] = in_path;
     }
-    if (s->lora_input_adapters_path[0] != '\0') {
+    if (s->lora_input_adapters_path[0] != '\0' &&
+        !ur_kvstore_location_is_remote(s->lora_input_adapters_path)) {
         inputs[n_inputs++] = s->lora_input_adapters_path;
     }
     if (ur_plan_multi_wanted(o, s)) {
         /* a share of a multi-process run, or a resumable one (plan_multi.c) */
-        if (remote_out || ur_kvstore_location_is_remote(in_path)) {
+        if (remote_out || ur_kvstore_location_is_remote(in_path) ||
+            ur_kvstore_location_is_remote(s->lora_input_adapters_path)) {
             rc = ur_err_set(err, UR_EUNSUPPORTED,
                             "%s: a multi-process or resumable run (--process-count, --resume) "
                             "reads and writes local directories only, not s3:// or gs://",
@@ -398,16 +444,16 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
         }
         goto out;
     }
+    rc = ur_plan_lora_units(&units, s->lora_input_adapters_path, err);
+    if (rc < 0) {
+        goto out;
+    }
     if (remote_out) {
-        rc = remote_begin(s, in_path, o, &up_dest, &up_root, &up_ckdir, err);
+        rc = remote_begin(s, in_path, &units, o, &up_root, &up_ckdir, err);
         if (rc < 0) {
             goto out;
         }
         out_dir = up_ckdir;
-    }
-    rc = ur_plan_lora_units(&units, s->lora_input_adapters_path, err);
-    if (rc < 0) {
-        goto out;
     }
 
     /* Only the units are replaced (checkpoint_dir/0, or base/0 and loras/<id>/...); the
@@ -437,7 +483,7 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
         pub = NULL; /* commit frees it either way */
     }
     if (rc == UR_OK && remote_out && !o->dry_run) {
-        rc = remote_finish(up_ckdir, up_dest, o, err);
+        rc = remote_finish(up_ckdir, s, &units, o, err);
     }
 out:
     ur_orbax_publish_abort(pub); /* after a failure: staging, lock, created directories */
@@ -446,7 +492,6 @@ out:
     }
     ur_free(up_root);
     ur_free(up_ckdir);
-    ur_free(up_dest);
     ur_plan_lora_units_dispose(&units);
     ur_plan_config_free(cfg);
     return rc;
