@@ -214,9 +214,31 @@ static void report_progress(job *j, uint64_t bytes)
     }
 }
 
+/* The object a worker is uploading, for the kvstore's stored hook: the pieces of a large
+ * object move the progress as they go up; `counted` never passes the object's size (a
+ * marker's text is not the staged file's). */
+typedef struct {
+    job *j;
+    const item *it;
+    uint64_t counted;
+} piece_ctx;
+
+static void on_stored(void *ctx, uint64_t bytes)
+{
+    piece_ctx *p = ctx;
+    uint64_t upto = bytes < p->it->size ? bytes : p->it->size;
+    if (upto > p->counted) {
+        pthread_mutex_lock(&p->j->lock);
+        report_progress(p->j, upto - p->counted);
+        pthread_mutex_unlock(&p->j->lock);
+        p->counted = upto;
+    }
+}
+
 static void *worker(void *arg)
 {
     job *j = arg;
+    piece_ctx piece;
     for (;;) {
         item *it;
         ur_err err;
@@ -233,13 +255,18 @@ static void *worker(void *arg)
         it->written = 1; /* deleted on failure even if the PUT half-happened */
         pthread_mutex_unlock(&j->lock);
         ur_err_clear(&err);
+        piece.j = j;
+        piece.it = it;
+        piece.counted = 0;
+        ur_kvstore_set_stored_hook(on_stored, &piece);
         rc = put_one(j, it, &err);
+        ur_kvstore_set_stored_hook(NULL, NULL);
         pthread_mutex_lock(&j->lock);
         if (rc < 0 && j->rc == UR_OK) {
             j->rc = rc;
             j->err = err;
         } else if (rc == UR_OK) {
-            report_progress(j, it->size);
+            report_progress(j, it->size - piece.counted);
         }
         pthread_mutex_unlock(&j->lock);
     }

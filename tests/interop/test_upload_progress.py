@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 import s3_fixtures
-from test_s3 import CONFIG
+from test_s3 import CONFIG, adam_checkpoint  # noqa: F401 (a fixture)
 
 BUCKET = "unroll-progress"
 
@@ -89,3 +89,28 @@ def test_no_upload_progress_when_quiet_or_not_a_terminal(unroll_bin, make_fixtur
     assert res.returncode == 0, res.stderr
     assert "upload" not in res.stderr and "%" not in res.stderr, res.stderr
     assert res.stderr.startswith("unroll: wrote s3://"), res.stderr
+
+
+def test_upload_progress_moves_within_a_large_object(unroll_bin, s3, adam_checkpoint):  # noqa: F811
+    """An object uploaded in parts moves the line part by part, not only when it is complete:
+    the output's one data file is ~99 % of its bytes and goes up in two 5 MiB parts; the
+    proxy holds the first part's answer for a second, so the line printed when that part is
+    stored shows up (the line is refreshed at most every 0.2 s) and must read well below
+    99 %."""
+    items, meta = adam_checkpoint
+    proxy = s3_fixtures.FaultProxy(s3.port, stall_s=1.0)
+    try:
+        proxy.reset(plan=["slow"], match=lambda m, p: m == "PUT" and "partNumber=1&" in p)
+        env = s3.env(endpoint=proxy.endpoint, UNROLL_S3_PART_BYTES=str(5 << 20))
+        argv = [str(unroll_bin), str(CONFIG), f"load_full_state_path={items}",
+                f"base_output_directory={fresh()}", "run_name=run", "force_unroll=true",
+                "scan_layers=true", "pure_nnx=false", f"base_num_decoder_layers={meta['layers']}"]
+        status, text = run_on_pty(argv, env)
+    finally:
+        proxy.stop()
+    assert status == 0, text
+    assert proxy.faults_done, "the first part was never slowed"
+    upload = [u for u in re.split(r"[\r\n]+", text) if u.startswith("upload:")]
+    percents = [float(re.search(r"(\d+\.\d)%", u).group(1)) for u in upload]
+    assert percents and percents[-1] == 100.0, upload
+    assert any(40.0 < p < 95.0 for p in percents), upload
