@@ -320,12 +320,26 @@ static char *remote_unit(const char *checkpoint_dir, const char *unit)
     return out;
 }
 
+/* 1 when location `a` is `b` or below it ("s3://b/x/0" is not below "s3://b/x/0.old"). */
+static int inside(const char *a, const char *b)
+{
+    size_t n = strlen(b);
+    while (n > 0 && b[n - 1] == '/') {
+        n--;
+    }
+    return strncmp(a, b, n) == 0 && (a[n] == '\0' || a[n] == '/');
+}
+
 /* 1 when the remote location `in` and checkpoint_dir/unit are one inside the other. */
 static int overlaps(const char *in, const char *checkpoint_dir, const char *unit)
 {
-    char *dest = remote_unit(checkpoint_dir, unit);
-    int hit = dest != NULL && ur_kvstore_location_is_remote(in) &&
-              (strncmp(in, dest, strlen(dest)) == 0 || strncmp(dest, in, strlen(in)) == 0);
+    char *dest;
+    int hit;
+    if (!ur_kvstore_location_is_remote(in)) {
+        return 0; /* "" (no adapters) or local: the local overlap rules apply */
+    }
+    dest = remote_unit(checkpoint_dir, unit);
+    hit = dest != NULL && (inside(in, dest) || inside(dest, in));
     ur_free(dest);
     return hit;
 }
@@ -341,7 +355,7 @@ static int remote_begin(const ur_settings *s, const char *in_path, const ur_plan
     int rc;
     for (size_t i = 0; i < u->n_units; i++) {
         for (size_t k = 0; k < 2; k++) {
-            if (ins[k][0] != '\0' && overlaps(ins[k], s->checkpoint_dir, u->units[i])) {
+            if (ins[k] != NULL && overlaps(ins[k], s->checkpoint_dir, u->units[i])) {
                 char *dest = remote_unit(s->checkpoint_dir, u->units[i]);
                 rc = ur_err_set(err, UR_EINVAL, "the output %s and the input %s overlap",
                                 dest != NULL ? dest : u->units[i], ins[k]);

@@ -208,3 +208,19 @@ def _with_input(info, location):
     cfg = copy.deepcopy(info.config)
     cfg[info.input_key] = location
     return dataclasses.replace(info, config=cfg)
+
+
+def test_s3_adapters_inside_the_output_are_refused(unroll_bin, make_fixture, s3, tmp_path):
+    """Adapters read from where the run would write (checkpoints/loras/<id>/... of the
+    output): refused before anything is written (exit 2), the adapters left as they were."""
+    base, lora = _fixtures(make_fixture)
+    out = s3_fresh("overlap")
+    prefix = out[len(f"s3://{S3_BUCKET}/"):] + "/run/checkpoints/loras"
+    assert s3.upload_tree(lora.root, S3_BUCKET, prefix) > 0
+    before = s3.list(S3_BUCKET, prefix)
+    res = run_s3(unroll_bin, base, base.items, out, s3.env(),
+                 extra=[f"lora_input_adapters_path={out}/run/checkpoints/loras",
+                        "pure_nnx=false", "--replace"])
+    assert res.returncode == 2, res.stderr
+    assert "overlap" in res.stderr, res.stderr
+    assert s3.list(S3_BUCKET, prefix) == before
