@@ -452,7 +452,10 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
             rc = ur_err_set(err, UR_EUNSUPPORTED,
                             "%s: a multi-process or resumable run (--process-count, --resume) "
                             "reads and writes local directories only, not s3:// or gs://",
-                            remote_out ? s->checkpoint_dir : in_path);
+                            remote_out ? s->checkpoint_dir
+                            : ur_kvstore_location_is_remote(in_path)
+                                ? in_path
+                                : s->lora_input_adapters_path);
         } else {
             rc = ur_plan_multi_run(rep, o, s, in_path, kind, inputs, n_inputs, err);
         }

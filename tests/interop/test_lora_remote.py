@@ -224,3 +224,14 @@ def test_s3_adapters_inside_the_output_are_refused(unroll_bin, make_fixture, s3,
     assert res.returncode == 2, res.stderr
     assert "overlap" in res.stderr, res.stderr
     assert s3.list(S3_BUCKET, prefix) == before
+
+
+def test_multi_process_with_adapters_in_a_bucket_is_refused(unroll_bin, make_fixture, tmp_path):
+    """A multi-process run reads and writes local directories only: remote adapters are
+    refused up front (exit 5, naming them), before any request."""
+    base, _ = _fixtures(make_fixture)
+    res = run_local(unroll_bin, base, tmp_path, pure_nnx=False,
+                    extra=["lora_input_adapters_path=gs://nowhere/adapters",
+                           "--process-count", "2", "--process-index", "0"])
+    assert res.returncode == 5, res.stderr
+    assert res.stderr.startswith("unroll: gs://nowhere/adapters: a multi-process"), res.stderr
