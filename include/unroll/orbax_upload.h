@@ -36,11 +36,19 @@ typedef struct ur_orbax_upload_opts {
      * sizes of the staged files), from one thread at a time; NULL: no progress. */
     void (*progress)(void *ctx, uint64_t bytes_done, uint64_t bytes_total);
     void *progress_ctx;
+    /* 1: the destination was found empty before the run (ur_orbax_upload_count_units) and
+     * holds only what this run streamed there since (unroll/orbax_stream.h): neither
+     * checked nor cleared again. */
+    int dest_checked;
 } ur_orbax_upload_opts;
 
 /* Before converting: UR_EINVAL when `dest` (a location) holds objects and replace is 0;
  * UR_EIO when the store cannot be listed. */
 int ur_orbax_upload_check_dest(const char *dest, int replace, ur_err *err);
+
+/* How many objects the units (see ur_orbax_upload_opts) under `dest` hold. */
+int ur_orbax_upload_count_units(const char *dest, const char *const *units, size_t n_units,
+                                size_t *count, ur_err *err);
 
 /* As ur_orbax_upload_check_dest for the units (see ur_orbax_upload_opts) under `dest`. */
 int ur_orbax_upload_check_units(const char *dest, const char *const *units, size_t n_units,

@@ -144,6 +144,21 @@ int ur_orbax_upload_check_dest(const char *dest, int replace, ur_err *err)
     return ur_orbax_upload_check_units(dest, NULL, 0, replace, err);
 }
 
+int ur_orbax_upload_count_units(const char *dest, const char *const *units, size_t n_units,
+                                size_t *count, ur_err *err)
+{
+    ur_kvstore *kv = NULL;
+    item_list l = {0};
+    int rc = ur_kvstore_open_url(&kv, dest, 0, err);
+    if (rc == UR_OK) {
+        rc = list_units(kv, units, n_units, &l, err);
+    }
+    *count = l.n;
+    items_dispose(&l);
+    ur_kvstore_close(kv);
+    return rc;
+}
+
 int ur_orbax_upload_check_units(const char *dest, const char *const *units, size_t n_units,
                                 int replace, ur_err *err)
 {
@@ -357,12 +372,12 @@ int ur_orbax_upload(const char *src, const char *dest, const ur_orbax_upload_opt
         rc = opts != NULL ? list_units(j.src, opts->units, opts->n_units, &l, err)
                           : list_all(j.src, &l, err);
     }
-    if (rc == UR_OK) {
+    if (rc == UR_OK && (opts == NULL || !opts->dest_checked)) {
         rc = opts != NULL ? ur_orbax_upload_check_units(dest, opts->units, opts->n_units,
                                                         opts->replace, err)
                           : ur_orbax_upload_check_dest(dest, 0, err);
     }
-    if (rc == UR_OK && opts != NULL && opts->replace) {
+    if (rc == UR_OK && opts != NULL && opts->replace && !opts->dest_checked) {
         rc = clear_dest(j.dst, opts, err);
     }
     if (rc < 0) {

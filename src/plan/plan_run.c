@@ -10,6 +10,7 @@
 #include "unroll/kvstore.h"
 #include "unroll/orbax_publish.h"
 #include "unroll/orbax_share.h"
+#include "unroll/orbax_stream.h"
 #include "unroll/orbax_upload.h"
 
 #include <errno.h>
@@ -19,6 +20,8 @@
 
 /* Default worker count when the input is on an object store (see convert). */
 #define REMOTE_THREADS 16
+/* Data files streamed to an object-store output at once (orbax_stream.h). */
+#define STREAM_PENDING 2
 
 int ur_plan_run_input(const char **path_out, ur_plan_input *kind_out, const ur_settings *s,
                       int dry_run, ur_err *err)
@@ -86,6 +89,36 @@ static void share_opts(const ur_run_share *sh, ur_orbax_write_opts *wo, ur_exec_
     eo->resume_from = sh->resume_from;
 }
 
+/* ur_ocdbt_write_opts.on_data_file of one unit: the file's key below checkpoint_dir is the
+ * unit, the item and the file's name ("0/items/d/<hex>"), whatever temporary directory the
+ * writer uses until its commit. */
+typedef struct {
+    const ur_run_opts *o;
+    const char *unit; /* the step directory below the staging directory ("0", "base/0") */
+    const char *item; /* "items" */
+} data_file_ctx;
+
+static int on_data_file(void *ctx, const char *dir, const char *name, ur_err *err)
+{
+    data_file_ctx *d = ctx;
+    char *path = ur_path_join(dir, name);
+    char *key = ur_path_joinf(d->unit, "%s/%s", d->item, name);
+    int rc = path != NULL && key != NULL ? d->o->on_data_file(d->o->data_file_ctx, path, key, err)
+                                         : ur_err_oom(err);
+    ur_free(path);
+    ur_free(key);
+    return rc;
+}
+
+/* Local disk a conversion needs: the output, or with its data files streamed away as they
+ * are finished (orbax_stream.h) the one being written, the STREAM_PENDING ones going up and
+ * the last ones, which hold the B-tree. */
+static uint64_t local_bytes(uint64_t bytes_out, const ur_orbax_write_opts *wo)
+{
+    uint64_t streamed = (STREAM_PENDING + 2) * wo->ocdbt.target_data_file_size;
+    return wo->ocdbt.on_data_file != NULL && streamed < bytes_out ? streamed : bytes_out;
+}
+
 /* `in_path` converted into the step directory `step_dir`, created below `below` (the
  * staging directory, which must exist); in a dry run only its plan, handed to on_plan. With
  * `sh`, only a share of it (plan_run_impl.h). */
@@ -95,6 +128,7 @@ int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *b
                         ur_err *err)
 {
     share_piece_ctx piece;
+    data_file_ctx dfc;
     ur_orbax_ckpt *ck = NULL;
     ur_plan *plan = NULL;
     ur_orbax_writer *w = NULL;
@@ -124,15 +158,6 @@ int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *b
         goto out;
     }
 
-    /* The output's uncompressed size is an upper bound (zstd rarely shrinks trained bf16
-     * weights by much, so a smaller guess would let a run fill the disk and fail late);
-     * arrays of the fill value compress to almost nothing but are refused all the same when
-     * they would not fit as stored uncompressed, so a few-KB input declaring a 1 TB array
-     * cannot fill the disk. */
-    rc = ur_fs_space_check(step_dir, plan->summary.bytes_out, err);
-    if (rc < 0) {
-        goto out;
-    }
     ur_orbax_write_opts_init(&wo);
     wo.use_ocdbt = s->use_ocdbt;
     wo.use_zarr3 = s->use_zarr3;
@@ -142,7 +167,24 @@ int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *b
     if (s->target_data_file_size > 0) {
         wo.ocdbt.target_data_file_size = (uint64_t)s->target_data_file_size;
     }
+    if (o->on_data_file != NULL && s->use_ocdbt && below != NULL &&
+        strncmp(step_dir, below, strlen(below)) == 0 && step_dir[strlen(below)] == '/') {
+        dfc.o = o;
+        dfc.unit = step_dir + strlen(below) + 1;
+        dfc.item = wo.item_name;
+        wo.ocdbt.on_data_file = on_data_file;
+        wo.ocdbt.on_data_file_ctx = &dfc;
+    }
     share_opts(sh, &wo, NULL, NULL);
+    /* The output's uncompressed size is an upper bound (zstd rarely shrinks trained bf16
+     * weights by much, so a smaller guess would let a run fill the disk and fail late);
+     * arrays of the fill value compress to almost nothing but are refused all the same when
+     * they would not fit as stored uncompressed, so a few-KB input declaring a 1 TB array
+     * cannot fill the disk. Streamed data files leave the disk as they are finished. */
+    rc = ur_fs_space_check(step_dir, local_bytes(plan->summary.bytes_out, &wo), err);
+    if (rc < 0) {
+        goto out;
+    }
     rc = ur_orbax_writer_create(&w, step_dir, &wo, err);
     if (rc < 0) {
         goto out;
@@ -349,9 +391,11 @@ static int overlaps(const char *in, const char *checkpoint_dir, const char *unit
  * outside a dry run, the local tree to convert into (*up_root, whose checkpoints/ is
  * *up_ckdir). */
 static int remote_begin(const ur_settings *s, const char *in_path, const ur_plan_units *u,
-                        const ur_run_opts *o, char **up_root, char **up_ckdir, ur_err *err)
+                        const ur_run_opts *o, char **up_root, char **up_ckdir, int *empty,
+                        ur_err *err)
 {
     const char *ins[2] = {in_path, s->lora_input_adapters_path};
+    size_t held = 0;
     int rc;
     for (size_t i = 0; i < u->n_units; i++) {
         for (size_t k = 0; k < 2; k++) {
@@ -365,7 +409,11 @@ static int remote_begin(const ur_settings *s, const char *in_path, const ur_plan
         }
     }
     /* refused before any work: a destination that holds objects (unless --replace) */
-    rc = ur_orbax_upload_check_units(s->checkpoint_dir, u->units, u->n_units, o->replace, err);
+    rc = ur_orbax_upload_count_units(s->checkpoint_dir, u->units, u->n_units, &held, err);
+    *empty = rc == UR_OK && held == 0;
+    if (rc == UR_OK && held > 0) {
+        rc = ur_orbax_upload_check_units(s->checkpoint_dir, u->units, u->n_units, o->replace, err);
+    }
     if (rc == UR_OK && !o->dry_run) {
         rc = make_upload_root(up_root, up_ckdir, err);
     }
@@ -375,11 +423,15 @@ static int remote_begin(const ur_settings *s, const char *in_path, const ur_plan
 /* The finished local units, uploaded in Orbax's commit-file order, with a progress line of
  * their own ("upload") where the conversion has one. */
 static int remote_finish(const char *up_ckdir, const ur_settings *s, const ur_plan_units *u,
-                         const ur_run_opts *o, ur_err *err)
+                         const ur_run_opts *o, ur_orbax_stream *stream, ur_err *err)
 {
     ur_orbax_upload_opts uo;
-    char *dest = remote_unit(s->checkpoint_dir, NULL); /* the markers name it */
-    int rc;
+    char *dest;
+    int rc = stream != NULL ? ur_orbax_stream_finish(stream, err) : UR_OK;
+    if (rc < 0) {
+        return rc; /* every streamed data file is up before any manifest */
+    }
+    dest = remote_unit(s->checkpoint_dir, NULL); /* the markers name it */
     if (dest == NULL) {
         return ur_err_oom(err);
     }
@@ -388,6 +440,7 @@ static int remote_finish(const char *up_ckdir, const ur_settings *s, const ur_pl
     uo.threads = o->threads > 0 ? (unsigned)o->threads * 4 : 16;
     uo.units = u->units;
     uo.n_units = u->n_units;
+    uo.dest_checked = stream != NULL;
     if (o->progress != NULL) {
         uo.progress = o->progress;
         uo.progress_ctx = o->ctx;
@@ -398,6 +451,48 @@ static int remote_finish(const char *up_ckdir, const ur_settings *s, const ur_pl
     rc = ur_orbax_upload(up_ckdir, dest, &uo, o->cancel, err);
     ur_free(dest);
     return rc;
+}
+
+/* An OCDBT output to an object-store destination found empty: its data files go up while the
+ * conversion runs (orbax_stream.h). *ro is then *o with on_data_file set; *st NULL: not
+ * streamed. */
+static int stream_begin(ur_orbax_stream **st, const ur_settings *s, const ur_run_opts *o,
+                        ur_run_opts *ro, ur_err *err)
+{
+    char *dest;
+    int rc;
+    *st = NULL;
+    *ro = *o;
+    if (!s->use_ocdbt) {
+        return UR_OK;
+    }
+    dest = remote_unit(s->checkpoint_dir, NULL);
+    if (dest == NULL) {
+        return ur_err_oom(err);
+    }
+    rc = ur_orbax_stream_create(st, dest, STREAM_PENDING, STREAM_PENDING, err);
+    ur_free(dest);
+    if (rc == UR_OK) {
+        ro->on_data_file = ur_orbax_stream_push;
+        ro->data_file_ctx = *st;
+    }
+    return rc;
+}
+
+/* After a failure: the streamed data files deleted, and the error says whether that worked. */
+static void stream_undo(ur_orbax_stream *st, ur_err *err)
+{
+    ur_err first;
+    size_t n = ur_orbax_stream_count(st), failed;
+    ur_err_clear(&first);
+    failed = ur_orbax_stream_undo(st, &first);
+    if (failed > 0) {
+        ur_err_wrap(err, "%zu of the %zu data files streamed could not be deleted (%s)", failed, n,
+                    first.msg);
+    } else if (n > 0) {
+        ur_err_wrap(err, "the %zu data file%s streamed during the conversion %s deleted", n,
+                    n == 1 ? "" : "s", n == 1 ? "was" : "were");
+    }
 }
 
 void ur_plan_run_report_dispose(ur_run_report *rep)
@@ -415,7 +510,9 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
     const char *in_path = NULL, *inputs[2];
     const char *out_dir;
     char *up_root = NULL, *up_ckdir = NULL;
-    int remote_out = 0;
+    ur_orbax_stream *stream = NULL;
+    ur_run_opts ro;
+    int remote_out = 0, remote_empty = 0;
     size_t n_inputs = 0;
     ur_plan_input kind = UR_PLAN_INPUT_FULL_STATE;
     int rc;
@@ -466,7 +563,7 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
         goto out;
     }
     if (remote_out) {
-        rc = remote_begin(s, in_path, &units, o, &up_root, &up_ckdir, err);
+        rc = remote_begin(s, in_path, &units, o, &up_root, &up_ckdir, &remote_empty, err);
         if (rc < 0) {
             goto out;
         }
@@ -486,6 +583,10 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
                                    : ur_strdup(ur_orbax_publish_dest(pub));
             rc = rep->dest != NULL ? UR_OK : ur_err_oom(err);
         }
+        if (rc == UR_OK && remote_out && remote_empty) {
+            rc = stream_begin(&stream, s, o, &ro, err);
+            o = stream != NULL ? &ro : o;
+        }
     }
     if (rc == UR_OK) {
         rc = ur_plan_run_convert(in_path, pub != NULL ? ur_orbax_publish_staged(pub, 0) : NULL,
@@ -495,14 +596,22 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
     if (rc == UR_OK && units.n_ids > 0) {
         rc = convert_loras(s->lora_input_adapters_path, &units, pub, s, o, &rep->total, err);
     }
+    if (rc == UR_OK && stream != NULL) {
+        /* before the staged units move: the uploads read them there */
+        rc = ur_orbax_stream_finish(stream, err);
+    }
     if (rc == UR_OK && pub != NULL) {
         rc = ur_orbax_publish_commit(pub, o->cancel, err);
         pub = NULL; /* commit frees it either way */
     }
     if (rc == UR_OK && remote_out && !o->dry_run) {
-        rc = remote_finish(up_ckdir, s, &units, o, err);
+        rc = remote_finish(up_ckdir, s, &units, o, stream, err);
     }
 out:
+    if (rc < 0 && stream != NULL) {
+        stream_undo(stream, err);
+    }
+    ur_orbax_stream_free(stream);
     ur_orbax_publish_abort(pub); /* after a failure: staging, lock, created directories */
     if (up_root != NULL) {
         (void)ur_fs_remove_tree(up_root, NULL);
