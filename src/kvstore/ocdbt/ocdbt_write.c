@@ -83,6 +83,8 @@ void ur_ocdbt_write_opts_init(ur_ocdbt_write_opts *opts)
     opts->seed = 0;
     opts->max_held_inline_bytes = DEFAULT_HELD_INLINE;
     opts->resume = 0;
+    opts->on_data_file = NULL;
+    opts->on_data_file_ctx = NULL;
 }
 
 /* splitmix64: a well-mixed sequence from a seed, for reproducible ids. */
