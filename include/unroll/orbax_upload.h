@@ -3,7 +3,8 @@
  * An object store has no rename, so nothing can appear at once: Orbax's commit-file mode
  * writes everything under the final prefix and `commit_success.txt` last; readers (unroll
  * included, see orbax_ckpt.c) take a step only once its marker is there. unroll converts
- * into a local staging tree (unroll/orbax_publish.h, in $TMPDIR), then uploads it:
+ * into a local staging tree (unroll/orbax_publish.h, in $TMPDIR; its OCDBT data files may
+ * have gone up already, unroll/orbax_stream.h), then uploads it:
  *   1. every data object (OCDBT data files, zarr chunks, array_metadatas, _sharding), in
  *      parallel;
  *   2. each OCDBT manifest (manifest.ocdbt, manifest.*) after the data it references;
