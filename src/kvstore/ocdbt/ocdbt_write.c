@@ -167,10 +167,10 @@ static int new_data_file(ocdbt_writer *w, ur_err *err)
     if (rc == UR_OK && had) {
         rc = hand_over(w, err);
     }
-
-    if (rc == UR_OK) {
-        rc = id_bytes(w, rnd, sizeof rnd, err);
+    if (rc < 0) {
+        return rc;
     }
+    rc = id_bytes(w, rnd, sizeof rnd, err);
     if (rc < 0) {
         return rc;
     }
