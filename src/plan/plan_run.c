@@ -263,20 +263,23 @@ static int copy_remote_file(const char *from, const char *to, ur_err *err)
     return rc;
 }
 
-/* Copy a small file byte for byte (adapter_config.json), read beneath its own directory
- * (no link out of the adapter) and never given more permissions than it has. */
-static int copy_file(const char *from, const char *to, ur_err *err)
+/* Copy a small local file byte for byte (adapter_config.json), read beneath its own
+ * directory (no link out of the adapter) and never given more permissions than it has. */
+static int copy_local_file(const char *from, const char *to, ur_err *err)
 {
     const char *slash = strrchr(from, '/');
-    if (ur_kvstore_location_is_remote(from)) {
-        return copy_remote_file(from, to, err);
-    }
     char *dir = slash != NULL ? ur_strndup(from, (size_t)(slash - from)) : ur_strdup(".");
     int rc = dir != NULL ? ur_fs_copy_file_beneath(dir, slash != NULL ? slash + 1 : from, to,
                                                    16u << 20, err)
                          : ur_err_oom(err);
     ur_free(dir);
     return rc;
+}
+
+static int copy_file(const char *from, const char *to, ur_err *err)
+{
+    return ur_kvstore_location_is_remote(from) ? copy_remote_file(from, to, err)
+                                               : copy_local_file(from, to, err);
 }
 
 /* Each adapter `<adapters>/<id>/0/items` into the staged unit 1 + 2i, its adapter_config.json
