@@ -7,7 +7,7 @@
  * the file being written plus at most `max_pending` finished ones, not the output. Data files
  * come first in Orbax's commit-file order, and nothing refers to them until a manifest is
  * written, so uploading them early publishes nothing; the final upload (ur_orbax_upload, with
- * `dest_checked`) then sends the rest (the last data files, manifests, metadata, markers).
+ * `add`) then sends the rest (the last data files, manifests, metadata, markers).
  * After a failure anywhere in the run, ur_orbax_stream_undo deletes what was streamed. */
 #ifndef UNROLL_ORBAX_STREAM_H
 #define UNROLL_ORBAX_STREAM_H

@@ -37,10 +37,11 @@ typedef struct ur_orbax_upload_opts {
      * sizes of the staged files), from one thread at a time; NULL: no progress. */
     void (*progress)(void *ctx, uint64_t bytes_done, uint64_t bytes_total);
     void *progress_ctx;
-    /* 1: the destination was found empty before the run (ur_orbax_upload_count_units) and
-     * holds only what this run streamed there since (unroll/orbax_stream.h): neither
-     * checked nor cleared again. */
-    int dest_checked;
+    /* 1: add to a destination that holds objects (the finish of a multi-process run, whose
+     * shares are already there; or data files this run streamed there during the conversion,
+     * unroll/orbax_stream.h, after it was found empty): neither refused nor cleared;
+     * `replace` is ignored */
+    int add;
 } ur_orbax_upload_opts;
 
 /* Before converting: UR_EINVAL when `dest` (a location) holds objects and replace is 0;

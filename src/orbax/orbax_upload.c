@@ -372,12 +372,12 @@ int ur_orbax_upload(const char *src, const char *dest, const ur_orbax_upload_opt
         rc = opts != NULL ? list_units(j.src, opts->units, opts->n_units, &l, err)
                           : list_all(j.src, &l, err);
     }
-    if (rc == UR_OK && (opts == NULL || !opts->dest_checked)) {
+    if (rc == UR_OK && !(opts != NULL && opts->add)) {
         rc = opts != NULL ? ur_orbax_upload_check_units(dest, opts->units, opts->n_units,
                                                         opts->replace, err)
                           : ur_orbax_upload_check_dest(dest, 0, err);
     }
-    if (rc == UR_OK && opts != NULL && opts->replace && !opts->dest_checked) {
+    if (rc == UR_OK && opts != NULL && opts->replace && !opts->add) {
         rc = clear_dest(j.dst, opts, err);
     }
     if (rc < 0) {
