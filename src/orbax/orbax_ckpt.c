@@ -649,6 +649,10 @@ int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur
     if (side_started) {
         pthread_join(side_tid, NULL);
     }
+    /* The text is parsed: give it back before the arrays' metadata is read (with 100,000
+     * leaves, _METADATA is tens of MB and the B+tree node read next is larger). */
+    ur_buf_dispose(&b);
+    ur_alloc_trim();
     ck->sharding = side.sharding;
     ck->array_meta = side.array_meta;
     if (rc == UR_OK && side.rc < 0) {
