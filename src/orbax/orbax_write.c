@@ -22,7 +22,8 @@
  * ur_orbax_leaf (names, key paths, sharding): a record of 32 bytes, not 200 plus its
  * strings, since the whole output's leaves are held while the input is still open. */
 typedef struct {
-    const ur_orbax_key *path; /* depth keys, strings interned */
+    const ur_orbax_key *prefix; /* the depth - 1 keys before the last (interned), or NULL */
+    const char *last; /* the last key (interned) */
     const uint64_t *dims; /* arrays: rank shape entries then rank chunk-shape entries */
     const char *const *spec; /* arrays: rank entries (the writer's no_spec when replicated) */
     uint32_t depth;
@@ -30,6 +31,7 @@ typedef struct {
     uint8_t value_type; /* ur_orbax_value_type */
     uint8_t dtype; /* ur_dtype, when has_array */
     uint8_t has_array;
+    uint8_t last_type; /* ur_orbax_key_type of the last key */
 } wleaf;
 
 struct ur_orbax_writer {
@@ -44,12 +46,14 @@ struct ur_orbax_writer {
     size_t cap_leaves;
     /* Key strings and dimension lists, each kept once (in the arena): the 200,000 leaves of
      * a many-leaf output share a few thousand keys and a handful of shapes. */
-    ur_strmap interned;
+    ur_strmap interned;        /* strings */
+    ur_strmap interned_blocks; /* aligned blocks: key prefixes, dimensions */
     /* The leaves by key path, to refuse one added twice: open addressing over leaf indices
      * + 1 (0: empty), 4 bytes a slot, comparing the interned keys' addresses. */
     uint32_t *by_path;
     size_t by_path_cap; /* 0 or a power of two, at least twice n_leaves */
     ur_buf scratch; /* a leaf's name, built where it is checked (calls are serialized) */
+    ur_buf path_buf; /* a leaf's whole key path, as an array of ur_orbax_key */
     ur_zarr_array **arrays; /* NULL where ur_orbax_writer_done_array closed one */
     size_t n_arrays;
     size_t cap_arrays;
@@ -129,7 +133,9 @@ int ur_orbax_writer_create(ur_orbax_writer **out, const char *step_dir,
     }
     ur_orbax__arena_init(&w->arena);
     ur_strmap_init(&w->interned);
+    ur_strmap_init(&w->interned_blocks);
     ur_buf_init(&w->scratch, 0);
+    ur_buf_init(&w->path_buf, 0);
     if (opts != NULL) {
         w->opts = *opts;
     } else {
@@ -226,11 +232,12 @@ fail:
 /* `n` bytes at `p` kept once in the arena: the copy already there, or a new one. */
 static const void *intern(ur_orbax_writer *w, const void *p, size_t n, int nul, ur_err *err)
 {
+    ur_strmap *map = nul ? &w->interned : &w->interned_blocks;
     size_t found;
     void *copy;
     int rc;
 
-    if (ur_strmap_get(&w->interned, p, n, &found)) {
+    if (ur_strmap_get(map, p, n, &found)) {
         return (const void *)(uintptr_t)found;
     }
     copy = nul ? (void *)ur_orbax__arena_strndup(&w->arena, p, n)
@@ -242,42 +249,41 @@ static const void *intern(ur_orbax_writer *w, const void *p, size_t n, int nul, 
     if (!nul) {
         memcpy(copy, p, n);
     }
-    rc = ur_strmap_put(&w->interned, copy, n, (size_t)(uintptr_t)copy, NULL, err);
+    rc = ur_strmap_put(map, copy, n, (size_t)(uintptr_t)copy, NULL, err);
     return rc == UR_OK ? copy : NULL;
 }
 
-/* Keys interned, so equal paths hold equal key addresses. */
-static uint64_t path_hash(const ur_orbax_key *p, size_t depth)
+/* Keys and prefixes interned, so equal paths hold equal addresses. */
+static uint64_t path_hash(const ur_orbax_key *prefix, const char *last, int type, size_t depth)
 {
     uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < depth; i++) {
-        h = (h ^ ((uint64_t)(uintptr_t)p[i].key + (uint64_t)p[i].type)) * 0x100000001b3ull;
-        h ^= h >> 29;
-    }
-    return h;
+    h = (h ^ (uint64_t)(uintptr_t)prefix) * 0x100000001b3ull;
+    h = (h ^ (uint64_t)(uintptr_t)last) * 0x100000001b3ull;
+    h = (h ^ ((uint64_t)depth << 1 | (uint64_t)type)) * 0x100000001b3ull;
+    return h ^ (h >> 29);
 }
 
-static int same_path(const wleaf *l, const ur_orbax_key *p, size_t depth)
+static int same_path(const wleaf *l, const ur_orbax_key *prefix, const char *last, int type,
+                     size_t depth)
 {
-    if (l->depth != depth) {
-        return 0;
-    }
-    for (size_t i = 0; i < depth; i++) {
-        if (l->path[i].key != p[i].key || l->path[i].type != p[i].type) {
-            return 0;
-        }
-    }
-    return 1;
+    return l->depth == depth && l->prefix == prefix && l->last == last && l->last_type == type;
 }
 
 /* The slot of the leaf with this path, or of the empty slot where it would go. */
-static size_t path_slot(const ur_orbax_writer *w, const ur_orbax_key *p, size_t depth)
+static size_t path_slot(const ur_orbax_writer *w, const ur_orbax_key *prefix, const char *last,
+                        int type, size_t depth)
 {
-    size_t mask = w->by_path_cap - 1, i = (size_t)path_hash(p, depth) & mask;
-    while (w->by_path[i] != 0 && !same_path(&w->leaves[w->by_path[i] - 1], p, depth)) {
+    size_t mask = w->by_path_cap - 1, i = (size_t)path_hash(prefix, last, type, depth) & mask;
+    while (w->by_path[i] != 0 &&
+           !same_path(&w->leaves[w->by_path[i] - 1], prefix, last, type, depth)) {
         i = (i + 1) & mask;
     }
     return i;
+}
+
+static size_t leaf_slot(const ur_orbax_writer *w, const wleaf *l)
+{
+    return path_slot(w, l->prefix, l->last, l->last_type, l->depth);
 }
 
 /* The leaf being added (w->leaves[w->n_leaves]) is complete: count it, findable by path. */
@@ -299,28 +305,55 @@ static int count_leaf(ur_orbax_writer *w, ur_err *err)
         w->by_path_cap = cap;
         for (size_t i = 0; i < old_cap; i++) {
             if (old[i] != 0) {
-                const wleaf *o = &w->leaves[old[i] - 1];
-                w->by_path[path_slot(w, o->path, o->depth)] = old[i];
+                w->by_path[leaf_slot(w, &w->leaves[old[i] - 1])] = old[i];
             }
         }
         ur_free(old);
     }
-    w->by_path[path_slot(w, l->path, l->depth)] = (uint32_t)(w->n_leaves + 1);
+    w->by_path[leaf_slot(w, l)] = (uint32_t)(w->n_leaves + 1);
     w->n_leaves++;
     return UR_OK;
 }
 
-/* Validate the path, and add a leaf holding it; returns the new leaf. */
+/* The whole key path of l, in the writer's path buffer (valid until the next call). */
+static const ur_orbax_key *full_path(ur_orbax_writer *w, const wleaf *l, ur_err *err)
+{
+    size_t n = (size_t)l->depth * sizeof(ur_orbax_key);
+    ur_orbax_key *p;
+    ur_buf_reset(&w->path_buf);
+    if (ur_buf_reserve(&w->path_buf, n, err) < 0) {
+        return NULL;
+    }
+    p = (ur_orbax_key *)(void *)w->path_buf.data;
+    memset(p, 0, n);
+    if (l->depth > 1) {
+        memcpy(p, l->prefix, (l->depth - 1) * sizeof *p);
+    }
+    p[l->depth - 1].key = l->last;
+    p[l->depth - 1].type = (ur_orbax_key_type)l->last_type;
+    return p;
+}
+
+/* Validate the path, and add a leaf holding it; returns the new leaf. Its keys, and the
+ * keys before its last as one block, are kept once: the leaves of one parent share them. */
 static int add_leaf(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
                     wleaf **leaf_out, ur_err *err)
 {
-    if (depth == 0 || path == NULL || depth > UINT32_MAX) {
+    const ur_orbax_key *prefix = NULL;
+    const char *last;
+    ur_orbax_key *copy;
+    int rc;
+
+    if (depth == 0 || path == NULL || depth > UINT32_MAX / sizeof(*copy)) {
         return ur_err_set(err, UR_EINVAL, "a leaf needs a key path");
     }
-    ur_orbax_key *copy = ur_orbax__arena_alloc(&w->arena, depth * sizeof(*copy));
-    if (copy == NULL) {
-        return ur_err_oom(err);
+    ur_buf_reset(&w->path_buf);
+    rc = ur_buf_reserve(&w->path_buf, depth * sizeof(*copy), err);
+    if (rc < 0) {
+        return rc;
     }
+    copy = (ur_orbax_key *)(void *)w->path_buf.data;
+    memset(copy, 0, depth * sizeof(*copy)); /* padding too: prefixes are compared as bytes */
     for (size_t i = 0; i < depth; i++) {
         if (path[i].key == NULL ||
             (path[i].type != UR_ORBAX_KEY_DICT && path[i].type != UR_ORBAX_KEY_SEQUENCE)) {
@@ -332,9 +365,17 @@ static int add_leaf(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
             return err->code;
         }
     }
-    if (w->by_path_cap > 0 && w->by_path[path_slot(w, copy, depth)] != 0) {
+    last = copy[depth - 1].key;
+    if (depth > 1) {
+        prefix = intern(w, copy, (depth - 1) * sizeof(*copy), 0, err);
+        if (prefix == NULL) {
+            return err->code;
+        }
+    }
+    if (w->by_path_cap > 0 &&
+        w->by_path[path_slot(w, prefix, last, (int)copy[depth - 1].type, depth)] != 0) {
         ur_buf_reset(&w->scratch);
-        int rc = ur_orbax_tree_keypath(&w->scratch, copy, depth, err);
+        rc = ur_orbax_tree_keypath(&w->scratch, copy, depth, err);
         return rc < 0 ? rc
                       : ur_err_set(err, UR_EINVAL, "leaf %.*s added twice", (int)w->scratch.len,
                                    (const char *)w->scratch.data);
@@ -350,7 +391,9 @@ static int add_leaf(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
     }
     wleaf *l = &w->leaves[w->n_leaves];
     memset(l, 0, sizeof(*l));
-    l->path = copy;
+    l->prefix = prefix;
+    l->last = last;
+    l->last_type = (uint8_t)copy[depth - 1].type;
     l->depth = (uint32_t)depth;
     *leaf_out = l;
     return UR_OK;
@@ -359,8 +402,12 @@ static int add_leaf(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
 /* The leaf's name (keys joined by '.'), in the writer's scratch buffer. */
 static const char *leaf_name(ur_orbax_writer *w, const wleaf *l, ur_err *err)
 {
+    const ur_orbax_key *p = full_path(w, l, err);
+    int rc = p != NULL ? UR_OK : err->code;
     ur_buf_reset(&w->scratch);
-    int rc = ur_orbax_tree_name(&w->scratch, l->path, l->depth, err);
+    if (rc == UR_OK) {
+        rc = ur_orbax_tree_name(&w->scratch, p, l->depth, err);
+    }
     if (rc == UR_OK) {
         rc = ur_buf_append_byte(&w->scratch, 0, err);
     }
@@ -667,8 +714,14 @@ static int expand_leaf(ur_orbax_writer *w, const wleaf *k, ur_orbax_leaf *l, ur_
     ur_buf *b = &w->scratch;
     int rc;
 
+    const ur_orbax_key *p = full_path(w, k, err);
+    ur_orbax_key *path = p != NULL ? ur_orbax__arena_alloc(a, k->depth * sizeof(*path)) : NULL;
     memset(l, 0, sizeof(*l));
-    l->path = k->path;
+    if (path == NULL) {
+        return p == NULL ? err->code : ur_err_oom(err);
+    }
+    memcpy(path, p, k->depth * sizeof(*path));
+    l->path = path;
     l->depth = k->depth;
     l->value_type = (ur_orbax_value_type)k->value_type;
     l->value_type_name = ur_orbax_value_type_name(l->value_type);
@@ -692,11 +745,11 @@ static int expand_leaf(ur_orbax_writer *w, const wleaf *k, ur_orbax_leaf *l, ur_
         s->spec = k->spec;
     }
     ur_buf_reset(b);
-    rc = ur_orbax_tree_name(b, k->path, k->depth, err);
+    rc = ur_orbax_tree_name(b, l->path, k->depth, err);
     l->name = rc == UR_OK ? ur_orbax__arena_strndup(a, (const char *)b->data, b->len) : NULL;
     ur_buf_reset(b);
     if (rc == UR_OK) {
-        rc = ur_orbax_tree_keypath(b, k->path, k->depth, err);
+        rc = ur_orbax_tree_keypath(b, l->path, k->depth, err);
     }
     l->keypath = rc == UR_OK ? ur_orbax__arena_strndup(a, (const char *)b->data, b->len) : NULL;
     if (rc == UR_OK && (l->name == NULL || l->keypath == NULL)) {
@@ -933,8 +986,10 @@ void ur_orbax_writer_abort(ur_orbax_writer *w)
     ur_free(w->arrays);
     ur_free(w->leaves);
     ur_strmap_dispose(&w->interned);
+    ur_strmap_dispose(&w->interned_blocks);
     ur_free(w->by_path);
     ur_buf_dispose(&w->scratch);
+    ur_buf_dispose(&w->path_buf);
     ur_free(w->final_dir);
     ur_free(w->tmp_dir);
     ur_free(w->item_dir);
