@@ -541,6 +541,7 @@ static int describe_arrays(ur_orbax_ckpt *ck, ur_err *err)
         }
         ur_orbax__arena_adopt(&ck->arena, &parts[k].arena);
     }
+    ur_alloc_trim(); /* what each thread's parses of zarr metadata freed, in its own heap */
     return rc;
 }
 
