@@ -421,6 +421,9 @@ static int attach_sharding(ur_orbax_ckpt *ck, ur_err *err)
         }
         l->sharding = *s;
     }
+    if (ck->sharding != NULL) { /* every leaf has its copy: the look-up map is done */
+        ur_strmap_dispose(&ck->sharding->index);
+    }
     return attach_array_meta(ck, err);
 }
 

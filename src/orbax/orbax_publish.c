@@ -641,6 +641,16 @@ static int json_object_file(const char *path)
     return ok;
 }
 
+/* `items/rel`, when there is one, is a whole JSON object (json_object_file). */
+static int optional_json_ok(const char *items, const char *rel)
+{
+    struct stat st;
+    char *path = ur_path_join(items, rel);
+    int ok = path != NULL && (lstat(path, &st) != 0 ? errno == ENOENT : json_object_file(path));
+    ur_free(path);
+    return ok;
+}
+
 static int count_key(void *ctx, const char *key, uint64_t size)
 {
     (void)key;
@@ -704,6 +714,11 @@ static int check_staged(const unit *u, ur_err *err)
     } else if (!json_object_file(md)) {
         rc = ur_err_set_os(err, UR_EIO, 0, md,
                            "staged output incomplete: _METADATA cut short: nothing published");
+    } else if (!optional_json_ok(items, "_sharding") ||
+               !optional_json_ok(items, "array_metadatas/process_0")) {
+        rc = ur_err_set_os(err, UR_EIO, 0, items,
+                           "staged output incomplete: _sharding or array_metadatas cut short: "
+                           "nothing published");
     } else if (has(items, "d", 1) && !has(items, "manifest.ocdbt", 0)) {
         rc = ur_err_set_os(err, UR_EIO, 0, items,
                            "staged output incomplete: no manifest.ocdbt: nothing published");
