@@ -226,8 +226,7 @@ static int parse_array_meta(ur_orbax_array_meta *am, ur_orbax_arena *a, const cJ
 }
 
 /* The whole document through cJSON: what the walk below refuses gets the usual message. */
-static int parse_whole(ur_orbax_array_meta_list **out, const char *json, size_t len,
-                       ur_err *err)
+static int parse_whole(ur_orbax_array_meta_list **out, const char *json, size_t len, ur_err *err)
 {
     cJSON *root = NULL;
     ur_orbax_array_meta_list *l = ur_calloc(1, sizeof(*l));

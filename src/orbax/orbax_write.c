@@ -19,7 +19,7 @@
     "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
 
 /* One leaf as the writer keeps it until the commit, which expands it into an
- * ur_orbax_leaf (names, key paths, sharding): a record of 32 bytes, not 200 plus its
+ * ur_orbax_leaf (names, key paths, sharding): a record of 48 bytes, not 200 plus its
  * strings, since the whole output's leaves are held while the input is still open. */
 typedef struct {
     const ur_orbax_key *prefix; /* the depth - 1 keys before the last (interned), or NULL */
@@ -336,8 +336,8 @@ static const ur_orbax_key *full_path(ur_orbax_writer *w, const wleaf *l, ur_err 
 
 /* Validate the path, and add a leaf holding it; returns the new leaf. Its keys, and the
  * keys before its last as one block, are kept once: the leaves of one parent share them. */
-static int add_leaf(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
-                    wleaf **leaf_out, ur_err *err)
+static int add_leaf(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth, wleaf **leaf_out,
+                    ur_err *err)
 {
     const ur_orbax_key *prefix = NULL;
     const char *last;

@@ -136,8 +136,7 @@ static void test_ur_json__each_element(void **state)
     ur_buf_init(&b, 0);
     assert_int_equal(walk_array(" [ ] ", &b, &err), UR_OK);
     assert_string_equal((const char *)b.data, "");
-    assert_int_equal(walk_array("[1, {\"a\": [\"]\"]} ,\"x\\\"y\", null]", &b, &err),
-                     UR_OK);
+    assert_int_equal(walk_array("[1, {\"a\": [\"]\"]} ,\"x\\\"y\", null]", &b, &err), UR_OK);
     assert_string_equal((const char *)b.data, "0=1;1={\"a\": [\"]\"]};2=\"x\\\"y\";3=null;");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = walk_array(bad[i], &b, &err);
