@@ -70,6 +70,18 @@ int ur_kvstore_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, v
 /* Store a value (writers only). A key written twice keeps the last value. */
 int ur_kvstore_write(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err);
 
+/* Create `key` holding `data` only if no value has that key, as one atomic step of the
+ * store, so that of several processes creating the same key exactly one succeeds (the claim of
+ * a shared run): UR_OK when this call created it, UR_EEXIST when a value was already there
+ * (nothing written). The file store creates the file with O_EXCL beneath its root (a symbolic
+ * link there counts as present and is never followed), writes it and fsyncs it, so a reader
+ * may see it empty for a moment but never a half-replaced one; S3 sends `If-None-Match: *`
+ * (HTTP 412 when present), GCS `ifGenerationMatch=0`. UR_EINTERNAL where the store cannot
+ * (OCDBT). A request retried after a lost answer may report UR_EEXIST for the object its own
+ * first attempt created, as TensorStore's conditional writes may: callers that must know
+ * compare the value. */
+int ur_kvstore_create(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err);
+
 /* Make every write durable and complete the store (OCDBT: write the manifest last).
  * After commit the handle accepts no more writes. */
 int ur_kvstore_commit(ur_kvstore *kv, ur_err *err);

@@ -78,6 +78,12 @@ int ur_ocdbt_writer_put_ref(ur_kvstore *kv, const uint8_t *key, size_t klen, con
 int ur_ocdbt_merge(const char *dir, const char *const *children, size_t n_children,
                    const ur_ocdbt_write_opts *opts, ur_err *err);
 
+/* As ur_ocdbt_merge, the children read through the stores bases[i] (borrowed; e.g. an
+ * object-store prefix holding `ocdbt.process_<i>/`) rather than from dir/<children[i]>/; the
+ * new database is still written in the local directory `dir`. bases NULL: ur_ocdbt_merge. */
+int ur_ocdbt_merge_from(const char *dir, ur_kvstore *const *bases, const char *const *children,
+                        size_t n_children, const ur_ocdbt_write_opts *opts, ur_err *err);
+
 /* Write the B+tree of every value written so far and a manifest naming it, and go on
  * writing: a kill after this leaves a database holding those values (its data files are
  * complete up to here). Costs a tree over all keys so far: call it every so many bytes. */

@@ -24,6 +24,9 @@
 typedef struct ur_orbax_upload_opts {
     int replace;      /* 1: delete what the destination holds instead of refusing */
     unsigned threads; /* parallel uploads of data objects; 0: 8 */
+    /* 1: add to a destination that holds objects (the finish of a multi-process run, whose
+     * shares are already there): neither refused nor cleared; `replace` is ignored */
+    int add;
 } ur_orbax_upload_opts;
 
 /* Before converting: UR_EINVAL when `dest` (a location) holds objects and replace is 0;

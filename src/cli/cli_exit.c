@@ -13,6 +13,7 @@ int cli_exit_status(ur_code code)
         return CLI_EXIT_USAGE;
     case UR_EIO:
     case UR_ENOTFOUND:
+    case UR_EEXIST:
         return CLI_EXIT_IO;
     case UR_ECORRUPT:
         return CLI_EXIT_CORRUPT;

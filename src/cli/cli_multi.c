@@ -6,8 +6,10 @@
 
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
+#include "unroll/kvstore.h"
 #include "unroll/ocdbt.h"
 #include "unroll/orbax_share.h"
+#include "unroll/orbax_share_remote.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -221,6 +223,8 @@ static void merge_usage(FILE *f)
           "checkpoints.unroll-multi staging directory): merge every process's OCDBT database\n"
           "into the top-level one, write the metadata and publish <checkpoint_dir>/0. Refused\n"
           "while a share is not complete. The last process of a run does this by itself.\n"
+          "<checkpoint_dir> may be s3:// or gs://: the run staged under <checkpoint_dir>/0 is\n"
+          "finished there (taking over the claim of a finisher that died).\n"
           "--ocdbt: only merge <item_dir>/ocdbt.process_<i>/ into <item_dir>'s top-level\n"
           "database, as Orbax's merge_ocdbt_per_process_files does.\n"
           "\n"
@@ -232,7 +236,7 @@ static void merge_usage(FILE *f)
 int cli_cmd_merge(int argc, char **argv)
 {
     const char *dir = NULL;
-    int ocdbt = 0, quiet = 0, rc;
+    int ocdbt = 0, quiet = 0, remote, rc;
     char *to = NULL;
     ur_err err;
 
@@ -260,8 +264,14 @@ int cli_cmd_merge(int argc, char **argv)
     signal(SIGINT, on_merge_signal);
     signal(SIGTERM, on_merge_signal);
     signal(SIGHUP, on_merge_signal);
-    rc = ocdbt ? merge_ocdbt_only(dir, &err)
-               : ur_orbax_share_merge(dir, &merge_interrupted, &to, &err);
+    remote = ur_kvstore_location_is_remote(dir);
+    if (ocdbt) {
+        rc = merge_ocdbt_only(dir, &err);
+    } else if (remote) { /* a run into an object store: unroll/orbax_share_remote.h */
+        rc = ur_orbax_rshare_merge(dir, &merge_interrupted, &to, &err);
+    } else {
+        rc = ur_orbax_share_merge(dir, &merge_interrupted, &to, &err);
+    }
     if (rc < 0) {
         ur_free(to);
         if (merge_interrupted) {
@@ -271,7 +281,7 @@ int cli_cmd_merge(int argc, char **argv)
     }
     if (!quiet) {
         fprintf(stderr, "unroll: merged %s%s%s\n", ocdbt ? dir : "", to != NULL ? to : "",
-                to != NULL ? "/0" : "");
+                to != NULL && !remote ? "/0" : "");
     }
     ur_free(to);
     return CLI_EXIT_OK;
@@ -285,6 +295,18 @@ int cli_multi_show_status(const char *path)
     ur_err err;
     int rc, is_staging;
 
+    if (ur_kvstore_location_is_remote(path)) {
+        int in_store = 0;
+        ur_err_clear(&err);
+        ur_buf_init(&out, 0);
+        rc = ur_orbax_rshare_status(path, &out, &in_store, &err);
+        if (rc == UR_OK && in_store) {
+            fwrite(out.data, 1, out.len, stdout);
+        }
+        ur_buf_dispose(&out);
+        /* not a staged run (or one the store cannot tell about): the ordinary command */
+        return rc == UR_OK && in_store ? CLI_EXIT_OK : -1;
+    }
     while (n > 1 && path[n - 1] == '/') {
         n--;
     }

@@ -108,6 +108,12 @@ int ur_kvstore_write(ur_kvstore *kv, const char *key, const void *data, size_t n
     return kv->ops->write ? kv->ops->write(kv, key, data, n, err) : unsupported(kv, "write", err);
 }
 
+int ur_kvstore_create(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err)
+{
+    return kv->ops->create ? kv->ops->create(kv, key, data, n, err)
+                           : unsupported(kv, "conditional create", err);
+}
+
 int ur_kvstore_delete(ur_kvstore *kv, const char *key, ur_err *err)
 {
     return kv->ops->del ? kv->ops->del(kv, key, err) : unsupported(kv, "delete", err);

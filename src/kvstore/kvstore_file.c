@@ -405,6 +405,94 @@ out:
     return rc;
 }
 
+/* Open the directory that will hold `key` (its components below the root, created when
+ * missing), each opened O_NOFOLLOW beneath its parent: a symbolic link on the way is refused,
+ * never followed out of the root. *base_out points into key at the last component. */
+static int open_parent_beneath(file_store *fs, const char *key, int *dfd_out,
+                               const char **base_out, ur_err *err)
+{
+    const char *p = key, *slash;
+    int dfd = openat(fs->root_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        return ur_err_set_os(err, UR_EIO, errno, fs->root, "cannot open");
+    }
+    while ((slash = strchr(p, '/')) != NULL) {
+        char name[256];
+        int sub;
+        if ((size_t)(slash - p) >= sizeof name) {
+            close(dfd);
+            return ur_err_set_os(err, UR_EINVAL, ENAMETOOLONG, key, "key component too long");
+        }
+        memcpy(name, p, (size_t)(slash - p));
+        name[slash - p] = '\0';
+        if (mkdirat(dfd, name, 0755) != 0 && errno != EEXIST) {
+            int e = errno;
+            close(dfd);
+            return ur_err_set_os(err, UR_EIO, e, key, "cannot create a directory for");
+        }
+        sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0) {
+            int e = errno;
+            close(dfd);
+            return ur_err_set_os(err, UR_EIO, e, key,
+                                 "cannot open a directory of (a symbolic link is not followed)");
+        }
+        close(dfd);
+        dfd = sub;
+        p = slash + 1;
+    }
+    *dfd_out = dfd;
+    *base_out = p;
+    return UR_OK;
+}
+
+/* The conditional create (kvstore.h): O_CREAT | O_EXCL, which also fails on a symbolic link
+ * at the name; written and fsynced, with its directory. A failed write removes the file, so
+ * the key stays free for the next attempt. */
+static int f_create(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err)
+{
+    file_store *fs = (file_store *)kv;
+    char *path = NULL;
+    const char *base;
+    int dfd = -1, fd, rc;
+
+    if (!fs->writable || fs->committed) {
+        return ur_err_set(err, UR_EINTERNAL, "%s: store is not open for writing", kv->desc);
+    }
+    rc = key_path(fs, key, &path, err);
+    if (rc == UR_OK) {
+        rc = open_parent_beneath(fs, key, &dfd, &base, err);
+    }
+    if (rc < 0) {
+        goto out;
+    }
+    fd = openat(dfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = errno == EEXIST ? ur_err_set_os(err, UR_EEXIST, EEXIST, path, "already exists")
+                             : ur_err_set_os(err, UR_EIO, errno, path, "cannot create");
+        goto out;
+    }
+    rc = ur_fs_write_full(fd, data, n, path, err);
+    if (rc == UR_OK && fsync(fd) != 0) {
+        rc = ur_err_set_os(err, UR_EIO, errno, path, "fsync failed");
+    }
+    if (close(fd) != 0 && rc == UR_OK) {
+        rc = ur_err_set_os(err, UR_EIO, errno, path, "close failed");
+    }
+    if (rc == UR_OK && fsync(dfd) != 0) {
+        rc = ur_err_set_os(err, UR_EIO, errno, path, "fsync of the directory failed");
+    }
+    if (rc < 0) {
+        (void)unlinkat(dfd, base, 0);
+    }
+out:
+    if (dfd >= 0) {
+        close(dfd);
+    }
+    ur_free(path);
+    return rc;
+}
+
 static int f_delete(ur_kvstore *kv, const char *key, ur_err *err)
 {
     char *path = NULL;
@@ -486,7 +574,7 @@ static void f_close(ur_kvstore *kv)
 
 static const ur_kvstore_ops file_ops = {
     "file",   f_read,  f_read_range, f_view,   f_size,       f_list,           f_write,
-    f_commit, f_close, f_prefetch,   f_delete, f_view_range, f_prefetch_range,
+    f_commit, f_close, f_prefetch,   f_delete, f_view_range, f_prefetch_range, f_create,
 };
 
 int ur_kvstore_file_open(ur_kvstore **out, const char *root, int writable, ur_err *err)

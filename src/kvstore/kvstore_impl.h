@@ -26,6 +26,8 @@ typedef struct ur_kvstore_ops {
                       ur_kvstore_view *v, ur_err *err);
     /* optional */
     void (*prefetch_range)(ur_kvstore *kv, const char *key, uint64_t offset, size_t len);
+    /* optional: write `key` only if absent, atomically (UR_EEXIST when present) */
+    int (*create)(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err);
 } ur_kvstore_ops;
 
 /* Every implementation's handle starts with this header. */

@@ -168,6 +168,14 @@ static int m_write(ur_kvstore *kv, const char *key, const void *data, size_t n, 
     return UR_OK;
 }
 
+static int m_create(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err)
+{
+    if (find((mem_store *)kv, key) != NULL) {
+        return ur_err_set_os(err, UR_EEXIST, 0, key, "already exists");
+    }
+    return m_write(kv, key, data, n, err);
+}
+
 static int m_delete(ur_kvstore *kv, const char *key, ur_err *err)
 {
     mem_store *ms = (mem_store *)kv;
@@ -195,7 +203,7 @@ static void m_close(ur_kvstore *kv)
 
 static const ur_kvstore_ops mem_ops = {
     "mem", m_read,  m_read_range, NULL,     m_size, m_list, m_write,
-    NULL,  m_close, NULL,         m_delete, NULL,   NULL,
+    NULL,  m_close, NULL,         m_delete, NULL,   NULL,   m_create,
 };
 
 int ur_kvstore_mem_new(ur_kvstore **out, ur_err *err)

@@ -275,10 +275,10 @@ int ur_orbax_upload(const char *src, const char *dest, const ur_orbax_upload_opt
     if (rc == UR_OK) {
         rc = list_all(j.src, &l, err);
     }
-    if (rc == UR_OK) {
+    if (rc == UR_OK && !(opts != NULL && opts->add)) {
         rc = ur_orbax_upload_check_dest(dest, opts != NULL && opts->replace, err);
     }
-    if (rc == UR_OK && opts != NULL && opts->replace) {
+    if (rc == UR_OK && opts != NULL && opts->replace && !opts->add) {
         rc = clear_dest(j.dst, err);
     }
     if (rc < 0) {

@@ -9,6 +9,7 @@
 #include "unroll/crc32c.h"
 #include "unroll/fs.h"
 #include "unroll/orbax_publish.h"
+#include "unroll/orbax_share_remote.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -138,7 +139,8 @@ static double seconds_since(const struct timespec *t0)
 
 /* Convert this process's share (not done yet) and mark it done. */
 static int run_my_share(ur_orbax_share *sh, ur_run_report *rep, const ur_run_opts *o,
-                        const ur_settings *s, const char *in_path, ur_plan_input kind, ur_err *err)
+                        const ur_settings *s, const char *in_path, ur_plan_input kind, char *line,
+                        size_t line_size, ur_err *err)
 {
     int count = o->process_count > 1 ? o->process_count : 1;
     int index = o->process_count > 1 ? o->process_index : 0;
@@ -176,11 +178,8 @@ static int run_my_share(ur_orbax_share *sh, ur_run_report *rep, const ur_run_opt
              seconds_since(&t0), rep->total.threads,
              o->process_source != NULL ? o->process_source : "single process");
     /* the marker keeps the summary as one line */
-    {
-        char line[260];
-        snprintf(line, sizeof line, "%s\n", summary);
-        rc = ur_orbax_share_mark_done(sh, line, err);
-    }
+    snprintf(line, line_size, "%s\n", summary);
+    rc = ur_orbax_share_mark_done(sh, line, err);
     if (rc == UR_OK) {
         note(o, "share %d of %d complete: %s", index, count, summary);
     }
@@ -226,7 +225,8 @@ int ur_plan_multi_run(ur_run_report *rep, const ur_run_opts *o, const ur_setting
     if (rc == UR_OK && ur_orbax_share_is_done(sh, index)) {
         note(o, "share %d of %d is already complete: not redone", index, count);
     } else if (rc == UR_OK) {
-        rc = run_my_share(sh, rep, o, s, in_path, kind, err);
+        char line[260];
+        rc = run_my_share(sh, rep, o, s, in_path, kind, line, sizeof line, err);
     }
     if (rc == UR_OK) {
         rc = ur_orbax_share_finish(sh, o->cancel, &published, &missing, &to, err);
@@ -246,6 +246,133 @@ int ur_plan_multi_run(ur_run_report *rep, const ur_run_opts *o, const ur_setting
     }
     ur_free(to);
     ur_orbax_share_close(sh);
+    ur_buf_dispose(&text);
+    return rc;
+}
+
+/* ---- an object-store output (unroll/orbax_share_remote.h) ---- */
+
+/* This process's share converted in a private local staging tree ($TMPDIR), then uploaded
+ * under the step prefix `step`. */
+static int convert_and_upload(ur_orbax_rshare *rs, ur_run_report *rep, const ur_run_opts *o,
+                              const ur_settings *s, const char *in_path, ur_plan_input kind,
+                              const char *text, ur_err *err)
+{
+    int count = o->process_count > 1 ? o->process_count : 1;
+    int index = o->process_count > 1 ? o->process_index : 0;
+    const char *tmp = getenv("TMPDIR");
+    char *root = ur_path_join(tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp", "unroll-share.XXXXXX");
+    char *dest = NULL, *db = NULL, *meta = NULL;
+    ur_orbax_share *sh = NULL;
+    char line[260];
+    int rc;
+
+    if (root == NULL) {
+        return ur_err_oom(err);
+    }
+    if (mkdtemp(root) == NULL) {
+        rc = ur_err_set_os(err, UR_EIO, errno, root, "cannot create the staging directory");
+        ur_free(root);
+        return rc;
+    }
+    dest = ur_path_join(root, "checkpoints");
+    if (dest != NULL) {
+        db = ur_path_joinf(
+            root, "checkpoints" UR_ORBAX_SHARE_SUFFIX "/step/items/ocdbt.process_%d", index);
+        meta = ur_path_joinf(root, "checkpoints" UR_ORBAX_SHARE_SUFFIX "/shares/%d", index);
+    }
+    rc = db != NULL && meta != NULL ? ur_orbax_share_open(&sh, dest, count, index, text, err)
+                                    : ur_err_oom(err);
+    if (rc == UR_OK) {
+        rc = run_my_share(sh, rep, o, s, in_path, kind, line, sizeof line, err);
+    }
+    if (rc == UR_OK) {
+        note(o, "share %d of %d: uploading it to %s", index, count, s->checkpoint_dir);
+        rc = ur_orbax_rshare_upload(rs, db, meta, line, o->cancel, err);
+    }
+    ur_orbax_share_close(sh);
+    (void)ur_fs_remove_tree(root, NULL);
+    ur_free(root);
+    ur_free(dest);
+    ur_free(db);
+    ur_free(meta);
+    return rc;
+}
+
+int ur_plan_multi_run_remote(ur_run_report *rep, const ur_run_opts *o, const ur_settings *s,
+                             const char *in_path, ur_plan_input kind, ur_err *err)
+{
+    int count = o->process_count > 1 ? o->process_count : 1;
+    int index = o->process_count > 1 ? o->process_index : 0;
+    ur_orbax_rshare *rs = NULL;
+    ur_buf text;
+    char *step = NULL;
+    int rc, published = 0, missing = 0, done = 0;
+
+    rep->share = 1;
+    if (count < 2) {
+        return ur_err_set(err, UR_EUNSUPPORTED,
+                          "%s: --resume applies to local output only (a run into an object "
+                          "store uploads only what is complete)",
+                          s->checkpoint_dir);
+    }
+    if (s->lora_input_adapters_path[0] != '\0') {
+        return ur_err_set(err, UR_EUNSUPPORTED,
+                          "lora_input_adapters_path: a multi-process run converts one checkpoint");
+    }
+    if (s->run_name[0] == '\0') {
+        return ur_err_set(err, UR_EINVAL,
+                          "a multi-process run needs run_name= (the default "
+                          "names the date, which may differ between processes)");
+    }
+    if (o->config.config_path == NULL) {
+        return ur_err_set(err, UR_EINVAL, "a multi-process run needs a config file");
+    }
+    if (o->replace) {
+        return ur_err_set(err, UR_EUNSUPPORTED,
+                          "--replace with a multi-process run into an object store: delete "
+                          "%s/0 first (no process may clear what the others write)",
+                          s->checkpoint_dir);
+    }
+    ur_buf_init(&text, 0);
+    step = ur_path_join(s->checkpoint_dir, "0");
+    rc = step != NULL ? ur_plan_multi_run_text(&text, count, share_slab_budget(o), in_path,
+                                               o->config.config_path, o->config.overrides,
+                                               o->config.n_overrides, err)
+                      : ur_err_oom(err);
+    if (rc == UR_OK) {
+        rc = ur_orbax_rshare_open(&rs, step, count, index, (const char *)text.data, &published,
+                                  err);
+    }
+    if (rc == UR_OK && published) {
+        note(o, "%s is already published: nothing to do", step);
+        goto out;
+    }
+    if (rc == UR_OK) {
+        rc = ur_orbax_rshare_is_done(rs, index, &done, err);
+    }
+    if (rc == UR_OK && done) {
+        note(o, "share %d of %d is already complete: not redone", index, count);
+    } else if (rc == UR_OK) {
+        rc = convert_and_upload(rs, rep, o, s, in_path, kind, (const char *)text.data, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_orbax_rshare_finish(rs, o->cancel, &published, &missing, err);
+    }
+    if (rc == UR_OK) {
+        if (published) {
+            note(o, "every share complete: merged and wrote %s", step);
+            rep->dest = ur_strdup(s->checkpoint_dir);
+        } else if (missing > 0) {
+            note(o, "%d of %d shares still to complete; the last one publishes %s", missing, count,
+                 step);
+        } else {
+            note(o, "every share complete; another process is publishing");
+        }
+    }
+out:
+    ur_orbax_rshare_close(rs);
+    ur_free(step);
     ur_buf_dispose(&text);
     return rc;
 }

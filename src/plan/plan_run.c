@@ -391,11 +391,13 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
     }
     if (ur_plan_multi_wanted(o, s)) {
         /* a share of a multi-process run, or a resumable one (plan_multi.c) */
-        if (remote_out || ur_kvstore_location_is_remote(in_path)) {
+        if (ur_kvstore_location_is_remote(in_path)) {
             rc = ur_err_set(err, UR_EUNSUPPORTED,
                             "%s: a multi-process or resumable run (--process-count, --resume) "
-                            "reads and writes local directories only, not s3:// or gs://",
-                            remote_out ? s->checkpoint_dir : in_path);
+                            "reads a local directory only, not s3:// or gs://",
+                            in_path);
+        } else if (remote_out) {
+            rc = ur_plan_multi_run_remote(rep, o, s, in_path, kind, err);
         } else {
             rc = ur_plan_multi_run(rep, o, s, in_path, kind, inputs, n_inputs, err);
         }

@@ -38,6 +38,11 @@ int ur_plan_multi_run(ur_run_report *rep, const ur_run_opts *o, const ur_setting
 /* The text of run.txt for a run (unroll/orbax_share.h): process count, slab budget, the input
  * (resolved) and the CRC-32C and size of its manifest.ocdbt and _METADATA, the config
  * (resolved) and the overrides in order. */
+/* As ur_plan_multi_run for an output on an object store (s3://, gs://):
+ * unroll/orbax_share_remote.h. The input must be local. */
+int ur_plan_multi_run_remote(ur_run_report *rep, const ur_run_opts *o, const ur_settings *s,
+                             const char *in_path, ur_plan_input kind, ur_err *err);
+
 int ur_plan_multi_run_text(ur_buf *out, int count, uint64_t slab_budget, const char *input,
                            const char *config, const char *const *overrides, size_t n_overrides,
                            ur_err *err);

@@ -165,6 +165,8 @@ const char *ur_code_name(ur_code code)
         return "not found";
     case UR_EINTERNAL:
         return "internal error";
+    case UR_EEXIST:
+        return "already exists";
     }
     return "unknown error";
 }

@@ -610,6 +610,20 @@ int ur_kvstore_gcs_create(ur_kvstore *kv, const char *key, const void *data, siz
     return upload_simple(g, key, data, n, 1, what, err);
 }
 
+/* The vtable's conditional create (kvstore.h): UR_EEXIST rather than 1. */
+static int g_create(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err)
+{
+    gcs_store *g = (gcs_store *)kv;
+    char what[1024];
+    int rc;
+    if (!g->writable) {
+        return ur_err_set(err, UR_EINTERNAL, "%s: store is not open for writing", kv->desc);
+    }
+    obj_url(g, key, what, sizeof what);
+    rc = upload_simple(g, key, data, n, 1, what, err);
+    return rc == 1 ? ur_err_set_os(err, UR_EEXIST, 0, what, "already exists") : rc;
+}
+
 /* Delete one object; an absent one is not an error (the kvstore's contract). */
 static int g_del(ur_kvstore *kv, const char *key, ur_err *err)
 {
@@ -669,6 +683,7 @@ static const ur_kvstore_ops gcs_ops = {
     .commit = g_commit,
     .close = g_close,
     .del = g_del,
+    .create = g_create,
 };
 
 const char *ur_kvstore_gcs_auth_kind(const ur_kvstore *kv)

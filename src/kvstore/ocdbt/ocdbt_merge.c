@@ -177,14 +177,17 @@ static int walk(collector *c, ur_ocdbt_reader *r, const ur_ocdbt_file_id *file,
     return rc;
 }
 
-/* Every entry of the latest version of the database in `path`. */
-static int collect_child(collector *c, const char *path, ur_kvstore **kv_out, ur_err *err)
+/* Every entry of the latest version of the database in `path`, read through `base` when it
+ * is set (an object store; not taken over), else from the directory. */
+static int collect_child(collector *c, const char *path, ur_kvstore *base, ur_kvstore **kv_out,
+                         ur_err *err)
 {
     ur_kvstore *kv = NULL;
     ur_ocdbt_reader *r;
     const ur_ocdbt_manifest *m;
     const ur_ocdbt_version *v;
-    int rc = ur_ocdbt_open(&kv, path, err);
+    int rc = base != NULL ? ur_ocdbt_open_kv(&kv, base, 0, path, err)
+                          : ur_ocdbt_open(&kv, path, err);
 
     if (rc < 0) {
         return rc;
@@ -291,6 +294,12 @@ static int put_entry(ur_kvstore *parent, const mentry *e, ur_err *err)
 int ur_ocdbt_merge(const char *dir, const char *const *children, size_t n_children,
                    const ur_ocdbt_write_opts *opts, ur_err *err)
 {
+    return ur_ocdbt_merge_from(dir, NULL, children, n_children, opts, err);
+}
+
+int ur_ocdbt_merge_from(const char *dir, ur_kvstore *const *bases, const char *const *children,
+                        size_t n_children, const ur_ocdbt_write_opts *opts, ur_err *err)
+{
     collector c;
     ur_kvstore **kvs = ur_calloc(n_children ? n_children : 1, sizeof *kvs);
     ur_kvstore *parent = NULL;
@@ -306,7 +315,8 @@ int ur_ocdbt_merge(const char *dir, const char *const *children, size_t n_childr
         }
         c.child = i;
         c.child_name = children[i];
-        rc = collect_child(&c, path, &kvs[i], err);
+        rc = collect_child(&c, bases != NULL ? ur_kvstore_describe(bases[i]) : path,
+                           bases != NULL ? bases[i] : NULL, &kvs[i], err);
         ur_free(path);
     }
     if (rc == UR_OK && c.n > 0) {
@@ -420,7 +430,7 @@ int ur_ocdbt_resume(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts
     ur_strmap_init(&files);
     c.child_name = "";
     c.files = &files;
-    rc = collect_child(&c, dir, &old, err);
+    rc = collect_child(&c, dir, NULL, &old, err);
     ur_kvstore_close(old);
     if (rc == UR_OK) {
         rc = remove_unreferenced(dir, &files, err);

@@ -771,7 +771,7 @@ static void r_close(ur_kvstore *kv)
 
 static const ur_kvstore_ops reader_ops = {
     "ocdbt", r_read,  r_read_range, r_view, r_size, r_list, NULL,
-    NULL,    r_close, r_prefetch,   NULL,   NULL,   NULL,
+    NULL,    r_close, r_prefetch,   NULL,   NULL,   NULL,   NULL,
 };
 
 /* ---- opening ---- */

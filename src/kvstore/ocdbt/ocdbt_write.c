@@ -931,7 +931,7 @@ uint64_t ur_ocdbt_writer_held_bytes(const ur_kvstore *kv)
 
 static const ur_kvstore_ops writer_ops = {
     "ocdbt-writer", NULL,    NULL, NULL, NULL, NULL, w_write,
-    w_commit,       w_close, NULL, NULL, NULL, NULL,
+    w_commit,       w_close, NULL, NULL, NULL, NULL, NULL,
 };
 
 int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts *opts,

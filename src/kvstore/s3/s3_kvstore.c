@@ -530,6 +530,36 @@ static int s_write(ur_kvstore *kv, const char *key, const void *data, size_t n, 
                             : put_simple(s, key, data, n, err);
 }
 
+/* PUT with If-None-Match: * (S3 since 2024, MinIO, SeaweedFS): 412 when the object exists.
+ * One simple PUT whatever the size: the claims and markers created this way are small. */
+static int s_create(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err)
+{
+    static const long accept[] = {412};
+    static const char *const hdrs[] = {"If-None-Match: *"};
+    s3_store *s = (s3_store *)kv;
+    ur_http_req req;
+    long status = 0;
+    int rc;
+    if (!s->writable) {
+        return ur_err_set(err, UR_EINTERNAL, "%s: store is not open for writing", kv->desc);
+    }
+    memset(&req, 0, sizeof req);
+    req.body = data;
+    req.body_len = n;
+    req.headers = hdrs;
+    req.n_headers = 1;
+    req.accept = accept;
+    req.n_accept = 1;
+    rc = key_request(s, &req, "PUT", key, "", &status, err);
+    if (rc == UR_OK && status == 412) {
+        char where[700];
+        snprintf(where, sizeof where, "s3://%s/%s%s%s", s->bucket, s->prefix,
+                 s->prefix[0] ? "/" : "", key);
+        rc = ur_err_set_os(err, UR_EEXIST, 0, where, "already exists");
+    }
+    return rc;
+}
+
 static int s_delete(ur_kvstore *kv, const char *key, ur_err *err)
 {
     ur_http_req req;
@@ -551,7 +581,7 @@ static void s_close(ur_kvstore *kv)
 
 static const ur_kvstore_ops s3_ops = {
     "s3", s_read,  s_read_range, NULL,     s_size, s_list, s_write,
-    NULL, s_close, NULL,         s_delete, NULL,   NULL,
+    NULL, s_close, NULL,         s_delete, NULL,   NULL,   s_create,
 };
 
 int ur_kvstore_s3_open(ur_kvstore **out, const char *bucket, const char *prefix, int writable,

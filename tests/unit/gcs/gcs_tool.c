@@ -6,6 +6,7 @@
  *   gcs_tool ls     gs://b/p [PREFIX]         "<key>\t<size>" lines
  *   gcs_tool put    gs://b/p KEY FILE         write FILE's bytes
  *   gcs_tool create gs://b/p KEY FILE         conditional create: "created" or "exists"
+ *                                             (ur_kvstore_create; any location, s3:// too)
  *   gcs_tool rm     gs://b/p KEY
  *   gcs_tool auth   gs://b/p                  the credentials kind, after one listing
  *
@@ -69,9 +70,9 @@ static int run(ur_kvstore *kv, int argc, char **argv, ur_err *err)
         if (rc == UR_OK && cmd[0] == 'p') {
             rc = ur_kvstore_write(kv, argv[3], b.data, b.len, err);
         } else if (rc == UR_OK) {
-            rc = ur_kvstore_gcs_create(kv, argv[3], b.data, b.len, err);
-            if (rc >= 0) {
-                puts(rc == 1 ? "exists" : "created");
+            rc = ur_kvstore_create(kv, argv[3], b.data, b.len, err);
+            if (rc == UR_OK || rc == UR_EEXIST) {
+                puts(rc == UR_EEXIST ? "exists" : "created");
                 rc = UR_OK;
             }
         }

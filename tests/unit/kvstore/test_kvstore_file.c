@@ -8,6 +8,7 @@
 
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char scratch[256];
@@ -222,6 +223,103 @@ static void test_kvstore_file__links_and_special_files(void **state)
     ur_free(root);
 }
 
+/* The conditional create: the first create wins and a second leaves the value alone; a
+ * symbolic link at the name counts as present and its target is not written; a link on the way
+ * is refused, so nothing is created outside the root. */
+static void test_kvstore_file__create_if_absent(void **state)
+{
+    char *root = ur_path_join(scratch, "excl");
+    char *outside = ur_path_join(scratch, "excl_out");
+    char *p;
+    ur_kvstore *kv = NULL;
+    ur_err err;
+    ur_buf b;
+    (void)state;
+    assert_int_equal(ur_kvstore_file_open(&kv, root, 1, &err), UR_OK);
+    assert_int_equal(ur_kvstore_create(kv, "run/finish.claim", "one", 3, &err), UR_OK);
+    assert_int_equal(ur_kvstore_create(kv, "run/finish.claim", "two", 3, &err), UR_EEXIST);
+    assert_non_null(strstr(err.where, "run/finish.claim"));
+    ur_buf_init(&b, 0);
+    assert_int_equal(ur_kvstore_read(kv, "run/finish.claim", &b, &err), UR_OK);
+    assert_int_equal(b.len, 3);
+    assert_memory_equal(b.data, "one", 3);
+    /* an empty value is a value */
+    assert_int_equal(ur_kvstore_create(kv, "empty", "", 0, &err), UR_OK);
+    assert_int_equal(ur_kvstore_create(kv, "empty", "x", 1, &err), UR_EEXIST);
+    /* keys that leave the root are refused before anything is created */
+    assert_true(ur_kvstore_create(kv, "../escape", "x", 1, &err) < 0);
+    assert_true(ur_kvstore_create(kv, "/abs", "x", 1, &err) < 0);
+    p = ur_path_join(scratch, "escape");
+    assert_false(ur_fs_exists(p));
+    ur_free(p);
+
+    assert_int_equal(ur_fs_mkdirs(outside, &err), UR_OK);
+    link_in(root, "../excl_out/target", "at_link");
+    link_in(root, "../excl_out", "dir_link");
+    assert_int_equal(ur_kvstore_create(kv, "at_link", "x", 1, &err), UR_EEXIST);
+    p = ur_path_join(outside, "target");
+    assert_false(ur_fs_exists(p));
+    ur_free(p);
+    assert_int_equal(ur_kvstore_create(kv, "dir_link/claim", "x", 1, &err), UR_EIO);
+    p = ur_path_join(outside, "claim");
+    assert_false(ur_fs_exists(p));
+    ur_free(p);
+    ur_kvstore_close(kv);
+
+    /* a reader cannot create */
+    assert_int_equal(ur_kvstore_file_open(&kv, root, 0, &err), UR_OK);
+    assert_int_equal(ur_kvstore_create(kv, "other", "x", 1, &err), UR_EINTERNAL);
+    ur_kvstore_close(kv);
+    ur_buf_dispose(&b);
+    ur_free(outside);
+    ur_free(root);
+}
+
+/* Several processes creating one key at once: exactly one of them succeeds, every other one
+ * is told the key exists, and the value is the winner's. */
+static void test_kvstore_file__create_race(void **state)
+{
+    enum { N = 8 };
+    char *root = ur_path_join(scratch, "race");
+    pid_t pids[N];
+    int won = 0, exists = 0;
+    ur_kvstore *kv = NULL;
+    ur_err err;
+    ur_buf b;
+    (void)state;
+    assert_int_equal(ur_fs_mkdirs(root, &err), UR_OK);
+    for (int i = 0; i < N; i++) {
+        pids[i] = fork();
+        assert_true(pids[i] >= 0);
+        if (pids[i] == 0) {
+            char v[8];
+            int rc;
+            snprintf(v, sizeof v, "p%d", i);
+            if (ur_kvstore_file_open(&kv, root, 1, &err) != UR_OK) {
+                _exit(3);
+            }
+            rc = ur_kvstore_create(kv, "claim", v, strlen(v), &err);
+            _exit(rc == UR_OK ? 0 : rc == UR_EEXIST ? 1 : 2);
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        int st = 0;
+        assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
+        assert_true(WIFEXITED(st));
+        won += WEXITSTATUS(st) == 0;
+        exists += WEXITSTATUS(st) == 1;
+    }
+    assert_int_equal(won, 1);
+    assert_int_equal(exists, N - 1);
+    assert_int_equal(ur_kvstore_file_open(&kv, root, 0, &err), UR_OK);
+    ur_buf_init(&b, 0);
+    assert_int_equal(ur_kvstore_read(kv, "claim", &b, &err), UR_OK);
+    assert_true(b.len == 2 && b.data[0] == 'p');
+    ur_buf_dispose(&b);
+    ur_kvstore_close(kv);
+    ur_free(root);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -230,6 +328,8 @@ int main(void)
         cmocka_unit_test(test_kvstore_file__missing_directory),
         cmocka_unit_test(test_kvstore_file__views),
         cmocka_unit_test(test_kvstore_file__links_and_special_files),
+        cmocka_unit_test(test_kvstore_file__create_if_absent),
+        cmocka_unit_test(test_kvstore_file__create_race),
     };
     return cmocka_run_group_tests_name("kvstore_file", tests, setup, teardown);
 }

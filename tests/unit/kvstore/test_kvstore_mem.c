@@ -32,6 +32,27 @@ static void test_kvstore_mem__overwrite_and_prefix_listing(void **state)
     ur_kvstore_close(kv);
 }
 
+/* Create only if absent: UR_EEXIST for a present key, its value kept; a deleted key can be
+ * created again. */
+static void test_kvstore_mem__create_if_absent(void **state)
+{
+    ur_kvstore *kv = NULL;
+    ur_err err;
+    ur_buf b;
+    (void)state;
+    assert_int_equal(ur_kvstore_mem_new(&kv, NULL), UR_OK);
+    assert_int_equal(ur_kvstore_create(kv, "claim", "a", 1, &err), UR_OK);
+    assert_int_equal(ur_kvstore_create(kv, "claim", "b", 1, &err), UR_EEXIST);
+    assert_string_equal(err.where, "claim");
+    ur_buf_init(&b, 0);
+    assert_int_equal(ur_kvstore_read(kv, "claim", &b, NULL), UR_OK);
+    assert_memory_equal(b.data, "a", 1);
+    assert_int_equal(ur_kvstore_delete(kv, "claim", NULL), UR_OK);
+    assert_int_equal(ur_kvstore_create(kv, "claim", "c", 1, &err), UR_OK);
+    ur_buf_dispose(&b);
+    ur_kvstore_close(kv);
+}
+
 static void test_kvstore_mem__injected_faults(void **state)
 {
     ur_kvstore *kv = NULL;
@@ -77,6 +98,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kvstore_mem__overwrite_and_prefix_listing),
+        cmocka_unit_test(test_kvstore_mem__create_if_absent),
         cmocka_unit_test(test_kvstore_mem__injected_faults),
         cmocka_unit_test(test_kvstore_mem__oom_loop),
     };

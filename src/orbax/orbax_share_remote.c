@@ -1,0 +1,600 @@
+/* A multi-process conversion into an object store: the run's objects under the step prefix,
+ * the conditional creates that decide who starts the run and who finishes it, and the finish
+ * (merge from the store, metadata, upload in commit-file order). See
+ * include/unroll/orbax_share_remote.h. */
+#define _GNU_SOURCE /* gethostname, mkdtemp */
+#include "orbax_impl.h"
+
+#include "unroll/alloc.h"
+#include "unroll/fs.h"
+#include "unroll/kvstore.h"
+#include "unroll/ocdbt.h"
+#include "unroll/orbax_share.h"
+#include "unroll/orbax_share_remote.h"
+#include "unroll/orbax_upload.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STANDARD_HANDLER                                                                          \
+    "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
+#define RUN_KEY UR_ORBAX_RSHARE_DIR "/run.txt"
+#define CLAIM_KEY UR_ORBAX_RSHARE_DIR "/finish.claim"
+#define MAX_META ((size_t)1 << 30)
+
+struct ur_orbax_rshare {
+    char *step; /* S, without a trailing '/' */
+    ur_kvstore *kv;
+    int count, index;
+};
+
+void ur_orbax_rshare_close(ur_orbax_rshare *s)
+{
+    if (s != NULL) {
+        ur_kvstore_close(s->kv);
+        ur_free(s->step);
+        ur_free(s);
+    }
+}
+
+static int rshare_new(ur_orbax_rshare **out, const char *step, ur_err *err)
+{
+    ur_orbax_rshare *s = ur_calloc(1, sizeof *s);
+    size_t n = strlen(step);
+    int rc;
+    if (s == NULL) {
+        return ur_err_oom(err);
+    }
+    while (n > 0 && step[n - 1] == '/') {
+        n--;
+    }
+    s->step = ur_strndup(step, n);
+    rc = s->step != NULL ? ur_kvstore_open_url(&s->kv, s->step, 1, err) : ur_err_oom(err);
+    if (rc < 0) {
+        ur_orbax_rshare_close(s);
+        return rc;
+    }
+    *out = s;
+    return UR_OK;
+}
+
+/* 1 when `key` is in the store, 0 when not, < 0 when the store cannot say. */
+static int present(ur_kvstore *kv, const char *key, ur_err *err)
+{
+    uint64_t size;
+    int rc = ur_kvstore_size(kv, key, &size, err);
+    return rc == UR_OK ? 1 : rc == UR_ENOTFOUND ? 0 : rc;
+}
+
+/* Read `key` NUL-terminated into out; *found = 0 (and UR_OK) when absent. */
+static int read_opt(ur_kvstore *kv, const char *key, ur_buf *out, int *found, ur_err *err)
+{
+    int rc;
+    ur_buf_reset(out);
+    out->limit = MAX_META;
+    rc = ur_kvstore_read(kv, key, out, err);
+    *found = rc == UR_OK;
+    if (rc == UR_ENOTFOUND) {
+        ur_buf_reset(out);
+        return UR_OK;
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append(out, "", 1, err);
+        out->len--;
+    }
+    return rc;
+}
+
+typedef struct {
+    size_t n;
+    int run;
+    char first[256];
+} census;
+
+static int count_objects(void *ctx, const char *key, uint64_t size)
+{
+    census *c = ctx;
+    (void)size;
+    if (strcmp(key, RUN_KEY) == 0) {
+        c->run = 1;
+    } else if (c->n++ == 0) {
+        snprintf(c->first, sizeof c->first, "%s", key);
+    }
+    return 0;
+}
+
+int ur_orbax_rshare_open(ur_orbax_rshare **out, const char *step, int count, int index,
+                         const char *run_text, int *published, ur_err *err)
+{
+    ur_orbax_rshare *s = NULL;
+    census c;
+    ur_buf have;
+    int rc, found = 0;
+
+    *published = 0;
+    if (count < 1 || count > UR_ORBAX_SHARE_MAX || index < 0 || index >= count) {
+        return ur_err_set(err, UR_EINVAL, "process index %d of %d processes is out of range",
+                          index, count);
+    }
+    rc = rshare_new(&s, step, err);
+    if (rc < 0) {
+        return rc;
+    }
+    s->count = count;
+    s->index = index;
+    ur_buf_init(&have, 0);
+    rc = present(s->kv, "commit_success.txt", err);
+    if (rc == 1) {
+        *published = 1;
+        rc = UR_OK;
+        goto out;
+    }
+    /* objects there that no run of ours put: refused as for a single-process output (listed
+     * only while the run has not started: later the shares' objects are there) */
+    memset(&c, 0, sizeof c);
+    if (rc == UR_OK) {
+        rc = present(s->kv, RUN_KEY, err);
+        c.run = rc == 1;
+        rc = rc < 0 ? rc : UR_OK;
+    }
+    if (rc == UR_OK && !c.run) {
+        rc = ur_kvstore_list(s->kv, "", count_objects, &c, err);
+    }
+    if (rc == UR_OK && c.n > 0 && !c.run) {
+        rc = ur_err_set(err, UR_EINVAL,
+                        "%s already holds %zu object%s (e.g. %s) and no multi-process run: "
+                        "refusing to write over them",
+                        s->step, c.n, c.n == 1 ? "" : "s", c.first);
+    }
+    if (rc == UR_OK) {
+        rc = ur_kvstore_create(s->kv, RUN_KEY, run_text, strlen(run_text), err);
+        if (rc == UR_EEXIST) {
+            rc = read_opt(s->kv, RUN_KEY, &have, &found, err);
+            if (rc == UR_OK && (!found || strcmp((const char *)have.data, run_text) != 0)) {
+                rc = ur_err_set(err, UR_EINVAL,
+                                "%s/" RUN_KEY ": a multi-process run with other arguments or "
+                                "another input is staged there (delete %s/" UR_ORBAX_RSHARE_DIR
+                                "/ and the shares' objects to start over)",
+                                s->step, s->step);
+            }
+        }
+    }
+out:
+    ur_buf_dispose(&have);
+    if (rc < 0) {
+        ur_orbax_rshare_close(s);
+        return rc;
+    }
+    *out = s;
+    return UR_OK;
+}
+
+int ur_orbax_rshare_is_done(ur_orbax_rshare *s, int i, int *done, ur_err *err)
+{
+    char key[64];
+    int rc;
+    snprintf(key, sizeof key, UR_ORBAX_RSHARE_DIR "/shares/%d.done", i);
+    rc = present(s->kv, key, err);
+    *done = rc == 1;
+    return rc < 0 ? rc : UR_OK;
+}
+
+int ur_orbax_rshare_upload(ur_orbax_rshare *s, const char *db_dir, const char *meta_dir,
+                           const char *summary, const volatile sig_atomic_t *cancel, ur_err *err)
+{
+    ur_orbax_upload_opts uo;
+    char *db_url = ur_path_joinf(s->step, "items/ocdbt.process_%d", s->index);
+    char *meta_url = ur_path_joinf(s->step, UR_ORBAX_RSHARE_DIR "/shares/%d", s->index);
+    char key[64];
+    int rc = db_url != NULL && meta_url != NULL ? UR_OK : ur_err_oom(err);
+
+    memset(&uo, 0, sizeof uo);
+    uo.replace = 1; /* what a killed attempt of this share left */
+    uo.threads = 16;
+    snprintf(key, sizeof key, UR_ORBAX_RSHARE_DIR "/shares/%d.done", s->index);
+    if (rc == UR_OK) {
+        rc = ur_kvstore_delete(s->kv, key, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_orbax_upload(db_dir, db_url, &uo, cancel, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_orbax_upload(meta_dir, meta_url, &uo, cancel, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_kvstore_write(s->kv, key, summary, strlen(summary), err);
+    }
+    ur_free(db_url);
+    ur_free(meta_url);
+    return rc;
+}
+
+static int count_missing(ur_orbax_rshare *s, ur_buf *names, int *missing, ur_err *err)
+{
+    int rc = UR_OK;
+    *missing = 0;
+    for (int i = 0; i < s->count && rc == UR_OK; i++) {
+        int done = 0;
+        rc = ur_orbax_rshare_is_done(s, i, &done, err);
+        if (rc == UR_OK && !done) {
+            (*missing)++;
+            if (names != NULL && *missing <= 16) {
+                rc = ur_buf_printf(names, err, "%s%d", *missing > 1 ? ", " : "", i);
+            } else if (names != NULL && *missing == 17) {
+                rc = ur_buf_printf(names, err, ", ...");
+            }
+        }
+    }
+    return rc;
+}
+
+static int write_in(const char *dir, const char *name, const void *p, size_t n, ur_err *err)
+{
+    char *path = ur_path_join(dir, name);
+    int rc = path != NULL ? ur_fs_write_file(path, p, n, err) : ur_err_oom(err);
+    ur_free(path);
+    return rc;
+}
+
+/* Share 0's metadata file `name` (checked the same in every share) into local `items`. */
+static int same_metadata(ur_orbax_rshare *s, const char *name, const char *items, const char *as,
+                         int required, ur_err *err)
+{
+    ur_buf first, other;
+    char key[300];
+    int rc, has0 = 0, has = 0;
+    ur_buf_init(&first, 0);
+    ur_buf_init(&other, 0);
+    snprintf(key, sizeof key, UR_ORBAX_RSHARE_DIR "/shares/0/%s", name);
+    rc = read_opt(s->kv, key, &first, &has0, err);
+    for (int i = 1; i < s->count && rc == UR_OK; i++) {
+        snprintf(key, sizeof key, UR_ORBAX_RSHARE_DIR "/shares/%d/%s", i, name);
+        rc = read_opt(s->kv, key, &other, &has, err);
+        if (rc == UR_OK && (has != has0 || other.len != first.len ||
+                            memcmp(other.data, first.data, first.len) != 0)) {
+            rc = ur_err_set(err, UR_ECORRUPT,
+                            "%s/%s differs from share 0's: the shares come from different plans",
+                            s->step, key);
+        }
+    }
+    if (rc == UR_OK && required && !has0) {
+        rc = ur_err_set(err, UR_EIO, "%s/" UR_ORBAX_RSHARE_DIR "/shares/0/%s is missing", s->step,
+                        name);
+    }
+    if (rc == UR_OK && has0) {
+        rc = write_in(items, as, first.data, first.len, err);
+    }
+    ur_buf_dispose(&first);
+    ur_buf_dispose(&other);
+    return rc;
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The top-level database of local `items`: the shares' databases merged, read from the store. */
+static int merge_from_store(ur_orbax_rshare *s, const char *items, ur_err *err)
+{
+    ur_kvstore **bases = ur_calloc((size_t)s->count, sizeof *bases);
+    char **names = ur_calloc((size_t)s->count, sizeof *names);
+    ur_ocdbt_write_opts o;
+    int rc = bases != NULL && names != NULL ? UR_OK : ur_err_oom(err);
+    for (int i = 0; i < s->count && rc == UR_OK; i++) {
+        char *url = ur_path_joinf(s->step, "items/ocdbt.process_%d", i);
+        names[i] = ur_malloc(32);
+        if (url == NULL || names[i] == NULL) {
+            rc = ur_err_oom(err);
+        } else {
+            snprintf(names[i], 32, "ocdbt.process_%d", i);
+            rc = ur_kvstore_open_url(&bases[i], url, 0, err);
+        }
+        ur_free(url);
+    }
+    if (rc == UR_OK) {
+        ur_ocdbt_write_opts_init(&o);
+        o.seed = 0x756e726f6c6c00ffull; /* as the local finish: the same shares, the same bytes */
+        rc = ur_ocdbt_merge_from(items, bases, (const char *const *)names, (size_t)s->count, &o,
+                                 err);
+    }
+    for (int i = 0; i < s->count; i++) {
+        if (bases != NULL) {
+            ur_kvstore_close(bases[i]);
+        }
+        if (names != NULL) {
+            ur_free(names[i]);
+        }
+    }
+    ur_free(bases);
+    ur_free(names);
+    return rc;
+}
+
+/* The local tree of the finish in `step_dir`: items/ (top-level database and metadata) and the
+ * step's own files, as the local finish writes them (orbax_share.c). */
+static int build_finish_tree(ur_orbax_rshare *s, const char *step_dir, ur_err *err)
+{
+    const char *item_names[1] = {"items"};
+    const char *handlers[1] = {STANDARD_HANDLER};
+    char *items = ur_path_join(step_dir, "items"), *am = NULL;
+    ur_orbax_step_meta sm;
+    ur_buf b;
+    int rc = items != NULL ? ur_fs_mkdirs(items, err) : ur_err_oom(err);
+
+    ur_buf_init(&b, 0);
+    if (rc == UR_OK) {
+        am = ur_path_join(items, "array_metadatas");
+        rc = am != NULL ? ur_fs_mkdirs(am, err) : ur_err_oom(err);
+    }
+    /* first: it checks the shares agree */
+    if (rc == UR_OK) {
+        rc = same_metadata(s, "_METADATA", items, "_METADATA", 1, err);
+    }
+    if (rc == UR_OK) {
+        rc = same_metadata(s, "_sharding", items, "_sharding", 0, err);
+    }
+    if (rc == UR_OK) {
+        rc = same_metadata(s, "array_metadatas.json", items, "array_metadatas/process_0", 0, err);
+    }
+    if (rc == UR_OK) {
+        rc = merge_from_store(s, items, err);
+    }
+    if (rc == UR_OK) { /* the upload writes the markers' text (the final location) */
+        rc = write_in(items, "commit_success.txt", "", 0, err);
+    }
+    if (rc == UR_OK) {
+        rc = write_in(step_dir, "commit_success.txt", "", 0, err);
+    }
+    if (rc == UR_OK) {
+        memset(&sm, 0, sizeof sm);
+        sm.n_item_handlers = 1;
+        sm.item_names = item_names;
+        sm.item_handlers = handlers;
+        sm.has_init_timestamp = 1;
+        sm.init_timestamp_nsecs = now_ns();
+        sm.has_commit_timestamp = 1;
+        sm.commit_timestamp_nsecs = sm.init_timestamp_nsecs;
+        rc = ur_orbax_ckpt_meta_emit(&b, &sm, err);
+    }
+    if (rc == UR_OK) {
+        rc = write_in(step_dir, "_CHECKPOINT_METADATA", b.data, b.len, err);
+    }
+    ur_buf_dispose(&b);
+    ur_free(am);
+    ur_free(items);
+    return rc;
+}
+
+static int collect_run_key(void *ctx, const char *key, uint64_t size)
+{
+    ur_buf *keys = ctx;
+    (void)size;
+    return ur_buf_append(keys, key, strlen(key) + 1, NULL) == UR_OK ? 0 : UR_ENOMEM;
+}
+
+/* After the commit marker: the run's own objects go (best effort: a reader ignores them). */
+static void remove_run_objects(ur_orbax_rshare *s)
+{
+    ur_buf keys;
+    ur_err ignored;
+    ur_buf_init(&keys, 0);
+    if (ur_kvstore_list(s->kv, UR_ORBAX_RSHARE_DIR "/", collect_run_key, &keys, &ignored) ==
+        UR_OK) {
+        for (size_t at = 0; at < keys.len; at += strlen((const char *)keys.data + at) + 1) {
+            (void)ur_kvstore_delete(s->kv, (const char *)keys.data + at, &ignored);
+        }
+    }
+    ur_buf_dispose(&keys);
+}
+
+static int finish(ur_orbax_rshare *s, const volatile sig_atomic_t *cancel, ur_err *err)
+{
+    const char *tmp = getenv("TMPDIR");
+    char *root = ur_path_join(tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp",
+                              "unroll-finish.XXXXXX");
+    char *step_dir = NULL;
+    ur_orbax_upload_opts uo;
+    int rc = UR_OK;
+
+    if (root == NULL) {
+        return ur_err_oom(err);
+    }
+    if (mkdtemp(root) == NULL) {
+        rc = ur_err_set_os(err, UR_EIO, errno, root, "cannot create the finish's directory");
+        ur_free(root);
+        return rc;
+    }
+    step_dir = ur_path_join(root, "step");
+    rc = step_dir != NULL ? build_finish_tree(s, step_dir, err) : ur_err_oom(err);
+    if (rc == UR_OK && cancel != NULL && *cancel) {
+        rc = ur_err_set(err, UR_EINTERNAL, "interrupted");
+    }
+    if (rc == UR_OK) {
+        memset(&uo, 0, sizeof uo);
+        uo.add = 1; /* beside the shares' databases */
+        uo.threads = 16;
+        rc = ur_orbax_upload(step_dir, s->step, &uo, cancel, err);
+    }
+    if (rc == UR_OK) {
+        remove_run_objects(s);
+    }
+    (void)ur_fs_remove_tree(root, NULL);
+    ur_free(step_dir);
+    ur_free(root);
+    return rc;
+}
+
+static int claim(ur_orbax_rshare *s, int *won, ur_err *err)
+{
+    char who[160], host[64] = "";
+    int rc;
+    gethostname(host, sizeof host - 1);
+    snprintf(who, sizeof who, "pid %ld on %s, process %d of %d\n", (long)getpid(), host, s->index,
+             s->count);
+    rc = ur_kvstore_create(s->kv, CLAIM_KEY, who, strlen(who), err);
+    *won = rc == UR_OK;
+    if (rc == UR_EEXIST) {
+        /* a create retried after its answer was lost finds its own object: ours if it holds
+         * our name */
+        ur_buf have;
+        int found = 0;
+        ur_buf_init(&have, 0);
+        rc = read_opt(s->kv, CLAIM_KEY, &have, &found, err);
+        *won = rc == UR_OK && found && strcmp((const char *)have.data, who) == 0;
+        ur_buf_dispose(&have);
+    }
+    return rc;
+}
+
+int ur_orbax_rshare_finish(ur_orbax_rshare *s, const volatile sig_atomic_t *cancel, int *published,
+                           int *missing, ur_err *err)
+{
+    int won = 0, rc = count_missing(s, NULL, missing, err);
+    *published = 0;
+    if (rc < 0 || *missing > 0) {
+        return rc;
+    }
+    rc = claim(s, &won, err);
+    if (rc < 0 || !won) {
+        return rc;
+    }
+    rc = finish(s, cancel, err);
+    *published = rc == UR_OK;
+    return rc;
+}
+
+/* Open the run staged at `checkpoint_dir`/0 (or at the step itself) from its run.txt:
+ * *found = 0 when there is none. */
+static int open_staged(ur_orbax_rshare **out, const char *checkpoint_dir, int *found, ur_err *err)
+{
+    ur_orbax_rshare *s = NULL;
+    ur_buf run;
+    size_t n = strlen(checkpoint_dir);
+    char *step;
+    int rc;
+
+    *found = 0;
+    while (n > 0 && checkpoint_dir[n - 1] == '/') {
+        n--;
+    }
+    step = n >= 2 && checkpoint_dir[n - 1] == '0' && checkpoint_dir[n - 2] == '/'
+               ? ur_strndup(checkpoint_dir, n)
+               : ur_path_join(checkpoint_dir, "0");
+    if (step == NULL) {
+        return ur_err_oom(err);
+    }
+    rc = rshare_new(&s, step, err);
+    ur_free(step);
+    if (rc < 0) {
+        return rc;
+    }
+    ur_buf_init(&run, 0);
+    rc = read_opt(s->kv, RUN_KEY, &run, found, err);
+    if (rc == UR_OK && *found) {
+        const char *p = strstr((const char *)run.data, "\nprocesses ");
+        long c = p != NULL ? strtol(p + 11, NULL, 10) : 0;
+        if (c < 1 || c > UR_ORBAX_SHARE_MAX) {
+            rc = ur_err_set(err, UR_ECORRUPT, "%s/%s: no process count", s->step, RUN_KEY);
+        }
+        s->count = (int)c;
+    }
+    ur_buf_dispose(&run);
+    if (rc < 0) {
+        ur_orbax_rshare_close(s);
+        return rc;
+    }
+    *out = s;
+    return UR_OK;
+}
+
+int ur_orbax_rshare_status(const char *checkpoint_dir, ur_buf *out, int *staged, ur_err *err)
+{
+    ur_orbax_rshare *s = NULL;
+    ur_buf summary;
+    int found = 0, done = 0, rc = open_staged(&s, checkpoint_dir, &found, err);
+
+    *staged = 0;
+    if (rc < 0) {
+        return rc;
+    }
+    if (found) {
+        rc = present(s->kv, "commit_success.txt", err);
+        *staged = rc == 0;
+        rc = rc < 0 ? rc : UR_OK;
+    }
+    ur_buf_init(&summary, 0);
+    for (int i = 0; *staged && i < s->count && rc == UR_OK; i++) {
+        char key[64];
+        int has = 0;
+        snprintf(key, sizeof key, UR_ORBAX_RSHARE_DIR "/shares/%d.done", i);
+        rc = read_opt(s->kv, key, &summary, &has, err);
+        while (rc == UR_OK && summary.len > 0 && summary.data[summary.len - 1] == '\n') {
+            summary.len--;
+        }
+        if (rc == UR_OK && has) {
+            done++;
+            rc = ur_buf_printf(out, err, "share %d: complete: %.*s\n", i, (int)summary.len,
+                               (const char *)summary.data);
+        } else if (rc == UR_OK) {
+            rc = ur_buf_printf(out, err, "share %d: not complete\n", i);
+        }
+    }
+    if (rc == UR_OK && *staged) {
+        rc = ur_buf_printf(out, err,
+                           "%d of %d shares complete; %s: not a checkpoint until the last "
+                           "share (or unroll merge) publishes it\n",
+                           done, s->count, s->step);
+    }
+    ur_buf_dispose(&summary);
+    ur_orbax_rshare_close(s);
+    return rc;
+}
+
+int ur_orbax_rshare_merge(const char *checkpoint_dir, const volatile sig_atomic_t *cancel,
+                          char **published_to, ur_err *err)
+{
+    ur_orbax_rshare *s = NULL;
+    ur_buf names;
+    int rc, found = 0, missing = 0, won = 0;
+
+    *published_to = NULL;
+    rc = open_staged(&s, checkpoint_dir, &found, err);
+    if (rc < 0) {
+        return rc;
+    }
+    ur_buf_init(&names, 0);
+    if (!found) {
+        rc = ur_err_set(err, UR_EINVAL, "%s: no multi-process run is staged there (no %s)",
+                        s->step, RUN_KEY);
+    }
+    if (rc == UR_OK) {
+        rc = count_missing(s, &names, &missing, err);
+    }
+    if (rc == UR_OK && missing > 0) {
+        ur_buf_append(&names, "", 1, err);
+        rc = ur_err_set(err, UR_EIO,
+                        "%s: %d of %d shares are not complete (process index %s): rerun them "
+                        "with --process-index, then merge",
+                        s->step, missing, s->count, (const char *)names.data);
+    }
+    if (rc == UR_OK) {
+        rc = claim(s, &won, err); /* a claim left by a finisher that died is taken over */
+    }
+    if (rc == UR_OK) {
+        rc = finish(s, cancel, err);
+    }
+    if (rc == UR_OK) {
+        *published_to = ur_strdup(s->step);
+        rc = *published_to != NULL ? UR_OK : ur_err_oom(err);
+    }
+    ur_buf_dispose(&names);
+    ur_orbax_rshare_close(s);
+    return rc;
+}
