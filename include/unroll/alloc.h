@@ -15,6 +15,12 @@ char *ur_strdup(const char *s);
 /* Copy of the first n bytes of s plus a NUL, or NULL when out of memory. */
 char *ur_strndup(const char *s, size_t n);
 
+/* Give the memory freed so far back to the system where the allocator can (glibc:
+ * malloc_trim, every thread's arena). Called between the phases of a run, so that what one
+ * phase freed (in the heaps of the threads that allocated it) does not stay resident while
+ * the next phase allocates elsewhere; a no-op on other C libraries. */
+void ur_alloc_trim(void);
+
 /* Test hook: make the allocation after `n` more successful ones fail (n = 0: the next
  * one fails); a negative n disables failing. Returns how many allocations succeeded since
  * the previous call. Not thread-safe: for single-threaded tests only. */

@@ -31,4 +31,13 @@ typedef int (*ur_json_member_fn)(void *ctx, const char *key, const char *value, 
 int ur_json_each_member(const char *text, size_t len, ur_json_member_fn fn, void *ctx,
                         ur_err *err);
 
+/* Called with each element of an array: its index and its text, unparsed. */
+typedef int (*ur_json_element_fn)(void *ctx, size_t index, const char *value, size_t len,
+                                  ur_err *err);
+
+/* Walk the elements of the JSON array `text` in order without building its tree, as
+ * ur_json_each_member does for an object. */
+int ur_json_each_element(const char *text, size_t len, ur_json_element_fn fn, void *ctx,
+                         ur_err *err);
+
 #endif

@@ -118,12 +118,14 @@ typedef struct {
     /* For a non-array leaf: the empty entry it is (carried into the output as the same
      * entry, e.g. the None leaves of a LoRA adapter), or UR_PLAN_NOT_PLACEHOLDER. */
     int placeholder;
-    size_t rank;
-    uint64_t shape[UR_MAX_RANK];
+    size_t rank; /* at most UR_MAX_RANK */
+    /* rank entries (NULL when rank is 0), borrowed like the path: a checkpoint of 100,000
+     * leaves keeps its shapes once, not in a rank-32 array per leaf. */
+    const uint64_t *shape;
     int has_spec; /* a partition spec was stored for this leaf */
-    /* Per axis (< rank): the mesh axis name, NULL for None, tuple entries joined by ','
-     * ("fsdp,expert"). Entries past the stored spec's length are NULL. */
-    const char *spec[UR_MAX_RANK];
+    /* rank entries when has_spec (else NULL): the mesh axis name, NULL for None, tuple
+     * entries joined by ',' ("fsdp,expert"). Entries past the stored spec's length are NULL. */
+    const char *const *spec;
 } ur_plan_leaf;
 
 /* Most layer axes one leaf can be unstacked over (pipeline: repeats, stage, layers_per_stage). */

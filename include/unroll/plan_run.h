@@ -103,6 +103,7 @@ typedef struct ur_plan_leaves {
     size_t n;
     const char **comps_;     /* every leaf's key components, back to back (borrowed strings) */
     unsigned char *seqs_;    /* ... and which of them are list indices */
+    const char **specs_;     /* the partition specs, rank entries per leaf that has one */
 } ur_plan_leaves;
 
 /* The leaves of `ck` (paths, dtypes, shapes, placeholders, partition specs). The strings are

@@ -172,6 +172,7 @@ static int default_scan_axis(const ur_orbax_leaf *l)
     static const char *const groups[] = {"layers", "dense_layers", "moe_layers", "scanned_blocks"};
     ur_settings s;
     ur_plan_leaf p;
+    const char *spec[UR_MAX_RANK] = {NULL};
     int in_group = 0;
 
     for (size_t k = 0; k < l->depth && !in_group; k++) {
@@ -192,13 +193,12 @@ static int default_scan_axis(const ur_orbax_leaf *l)
     memset(&p, 0, sizeof p);
     p.dtype = l->dtype;
     p.rank = (size_t)l->rank;
-    if (p.rank > 0) { /* l->shape has rank entries */
-        memcpy(p.shape, l->shape, p.rank * sizeof p.shape[0]);
-    }
+    p.shape = p.rank > 0 ? l->shape : NULL; /* l->shape has rank entries */
     p.has_spec = l->sharding.kind == UR_ORBAX_SHARDING_NAMED;
-    for (int d = 0; d < l->sharding.spec_rank && d < UR_MAX_RANK; d++) {
-        p.spec[d] = l->sharding.spec[d];
+    for (int d = 0; d < l->sharding.spec_rank && d < l->rank && d < UR_MAX_RANK; d++) {
+        spec[d] = l->sharding.spec[d];
     }
+    p.spec = spec;
     return ur_plan_scan_axis(&p, &s);
 }
 

@@ -421,6 +421,9 @@ static int attach_sharding(ur_orbax_ckpt *ck, ur_err *err)
         }
         l->sharding = *s;
     }
+    if (ck->sharding != NULL) { /* every leaf has its copy: the look-up map is done */
+        ur_strmap_dispose(&ck->sharding->index);
+    }
     return attach_array_meta(ck, err);
 }
 
@@ -541,6 +544,7 @@ static int describe_arrays(ur_orbax_ckpt *ck, ur_err *err)
         }
         ur_orbax__arena_adopt(&ck->arena, &parts[k].arena);
     }
+    ur_alloc_trim(); /* what each thread's parses of zarr metadata freed, in its own heap */
     return rc;
 }
 
@@ -649,6 +653,10 @@ int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur
     if (side_started) {
         pthread_join(side_tid, NULL);
     }
+    /* The text is parsed: give it back before the arrays' metadata is read (with 100,000
+     * leaves, _METADATA is tens of MB and the B+tree node read next is larger). */
+    ur_buf_dispose(&b);
+    ur_alloc_trim();
     ck->sharding = side.sharding;
     ck->array_meta = side.array_meta;
     if (rc == UR_OK && side.rc < 0) {

@@ -13,6 +13,7 @@
 #include "orbax_impl.h"
 
 #include "unroll/alloc.h"
+#include "unroll/json.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -224,8 +225,8 @@ static int parse_array_meta(ur_orbax_array_meta *am, ur_orbax_arena *a, const cJ
     return UR_OK;
 }
 
-int ur_orbax_array_meta_parse(ur_orbax_array_meta_list **out, const char *json, size_t len,
-                              ur_err *err)
+/* The whole document through cJSON: what the walk below refuses gets the usual message. */
+static int parse_whole(ur_orbax_array_meta_list **out, const char *json, size_t len, ur_err *err)
 {
     cJSON *root = NULL;
     ur_orbax_array_meta_list *l = ur_calloc(1, sizeof(*l));
@@ -264,6 +265,90 @@ int ur_orbax_array_meta_parse(ur_orbax_array_meta_list **out, const char *json, 
 out:
     cJSON_Delete(root);
     ur_orbax_array_meta_free(l);
+    return rc;
+}
+
+typedef struct {
+    ur_orbax_array_meta_list *l;
+    const char *list; /* the text of the "array_metadatas" member */
+    size_t list_len;
+    size_t count;
+    int entry_failed; /* the error is an entry's, not the document's syntax */
+} array_meta_walk;
+
+static int top_member(void *ctx, const char *key, const char *value, size_t len, ur_err *err)
+{
+    array_meta_walk *w = ctx;
+    cJSON *v = NULL;
+    int rc;
+    if (strcmp(key, "array_metadatas") == 0 && w->list == NULL) {
+        w->list = value; /* its entries are parsed one by one */
+        w->list_len = len;
+        return UR_OK;
+    }
+    rc = ur_json_parse(&v, value, len, err); /* checked, as a whole parse would */
+    cJSON_Delete(v);
+    return rc;
+}
+
+static int count_element(void *ctx, size_t i, const char *value, size_t len, ur_err *err)
+{
+    (void)i, (void)value, (void)len, (void)err;
+    ((array_meta_walk *)ctx)->count++;
+    return UR_OK;
+}
+
+static int walk_element(void *ctx, size_t i, const char *value, size_t len, ur_err *err)
+{
+    array_meta_walk *w = ctx;
+    cJSON *e = NULL;
+    int rc = i < w->count ? ur_json_parse(&e, value, len, err)
+                          : ur_err_set(err, UR_EINTERNAL, "array_metadatas: uncounted entry");
+    if (rc == UR_OK) {
+        rc = parse_array_meta(&w->l->items[i], &w->l->arena, e, i, err);
+        w->entry_failed = rc < 0;
+        w->l->n += rc == UR_OK;
+    }
+    cJSON_Delete(e);
+    return rc;
+}
+
+/* Entry by entry (ur_json_each_member, ur_json_each_element): 200,000 arrays make a 28 MB
+ * file, and cJSON's tree of it is ten times that. */
+int ur_orbax_array_meta_parse(ur_orbax_array_meta_list **out, const char *json, size_t len,
+                              ur_err *err)
+{
+    array_meta_walk w;
+    int rc;
+
+    memset(&w, 0, sizeof w);
+    w.l = ur_calloc(1, sizeof(*w.l));
+    if (w.l == NULL) {
+        return ur_err_oom(err);
+    }
+    ur_orbax__arena_init(&w.l->arena);
+    rc = ur_json_each_member(json, len, top_member, &w, err);
+    if (rc == UR_OK && w.list == NULL) {
+        rc = UR_ECORRUPT; /* the whole parse names what is missing */
+    }
+    if (rc == UR_OK) {
+        rc = ur_json_each_element(w.list, w.list_len, count_element, &w, err);
+    }
+    if (rc == UR_OK) {
+        w.l->items = ur_orbax__arena_alloc(&w.l->arena, w.count * sizeof(*w.l->items));
+        rc = w.l->items != NULL ? UR_OK : ur_err_oom(err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_json_each_element(w.list, w.list_len, walk_element, &w, err);
+    }
+    if (rc == UR_OK) {
+        *out = w.l;
+        return UR_OK;
+    }
+    ur_orbax_array_meta_free(w.l);
+    if (rc == UR_ECORRUPT && !w.entry_failed) {
+        return parse_whole(out, json, len, err);
+    }
     return rc;
 }
 

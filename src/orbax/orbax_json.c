@@ -48,19 +48,13 @@ void ur_orbax__arena_adopt(ur_orbax_arena *into, ur_orbax_arena *from)
     from->head = NULL;
 }
 
-void *ur_orbax__arena_alloc(ur_orbax_arena *a, size_t n)
+/* n bytes at an offset of the head block that is a multiple of align (a power of two). */
+static void *arena_take(ur_orbax_arena *a, size_t n, size_t align)
 {
-    const size_t align = alignof(max_align_t);
-    size_t need = (n + align - 1) / align * align;
-    if (need < n) {
-        return NULL;
-    }
-    if (need == 0) {
-        need = align;
-    }
     ur_orbax__arena_block *b = a->head;
-    if (b == NULL || b->cap - b->used < need) {
-        size_t cap = need > ARENA_BLOCK ? need : ARENA_BLOCK;
+    size_t at = b != NULL ? (b->used + align - 1) & ~(align - 1) : 0;
+    if (b == NULL || at > b->cap || b->cap - at < n) {
+        size_t cap = n > ARENA_BLOCK ? n : ARENA_BLOCK;
         if (cap > SIZE_MAX - sizeof(*b)) {
             return NULL;
         }
@@ -72,19 +66,29 @@ void *ur_orbax__arena_alloc(ur_orbax_arena *a, size_t n)
         b->used = 0;
         b->next = a->head;
         a->head = b;
+        at = 0;
     }
-    void *p = b->data + b->used;
-    b->used += need;
-    memset(p, 0, n);
+    b->used = at + n;
+    return b->data + at;
+}
+
+void *ur_orbax__arena_alloc(ur_orbax_arena *a, size_t n)
+{
+    void *p = arena_take(a, n ? n : 1, alignof(max_align_t));
+    if (p != NULL) {
+        memset(p, 0, n);
+    }
     return p;
 }
 
+/* Strings are not aligned: with 100,000 leaves of a few short keys each, rounding every one
+ * up to 16 bytes cost a third of the leaf records. */
 char *ur_orbax__arena_strndup(ur_orbax_arena *a, const char *s, size_t n)
 {
     if (n == SIZE_MAX) {
         return NULL;
     }
-    char *p = ur_orbax__arena_alloc(a, n + 1);
+    char *p = arena_take(a, n + 1, 1);
     if (p != NULL) {
         memcpy(p, s, n);
         p[n] = '\0';

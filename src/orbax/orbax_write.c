@@ -18,6 +18,22 @@
 #define STANDARD_HANDLER                                                                          \
     "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
 
+/* One leaf as the writer keeps it until the commit, which expands it into an
+ * ur_orbax_leaf (names, key paths, sharding): a record of 48 bytes, not 200 plus its
+ * strings, since the whole output's leaves are held while the input is still open. */
+typedef struct {
+    const ur_orbax_key *prefix; /* the depth - 1 keys before the last (interned), or NULL */
+    const char *last; /* the last key (interned) */
+    const uint64_t *dims; /* arrays: rank shape entries then rank chunk-shape entries */
+    const char *const *spec; /* arrays: rank entries (the writer's no_spec when replicated) */
+    uint32_t depth;
+    int8_t rank;
+    uint8_t value_type; /* ur_orbax_value_type */
+    uint8_t dtype; /* ur_dtype, when has_array */
+    uint8_t has_array;
+    uint8_t last_type; /* ur_orbax_key_type of the last key */
+} wleaf;
+
 struct ur_orbax_writer {
     char *final_dir;
     char *tmp_dir;
@@ -25,10 +41,19 @@ struct ur_orbax_writer {
     ur_orbax_write_opts opts;
     ur_orbax_arena arena;
     ur_kvstore *kv;
-    ur_orbax_leaf *leaves;
+    wleaf *leaves;
     size_t n_leaves;
     size_t cap_leaves;
-    ur_strmap names; /* leaf name -> index (names live in the arena) */
+    /* Key strings and dimension lists, each kept once (in the arena): the 200,000 leaves of
+     * a many-leaf output share a few thousand keys and a handful of shapes. */
+    ur_strmap interned;        /* strings */
+    ur_strmap interned_blocks; /* aligned blocks: key prefixes, dimensions */
+    /* The leaves by key path, to refuse one added twice: open addressing over leaf indices
+     * + 1 (0: empty), 4 bytes a slot, comparing the interned keys' addresses. */
+    uint32_t *by_path;
+    size_t by_path_cap; /* 0 or a power of two, at least twice n_leaves */
+    ur_buf scratch; /* a leaf's name, built where it is checked (calls are serialized) */
+    ur_buf path_buf; /* a leaf's whole key path, as an array of ur_orbax_key */
     ur_zarr_array **arrays; /* NULL where ur_orbax_writer_done_array closed one */
     size_t n_arrays;
     size_t cap_arrays;
@@ -107,7 +132,10 @@ int ur_orbax_writer_create(ur_orbax_writer **out, const char *step_dir,
         return ur_err_oom(err);
     }
     ur_orbax__arena_init(&w->arena);
-    ur_strmap_init(&w->names);
+    ur_strmap_init(&w->interned);
+    ur_strmap_init(&w->interned_blocks);
+    ur_buf_init(&w->scratch, 0);
+    ur_buf_init(&w->path_buf, 0);
     if (opts != NULL) {
         w->opts = *opts;
     } else {
@@ -201,73 +229,189 @@ fail:
     return rc;
 }
 
-/* Validate the path, and add a leaf holding it (name, keypath); returns the new leaf. */
-static int add_leaf(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
-                    ur_orbax_leaf **leaf_out, ur_err *err)
+/* `n` bytes at `p` kept once in the arena: the copy already there, or a new one. */
+static const void *intern(ur_orbax_writer *w, const void *p, size_t n, int nul, ur_err *err)
 {
-    if (depth == 0 || path == NULL) {
+    ur_strmap *map = nul ? &w->interned : &w->interned_blocks;
+    size_t found;
+    void *copy;
+    int rc;
+
+    if (ur_strmap_get(map, p, n, &found)) {
+        return (const void *)(uintptr_t)found;
+    }
+    copy = nul ? (void *)ur_orbax__arena_strndup(&w->arena, p, n)
+               : ur_orbax__arena_alloc(&w->arena, n ? n : 1);
+    if (copy == NULL) {
+        ur_err_oom(err);
+        return NULL;
+    }
+    if (!nul) {
+        memcpy(copy, p, n);
+    }
+    rc = ur_strmap_put(map, copy, n, (size_t)(uintptr_t)copy, NULL, err);
+    return rc == UR_OK ? copy : NULL;
+}
+
+/* Keys and prefixes interned, so equal paths hold equal addresses. */
+static uint64_t path_hash(const ur_orbax_key *prefix, const char *last, int type, size_t depth)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = (h ^ (uint64_t)(uintptr_t)prefix) * 0x100000001b3ull;
+    h = (h ^ (uint64_t)(uintptr_t)last) * 0x100000001b3ull;
+    h = (h ^ ((uint64_t)depth << 1 | (uint64_t)type)) * 0x100000001b3ull;
+    return h ^ (h >> 29);
+}
+
+static int same_path(const wleaf *l, const ur_orbax_key *prefix, const char *last, int type,
+                     size_t depth)
+{
+    return l->depth == depth && l->prefix == prefix && l->last == last && l->last_type == type;
+}
+
+/* The slot of the leaf with this path, or of the empty slot where it would go. */
+static size_t path_slot(const ur_orbax_writer *w, const ur_orbax_key *prefix, const char *last,
+                        int type, size_t depth)
+{
+    size_t mask = w->by_path_cap - 1, i = (size_t)path_hash(prefix, last, type, depth) & mask;
+    while (w->by_path[i] != 0 &&
+           !same_path(&w->leaves[w->by_path[i] - 1], prefix, last, type, depth)) {
+        i = (i + 1) & mask;
+    }
+    return i;
+}
+
+static size_t leaf_slot(const ur_orbax_writer *w, const wleaf *l)
+{
+    return path_slot(w, l->prefix, l->last, l->last_type, l->depth);
+}
+
+/* The leaf being added (w->leaves[w->n_leaves]) is complete: count it, findable by path. */
+static int count_leaf(ur_orbax_writer *w, ur_err *err)
+{
+    const wleaf *l = &w->leaves[w->n_leaves];
+    if (w->n_leaves >= UINT32_MAX - 1) {
+        return ur_err_set(err, UR_EINVAL, "more than %u leaves", UINT32_MAX - 2);
+    }
+    if (2 * (w->n_leaves + 1) > w->by_path_cap) {
+        size_t cap = w->by_path_cap ? 2 * w->by_path_cap : 64;
+        uint32_t *old = w->by_path;
+        size_t old_cap = w->by_path_cap;
+        w->by_path = ur_calloc(cap, sizeof(*w->by_path));
+        if (w->by_path == NULL) {
+            w->by_path = old;
+            return ur_err_oom(err);
+        }
+        w->by_path_cap = cap;
+        for (size_t i = 0; i < old_cap; i++) {
+            if (old[i] != 0) {
+                w->by_path[leaf_slot(w, &w->leaves[old[i] - 1])] = old[i];
+            }
+        }
+        ur_free(old);
+    }
+    w->by_path[leaf_slot(w, l)] = (uint32_t)(w->n_leaves + 1);
+    w->n_leaves++;
+    return UR_OK;
+}
+
+/* The whole key path of l, in the writer's path buffer (valid until the next call). */
+static const ur_orbax_key *full_path(ur_orbax_writer *w, const wleaf *l, ur_err *err)
+{
+    size_t n = (size_t)l->depth * sizeof(ur_orbax_key);
+    ur_orbax_key *p;
+    ur_buf_reset(&w->path_buf);
+    if (ur_buf_reserve(&w->path_buf, n, err) < 0) {
+        return NULL;
+    }
+    p = (ur_orbax_key *)(void *)w->path_buf.data;
+    memset(p, 0, n);
+    if (l->depth > 1) {
+        memcpy(p, l->prefix, (l->depth - 1) * sizeof *p);
+    }
+    p[l->depth - 1].key = l->last;
+    p[l->depth - 1].type = (ur_orbax_key_type)l->last_type;
+    return p;
+}
+
+/* Validate the path, and add a leaf holding it; returns the new leaf. Its keys, and the
+ * keys before its last as one block, are kept once: the leaves of one parent share them. */
+static int add_leaf(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth, wleaf **leaf_out,
+                    ur_err *err)
+{
+    const ur_orbax_key *prefix = NULL;
+    const char *last;
+    ur_orbax_key *copy;
+    int rc;
+
+    if (depth == 0 || path == NULL || depth > UINT32_MAX / sizeof(*copy)) {
         return ur_err_set(err, UR_EINVAL, "a leaf needs a key path");
     }
-    ur_orbax_key *copy = ur_orbax__arena_alloc(&w->arena, depth * sizeof(*copy));
-    if (copy == NULL) {
-        return ur_err_oom(err);
+    ur_buf_reset(&w->path_buf);
+    rc = ur_buf_reserve(&w->path_buf, depth * sizeof(*copy), err);
+    if (rc < 0) {
+        return rc;
     }
+    copy = (ur_orbax_key *)(void *)w->path_buf.data;
+    memset(copy, 0, depth * sizeof(*copy)); /* padding too: prefixes are compared as bytes */
     for (size_t i = 0; i < depth; i++) {
         if (path[i].key == NULL ||
             (path[i].type != UR_ORBAX_KEY_DICT && path[i].type != UR_ORBAX_KEY_SEQUENCE)) {
             return ur_err_set(err, UR_EINVAL, "key %zu of a leaf path is invalid", i);
         }
         copy[i].type = path[i].type;
-        copy[i].key = ur_orbax__arena_strdup(&w->arena, path[i].key);
+        copy[i].key = intern(w, path[i].key, strlen(path[i].key), 1, err);
         if (copy[i].key == NULL) {
-            return ur_err_oom(err);
+            return err->code;
         }
     }
-    ur_buf b;
-    ur_buf_init(&b, 0);
-    int rc = ur_orbax_tree_name(&b, copy, depth, err);
-    char *name = rc == UR_OK ? ur_orbax__arena_strndup(&w->arena, (const char *)b.data, b.len)
-                             : NULL;
-    ur_buf_reset(&b);
-    if (rc == UR_OK && name == NULL) {
-        rc = ur_err_oom(err);
+    last = copy[depth - 1].key;
+    if (depth > 1) {
+        prefix = intern(w, copy, (depth - 1) * sizeof(*copy), 0, err);
+        if (prefix == NULL) {
+            return err->code;
+        }
     }
-    if (rc == UR_OK) {
-        rc = ur_orbax_tree_keypath(&b, copy, depth, err);
-    }
-    char *keypath = rc == UR_OK ? ur_orbax__arena_strndup(&w->arena, (const char *)b.data, b.len)
-                                : NULL;
-    ur_buf_dispose(&b);
-    if (rc == UR_OK && keypath == NULL) {
-        rc = ur_err_oom(err);
-    }
-    if (rc < 0) {
-        return rc;
+    if (w->by_path_cap > 0 &&
+        w->by_path[path_slot(w, prefix, last, (int)copy[depth - 1].type, depth)] != 0) {
+        ur_buf_reset(&w->scratch);
+        rc = ur_orbax_tree_keypath(&w->scratch, copy, depth, err);
+        return rc < 0 ? rc
+                      : ur_err_set(err, UR_EINVAL, "leaf %.*s added twice", (int)w->scratch.len,
+                                   (const char *)w->scratch.data);
     }
     if (w->n_leaves == w->cap_leaves) {
         size_t cap = w->cap_leaves ? w->cap_leaves * 2 : 16;
-        ur_orbax_leaf *nl = ur_realloc(w->leaves, cap * sizeof(*nl));
+        wleaf *nl = ur_realloc(w->leaves, cap * sizeof(*nl));
         if (nl == NULL) {
             return ur_err_oom(err);
         }
         w->leaves = nl;
         w->cap_leaves = cap;
     }
-    /* a map, not a scan of the leaves so far: a checkpoint may have 100,000 of them */
-    rc = ur_strmap_put(&w->names, name, strlen(name), w->n_leaves, NULL, err);
-    if (rc != UR_OK) {
-        return rc < 0 ? rc : ur_err_set(err, UR_EINVAL, "leaf '%s' added twice", name);
-    }
-    ur_orbax_leaf *l = &w->leaves[w->n_leaves];
+    wleaf *l = &w->leaves[w->n_leaves];
     memset(l, 0, sizeof(*l));
-    l->path = copy;
-    l->depth = depth;
-    l->name = name;
-    l->keypath = keypath;
-    l->write_shape_rank = -1;
-    l->array_meta_chunk_rank = -1;
+    l->prefix = prefix;
+    l->last = last;
+    l->last_type = (uint8_t)copy[depth - 1].type;
+    l->depth = (uint32_t)depth;
     *leaf_out = l;
     return UR_OK;
+}
+
+/* The leaf's name (keys joined by '.'), in the writer's scratch buffer. */
+static const char *leaf_name(ur_orbax_writer *w, const wleaf *l, ur_err *err)
+{
+    const ur_orbax_key *p = full_path(w, l, err);
+    int rc = p != NULL ? UR_OK : err->code;
+    ur_buf_reset(&w->scratch);
+    if (rc == UR_OK) {
+        rc = ur_orbax_tree_name(&w->scratch, p, l->depth, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_byte(&w->scratch, 0, err);
+    }
+    return rc == UR_OK ? (const char *)w->scratch.data : NULL;
 }
 
 static int keep_array(ur_orbax_writer *w, ur_zarr_array *arr, ur_err *err)
@@ -288,7 +432,7 @@ static int keep_array(ur_orbax_writer *w, ur_zarr_array *arr, ur_err *err)
 int ur_orbax_writer_reserve(ur_orbax_writer *w, size_t n, ur_err *err)
 {
     size_t cap;
-    ur_orbax_leaf *nl;
+    wleaf *nl;
     if (n > SIZE_MAX / sizeof(*nl) - w->n_leaves) {
         return ur_err_oom(err);
     }
@@ -383,21 +527,21 @@ int ur_orbax_writer_publish_array(ur_orbax_writer *w, const ur_orbax_key *path, 
 {
     const ur_zarr_info *info = ur_zarr_array_info(arr);
     int rank = info->rank;
-    ur_orbax_leaf *l = NULL;
+    uint64_t dims[2 * UR_MAX_RANK];
+    wleaf *l = NULL;
+    const char *name;
     int rc = add_leaf(w, path, depth, &l, err);
     if (rc < 0) {
         return rc;
     }
-    if (strcmp(l->name, ur_zarr_array_prefix(arr)) != 0) {
-        return ur_err_set(err, UR_EINVAL, "array '%s' published as '%s'",
-                          ur_zarr_array_prefix(arr), l->name);
+    name = leaf_name(w, l, err);
+    if (name == NULL) {
+        return err->code;
     }
-    ur_orbax_sharding *s = &l->sharding;
-    s->kind = UR_ORBAX_SHARDING_NAMED;
-    s->mesh_rank = w->opts.mesh_rank;
-    s->mesh_shape = w->opts.mesh_shape; /* every array's mesh: one copy */
-    s->mesh_axis_names = w->opts.mesh_axis_names;
-    s->spec_rank = rank;
+    if (strcmp(name, ur_zarr_array_prefix(arr)) != 0) {
+        return ur_err_set(err, UR_EINVAL, "array '%s' published as '%s'",
+                          ur_zarr_array_prefix(arr), name);
+    }
     const char **sp = NULL;
     if (spec != NULL && rank > 0) {
         sp = ur_orbax__arena_alloc(&w->arena, (size_t)rank * sizeof(*sp));
@@ -407,7 +551,7 @@ int ur_orbax_writer_publish_array(ur_orbax_writer *w, const ur_orbax_key *path, 
     } else if (rank > 0) {
         sp = w->no_spec; /* replicated: all None */
     }
-    s->spec = sp;
+    l->spec = sp;
     for (int i = 0; spec != NULL && i < rank; i++) {
         if (spec[i] == NULL || spec[i][0] == '\0') {
             continue;
@@ -419,36 +563,35 @@ int ur_orbax_writer_publish_array(ur_orbax_writer *w, const ur_orbax_key *path, 
             if (!mesh_has_axis(w, p, n)) {
                 return ur_err_set(err, UR_EINVAL,
                                   "array '%s': partition spec axis '%.*s' is not a mesh axis",
-                                  l->name, (int)n, p);
+                                  name, (int)n, p);
             }
             if (comma == NULL) {
                 break;
             }
             p = comma + 1;
         }
-        sp[i] = ur_orbax__arena_strdup(&w->arena, spec[i]);
+        sp[i] = intern(w, spec[i], strlen(spec[i]), 1, err);
         if (sp[i] == NULL) {
-            return ur_err_oom(err);
+            return err->code;
         }
     }
     rc = ur_zarr_array_write_meta(arr, err);
     if (rc < 0) {
-        return ur_err_wrap(err, "array '%s'", l->name);
+        return ur_err_wrap(err, "array '%s'", ur_zarr_array_prefix(arr));
+    }
+    if (rank > 0) {
+        memcpy(dims, info->shape, (size_t)rank * sizeof dims[0]);
+        memcpy(dims + rank, info->chunk_shape, (size_t)rank * sizeof dims[0]);
+        l->dims = intern(w, dims, 2 * (size_t)rank * sizeof dims[0], 0, err);
+        if (l->dims == NULL) {
+            return err->code;
+        }
     }
     l->value_type = UR_ORBAX_VALUE_JAX_ARRAY;
-    l->value_type_name = ur_orbax_value_type_name(l->value_type);
-    l->write_shape_rank = rank;
     l->has_array = 1;
-    l->dtype = info->dtype;
-    l->rank = rank;
-    l->shape = ur_orbax__arena_dims(&w->arena, info->shape, rank);
-    l->chunk_shape = ur_orbax__arena_dims(&w->arena, info->chunk_shape, rank);
-    l->write_shape = l->chunk_shape;
-    if (rank > 0 && (l->shape == NULL || l->chunk_shape == NULL)) {
-        return ur_err_oom(err);
-    }
-    w->n_leaves++;
-    return UR_OK;
+    l->dtype = (uint8_t)info->dtype;
+    l->rank = (int8_t)rank;
+    return count_leaf(w, err);
 }
 
 int ur_orbax_writer_add_array(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
@@ -479,10 +622,15 @@ int ur_orbax_writer_add_scalar(ur_orbax_writer *w, const ur_orbax_key *path, siz
     if (ur_dtype_size(dtype) == 0) {
         return ur_err_set(err, UR_EINVAL, "bad dtype");
     }
-    ur_orbax_leaf *l = NULL;
+    wleaf *l = NULL;
+    const char *name;
     int rc = add_leaf(w, path, depth, &l, err);
     if (rc < 0) {
         return rc;
+    }
+    name = leaf_name(w, l, err);
+    if (name == NULL) {
+        return err->code;
     }
     ur_zarr_spec zs;
     memset(&zs, 0, sizeof(zs));
@@ -492,20 +640,21 @@ int ur_orbax_writer_add_scalar(ur_orbax_writer *w, const ur_orbax_key *path, siz
     zs.zstd_level = w->opts.zstd_level;
     ur_zarr_array *arr = NULL;
     uint64_t idx[1] = {0};
-    rc = ur_zarr_array_create(&arr, w->kv, l->name, &zs, err);
+    rc = ur_zarr_array_create(&arr, w->kv, name, &zs, err);
     if (rc == UR_OK) {
         rc = ur_zarr_array_write_chunk(arr, idx, value, err);
     }
+    if (rc < 0) {
+        ur_err_wrap(err, "scalar '%s'", arr != NULL ? ur_zarr_array_prefix(arr) : "?");
+    }
     ur_zarr_array_close(arr);
     if (rc < 0) {
-        return ur_err_wrap(err, "scalar '%s'", l->name);
+        return rc;
     }
     l->value_type = UR_ORBAX_VALUE_SCALAR;
-    l->value_type_name = ur_orbax_value_type_name(l->value_type);
     l->has_array = 1;
-    l->dtype = dtype;
-    w->n_leaves++;
-    return UR_OK;
+    l->dtype = (uint8_t)dtype;
+    return count_leaf(w, err);
 }
 
 int ur_orbax_writer_add_empty(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
@@ -517,16 +666,13 @@ int ur_orbax_writer_add_empty(ur_orbax_writer *w, const ur_orbax_key *path, size
         return ur_err_set(err, UR_EINVAL, "not an empty-node kind: %s",
                           ur_orbax_value_type_name(kind));
     }
-    ur_orbax_leaf *l = NULL;
+    wleaf *l = NULL;
     int rc = add_leaf(w, path, depth, &l, err);
     if (rc < 0) {
         return rc;
     }
-    l->value_type = kind;
-    l->value_type_name = ur_orbax_value_type_name(kind);
-    l->skip_deserialize = 1;
-    w->n_leaves++;
-    return UR_OK;
+    l->value_type = (uint8_t)kind;
+    return count_leaf(w, err);
 }
 
 int ur_orbax_writer_set_custom_metadata(ur_orbax_writer *w, const char *json, ur_err *err)
@@ -561,6 +707,57 @@ static int write_json_file(const char *dir, const char *name, const ur_buf *b, u
     return rc;
 }
 
+/* The full record of a kept leaf, its name and key path in `a`. */
+static int expand_leaf(ur_orbax_writer *w, const wleaf *k, ur_orbax_leaf *l, ur_orbax_arena *a,
+                       ur_err *err)
+{
+    ur_buf *b = &w->scratch;
+    int rc;
+
+    const ur_orbax_key *p = full_path(w, k, err);
+    ur_orbax_key *path = p != NULL ? ur_orbax__arena_alloc(a, k->depth * sizeof(*path)) : NULL;
+    memset(l, 0, sizeof(*l));
+    if (path == NULL) {
+        return p == NULL ? err->code : ur_err_oom(err);
+    }
+    memcpy(path, p, k->depth * sizeof(*path));
+    l->path = path;
+    l->depth = k->depth;
+    l->value_type = (ur_orbax_value_type)k->value_type;
+    l->value_type_name = ur_orbax_value_type_name(l->value_type);
+    l->skip_deserialize = !k->has_array;
+    l->write_shape_rank = -1;
+    l->array_meta_chunk_rank = -1;
+    l->has_array = k->has_array;
+    l->dtype = (ur_dtype)k->dtype;
+    if (l->value_type == UR_ORBAX_VALUE_JAX_ARRAY) {
+        ur_orbax_sharding *s = &l->sharding;
+        l->rank = k->rank;
+        l->shape = k->rank > 0 ? k->dims : NULL;
+        l->chunk_shape = k->rank > 0 ? k->dims + k->rank : NULL;
+        l->write_shape = l->chunk_shape;
+        l->write_shape_rank = k->rank;
+        s->kind = UR_ORBAX_SHARDING_NAMED;
+        s->mesh_rank = w->opts.mesh_rank;
+        s->mesh_shape = w->opts.mesh_shape; /* every array's mesh: one copy */
+        s->mesh_axis_names = w->opts.mesh_axis_names;
+        s->spec_rank = k->rank;
+        s->spec = k->spec;
+    }
+    ur_buf_reset(b);
+    rc = ur_orbax_tree_name(b, l->path, k->depth, err);
+    l->name = rc == UR_OK ? ur_orbax__arena_strndup(a, (const char *)b->data, b->len) : NULL;
+    ur_buf_reset(b);
+    if (rc == UR_OK) {
+        rc = ur_orbax_tree_keypath(b, l->path, k->depth, err);
+    }
+    l->keypath = rc == UR_OK ? ur_orbax__arena_strndup(a, (const char *)b->data, b->len) : NULL;
+    if (rc == UR_OK && (l->name == NULL || l->keypath == NULL)) {
+        rc = ur_err_oom(err);
+    }
+    return rc;
+}
+
 static int write_item_metadata(ur_orbax_writer *w, const char *dir_out, ur_err *err)
 {
     ur_buf b;
@@ -569,8 +766,11 @@ static int write_item_metadata(ur_orbax_writer *w, const char *dir_out, ur_err *
     ur_orbax_sharding *sh = NULL;
     ur_orbax_array_meta *am = NULL;
     ur_orbax_leaf *ordered = NULL;
+    ur_orbax_arena names_arena;
     int rc = UR_OK;
     size_t n = w->n_leaves;
+
+    ur_orbax__arena_init(&names_arena);
 
     /* _METADATA lists the leaves in tree order; the order check also catches gaps in list
      * indices and mixed list/dict parents, which Orbax could not restore. */
@@ -582,7 +782,12 @@ static int write_item_metadata(ur_orbax_writer *w, const char *dir_out, ur_err *
         rc = ur_err_oom(err);
         goto out;
     }
-    memcpy(ordered, w->leaves, n * sizeof(*ordered));
+    for (size_t i = 0; i < n && rc == UR_OK; i++) {
+        rc = expand_leaf(w, &w->leaves[i], &ordered[i], &names_arena, err);
+    }
+    if (rc < 0) {
+        goto out;
+    }
     size_t kept = n;
     rc = ur_orbax_tree_order(ordered, &kept, "checkpoint tree", err);
     if (rc == UR_OK && kept != n) {
@@ -657,6 +862,7 @@ out:
     ur_free(names);
     ur_free(sh);
     ur_free(am);
+    ur_orbax__arena_dispose(&names_arena);
     return rc;
 }
 
@@ -779,7 +985,11 @@ void ur_orbax_writer_abort(ur_orbax_writer *w)
     }
     ur_free(w->arrays);
     ur_free(w->leaves);
-    ur_strmap_dispose(&w->names);
+    ur_strmap_dispose(&w->interned);
+    ur_strmap_dispose(&w->interned_blocks);
+    ur_free(w->by_path);
+    ur_buf_dispose(&w->scratch);
+    ur_buf_dispose(&w->path_buf);
     ur_free(w->final_dir);
     ur_free(w->tmp_dir);
     ur_free(w->item_dir);

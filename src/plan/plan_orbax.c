@@ -24,22 +24,32 @@ void ur_plan_orbax_leaves_dispose(ur_plan_leaves *l)
 {
     ur_free(l->comps_);
     ur_free(l->seqs_);
+    ur_free(l->specs_);
     ur_free(l->leaves);
     memset(l, 0, sizeof *l);
 }
 
+/* A named sharding's spec as the plan takes it: one entry per axis of the array. */
+static int has_spec(const ur_orbax_leaf *o)
+{
+    return o->sharding.kind == UR_ORBAX_SHARDING_NAMED && o->has_array && o->rank > 0;
+}
+
 int ur_plan_orbax_leaves(ur_plan_leaves *l, const ur_orbax_ckpt *ck, ur_err *err)
 {
-    size_t n = ur_orbax_ckpt_leaf_count(ck), total = 0, used = 0;
+    size_t n = ur_orbax_ckpt_leaf_count(ck), total = 0, used = 0, n_spec = 0, spec_used = 0;
 
     memset(l, 0, sizeof *l);
     for (size_t i = 0; i < n; i++) {
-        total += ur_orbax_ckpt_leaf(ck, i)->depth;
+        const ur_orbax_leaf *o = ur_orbax_ckpt_leaf(ck, i);
+        total += o->depth;
+        n_spec += has_spec(o) ? (size_t)o->rank : 0;
     }
     l->leaves = ur_calloc(n ? n : 1, sizeof *l->leaves);
     l->comps_ = ur_calloc(total ? total : 1, sizeof *l->comps_);
     l->seqs_ = ur_calloc(total ? total : 1, 1);
-    if (l->leaves == NULL || l->comps_ == NULL || l->seqs_ == NULL) {
+    l->specs_ = ur_calloc(n_spec ? n_spec : 1, sizeof *l->specs_);
+    if (l->leaves == NULL || l->comps_ == NULL || l->seqs_ == NULL || l->specs_ == NULL) {
         ur_plan_orbax_leaves_dispose(l);
         return ur_err_oom(err);
     }
@@ -57,12 +67,15 @@ int ur_plan_orbax_leaves(ur_plan_leaves *l, const ur_orbax_ckpt *ck, ur_err *err
         p->dtype = o->has_array ? o->dtype : UR_DT_INVALID;
         p->placeholder = placeholder_of(o->value_type);
         p->rank = o->has_array ? (size_t)o->rank : 0;
-        if (p->rank > 0) { /* o->shape has rank entries */
-            memcpy(p->shape, o->shape, p->rank * sizeof p->shape[0]);
-        }
+        p->shape = p->rank > 0 ? o->shape : NULL; /* o->shape has rank entries */
         p->has_spec = o->sharding.kind == UR_ORBAX_SHARDING_NAMED;
-        for (int d = 0; d < o->sharding.spec_rank && d < UR_MAX_RANK; d++) {
-            p->spec[d] = o->sharding.spec[d];
+        if (has_spec(o)) {
+            const char **sp = l->specs_ + spec_used;
+            for (int d = 0; d < o->sharding.spec_rank && d < o->rank; d++) {
+                sp[d] = o->sharding.spec[d];
+            }
+            p->spec = sp;
+            spec_used += (size_t)o->rank;
         }
     }
     l->n = n;

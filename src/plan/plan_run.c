@@ -151,6 +151,7 @@ int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *b
         ur_err_wrap(err, "%s", in_path);
         goto out;
     }
+    ur_alloc_trim(); /* what opening the input's arrays on every core freed */
     if (o->dry_run) {
         if (o->on_plan != NULL) {
             o->on_plan(o->ctx, what, plan, leaves.leaves);
@@ -218,8 +219,10 @@ int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *b
     ur_plan_orbax_leaves_dispose(&leaves);
     ur_orbax_ckpt_close(ck);
     ck = NULL;
+    ur_alloc_trim();
     rc = ur_orbax_writer_commit(w, err);
     w = NULL; /* commit frees the writer either way */
+    ur_alloc_trim();
     if (rc < 0) {
         goto out;
     }

@@ -3,6 +3,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 /* Allocations left before a forced failure; negative = never fail. */
 static long fail_countdown = -1;
@@ -89,4 +92,11 @@ char *ur_strndup(const char *s, size_t n)
 char *ur_strdup(const char *s)
 {
     return ur_strndup(s, strlen(s));
+}
+
+void ur_alloc_trim(void)
+{
+#if defined(__GLIBC__)
+    (void)malloc_trim(0);
+#endif
 }

@@ -210,3 +210,44 @@ int ur_json_each_member(const char *text, size_t len, ur_json_member_fn fn, void
     }
     return UR_OK;
 }
+
+int ur_json_each_element(const char *text, size_t len, ur_json_element_fn fn, void *ctx,
+                         ur_err *err)
+{
+    size_t i = skip_space(text, 0, len), index = 0;
+    int closed = 0;
+
+    if (i >= len || text[i] != '[') {
+        return ur_err_set_at(err, UR_ECORRUPT, i, "not a JSON array at byte %zu", i);
+    }
+    i = skip_space(text, i + 1, len);
+    if (i < len && text[i] == ']') {
+        i++;
+        closed = 1;
+    } else {
+        for (;;) {
+            size_t ve = skip_value(text, i, len);
+            if (ve == 0) {
+                break;
+            }
+            int rc = fn(ctx, index++, text + i, ve - i, err);
+            if (rc < 0) {
+                return rc;
+            }
+            i = skip_space(text, ve, len);
+            if (i < len && text[i] == ',') {
+                i = skip_space(text, i + 1, len);
+                continue;
+            }
+            if (i < len && text[i] == ']') {
+                i++;
+                closed = 1;
+            }
+            break;
+        }
+    }
+    if (!closed || skip_space(text, i, len) < len) {
+        return ur_err_set_at(err, UR_ECORRUPT, i, "invalid JSON near byte %zu", i);
+    }
+    return UR_OK;
+}

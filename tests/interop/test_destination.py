@@ -315,6 +315,26 @@ def test_incomplete_staged_tree_is_not_published(linen, single_run, unroll_bin, 
     assert not _leftovers(out / "run")
 
 
+@pytest.mark.parametrize("what", ["items/_METADATA", "items/_sharding"])
+def test_cut_short_staged_file_is_not_published(linen, single_run, unroll_bin, tmp_path, what):
+    """A staged metadata file cut short just before publishing (the check no longer reopens
+    the whole checkpoint, so it reads what it needs of each file): exit 3, nothing replaced."""
+    out = tmp_path / "out"
+    ok = _run(_args(unroll_bin, linen, out))
+    assert ok.returncode == 0, ok.stderr
+    ckpt = out / "run" / "checkpoints"
+    before = _tree_hash(ckpt)
+    status, text = _gdb(_args(unroll_bin, linen, out),
+                        "break ur_orbax_publish_commit\nrun\n"
+                        f"shell truncate -s 20 '{out}'/run/checkpoints.*.unroll-tmp/0/{what}\n"
+                        "delete\ncontinue\n", tmp_path)
+    assert status == 3, text
+    lines = _unroll_lines(text)
+    assert len(lines) == 1 and "incomplete" in lines[0] and ".unroll-tmp" in lines[0], text
+    assert _tree_hash(ckpt) == before
+    assert not _leftovers(out / "run")
+
+
 # ---- item 4: signals -----------------------------------------------------------------------
 
 

@@ -113,6 +113,7 @@ static int decode_keys(ur_ocdbt_btree_node *node, ur_rd *rd, int interior, ur_er
     }
 out:
     if (rc == UR_OK) {
+        ur_buf_fit(&keys); /* grown by doubling; a node of Orbax's can hold 100 MB of keys */
         node->keys = keys.data; /* may be NULL when every key is empty */
     } else {
         ur_buf_dispose(&keys);

@@ -24,6 +24,10 @@
 #include <string.h>
 
 #define CACHE_NODES 64
+/* Decoded nodes kept past their use while they take at most this much (the last one read is
+ * kept whatever its size: Orbax writes a whole tree as one node of up to 100 MB). With nodes
+ * of 1 MiB, 64 of them held 100 MB for a database read once from end to end. */
+#define CACHE_BYTES ((size_t)32 << 20)
 #define MAX_OBJECT ((uint64_t)UR_OCDBT_MAX_DECODED + 65536)
 #define MAX_MANIFEST ((size_t)64 << 20)
 
@@ -32,6 +36,7 @@ struct ur_ocdbt_cnode {
     uint64_t offset;
     unsigned refs;
     uint64_t stamp;
+    size_t bytes; /* what the decoded node holds */
     ur_ocdbt_btree_node node;
 };
 
@@ -45,6 +50,7 @@ struct ur_ocdbt_reader {
     const ur_ocdbt_version *latest; /* NULL for a config-only database */
     pthread_mutex_t lock;
     ur_ocdbt_cnode *cache[CACHE_NODES];
+    size_t cached_bytes; /* of the nodes in cache[] */
     uint64_t clock;
 };
 
@@ -208,11 +214,23 @@ static ur_ocdbt_cnode *cache_find(ur_ocdbt_reader *r, const char *path, uint64_t
     return hit;
 }
 
+/* Under the lock: drop the cache's reference to slot i's node; returns the node when that
+ * was the last reference (the caller frees it outside the lock). */
+static ur_ocdbt_cnode *cache_drop(ur_ocdbt_reader *r, size_t i)
+{
+    ur_ocdbt_cnode *old = r->cache[i];
+    r->cache[i] = NULL;
+    if (old == NULL) {
+        return NULL;
+    }
+    r->cached_bytes -= old->bytes;
+    return --old->refs == 0 ? old : NULL;
+}
+
 static void cache_put(ur_ocdbt_reader *r, ur_ocdbt_cnode *c)
 {
-    size_t victim = 0;
-    ur_ocdbt_cnode *old = NULL;
-    int free_old = 0;
+    ur_ocdbt_cnode *dead[CACHE_NODES];
+    size_t n_dead = 0, victim = 0;
 
     pthread_mutex_lock(&r->lock);
     for (size_t i = 0; i < CACHE_NODES; i++) {
@@ -224,16 +242,30 @@ static void cache_put(ur_ocdbt_reader *r, ur_ocdbt_cnode *c)
             victim = i;
         }
     }
-    old = r->cache[victim];
-    if (old != NULL) {
-        free_old = --old->refs == 0;
-    }
+    dead[n_dead] = cache_drop(r, victim);
+    n_dead += dead[n_dead] != NULL;
     c->refs++; /* the cache's reference */
     c->stamp = ++r->clock;
     r->cache[victim] = c;
+    r->cached_bytes += c->bytes;
+    /* over the budget: the least recently used go, never the node just read */
+    while (r->cached_bytes > CACHE_BYTES) {
+        size_t lru = CACHE_NODES;
+        for (size_t i = 0; i < CACHE_NODES; i++) {
+            if (r->cache[i] != NULL && r->cache[i] != c &&
+                (lru == CACHE_NODES || r->cache[i]->stamp < r->cache[lru]->stamp)) {
+                lru = i;
+            }
+        }
+        if (lru == CACHE_NODES) {
+            break;
+        }
+        dead[n_dead] = cache_drop(r, lru);
+        n_dead += dead[n_dead] != NULL;
+    }
     pthread_mutex_unlock(&r->lock);
-    if (free_old) {
-        cnode_free(old);
+    for (size_t i = 0; i < n_dead; i++) {
+        cnode_free(dead[i]);
     }
 }
 
@@ -270,6 +302,11 @@ int ur_ocdbt_read__btree_node(ur_ocdbt_reader *r, const ur_ocdbt_file_id *file,
         if (rc < 0) {
             cnode_free(c);
             return rc;
+        }
+        c->bytes = c->node.body.cap + c->node.n * sizeof(*c->node.e);
+        if (c->node.n > 0) {
+            const ur_ocdbt_btree_entry *e = &c->node.e[c->node.n - 1];
+            c->bytes += (size_t)e->key_off + e->key_len; /* the keys, back to back */
         }
         cache_put(r, c);
     }

@@ -33,17 +33,30 @@
  * costs about as much as the value. */
 #define POOL_MIN_VALUE 64
 
+/* One key written, 40 bytes: a many-leaf output holds hundreds of thousands until the commit.
+ * Keys and inline values below POOL_MIN_VALUE live in the writer's byte blocks (wbytes), the
+ * longer values in its pool; no entry owns memory of its own. */
 typedef struct {
-    uint8_t *key;
-    size_t klen;
-    size_t seq;
-    int indirect;
-    int shared;     /* value belongs to the writer's pool of values, not to the entry */
+    const uint8_t *key;
     uint64_t len;
-    uint8_t *value; /* inline */
-    uint32_t file;  /* indirect */
-    uint64_t offset;
+    union {
+        const uint8_t *value; /* inline */
+        uint64_t offset;      /* indirect */
+    };
+    uint32_t seq;  /* write order (the last write of a key wins) */
+    uint32_t file; /* indirect */
+    uint16_t klen;
+    uint8_t indirect;
 } wentry;
+
+/* Bytes that live until the writer closes, bump-allocated in blocks (no per-key malloc
+ * header or alignment: a key of 46 bytes costs 46). */
+#define WBYTES_BLOCK ((size_t)1 << 20)
+typedef struct wbytes {
+    struct wbytes *next;
+    size_t used, cap;
+    uint8_t data[];
+} wbytes;
 
 /* One entry of a tree level: a node written below, seen from its parent. */
 typedef struct {
@@ -70,6 +83,7 @@ typedef struct {
     int committing; /* data files closed from now on hold nodes: not handed to on_data_file */
     uint64_t held;     /* bytes of inline values held for e[] */
     ur_strmap values;  /* pool: an inline value's bytes -> its one copy (value = pointer) */
+    wbytes *bytes;     /* keys and short inline values */
     uint64_t seed_state; /* 0: random ids; else the splitmix64 state */
 } ocdbt_writer;
 
@@ -231,16 +245,34 @@ static int append_data(ocdbt_writer *w, const void *p, size_t n, uint32_t *file,
 }
 
 /* Hold the n > 0 bytes at data as e's inline value: a copy, or the pool's when it has them. */
+/* n bytes that live until the writer closes; NULL when out of memory. */
+static uint8_t *keep_bytes(ocdbt_writer *w, size_t n)
+{
+    wbytes *b = w->bytes;
+    if (b == NULL || b->cap - b->used < n) {
+        size_t cap = n > WBYTES_BLOCK ? n : WBYTES_BLOCK;
+        b = ur_malloc(sizeof *b + cap);
+        if (b == NULL) {
+            return NULL;
+        }
+        b->cap = cap;
+        b->used = 0;
+        b->next = w->bytes;
+        w->bytes = b;
+    }
+    b->used += n;
+    return b->data + b->used - n;
+}
+
 static int hold_value(ocdbt_writer *w, wentry *e, const void *data, size_t n, ur_err *err)
 {
     size_t at = 0;
     uint8_t *copy;
     if (n >= POOL_MIN_VALUE && ur_strmap_get(&w->values, data, n, &at) == 1) {
-        e->value = (uint8_t *)(uintptr_t)at;
-        e->shared = 1;
+        e->value = (const uint8_t *)(uintptr_t)at;
         return UR_OK;
     }
-    copy = ur_malloc(n);
+    copy = n >= POOL_MIN_VALUE ? ur_malloc(n) : keep_bytes(w, n);
     if (copy == NULL) {
         return ur_err_oom(err);
     }
@@ -252,7 +284,6 @@ static int hold_value(ocdbt_writer *w, wentry *e, const void *data, size_t n, ur
             ur_free(copy);
             return rc;
         }
-        e->shared = 1;
     }
     e->value = copy;
     w->held += n;
@@ -267,6 +298,10 @@ static wentry *next_entry(ocdbt_writer *w, size_t klen, int *rc, ur_err *err)
     if (klen > UR_OCDBT_MAX_KEY) {
         *rc = ur_err_set(err, UR_EINVAL, "key of %zu bytes is longer than %u", klen,
                          UR_OCDBT_MAX_KEY);
+        return NULL;
+    }
+    if (w->n >= UINT32_MAX) {
+        *rc = ur_err_set(err, UR_EINVAL, "more than %u keys in one database", UINT32_MAX);
         return NULL;
     }
     if (w->n == w->cap) {
@@ -298,12 +333,14 @@ static int w_write(ur_kvstore *kv, const char *key, const void *data, size_t n, 
     if (e == NULL) {
         return rc;
     }
-    e->key = (uint8_t *)ur_strndup(key, klen);
-    if (e->key == NULL) {
+    uint8_t *kcopy = keep_bytes(w, klen);
+    if (kcopy == NULL) {
         return ur_err_oom(err);
     }
-    e->klen = klen;
-    e->seq = w->n;
+    memcpy(kcopy, key, klen);
+    e->key = kcopy;
+    e->klen = (uint16_t)klen;
+    e->seq = (uint32_t)w->n;
     e->len = n;
     /* A small value is kept for its B+tree leaf only while the values kept so far stay
      * within the budget (a few-KB input can declare millions of small chunks). */
@@ -315,8 +352,7 @@ static int w_write(ur_kvstore *kv, const char *key, const void *data, size_t n, 
     } else {
         rc = UR_OK;
     }
-    if (rc < 0) { /* nothing was held */
-        ur_free(e->key);
+    if (rc < 0) { /* nothing was held (the key's bytes stay until close) */
         return rc;
     }
     w->n++;
@@ -375,13 +411,14 @@ int ur_ocdbt_writer_put_ref(ur_kvstore *kv, const uint8_t *key, size_t klen, con
     if (rc < 0) {
         return rc;
     }
-    e->key = ur_malloc(klen ? klen : 1);
-    if (e->key == NULL) {
+    uint8_t *kcopy = keep_bytes(w, klen);
+    if (kcopy == NULL) {
         return ur_err_oom(err);
     }
-    memcpy(e->key, key, klen);
-    e->klen = klen;
-    e->seq = w->n;
+    memcpy(kcopy, key, klen);
+    e->key = kcopy;
+    e->klen = (uint16_t)klen;
+    e->seq = (uint32_t)w->n;
     e->len = length;
     e->indirect = 1;
     e->offset = offset;
@@ -818,7 +855,7 @@ static int write_tree_and_manifest(ocdbt_writer *w, ur_err *err)
 }
 
 /* Sort by key, then write order, and keep the last write of each key: into `out` (may be
- * w->e itself, then the dropped keys are freed); returns the count. */
+ * w->e itself); returns the count. */
 static size_t sorted_last_writes(ocdbt_writer *w, wentry *out)
 {
     size_t k = 0;
@@ -829,13 +866,7 @@ static size_t sorted_last_writes(ocdbt_writer *w, wentry *out)
     for (size_t i = 0; i < w->n; i++) {
         if (i + 1 < w->n && out[i].klen == out[i + 1].klen &&
             memcmp(out[i].key, out[i + 1].key, out[i].klen) == 0) {
-            if (out == w->e) {
-                ur_free(out[i].key);
-                if (!out[i].shared) {
-                    ur_free(out[i].value);
-                }
-            }
-            continue;
+            continue; /* its bytes stay in the writer's blocks until close */
         }
         out[k++] = out[i];
     }
@@ -891,11 +922,10 @@ static void w_close(ur_kvstore *kv)
 {
     ocdbt_writer *w = (ocdbt_writer *)kv;
     ur_appendfile_abort(w->cur);
-    for (size_t i = 0; i < w->n; i++) {
-        ur_free(w->e[i].key);
-        if (!w->e[i].shared) {
-            ur_free(w->e[i].value);
-        }
+    while (w->bytes != NULL) {
+        wbytes *next = w->bytes->next;
+        ur_free(w->bytes);
+        w->bytes = next;
     }
     for (size_t i = 0; i < w->values.cap; i++) {
         ur_free((void *)(uintptr_t)w->values.slots[i].key);

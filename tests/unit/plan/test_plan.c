@@ -14,6 +14,8 @@
 typedef struct {
     char buf[256];
     const char *comp[24];
+    uint64_t shape[UR_MAX_RANK];
+    const char *spec[UR_MAX_RANK];
     ur_plan_leaf leaf;
 } tleaf;
 
@@ -81,11 +83,12 @@ static void add(tset *ts, const char *path, ur_dtype dt, const char *shape, cons
     l->path = t->comp;
     l->path_len = k;
     l->dtype = dt;
+    l->shape = t->shape;
     if (shape && shape[0]) {
         const char *q = shape;
         while (*q) {
             char *end;
-            l->shape[l->rank++] = strtoull(q, &end, 10);
+            t->shape[l->rank++] = strtoull(q, &end, 10);
             q = *end == ',' ? end + 1 : end;
         }
     }
@@ -95,12 +98,13 @@ static void add(tset *ts, const char *path, ur_dtype dt, const char *shape, cons
         size_t a = 0;
         snprintf(sp, 128, "%s", spec);
         l->has_spec = 1;
+        l->spec = t->spec;
         for (char *tok = sp; tok && *tok && a < l->rank; a++) {
             char *sp2 = strchr(tok, ' ');
             if (sp2) {
                 *sp2 = '\0';
             }
-            l->spec[a] = strcmp(tok, "-") == 0 ? NULL : tok;
+            t->spec[a] = strcmp(tok, "-") == 0 ? NULL : tok;
             tok = sp2 ? sp2 + 1 : NULL;
         }
     }
@@ -496,9 +500,10 @@ static void test_plan__length_mismatch_is_an_error(void **state)
     /* one leaf disagrees with the rest of its group on the axis its own spec names as the
      * layer axis: the checkpoint is damaged */
     linen_full_state(&ts);
-    ts.t[2].leaf.shape[1] = 3;
+    ts.t[2].shape[1] = 3;
     ts.t[2].leaf.has_spec = 1;
-    ts.t[2].leaf.spec[1] = "layers";
+    ts.t[2].leaf.spec = ts.t[2].spec;
+    ts.t[2].spec[1] = "layers";
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_ECORRUPT);
     assert_non_null(strstr(err.msg, "params/params/decoder/layers/mlp/wi_0/kernel"));
     assert_non_null(strstr(err.msg, "[6, 3, 16]"));
@@ -588,7 +593,7 @@ static void test_plan__array_without_layer_axis_is_refused(void **state)
     ts.n = 1;
     add(&ts, "params/params/decoder/layers/norm/scale", UR_DT_FLOAT32, "16,4", NULL);
     s.param_scan_axis = 2;
-    ts.t[0].leaf.shape[2] = 4;
+    ts.t[0].shape[2] = 4;
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "norm/scale' shape [16, 4] under the scanned group "
                                     "decoder/layers: no axis 2 (param_scan_axis)"));
@@ -629,7 +634,7 @@ static void test_plan__deepseek_groups(void **state)
     expect_copy(plan, 3, "params/params/decoder/decoder_norm/scale");
     ur_plan_free(plan);
     /* a wrong MoE count names the group */
-    ts.t[1].leaf.shape[1] = 5;
+    ts.t[1].shape[1] = 5;
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "moe_layers"));
     assert_non_null(strstr(err.msg, "expected 3"));

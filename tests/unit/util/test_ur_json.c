@@ -107,12 +107,54 @@ static void test_ur_json__each_member(void **state)
     ur_buf_dispose(&b);
 }
 
+/* Collects "index=value;" for each element. */
+static int collect_element(void *ctx, size_t i, const char *value, size_t len, ur_err *err)
+{
+    return ur_buf_printf(ctx, err, "%zu=%.*s;", i, (int)len, value);
+}
+
+static int walk_array(const char *doc, ur_buf *b, ur_err *err)
+{
+    ur_buf_reset(b);
+    int rc = ur_json_each_element(doc, strlen(doc), collect_element, b, err);
+    if (rc == UR_OK) {
+        rc = ur_buf_append_byte(b, 0, err);
+    }
+    return rc;
+}
+
+/* The element walk, as the member walk: each element's text in order, and an array whose
+ * own syntax is wrong refused. */
+static void test_ur_json__each_element(void **state)
+{
+    static const char *const bad[] = {
+        "", "{}", "[", "[1,]", "[1 2]", "[{}{}]", "[1] x", "[\"x]", "[[1,{]]", ",",
+    };
+    ur_buf b;
+    ur_err err;
+    (void)state;
+    ur_buf_init(&b, 0);
+    assert_int_equal(walk_array(" [ ] ", &b, &err), UR_OK);
+    assert_string_equal((const char *)b.data, "");
+    assert_int_equal(walk_array("[1, {\"a\": [\"]\"]} ,\"x\\\"y\", null]", &b, &err), UR_OK);
+    assert_string_equal((const char *)b.data, "0=1;1={\"a\": [\"]\"]};2=\"x\\\"y\";3=null;");
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = walk_array(bad[i], &b, &err);
+        if (rc == UR_OK) {
+            fail_msg("accepted %s", bad[i]);
+        }
+        assert_int_equal(rc, UR_ECORRUPT);
+    }
+    ur_buf_dispose(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ur_json__parses_and_rejects),
         cmocka_unit_test(test_ur_json__oom_is_enomem),
         cmocka_unit_test(test_ur_json__each_member),
+        cmocka_unit_test(test_ur_json__each_element),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
