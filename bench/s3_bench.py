@@ -154,7 +154,8 @@ def main():
                            capture_output=True, text=True)
         (work / "compare.out").write_text(p.stdout + p.stderr)
         same = p.returncode == 0
-        print(f"unroll s3->local vs reference: {(p.stdout + p.stderr).strip()}")
+        last = (p.stdout + p.stderr).strip().splitlines()[-1:] or ["(no output)"]
+        print(f"unroll s3->local vs reference: {last[0]} (all of it: {work}/compare.out)")
     floor = next(r["wall_s"] for r in rows if r["tool"].startswith("floor"))
     print(f"{'tool':40} {'wall s':>7} {'x floor':>8} {'CPU s':>7} {'peak RSS MiB':>13} status")
     for r in rows:
