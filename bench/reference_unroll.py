@@ -53,20 +53,69 @@ def _manager(directory: pathlib.Path):
                                  item_handlers={"items": handler}, options=options)
 
 
+def _s3_endpoint() -> str:
+    """The S3 endpoint the way unroll and the AWS SDKs find it (s3_bench.py sets
+    AWS_ENDPOINT_URL to its SeaweedFS)."""
+    url = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if not url:
+        raise SystemExit("--input s3://...: set AWS_ENDPOINT_URL (or AWS_ENDPOINT_URL_S3)")
+    return url.rstrip("/")
+
+
+def _orbax_on_s3() -> None:
+    """Let Orbax 0.12.4 restore an OCDBT checkpoint from s3://.
+
+    Its metadata goes through etils.epath, which hands s3:// to fsspec's s3fs (botocore reads
+    AWS_ENDPOINT_URL and the AWS_* credentials itself). Its arrays go through
+    tensorstore_utils.build_kvstore_tspec, which knows gs:// only: an s3:// directory is
+    normalised to 's3:/...' and refused as not absolute. The wrapper builds the spec as Orbax
+    does for a bucket (OCDBT on the object store, its cache pool and read coalescing) by asking
+    for the gs:// spec of the same bucket/key and swapping the gcs base for TensorStore's s3
+    driver with the endpoint: the same reads a remote Orbax restore makes, on S3."""
+    from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
+
+    if getattr(ts_utils.build_kvstore_tspec, "_unroll_s3", False):
+        return
+    original = ts_utils.build_kvstore_tspec
+    endpoint = _s3_endpoint()
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+    def to_s3(spec):
+        if isinstance(spec, dict):
+            if spec.get("driver") == "gcs":
+                return {"driver": "s3", "bucket": spec["bucket"], "path": spec.get("path", ""),
+                        "endpoint": endpoint, "aws_region": region}
+            return {k: to_s3(v) for k, v in spec.items()}
+        return spec
+
+    def build(directory, *args, **kwargs):
+        d = str(directory)
+        for prefix in ("s3://", "s3:/"):
+            if d.startswith(prefix):
+                return to_s3(original("gs://" + d[len(prefix):], *args, **kwargs))
+        return original(directory, *args, **kwargs)
+
+    build._unroll_s3 = True
+    ts_utils.build_kvstore_tspec = build
+
+
 def _restore_remote(root: str, step: int, target, restore_args):
     """Step 2 from an object store: the same handler, restoring <root>/<step>/items straight
-    from the bucket (TensorStore's gcs driver reads the arrays, etils.epath the metadata). A
-    Checkpointer rather than a CheckpointManager: the manager's step listing on gs:// needs
+    from the bucket (TensorStore's gcs or s3 driver reads the arrays, etils.epath the metadata).
+    A Checkpointer rather than a CheckpointManager: the manager's step listing on gs:// needs
     google-cloud-storage, which the test stack does not have; the restore is the same work."""
     import orbax.checkpoint as ocp
     from etils import epath
 
-    if not root.startswith("gs://"):
-        raise SystemExit(f"--input {root}: only gs:// (an emulator) is supported")
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "interop"))
-    import gcs_fsspec  # an fsspec gs:// for the emulator (gcsfs is not in the test stack)
+    if root.startswith("gs://"):
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "interop"))
+        import gcs_fsspec  # an fsspec gs:// for the emulator (gcsfs is not in the test stack)
 
-    gcs_fsspec.register()
+        gcs_fsspec.register()
+    elif root.startswith("s3://"):
+        _orbax_on_s3()
+    else:
+        raise SystemExit(f"--input {root}: only gs:// (an emulator) and s3:// are supported")
     handler = ocp.PyTreeCheckpointHandler(use_ocdbt=True, use_zarr3=True,
                                           save_concurrent_gb=96, restore_concurrent_gb=96)
     with ocp.Checkpointer(handler) as ckptr:
@@ -236,7 +285,9 @@ def main() -> None:
     r.add_argument("--times", help="write the phase times here (JSON)")
     r.add_argument("--input", help="read the checkpoint from this copy of its checkpoints/ "
                    "directory instead: gs://bucket/prefix on the emulator that "
-                   "STORAGE_EMULATOR_HOST and TENSORSTORE_GCS_HTTP_URL name (bench/gcs_bench.py)")
+                   "STORAGE_EMULATOR_HOST and TENSORSTORE_GCS_HTTP_URL name (bench/gcs_bench.py), "
+                   "or s3://bucket/prefix on the server AWS_ENDPOINT_URL names, with the "
+                   "AWS_* credentials (bench/s3_bench.py; needs s3fs)")
     r.set_defaults(fn=cmd_run)
     c = sub.add_parser("compare")
     c.add_argument("a")

@@ -2,7 +2,8 @@
 "Object stores").
 
     .venv/bin/python bench/s3_bench.py --ckpt <dir from make_checkpoint.py make> \
-        --workdir <dir> [--threads T] [--unroll build/src/cli/unroll] [--config yml]
+        --workdir <dir> [--threads T] [--unroll build/src/cli/unroll] [--config yml] \
+        [--no-reference]
 
 Starts SeaweedFS on 127.0.0.1 (tests/interop/s3_fixtures.py: signatures checked), uploads the
 checkpoint once with TensorStore's s3 driver, then times under /usr/bin/time -v:
@@ -12,8 +13,14 @@ checkpoint once with TensorStore's s3 driver, then times under /usr/bin/time -v:
   s3->s3         unroll reading and writing s3://;
   floor          TensorStore's OCDBT-on-s3 kvstore reading every parameter value (raw bytes,
                  no decoding) with the same number of requests in flight as unroll (32): the
-                 network floor for the bytes unroll must fetch.
-Prints a table and writes <workdir>/s3_results.json."""
+                 network floor for the bytes unroll must fetch;
+  reference      bench/reference_unroll.py run --input s3://...: MaxText's pipeline (Orbax
+                 restore of the full state from the bucket: TensorStore's s3 driver for the
+                 arrays, etils.epath + s3fs for the metadata; jnp.take per layer, bf16, Orbax
+                 save to a local directory). Its output is then compared with unroll's
+                 s3->local output bit for bit (reference_unroll.py compare, not timed).
+Prints a table with each row's ratio to the floor and writes <workdir>/s3_results.json; exit
+status 1 if a run failed or the two outputs differ."""
 from __future__ import annotations
 
 import argparse
@@ -80,6 +87,7 @@ def main():
     ap.add_argument("--target-data-file-bytes", type=int, default=0,
                     help="checkpoint_storage_target_data_file_size_bytes of the output (several "
                          "data files: the s3 output streams them during the conversion)")
+    ap.add_argument("--no-reference", action="store_true", help="skip the Python reference")
     ap.add_argument("--unroll", default=str(ROOT / "build" / "src" / "cli" / "unroll"))
     ap.add_argument("--config", default=str(ROOT / "tests" / "data" / "example" / "unroll.yml"))
     a = ap.parse_args()
@@ -125,15 +133,42 @@ def main():
         rows.append(timed("floor (TensorStore ranged GETs)",
                           [sys.executable, "-c", FLOOR, server.endpoint, BUCKET,
                            f"in/checkpoints/{meta['step']}/items", "32"], env, work))
+        if not a.no_reference:
+            rows.append(timed("reference s3->local (Orbax, jnp.take)",
+                              [sys.executable, str(ROOT / "bench" / "reference_unroll.py"),
+                               "run", "--checkpoint", str(ckpt), "--input",
+                               f"s3://{BUCKET}/in/checkpoints",
+                               "--base-output-directory", str(work / "out-ref"),
+                               "--run-name", "bench", "--times", str(work / "ref_times.json")],
+                              env, work))
     finally:
         server.stop()
-    print(f"{'tool':34} {'wall s':>7} {'CPU s':>7} {'peak RSS MiB':>13} status")
+    same = None
+    ref = [r for r in rows if r["tool"].startswith("reference")]
+    if ref and ref[0]["rc"] == 0:
+        # unroll's s3->local output against the reference's, leaf by leaf, bit for bit
+        p = subprocess.run([sys.executable, str(ROOT / "bench" / "reference_unroll.py"),
+                            "compare", str(work / "out-s3local" / "bench" / "checkpoints" / "0"
+                                           / "items"),
+                            str(work / "out-ref" / "bench" / "checkpoints" / "0" / "items")],
+                           capture_output=True, text=True)
+        (work / "compare.out").write_text(p.stdout + p.stderr)
+        same = p.returncode == 0
+        last = (p.stdout + p.stderr).strip().splitlines()[-1:] or ["(no output)"]
+        print(f"unroll s3->local vs reference: {last[0]} (all of it: {work}/compare.out)")
+    floor = next(r["wall_s"] for r in rows if r["tool"].startswith("floor"))
+    print(f"{'tool':40} {'wall s':>7} {'x floor':>8} {'CPU s':>7} {'peak RSS MiB':>13} status")
     for r in rows:
-        print(f"{r['tool']:34} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} {r['peak_rss_mib']:13.1f} "
-              f"{r['rc']}")
+        r["x_floor"] = round(r["wall_s"] / floor, 2) if floor else None
+        print(f"{r['tool']:40} {r['wall_s']:7.2f} {r['x_floor']:8.2f} {r['cpu_s']:7.2f} "
+              f"{r['peak_rss_mib']:13.1f} {r['rc']}")
+    s3_local = next(r for r in rows if r["tool"] == "s3->local")
+    if ref and s3_local["wall_s"] > 0:
+        print(f"reference / unroll s3->local: {ref[0]['wall_s'] / s3_local['wall_s']:.1f}x")
     (work / "s3_results.json").write_text(json.dumps({"checkpoint": meta, "threads": a.threads,
-                                                      "rows": rows}, indent=1))
-    return 0 if all(r["rc"] == 0 for r in rows) else 1
+                                                      "rows": rows, "reference_identical": same},
+                                                     indent=1))
+    return 0 if all(r["rc"] == 0 for r in rows) and same is not False else 1
 
 
 if __name__ == "__main__":
