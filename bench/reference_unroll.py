@@ -53,6 +53,27 @@ def _manager(directory: pathlib.Path):
                                  item_handlers={"items": handler}, options=options)
 
 
+def _restore_remote(root: str, step: int, target, restore_args):
+    """Step 2 from an object store: the same handler, restoring <root>/<step>/items straight
+    from the bucket (TensorStore's gcs driver reads the arrays, etils.epath the metadata). A
+    Checkpointer rather than a CheckpointManager: the manager's step listing on gs:// needs
+    google-cloud-storage, which the test stack does not have; the restore is the same work."""
+    import orbax.checkpoint as ocp
+    from etils import epath
+
+    if not root.startswith("gs://"):
+        raise SystemExit(f"--input {root}: only gs:// (an emulator) is supported")
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "interop"))
+    import gcs_fsspec  # an fsspec gs:// for the emulator (gcsfs is not in the test stack)
+
+    gcs_fsspec.register()
+    handler = ocp.PyTreeCheckpointHandler(use_ocdbt=True, use_zarr3=True,
+                                          save_concurrent_gb=96, restore_concurrent_gb=96)
+    with ocp.Checkpointer(handler) as ckptr:
+        return ckptr.restore(epath.Path(f"{root.rstrip('/')}/{step}/items"),
+                             args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args))
+
+
 def cmd_run(args) -> None:
     import jax
     import jax.numpy as jnp
@@ -77,10 +98,13 @@ def cmd_run(args) -> None:
     t0 = time.monotonic()
     target = mc.abstract_state(dims, mesh)
     restore_args = ocp.checkpoint_utils.construct_restore_args(target)
-    with _manager(gen / "checkpoints") as src:
-        restored = src.restore(info["step"], args=ocp.args.Composite(
-            items=ocp.args.PyTreeRestore(item=target, restore_args=restore_args)))
-    state = restored["items"]
+    if args.input:
+        state = _restore_remote(args.input, info["step"], target, restore_args)
+    else:
+        with _manager(gen / "checkpoints") as src:
+            restored = src.restore(info["step"], args=ocp.args.Composite(
+                items=ocp.args.PyTreeRestore(item=target, restore_args=restore_args)))
+        state = restored["items"]
     jax.block_until_ready(state)
     if not state["opt_state"]:
         raise SystemExit("missing opt_state in training checkpoint")
@@ -210,6 +234,9 @@ def main() -> None:
     r.add_argument("--base-output-directory", required=True)
     r.add_argument("--run-name", required=True)
     r.add_argument("--times", help="write the phase times here (JSON)")
+    r.add_argument("--input", help="read the checkpoint from this copy of its checkpoints/ "
+                   "directory instead: gs://bucket/prefix on the emulator that "
+                   "STORAGE_EMULATOR_HOST and TENSORSTORE_GCS_HTTP_URL name (bench/gcs_bench.py)")
     r.set_defaults(fn=cmd_run)
     c = sub.add_parser("compare")
     c.add_argument("a")

@@ -77,6 +77,9 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--remote-threads", type=int, default=0,
                     help="unroll --threads for the s3 runs (default: unroll's own, 16)")
+    ap.add_argument("--target-data-file-bytes", type=int, default=0,
+                    help="checkpoint_storage_target_data_file_size_bytes of the output (several "
+                         "data files: the s3 output streams them during the conversion)")
     ap.add_argument("--unroll", default=str(ROOT / "build" / "src" / "cli" / "unroll"))
     ap.add_argument("--config", default=str(ROOT / "tests" / "data" / "example" / "unroll.yml"))
     a = ap.parse_args()
@@ -97,6 +100,9 @@ def main():
         items_s3 = f"s3://{BUCKET}/in/checkpoints/{meta['step']}/items"
         common = ["force_unroll=true", "scan_layers=true", "pure_nnx=false",
                   f"base_num_decoder_layers={meta['layers']}", "run_name=bench", "-q"]
+        if a.target_data_file_bytes:
+            common.append("checkpoint_storage_target_data_file_size_bytes="
+                          f"{a.target_data_file_bytes}")
         local_threads = ["--threads", str(a.threads)]
         remote_threads = ["--threads", str(a.remote_threads)] if a.remote_threads else []
         rows = []

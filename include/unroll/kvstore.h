@@ -136,4 +136,12 @@ typedef int (*ur_kvstore_remote_open_fn)(ur_kvstore **out, const char *bucket, c
  * error. UR_EINTERNAL where the store cannot delete. */
 int ur_kvstore_delete(ur_kvstore *kv, const char *key, ur_err *err);
 
+/* Progress of large writes, for the calling thread (a write runs in the thread that calls
+ * ur_kvstore_write, so a thread's hook sees its own writes only): while set, an object-store
+ * write that goes up in pieces (S3 multipart, GCS resumable) calls fn after each piece with
+ * the bytes of the value the server holds so far. Whole-object writes do not call it.
+ * fn NULL: no hook. */
+typedef void (*ur_kvstore_stored_fn)(void *ctx, uint64_t bytes_stored);
+void ur_kvstore_set_stored_hook(ur_kvstore_stored_fn fn, void *ctx);
+
 #endif

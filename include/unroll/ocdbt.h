@@ -33,6 +33,14 @@ typedef struct ur_ocdbt_write_opts {
     /* 1: ur_ocdbt_create accepts a directory that holds a database already (its files are
      * kept and new data files get other names); used by ur_ocdbt_resume. Default 0. */
     int resume;
+    /* Called for each data file the writer is done with before its commit (it rolled over
+     * to a new one), once the file is closed: `dir` the database directory, `name` the
+     * file's "d/<32 hex>". The writer never reads the file again, so the callee may move it
+     * elsewhere and remove it (an object-store output streams it, see orbax_stream.h). Files
+     * finished during the commit (they hold the B-tree) are not handed over. A negative
+     * return fails the write with it. NULL: none. */
+    int (*on_data_file)(void *ctx, const char *dir, const char *name, ur_err *err);
+    void *on_data_file_ctx;
 } ur_ocdbt_write_opts;
 
 /* Fill with Orbax's settings. */

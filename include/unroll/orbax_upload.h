@@ -3,7 +3,8 @@
  * An object store has no rename, so nothing can appear at once: Orbax's commit-file mode
  * writes everything under the final prefix and `commit_success.txt` last; readers (unroll
  * included, see orbax_ckpt.c) take a step only once its marker is there. unroll converts
- * into a local staging tree (unroll/orbax_publish.h, in $TMPDIR), then uploads it:
+ * into a local staging tree (unroll/orbax_publish.h, in $TMPDIR; its OCDBT data files may
+ * have gone up already, unroll/orbax_stream.h), then uploads it:
  *   1. every data object (OCDBT data files, zarr chunks, array_metadatas, _sharding), in
  *      parallel;
  *   2. each OCDBT manifest (manifest.ocdbt, manifest.*) after the data it references;
@@ -20,18 +21,40 @@
 #include "unroll/err.h"
 
 #include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
 
 typedef struct ur_orbax_upload_opts {
     int replace;      /* 1: delete what the destination holds instead of refusing */
     unsigned threads; /* parallel uploads of data objects; 0: 8 */
+    /* With n_units > 0, only these paths relative to src (step directories such as "0" or
+     * "base/0", or single files such as "loras/<id>/adapter_config.json") are uploaded, to the
+     * same paths under dest, all in one upload (every unit's data before any manifest, every
+     * marker last); "the destination" is then these units, not all of dest. */
+    const char *const *units;
+    size_t n_units;
+    /* Called after each object is written, with the bytes written so far and the total (the
+     * sizes of the staged files), from one thread at a time; NULL: no progress. */
+    void (*progress)(void *ctx, uint64_t bytes_done, uint64_t bytes_total);
+    void *progress_ctx;
     /* 1: add to a destination that holds objects (the finish of a multi-process run, whose
-     * shares are already there): neither refused nor cleared; `replace` is ignored */
+     * shares are already there; or data files this run streamed there during the conversion,
+     * unroll/orbax_stream.h, after it was found empty): neither refused nor cleared;
+     * `replace` is ignored */
     int add;
 } ur_orbax_upload_opts;
 
 /* Before converting: UR_EINVAL when `dest` (a location) holds objects and replace is 0;
  * UR_EIO when the store cannot be listed. */
 int ur_orbax_upload_check_dest(const char *dest, int replace, ur_err *err);
+
+/* How many objects the units (see ur_orbax_upload_opts) under `dest` hold. */
+int ur_orbax_upload_count_units(const char *dest, const char *const *units, size_t n_units,
+                                size_t *count, ur_err *err);
+
+/* As ur_orbax_upload_check_dest for the units (see ur_orbax_upload_opts) under `dest`. */
+int ur_orbax_upload_check_units(const char *dest, const char *const *units, size_t n_units,
+                                int replace, ur_err *err);
 
 /* Upload the tree under local directory `src` to location `dest` in the order above.
  * `cancel`, when set and nonzero between objects, stops the upload (UR_EINTERNAL

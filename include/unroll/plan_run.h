@@ -65,6 +65,12 @@ typedef struct ur_run_opts {
      * complete, published or waiting for others): one line without newline. */
     void (*on_note)(void *ctx, const char *line);
     void *ctx; /* for the callbacks */
+    /* Set by ur_plan_run itself, not by its callers: where each OCDBT data file finished
+     * during a conversion goes (ur_ocdbt_write_opts.on_data_file), with its path and its key
+     * below checkpoint_dir ("0/items/d/<hex>"); an object-store output streams them
+     * (unroll/orbax_stream.h). */
+    int (*on_data_file)(void *ctx, const char *path, const char *key, ur_err *err);
+    void *data_file_ctx;
 } ur_run_opts;
 
 #define UR_RUN_COMMIT_EVERY ((uint64_t)1 << 30)

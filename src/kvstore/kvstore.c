@@ -135,3 +135,20 @@ const char *ur_kvstore_describe(const ur_kvstore *kv)
 {
     return kv->desc;
 }
+
+/* The calling thread's hook (ur_kvstore_set_stored_hook). */
+static _Thread_local ur_kvstore_stored_fn stored_fn;
+static _Thread_local void *stored_ctx;
+
+void ur_kvstore_set_stored_hook(ur_kvstore_stored_fn fn, void *ctx)
+{
+    stored_fn = fn;
+    stored_ctx = ctx;
+}
+
+void ur_kvstore__stored(uint64_t bytes)
+{
+    if (stored_fn != NULL) {
+        stored_fn(stored_ctx, bytes);
+    }
+}

@@ -46,6 +46,9 @@ void ur_kvstore__view_of_buf(ur_kvstore_view *v);
 /* A view holding the value read into memory (v->buf_ already has the limit). */
 int ur_kvstore__view_by_read(ur_kvstore *kv, const char *key, ur_kvstore_view *v, ur_err *err);
 
+/* Drivers: `bytes` of the value being written are stored (ur_kvstore_set_stored_hook). */
+void ur_kvstore__stored(uint64_t bytes);
+
 /* Object-store drivers, reached through the scheme table of kvstore_url.c (signature:
  * ur_kvstore_remote_open_fn). */
 int ur_kvstore_s3_open(ur_kvstore **out, const char *bucket, const char *prefix, int writable,

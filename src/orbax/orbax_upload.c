@@ -105,13 +105,68 @@ static int list_all(ur_kvstore *kv, item_list *l, ur_err *err)
     return rc;
 }
 
+/* ur_kvstore_list of one unit: the key `unit` itself or keys below `unit/` (not a sibling
+ * that merely starts with the same bytes, "0" vs "0.tmp"). */
+typedef struct {
+    item_list *l;
+    size_t len;
+} unit_ctx;
+
+static int collect_unit(void *ctx, const char *key, uint64_t size)
+{
+    unit_ctx *u = ctx;
+    if (key[u->len] != '\0' && key[u->len] != '/') {
+        return 0;
+    }
+    return collect(u->l, key, size);
+}
+
+/* The keys of the units (n == 0: every key of kv). */
+static int list_units(ur_kvstore *kv, const char *const *units, size_t n, item_list *l,
+                      ur_err *err)
+{
+    int rc = UR_OK;
+    if (n == 0) {
+        return list_all(kv, l, err);
+    }
+    for (size_t i = 0; i < n && rc == UR_OK; i++) {
+        unit_ctx u = {l, strlen(units[i])};
+        rc = ur_kvstore_list(kv, units[i], collect_unit, &u, err);
+        if (rc == UR_ENOMEM) {
+            rc = ur_err_oom(err);
+        }
+    }
+    return rc;
+}
+
 int ur_orbax_upload_check_dest(const char *dest, int replace, ur_err *err)
+{
+    return ur_orbax_upload_check_units(dest, NULL, 0, replace, err);
+}
+
+int ur_orbax_upload_count_units(const char *dest, const char *const *units, size_t n_units,
+                                size_t *count, ur_err *err)
 {
     ur_kvstore *kv = NULL;
     item_list l = {0};
     int rc = ur_kvstore_open_url(&kv, dest, 0, err);
     if (rc == UR_OK) {
-        rc = list_all(kv, &l, err);
+        rc = list_units(kv, units, n_units, &l, err);
+    }
+    *count = l.n;
+    items_dispose(&l);
+    ur_kvstore_close(kv);
+    return rc;
+}
+
+int ur_orbax_upload_check_units(const char *dest, const char *const *units, size_t n_units,
+                                int replace, ur_err *err)
+{
+    ur_kvstore *kv = NULL;
+    item_list l = {0};
+    int rc = ur_kvstore_open_url(&kv, dest, 0, err);
+    if (rc == UR_OK) {
+        rc = list_units(kv, units, n_units, &l, err);
     }
     if (rc == UR_OK && l.n > 0 && !replace) {
         rc = ur_err_set(err, UR_EINVAL,
@@ -135,6 +190,8 @@ typedef struct {
     const char *dest;
     int rc;
     ur_err err;
+    uint64_t done, total; /* bytes, for opts->progress */
+    const ur_orbax_upload_opts *opts;
 } job;
 
 static int put_one(job *j, item *it, ur_err *err)
@@ -162,9 +219,41 @@ static int put_one(job *j, item *it, ur_err *err)
     return rc;
 }
 
+/* One more object written (the caller holds j->lock, so progress is called by one thread at
+ * a time and sees `done` grow). */
+static void report_progress(job *j, uint64_t bytes)
+{
+    j->done += bytes;
+    if (j->opts != NULL && j->opts->progress != NULL) {
+        j->opts->progress(j->opts->progress_ctx, j->done, j->total);
+    }
+}
+
+/* The object a worker is uploading, for the kvstore's stored hook: the pieces of a large
+ * object move the progress as they go up; `counted` never passes the object's size (a
+ * marker's text is not the staged file's). */
+typedef struct {
+    job *j;
+    const item *it;
+    uint64_t counted;
+} piece_ctx;
+
+static void on_stored(void *ctx, uint64_t bytes)
+{
+    piece_ctx *p = ctx;
+    uint64_t upto = bytes < p->it->size ? bytes : p->it->size;
+    if (upto > p->counted) {
+        pthread_mutex_lock(&p->j->lock);
+        report_progress(p->j, upto - p->counted);
+        pthread_mutex_unlock(&p->j->lock);
+        p->counted = upto;
+    }
+}
+
 static void *worker(void *arg)
 {
     job *j = arg;
+    piece_ctx piece;
     for (;;) {
         item *it;
         ur_err err;
@@ -181,15 +270,20 @@ static void *worker(void *arg)
         it->written = 1; /* deleted on failure even if the PUT half-happened */
         pthread_mutex_unlock(&j->lock);
         ur_err_clear(&err);
+        piece.j = j;
+        piece.it = it;
+        piece.counted = 0;
+        ur_kvstore_set_stored_hook(on_stored, &piece);
         rc = put_one(j, it, &err);
-        if (rc < 0) {
-            pthread_mutex_lock(&j->lock);
-            if (j->rc == UR_OK) {
-                j->rc = rc;
-                j->err = err;
-            }
-            pthread_mutex_unlock(&j->lock);
+        ur_kvstore_set_stored_hook(NULL, NULL);
+        pthread_mutex_lock(&j->lock);
+        if (rc < 0 && j->rc == UR_OK) {
+            j->rc = rc;
+            j->err = err;
+        } else if (rc == UR_OK) {
+            report_progress(j, it->size - piece.counted);
         }
+        pthread_mutex_unlock(&j->lock);
     }
 }
 
@@ -236,11 +330,12 @@ static size_t undo(job *j, ur_err *first)
     return failed;
 }
 
-/* Delete what dest holds: markers first, so no reader takes a half-deleted step. */
-static int clear_dest(ur_kvstore *dst, ur_err *err)
+/* Delete what dest holds (its units): markers first, so no reader takes a half-deleted
+ * step. */
+static int clear_dest(ur_kvstore *dst, const ur_orbax_upload_opts *opts, ur_err *err)
 {
     item_list old = {0};
-    int rc = list_all(dst, &old, err);
+    int rc = list_units(dst, opts->units, opts->n_units, &old, err);
     if (rc == UR_OK && old.n > 0) {
         qsort(old.v, old.n, sizeof *old.v, cmp_upload);
         for (size_t i = old.n; rc == UR_OK && i-- > 0;) {
@@ -267,24 +362,31 @@ int ur_orbax_upload(const char *src, const char *dest, const ur_orbax_upload_opt
     j.cancel = cancel;
     j.dest = dest;
     j.l = &l;
+    j.opts = opts;
     ur_err_clear(&j.err);
     rc = ur_kvstore_file_open(&j.src, src, 0, err);
     if (rc == UR_OK) {
         rc = ur_kvstore_open_url(&j.dst, dest, 1, err);
     }
     if (rc == UR_OK) {
-        rc = list_all(j.src, &l, err);
+        rc = opts != NULL ? list_units(j.src, opts->units, opts->n_units, &l, err)
+                          : list_all(j.src, &l, err);
     }
     if (rc == UR_OK && !(opts != NULL && opts->add)) {
-        rc = ur_orbax_upload_check_dest(dest, opts != NULL && opts->replace, err);
+        rc = opts != NULL ? ur_orbax_upload_check_units(dest, opts->units, opts->n_units,
+                                                        opts->replace, err)
+                          : ur_orbax_upload_check_dest(dest, 0, err);
     }
     if (rc == UR_OK && opts != NULL && opts->replace && !opts->add) {
-        rc = clear_dest(j.dst, err);
+        rc = clear_dest(j.dst, opts, err);
     }
     if (rc < 0) {
         goto out;
     }
     qsort(l.v, l.n, sizeof *l.v, cmp_upload);
+    for (size_t i = 0; i < l.n; i++) {
+        j.total += l.v[i].size;
+    }
     {
         size_t data_end = 0;
         while (data_end < l.n && l.v[data_end].phase == 0) {

@@ -3,6 +3,7 @@
  * publishes for it (include/unroll/plan_run.h). */
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
+#include "unroll/kvstore.h"
 #include "unroll/plan_run.h"
 
 #include <dirent.h>
@@ -15,15 +16,75 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+typedef struct {
+    char **ids;
+    size_t n, cap;
+} id_list;
+
+static int add_id(id_list *l, const char *id, size_t len)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 8;
+        char **p = ur_realloc(l->ids, cap * sizeof *p);
+        if (p == NULL) {
+            return UR_ENOMEM;
+        }
+        l->ids = p;
+        l->cap = cap;
+    }
+    l->ids[l->n] = ur_strndup(id, len);
+    if (l->ids[l->n] == NULL) {
+        return UR_ENOMEM;
+    }
+    l->n++;
+    return UR_OK;
+}
+
+/* ur_kvstore_list callback: `<id>/adapter_config.json`, one level deep, adds <id>. */
+static int collect_id(void *ctx, const char *key, uint64_t size)
+{
+    static const char cfg[] = "/adapter_config.json";
+    const char *slash = strchr(key, '/');
+    (void)size;
+    if (slash == NULL || slash == key || key[0] == '.' || strcmp(slash, cfg) != 0) {
+        return 0;
+    }
+    return add_id(ctx, key, (size_t)(slash - key));
+}
+
+/* As list_loras, for adapters in an object store (s3://, gs://): the objects
+ * `<id>/adapter_config.json` under the prefix. */
+static int list_loras_remote(const char *adapters, id_list *l, ur_err *err)
+{
+    ur_kvstore *kv = NULL;
+    int rc = ur_kvstore_open_url(&kv, adapters, 0, err);
+    if (rc == UR_OK) {
+        rc = ur_kvstore_list(kv, "", collect_id, l, err);
+        if (rc == UR_ENOMEM) {
+            rc = ur_err_oom(err);
+        }
+    }
+    ur_kvstore_close(kv);
+    return rc;
+}
+
 /* The ids of `<adapters>/<id>/` holding adapter_config.json, sorted. */
 static int list_loras(const char *adapters, char ***ids_out, size_t *n_out, ur_err *err)
 {
-    DIR *d = opendir(adapters);
+    DIR *d;
     struct dirent *e;
     char **ids = NULL;
     size_t n = 0, cap = 0;
     int rc = UR_OK;
 
+    if (ur_kvstore_location_is_remote(adapters)) {
+        id_list l = {0};
+        rc = list_loras_remote(adapters, &l, err);
+        ids = l.ids;
+        n = l.n;
+        goto done;
+    }
+    d = opendir(adapters);
     if (d == NULL) {
         return ur_err_set_os(err, errno == ENOENT ? UR_ENOTFOUND : UR_EIO, errno, adapters,
                              "cannot open the LoRA adapters directory");
@@ -57,6 +118,7 @@ static int list_loras(const char *adapters, char ***ids_out, size_t *n_out, ur_e
         n++;
     }
     closedir(d);
+done:
     if (rc == UR_OK && n == 0) {
         rc = ur_err_set_os(err, UR_ENOTFOUND, 0, adapters,
                            "no LoRA adapter (<id>/adapter_config.json) found");

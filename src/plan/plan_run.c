@@ -10,6 +10,7 @@
 #include "unroll/kvstore.h"
 #include "unroll/orbax_publish.h"
 #include "unroll/orbax_share.h"
+#include "unroll/orbax_stream.h"
 #include "unroll/orbax_upload.h"
 
 #include <errno.h>
@@ -19,6 +20,8 @@
 
 /* Default worker count when the input is on an object store (see convert). */
 #define REMOTE_THREADS 16
+/* Data files streamed to an object-store output at once (orbax_stream.h). */
+#define STREAM_PENDING 2
 
 int ur_plan_run_input(const char **path_out, ur_plan_input *kind_out, const ur_settings *s,
                       int dry_run, ur_err *err)
@@ -86,6 +89,36 @@ static void share_opts(const ur_run_share *sh, ur_orbax_write_opts *wo, ur_exec_
     eo->resume_from = sh->resume_from;
 }
 
+/* ur_ocdbt_write_opts.on_data_file of one unit: the file's key below checkpoint_dir is the
+ * unit, the item and the file's name ("0/items/d/<hex>"), whatever temporary directory the
+ * writer uses until its commit. */
+typedef struct {
+    const ur_run_opts *o;
+    const char *unit; /* the step directory below the staging directory ("0", "base/0") */
+    const char *item; /* "items" */
+} data_file_ctx;
+
+static int on_data_file(void *ctx, const char *dir, const char *name, ur_err *err)
+{
+    data_file_ctx *d = ctx;
+    char *path = ur_path_join(dir, name);
+    char *key = ur_path_joinf(d->unit, "%s/%s", d->item, name);
+    int rc = path != NULL && key != NULL ? d->o->on_data_file(d->o->data_file_ctx, path, key, err)
+                                         : ur_err_oom(err);
+    ur_free(path);
+    ur_free(key);
+    return rc;
+}
+
+/* Local disk a conversion needs: the output, or with its data files streamed away as they
+ * are finished (orbax_stream.h) the one being written, the STREAM_PENDING ones going up and
+ * the last ones, which hold the B-tree. */
+static uint64_t local_bytes(uint64_t bytes_out, const ur_orbax_write_opts *wo)
+{
+    uint64_t streamed = (STREAM_PENDING + 2) * wo->ocdbt.target_data_file_size;
+    return wo->ocdbt.on_data_file != NULL && streamed < bytes_out ? streamed : bytes_out;
+}
+
 /* `in_path` converted into the step directory `step_dir`, created below `below` (the
  * staging directory, which must exist); in a dry run only its plan, handed to on_plan. With
  * `sh`, only a share of it (plan_run_impl.h). */
@@ -95,6 +128,7 @@ int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *b
                         ur_err *err)
 {
     share_piece_ctx piece;
+    data_file_ctx dfc;
     ur_orbax_ckpt *ck = NULL;
     ur_plan *plan = NULL;
     ur_orbax_writer *w = NULL;
@@ -124,15 +158,6 @@ int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *b
         goto out;
     }
 
-    /* The output's uncompressed size is an upper bound (zstd rarely shrinks trained bf16
-     * weights by much, so a smaller guess would let a run fill the disk and fail late);
-     * arrays of the fill value compress to almost nothing but are refused all the same when
-     * they would not fit as stored uncompressed, so a few-KB input declaring a 1 TB array
-     * cannot fill the disk. */
-    rc = ur_fs_space_check(step_dir, plan->summary.bytes_out, err);
-    if (rc < 0) {
-        goto out;
-    }
     ur_orbax_write_opts_init(&wo);
     wo.use_ocdbt = s->use_ocdbt;
     wo.use_zarr3 = s->use_zarr3;
@@ -142,7 +167,24 @@ int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *b
     if (s->target_data_file_size > 0) {
         wo.ocdbt.target_data_file_size = (uint64_t)s->target_data_file_size;
     }
+    if (o->on_data_file != NULL && s->use_ocdbt && below != NULL &&
+        strncmp(step_dir, below, strlen(below)) == 0 && step_dir[strlen(below)] == '/') {
+        dfc.o = o;
+        dfc.unit = step_dir + strlen(below) + 1;
+        dfc.item = wo.item_name;
+        wo.ocdbt.on_data_file = on_data_file;
+        wo.ocdbt.on_data_file_ctx = &dfc;
+    }
     share_opts(sh, &wo, NULL, NULL);
+    /* The output's uncompressed size is an upper bound (zstd rarely shrinks trained bf16
+     * weights by much, so a smaller guess would let a run fill the disk and fail late);
+     * arrays of the fill value compress to almost nothing but are refused all the same when
+     * they would not fit as stored uncompressed, so a few-KB input declaring a 1 TB array
+     * cannot fill the disk. Streamed data files leave the disk as they are finished. */
+    rc = ur_fs_space_check(step_dir, local_bytes(plan->summary.bytes_out, &wo), err);
+    if (rc < 0) {
+        goto out;
+    }
     rc = ur_orbax_writer_create(&w, step_dir, &wo, err);
     if (rc < 0) {
         goto out;
@@ -196,9 +238,34 @@ out:
     return rc;
 }
 
-/* Copy a small file byte for byte (adapter_config.json), read beneath its own directory
- * (no link out of the adapter) and never given more permissions than it has. */
-static int copy_file(const char *from, const char *to, ur_err *err)
+/* An adapter_config.json in an object store (`from` a location), copied byte for byte. */
+static int copy_remote_file(const char *from, const char *to, ur_err *err)
+{
+    const char *slash = strrchr(from, '/');
+    char *dir = ur_strndup(from, (size_t)(slash - from));
+    ur_kvstore *kv = NULL;
+    ur_buf b;
+    int rc;
+    ur_buf_init(&b, 16u << 20);
+    rc = dir != NULL ? ur_kvstore_open_url(&kv, dir, 0, err) : ur_err_oom(err);
+    if (rc == UR_OK) {
+        rc = ur_kvstore_read(kv, slash + 1, &b, err);
+        if (rc < 0) {
+            ur_err_wrap(err, "%s", from);
+        }
+    }
+    if (rc == UR_OK) {
+        rc = ur_fs_write_file(to, b.data, b.len, err);
+    }
+    ur_buf_dispose(&b);
+    ur_kvstore_close(kv);
+    ur_free(dir);
+    return rc;
+}
+
+/* Copy a small local file byte for byte (adapter_config.json), read beneath its own
+ * directory (no link out of the adapter) and never given more permissions than it has. */
+static int copy_local_file(const char *from, const char *to, ur_err *err)
 {
     const char *slash = strrchr(from, '/');
     char *dir = slash != NULL ? ur_strndup(from, (size_t)(slash - from)) : ur_strdup(".");
@@ -207,6 +274,12 @@ static int copy_file(const char *from, const char *to, ur_err *err)
                          : ur_err_oom(err);
     ur_free(dir);
     return rc;
+}
+
+static int copy_file(const char *from, const char *to, ur_err *err)
+{
+    return ur_kvstore_location_is_remote(from) ? copy_remote_file(from, to, err)
+                                               : copy_local_file(from, to, err);
 }
 
 /* Each adapter `<adapters>/<id>/0/items` into the staged unit 1 + 2i, its adapter_config.json
@@ -245,18 +318,9 @@ static int check_locations(const ur_settings *s, const char *in_path, ur_err *er
     int rc = ur_kvstore_location_kind(in_path, err);
     if (rc >= 0 && s->lora_input_adapters_path[0] != '\0') {
         rc = ur_kvstore_location_kind(s->lora_input_adapters_path, err);
-        if (rc > 0) {
-            rc = ur_err_set(err, UR_EUNSUPPORTED,
-                            "%s: LoRA adapters are read from local directories only",
-                            s->lora_input_adapters_path);
-        }
     }
     if (rc >= 0) {
         rc = ur_kvstore_location_kind(s->checkpoint_dir, err);
-    }
-    if (rc > 0 && s->lora_input_adapters_path[0] != '\0') {
-        rc = ur_err_set(err, UR_EUNSUPPORTED,
-                        "%s: LoRA output is written to local directories only", s->checkpoint_dir);
     }
     return rc;
 }
@@ -301,45 +365,137 @@ static char *remote_unit(const char *checkpoint_dir, const char *unit)
     return out;
 }
 
-/* An object-store destination: refused when it overlaps the input or already holds objects
- * (unless o->replace); outside a dry run, the local tree to convert into (*up_root, whose
- * checkpoints/ is *out_dir). */
-static int remote_begin(const ur_settings *s, const char *in_path, const ur_run_opts *o,
-                        char **up_dest, char **up_root, char **up_ckdir, ur_err *err)
+/* 1 when location `a` is `b` or below it ("s3://b/x/0" is not below "s3://b/x/0.old"). */
+static int inside(const char *a, const char *b)
 {
-    int rc;
-    *up_dest = remote_unit(s->checkpoint_dir, "0");
-    if (*up_dest == NULL) {
-        return ur_err_oom(err);
+    size_t n = strlen(b);
+    while (n > 0 && b[n - 1] == '/') {
+        n--;
     }
-    if (ur_kvstore_location_is_remote(in_path) &&
-        (strncmp(in_path, *up_dest, strlen(*up_dest)) == 0 ||
-         strncmp(*up_dest, in_path, strlen(in_path)) == 0)) {
-        return ur_err_set(err, UR_EINVAL, "the output %s and the input %s overlap", *up_dest,
-                          in_path);
+    return strncmp(a, b, n) == 0 && (a[n] == '\0' || a[n] == '/');
+}
+
+/* 1 when the remote location `in` and checkpoint_dir/unit are one inside the other. */
+static int overlaps(const char *in, const char *checkpoint_dir, const char *unit)
+{
+    char *dest;
+    int hit;
+    if (!ur_kvstore_location_is_remote(in)) {
+        return 0; /* "" (no adapters) or local: the local overlap rules apply */
+    }
+    dest = remote_unit(checkpoint_dir, unit);
+    hit = dest != NULL && (inside(in, dest) || inside(dest, in));
+    ur_free(dest);
+    return hit;
+}
+
+/* An object-store destination (its units: "0", or base/0 and the loras/<id> of a LoRA run):
+ * refused when a unit overlaps an input or already holds objects (unless o->replace);
+ * outside a dry run, the local tree to convert into (*up_root, whose checkpoints/ is
+ * *up_ckdir). */
+static int remote_begin(const ur_settings *s, const char *in_path, const ur_plan_units *u,
+                        const ur_run_opts *o, char **up_root, char **up_ckdir, int *empty,
+                        ur_err *err)
+{
+    const char *ins[2] = {in_path, s->lora_input_adapters_path};
+    size_t held = 0;
+    int rc;
+    for (size_t i = 0; i < u->n_units; i++) {
+        for (size_t k = 0; k < 2; k++) {
+            if (ins[k] != NULL && overlaps(ins[k], s->checkpoint_dir, u->units[i])) {
+                char *dest = remote_unit(s->checkpoint_dir, u->units[i]);
+                rc = ur_err_set(err, UR_EINVAL, "the output %s and the input %s overlap",
+                                dest != NULL ? dest : u->units[i], ins[k]);
+                ur_free(dest);
+                return rc;
+            }
+        }
     }
     /* refused before any work: a destination that holds objects (unless --replace) */
-    rc = ur_orbax_upload_check_dest(*up_dest, o->replace, err);
+    rc = ur_orbax_upload_count_units(s->checkpoint_dir, u->units, u->n_units, &held, err);
+    *empty = rc == UR_OK && held == 0;
+    if (rc == UR_OK && held > 0) {
+        rc = ur_orbax_upload_check_units(s->checkpoint_dir, u->units, u->n_units, o->replace, err);
+    }
     if (rc == UR_OK && !o->dry_run) {
         rc = make_upload_root(up_root, up_ckdir, err);
     }
     return rc;
 }
 
-/* The finished local step, uploaded in Orbax's commit-file order. */
-static int remote_finish(const char *up_ckdir, const char *up_dest, const ur_run_opts *o,
-                         ur_err *err)
+/* The finished local units, uploaded in Orbax's commit-file order, with a progress line of
+ * their own ("upload") where the conversion has one. */
+static int remote_finish(const char *up_ckdir, const ur_settings *s, const ur_plan_units *u,
+                         const ur_run_opts *o, ur_orbax_stream *stream, ur_err *err)
 {
     ur_orbax_upload_opts uo;
-    char *local_step = ur_path_join(up_ckdir, "0");
-    int rc;
+    char *dest;
+    int rc = stream != NULL ? ur_orbax_stream_finish(stream, err) : UR_OK;
+    if (rc < 0) {
+        return rc; /* every streamed data file is up before any manifest */
+    }
+    dest = remote_unit(s->checkpoint_dir, NULL); /* the markers name it */
+    if (dest == NULL) {
+        return ur_err_oom(err);
+    }
     memset(&uo, 0, sizeof uo);
     uo.replace = o->replace;
     uo.threads = o->threads > 0 ? (unsigned)o->threads * 4 : 16;
-    rc = local_step != NULL ? ur_orbax_upload(local_step, up_dest, &uo, o->cancel, err)
-                            : ur_err_oom(err);
-    ur_free(local_step);
+    uo.units = u->units;
+    uo.n_units = u->n_units;
+    uo.add = stream != NULL;
+    if (o->progress != NULL) {
+        uo.progress = o->progress;
+        uo.progress_ctx = o->ctx;
+        if (o->on_begin != NULL) {
+            o->on_begin(o->ctx, "upload");
+        }
+    }
+    rc = ur_orbax_upload(up_ckdir, dest, &uo, o->cancel, err);
+    ur_free(dest);
     return rc;
+}
+
+/* An OCDBT output to an object-store destination found empty: its data files go up while the
+ * conversion runs (orbax_stream.h). *ro is then *o with on_data_file set; *st NULL: not
+ * streamed. */
+static int stream_begin(ur_orbax_stream **st, const ur_settings *s, const ur_run_opts *o,
+                        ur_run_opts *ro, ur_err *err)
+{
+    char *dest;
+    int rc;
+    *st = NULL;
+    *ro = *o;
+    if (!s->use_ocdbt) {
+        return UR_OK;
+    }
+    dest = remote_unit(s->checkpoint_dir, NULL);
+    if (dest == NULL) {
+        return ur_err_oom(err);
+    }
+    rc = ur_orbax_stream_create(st, dest, STREAM_PENDING, STREAM_PENDING, err);
+    ur_free(dest);
+    if (rc == UR_OK) {
+        ro->on_data_file = ur_orbax_stream_push;
+        ro->data_file_ctx = *st;
+    }
+    return rc;
+}
+
+/* After a failure: the streamed data files deleted, and the error says whether that worked. */
+static void stream_undo(ur_orbax_stream *st, ur_err *err)
+{
+    ur_err first;
+    size_t n = ur_orbax_stream_count(st), failed;
+    ur_err_clear(&first);
+    failed = ur_orbax_stream_undo(st, &first);
+    if (failed > 0) {
+        ur_err_wrap(err, "%zu of the %zu data files streamed could not be deleted (%s)", failed, n,
+                    first.msg);
+    } else if (n > 0) {
+        ur_err_wrap(err, "the %zu data file%s streamed during the conversion %s deleted", n,
+                    n == 1 ? "" : "s", n == 1 ? "was" : "were");
+    }
 }
 
 void ur_plan_run_report_dispose(ur_run_report *rep)
@@ -356,8 +512,10 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
     ur_plan_units units;
     const char *in_path = NULL, *inputs[2];
     const char *out_dir;
-    char *up_root = NULL, *up_ckdir = NULL, *up_dest = NULL;
-    int remote_out = 0;
+    char *up_root = NULL, *up_ckdir = NULL;
+    ur_orbax_stream *stream = NULL;
+    ur_run_opts ro;
+    int remote_out = 0, remote_empty = 0;
     size_t n_inputs = 0;
     ur_plan_input kind = UR_PLAN_INPUT_FULL_STATE;
     int rc;
@@ -383,16 +541,19 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
     if (!ur_kvstore_location_is_remote(in_path)) {
         inputs[n_inputs++] = in_path;
     }
-    if (s->lora_input_adapters_path[0] != '\0') {
+    if (s->lora_input_adapters_path[0] != '\0' &&
+        !ur_kvstore_location_is_remote(s->lora_input_adapters_path)) {
         inputs[n_inputs++] = s->lora_input_adapters_path;
     }
     if (ur_plan_multi_wanted(o, s)) {
         /* a share of a multi-process run, or a resumable one (plan_multi.c) */
-        if (ur_kvstore_location_is_remote(in_path)) {
+        if (ur_kvstore_location_is_remote(in_path) ||
+            ur_kvstore_location_is_remote(s->lora_input_adapters_path)) {
             rc = ur_err_set(err, UR_EUNSUPPORTED,
                             "%s: a multi-process or resumable run (--process-count, --resume) "
                             "reads a local directory only, not s3:// or gs://",
-                            in_path);
+                            ur_kvstore_location_is_remote(in_path) ? in_path
+                                                                   : s->lora_input_adapters_path);
         } else if (remote_out) {
             rc = ur_plan_multi_run_remote(rep, o, s, in_path, kind, err);
         } else {
@@ -400,16 +561,16 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
         }
         goto out;
     }
+    rc = ur_plan_lora_units(&units, s->lora_input_adapters_path, err);
+    if (rc < 0) {
+        goto out;
+    }
     if (remote_out) {
-        rc = remote_begin(s, in_path, o, &up_dest, &up_root, &up_ckdir, err);
+        rc = remote_begin(s, in_path, &units, o, &up_root, &up_ckdir, &remote_empty, err);
         if (rc < 0) {
             goto out;
         }
         out_dir = up_ckdir;
-    }
-    rc = ur_plan_lora_units(&units, s->lora_input_adapters_path, err);
-    if (rc < 0) {
-        goto out;
     }
 
     /* Only the units are replaced (checkpoint_dir/0, or base/0 and loras/<id>/...); the
@@ -425,6 +586,10 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
                                    : ur_strdup(ur_orbax_publish_dest(pub));
             rc = rep->dest != NULL ? UR_OK : ur_err_oom(err);
         }
+        if (rc == UR_OK && remote_out && remote_empty) {
+            rc = stream_begin(&stream, s, o, &ro, err);
+            o = stream != NULL ? &ro : o;
+        }
     }
     if (rc == UR_OK) {
         rc = ur_plan_run_convert(in_path, pub != NULL ? ur_orbax_publish_staged(pub, 0) : NULL,
@@ -434,21 +599,28 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
     if (rc == UR_OK && units.n_ids > 0) {
         rc = convert_loras(s->lora_input_adapters_path, &units, pub, s, o, &rep->total, err);
     }
+    if (rc == UR_OK && stream != NULL) {
+        /* before the staged units move: the uploads read them there */
+        rc = ur_orbax_stream_finish(stream, err);
+    }
     if (rc == UR_OK && pub != NULL) {
         rc = ur_orbax_publish_commit(pub, o->cancel, err);
         pub = NULL; /* commit frees it either way */
     }
     if (rc == UR_OK && remote_out && !o->dry_run) {
-        rc = remote_finish(up_ckdir, up_dest, o, err);
+        rc = remote_finish(up_ckdir, s, &units, o, stream, err);
     }
 out:
+    if (rc < 0 && stream != NULL) {
+        stream_undo(stream, err);
+    }
+    ur_orbax_stream_free(stream);
     ur_orbax_publish_abort(pub); /* after a failure: staging, lock, created directories */
     if (up_root != NULL) {
         (void)ur_fs_remove_tree(up_root, NULL);
     }
     ur_free(up_root);
     ur_free(up_ckdir);
-    ur_free(up_dest);
     ur_plan_lora_units_dispose(&units);
     ur_plan_config_free(cfg);
     return rc;

@@ -35,9 +35,14 @@ class EmulatorGcsFileSystem(fsspec.AbstractFileSystem):
     protocol = ("gs", "gcs")
     root_marker = ""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.endpoint = os.environ["STORAGE_EMULATOR_HOST"].rstrip("/")
+    @property
+    def endpoint(self):
+        # read at each call, not kept: etils.epath and fsspec cache filesystem instances, and
+        # a later test module's emulator listens on another port. TensorStore's variable
+        # names the same emulator (use_emulator sets both; some tests then route unroll
+        # elsewhere by unsetting STORAGE_EMULATOR_HOST).
+        url = os.environ.get("STORAGE_EMULATOR_HOST") or os.environ["TENSORSTORE_GCS_HTTP_URL"]
+        return url.rstrip("/")
 
     @classmethod
     def _strip_protocol(cls, path):

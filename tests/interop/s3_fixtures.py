@@ -188,7 +188,8 @@ class FaultProxy:
     """An HTTP/1.1 proxy in front of the server. Each request takes the next fault of `plan`
     (a list, consumed in order; None = forward normally) when its method and path match
     `match` (a callable or None for all). Faults: "503", "429", "drop" (send headers and half
-    the body, then close), "stall" (send headers, then nothing for `stall_s`). `served` logs
+    the body, then close), "stall" (send headers, then nothing for `stall_s`), "slow" (wait
+    `stall_s`, then forward normally: any method). `served` logs
     (method, path, range, body bytes sent) for every forwarded answer."""
 
     def __init__(self, upstream_port: int, stall_s: float = 6.0):
@@ -219,6 +220,8 @@ class FaultProxy:
                     self.end_headers()
                     self.wfile.write(msg)
                     return
+                if fault == "slow":
+                    time.sleep(proxy.stall_s)
                 up = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=60)
                 headers = {k: v for k, v in self.headers.items()}
                 up.putrequest(self.command, self.path, skip_host=True,

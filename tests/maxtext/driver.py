@@ -9,7 +9,10 @@
 3. compares the unscanned output's tree (paths, shapes) with the `scan_layers=false` model of the
    same package (`nnx.eval_shape` of what MaxText's inference builds);
 4. decodes fixed token ids with MaxText's inference engine (MaxEngine: load_params, prefill,
-   insert, generate) from both outputs and reports tokens and logits.
+   insert, generate) from both outputs and reports tokens and logits;
+5. runs MaxText's own generate_param_only_checkpoint on the same state (families of
+   MAXTEXT_OUTCOME; cached like the training) and reports what its output is: equal to unroll's
+   bit for bit, or how it differs, its NaN-filled groups, and whether MaxEngine loads it.
 
 The test (test_maxtext.py) asserts on the JSON; this script only gathers facts, so that a failure
 names what differs. Runs with DECOUPLE_GCLOUD=TRUE JAX_PLATFORMS=cpu (set here).
@@ -20,6 +23,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -150,6 +154,7 @@ def edited(family: str, items: pathlib.Path) -> pathlib.Path:
     done = items.parent.parent.parent.with_name(items.parent.parent.parent.name + f"-edit-{tag}")
     out = done / "items"
     if out.is_dir():
+        _step_metadata(items, done)
         return out
     import jax
     import jax.numpy as jnp
@@ -167,10 +172,29 @@ def edited(family: str, items: pathlib.Path) -> pathlib.Path:
     shutil.rmtree(tmp, ignore_errors=True)
     ck.save(str(tmp / "items"), tree, force=True)
     os.replace(tmp, done)
+    _step_metadata(items, done)
     return out
 
 
-ALL = {**FAMILIES, **PENDING}
+def _step_metadata(items: pathlib.Path, step: pathlib.Path) -> None:
+    """The edited copy's step directory gets the original's _CHECKPOINT_METADATA and
+    commit_success.txt: MaxText's converter (Orbax's CheckpointManager) refuses a step
+    directory without them ("Could not recognize the checkpoint ... as a valid Orbax
+    checkpoint"); unroll reads the items alone."""
+    for name in ("_CHECKPOINT_METADATA", "commit_success.txt"):
+        if not (step / name).exists() and (items.parent / name).exists():
+            tmp = step / f"{name}.tmp{os.getpid()}"
+            shutil.copyfile(items.parent / name, tmp)
+            os.replace(tmp, step / name)
+
+
+# LoRA through MaxText (README, "LoRA through MaxText"): pre-training with LoRA enabled, which
+# 0.2.5 accepts but never applies. Trained and cached like the families; not a family of the
+# suite (lora_blockers() reports on it).
+LORA_PRETRAIN = TINY + ["base_num_decoder_layers=2", "lora.enable_lora=true", "lora.lora_rank=4",
+                        "lora.lora_alpha=8.0", "lora.lora_module_path=decoder/layers/.*self_attention/query"]
+
+ALL = {**FAMILIES, **PENDING, "lora-pretrain": LORA_PRETRAIN}
 
 
 def _cache_root() -> pathlib.Path:
@@ -217,9 +241,25 @@ def run_unroll(family: str, items: pathlib.Path, out: pathlib.Path, name: str, *
             "path": str(out / name / "checkpoints" / "0" / "items")}
 
 
-# Families whose MaxText-converter output is valid (loads in MaxText's inference; issue 13):
-# unroll's output must equal it leaf for leaf, bit for bit.
-MAXTEXT_VALID = {"llama2", "deepseek", "fsdp-tensor"}
+# What MaxText's own generate_param_only_checkpoint (force_unroll=true) makes of each family, as
+# observed with maxtext 0.2.5 (the README's claims, issue 13). test_maxtext_converter asserts
+# exactly this, so that it fails, and the README must change, when MaxText changes:
+#   valid               its output loads, and unroll's equals it leaf for leaf, bit for bit;
+#   structure-mismatch  it exits 0, but MaxEngine refuses its output ("Checkpoint structure
+#                       mismatch"): it slices the stacked axis num_decoder_layers times although
+#                       it holds blocks (decoder/layers_<b> keeps the block's layers nested), and
+#                       jnp.take past the end fills the extra "layers" with NaN (MAXTEXT_NAN);
+#   fails               it exits non-zero (MAXTEXT_ERRORS: the last exception line);
+#   drops-aux           its output equals unroll's but for the trained non-parameter variables
+#                       (DeepSeek's router bias, a MoEBiasVar), which it leaves out.
+MAXTEXT_OUTCOME = {
+    "llama2": "valid", "deepseek": "valid", "fsdp-tensor": "valid",
+    "gemma3": "structure-mismatch", "llama4": "structure-mismatch",
+    "gpt-oss": "structure-mismatch", "qwen3-next": "structure-mismatch",
+    "olmo3": "structure-mismatch",
+    "pipeline": "fails", "gemma4": "fails", "deepseek4": "fails",
+    "deepseek-routed-bias": "drops-aux",
+}
 
 
 # Output variants converted and decoded besides the default (OCDBT + zarr3): family -> name ->
@@ -275,16 +315,78 @@ def mesh_axes_used(items: pathlib.Path) -> dict:
     return used
 
 
-def run_maxtext(family: str, items: pathlib.Path, out: pathlib.Path, name: str) -> dict:
-    """MaxText's own generate_param_only_checkpoint (force_unroll=true) on the same state."""
+def run_maxtext(family: str, items: pathlib.Path, *extra: str) -> dict:
+    """MaxText's own generate_param_only_checkpoint (force_unroll=true) on the same state: run
+    once per package version, state and keys, then cached beside the training state (its output
+    and {rc, error, stderr, seconds} in result.json), like the training itself."""
+    args = ["force_unroll=true", *ALL[family], *PARALLEL.get(family, ([], 1))[0], *COMMON, *extra]
+    key = hashlib.sha256(json.dumps([maxtext.__version__, str(items), args]).encode()
+                         ).hexdigest()[:16]
+    done = _cache_root() / "maxtext-converter" / f"{family}-{maxtext.__version__}-{key}"
+    if (done / "result.json").is_file():
+        return json.loads((done / "result.json").read_text())
+    tmp = pathlib.Path(str(done) + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
     cmd = [sys.executable, "-m", "maxtext.utils.generate_param_only_checkpoint", BASE_YML,
-           f"load_full_state_path={items}", f"base_output_directory={out}", f"run_name={name}",
-           "force_unroll=true", *ALL[family], *PARALLEL.get(family, ([], 1))[0], *COMMON]
+           f"load_full_state_path={items}", f"base_output_directory={tmp}", "run_name=maxtext",
+           *args]
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True)
-    return {"rc": p.returncode, "stderr": p.stderr.strip()[-2000:],
-            "seconds": time.monotonic() - t0,
-            "path": str(out / name / "checkpoints" / "0" / "items")}
+    errors = [ln for ln in p.stderr.splitlines() if re.match(r"^[\w.]+(Error|Exception): ", ln)]
+    result = {"rc": p.returncode, "error": errors[-1][:500] if errors else "",
+              "stderr": p.stderr.strip()[-2000:], "seconds": time.monotonic() - t0,
+              "path": str(done / "maxtext" / "checkpoints" / "0" / "items")}
+    (tmp / "result.json").write_text(json.dumps(result))
+    shutil.rmtree(done, ignore_errors=True)
+    os.replace(tmp, done)
+    return result
+
+
+def non_finite(path: str) -> dict:
+    """Where a checkpoint holds NaN or infinity: {"nan_groups": the top two path components
+    (decoder/layers_<i>) under which every leaf is all NaN, "other": other leaves with any}."""
+    import numpy as np
+    import orbax.checkpoint as ocp
+    flat = _flat(ocp.PyTreeCheckpointer().restore(path))
+    groups: dict = {}
+    other = []
+    for k, v in flat.items():
+        x = np.asarray(v, np.float32)
+        g = "/".join(k.split("/")[:2])
+        groups.setdefault(g, []).append(bool(np.all(np.isnan(x))))
+        if not np.all(np.isfinite(x)) and not np.all(np.isnan(x)):
+            other.append(k)
+    nan_groups = sorted(g for g, all_nan in groups.items() if all(all_nan))
+    other += [k for k in flat if "/".join(k.split("/")[:2]) not in nan_groups
+              and np.all(np.isnan(np.asarray(flat[k], np.float32)))]
+    return {"nan_groups": nan_groups, "other": sorted(other)}
+
+
+def try_decode(family: str, path: str, *extra: str) -> dict:
+    """decode() of an unscanned checkpoint, or the exception MaxText raised (first line)."""
+    try:
+        return {"ok": True, **decode(family, path, False, *extra)}
+    except Exception as e:  # noqa: BLE001 - what MaxText raises is the fact gathered
+        return {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:500]}"}
+
+
+def maxtext_facts(family: str, items: pathlib.Path, unrolled: str, *extra: str) -> dict:
+    """MaxText's converter on the state, and what its output is: compared with unroll's leaf
+    for leaf; where they differ, its non-finite leaves and whether MaxEngine loads and decodes
+    it (where they are equal, unroll's decode is its decode)."""
+    m = run_maxtext(family, items, *extra)
+    if m["rc"] != 0:
+        return m
+    m["storage"] = storage_kind(m["path"])
+    m.update(bit_differences(unrolled, m["path"]))
+    if m["differences"]:
+        m["n_differences"] = len(m["differences"])
+        m["differences"] = {k: m["differences"][k] for k in sorted(m["differences"])[:20]}
+        m["tree"] = checkpoint_tree(m["path"])
+        m["non_finite"] = non_finite(m["path"])
+        m["decode"] = try_decode(family, m["path"], *extra)
+    return m
 
 
 def bit_differences(a_path: str, b_path: str) -> dict:
@@ -408,8 +510,41 @@ def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4)
     return {"tokens": tokens, "logits": logits, "aux": aux}
 
 
+def lora_blockers(work: pathlib.Path) -> dict:
+    """Why LoRA cannot go through MaxText 0.2.5 (README): what its pre-training with LoRA enabled
+    saves, and what MaxEngine.load_single_adapter does, after load_params of unroll's llama2
+    output, with an adapter directory (adapter_config.json, 0/items/commit_success.txt) whose
+    weights it never gets to read."""
+    saved = checkpoint_tree(str(train("lora-pretrain")))
+    lora_config = _config("lora-pretrain").lora.model_dump()
+    base = run_unroll("llama2", train("llama2"), work, "unrolled", "force_unroll=true")
+    if base["rc"] != 0:
+        return {"lora_pretrain_tree": saved, "lora_config": lora_config, "unroll": base}
+    import jax
+    from maxtext.inference.maxengine import maxengine
+    adapter = work / "adapter"
+    (adapter / "0" / "items").mkdir(parents=True)
+    (adapter / "0" / "items" / "commit_success.txt").write_text("")
+    (adapter / "adapter_config.json").write_text(json.dumps(
+        {"r": 2, "lora_alpha": 4, "target_modules": ["q_proj", "v_proj"], "peft_type": "LORA"}))
+    engine = maxengine.MaxEngine(_config("llama2", f"load_parameters_path={base['path']}",
+                                         "scan_layers=false", "weight_dtype=bfloat16",
+                                         "dtype=float32"))
+    engine.load_params(rng=jax.random.PRNGKey(0))
+    try:
+        engine.load_single_adapter(str(adapter))
+        load = {"ok": True}
+    except Exception as e:  # noqa: BLE001 - what MaxText raises is the fact gathered
+        load = {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:500]}"}
+    return {"lora_pretrain_tree": saved, "lora_config": lora_config, "unroll": base,
+            "load_single_adapter": load}
+
+
 def main() -> None:
     family, work = sys.argv[1], pathlib.Path(sys.argv[2])
+    if family == "lora-blockers":
+        (work / "facts.json").write_text(json.dumps(lora_blockers(work)))
+        return
     devices = PARALLEL.get(family, ([], 1))[1]
     if devices > 1:
         # read when JAX first starts its backend (nothing has yet): restoring the training state
@@ -430,11 +565,8 @@ def main() -> None:
                             BASE_YML, *ALL[family], *PARALLEL.get(family, ([], 1))[0]],
                            capture_output=True, text=True)
         facts["verify"] = {"rc": p.returncode, "stdout": p.stdout[-3000:], "stderr": p.stderr[-2000:]}
-    if family in MAXTEXT_VALID and facts["unrolled"]["rc"] == 0:
-        facts["maxtext"] = run_maxtext(family, items, work, "maxtext")
-        if facts["maxtext"]["rc"] == 0:
-            facts["maxtext"].update(bit_differences(facts["unrolled"]["path"],
-                                                    facts["maxtext"]["path"]))
+    if facts["unrolled"]["rc"] == 0 and family in MAXTEXT_OUTCOME:
+        facts["maxtext"] = maxtext_facts(family, items, facts["unrolled"]["path"])
     facts["model_tree"] = model_tree(family)
     if facts["unrolled"]["rc"] == 0:
         facts["unrolled_tree"] = checkpoint_tree(facts["unrolled"]["path"])
@@ -448,6 +580,7 @@ def main() -> None:
             v["storage"] = storage_kind(v["path"])
             v["tree"] = checkpoint_tree(v["path"])
             v["decode"] = decode(family, v["path"], False, *keys)
+            v["maxtext"] = maxtext_facts(family, items, v["path"], *keys)
         facts["variants"][name] = v
     (work / "facts.json").write_text(json.dumps(facts))
 

@@ -2,8 +2,10 @@
 MaxText, converted by unroll, checked against MaxText's own `scan_layers=false` model tree and
 decoded by MaxText's inference engine (driver.py does the work in a subprocess per family);
 the non-parameter variables MaxText runs with (DeepSeek's router bias) are the trained ones;
-where MaxText's own converter is right (driver.MAXTEXT_VALID) unroll's output equals its output
-bit for bit; other storage formats (driver.VARIANTS) decode the same.
+other storage formats (driver.VARIANTS) decode the same, and equal MaxText's own output in that
+format bit for bit. test_maxtext_converter runs MaxText's own generate_param_only_checkpoint on
+the same states (once, cached) and asserts what it does as observed (driver.MAXTEXT_OUTCOME):
+bit for bit unroll's output where it is valid, its failures where it is not.
 
 Run by the Python 3.12 venv .venv-maxtext (scripts/setup.sh --tests), with UNROLL_BIN set;
 scripts/test.sh runs it. Tolerance: the unrolled model runs the same bf16 values through the
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import pathlib
 import subprocess
 import sys
@@ -36,18 +39,26 @@ def _environment():
     assert sys.version_info[:2] == (3, 12), "tests/maxtext runs in .venv-maxtext (Python 3.12)"
 
 
-def _facts(family: str, tmp_path: pathlib.Path) -> dict:
-    p = subprocess.run([sys.executable, str(HERE / "driver.py"), family, str(tmp_path)],
-                       capture_output=True, text=True)
-    facts_file = tmp_path / "facts.json"
-    if p.returncode != 0 or not facts_file.exists():
-        pytest.fail(f"driver {family} failed (rc {p.returncode}):\n{p.stderr[-4000:]}")
-    return json.loads(facts_file.read_text())
+_FACTS: dict = {}
+
+
+def _facts(family: str, tmp_path_factory) -> dict:
+    """The driver's facts for a family: gathered once per session, shared by the tests below."""
+    if family not in _FACTS:
+        work = tmp_path_factory.mktemp(family)
+        p = subprocess.run([sys.executable, str(HERE / "driver.py"), family, str(work)],
+                           capture_output=True, text=True)
+        facts_file = work / "facts.json"
+        _FACTS[family] = (json.loads(facts_file.read_text()) if p.returncode == 0 and facts_file.exists()
+                          else f"driver {family} failed (rc {p.returncode}):\n{p.stderr[-4000:]}")
+    if isinstance(_FACTS[family], str):
+        pytest.fail(_FACTS[family])
+    return _FACTS[family]
 
 
 @pytest.mark.parametrize("family", sorted(driver.FAMILIES))
-def test_family(family, tmp_path):
-    f = _facts(family, tmp_path)
+def test_family(family, tmp_path_factory):
+    f = _facts(family, tmp_path_factory)
     assert f["unrolled"]["rc"] == 0, f["unrolled"]["stderr"]
     assert f["scanned"]["rc"] == 0, f["scanned"]["stderr"]
     assert f["verify"]["rc"] == 0, f["verify"]["stdout"] + f["verify"]["stderr"]
@@ -78,11 +89,11 @@ def test_family(family, tmp_path):
         assert v["tree"] == model
         assert v["decode"]["tokens"] == ds["tokens"]
         np.testing.assert_allclose(np.asarray(v["decode"]["logits"]), b, rtol=0, atol=LOGITS_ATOL)
-    # where MaxText's own converter is right, unroll writes the same leaves, bit for bit
-    if family in driver.MAXTEXT_VALID:
-        assert f["maxtext"]["rc"] == 0, f["maxtext"]["stderr"]
-        assert f["maxtext"]["differences"] == {}
-        assert f["maxtext"]["leaves_compared"] == len(model)
+        # MaxText's own converter writes the same format, and the same bits
+        assert v["maxtext"]["rc"] == 0, v["maxtext"]["stderr"]
+        assert v["maxtext"]["storage"] == v["storage"]
+        assert v["maxtext"]["differences"] == {}
+        assert v["maxtext"]["leaves_compared"] == len(model)
 
 
 def _unstacked(trained: dict, model: dict, family: str) -> dict:
@@ -115,3 +126,79 @@ def _check_aux(family: str, f: dict) -> None:
     assert f["decode_scanned"]["aux"] == trained
     assert f["decode_unrolled"]["aux"] == _unstacked(trained, f["model_tree"], family)
 
+
+
+@pytest.mark.parametrize("family", sorted(driver.MAXTEXT_OUTCOME))
+def test_maxtext_converter(family, tmp_path_factory):
+    """What MaxText's own generate_param_only_checkpoint makes of the same training state, as the
+    README states it (driver.MAXTEXT_OUTCOME): bit for bit unroll's output where it is valid, and
+    the failure observed where it is not, while unroll's output of the same state loads and
+    decodes like the scanned model (test_family). Fails when MaxText changes: then the README's
+    claim must change too."""
+    f = _facts(family, tmp_path_factory)
+    m, outcome = f["maxtext"], driver.MAXTEXT_OUTCOME[family]
+    # unroll's output of this state is the working one (what test_family checks in full)
+    assert f["unrolled"]["rc"] == 0 and f["decode_unrolled"]["tokens"] == f["decode_scanned"]["tokens"]
+    if outcome == "fails":
+        assert m["rc"] != 0, "MaxText's converter now succeeds: check its output, fix the README"
+        assert m["error"] == MAXTEXT_ERRORS[family]
+        return
+    assert m["rc"] == 0, m["stderr"]
+    if outcome == "valid":
+        assert m["differences"] == {}
+        assert m["leaves_compared"] == len(f["model_tree"])
+        return
+    assert m["n_differences"] > 0, "MaxText's output now equals unroll's: fix the README"
+    if outcome == "drops-aux":
+        # the same params, bit for bit, without the trained router bias that unroll keeps ...
+        aux = {f"{k}/value": "only in unroll's" for k in f["decode_unrolled"]["aux"]}
+        assert aux and m["differences"] == aux and m["n_differences"] == len(aux)
+        assert m["leaves_compared"] == len(f["model_tree"]) - len(aux)
+        # ... and MaxEngine, run from its output, crashes on the missing variable
+        assert not m["decode"]["ok"], "MaxEngine now runs from MaxText's output: fix the README"
+        assert m["decode"]["error"] == "RuntimeError: Array has been deleted with shape=bfloat16[4]."
+        return
+    # the blocks' own layers stay nested under the unrolled block axis ...
+    model, theirs = f["model_tree"], m["tree"]
+    nested = [k for k in theirs if re.match(r"decoder/layers_\d+/(layers_\d+|local_layers|global_layer)/", k)]
+    assert nested and not set(nested) & set(model)
+    # ... the slices past the blocks are NaN ...
+    assert m["non_finite"] == {"nan_groups": MAXTEXT_NAN[family], "other": []}
+    # ... and MaxText's own engine refuses what its own converter wrote
+    assert not m["decode"]["ok"], "MaxEngine now loads MaxText's output: fix the README"
+    assert m["decode"]["error"].startswith("ValueError: Checkpoint structure mismatch:"), \
+        m["decode"]["error"]
+
+
+# As observed with maxtext 0.2.5: the last exception line of MaxText's converter where it fails,
+# and the groups of its output that are NaN throughout (the slices past the stacked blocks).
+MAXTEXT_ERRORS = {
+    "pipeline": "ValueError: Missing layers in NNX state.model.decoder or state_mesh_shardings.",
+    "gemma4": "ValueError: Missing layers in NNX state.model.decoder or state_mesh_shardings.",
+    "deepseek4": "ValueError: Missing layers in NNX state.model.decoder or state_mesh_shardings.",
+}
+MAXTEXT_NAN = {
+    "gemma3": [f"decoder/layers_{i}" for i in range(1, 7)],      # 7 layers: 1 block of 6 (+1)
+    "qwen3-next": [f"decoder/layers_{i}" for i in range(1, 6)],  # 6 layers: 1 block of 4 (+2)
+    "llama4": [f"decoder/layers_{i}" for i in range(1, 4)],      # 4 layers: 1 block of 4
+    "gpt-oss": [f"decoder/layers_{i}" for i in range(2, 4)],     # 4 layers: 2 blocks of 2
+    "olmo3": [f"decoder/layers_{i}" for i in range(1, 4)],       # 4 layers: 1 block of 4
+}
+
+
+def test_maxtext_lora_blocked(tmp_path):
+    """LoRA cannot go through maxtext 0.2.5 (README, "LoRA through MaxText"), as observed: its
+    pre-training accepts LoRA keys but saves no adapter (nor the base), and its engine cannot
+    load any adapter. Fails when either changes: then a LoRA round trip (MaxText-trained adapter,
+    unroll's LoRA mode, MaxEngine) belongs here instead."""
+    p = subprocess.run([sys.executable, str(HERE / "driver.py"), "lora-blockers", str(tmp_path)],
+                       capture_output=True, text=True)
+    facts_file = tmp_path / "facts.json"
+    assert p.returncode == 0 and facts_file.exists(), p.stderr[-4000:]
+    f = json.loads(facts_file.read_text())
+    assert f["lora_config"]["enable_lora"] is True and f["lora_config"]["lora_rank"] == 4
+    assert f["lora_pretrain_tree"] == {"step": []}, "MaxText's pre-training now saves LoRA weights"
+    assert f["unroll"]["rc"] == 0, f["unroll"]["stderr"]
+    assert not f["load_single_adapter"]["ok"], "MaxEngine now loads adapters: test unroll's"
+    assert f["load_single_adapter"]["error"] == \
+        "ValueError: Unexpected leaf type Param at .decoder.decoder_norm.scale"

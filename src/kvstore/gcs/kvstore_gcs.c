@@ -580,6 +580,7 @@ static int upload_resumable(gcs_store *g, const char *key, const void *data, siz
                 goto out;
             }
             off = (size_t)(end + 1);
+            ur_kvstore__stored(off);
         }
     }
 out:

@@ -67,6 +67,7 @@ typedef struct {
     ur_strmap ext_files; /* referred-to file path -> index in files */
     ur_appendfile *cur; /* the data file being appended to, or NULL */
     int committed;
+    int committing; /* data files closed from now on hold nodes: not handed to on_data_file */
     uint64_t held;     /* bytes of inline values held for e[] */
     ur_strmap values;  /* pool: an inline value's bytes -> its one copy (value = pointer) */
     uint64_t seed_state; /* 0: random ids; else the splitmix64 state */
@@ -82,6 +83,8 @@ void ur_ocdbt_write_opts_init(ur_ocdbt_write_opts *opts)
     opts->seed = 0;
     opts->max_held_inline_bytes = DEFAULT_HELD_INLINE;
     opts->resume = 0;
+    opts->on_data_file = NULL;
+    opts->on_data_file_ctx = NULL;
 }
 
 /* splitmix64: a well-mixed sequence from a seed, for reproducible ids. */
@@ -145,15 +148,29 @@ static int grow_files(ocdbt_writer *w, ur_err *err)
     return UR_OK;
 }
 
+/* The data file just closed (the last of files[]) to opts.on_data_file, before the commit. */
+static int hand_over(ocdbt_writer *w, ur_err *err)
+{
+    if (w->opts.on_data_file == NULL || w->committing || w->n_files == 0) {
+        return UR_OK;
+    }
+    return w->opts.on_data_file(w->opts.on_data_file_ctx, w->dir, w->files[w->n_files - 1], err);
+}
+
 static int new_data_file(ocdbt_writer *w, ur_err *err)
 {
     uint8_t rnd[16];
     char name[40], *path;
+    int had = w->cur != NULL;
     int rc = close_data_file(w, err);
 
-    if (rc == UR_OK) {
-        rc = id_bytes(w, rnd, sizeof rnd, err);
+    if (rc == UR_OK && had) {
+        rc = hand_over(w, err);
     }
+    if (rc < 0) {
+        return rc;
+    }
+    rc = id_bytes(w, rnd, sizeof rnd, err);
     if (rc < 0) {
         return rc;
     }
@@ -836,6 +853,7 @@ static int w_commit(ur_kvstore *kv, ur_err *err)
     if (w->n > 0) {
         w->n = sorted_last_writes(w, w->e);
     }
+    w->committing = 1;
     rc = write_tree_and_manifest(w, err);
     if (rc == UR_OK) {
         w->committed = 1;

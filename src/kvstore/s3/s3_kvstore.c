@@ -476,6 +476,9 @@ static int put_multipart(s3_store *s, const char *key, const uint8_t *data, size
                                "<Part><PartNumber>%zu</PartNumber><ETag>%s</ETag></Part>", i + 1,
                                etag);
         }
+        if (rc == UR_OK) {
+            ur_kvstore__stored(off + len);
+        }
     }
     if (rc == UR_OK) {
         rc = ur_buf_append_str(&done, "</CompleteMultipartUpload>", err);

@@ -1,0 +1,281 @@
+/* Data files uploaded in the background while the conversion runs (unroll/orbax_stream.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "unroll/orbax_stream.h"
+
+#include "unroll/alloc.h"
+#include "unroll/kvstore.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_THREADS 8
+
+typedef struct {
+    char **v;
+    size_t n, cap;
+} str_list;
+
+/* A file handed over: open, its name already removed. */
+typedef struct {
+    int fd;
+    size_t size;
+    char *key;
+} pending;
+
+struct ur_orbax_stream {
+    ur_kvstore *dst;
+    pthread_mutex_t lock;
+    pthread_cond_t cv; /* the queue or `busy` changed */
+    pending *queue;    /* waiting, oldest first from `head` */
+    size_t head, n, cap;
+    str_list sent;  /* keys written (or being written): what undo deletes */
+    unsigned busy;  /* uploads going on */
+    unsigned max_pending;
+    int stop;
+    int rc; /* the first failure */
+    ur_err err;
+    pthread_t threads[MAX_THREADS];
+    unsigned n_threads;
+};
+
+static int list_add(str_list *l, const char *s)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        char **v = ur_realloc(l->v, cap * sizeof *v);
+        if (v == NULL) {
+            return UR_ENOMEM;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n] = ur_strdup(s);
+    if (l->v[l->n] == NULL) {
+        return UR_ENOMEM;
+    }
+    l->n++;
+    return UR_OK;
+}
+
+static void list_dispose(str_list *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        ur_free(l->v[i]);
+    }
+    ur_free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+/* Upload one file from its descriptor (mapped: a data file can be gigabytes). */
+static int send_one(ur_orbax_stream *st, const pending *p, ur_err *err)
+{
+    void *data = NULL;
+    int rc;
+    if (p->size > 0) {
+        data = mmap(NULL, p->size, PROT_READ, MAP_PRIVATE, p->fd, 0);
+        if (data == MAP_FAILED) {
+            return ur_err_set_os(err, UR_EIO, errno, p->key, "cannot map the data file");
+        }
+    }
+    rc = ur_kvstore_write(st->dst, p->key, data != NULL ? data : "", p->size, err);
+    if (data != NULL) {
+        munmap(data, p->size);
+    }
+    return rc;
+}
+
+static void pending_dispose(pending *p)
+{
+    if (p->fd >= 0) {
+        close(p->fd);
+    }
+    ur_free(p->key);
+    p->fd = -1;
+    p->key = NULL;
+}
+
+static void *worker(void *arg)
+{
+    ur_orbax_stream *st = arg;
+    pthread_mutex_lock(&st->lock);
+    for (;;) {
+        pending p;
+        ur_err err;
+        int rc;
+        while (st->head == st->n && !st->stop) {
+            pthread_cond_wait(&st->cv, &st->lock);
+        }
+        if (st->head == st->n) {
+            break; /* stopping, nothing left */
+        }
+        p = st->queue[st->head++];
+        if (st->rc != UR_OK) {
+            pending_dispose(&p); /* after a failure nothing more goes up */
+            pthread_cond_broadcast(&st->cv);
+            continue;
+        }
+        rc = list_add(&st->sent, p.key);
+        st->busy++;
+        pthread_mutex_unlock(&st->lock);
+        ur_err_clear(&err);
+        rc = rc == UR_OK ? send_one(st, &p, &err) : ur_err_oom(&err);
+        pending_dispose(&p); /* the file's blocks go with its last descriptor */
+        pthread_mutex_lock(&st->lock);
+        st->busy--;
+        if (rc < 0 && st->rc == UR_OK) {
+            st->rc = rc;
+            st->err = err;
+        }
+        pthread_cond_broadcast(&st->cv);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return NULL;
+}
+
+int ur_orbax_stream_create(ur_orbax_stream **out, const char *dest, unsigned threads,
+                           unsigned max_pending, ur_err *err)
+{
+    ur_orbax_stream *st = ur_calloc(1, sizeof *st);
+    int rc;
+    *out = NULL;
+    if (st == NULL) {
+        return ur_err_oom(err);
+    }
+    pthread_mutex_init(&st->lock, NULL);
+    pthread_cond_init(&st->cv, NULL);
+    ur_err_clear(&st->err);
+    threads = threads == 0 ? 2 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    st->max_pending = max_pending == 0 ? threads : max_pending;
+    rc = ur_kvstore_open_url(&st->dst, dest, 1, err);
+    for (unsigned i = 0; rc == UR_OK && i < threads; i++) {
+        if (pthread_create(&st->threads[i], NULL, worker, st) != 0) {
+            rc = ur_err_set(err, UR_EINTERNAL, "cannot start an upload thread");
+            break;
+        }
+        st->n_threads++;
+    }
+    if (rc < 0) {
+        ur_orbax_stream_free(st);
+        return rc;
+    }
+    *out = st;
+    return UR_OK;
+}
+
+/* Open `path` and remove its name: the pending upload holds the file. */
+static int take_file(pending *p, const char *path, const char *key, ur_err *err)
+{
+    struct stat sb;
+    p->key = ur_strdup(key);
+    if (p->key == NULL) {
+        return ur_err_oom(err);
+    }
+    p->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (p->fd < 0 || fstat(p->fd, &sb) != 0 || unlink(path) != 0) {
+        int rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot hand the data file over");
+        pending_dispose(p);
+        return rc;
+    }
+    p->size = (size_t)sb.st_size;
+    return UR_OK;
+}
+
+int ur_orbax_stream_push(void *stream, const char *path, const char *key, ur_err *err)
+{
+    ur_orbax_stream *st = stream;
+    pending p = {-1, 0, NULL};
+    int rc;
+    pthread_mutex_lock(&st->lock);
+    while (st->rc == UR_OK && (st->n - st->head) + st->busy >= st->max_pending) {
+        pthread_cond_wait(&st->cv, &st->lock);
+    }
+    rc = st->rc;
+    if (rc < 0 && err != NULL) {
+        *err = st->err;
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (rc == UR_OK) {
+        rc = take_file(&p, path, key, err);
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    pthread_mutex_lock(&st->lock);
+    if (st->n == st->cap) {
+        size_t cap = st->cap ? 2 * st->cap : 16;
+        pending *q = ur_realloc(st->queue, cap * sizeof *q);
+        if (q == NULL) {
+            pthread_mutex_unlock(&st->lock);
+            pending_dispose(&p);
+            return ur_err_oom(err);
+        }
+        st->queue = q;
+        st->cap = cap;
+    }
+    st->queue[st->n++] = p;
+    pthread_cond_broadcast(&st->cv);
+    pthread_mutex_unlock(&st->lock);
+    return UR_OK;
+}
+
+int ur_orbax_stream_finish(ur_orbax_stream *st, ur_err *err)
+{
+    int rc;
+    pthread_mutex_lock(&st->lock);
+    while (st->head < st->n || st->busy > 0) {
+        pthread_cond_wait(&st->cv, &st->lock);
+    }
+    rc = st->rc;
+    if (rc < 0 && err != NULL) {
+        *err = st->err;
+    }
+    pthread_mutex_unlock(&st->lock);
+    return rc;
+}
+
+size_t ur_orbax_stream_count(const ur_orbax_stream *st)
+{
+    return st->sent.n;
+}
+
+size_t ur_orbax_stream_undo(ur_orbax_stream *st, ur_err *first)
+{
+    size_t failed = 0;
+    (void)ur_orbax_stream_finish(st, NULL);
+    for (size_t i = 0; i < st->sent.n; i++) {
+        ur_err e;
+        ur_err_clear(&e);
+        if (ur_kvstore_delete(st->dst, st->sent.v[i], &e) < 0 && failed++ == 0 && first != NULL) {
+            *first = e;
+        }
+    }
+    return failed;
+}
+
+void ur_orbax_stream_free(ur_orbax_stream *st)
+{
+    if (st == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&st->lock);
+    st->stop = 1;
+    pthread_cond_broadcast(&st->cv);
+    pthread_mutex_unlock(&st->lock);
+    for (unsigned i = 0; i < st->n_threads; i++) {
+        pthread_join(st->threads[i], NULL);
+    }
+    for (size_t i = st->head; i < st->n; i++) {
+        pending_dispose(&st->queue[i]);
+    }
+    ur_free(st->queue);
+    list_dispose(&st->sent);
+    ur_kvstore_close(st->dst);
+    pthread_cond_destroy(&st->cv);
+    pthread_mutex_destroy(&st->lock);
+    ur_free(st);
+}
