@@ -48,7 +48,8 @@ typedef struct ur_orbax_rshare ur_orbax_rshare;
 /* Join (or start) the run writing to step location `step` (`<checkpoint_dir>/0`) as process
  * `index` of `count`; run_text as for ur_orbax_share_open. *published = 1 when S already holds
  * a committed checkpoint (nothing else to do). UR_EINVAL when S holds another run, or objects
- * of something that is not a run, or was published by a run whose run.txt differs. */
+ * of something that is not a run, or was published by a run whose run.txt differs. Published
+ * by this run: what a finisher killed after the marker left of S/unroll-multi/ is deleted. */
 int ur_orbax_rshare_open(ur_orbax_rshare **out, const char *step, int count, int index,
                          const char *run_text, int *published, ur_err *err);
 

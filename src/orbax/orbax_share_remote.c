@@ -118,12 +118,15 @@ static int count_objects(void *ctx, const char *key, uint64_t size)
     return 0;
 }
 
+static void remove_run_objects(ur_orbax_rshare *s);
+
 int ur_orbax_rshare_open(ur_orbax_rshare **out, const char *step, int count, int index,
                          const char *run_text, int *published, ur_err *err)
 {
     ur_orbax_rshare *s = NULL;
     census c;
     ur_buf have;
+    ur_err ignored;
     int rc, found = 0;
 
     *published = 0;
@@ -149,6 +152,11 @@ int ur_orbax_rshare_open(ur_orbax_rshare **out, const char *step, int count, int
                             "%s/" RUN_KEPT_KEY ": %s was published by a multi-process run with "
                             "other arguments or another input (delete %s/ to convert again)",
                             s->step, s->step, s->step);
+        }
+        if (rc == UR_OK && present(s->kv, RUN_KEY, &ignored) == 1) {
+            /* a finisher that died after the marker, before deleting the run's objects: they
+             * go (best effort, as after a finish) */
+            remove_run_objects(s);
         }
         goto out;
     }

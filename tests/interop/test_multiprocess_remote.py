@@ -224,6 +224,24 @@ def test_rerun_after_publication_with_other_arguments_is_refused(unroll_bin, big
     _check_same(s3, out, 2, single, tmp_path)
 
 
+def test_rerun_after_publication_removes_what_a_dead_finisher_left(unroll_bin, big, single, s3,
+                                                                  tmp_path):
+    """A finisher killed after the commit marker, before it deleted the run's objects, leaves
+    S/unroll-multi/ (a directory in the step, where Orbax looks for items): a rerun of any index
+    finds the step published and deletes them."""
+    out = _out()
+    for i in range(2):
+        _run(unroll_bin, big, s3, out, 2, i)
+    step = f"/{BUCKET}/{out}/run/checkpoints/0"
+    st, run_txt = s3.request("GET", f"{step}/unroll-run.txt")
+    assert st == 200
+    for key, body in (("run.txt", run_txt), ("shares/0.done", b"x"),
+                      ("finish.claim", b"process 1 of 2, pid 1 on elsewhere, started 0\n")):
+        assert s3.request("PUT", f"{step}/unroll-multi/{key}", body)[0] == 200
+    _run(unroll_bin, big, s3, out, 2, 0)
+    _check_same(s3, out, 2, single, tmp_path)
+
+
 def test_run_identity_is_the_same_on_every_machine(unroll_bin, big, single, s3, tmp_path):
     """Processes on machines that mount the input and the config at other paths (here: a
     symbolic link to the input, a copy of the config) join the same run; run.txt names no
