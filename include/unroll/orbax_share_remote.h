@@ -22,8 +22,16 @@
  *
  * Each share converts locally first ($TMPDIR) and uploads when complete: a share killed half-way
  * is redone from the start when rerun (its objects are replaced); --resume does not apply.
- * A finisher killed after its claim leaves the claim: `unroll merge S's checkpoint dir` finishes
- * (it takes the claim over; run it only once no finisher is alive). */
+ * A finisher killed after its claim leaves the claim, which names its process index, host, pid
+ * and start time. A rerun of that same process index takes the finish over (there is no lock
+ * to tell a dead process from a live one: a process index must run once at a time, as a
+ * Slurm or Kubernetes retry does), and so does `unroll merge` (run it only once no finisher is
+ * alive). A finish redone overwrites what the dead one uploaded with the same bytes (the merge
+ * is deterministic), the markers last.
+ *
+ * The finish also uploads S/unroll-run.txt, run.txt's text (a file beside items/: Orbax takes
+ * only the step's directories for items), so that a rerun after publication with other
+ * arguments is refused instead of reporting "already published". */
 #ifndef UNROLL_ORBAX_SHARE_REMOTE_H
 #define UNROLL_ORBAX_SHARE_REMOTE_H
 
@@ -35,11 +43,13 @@
 typedef struct ur_orbax_rshare ur_orbax_rshare;
 
 #define UR_ORBAX_RSHARE_DIR "unroll-multi"
+#define UR_ORBAX_RSHARE_RUN_KEPT "unroll-run.txt"
 
 /* Join (or start) the run writing to step location `step` (`<checkpoint_dir>/0`) as process
  * `index` of `count`; run_text as for ur_orbax_share_open. *published = 1 when S already holds
  * a committed checkpoint (nothing else to do). UR_EINVAL when S holds another run, or objects
- * of something that is not a run. */
+ * of something that is not a run, or was published by a run whose run.txt differs. Published
+ * by this run: what a finisher killed after the marker left of S/unroll-multi/ is deleted. */
 int ur_orbax_rshare_open(ur_orbax_rshare **out, const char *step, int count, int index,
                          const char *run_text, int *published, ur_err *err);
 
@@ -57,6 +67,10 @@ int ur_orbax_rshare_upload(ur_orbax_rshare *s, const char *db_dir, const char *m
  * *published 0: another process holds the claim). */
 int ur_orbax_rshare_finish(ur_orbax_rshare *s, const volatile sig_atomic_t *cancel, int *published,
                            int *missing, ur_err *err);
+
+/* 1 when the last ur_orbax_rshare_finish took the finish over from a dead earlier attempt of
+ * this process index (whose claim it found). */
+int ur_orbax_rshare_took_over(const ur_orbax_rshare *s);
 
 void ur_orbax_rshare_close(ur_orbax_rshare *s);
 

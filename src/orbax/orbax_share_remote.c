@@ -24,18 +24,29 @@
     "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
 #define RUN_KEY UR_ORBAX_RSHARE_DIR "/run.txt"
 #define CLAIM_KEY UR_ORBAX_RSHARE_DIR "/finish.claim"
+/* The run's identity kept beside the published step (a file: Orbax takes only the step's
+ * directories for items), so that a rerun with other arguments is refused after publication. */
+#define RUN_KEPT_KEY UR_ORBAX_RSHARE_RUN_KEPT
 #define MAX_META ((size_t)1 << 30)
 
 struct ur_orbax_rshare {
     char *step; /* S, without a trailing '/' */
+    char *run_text; /* run.txt's text (NULL: not known) */
     ur_kvstore *kv;
     int count, index;
+    int took_over; /* the finish was taken over from a dead attempt of this index */
 };
+
+int ur_orbax_rshare_took_over(const ur_orbax_rshare *s)
+{
+    return s->took_over;
+}
 
 void ur_orbax_rshare_close(ur_orbax_rshare *s)
 {
     if (s != NULL) {
         ur_kvstore_close(s->kv);
+        ur_free(s->run_text);
         ur_free(s->step);
         ur_free(s);
     }
@@ -107,12 +118,15 @@ static int count_objects(void *ctx, const char *key, uint64_t size)
     return 0;
 }
 
+static void remove_run_objects(ur_orbax_rshare *s);
+
 int ur_orbax_rshare_open(ur_orbax_rshare **out, const char *step, int count, int index,
                          const char *run_text, int *published, ur_err *err)
 {
     ur_orbax_rshare *s = NULL;
     census c;
     ur_buf have;
+    ur_err ignored;
     int rc, found = 0;
 
     *published = 0;
@@ -126,11 +140,24 @@ int ur_orbax_rshare_open(ur_orbax_rshare **out, const char *step, int count, int
     }
     s->count = count;
     s->index = index;
+    s->run_text = ur_strdup(run_text);
     ur_buf_init(&have, 0);
-    rc = present(s->kv, "commit_success.txt", err);
+    rc = s->run_text != NULL ? present(s->kv, "commit_success.txt", err) : ur_err_oom(err);
     if (rc == 1) {
+        /* published: by this run, or (its identity kept beside it differs) by another */
         *published = 1;
-        rc = UR_OK;
+        rc = read_opt(s->kv, RUN_KEPT_KEY, &have, &found, err);
+        if (rc == UR_OK && found && strcmp((const char *)have.data, run_text) != 0) {
+            rc = ur_err_set(err, UR_EINVAL,
+                            "%s/" RUN_KEPT_KEY ": %s was published by a multi-process run with "
+                            "other arguments or another input (delete %s/ to convert again)",
+                            s->step, s->step, s->step);
+        }
+        if (rc == UR_OK && present(s->kv, RUN_KEY, &ignored) == 1) {
+            /* a finisher that died after the marker, before deleting the run's objects: they
+             * go (best effort, as after a finish) */
+            remove_run_objects(s);
+        }
         goto out;
     }
     /* objects there that no run of ours put: refused as for a single-process output (listed
@@ -346,6 +373,9 @@ static int build_finish_tree(ur_orbax_rshare *s, const char *step_dir, ur_err *e
     if (rc == UR_OK) {
         rc = merge_from_store(s, items, err);
     }
+    if (rc == UR_OK && s->run_text != NULL) { /* uploaded before the markers */
+        rc = write_in(step_dir, RUN_KEPT_KEY, s->run_text, strlen(s->run_text), err);
+    }
     if (rc == UR_OK) { /* the upload writes the markers' text (the final location) */
         rc = write_in(items, "commit_success.txt", "", 0, err);
     }
@@ -431,13 +461,30 @@ static int finish(ur_orbax_rshare *s, const volatile sig_atomic_t *cancel, ur_er
     return rc;
 }
 
-static int claim(ur_orbax_rshare *s, int *won, ur_err *err)
+/* Whether claim text `have` names process index `index` of `count` (its first line starts
+ * "process <index> of <count>,"). */
+static int claim_names(const char *have, int index, int count)
 {
-    char who[160], host[64] = "";
+    char head[48];
+    int n = snprintf(head, sizeof head, "process %d of %d,", index, count);
+    return strncmp(have, head, (size_t)n) == 0;
+}
+
+/* `with_own_index`: a claim that names this process index is an earlier attempt of this very
+ * process, dead since (a process index runs once at a time: a rerun is what Slurm or Kubernetes
+ * does after a failure), and is taken over. */
+static int claim(ur_orbax_rshare *s, int with_own_index, int *won, ur_err *err)
+{
+    char who[200], host[64] = "";
     int rc;
     gethostname(host, sizeof host - 1);
-    snprintf(who, sizeof who, "pid %ld on %s, process %d of %d\n", (long)getpid(), host, s->index,
-             s->count);
+    if (s->index >= 0) {
+        snprintf(who, sizeof who, "process %d of %d, pid %ld on %s, started %lld\n", s->index,
+                 s->count, (long)getpid(), host, (long long)(now_ns() / 1000000000));
+    } else {
+        snprintf(who, sizeof who, "unroll merge, pid %ld on %s, started %lld\n", (long)getpid(),
+                 host, (long long)(now_ns() / 1000000000));
+    }
     rc = ur_kvstore_create(s->kv, CLAIM_KEY, who, strlen(who), err);
     *won = rc == UR_OK;
     if (rc == UR_EEXIST) {
@@ -448,6 +495,12 @@ static int claim(ur_orbax_rshare *s, int *won, ur_err *err)
         ur_buf_init(&have, 0);
         rc = read_opt(s->kv, CLAIM_KEY, &have, &found, err);
         *won = rc == UR_OK && found && strcmp((const char *)have.data, who) == 0;
+        if (rc == UR_OK && found && !*won && with_own_index &&
+            claim_names((const char *)have.data, s->index, s->count)) {
+            /* our name in the claim, for the next one to find */
+            rc = ur_kvstore_write(s->kv, CLAIM_KEY, who, strlen(who), err);
+            *won = s->took_over = rc == UR_OK;
+        }
         ur_buf_dispose(&have);
     }
     return rc;
@@ -461,7 +514,7 @@ int ur_orbax_rshare_finish(ur_orbax_rshare *s, const volatile sig_atomic_t *canc
     if (rc < 0 || *missing > 0) {
         return rc;
     }
-    rc = claim(s, &won, err);
+    rc = claim(s, 1, &won, err);
     if (rc < 0 || !won) {
         return rc;
     }
@@ -495,6 +548,7 @@ static int open_staged(ur_orbax_rshare **out, const char *checkpoint_dir, int *f
     if (rc < 0) {
         return rc;
     }
+    s->index = -1; /* not a process of the run: `unroll merge` or ls */
     ur_buf_init(&run, 0);
     rc = read_opt(s->kv, RUN_KEY, &run, found, err);
     if (rc == UR_OK && *found) {
@@ -504,6 +558,8 @@ static int open_staged(ur_orbax_rshare **out, const char *checkpoint_dir, int *f
             rc = ur_err_set(err, UR_ECORRUPT, "%s/%s: no process count", s->step, RUN_KEY);
         }
         s->count = (int)c;
+        s->run_text = rc == UR_OK ? ur_strdup((const char *)run.data) : NULL;
+        rc = rc == UR_OK && s->run_text == NULL ? ur_err_oom(err) : rc;
     }
     ur_buf_dispose(&run);
     if (rc < 0) {
@@ -585,7 +641,7 @@ int ur_orbax_rshare_merge(const char *checkpoint_dir, const volatile sig_atomic_
                         s->step, missing, s->count, (const char *)names.data);
     }
     if (rc == UR_OK) {
-        rc = claim(s, &won, err); /* a claim left by a finisher that died is taken over */
+        rc = claim(s, 0, &won, err); /* a claim left by a finisher that died is taken over */
     }
     if (rc == UR_OK) {
         rc = finish(s, cancel, err);

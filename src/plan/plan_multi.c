@@ -45,7 +45,7 @@ static int fingerprint_file(ur_buf *out, const char *dir, const char *name, ur_e
 
 int ur_plan_multi_run_text(ur_buf *out, int count, uint64_t slab_budget, const char *input,
                            const char *config, const char *const *overrides, size_t n_overrides,
-                           ur_err *err)
+                           int portable, ur_err *err)
 {
     char in_real[PATH_MAX], cfg_real[PATH_MAX];
     int rc;
@@ -55,9 +55,17 @@ int ur_plan_multi_run_text(ur_buf *out, int count, uint64_t slab_budget, const c
     if (realpath(config, cfg_real) == NULL) {
         return ur_err_set_os(err, UR_EIO, errno, config, "cannot resolve");
     }
-    rc = ur_buf_printf(out, err,
-                       "unroll multi-process run 1\nprocesses %d\nslab_budget %llu\ninput %s\n",
-                       count, (unsigned long long)slab_budget, in_real);
+    if (portable) { /* the same text on every machine */
+        rc = ur_buf_printf(out, err,
+                           "unroll multi-process run 1 (object store)\nprocesses %d\n"
+                           "slab_budget %llu\n",
+                           count, (unsigned long long)slab_budget);
+    } else {
+        rc = ur_buf_printf(out, err,
+                           "unroll multi-process run 1\nprocesses %d\nslab_budget %llu\n"
+                           "input %s\n",
+                           count, (unsigned long long)slab_budget, in_real);
+    }
     /* the input's identity: its top-level manifest and tree metadata */
     if (rc == UR_OK) {
         rc = fingerprint_file(out, in_real, "manifest.ocdbt", err);
@@ -65,11 +73,32 @@ int ur_plan_multi_run_text(ur_buf *out, int count, uint64_t slab_budget, const c
     if (rc == UR_OK) {
         rc = fingerprint_file(out, in_real, "_METADATA", err);
     }
-    if (rc == UR_OK) {
+    if (rc == UR_OK && portable) {
+        char *dir = ur_strdup(cfg_real), *slash = dir != NULL ? strrchr(dir, '/') : NULL;
+        if (slash == NULL) {
+            rc = ur_err_oom(err);
+        } else {
+            *slash = '\0';
+            rc = ur_buf_append(out, "config_", 7, err); /* "config_input_<name> crc32c=..." */
+            if (rc == UR_OK) {
+                rc = fingerprint_file(out, dir[0] != '\0' ? dir : "/", slash + 1, err);
+            }
+        }
+        ur_free(dir);
+    } else if (rc == UR_OK) {
         rc = ur_buf_printf(out, err, "config %s\n", cfg_real);
     }
     for (size_t i = 0; i < n_overrides && rc == UR_OK; i++) {
-        rc = ur_buf_printf(out, err, "override %s\n", overrides[i]);
+        const char *eq = strchr(overrides[i], '=');
+        char v_real[PATH_MAX];
+        if (portable && eq != NULL && realpath(eq + 1, v_real) != NULL &&
+            strcmp(v_real, in_real) == 0) {
+            /* the input, wherever this machine mounts it (its content is fingerprinted) */
+            rc = ur_buf_printf(out, err, "override %.*s=<input>\n", (int)(eq - overrides[i]),
+                               overrides[i]);
+        } else {
+            rc = ur_buf_printf(out, err, "override %s\n", overrides[i]);
+        }
     }
     if (rc == UR_OK) {
         rc = ur_buf_append(out, "", 1, err);
@@ -216,7 +245,7 @@ int ur_plan_multi_run(ur_run_report *rep, const ur_run_opts *o, const ur_setting
     if (rc == UR_OK) {
         rc = ur_plan_multi_run_text(&text, count, share_slab_budget(o), in_path,
                                     o->config.config_path, o->config.overrides,
-                                    o->config.n_overrides, err);
+                                    o->config.n_overrides, 0, err);
     }
     if (rc == UR_OK) {
         rc = ur_orbax_share_open(&sh, s->checkpoint_dir, count, index, (const char *)text.data,
@@ -252,11 +281,21 @@ int ur_plan_multi_run(ur_run_report *rep, const ur_run_opts *o, const ur_setting
 
 /* ---- an object-store output (unroll/orbax_share_remote.h) ---- */
 
+/* Length of `url` without its trailing slashes (keeping "/" itself). */
+static size_t trimmed_len(const char *url)
+{
+    size_t n = strlen(url);
+    while (n > 1 && url[n - 1] == '/') {
+        n--;
+    }
+    return n;
+}
+
 /* This process's share converted in a private local staging tree ($TMPDIR), then uploaded
  * under the step prefix `step`. */
 static int convert_and_upload(ur_orbax_rshare *rs, ur_run_report *rep, const ur_run_opts *o,
                               const ur_settings *s, const char *in_path, ur_plan_input kind,
-                              const char *text, ur_err *err)
+                              ur_err *err)
 {
     int count = o->process_count > 1 ? o->process_count : 1;
     int index = o->process_count > 1 ? o->process_index : 0;
@@ -265,6 +304,7 @@ static int convert_and_upload(ur_orbax_rshare *rs, ur_run_report *rep, const ur_
     char *dest = NULL, *db = NULL, *meta = NULL;
     ur_orbax_share *sh = NULL;
     char line[260];
+    ur_buf local_text;
     int rc;
 
     if (root == NULL) {
@@ -281,16 +321,27 @@ static int convert_and_upload(ur_orbax_rshare *rs, ur_run_report *rep, const ur_
             root, "checkpoints" UR_ORBAX_SHARE_SUFFIX "/step/items/ocdbt.process_%d", index);
         meta = ur_path_joinf(root, "checkpoints" UR_ORBAX_SHARE_SUFFIX "/shares/%d", index);
     }
-    rc = db != NULL && meta != NULL ? ur_orbax_share_open(&sh, dest, count, index, text, err)
-                                    : ur_err_oom(err);
+    /* the private staging tree is a local run's (run.txt with this machine's paths; the text
+     * in the store is the same on every machine) */
+    ur_buf_init(&local_text, 0);
+    rc = db != NULL && meta != NULL
+             ? ur_plan_multi_run_text(&local_text, count, share_slab_budget(o), in_path,
+                                      o->config.config_path, o->config.overrides,
+                                      o->config.n_overrides, 0, err)
+             : ur_err_oom(err);
+    if (rc == UR_OK) {
+        rc = ur_orbax_share_open(&sh, dest, count, index, (const char *)local_text.data, err);
+    }
     if (rc == UR_OK) {
         rc = run_my_share(sh, rep, o, s, in_path, kind, line, sizeof line, err);
     }
     if (rc == UR_OK) {
-        note(o, "share %d of %d: uploading it to %s", index, count, s->checkpoint_dir);
+        note(o, "share %d of %d: uploading it to %.*s", index, count,
+             (int)trimmed_len(s->checkpoint_dir), s->checkpoint_dir);
         rc = ur_orbax_rshare_upload(rs, db, meta, line, o->cancel, err);
     }
     ur_orbax_share_close(sh);
+    ur_buf_dispose(&local_text);
     (void)ur_fs_remove_tree(root, NULL);
     ur_free(root);
     ur_free(dest);
@@ -338,7 +389,7 @@ int ur_plan_multi_run_remote(ur_run_report *rep, const ur_run_opts *o, const ur_
     step = ur_path_join(s->checkpoint_dir, "0");
     rc = step != NULL ? ur_plan_multi_run_text(&text, count, share_slab_budget(o), in_path,
                                                o->config.config_path, o->config.overrides,
-                                               o->config.n_overrides, err)
+                                               o->config.n_overrides, 1, err)
                       : ur_err_oom(err);
     if (rc == UR_OK) {
         rc = ur_orbax_rshare_open(&rs, step, count, index, (const char *)text.data, &published,
@@ -354,13 +405,19 @@ int ur_plan_multi_run_remote(ur_run_report *rep, const ur_run_opts *o, const ur_
     if (rc == UR_OK && done) {
         note(o, "share %d of %d is already complete: not redone", index, count);
     } else if (rc == UR_OK) {
-        rc = convert_and_upload(rs, rep, o, s, in_path, kind, (const char *)text.data, err);
+        rc = convert_and_upload(rs, rep, o, s, in_path, kind, err);
     }
     if (rc == UR_OK) {
         rc = ur_orbax_rshare_finish(rs, o->cancel, &published, &missing, err);
     }
     if (rc == UR_OK) {
-        if (published) {
+        if (published && ur_orbax_rshare_took_over(rs)) {
+            note(o,
+                 "every share complete: took over the finish an earlier attempt of process "
+                 "index %d left, merged and wrote %s",
+                 index, step);
+            rep->dest = ur_strdup(s->checkpoint_dir);
+        } else if (published) {
             note(o, "every share complete: merged and wrote %s", step);
             rep->dest = ur_strdup(s->checkpoint_dir);
         } else if (missing > 0) {

@@ -37,7 +37,9 @@ int ur_plan_multi_run(ur_run_report *rep, const ur_run_opts *o, const ur_setting
 
 /* The text of run.txt for a run (unroll/orbax_share.h): process count, slab budget, the input
  * (resolved) and the CRC-32C and size of its manifest.ocdbt and _METADATA, the config
- * (resolved) and the overrides in order. */
+ * (resolved) and the overrides in order. `portable` (a run into an object store, whose
+ * processes may run on machines that mount the files elsewhere): no local path, the config by
+ * the CRC-32C and size of its content instead. */
 /* As ur_plan_multi_run for an output on an object store (s3://, gs://):
  * unroll/orbax_share_remote.h. The input must be local. */
 int ur_plan_multi_run_remote(ur_run_report *rep, const ur_run_opts *o, const ur_settings *s,
@@ -45,6 +47,6 @@ int ur_plan_multi_run_remote(ur_run_report *rep, const ur_run_opts *o, const ur_
 
 int ur_plan_multi_run_text(ur_buf *out, int count, uint64_t slab_budget, const char *input,
                            const char *config, const char *const *overrides, size_t n_overrides,
-                           ur_err *err);
+                           int portable, ur_err *err);
 
 #endif

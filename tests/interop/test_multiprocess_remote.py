@@ -9,6 +9,7 @@ fake-gcs-server ignores ifGenerationMatch on uploads: as in test_gcs.py a proxy 
 answers 412 for an existing object, here holding a lock over the check and the upload so that
 the create is atomic as on GCS."""
 import os
+import shutil
 import subprocess
 import threading
 import uuid
@@ -16,6 +17,7 @@ import uuid
 import pytest
 
 import reference
+from test_kill import ROOT
 import s3_fixtures
 from gcs_fixtures import check_in_bucket, ts_list, use_emulator
 from gcs_servers import FakeGcs, GateProxy
@@ -153,6 +155,117 @@ def test_other_run_or_foreign_objects_are_refused(unroll_bin, big, s3):
     assert st == 200
     r = _run(unroll_bin, big, s3, out2, 2, 0, check=False)
     assert r.returncode == 2 and b"stray" in r.stderr, r.stderr
+
+
+def _claim_text(s3, out):
+    st, body = s3.request("GET", f"/{BUCKET}/{out}/run/checkpoints/0/unroll-multi/finish.claim")
+    return body.decode() if st == 200 else None
+
+
+def test_finisher_killed_mid_upload_rerun_of_its_index_publishes(unroll_bin, big, single, s3,
+                                                                  tmp_path):
+    """The finisher is stopped (gdb) while it uploads the finish, after every data object,
+    manifest and metadata and the items/ marker, before the step's marker, and killed: its claim
+    stays. A rerun of another index leaves it to the claim's holder; a rerun of the finisher's
+    own index (a Slurm or Kubernetes retry) takes it over, redoes the finish over what the dead
+    one uploaded, and publishes the same output as a single process."""
+    gdb = shutil.which("gdb")
+    assert gdb is not None, "gdb is not installed (scripts/setup.sh --tests installs it)"
+    out = _out()
+    _run(unroll_bin, big, s3, out, 2, 0)
+    last = _args(unroll_bin, big, f"s3://{BUCKET}/{out}",
+                 ["-j1", "--process-count", 2, "--process-index", 1])
+    # the write of a commit marker in put_one; the second one is the step's own
+    src = ROOT / "src" / "orbax" / "orbax_upload.c"
+    line = next(n for n, text in enumerate(src.read_text().splitlines(), 1)
+                if "ur_kvstore_write(j->dst, it->key, text.data" in text)
+    script = tmp_path / "gdb.cmds"
+    script.write_text("set pagination off\nset confirm off\n"
+                      f"break orbax_upload.c:{line}\nignore 1 1\nrun\nkill\n")
+    env = s3.env()
+    env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":detect_leaks=0").lstrip(":")
+    res = subprocess.run([gdb, "-q", "-batch", "-x", str(script), "--args", *last],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert "Breakpoint 1," in res.stdout, res.stdout + res.stderr
+    keys = _step_keys(s3, out)
+    assert "items/manifest.ocdbt" in keys and "items/commit_success.txt" in keys, keys
+    assert "commit_success.txt" not in keys, keys
+    claim = _claim_text(s3, out)
+    assert claim is not None and claim.startswith("process 1 of 2, pid "), claim
+    assert " started " in claim, claim
+    # another index: the claim is not its own; nothing published
+    r = _run(unroll_bin, big, s3, out, 2, 0)
+    assert "commit_success.txt" not in _step_keys(s3, out)
+    # the finisher's own index: taken over
+    args = list(last)
+    args.remove("-q")
+    r = subprocess.run(args, env=s3.env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "took over the finish" in r.stderr, r.stderr
+    _check_same(s3, out, 2, single, tmp_path)
+
+
+def test_rerun_after_publication_with_other_arguments_is_refused(unroll_bin, big, single, s3,
+                                                                 tmp_path):
+    out = _out()
+    for i in range(2):
+        _run(unroll_bin, big, s3, out, 2, i)
+    assert "unroll-run.txt" in _step_keys(s3, out)
+    # the same arguments: nothing to do
+    _run(unroll_bin, big, s3, out, 2, 0)
+    # another process count, another memory limit (slab budget): refused, nothing touched
+    r = _run(unroll_bin, big, s3, out, 3, 0, check=False)
+    assert r.returncode == 2 and b"unroll-run.txt" in r.stderr, r.stderr
+    assert r.stderr.count(b"\n") == 1, r.stderr
+    args = _args(unroll_bin, big, f"s3://{BUCKET}/{out}",
+                 ["-j1", "--memory-limit", "64M", "--process-count", 2, "--process-index", 1])
+    r = subprocess.run(args, env=s3.env(), capture_output=True, timeout=600)
+    assert r.returncode == 2 and b"other arguments" in r.stderr, r.stderr
+    _check_same(s3, out, 2, single, tmp_path)
+
+
+def test_rerun_after_publication_removes_what_a_dead_finisher_left(unroll_bin, big, single, s3,
+                                                                  tmp_path):
+    """A finisher killed after the commit marker, before it deleted the run's objects, leaves
+    S/unroll-multi/ (a directory in the step, where Orbax looks for items): a rerun of any index
+    finds the step published and deletes them."""
+    out = _out()
+    for i in range(2):
+        _run(unroll_bin, big, s3, out, 2, i)
+    step = f"/{BUCKET}/{out}/run/checkpoints/0"
+    st, run_txt = s3.request("GET", f"{step}/unroll-run.txt")
+    assert st == 200
+    for key, body in (("run.txt", run_txt), ("shares/0.done", b"x"),
+                      ("finish.claim", b"process 1 of 2, pid 1 on elsewhere, started 0\n")):
+        assert s3.request("PUT", f"{step}/unroll-multi/{key}", body)[0] == 200
+    _run(unroll_bin, big, s3, out, 2, 0)
+    _check_same(s3, out, 2, single, tmp_path)
+
+
+def test_run_identity_is_the_same_on_every_machine(unroll_bin, big, single, s3, tmp_path):
+    """Processes on machines that mount the input and the config at other paths (here: a
+    symbolic link to the input, a copy of the config) join the same run; run.txt names no
+    local path. The notes name the destination without a trailing slash."""
+    out = _out()
+    _run(unroll_bin, big, s3, out, 2, 0)
+    st, body = s3.request("GET", f"/{BUCKET}/{out}/run/checkpoints/0/unroll-multi/run.txt")
+    assert st == 200
+    assert str(big.items) not in body.decode() and str(ROOT) not in body.decode(), body
+    cfg = tmp_path / "elsewhere" / "unroll.yml"
+    cfg.parent.mkdir()
+    args = _args(unroll_bin, big, f"s3://{BUCKET}/{out}",
+                 ["-j1", "--process-count", 2, "--process-index", 1])
+    shutil.copy(args[1], cfg)
+    link = tmp_path / "elsewhere" / "input"
+    link.symlink_to(big.items)
+    args[1] = str(cfg)
+    key = args[3].split("=", 1)[0]
+    args[3] = f"{key}={link}"
+    args.remove("-q")
+    r = subprocess.run(args, env=s3.env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert f"uploading it to s3://{BUCKET}/{out}/run/checkpoints\n" in r.stderr, r.stderr
+    _check_same(s3, out, 2, single, tmp_path)
 
 
 # ---- GCS ------------------------------------------------------------------------------------
