@@ -27,7 +27,7 @@ typedef struct {
     const uint64_t *dims; /* arrays: rank shape entries then rank chunk-shape entries */
     const char *const *spec; /* arrays: rank entries (the writer's no_spec when replicated) */
     uint32_t depth;
-    int8_t rank;
+    uint8_t rank; /* 0..UR_MAX_RANK */
     uint8_t value_type; /* ur_orbax_value_type */
     uint8_t dtype; /* ur_dtype, when has_array */
     uint8_t has_array;
@@ -590,7 +590,7 @@ int ur_orbax_writer_publish_array(ur_orbax_writer *w, const ur_orbax_key *path, 
     l->value_type = UR_ORBAX_VALUE_JAX_ARRAY;
     l->has_array = 1;
     l->dtype = (uint8_t)info->dtype;
-    l->rank = (int8_t)rank;
+    l->rank = (uint8_t)rank;
     return count_leaf(w, err);
 }
 
