@@ -167,6 +167,24 @@ static double seconds_since(const struct timespec *t0)
 }
 
 /* Convert this process's share (not done yet) and mark it done. */
+/* What every process of a run must be given alike, local or object-store output. */
+static int check_settings(const ur_run_opts *o, const ur_settings *s, ur_err *err)
+{
+    if (s->lora_input_adapters_path[0] != '\0') {
+        return ur_err_set(err, UR_EUNSUPPORTED,
+                          "lora_input_adapters_path: a multi-process run converts one checkpoint");
+    }
+    if (s->run_name[0] == '\0') {
+        return ur_err_set(err, UR_EINVAL,
+                          "a multi-process run needs run_name= (the default "
+                          "names the date, which may differ between processes)");
+    }
+    if (o->config.config_path == NULL) {
+        return ur_err_set(err, UR_EINVAL, "a multi-process run needs a config file");
+    }
+    return UR_OK;
+}
+
 static int run_my_share(ur_orbax_share *sh, ur_run_report *rep, const ur_run_opts *o,
                         const ur_settings *s, const char *in_path, ur_plan_input kind, char *line,
                         size_t line_size, ur_err *err)
@@ -227,17 +245,9 @@ int ur_plan_multi_run(ur_run_report *rep, const ur_run_opts *o, const ur_setting
     int rc, published = 0, missing = 0;
 
     rep->share = 1;
-    if (s->lora_input_adapters_path[0] != '\0') {
-        return ur_err_set(err, UR_EUNSUPPORTED,
-                          "lora_input_adapters_path: a multi-process run converts one checkpoint");
-    }
-    if (s->run_name[0] == '\0') {
-        return ur_err_set(err, UR_EINVAL,
-                          "a multi-process run needs run_name= (the default "
-                          "names the date, which may differ between processes)");
-    }
-    if (o->config.config_path == NULL) {
-        return ur_err_set(err, UR_EINVAL, "a multi-process run needs a config file");
+    rc = check_settings(o, s, err);
+    if (rc < 0) {
+        return rc;
     }
     ur_buf_init(&text, 0);
     rc = ur_orbax_publish_check(s->checkpoint_dir, (const char *const[]){"0"}, 1, inputs, n_inputs,
@@ -367,17 +377,9 @@ int ur_plan_multi_run_remote(ur_run_report *rep, const ur_run_opts *o, const ur_
                           "store uploads only what is complete)",
                           s->checkpoint_dir);
     }
-    if (s->lora_input_adapters_path[0] != '\0') {
-        return ur_err_set(err, UR_EUNSUPPORTED,
-                          "lora_input_adapters_path: a multi-process run converts one checkpoint");
-    }
-    if (s->run_name[0] == '\0') {
-        return ur_err_set(err, UR_EINVAL,
-                          "a multi-process run needs run_name= (the default "
-                          "names the date, which may differ between processes)");
-    }
-    if (o->config.config_path == NULL) {
-        return ur_err_set(err, UR_EINVAL, "a multi-process run needs a config file");
+    rc = check_settings(o, s, err);
+    if (rc < 0) {
+        return rc;
     }
     if (o->replace) {
         return ur_err_set(err, UR_EUNSUPPORTED,

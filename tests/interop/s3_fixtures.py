@@ -283,3 +283,18 @@ class FaultProxy:
     def stop(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+def server_fixture(bucket: str, scope: str = "module"):
+    """A pytest fixture named `s3`: a SeaweedFS server with `bucket` made, stopped after `scope`
+    (a test module assigns it: `s3 = s3_fixtures.server_fixture(BUCKET)`)."""
+    import pytest
+
+    @pytest.fixture(scope=scope, name="s3")
+    def _s3(tmp_path_factory):
+        server = S3Server(tmp_path_factory.mktemp("seaweedfs"))
+        server.make_bucket(bucket)
+        yield server
+        server.stop()
+
+    return _s3

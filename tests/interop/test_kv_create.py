@@ -33,12 +33,7 @@ def tool(env, *args, check=True):
     return r
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    server = s3_fixtures.S3Server(tmp_path_factory.mktemp("seaweedfs"))
-    server.make_bucket(BUCKET)
-    yield server
-    server.stop()
+s3 = s3_fixtures.server_fixture(BUCKET)
 
 
 def test_s3_server_honours_if_none_match(s3):

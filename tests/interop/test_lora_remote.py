@@ -23,12 +23,7 @@ GS_BUCKET = "lora"
 LAYOUT = "ocdbt-zarr3"
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    server = s3_fixtures.S3Server(tmp_path_factory.mktemp("seaweedfs"))
-    server.make_bucket(S3_BUCKET)
-    yield server
-    server.stop()
+s3 = s3_fixtures.server_fixture(S3_BUCKET)
 
 
 @pytest.fixture(scope="module")

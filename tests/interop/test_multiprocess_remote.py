@@ -26,12 +26,7 @@ from test_multiprocess import _args, big, single  # noqa: F401 (fixtures)
 BUCKET = "unroll-multi"
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    server = s3_fixtures.S3Server(tmp_path_factory.mktemp("seaweedfs"))
-    server.make_bucket(BUCKET)
-    yield server
-    server.stop()
+s3 = s3_fixtures.server_fixture(BUCKET)
 
 
 def _out():

@@ -18,12 +18,7 @@ CONFIG = ROOT / "tests" / "data" / "example" / "unroll.yml"
 BUCKET = "unroll-tests"
 
 
-@pytest.fixture(scope="session")
-def s3(tmp_path_factory):
-    server = s3_fixtures.S3Server(tmp_path_factory.mktemp("seaweedfs"))
-    server.make_bucket(BUCKET)
-    yield server
-    server.stop()
+s3 = s3_fixtures.server_fixture(BUCKET, scope="session")
 
 
 @pytest.fixture(scope="session")

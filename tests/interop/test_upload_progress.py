@@ -15,12 +15,7 @@ from test_s3 import CONFIG, adam_checkpoint  # noqa: F401 (a fixture)
 BUCKET = "unroll-progress"
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    server = s3_fixtures.S3Server(tmp_path_factory.mktemp("seaweedfs"))
-    server.make_bucket(BUCKET)
-    yield server
-    server.stop()
+s3 = s3_fixtures.server_fixture(BUCKET)
 
 
 def args(unroll_bin, info, out, *extra):

@@ -20,12 +20,7 @@ BUCKET = "unroll-stream"
 FILE_BYTES = 512 << 10  # checkpoint_storage_target_data_file_size_bytes: many data files
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    server = s3_fixtures.S3Server(tmp_path_factory.mktemp("seaweedfs"))
-    server.make_bucket(BUCKET)
-    yield server
-    server.stop()
+s3 = s3_fixtures.server_fixture(BUCKET)
 
 
 def fresh():
