@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "interop"))
 sys.path.insert(0, str(ROOT / "bench"))
 from gcs_servers import FakeGcs  # noqa: E402
-from s3_bench import timed  # noqa: E402
+from s3_bench import checkpoint_and_workdir, parse_with_common, timed  # noqa: E402
 
 BUCKET = "unroll-bench"
 
@@ -70,14 +69,8 @@ def main():
     ap.add_argument("--remote-threads", type=int, default=0,
                     help="unroll --threads for the gs runs (default: unroll's own, 16)")
     ap.add_argument("--no-reference", action="store_true", help="skip the Python reference")
-    ap.add_argument("--unroll", default=str(ROOT / "build" / "src" / "cli" / "unroll"))
-    ap.add_argument("--config", default=str(ROOT / "tests" / "data" / "example" / "unroll.yml"))
-    a = ap.parse_args()
-    ckpt = pathlib.Path(a.ckpt).resolve()
-    meta = json.loads((ckpt / "bench_checkpoint.json").read_text())
-    work = pathlib.Path(a.workdir).resolve()
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    a = parse_with_common(ap)
+    ckpt, meta, work = checkpoint_and_workdir(a)
     rows = []
     with FakeGcs() as server:
         server.create_bucket(BUCKET)

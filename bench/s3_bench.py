@@ -57,6 +57,24 @@ print(f"{len(keys)} values, {total} bytes")
 '''
 
 
+def parse_with_common(ap):
+    """The options every bucket bench takes (the binary, the config), then parse."""
+    ap.add_argument("--unroll", default=str(ROOT / "build" / "src" / "cli" / "unroll"))
+    ap.add_argument("--config", default=str(ROOT / "tests" / "data" / "example" / "unroll.yml"))
+    return ap.parse_args()
+
+
+def checkpoint_and_workdir(a):
+    """The bench checkpoint (--ckpt, made by make_checkpoint.py), its description, and --workdir
+    emptied."""
+    ckpt = pathlib.Path(a.ckpt).resolve()
+    meta = json.loads((ckpt / "bench_checkpoint.json").read_text())
+    work = pathlib.Path(a.workdir).resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    return ckpt, meta, work
+
+
 def timed(name, args, env, log_dir):
     out = log_dir / f"{name}.time"
     t0 = time.time()
@@ -88,14 +106,8 @@ def main():
                     help="checkpoint_storage_target_data_file_size_bytes of the output (several "
                          "data files: the s3 output streams them during the conversion)")
     ap.add_argument("--no-reference", action="store_true", help="skip the Python reference")
-    ap.add_argument("--unroll", default=str(ROOT / "build" / "src" / "cli" / "unroll"))
-    ap.add_argument("--config", default=str(ROOT / "tests" / "data" / "example" / "unroll.yml"))
-    a = ap.parse_args()
-    ckpt = pathlib.Path(a.ckpt).resolve()
-    meta = json.loads((ckpt / "bench_checkpoint.json").read_text())
-    work = pathlib.Path(a.workdir).resolve()
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    a = parse_with_common(ap)
+    ckpt, meta, work = checkpoint_and_workdir(a)
     server = s3_fixtures.S3Server(work / "seaweedfs")
     try:
         server.make_bucket(BUCKET)

@@ -15,7 +15,6 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "interop"))
 import s3_fixtures  # noqa: E402
+from s3_bench import checkpoint_and_workdir, parse_with_common  # noqa: E402
 
 BUCKET = "unroll-bench"
 
@@ -58,14 +58,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", required=True, help="directory written by make_checkpoint.py make")
     ap.add_argument("--workdir", required=True)
-    ap.add_argument("--unroll", default=str(ROOT / "build" / "src" / "cli" / "unroll"))
-    ap.add_argument("--config", default=str(ROOT / "tests" / "data" / "example" / "unroll.yml"))
-    a = ap.parse_args()
-    ckpt = pathlib.Path(a.ckpt).resolve()
-    meta = json.loads((ckpt / "bench_checkpoint.json").read_text())
-    work = pathlib.Path(a.workdir).resolve()
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    a = parse_with_common(ap)
+    ckpt, meta, work = checkpoint_and_workdir(a)
     items = ckpt / "checkpoints" / str(meta["step"]) / "items"
     server = s3_fixtures.S3Server(work / "seaweedfs")
     rows = []
