@@ -102,6 +102,10 @@ int ur_fs_mkdirs(const char *path, ur_err *err);
 int ur_fs_mkdirs_under(const char *root, const char *path, ur_err *err);
 /* fsync a directory so a rename or create inside it is durable. */
 int ur_fs_fsync_dir(const char *path, ur_err *err);
+/* A new private directory $TMPDIR/<stem>.XXXXXX (/tmp without TMPDIR), for a run's local
+ * scratch; *out is ur_free'd by the caller (after ur_fs_remove_tree). `what` names it in errors.
+ */
+int ur_fs_make_temp_dir(char **out, const char *stem, const char *what, ur_err *err);
 /* rm -rf; a missing path is not an error. Never follows symlinks out of the tree. */
 int ur_fs_remove_tree(const char *path, ur_err *err);
 /* 1 when path exists (any type), 0 when not. */

@@ -2,7 +2,7 @@
  * the conditional creates that decide who starts the run and who finishes it, and the finish
  * (merge from the store, metadata, upload in commit-file order). See
  * include/unroll/orbax_share_remote.h. */
-#define _GNU_SOURCE /* gethostname, mkdtemp */
+#define _GNU_SOURCE /* gethostname */
 #include "orbax_impl.h"
 
 #include "unroll/alloc.h"
@@ -426,19 +426,12 @@ static void remove_run_objects(ur_orbax_rshare *s)
 
 static int finish(ur_orbax_rshare *s, const volatile sig_atomic_t *cancel, ur_err *err)
 {
-    const char *tmp = getenv("TMPDIR");
-    char *root = ur_path_join(tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp",
-                              "unroll-finish.XXXXXX");
+    char *root = NULL;
     char *step_dir = NULL;
     ur_orbax_upload_opts uo;
-    int rc = UR_OK;
+    int rc = ur_fs_make_temp_dir(&root, "unroll-finish", "the finish's directory", err);
 
-    if (root == NULL) {
-        return ur_err_oom(err);
-    }
-    if (mkdtemp(root) == NULL) {
-        rc = ur_err_set_os(err, UR_EIO, errno, root, "cannot create the finish's directory");
-        ur_free(root);
+    if (rc < 0) {
         return rc;
     }
     step_dir = ur_path_join(root, "step");

@@ -309,20 +309,15 @@ static int convert_and_upload(ur_orbax_rshare *rs, ur_run_report *rep, const ur_
 {
     int count = o->process_count > 1 ? o->process_count : 1;
     int index = o->process_count > 1 ? o->process_index : 0;
-    const char *tmp = getenv("TMPDIR");
-    char *root = ur_path_join(tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp", "unroll-share.XXXXXX");
+    char *root = NULL;
     char *dest = NULL, *db = NULL, *meta = NULL;
     ur_orbax_share *sh = NULL;
     char line[260];
     ur_buf local_text;
     int rc;
 
-    if (root == NULL) {
-        return ur_err_oom(err);
-    }
-    if (mkdtemp(root) == NULL) {
-        rc = ur_err_set_os(err, UR_EIO, errno, root, "cannot create the staging directory");
-        ur_free(root);
+    rc = ur_fs_make_temp_dir(&root, "unroll-share", "the staging directory", err);
+    if (rc < 0) {
         return rc;
     }
     dest = ur_path_join(root, "checkpoints");

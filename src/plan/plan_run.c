@@ -332,15 +332,9 @@ static int check_locations(const ur_settings *s, const char *in_path, ur_err *er
  * ($TMPDIR/unroll-upload.XXXXXX; its checkpoints/ stands for the remote checkpoint dir). */
 static int make_upload_root(char **root_out, char **ckdir_out, ur_err *err)
 {
-    const char *tmp = getenv("TMPDIR");
-    char *root = ur_path_join(tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp",
-                              "unroll-upload.XXXXXX");
-    if (root == NULL) {
-        return ur_err_oom(err);
-    }
-    if (mkdtemp(root) == NULL) {
-        int rc = ur_err_set_os(err, UR_EIO, errno, root, "cannot create the staging directory");
-        ur_free(root);
+    char *root = NULL;
+    int rc = ur_fs_make_temp_dir(&root, "unroll-upload", "the staging directory", err);
+    if (rc < 0) {
         return rc;
     }
     *root_out = root;

@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -607,6 +608,24 @@ int ur_fs_fsync_dir(const char *path, ur_err *err)
         return rc;
     }
     close(fd);
+    return UR_OK;
+}
+
+int ur_fs_make_temp_dir(char **out, const char *stem, const char *what, ur_err *err)
+{
+    const char *tmp = getenv("TMPDIR");
+    char *root = ur_path_joinf(tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp", "%s.XXXXXX", stem);
+
+    *out = NULL;
+    if (root == NULL) {
+        return ur_err_oom(err);
+    }
+    if (mkdtemp(root) == NULL) {
+        int rc = ur_err_set_os(err, UR_EIO, errno, root, "cannot create %s", what);
+        ur_free(root);
+        return rc;
+    }
+    *out = root;
     return UR_OK;
 }
 
