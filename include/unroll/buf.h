@@ -37,6 +37,9 @@ int ur_buf_put_u32le(ur_buf *b, uint32_t v, ur_err *err);
 int ur_buf_put_u64le(ur_buf *b, uint64_t v, ur_err *err);
 int ur_buf_put_u32be(ur_buf *b, uint32_t v, ur_err *err);
 int ur_buf_put_varint(ur_buf *b, uint64_t v, ur_err *err);
+/* `v` in decimal, as printf's %llu writes it (without printf: JSON writers call it per
+ * number, hundreds of thousands of times for a large checkpoint). */
+int ur_buf_put_dec(ur_buf *b, uint64_t v, ur_err *err);
 /* Take ownership of the bytes (NUL-terminated, for text); the buffer is left empty.
  * Returns NULL when out of memory. */
 char *ur_buf_detach(ur_buf *b, size_t *len_out);

@@ -48,6 +48,10 @@ int ur_fs_dir_open(int *fd_out, const char *path, ur_err *err);
 int ur_fs_open_beneath(int *fd_out, int dirfd, const char *dir, const char *rel, const char *what,
                        ur_err *err);
 
+/* As ur_fs_open_beneath for a directory: UR_ENOTFOUND when absent or not a directory (a
+ * listing of a name that is a file finds nothing there). */
+int ur_fs_open_dir_beneath(int *fd_out, int dirfd, const char *dir, const char *rel, ur_err *err);
+
 /* Read the whole regular file open on `fd` (from ur_fs_open_beneath) as ur_fs_read_file
  * does; `path` names it in a failure. */
 int ur_fs_read_fd(ur_buf *out, int fd, const char *path, size_t max_bytes, ur_err *err);
@@ -93,6 +97,9 @@ const char *ur_fs_mapped_path(void);
 int ur_fs_write_full(int fd, const void *src, size_t n, const char *path, ur_err *err);
 /* Create (truncate) `path`, write the bytes, fsync, close. */
 int ur_fs_write_file(const char *path, const void *data, size_t n, ur_err *err);
+/* The same for the file `name` in directory `dir`. */
+int ur_fs_write_file_in(const char *dir, const char *name, const void *data, size_t n,
+                        ur_err *err);
 /* mkdir -p. */
 int ur_fs_mkdirs(const char *path, ur_err *err);
 /* mkdir -p of `path` inside `root`, which must already be a directory: only the components
@@ -106,6 +113,12 @@ int ur_fs_fsync_dir(const char *path, ur_err *err);
  * scratch; *out is ur_free'd by the caller (after ur_fs_remove_tree). `what` names it in errors.
  */
 int ur_fs_make_temp_dir(char **out, const char *stem, const char *what, ur_err *err);
+/* The private directory $TMPDIR/<name> (/tmp without TMPDIR), for scratch a rerun of the same
+ * work on this machine finds again: made (mode 0700, *created = 1) when absent; one that exists
+ * is taken only when it is a directory, not a link, of this user with no access for others
+ * (else UR_EIO: the caller falls back to ur_fs_make_temp_dir). *out as for that function. */
+int ur_fs_make_named_temp_dir(char **out, const char *name, int *created, const char *what,
+                              ur_err *err);
 /* rm -rf; a missing path is not an error. Never follows symlinks out of the tree. */
 int ur_fs_remove_tree(const char *path, ur_err *err);
 /* 1 when path exists (any type), 0 when not. */

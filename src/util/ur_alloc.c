@@ -94,9 +94,22 @@ char *ur_strdup(const char *s)
     return ur_strndup(s, strlen(s));
 }
 
+/* Under AddressSanitizer malloc is ASan's, and glibc's malloc_trim walks arenas glibc never
+ * set up (it crashed when two threads opened checkpoints at once): nothing to trim there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define UR_TRIM_GLIBC 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UR_TRIM_GLIBC 0
+#endif
+#endif
+#ifndef UR_TRIM_GLIBC
+#define UR_TRIM_GLIBC 1
+#endif
+
 void ur_alloc_trim(void)
 {
-#if defined(__GLIBC__)
+#if defined(__GLIBC__) && UR_TRIM_GLIBC
     (void)malloc_trim(0);
 #endif
 }

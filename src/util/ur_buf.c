@@ -190,3 +190,14 @@ char *ur_buf_detach(ur_buf *b, size_t *len_out)
     b->cap = 0;
     return s;
 }
+
+int ur_buf_put_dec(ur_buf *b, uint64_t v, ur_err *err)
+{
+    char tmp[20];
+    size_t n = sizeof tmp;
+    do {
+        tmp[--n] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    return ur_buf_append(b, tmp + n, sizeof tmp - n, err);
+}

@@ -378,8 +378,23 @@ static int open_walk(int dirfd, const char *rel)
     }
 }
 
+/* ur_fs_open_beneath, or ur_fs_open_dir_beneath when want_dir. */
+static int open_beneath(int *fd_out, int dirfd, const char *dir, const char *rel, const char *what,
+                        int want_dir, ur_err *err);
+
 int ur_fs_open_beneath(int *fd_out, int dirfd, const char *dir, const char *rel, const char *what,
                        ur_err *err)
+{
+    return open_beneath(fd_out, dirfd, dir, rel, what, 0, err);
+}
+
+int ur_fs_open_dir_beneath(int *fd_out, int dirfd, const char *dir, const char *rel, ur_err *err)
+{
+    return open_beneath(fd_out, dirfd, dir, rel, "directory", 1, err);
+}
+
+static int open_beneath(int *fd_out, int dirfd, const char *dir, const char *rel, const char *what,
+                        int want_dir, ur_err *err)
 {
     char *path = NULL;
     struct stat st;
@@ -419,8 +434,15 @@ int ur_fs_open_beneath(int *fd_out, int dirfd, const char *dir, const char *rel,
                            "checkpoint are read)",
                            dir);
     } else if (fd < 0) {
-        rc = ur_err_set_os(err, e == ENOENT ? UR_ENOTFOUND : UR_EIO, e, path, "cannot open %s",
+        /* A directory asked for below a file (ENOTDIR) is as absent as a missing one. */
+        int absent = e == ENOENT || (want_dir && e == ENOTDIR);
+        rc = ur_err_set_os(err, absent ? UR_ENOTFOUND : UR_EIO, e, path, "cannot open %s",
                            what != NULL ? what : "file");
+    } else if (want_dir) {
+        rc = fstat(fd, &st) != 0 ? os_fail(err, path, "cannot stat")
+             : S_ISDIR(st.st_mode)
+                 ? UR_OK
+                 : ur_err_set_os(err, UR_ENOTFOUND, ENOTDIR, path, "not a directory");
     } else {
         rc = check_regular(fd, path, &st, err);
     }
@@ -523,18 +545,25 @@ out:
 
 int ur_fs_write_file(const char *path, const void *data, size_t n, ur_err *err)
 {
-    int rc;
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         return os_fail(err, path, "cannot create");
     }
-    rc = ur_fs_write_full(fd, data, n, path, err);
+    int rc = ur_fs_write_full(fd, data, n, path, err);
     if (rc == UR_OK && fsync(fd) != 0) {
         rc = os_fail(err, path, "fsync failed");
     }
     if (close(fd) != 0 && rc == UR_OK) {
         rc = os_fail(err, path, "close failed");
     }
+    return rc;
+}
+
+int ur_fs_write_file_in(const char *dir, const char *name, const void *data, size_t n, ur_err *err)
+{
+    char *path = ur_path_join(dir, name);
+    int rc = path != NULL ? ur_fs_write_file(path, data, n, err) : ur_err_oom(err);
+    ur_free(path);
     return rc;
 }
 
@@ -611,10 +640,16 @@ int ur_fs_fsync_dir(const char *path, ur_err *err)
     return UR_OK;
 }
 
-int ur_fs_make_temp_dir(char **out, const char *stem, const char *what, ur_err *err)
+/* $TMPDIR, or /tmp without it */
+static const char *temp_base(void)
 {
     const char *tmp = getenv("TMPDIR");
-    char *root = ur_path_joinf(tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp", "%s.XXXXXX", stem);
+    return tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp";
+}
+
+int ur_fs_make_temp_dir(char **out, const char *stem, const char *what, ur_err *err)
+{
+    char *root = ur_path_joinf(temp_base(), "%s.XXXXXX", stem);
 
     *out = NULL;
     if (root == NULL) {
@@ -622,6 +657,38 @@ int ur_fs_make_temp_dir(char **out, const char *stem, const char *what, ur_err *
     }
     if (mkdtemp(root) == NULL) {
         int rc = ur_err_set_os(err, UR_EIO, errno, root, "cannot create %s", what);
+        ur_free(root);
+        return rc;
+    }
+    *out = root;
+    return UR_OK;
+}
+
+int ur_fs_make_named_temp_dir(char **out, const char *name, int *created, const char *what,
+                              ur_err *err)
+{
+    char *root = ur_path_join(temp_base(), name);
+    struct stat st;
+    int rc = UR_OK;
+
+    *out = NULL;
+    *created = 0;
+    if (root == NULL) {
+        return ur_err_oom(err);
+    }
+    if (mkdir(root, 0700) == 0) {
+        *created = 1;
+    } else if (errno != EEXIST) {
+        rc = ur_err_set_os(err, UR_EIO, errno, root, "cannot create %s", what);
+    } else if (lstat(root, &st) != 0) {
+        rc = ur_err_set_os(err, UR_EIO, errno, root, "cannot stat %s", what);
+    } else if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+        /* in a shared /tmp anyone may have made the name first: only our own private
+         * directory is taken */
+        rc = ur_err_set(err, UR_EIO, "%s: %s exists and is not a private directory of this user",
+                        root, what);
+    }
+    if (rc < 0) {
         ur_free(root);
         return rc;
     }

@@ -7,8 +7,17 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
+
+/* Set by scripts/sanitize.sh for its valgrind pass: a test sized for a native run (hundreds
+ * of MiB, thousands of damaged inputs) takes a smaller case there, where each instruction
+ * costs ~50x; the native run (ctest) keeps the full case. */
+static inline int ur_test_under_valgrind(void)
+{
+    return getenv("UNROLL_UNDER_VALGRIND") != NULL;
+}
 
 #endif

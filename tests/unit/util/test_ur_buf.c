@@ -78,6 +78,23 @@ static void test_ur_buf__varint_is_shortest(void **state)
     ur_buf_dispose(&b);
 }
 
+static void test_ur_buf__put_dec_matches_printf(void **state)
+{
+    const uint64_t vals[] = {0, 7, 10, 99, 100, 4294967295u, 18446744073709551615ull};
+    ur_buf b, want;
+    (void)state;
+    ur_buf_init(&b, 0);
+    ur_buf_init(&want, 0);
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        assert_int_equal(ur_buf_put_dec(&b, vals[i], NULL), UR_OK);
+        assert_int_equal(ur_buf_printf(&want, NULL, "%llu", (unsigned long long)vals[i]), UR_OK);
+    }
+    assert_int_equal(b.len, want.len);
+    assert_memory_equal(b.data, want.data, b.len);
+    ur_buf_dispose(&b);
+    ur_buf_dispose(&want);
+}
+
 static void test_ur_buf__oom_loop(void **state)
 {
     /* Fail allocation n for n = 0, 1, ... until the operation succeeds: every failure
@@ -110,6 +127,7 @@ int main(void)
         cmocka_unit_test(test_ur_buf__limit_is_enforced),
         cmocka_unit_test(test_ur_buf__encoders_round_trip_through_rd),
         cmocka_unit_test(test_ur_buf__varint_is_shortest),
+        cmocka_unit_test(test_ur_buf__put_dec_matches_printf),
         cmocka_unit_test(test_ur_buf__oom_loop),
     };
     return cmocka_run_group_tests_name("ur_buf", tests, NULL, NULL);

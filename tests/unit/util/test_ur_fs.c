@@ -95,6 +95,42 @@ static void test_ur_fs__remove_tree(void **state)
     ur_free(dir);
 }
 
+/* A named scratch directory in $TMPDIR: made private, found again by a second call; a link or
+ * a directory open to others at the name is not taken. */
+static void test_ur_fs__named_temp_dir(void **state)
+{
+    char *dir = NULL, *again = NULL, *none = NULL, *link_to = ur_path_join(scratch, "elsewhere");
+    char *open_dir = ur_path_join(scratch, "open");
+    int created = -1;
+    struct stat st;
+    ur_err err;
+    (void)state;
+    assert_int_equal(setenv("TMPDIR", scratch, 1), 0);
+    assert_int_equal(ur_fs_make_named_temp_dir(&dir, "named", &created, "scratch", NULL), UR_OK);
+    assert_int_equal(created, 1);
+    assert_int_equal(lstat(dir, &st), 0);
+    assert_true(S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700);
+    assert_int_equal(ur_fs_make_named_temp_dir(&again, "named", &created, "scratch", NULL), UR_OK);
+    assert_int_equal(created, 0);
+    assert_string_equal(dir, again);
+
+    assert_int_equal(mkdir(link_to, 0700), 0);
+    assert_int_equal(symlink(link_to, open_dir), 0);
+    ur_err_clear(&err);
+    assert_int_equal(ur_fs_make_named_temp_dir(&none, "open", &created, "scratch", &err), UR_EIO);
+    assert_non_null(strstr(err.msg, "not a private directory"));
+    assert_int_equal(unlink(open_dir), 0);
+    assert_int_equal(mkdir(open_dir, 0755), 0);
+    assert_int_equal(chmod(open_dir, 0755), 0);
+    assert_int_equal(ur_fs_make_named_temp_dir(&none, "open", &created, "scratch", &err), UR_EIO);
+    assert_null(none);
+    unsetenv("TMPDIR");
+    ur_free(dir);
+    ur_free(again);
+    ur_free(link_to);
+    ur_free(open_dir);
+}
+
 /* Mappings at page-aligned and unaligned offsets hold the file's bytes; a range past the
  * end is "truncated", naming the file. */
 static void test_ur_fs__map_range(void **state)
@@ -369,6 +405,7 @@ int main(void)
         cmocka_unit_test(test_ur_fs__write_read_and_limits),
         cmocka_unit_test(test_ur_fs__missing_file_is_not_found_with_path),
         cmocka_unit_test(test_ur_fs__remove_tree),
+        cmocka_unit_test(test_ur_fs__named_temp_dir),
         cmocka_unit_test(test_ur_fs__map_range),
         cmocka_unit_test(test_ur_fs__relpath_validate_table),
         cmocka_unit_test(test_ur_fs__open_beneath),
