@@ -67,8 +67,63 @@ typedef int (*ur_kvstore_list_fn)(void *ctx, const char *key, uint64_t size);
 int ur_kvstore_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, void *ctx,
                     ur_err *err);
 
+/* Called once per entry one level below a listed directory: `name` is the component after
+ * the prefix (no '/'), is_dir 1 for a directory (object stores: a common prefix, i.e. some
+ * key continues name + '/'), 0 for a value. A nonzero return stops the listing and is
+ * returned by ur_kvstore_list_dir. */
+typedef int (*ur_kvstore_list_dir_fn)(void *ctx, const char *name, int is_dir);
+
+/* List one level of the directory `prefix` ("" for the top; else it ends in '/'), names in
+ * bytewise order; an object store may give one name twice, as a value and as a directory.
+ * Costs one directory read (the file store) or a delimited listing (S3, GCS), however many
+ * keys lie deeper. UR_ENOTFOUND when there is no such directory: the file store has none
+ * there (or a file; symbolic links are followed only inside the root, special files are left
+ * out), an object store or the memory store has no key under a non-empty prefix. */
+int ur_kvstore_list_dir(ur_kvstore *kv, const char *prefix, ur_kvstore_list_dir_fn fn, void *ctx,
+                        ur_err *err);
+
 /* Store a value (writers only). A key written twice keeps the last value. */
 int ur_kvstore_write(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err);
+
+/* A value written as a stream of appends (bulk output: OCDBT data files, large chunks), so that
+ * the caller never holds it whole: open a key, append, then finish (or abort). The file store
+ * appends with direct I/O from a background thread (ur_appendfile: the disk works while the
+ * caller computes); other stores gather the bytes and store them at finish (a store may
+ * upload in pieces instead). One thread appends to a writer; several writers of one store
+ * may be open at once, for different keys. */
+typedef struct ur_kvstore_writer ur_kvstore_writer;
+
+/* Flags of ur_kvstore_writer_open. */
+enum {
+    /* The key must not hold a value yet (UR_EEXIST, naming it, when it does): the file store
+     * creates the file with O_EXCL and appends in place, so a reader of the key may see a
+     * partial value until finish. */
+    UR_KVSTORE_WRITER_NEW = 1,
+    /* The value appears whole at finish or not at all, replacing any value the key had: the
+     * file store writes "<key>.partial" and renames it into place (manifests). */
+    UR_KVSTORE_WRITER_ATOMIC = 2,
+};
+
+/* Open a writer for `key` of a writable store; exactly one of the flags above. */
+int ur_kvstore_writer_open(ur_kvstore_writer **out, ur_kvstore *kv, const char *key, int flags,
+                           ur_err *err);
+
+/* Append n bytes (copied: the caller keeps its buffer). A failed append leaves the writer
+ * only for ur_kvstore_writer_abort. */
+int ur_kvstore_writer_append(ur_kvstore_writer *w, const void *data, size_t n, ur_err *err);
+
+/* Bytes appended so far. */
+uint64_t ur_kvstore_writer_size(const ur_kvstore_writer *w);
+
+/* Complete the value and make it durable with its name (file store: fsync of the file and of
+ * its directory). Frees w whatever the outcome; on failure the key may hold a partial value
+ * (NEW) or its old one (ATOMIC). */
+int ur_kvstore_writer_finish(ur_kvstore_writer *w, ur_err *err);
+
+/* Stop after a failure without completing the value: a NEW value's partial bytes are left
+ * for the caller to remove (ur_kvstore_delete), an ATOMIC one's are discarded. Frees w;
+ * NULL-safe. */
+void ur_kvstore_writer_abort(ur_kvstore_writer *w);
 
 /* Create `key` holding `data` only if no value has that key, as one atomic step of the
  * store, so that of several processes creating the same key exactly one succeeds (the claim of
@@ -95,6 +150,20 @@ const char *ur_kvstore_describe(const ur_kvstore *kv);
 
 /* A directory store. For writing, the directory is created if missing. */
 int ur_kvstore_file_open(ur_kvstore **out, const char *root, int writable, ur_err *err);
+
+/* The keys of `base` that start with `prefix` ("items/"; it ends in '/'), seen without it:
+ * every operation goes to `base` with the prefix put in front (listing strips it). Commit is a
+ * no-op: making `base` durable is its owner's ur_kvstore_commit. With take_base the view owns
+ * `base` (closed with it, also when opening fails). */
+int ur_kvstore_prefix_open(ur_kvstore **out, ur_kvstore *base, const char *prefix, int take_base,
+                           ur_err *err);
+
+/* Called by a prefix view after each value it stored whole (ur_kvstore_write,
+ * ur_kvstore_create; not streamed writers) with the key as the view sees it, e.g. to upload
+ * it and free the local disk (plain-zarr output to an object store). A negative return fails
+ * the write with it. fn NULL: none. kv must come from ur_kvstore_prefix_open. */
+typedef int (*ur_kvstore_written_fn)(void *ctx, const char *key, ur_err *err);
+void ur_kvstore_prefix_on_write(ur_kvstore *kv, ur_kvstore_written_fn fn, void *ctx);
 
 /* An in-memory store, writable and readable at once (tests). fail_read_at / fail_write_at:
  * the Nth read/write operation (1-based) fails with UR_EIO; 0 disables. */

@@ -2,8 +2,9 @@
  * ur_kvstore_open_url (unroll/kvstore.h). Keys are object names below the prefix. Reads are
  * media downloads (ranged where a range is asked for; a whole object is checked against the
  * CRC-32C GCS gives in x-goog-hash); listing follows pageToken; writes are simple uploads up to
- * UR_GCS_SIMPLE_MAX bytes and resumable uploads beyond, each checked against the CRC-32C GCS
- * reports for the stored object. HTTP goes through unroll/http.h (retries, backoff).
+ * one resumable piece (UR_GCS_CHUNK_DEFAULT, or UNROLL_GCS_CHUNK_BYTES) and resumable uploads
+ * in such pieces beyond, each checked against the CRC-32C GCS reports for the stored object.
+ * HTTP goes through unroll/http.h (retries, backoff).
  *
  * The server is https://storage.googleapis.com, or STORAGE_EMULATOR_HOST (an emulator: no
  * credentials are sent), or UNROLL_GCS_ENDPOINT (another endpoint, e.g. a private one:
@@ -17,8 +18,15 @@
 
 #include <stddef.h>
 
-#define UR_GCS_SIMPLE_MAX ((size_t)8 << 20)  /* larger values use a resumable upload */
-#define UR_GCS_CHUNK ((size_t)16 << 20) /* resumable upload piece, a 256 KiB multiple */
+/* A resumable upload's piece, a 256 KiB multiple (GCS's rule); values up to one piece go up in
+ * a single request. Either way a dropped connection resends at most this many bytes (a single
+ * request is retried whole, a piece from what GCS kept). 128 MiB: TensorStore writes every
+ * object, of any size, in one request, and Google's Python client sends 100 MiB pieces; fewer
+ * round trips per object, and fake-gcs-server hashes a session's whole content on every piece
+ * (bench/README.md, "Google Cloud Storage"). UNROLL_GCS_CHUNK_BYTES overrides it (a 256 KiB
+ * multiple; the tests use small pieces). */
+#define UR_GCS_CHUNK_DEFAULT ((size_t)128 << 20)
+#define UR_GCS_CHUNK_MIN ((size_t)256 << 10)
 
 /* Write `key` only if no object has that name (ifGenerationMatch=0): UR_OK when written,
  * 1 when an object already exists (nothing written), < 0 on failure. */

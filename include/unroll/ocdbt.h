@@ -4,9 +4,13 @@
  * following data-file paths into Orbax's ocdbt.process_N/ databases. Values are read on
  * demand with positioned reads; reads are thread-safe.
  *
- * Writer: a new single-version database. Values larger than max_inline_value_bytes are
- * appended to data files under d/ as they arrive (only the index stays in memory); the
- * B+tree, then the manifest, are written by ur_kvstore_commit. Spec: docs/ocdbt-format.md. */
+ * Writer: a new database. Values larger than max_inline_value_bytes are appended to data
+ * files under d/ as they arrive (only the index stays in memory); the B+tree, then the
+ * manifest, are written by ur_kvstore_commit: generation 1. A writer that commits on the way
+ * (ur_ocdbt_writer_snapshot) or continues a database (ur_ocdbt_resume) adds a generation per
+ * commit, as TensorStore does: the previous generation's tree with the new entries merged in
+ * (copy on write), every generation kept in the manifest's version tree. Nothing written is
+ * changed afterwards. Spec: docs/ocdbt-format.md. */
 #ifndef UNROLL_OCDBT_H
 #define UNROLL_OCDBT_H
 
@@ -38,7 +42,8 @@ typedef struct ur_ocdbt_write_opts {
      * file's "d/<32 hex>". The writer never reads the file again, so the callee may move it
      * elsewhere and remove it (an object-store output streams it, see orbax_stream.h). Files
      * finished during the commit (they hold the B-tree) are not handed over. A negative
-     * return fails the write with it. NULL: none. */
+     * return fails the write with it. NULL: none. (The Orbax writer calls it too, for each
+     * chunk file of a plain-zarr output: `dir` the item directory, `name` the chunk's key.) */
     int (*on_data_file)(void *ctx, const char *dir, const char *name, ur_err *err);
     void *on_data_file_ctx;
 } ur_ocdbt_write_opts;
@@ -61,6 +66,15 @@ int ur_ocdbt_open_kv(ur_kvstore **out, ur_kvstore *base, int take_base, const ch
  * manifest). Returns a write-only kvstore; ur_kvstore_commit writes the tree and manifest. */
 int ur_ocdbt_create(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts *opts,
                     ur_err *err);
+
+/* As ur_ocdbt_create, the database's files (manifest.ocdbt, d/...) written as keys of the
+ * writable store `base`: data files through its streamed writers (ur_kvstore_writer: direct
+ * I/O appends in a directory), the manifest last, with an atomic write. Each value is durable
+ * when its writer finishes; ur_kvstore_commit of `base` is left to its owner. With take_base
+ * the writer owns `base` (closed with it, also when creating fails). `name` is the location
+ * for messages and on_data_file's `dir`. */
+int ur_ocdbt_create_kv(ur_kvstore **out, ur_kvstore *base, int take_base, const char *name,
+                       const ur_ocdbt_write_opts *opts, ur_err *err);
 
 /* Open the location `dir` (a path, s3://, gs://; see ur_kvstore_open_url) for reading as Orbax
  * and TensorStore would: an OCDBT database when it holds manifest.ocdbt, otherwise the plain
@@ -92,16 +106,20 @@ int ur_ocdbt_merge(const char *dir, const char *const *children, size_t n_childr
 int ur_ocdbt_merge_from(const char *dir, ur_kvstore *const *bases, const char *const *children,
                         size_t n_children, const ur_ocdbt_write_opts *opts, ur_err *err);
 
-/* Write the B+tree of every value written so far and a manifest naming it, and go on
- * writing: a kill after this leaves a database holding those values (its data files are
- * complete up to here). Costs a tree over all keys so far: call it every so many bytes. */
+/* Commit every value written so far as the next generation of the database (the previous
+ * generation's B+tree with the values written since merged in, copy on write, and a manifest
+ * whose version tree holds every generation), and go on writing: a kill after this leaves a
+ * database holding those values (its data files are complete up to here). Costs the leaves
+ * the new keys fall in and the nodes above them; afterwards the writer holds nothing of the
+ * committed entries. Nothing new since the last commit: no new generation. */
 int ur_ocdbt_writer_snapshot(ur_kvstore *kv, ur_err *err);
 
 /* A writer that continues the database in `dir` (one that ur_ocdbt_writer_snapshot or a
- * commit left, possibly by a process that was killed): its entries are taken over as they
- * are (values stay in their files), data files that no entry or node refers to (written
- * after the last snapshot) are removed, and new writes go to new files. No database there:
- * as ur_ocdbt_create. *n_kept gets the number of entries taken over. */
+ * commit left, possibly by a process that was killed): its config and versions are taken
+ * over, its next commit is generation latest + 1 over the latest tree (nothing is read into
+ * memory), data files that no generation refers to (written after the last commit) are
+ * removed, and new writes go to new files. No database there: as ur_ocdbt_create. *n_kept
+ * gets the number of keys of the latest generation. */
 int ur_ocdbt_resume(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts *opts,
                     size_t *n_kept, ur_err *err);
 

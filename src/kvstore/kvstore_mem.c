@@ -202,8 +202,9 @@ static void m_close(ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops mem_ops = {
-    "mem", m_read,  m_read_range, NULL,     m_size, m_list, m_write,
-    NULL,  m_close, NULL,         m_delete, NULL,   NULL,   m_create,
+    "mem", m_read,   m_read_range, NULL, m_size,   m_list, m_write, NULL, m_close,
+    NULL,  m_delete, NULL,         NULL, m_create, NULL,   NULL, /* list_dir: ur_kvstore_list
+                                                                    filtered */
 };
 
 int ur_kvstore_mem_new(ur_kvstore **out, ur_err *err)

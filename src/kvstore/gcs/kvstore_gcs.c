@@ -31,6 +31,7 @@ typedef struct {
     char *bucket;
     char *prefix; /* "" or ends with '/' */
     int writable;
+    size_t chunk; /* resumable piece and largest single-request upload (kvstore_gcs.h) */
     gcs_auth *auth;
     ur_http *http;
 } gcs_store;
@@ -288,8 +289,11 @@ out:
 }
 
 /* Call fn for each item of one listing page; *token_out gets nextPageToken (or NULL). */
+/* One page of a listing: each object to fn; or, for a delimited listing (dl set), each object
+ * and each of "prefixes", named below the first dir_skip bytes, to dir_fn in order. */
 static int list_page(gcs_store *g, const ur_buf *body, const char *what, ur_kvstore_list_fn fn,
-                     void *ctx, char **token_out, ur_err *err)
+                     ur_kvstore_list_dir_fn dir_fn, void *ctx, ur_kvstore__dir_list *dl,
+                     size_t dir_skip, char **token_out, ur_err *err)
 {
     cJSON *j = NULL;
     const cJSON *items, *it, *next;
@@ -316,7 +320,25 @@ static int list_page(gcs_store *g, const ur_buf *body, const char *what, ur_kvst
             name->valuestring[strlen(name->valuestring) - 1] == '/') {
             continue;
         }
-        rc = fn(ctx, name->valuestring + plen, size);
+        rc = dl != NULL ? ur_kvstore__dir_list_add(dl, name->valuestring, dir_skip, 0, err)
+                        : fn(ctx, name->valuestring + plen, size);
+        if (rc != 0) {
+            goto out;
+        }
+    }
+    if (dl != NULL) {
+        cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(j, "prefixes"))
+        {
+            if (!cJSON_IsString(it)) {
+                rc = ur_err_set_os(err, UR_EIO, 0, what, "listing prefix that is not a string");
+                goto out;
+            }
+            rc = ur_kvstore__dir_list_add(dl, it->valuestring, dir_skip, 1, err);
+            if (rc != 0) {
+                goto out;
+            }
+        }
+        rc = ur_kvstore__dir_list_flush(dl, dir_fn, ctx);
         if (rc != 0) {
             goto out;
         }
@@ -333,13 +355,15 @@ out:
     return rc;
 }
 
-/* <endpoint>/storage/v1/b/<b>/o?maxResults=1000&prefix=<p>[&pageToken=<t>] */
-static int list_url(ur_buf *u, const gcs_store *g, const char *prefix, const char *token,
-                    ur_err *err)
+/* <endpoint>/storage/v1/b/<b>/o?maxResults=1000[&delimiter=/]&prefix=<p>[&pageToken=<t>] */
+static int list_url(ur_buf *u, const gcs_store *g, const char *prefix, int delimited,
+                    const char *token, ur_err *err)
 {
     int rc = api_url(u, g, "storage/v1", NULL, err);
     if (rc == UR_OK) {
-        rc = ur_buf_append_str(u, "?maxResults=1000&prefix=", err);
+        rc = ur_buf_append_str(
+            u, delimited ? "?maxResults=1000&delimiter=%2F&prefix=" : "?maxResults=1000&prefix=",
+            err);
     }
     if (rc == UR_OK) {
         rc = ur_gcs_http_escape(u, g->prefix, err);
@@ -356,14 +380,16 @@ static int list_url(ur_buf *u, const gcs_store *g, const char *prefix, const cha
     return rc == UR_OK ? ur_buf_append_byte(u, '\0', err) : rc;
 }
 
-static int g_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, void *ctx,
-                  ur_err *err)
+/* The listing of the keys under `prefix`, page by page: to fn, or (dl set) one level to dir_fn. */
+static int list_pages(gcs_store *g, const char *prefix, ur_kvstore_list_fn fn,
+                      ur_kvstore_list_dir_fn dir_fn, void *ctx, ur_kvstore__dir_list *dl,
+                      ur_err *err)
 {
     static const long accept[] = {404};
-    gcs_store *g = (gcs_store *)kv;
     ur_buf url, body;
     char *token = NULL;
     char what[1024];
+    size_t dir_skip = strlen(g->prefix) + strlen(prefix);
     int rc = UR_OK;
 
     obj_url(g, prefix, what, sizeof what);
@@ -375,7 +401,7 @@ static int g_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, voi
         char *next = NULL;
         ur_buf_reset(&url);
         ur_buf_reset(&body);
-        rc = list_url(&url, g, prefix, token, err);
+        rc = list_url(&url, g, prefix, dl != NULL, token, err);
         if (rc < 0) {
             break;
         }
@@ -390,7 +416,7 @@ static int g_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, voi
         if (rc < 0) {
             break;
         }
-        rc = list_page(g, &body, what, fn, ctx, &next, err);
+        rc = list_page(g, &body, what, fn, dir_fn, ctx, dl, dir_skip, &next, err);
         ur_free(token);
         token = next;
     } while (rc == 0 && token != NULL);
@@ -398,6 +424,22 @@ static int g_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, voi
     ur_buf_dispose(&url);
     ur_buf_dispose(&body);
     return rc;
+}
+
+static int g_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, void *ctx,
+                  ur_err *err)
+{
+    return list_pages((gcs_store *)kv, prefix, fn, NULL, ctx, NULL, err);
+}
+
+/* One level: a listing with delimiter=/ ("prefixes" are the directories). A missing bucket
+ * stays UR_ENOTFOUND naming it, as for g_list. */
+static int g_list_dir(ur_kvstore *kv, const char *prefix, ur_kvstore_list_dir_fn fn, void *ctx,
+                      ur_err *err)
+{
+    ur_kvstore__dir_list dl = {0};
+    int rc = list_pages((gcs_store *)kv, prefix, NULL, fn, ctx, &dl, err);
+    return ur_kvstore__dir_list_end(&dl, rc, kv, prefix, err);
 }
 
 /* After an upload: the object GCS stored must have the CRC-32C of what we sent (the answer is
@@ -495,7 +537,7 @@ static int64_t persisted_end(const gcs_http_resp *resp)
     return dash != NULL ? strtoll(dash + 1, NULL, 10) : -1;
 }
 
-/* Resumable upload: open a session, then PUT UR_GCS_CHUNK pieces with Content-Range; GCS
+/* Resumable upload: open a session, then PUT g->chunk pieces with Content-Range; GCS
  * answers 308 (with the bytes it kept) until the last piece, then 200/201. */
 static int upload_resumable(gcs_store *g, const char *key, const void *data, size_t n,
                             const char *what, ur_err *err)
@@ -536,7 +578,7 @@ static int upload_resumable(gcs_store *g, const char *key, const void *data, siz
     }
     memcpy(session, resp.location, sizeof session);
     for (;;) {
-        size_t len = n - off < UR_GCS_CHUNK ? n - off : UR_GCS_CHUNK;
+        size_t len = n - off < g->chunk ? n - off : g->chunk;
         int last = off + len == n;
         if (last) {
             snprintf(crange, sizeof crange, "Content-Range: bytes %zu-%zu/%zu", off, off + len - 1,
@@ -597,7 +639,7 @@ static int g_write(ur_kvstore *kv, const char *key, const void *data, size_t n, 
     if (!g->writable) {
         return ur_err_set_os(err, UR_EINTERNAL, 0, what, "store opened read-only");
     }
-    if (n > UR_GCS_SIMPLE_MAX) {
+    if (n > g->chunk) {
         return upload_resumable(g, key, data, n, what, err);
     }
     return upload_simple(g, key, data, n, 0, what, err);
@@ -680,6 +722,7 @@ static const ur_kvstore_ops gcs_ops = {
     .read_range = g_read_range,
     .size = g_size,
     .list = g_list,
+    .list_dir = g_list_dir,
     .write = g_write,
     .commit = g_commit,
     .close = g_close,
@@ -726,6 +769,17 @@ static char *endpoint_from_env(int *emulator)
     return s;
 }
 
+/* The resumable piece: UNROLL_GCS_CHUNK_BYTES where it is a 256 KiB multiple, else the default. */
+static size_t chunk_from_env(void)
+{
+    const char *v = getenv("UNROLL_GCS_CHUNK_BYTES");
+    unsigned long long n = v != NULL ? strtoull(v, NULL, 10) : 0;
+    if (n >= UR_GCS_CHUNK_MIN && n % UR_GCS_CHUNK_MIN == 0) {
+        return (size_t)n;
+    }
+    return UR_GCS_CHUNK_DEFAULT;
+}
+
 int ur_kvstore_gcs_open(ur_kvstore **out, const char *bucket, const char *prefix, int writable,
                         ur_err *err)
 {
@@ -745,6 +799,7 @@ int ur_kvstore_gcs_open(ur_kvstore **out, const char *bucket, const char *prefix
     }
     g->base.ops = &gcs_ops;
     g->writable = writable;
+    g->chunk = chunk_from_env();
     g->bucket = ur_strdup(bucket);
     g->prefix = ur_malloc(plen + 2);
     g->endpoint = endpoint_from_env(&emulator);

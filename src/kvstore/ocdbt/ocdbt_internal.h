@@ -1,4 +1,4 @@
-/* Shared between ocdbt_read.c, ocdbt_dump.c and ocdbt_open.c (not part of the public API). */
+/* Shared between the files of the OCDBT layer (not part of the public API). */
 #ifndef UNROLL_OCDBT_INTERNAL_H
 #define UNROLL_OCDBT_INTERNAL_H
 
@@ -27,5 +27,10 @@ void ur_ocdbt_read__release(ur_ocdbt_reader *r, ur_ocdbt_cnode *c);
 /* Read and decode a version-tree node (caller disposes it). */
 int ur_ocdbt_read__version_node(ur_ocdbt_reader *r, const ur_ocdbt_file_id *file,
                                 const ur_ocdbt_ref *ref, ur_ocdbt_version_node *out, ur_err *err);
+
+/* Make a writer fresh from ur_ocdbt_create continue the database whose manifest is m (a
+ * resume): its config, and its versions as the base of the next commit, which becomes
+ * generation latest + 1 (ocdbt_write.c). */
+int ur_ocdbt_write__adopt(ur_kvstore *kv, const ur_ocdbt_manifest *m, ur_err *err);
 
 #endif

@@ -19,10 +19,6 @@
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
 #include "unroll/ocdbt.h"
-#include "unroll/strmap.h"
-
-#include <dirent.h>
-#include <errno.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,36 +42,8 @@ typedef struct {
     size_t n, cap;
     ur_buf prefix;
     size_t child;
-    const char *child_name; /* "" when reading a database to resume it */
-    ur_strmap *files;       /* when set: every data file referred to (paths owned by `paths`) */
-    char **paths;
-    size_t n_paths, cap_paths;
+    const char *child_name;
 } collector;
-
-/* Record that `path` is referred to (resume: such files are kept). */
-static int note_file(collector *c, const char *path, ur_err *err)
-{
-    size_t len = strlen(path), ignored;
-    char *copy;
-    if (c->files == NULL || ur_strmap_get(c->files, path, len, &ignored) == 1) {
-        return UR_OK;
-    }
-    if (c->n_paths == c->cap_paths) {
-        size_t cap = c->cap_paths ? 2 * c->cap_paths : 16;
-        char **np = ur_realloc(c->paths, cap * sizeof *np);
-        if (np == NULL) {
-            return ur_err_oom(err);
-        }
-        c->paths = np;
-        c->cap_paths = cap;
-    }
-    copy = ur_strdup(path);
-    if (copy == NULL) {
-        return ur_err_oom(err);
-    }
-    c->paths[c->n_paths++] = copy;
-    return ur_strmap_put(c->files, copy, len, 0, NULL, err) < 0 ? UR_ENOMEM : UR_OK;
-}
 
 /* A new zeroed entry at the end, NULL when out of memory. */
 static mentry *push(collector *c)
@@ -133,9 +101,6 @@ static int add_leaf_entry(collector *c, const ur_ocdbt_btree_node *n,
         memcpy(m->base + cl + sep, f->path, f->base_len);
         m->base[cl + sep + f->base_len] = '\0';
         m->offset = e->ref.offset;
-        if (note_file(c, f->path, err) < 0) {
-            return UR_ENOMEM;
-        }
     } else if (e->value_len > 0) {
         m->value = ur_malloc((size_t)e->value_len);
         if (m->value == NULL) {
@@ -152,11 +117,8 @@ static int walk(collector *c, ur_ocdbt_reader *r, const ur_ocdbt_file_id *file,
     ur_ocdbt_cnode *cn = NULL;
     const ur_ocdbt_btree_node *n;
     size_t base = c->prefix.len;
-    int rc = note_file(c, file->path, err);
+    int rc = ur_ocdbt_read__btree_node(r, file, ref, height, &cn, err);
 
-    if (rc == UR_OK) {
-        rc = ur_ocdbt_read__btree_node(r, file, ref, height, &cn, err);
-    }
     if (rc < 0) {
         return rc;
     }
@@ -352,105 +314,5 @@ int ur_ocdbt_merge_from(const char *dir, ur_kvstore *const *bases, const char *c
         ur_kvstore_close(kvs[i]);
     }
     ur_free(kvs);
-    return rc;
-}
-
-static void collector_dispose(collector *c)
-{
-    for (size_t i = 0; i < c->n; i++) {
-        ur_free(c->e[i].key);
-        ur_free(c->e[i].value);
-        ur_free(c->e[i].base);
-        ur_free(c->e[i].rel);
-    }
-    ur_free(c->e);
-    ur_buf_dispose(&c->prefix);
-    for (size_t i = 0; i < c->n_paths; i++) {
-        ur_free(c->paths[i]);
-    }
-    ur_free(c->paths);
-}
-
-/* Remove the files of dir/d/ that nothing in the database refers to. */
-static int remove_unreferenced(const char *dir, const ur_strmap *files, ur_err *err)
-{
-    char *d = ur_path_join(dir, "d");
-    DIR *dp;
-    struct dirent *e;
-    int rc = UR_OK;
-
-    if (d == NULL) {
-        return ur_err_oom(err);
-    }
-    dp = opendir(d);
-    if (dp == NULL) {
-        ur_free(d);
-        return errno == ENOENT ? UR_OK : ur_err_set_os(err, UR_EIO, errno, dir, "cannot list d/");
-    }
-    while ((e = readdir(dp)) != NULL && rc == UR_OK) {
-        char rel[300];
-        size_t ignored;
-        if (e->d_name[0] == '.') {
-            continue;
-        }
-        snprintf(rel, sizeof rel, "d/%s", e->d_name);
-        if (ur_strmap_get(files, rel, strlen(rel), &ignored) != 1) {
-            char *p = ur_path_join(d, e->d_name);
-            rc = p != NULL ? ur_fs_remove_tree(p, err) : ur_err_oom(err);
-            ur_free(p);
-        }
-    }
-    closedir(dp);
-    ur_free(d);
-    return rc;
-}
-
-int ur_ocdbt_resume(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts *opts,
-                    size_t *n_kept, ur_err *err)
-{
-    collector c;
-    ur_strmap files;
-    ur_kvstore *old = NULL, *w = NULL;
-    ur_ocdbt_write_opts o = *opts;
-    char *manifest = ur_path_join(dir, "manifest.ocdbt");
-    int rc = manifest != NULL ? UR_OK : ur_err_oom(err);
-
-    *n_kept = 0;
-    if (rc == UR_OK && !ur_fs_exists(manifest)) {
-        ur_free(manifest);
-        o.resume = 0;
-        return ur_ocdbt_create(out, dir, &o, err);
-    }
-    ur_free(manifest);
-    if (rc < 0) {
-        return rc;
-    }
-    memset(&c, 0, sizeof c);
-    ur_buf_init(&c.prefix, 0);
-    ur_strmap_init(&files);
-    c.child_name = "";
-    c.files = &files;
-    rc = collect_child(&c, dir, NULL, &old, err);
-    ur_kvstore_close(old);
-    if (rc == UR_OK) {
-        rc = remove_unreferenced(dir, &files, err);
-    }
-    if (rc == UR_OK) {
-        o.resume = 1;
-        rc = ur_ocdbt_create(&w, dir, &o, err);
-    }
-    for (size_t i = 0; i < c.n && rc == UR_OK; i++) {
-        rc = put_entry(w, &c.e[i], err);
-    }
-    if (rc == UR_OK) {
-        *n_kept = c.n;
-        *out = w;
-        w = NULL;
-    } else {
-        ur_err_wrap(err, "resuming the database in %s", dir);
-    }
-    ur_kvstore_close(w);
-    collector_dispose(&c);
-    ur_strmap_dispose(&files);
     return rc;
 }

@@ -770,8 +770,9 @@ static void r_close(ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops reader_ops = {
-    "ocdbt", r_read,  r_read_range, r_view, r_size, r_list, NULL,
-    NULL,    r_close, r_prefetch,   NULL,   NULL,   NULL,   NULL,
+    "ocdbt",    r_read, r_read_range, r_view, r_size, r_list, NULL, NULL, r_close,
+    r_prefetch, NULL,   NULL,         NULL,   NULL,   NULL,   NULL, /* list_dir: ur_kvstore_list
+                                                                       filtered */
 };
 
 /* ---- opening ---- */

@@ -315,12 +315,15 @@ static int xml_next(const char *xml, size_t n, size_t *pos, const char *tag, ur_
     return 1;
 }
 
-static int s_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, void *ctx,
-                  ur_err *err)
+/* What a listing does with each page of ListObjectsV2's answer. */
+typedef int (*page_fn)(s3_store *s, const ur_buf *body, void *ctx, ur_err *err);
+
+/* The ListObjectsV2 listing of the keys under `prefix` (of the store), page by page. With
+ * delimited, delimiter=/: the names one level down, deeper ones as CommonPrefixes. */
+static int list_objects(s3_store *s, const char *prefix, int delimited, page_fn on_page, void *ctx,
+                        ur_err *err)
 {
-    s3_store *s = (s3_store *)kv;
-    ur_buf obj, query, body, tok, item, key, size;
-    size_t skip = s->prefix[0] ? strlen(s->prefix) + 1 : 0;
+    ur_buf obj, query, body, tok, item;
     int rc, more = 1;
 
     ur_buf_init(&obj, 0);
@@ -328,8 +331,6 @@ static int s_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, voi
     ur_buf_init(&body, (size_t)64 << 20);
     ur_buf_init(&tok, 0);
     ur_buf_init(&item, 0);
-    ur_buf_init(&key, 0);
-    ur_buf_init(&size, 0);
     rc = object_name(s, prefix, &obj, err);
     /* a store's own prefix "p" lists "p/", so that "p2/x" is not taken for "p" + "2/x" */
     if (rc == UR_OK && prefix[0] == '\0' && s->prefix[0] != '\0') {
@@ -340,7 +341,7 @@ static int s_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, voi
         size_t pos = 0;
         ur_buf_reset(&query);
         ur_buf_reset(&body);
-        /* canonical order: continuation-token < list-type < prefix */
+        /* canonical order: continuation-token < delimiter < list-type < prefix */
         if (tok.len > 0) {
             rc = ur_buf_append_str(&query, "continuation-token=", err);
             if (rc == UR_OK) {
@@ -349,6 +350,9 @@ static int s_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, voi
             if (rc == UR_OK) {
                 rc = ur_buf_append_byte(&query, '&', err);
             }
+        }
+        if (rc == UR_OK && delimited) {
+            rc = ur_buf_append_str(&query, "delimiter=%2F&", err);
         }
         if (rc == UR_OK) {
             rc = ur_buf_append_str(&query, "list-type=2&prefix=", err);
@@ -370,25 +374,12 @@ static int s_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, voi
         memset(&req, 0, sizeof req);
         req.out = &body;
         rc = s3_request(s, &req, "GET", NULL, (const char *)query.data, NULL, err);
-        if (rc < 0) {
-            break;
-        }
-        while (rc == UR_OK &&
-               xml_next((const char *)body.data, body.len, &pos, "Contents", &item, NULL)) {
-            size_t ip = 0;
-            if (!xml_next((const char *)item.data, item.len, &ip, "Key", &key, NULL) ||
-                !xml_next((const char *)item.data, item.len, &ip, "Size", &size, NULL) ||
-                key.len < skip) {
-                rc = ur_err_set(err, UR_EIO, "s3://%s: malformed ListObjectsV2 answer", s->bucket);
-                break;
-            }
-            rc = fn(ctx, (const char *)key.data + skip,
-                    strtoull((const char *)size.data, NULL, 10));
+        if (rc == UR_OK) {
+            rc = on_page(s, &body, ctx, err);
         }
         if (rc != UR_OK) {
             break;
         }
-        pos = 0;
         more = xml_next((const char *)body.data, body.len, &pos, "IsTruncated", &item, NULL) &&
                strcmp((const char *)item.data, "true") == 0;
         if (more) {
@@ -406,9 +397,103 @@ static int s_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, voi
     ur_buf_dispose(&body);
     ur_buf_dispose(&tok);
     ur_buf_dispose(&item);
-    ur_buf_dispose(&key);
-    ur_buf_dispose(&size);
     return rc;
+}
+
+/* Each element <tag> of the page and its first <sub> (with the second <sub2>, or NULL). */
+typedef int (*element_fn)(void *ctx, const char *value, const char *value2, ur_err *err);
+
+static int each_element(s3_store *s, const ur_buf *body, const char *tag, const char *sub,
+                        const char *sub2, element_fn fn, void *ctx, ur_err *err)
+{
+    ur_buf item, v, v2;
+    size_t pos = 0;
+    int rc = UR_OK;
+    ur_buf_init(&item, 0);
+    ur_buf_init(&v, 0);
+    ur_buf_init(&v2, 0);
+    while (rc == UR_OK && xml_next((const char *)body->data, body->len, &pos, tag, &item, NULL)) {
+        size_t ip = 0;
+        if (!xml_next((const char *)item.data, item.len, &ip, sub, &v, NULL) ||
+            (sub2 != NULL && !xml_next((const char *)item.data, item.len, &ip, sub2, &v2, NULL))) {
+            rc = ur_err_set(err, UR_EIO, "s3://%s: malformed ListObjectsV2 answer", s->bucket);
+            break;
+        }
+        rc = fn(ctx, (const char *)v.data, sub2 != NULL ? (const char *)v2.data : NULL, err);
+    }
+    ur_buf_dispose(&item);
+    ur_buf_dispose(&v);
+    ur_buf_dispose(&v2);
+    return rc;
+}
+
+typedef struct {
+    size_t skip; /* the store's prefix and its '/' */
+    ur_kvstore_list_fn fn;
+    void *ctx;
+    ur_kvstore__dir_list dl; /* for s_list_dir */
+    size_t dir_skip;         /* skip and the listed directory */
+    ur_kvstore_list_dir_fn dir_fn;
+} listing;
+
+static int on_key(void *ctx, const char *key, const char *size, ur_err *err)
+{
+    listing *l = ctx;
+    if (strlen(key) < l->skip) {
+        return ur_err_set(err, UR_EIO, "malformed ListObjectsV2 answer: key '%s'", key);
+    }
+    return l->fn(l->ctx, key + l->skip, strtoull(size, NULL, 10));
+}
+
+static int keys_page(s3_store *s, const ur_buf *body, void *ctx, ur_err *err)
+{
+    return each_element(s, body, "Contents", "Key", "Size", on_key, ctx, err);
+}
+
+static int s_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, void *ctx,
+                  ur_err *err)
+{
+    s3_store *s = (s3_store *)kv;
+    listing l = {s->prefix[0] ? strlen(s->prefix) + 1 : 0, fn, ctx, {0}, 0, NULL};
+    return list_objects(s, prefix, 0, keys_page, &l, err);
+}
+
+static int on_name(listing *l, const char *full, int is_dir, ur_err *err)
+{
+    return ur_kvstore__dir_list_add(&l->dl, full, l->dir_skip, is_dir, err);
+}
+
+static int on_value(void *ctx, const char *key, const char *unused, ur_err *err)
+{
+    (void)unused;
+    return on_name(ctx, key, 0, err);
+}
+
+static int on_common_prefix(void *ctx, const char *prefix, const char *unused, ur_err *err)
+{
+    (void)unused;
+    return on_name(ctx, prefix, 1, err);
+}
+
+static int entries_page(s3_store *s, const ur_buf *body, void *ctx, ur_err *err)
+{
+    listing *l = ctx;
+    int rc = each_element(s, body, "Contents", "Key", NULL, on_value, ctx, err);
+    if (rc == UR_OK) {
+        rc = each_element(s, body, "CommonPrefixes", "Prefix", NULL, on_common_prefix, ctx, err);
+    }
+    return rc == UR_OK ? ur_kvstore__dir_list_flush(&l->dl, l->dir_fn, l->ctx) : rc;
+}
+
+/* One level: a delimited listing (CommonPrefixes are the directories), page by page. */
+static int s_list_dir(ur_kvstore *kv, const char *prefix, ur_kvstore_list_dir_fn fn, void *ctx,
+                      ur_err *err)
+{
+    s3_store *s = (s3_store *)kv;
+    listing l = {s->prefix[0] ? strlen(s->prefix) + 1 : 0, NULL, ctx, {0}, 0, fn};
+    l.dir_skip = l.skip + strlen(prefix);
+    return ur_kvstore__dir_list_end(&l.dl, list_objects(s, prefix, 1, entries_page, &l, err), kv,
+                                    prefix, err);
 }
 
 static int put_simple(s3_store *s, const char *key, const void *data, size_t n, ur_err *err)
@@ -583,8 +668,8 @@ static void s_close(ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops s3_ops = {
-    "s3", s_read,  s_read_range, NULL,     s_size, s_list, s_write,
-    NULL, s_close, NULL,         s_delete, NULL,   NULL,   s_create,
+    "s3",    s_read, s_read_range, NULL, s_size, s_list,   s_write, NULL,
+    s_close, NULL,   s_delete,     NULL, NULL,   s_create, NULL,    s_list_dir,
 };
 
 int ur_kvstore_s3_open(ur_kvstore **out, const char *bucket, const char *prefix, int writable,

@@ -4,6 +4,8 @@
  *   gcs_tool range  gs://b/p KEY OFF LEN      LEN bytes at OFF to stdout
  *   gcs_tool size   gs://b/p KEY
  *   gcs_tool ls     gs://b/p [PREFIX]         "<key>\t<size>" lines
+ *   gcs_tool lsdir  gs://b/p [DIR/]           one level (ur_kvstore_list_dir): "<name>" or
+ *                                             "<name>/" lines (any location, s3:// too)
  *   gcs_tool put    gs://b/p KEY FILE         write FILE's bytes
  *   gcs_tool create gs://b/p KEY FILE         conditional create: "created" or "exists"
  *                                             (ur_kvstore_create; any location, s3:// too)
@@ -23,6 +25,13 @@ static int print_entry(void *ctx, const char *key, uint64_t size)
 {
     (void)ctx;
     printf("%s\t%llu\n", key, (unsigned long long)size);
+    return 0;
+}
+
+static int print_name(void *ctx, const char *name, int is_dir)
+{
+    (void)ctx;
+    printf("%s%s\n", name, is_dir ? "/" : "");
     return 0;
 }
 
@@ -63,6 +72,9 @@ static int run(ur_kvstore *kv, int argc, char **argv, ur_err *err)
     if (strcmp(cmd, "ls") == 0 && (argc == 3 || argc == 4)) {
         return ur_kvstore_list(kv, argc == 4 ? argv[3] : "", print_entry, NULL, err);
     }
+    if (strcmp(cmd, "lsdir") == 0 && (argc == 3 || argc == 4)) {
+        return ur_kvstore_list_dir(kv, argc == 4 ? argv[3] : "", print_name, NULL, err);
+    }
     if ((strcmp(cmd, "put") == 0 || strcmp(cmd, "create") == 0) && argc == 5) {
         ur_buf b;
         ur_buf_init(&b, 0);
@@ -93,7 +105,7 @@ static int run(ur_kvstore *kv, int argc, char **argv, ur_err *err)
         return rc;
     }
     return ur_err_set(err, UR_EINVAL,
-                      "usage: gcs_tool get|range|size|ls|put|create|rm|auth "
+                      "usage: gcs_tool get|range|size|ls|lsdir|put|create|rm|auth "
                       "gs://bucket/prefix ...");
 }
 

@@ -42,14 +42,32 @@ static int collect(void *ctx, const char *key, uint64_t size)
     return 0;
 }
 
+/* Entries of a one-level listing, as "name/" for a directory. */
+typedef struct {
+    char names[8][32];
+    int n;
+} dir_listing;
+
+static int collect_dir(void *ctx, const char *name, int is_dir)
+{
+    dir_listing *l = ctx;
+    if (l->n < 8) {
+        snprintf(l->names[l->n++], sizeof l->names[0], "%s%s", name, is_dir ? "/" : "");
+    }
+    return 0;
+}
+
 static void test_kvstore_file__write_read_list(void **state)
 {
     ur_kvstore *kv = NULL;
     ur_err err;
     ur_buf b;
     listing l = {0};
+    dir_listing d = {0};
+    ur_kvstore *view = NULL;
     uint8_t range[3];
     uint64_t size;
+    char *p;
     char *root = ur_path_join(scratch, "db");
     (void)state;
 
@@ -80,6 +98,32 @@ static void test_kvstore_file__write_read_list(void **state)
     assert_int_equal(ur_kvstore_list(kv, "a/", collect, &l, &err), UR_OK);
     assert_int_equal(l.n, 2);
     assert_int_equal(l.sizes[0], 10);
+
+    /* one level: one directory read, an empty directory too */
+    p = ur_path_join(root, "empty");
+    assert_int_equal(ur_fs_mkdirs(p, &err), UR_OK);
+    ur_free(p);
+    assert_int_equal(ur_kvstore_list_dir(kv, "", collect_dir, &d, &err), UR_OK);
+    assert_int_equal(d.n, 3);
+    assert_string_equal(d.names[0], "a/");
+    assert_string_equal(d.names[1], "b.c/");
+    assert_string_equal(d.names[2], "empty/");
+    memset(&d, 0, sizeof d);
+    assert_int_equal(ur_kvstore_list_dir(kv, "a/", collect_dir, &d, &err), UR_OK);
+    assert_int_equal(d.n, 2);
+    assert_string_equal(d.names[0], "c/");
+    assert_string_equal(d.names[1], "zarr.json");
+    memset(&d, 0, sizeof d);
+    assert_int_equal(ur_kvstore_list_dir(kv, "empty/", collect_dir, &d, &err), UR_OK);
+    assert_int_equal(d.n, 0);
+    assert_int_equal(ur_kvstore_list_dir(kv, "a/zarr.json/", collect_dir, &d, &err), UR_ENOTFOUND);
+    assert_int_equal(ur_kvstore_list_dir(kv, "missing/", collect_dir, &d, &err), UR_ENOTFOUND);
+    assert_int_equal(ur_kvstore_list_dir(kv, "../", collect_dir, &d, &err), UR_ECORRUPT);
+    assert_int_equal(ur_kvstore_prefix_open(&view, kv, "a/", 0, &err), UR_OK);
+    assert_int_equal(ur_kvstore_list_dir(view, "c/0/", collect_dir, &d, &err), UR_OK);
+    assert_int_equal(d.n, 1);
+    assert_string_equal(d.names[0], "1");
+    ur_kvstore_close(view);
 
     ur_buf_dispose(&b);
     ur_kvstore_close(kv);
@@ -171,6 +215,7 @@ static void test_kvstore_file__links_and_special_files(void **state)
     char *outside = ur_path_join(scratch, "outside");
     char *p;
     static const char *const refused[] = {"out", "dir_out/x", "fifo", "sub"};
+    dir_listing d = {0};
     ur_kvstore *kv = NULL;
     ur_kvstore_view v;
     listing l = {0};
@@ -217,6 +262,20 @@ static void test_kvstore_file__links_and_special_files(void **state)
     assert_int_equal(l.n, 2);
     assert_string_equal(l.keys[0], "a");
     assert_string_equal(l.keys[1], "sub/b");
+    /* one level: a link counts as what it leads to inside the root, else it is left out,
+     * as are special files; a linked directory out of the root is not listed */
+    assert_int_equal(ur_kvstore_list_dir(kv, "", collect_dir, &d, &err), UR_OK);
+    if (ur_fs__beneath_has_openat2()) {
+        assert_int_equal(d.n, 3);
+        assert_string_equal(d.names[1], "in");
+        assert_string_equal(d.names[2], "sub/");
+    } else {
+        assert_int_equal(d.n, 2);
+        assert_string_equal(d.names[1], "sub/");
+    }
+    assert_string_equal(d.names[0], "a");
+    assert_int_equal(ur_kvstore_list_dir(kv, "dir_out/", collect_dir, &d, &err), UR_EIO);
+    assert_non_null(strstr(err.where, "dir_out"));
     ur_buf_dispose(&b);
     ur_kvstore_close(kv);
     ur_free(outside);
@@ -320,6 +379,51 @@ static void test_kvstore_file__create_race(void **state)
     ur_free(root);
 }
 
+/* Streamed writes into a directory: a NEW value is appended in place below created
+ * directories and refuses an existing file (UR_EEXIST naming it); an ATOMIC one replaces the
+ * file through "<key>.partial", which does not stay. */
+static void test_kvstore_file__streamed_writer(void **state)
+{
+    char *root = ur_path_join(scratch, "streamed"), *partial = ur_path_join(root, "a/m.partial");
+    ur_kvstore *kv = NULL;
+    ur_kvstore_writer *w = NULL;
+    static uint8_t big[(9 << 20) + 5]; /* more than one block of the background writer */
+    ur_err err;
+    ur_buf b;
+    (void)state;
+    for (size_t i = 0; i < sizeof big; i++) {
+        big[i] = (uint8_t)(i * 131u >> 3);
+    }
+    assert_int_equal(ur_kvstore_file_open(&kv, root, 1, &err), UR_OK);
+    assert_int_equal(ur_kvstore_writer_open(&w, kv, "a/b/big", UR_KVSTORE_WRITER_NEW, &err),
+                     UR_OK);
+    assert_int_equal(ur_kvstore_writer_append(w, big, 4097, &err), UR_OK);
+    assert_int_equal(ur_kvstore_writer_append(w, big + 4097, sizeof big - 4097, &err), UR_OK);
+    assert_int_equal(ur_kvstore_writer_size(w), sizeof big);
+    assert_int_equal(ur_kvstore_writer_finish(w, &err), UR_OK);
+    assert_int_equal(ur_kvstore_writer_open(&w, kv, "a/b/big", UR_KVSTORE_WRITER_NEW, &err),
+                     UR_EEXIST);
+    assert_non_null(strstr(err.where, "a/b/big"));
+    assert_int_equal(ur_kvstore_write(kv, "a/m", "old", 3, &err), UR_OK);
+    assert_int_equal(ur_kvstore_writer_open(&w, kv, "a/m", UR_KVSTORE_WRITER_ATOMIC, &err), UR_OK);
+    assert_int_equal(ur_kvstore_writer_append(w, "new!", 4, &err), UR_OK);
+    assert_int_equal(ur_kvstore_writer_finish(w, &err), UR_OK);
+    assert_false(ur_fs_exists(partial));
+    ur_kvstore_close(kv);
+    assert_int_equal(ur_kvstore_file_open(&kv, root, 0, &err), UR_OK);
+    ur_buf_init(&b, 0);
+    assert_int_equal(ur_kvstore_read(kv, "a/b/big", &b, &err), UR_OK);
+    assert_int_equal(b.len, sizeof big);
+    assert_memory_equal(b.data, big, sizeof big);
+    ur_buf_reset(&b);
+    assert_int_equal(ur_kvstore_read(kv, "a/m", &b, &err), UR_OK);
+    assert_true(b.len == 4 && memcmp(b.data, "new!", 4) == 0);
+    ur_buf_dispose(&b);
+    ur_kvstore_close(kv);
+    ur_free(partial);
+    ur_free(root);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -330,6 +434,7 @@ int main(void)
         cmocka_unit_test(test_kvstore_file__links_and_special_files),
         cmocka_unit_test(test_kvstore_file__create_if_absent),
         cmocka_unit_test(test_kvstore_file__create_race),
+        cmocka_unit_test(test_kvstore_file__streamed_writer),
     };
     return cmocka_run_group_tests_name("kvstore_file", tests, setup, teardown);
 }

@@ -1,8 +1,10 @@
 /* Test-only driver for the OCDBT layer (built with the tests, never installed).
  *
  *   ocdbt_tool write [--max-inline N] [--max-node N] [--target-size N] [--max-held N] [--raw]
- *                    [--level L] DST
- *       read records from stdin and write them into a new OCDBT database DST, then commit
+ *                    [--level L] [--resume] [--commit-every N] DST
+ *       read records from stdin and write them into a new OCDBT database DST (--resume:
+ *       continue the database there, ur_ocdbt_resume), committing after every N records
+ *       (ur_ocdbt_writer_snapshot, each a new generation) and at the end
  *   ocdbt_tool dump DIR
  *       write every key and value of DIR (OCDBT or plain directory) to stdout as records
  *
@@ -46,8 +48,8 @@ static int cmd_write(int argc, char **argv)
     uint8_t hdr[8];
     char *key = NULL;
     uint8_t *val = NULL;
-    size_t val_cap = 0;
-    int rc = UR_OK;
+    size_t val_cap = 0, kept = 0, every = 0, n = 0;
+    int rc = UR_OK, resume = 0;
 
     ur_ocdbt_write_opts_init(&opts);
     for (int i = 2; i < argc; i++) {
@@ -63,6 +65,10 @@ static int cmd_write(int argc, char **argv)
             opts.zstd_level = (int)strtol(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--raw") == 0) {
             opts.compress = 0;
+        } else if (strcmp(argv[i], "--resume") == 0) {
+            resume = 1;
+        } else if (strcmp(argv[i], "--commit-every") == 0 && i + 1 < argc) {
+            every = (size_t)strtoull(argv[++i], NULL, 10);
         } else {
             dst = argv[i];
         }
@@ -72,7 +78,8 @@ static int cmd_write(int argc, char **argv)
         return 2;
     }
     ur_err_clear(&err);
-    rc = ur_ocdbt_create(&kv, dst, &opts, &err);
+    rc = resume ? ur_ocdbt_resume(&kv, dst, &opts, &kept, &err)
+                : ur_ocdbt_create(&kv, dst, &opts, &err);
     if (rc < 0) {
         return fail(&err);
     }
@@ -101,6 +108,9 @@ static int cmd_write(int argc, char **argv)
         rc = ur_kvstore_write(kv, key, val, vlen, &err);
         ur_free(key);
         key = NULL;
+        if (rc == UR_OK && every > 0 && ++n % every == 0) {
+            rc = ur_ocdbt_writer_snapshot(kv, &err);
+        }
     }
     if (rc == UR_OK) {
         rc = ur_kvstore_commit(kv, &err);

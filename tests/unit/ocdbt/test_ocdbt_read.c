@@ -503,6 +503,78 @@ static void test_ocdbt_read__views(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+static int collect_mem_key(void *ctx, const char *key, uint64_t size)
+{
+    listing *l = ctx;
+    (void)size;
+    l->n += strcmp(key, "manifest.ocdbt") == 0 || strncmp(key, "d/", 2) == 0 ? 1 : 1000;
+    return 0;
+}
+
+/* The writer on a base store with no files at all (the memory store): every byte of the
+ * database goes through the base, and the reader on the same base gets every value back.
+ * A write failure of the base fails the commit and leaves no manifest. */
+static void test_ocdbt_write__on_a_memory_store(void **state)
+{
+    ur_ocdbt_write_opts o;
+    ur_kvstore *mem = NULL, *kv = NULL;
+    uint8_t val[5000];
+    char key[64];
+    uint64_t size = 0;
+    listing l;
+    ur_err err;
+    ur_buf b;
+    int rc = UR_OK;
+    (void)state;
+    ur_ocdbt_write_opts_init(&o);
+    o.max_decoded_node_bytes = 300;
+    o.max_inline_value_bytes = 100;
+    o.target_data_file_size = 20000; /* several data files */
+    o.seed = 7;
+    assert_int_equal(ur_kvstore_mem_new(&mem, &err), UR_OK);
+    assert_int_equal(ur_ocdbt_create_kv(&kv, mem, 0, "mem", &o, &err), UR_OK);
+    for (size_t i = 0; i < 300; i++) {
+        snprintf(key, sizeof key, "k%04zu", (i * 7919) % 300);
+        memset(val, (int)(i & 0xff), (i * 37) % 5000);
+        assert_int_equal(ur_kvstore_write(kv, key, val, (i * 37) % 5000, &err), UR_OK);
+    }
+    assert_int_equal(ur_kvstore_commit(kv, &err), UR_OK);
+    ur_kvstore_close(kv);
+    memset(&l, 0, sizeof l);
+    assert_int_equal(ur_kvstore_list(mem, "", collect_mem_key, &l, &err), UR_OK);
+    assert_true(l.n > 3 && l.n < 1000); /* the manifest and several d/ files, nothing else */
+    assert_int_equal(ur_ocdbt_open_kv(&kv, mem, 0, "mem", &err), UR_OK);
+    ur_buf_init(&b, 0);
+    for (size_t i = 0; i < 300; i++) {
+        snprintf(key, sizeof key, "k%04zu", (i * 7919) % 300);
+        ur_buf_reset(&b);
+        assert_int_equal(ur_kvstore_read(kv, key, &b, &err), UR_OK);
+        assert_int_equal(b.len, (i * 37) % 5000);
+        for (size_t j = 0; j < b.len; j++) {
+            assert_int_equal(b.data[j], i & 0xff);
+        }
+    }
+    ur_buf_dispose(&b);
+    ur_kvstore_close(kv);
+    /* a database is there: a second create is refused */
+    assert_int_equal(ur_ocdbt_create_kv(&kv, mem, 0, "mem", &o, &err), UR_EINVAL);
+    ur_kvstore_close(mem);
+
+    assert_int_equal(ur_kvstore_mem_new(&mem, &err), UR_OK);
+    ur_kvstore_mem_fail_at(mem, 0, 2); /* the second data file */
+    assert_int_equal(ur_ocdbt_create_kv(&kv, mem, 1, "mem", &o, &err), UR_OK);
+    for (size_t i = 0; i < 300 && rc == UR_OK; i++) {
+        snprintf(key, sizeof key, "k%04zu", i);
+        rc = ur_kvstore_write(kv, key, val, 3000, &err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_kvstore_commit(kv, &err);
+    }
+    assert_int_equal(rc, UR_EIO);
+    assert_int_equal(ur_kvstore_size(mem, "manifest.ocdbt", &size, &err), UR_ENOTFOUND);
+    ur_kvstore_close(kv); /* closes mem */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -516,6 +588,7 @@ int main(void)
         cmocka_unit_test(test_ocdbt_write__held_inline_bytes_are_bounded),
         cmocka_unit_test(test_ocdbt_write__repeated_values_are_held_once),
         cmocka_unit_test(test_ocdbt_read__views),
+        cmocka_unit_test(test_ocdbt_write__on_a_memory_store),
     };
     return cmocka_run_group_tests_name("ocdbt_read", tests, NULL, NULL);
 }
