@@ -36,12 +36,15 @@ static ZSTD_DCtx *new_dctx(void)
     return ZSTD_createDCtx_advanced(mem);
 }
 
-/* One decompression context per thread, kept for the thread's life, for the same reason as
- * the compression contexts below (thread_cctx): one per chunk cost more than decoding a small
- * chunk. */
-static pthread_key_t dctx_key;
+/* Decompression contexts per thread, kept for the thread's life, for the same reason as the
+ * compression contexts below (thread_cctx): one per chunk cost more than decoding a small
+ * chunk (at 100,000 leaves of a few bytes, creating them was a sixth of the run). Two of
+ * them: the one-shot decode's, and the progressive decode's, whose `ready` callback may
+ * decode other values with the first while it is in the middle of a frame. */
+enum { DCTX_ONE_SHOT, DCTX_PROGRESSIVE, DCTX_KINDS };
+static pthread_key_t dctx_key[DCTX_KINDS];
 static pthread_once_t dctx_once = PTHREAD_ONCE_INIT;
-static int dctx_key_ok;
+static int dctx_key_ok[DCTX_KINDS];
 
 static void dctx_free(void *d)
 {
@@ -50,24 +53,27 @@ static void dctx_free(void *d)
 
 static void dctx_key_init(void)
 {
-    dctx_key_ok = pthread_key_create(&dctx_key, dctx_free) == 0;
+    for (int k = 0; k < DCTX_KINDS; k++) {
+        dctx_key_ok[k] = pthread_key_create(&dctx_key[k], dctx_free) == 0;
+    }
 }
 
-/* This thread's context, reset; NULL when out of memory. *owned: free it after use. */
-static ZSTD_DCtx *thread_dctx(int *owned)
+/* This thread's context of `kind`, reset; NULL when out of memory. *owned: free it after
+ * use. */
+static ZSTD_DCtx *thread_dctx(int kind, int *owned)
 {
     ZSTD_DCtx *d = NULL;
     pthread_once(&dctx_once, dctx_key_init);
     *owned = 0;
-    if (dctx_key_ok) {
-        d = pthread_getspecific(dctx_key);
+    if (dctx_key_ok[kind]) {
+        d = pthread_getspecific(dctx_key[kind]);
     }
     if (d != NULL) {
         ZSTD_DCtx_reset(d, ZSTD_reset_session_and_parameters);
         return d;
     }
     d = new_dctx();
-    if (d != NULL && (!dctx_key_ok || pthread_setspecific(dctx_key, d) != 0)) {
+    if (d != NULL && (!dctx_key_ok[kind] || pthread_setspecific(dctx_key[kind], d) != 0)) {
         *owned = 1;
     }
     return d;
@@ -77,7 +83,7 @@ static int decode(const ur_zarr_b2b *b, const uint8_t *src, size_t n, uint8_t *d
                   size_t *len_out, ur_err *err)
 {
     int owned;
-    ZSTD_DCtx *d = thread_dctx(&owned);
+    ZSTD_DCtx *d = thread_dctx(DCTX_ONE_SHOT, &owned);
     size_t r;
 
     (void)b;
@@ -131,12 +137,12 @@ static int decode_progressive(const uint8_t *src, size_t n, uint8_t *dst, size_t
     ZSTD_inBuffer in = {src, 0, 0};
     ZSTD_outBuffer out = {dst, cap, 0};
     size_t at = ZSTD_frameHeaderSize(src, n), reported = 0;
-    int rc = 1, last = 0;
+    int rc = 1, last = 0, owned;
 
     if (ZSTD_isError(at) || at > n) {
         return 1;
     }
-    d = new_dctx();
+    d = thread_dctx(DCTX_PROGRESSIVE, &owned);
     if (d == NULL) {
         return ur_err_oom(err);
     }
@@ -173,7 +179,9 @@ static int decode_progressive(const uint8_t *src, size_t n, uint8_t *dst, size_t
     /* one frame, all of the input, exactly cap bytes: done; the final report is the caller's */
     rc = in.pos == n && out.pos == cap ? UR_OK : 1;
 out:
-    ZSTD_freeDCtx(d);
+    if (owned) {
+        ZSTD_freeDCtx(d);
+    }
     return rc;
 }
 

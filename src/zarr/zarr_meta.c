@@ -374,6 +374,9 @@ int ur_zarr_meta__validate(ur_zarr_meta *m, ur_err *err)
 
 static int codec_name(const cJSON *c, const char **name, const cJSON **conf, ur_err *err)
 {
+    /* Defined on every path, errors included: callers need not trust the error code alone. */
+    *name = "";
+    *conf = NULL;
     if (cJSON_IsString(c)) {
         *name = c->valuestring;
         *conf = NULL;
@@ -817,7 +820,10 @@ static int emit_dims(ur_buf *b, const uint64_t *d, int n, ur_err *err)
 {
     int rc = ur_buf_append_byte(b, '[', err);
     for (int i = 0; rc == UR_OK && i < n; i++) {
-        rc = ur_buf_printf(b, err, "%s%llu", i ? "," : "", (unsigned long long)d[i]);
+        rc = i ? ur_buf_append_byte(b, ',', err) : UR_OK;
+        if (rc == UR_OK) {
+            rc = ur_buf_put_dec(b, d[i], err);
+        }
     }
     return rc == UR_OK ? ur_buf_append_byte(b, ']', err) : rc;
 }
@@ -881,13 +887,13 @@ static int emit_fill(ur_buf *b, const ur_zarr_meta *m, ur_err *err)
     if (is_signed_dtype(m->dtype)) {
         int64_t s;
         unsigned bits = (unsigned)(8 * m->itemsize);
-        if (bits < 64 && (u >> (bits - 1)) & 1u) {
+        if (bits > 0 && bits < 64 && (u >> (bits - 1)) & 1u) {
             u |= ~0ull << bits;
         }
         memcpy(&s, &u, 8);
         return ur_buf_printf(b, err, "%lld", (long long)s);
     }
-    return ur_buf_printf(b, err, "%llu", (unsigned long long)u);
+    return ur_buf_put_dec(b, u, err);
 }
 
 static int emit_chain(ur_buf *b, const ur_zarr_chain *c, int rank, size_t itemsize, ur_err *err)
