@@ -88,7 +88,8 @@ typedef struct ur_orbax_sharding {
  * arrays have as many entries as their rank (NULL when it is 0 or -1), so that a checkpoint of
  * 100,000 leaves costs about as much memory as its _METADATA. */
 typedef struct ur_orbax_leaf {
-    const char *keypath;     /* the tree_metadata key: "('params', 'decoder', ...)" */
+    /* the tree_metadata key ("('params', 'decoder', ...)") is not kept: ur_orbax_tree_keypath
+     * writes it from path */
     size_t depth;            /* number of key components */
     const ur_orbax_key *path;
     const char *name;        /* param name: keys joined by '.' (the storage prefix) */

@@ -13,7 +13,8 @@
  *                                 the chunks of its share)
  *   shares/<i>/                   share i's _METADATA, _sharding, array_metadatas.json
  *   shares/<i>.progress           share i's database holds its work items before this one
- *                                 (saved after each snapshot of it: resume point)
+ *                                 (saved after each commit of it, a new OCDBT
+ *                                 generation of the database: resume point)
  *   shares/<i>.done               share i is complete (written last, atomically)
  *   finish.claim                  the finisher: created with O_EXCL by the process that sees
  *                                 every share done, and flock'ed while it finishes (a claim
@@ -28,8 +29,21 @@
  * nothing that opens as a checkpoint.
  *
  * A rerun of a share that is already done does nothing but try the finish; a rerun of one
- * that was killed continues from its last progress mark (the database snapshot before it),
- * or redoes the share when it saved none. */
+ * that was killed continues from its last progress mark (the database generation before it),
+ * or redoes the share when it saved none.
+ *
+ * A run of several units (LoRA: "base/0", then per adapter "loras/<id>/0" and
+ * "loras/<id>/adapter_config.json"; ur_orbax_share_open_units) stages unit u as
+ * `units/<u>` instead of step/, each step unit in the layout above (share i's database in
+ * `units/<u>/items/ocdbt.process_<i>/`, its metadata in shares/<i>/ for the first unit and
+ * shares/<i>.u<k>/ for unit k, its resume point shares/<i>[.u<k>].progress, and
+ * shares/<i>[.u<k>].unit-done once the unit's part of the share is committed); run.txt lists
+ * the units ("unit <u>" lines). The finish merges every step unit and publishes all of them
+ * in one publication (unroll/orbax_publish.h). Before it moves anything it writes
+ * publishing.txt, one line per unit: its identity (device, inode) and the publication
+ * staging path it goes to. A finisher killed while publishing leaves it; the next process
+ * (or unroll merge) moves back what is still in that staging directory and publishes the
+ * units not yet in place, so a crash never leaves a half-published set for good. */
 #ifndef UNROLL_ORBAX_SHARE_H
 #define UNROLL_ORBAX_SHARE_H
 
@@ -47,10 +61,33 @@ typedef struct ur_orbax_share ur_orbax_share;
 
 /* Join (or start) the run for destination `dest` as process `index` of `count`. `run_text`
  * describes the run (it must be the same text in every process; it includes a line
- * "input <path>" naming what the run reads, used by the finish's overlap check). UR_EINVAL
- * when the staging directory holds a different run. */
+ * "input <path>" naming what the run reads, used by the finish's overlap check unless it is an
+ * s3:// or gs:// location). UR_EINVAL when the staging directory holds a different run. */
 int ur_orbax_share_open(ur_orbax_share **out, const char *dest, int count, int index,
                         const char *run_text, ur_err *err);
+
+/* As ur_orbax_share_open for a run of the units `units` (relative to dest, in publication
+ * order; file units such as "loras/<id>/adapter_config.json" are staged by the caller at
+ * ur_orbax_share_unit_path before its share is marked done). n_units 0: the one "0". */
+int ur_orbax_share_open_units(ur_orbax_share **out, const char *dest, const char *const *units,
+                              size_t n_units, int count, int index, const char *run_text,
+                              ur_err *err);
+
+size_t ur_orbax_share_n_units(const ur_orbax_share *s);
+/* Borrowed: where unit k is staged (a step directory for a step unit, else the file). */
+const char *ur_orbax_share_unit_path(const ur_orbax_share *s, size_t k);
+
+/* Start this process's share of a run of several units: hold shares/<index>.lock (unless held
+ * already) and remove its done marker. Then, per step unit not yet done,
+ * ur_orbax_share_unit_begin, the conversion, ur_orbax_share_unit_mark_done; then
+ * ur_orbax_share_mark_done. */
+int ur_orbax_share_lock(ur_orbax_share *s, ur_err *err);
+/* As ur_orbax_share_begin for unit k (whose progress save_progress then records). */
+int ur_orbax_share_unit_begin(ur_orbax_share *s, size_t k, const char **meta_dir,
+                              uint64_t *resume_from, ur_err *err);
+/* Whether this process's part of unit k is committed (a rerun skips it). */
+int ur_orbax_share_unit_is_done(const ur_orbax_share *s, size_t k);
+int ur_orbax_share_unit_mark_done(ur_orbax_share *s, size_t k, ur_err *err);
 
 /* Whether share i is complete. */
 int ur_orbax_share_is_done(const ur_orbax_share *s, int i);
@@ -67,8 +104,11 @@ int ur_orbax_share_begin(ur_orbax_share *s, const char **meta_dir, uint64_t *res
                          ur_err *err);
 
 /* Record that the share's database holds every work item before `next_item` (after a
- * snapshot of it): a rerun continues from there. */
+ * commit of it, a new generation): a rerun continues from there. */
 int ur_orbax_share_save_progress(ur_orbax_share *s, uint64_t next_item, ur_err *err);
+
+/* The resume point save_progress recorded for the current unit (0: none). */
+uint64_t ur_orbax_share_saved_progress(const ur_orbax_share *s);
 
 /* Mark this process's share complete (after its writer committed); `summary` (one line) is
  * kept in the marker. */

@@ -20,8 +20,23 @@
  * commit-file mode, unroll) takes S as a checkpoint; a share that never completes leaves no
  * top-level manifest and no marker.
  *
- * Each share converts locally first ($TMPDIR) and uploads when complete: a share killed half-way
- * is redone from the start when rerun (its objects are replaced); --resume does not apply.
+ * Each share converts locally first ($TMPDIR, a tree named after the run and the index that a
+ * rerun on the same machine continues from its last commit: plan_multi.c), and its progress is
+ * kept in the store too (ur_orbax_rprogress), so that a rerun on another machine (a preempted
+ * VM replaced, an empty $TMPDIR) continues from the last commit as well:
+ *
+ *   S/unroll-multi/shares/<i>.progress  the resume point ("next_item <n>") and every data file
+ *                                       of share i's database as of it (name, size, CRC-32C)
+ *
+ * At each commit of the share's database the share uploads its new data files, then its
+ * manifest, then its metadata, then this mark; a rerun that has no local tree as far along
+ * fetches the files the mark lists, the manifest and the metadata into a fresh local tree and
+ * continues from the mark (the database's generations after it, if any, are dropped as in a
+ * local resume). Data files have names drawn from a fixed sequence, so a file the store holds
+ * counts as sent only when the mark lists it with the local file's size and CRC-32C. When the
+ * share is complete, the upload sends the rest (no listed file again), deletes the data files
+ * of killed attempts that no generation refers to, and writes the done marker.
+ * A single-process --resume run into an object store is share 0 of 1 of this protocol.
  * A finisher killed after its claim leaves the claim, which names its process index, host, pid
  * and start time. A rerun of that same process index takes the finish over (there is no lock
  * to tell a dead process from a live one: a process index must run once at a time, as a
@@ -39,6 +54,7 @@
 #include "unroll/err.h"
 
 #include <signal.h>
+#include <stdint.h>
 
 typedef struct ur_orbax_rshare ur_orbax_rshare;
 
@@ -56,11 +72,40 @@ int ur_orbax_rshare_open(ur_orbax_rshare **out, const char *step, int count, int
 /* Whether share i is complete (its marker is in the store). UR_EIO when the store cannot say. */
 int ur_orbax_rshare_is_done(ur_orbax_rshare *s, int i, int *done, ur_err *err);
 
+/* A share's progress in the store (above: S/unroll-multi/shares/<i>.progress). */
+typedef struct ur_orbax_rprogress ur_orbax_rprogress;
+
+int ur_orbax_rprogress_open(ur_orbax_rprogress **out, const char *step, int index, ur_err *err);
+void ur_orbax_rprogress_close(ur_orbax_rprogress *p);
+
+/* The store's mark: *next_item = its resume point (0: none), and the data files it lists are
+ * taken as sent. UR_ECORRUPT for a mark that cannot be read. */
+int ur_orbax_rprogress_read(ur_orbax_rprogress *p, uint64_t *next_item, ur_err *err);
+
+/* Fetch the share's database as of the mark (the listed data files, the manifest) into the
+ * local directory `db_dir` and its metadata into `meta_dir`. */
+int ur_orbax_rprogress_fetch(ur_orbax_rprogress *p, const char *db_dir, const char *meta_dir,
+                             ur_err *err);
+
+/* After a commit of the local database `db_dir`: upload what the store lacks of it (data
+ * files, then the manifest), the metadata in `meta_dir`, then the mark saying the database
+ * holds every work item before `next_item`. */
+int ur_orbax_rprogress_save(ur_orbax_rprogress *p, const char *db_dir, const char *meta_dir,
+                            uint64_t next_item, const volatile sig_atomic_t *cancel, ur_err *err);
+
+/* Upload `db_dir` and `meta_dir` over the share's objects: data files the mark lists are not
+ * sent again; with `prune`, the share's data files no longer in db_dir are deleted. */
+int ur_orbax_rprogress_upload(ur_orbax_rprogress *p, const char *db_dir, const char *meta_dir,
+                              int prune, const volatile sig_atomic_t *cancel, ur_err *err);
+
 /* Upload this process's complete share: the database in local directory `db_dir`, the
  * metadata in `meta_dir` (what ur_orbax_share_begin handed out), then the done marker holding
- * `summary`. Objects a killed earlier attempt left are replaced. */
-int ur_orbax_rshare_upload(ur_orbax_rshare *s, const char *db_dir, const char *meta_dir,
-                           const char *summary, const volatile sig_atomic_t *cancel, ur_err *err);
+ * `summary`. With `progress` (the share's, read), over what it uploaded
+ * (ur_orbax_rprogress_upload with prune); without, objects a killed earlier attempt left are
+ * replaced. */
+int ur_orbax_rshare_upload(ur_orbax_rshare *s, ur_orbax_rprogress *progress, const char *db_dir,
+                           const char *meta_dir, const char *summary,
+                           const volatile sig_atomic_t *cancel, ur_err *err);
 
 /* When every share is complete and this process's conditional create of the claim succeeds:
  * finish (*published = 1). Otherwise nothing (*missing = shares not complete; 0 with
@@ -73,6 +118,25 @@ int ur_orbax_rshare_finish(ur_orbax_rshare *s, const volatile sig_atomic_t *canc
 int ur_orbax_rshare_took_over(const ur_orbax_rshare *s);
 
 void ur_orbax_rshare_close(ur_orbax_rshare *s);
+
+/* A run of several units (LoRA: "base/0", then per adapter "loras/<id>/0" and
+ * "loras/<id>/adapter_config.json"), as ur_orbax_rshare_open with S = checkpoint_dir/units[0]
+ * (the run's objects there; run.txt lists the units, "unit <u>" lines). Step unit k's share i
+ * database goes to `<checkpoint_dir>/<unit>/items/ocdbt.process_<i>/`, its metadata to
+ * S/unroll-multi/shares/<i>[.u<k>]/ (unit k > 0); a file unit to S/unroll-multi/units/<unit>
+ * (share 0's copy). The finish builds every step unit's top level (its shares merged) and
+ * uploads all units in one upload, every marker last and S's own at the very end, so S's
+ * marker means the whole set is published; a finish cut short is redone as above. Before the
+ * run starts, units holding objects are refused (UR_EINVAL) as for a single-process output. */
+int ur_orbax_rshare_open_units(ur_orbax_rshare **out, const char *checkpoint_dir,
+                               const char *const *units, size_t n_units, int count, int index,
+                               const char *run_text, int *published, ur_err *err);
+
+/* Upload this process's complete share of every unit: dirs[k] the local database of step unit
+ * k (meta_dirs[k] its metadata), or the local file of file unit k; then the done marker. */
+int ur_orbax_rshare_upload_units(ur_orbax_rshare *s, const char *const *dirs,
+                                 const char *const *meta_dirs, const char *summary,
+                                 const volatile sig_atomic_t *cancel, ur_err *err);
 
 /* `unroll merge` of a run staged in an object store: `checkpoint_dir` (or the step S itself).
  * Refused (UR_EIO naming them) when shares are missing; otherwise finished, whoever holds the

@@ -2,10 +2,11 @@
  *
  * Without it the whole output is staged on local disk and uploaded at the end
  * (unroll/orbax_upload.h). With it, each OCDBT data file the writer is done with
- * (ur_ocdbt_write_opts.on_data_file) is uploaded in the background as soon as it is closed
- * (S3 multipart / GCS resumable for a large one) and removed locally, so the local disk holds
- * the file being written plus at most `max_pending` finished ones, not the output. Data files
- * come first in Orbax's commit-file order, and nothing refers to them until a manifest is
+ * (ur_ocdbt_write_opts.on_data_file), or each chunk of a plain-zarr output once it is stored
+ * (the same hook, called by the Orbax writer), is uploaded in the background as soon as it is
+ * closed (S3 multipart / GCS resumable for a large one) and removed locally, so the local disk
+ * holds the file being written plus at most `max_pending` finished ones, not the output. Data
+ * files come first in Orbax's commit-file order, and nothing refers to them until a manifest is
  * written, so uploading them early publishes nothing; the final upload (ur_orbax_upload, with
  * `add`) then sends the rest (the last data files, manifests, metadata, markers).
  * After a failure anywhere in the run, ur_orbax_stream_undo deletes what was streamed. */

@@ -42,6 +42,16 @@ typedef struct ur_orbax_upload_opts {
      * unroll/orbax_stream.h, after it was found empty): neither refused nor cleared;
      * `replace` is ignored */
     int add;
+    /* Set: dest holds an earlier upload of this same tree (a share's progress, uploaded at
+     * each commit: unroll/orbax_share_remote.h). A data object for which sent(ctx, key, size)
+     * says 1 is there already, byte for byte, and is not sent again (manifests and metadata
+     * always are); with `prune`, the data objects dest holds that src does not (files of a
+     * killed attempt that no generation refers to) are deleted after the upload. dest is
+     * neither refused nor cleared (`replace` ignored), and a failure deletes nothing: dest
+     * stays as consistent as it was, its manifest going up after its data. */
+    int (*sent)(void *ctx, const char *key, uint64_t size);
+    void *sent_ctx;
+    int prune;
 } ur_orbax_upload_opts;
 
 /* Before converting: UR_EINVAL when `dest` (a location) holds objects and replace is 0;

@@ -57,25 +57,6 @@ static int has_file(const ur_orbax_loc *l, const char *dir, const char *name)
     return ur_orbax__loc_exists(l, dir, name);
 }
 
-/* The directory above `path` (trailing '/' ignored), or NULL when there is none. */
-static char *parent_dir(const char *path)
-{
-    size_t n = strlen(path);
-    while (n > 1 && path[n - 1] == '/') {
-        n--;
-    }
-    while (n > 0 && path[n - 1] != '/') {
-        n--;
-    }
-    if (n == 0) {
-        return ur_strdup(".");
-    }
-    while (n > 1 && path[n - 1] == '/') {
-        n--;
-    }
-    return ur_strndup(path, n);
-}
-
 /* The per-process OCDBT databases of a save (`ocdbt.process_<i>/`, Pathways'
  * `ocdbt.process_pwcontroller/`): parts of an item, never an item themselves. */
 static int is_process_db_name(const char *name)
@@ -193,7 +174,7 @@ static int resolve_dirs(ur_orbax_ckpt *ck, const char *path, ur_err *err)
         if (has_file(&ck->loc, path, "_CHECKPOINT_METADATA")) {
             ck->step_dir = ur_strdup(path); /* a direct checkpoint */
         } else {
-            char *parent = parent_dir(path);
+            char *parent = ur_orbax__parent_dir(path);
             if (parent == NULL) {
                 return ur_err_oom(err);
             }

@@ -352,8 +352,12 @@ int ur_orbax_array_meta_parse(ur_orbax_array_meta_list **out, const char *json, 
     return rc;
 }
 
-int ur_orbax_array_meta_emit(ur_buf *out, const ur_orbax_array_meta *items, size_t n, ur_err *err)
+int ur_orbax_array_meta_emit_to(const ur_orbax_array_meta *items, size_t n, ur_orbax_sink sink,
+                                void *ctx, ur_err *err)
 {
+    ur_buf b;
+    ur_buf *out = &b;
+    ur_buf_init(&b, 0);
     int rc = ur_buf_append_str(out, "{\"array_metadatas\": [", err);
     for (size_t i = 0; rc == UR_OK && i < n; i++) {
         const ur_orbax_array_meta *am = &items[i];
@@ -387,11 +391,23 @@ int ur_orbax_array_meta_emit(ur_buf *out, const ur_orbax_array_meta *items, size
         } else if (rc == UR_OK) {
             rc = ur_buf_append_str(out, ", \"ext_metadata\": null}}", err);
         }
+        if (rc == UR_OK) {
+            rc = ur_orbax__sink_piece(out, sink, ctx, err);
+        }
     }
     if (rc == UR_OK) {
         rc = ur_buf_append_str(out, "]}", err);
     }
+    if (rc == UR_OK) {
+        rc = sink(ctx, b.data, b.len, err);
+    }
+    ur_buf_dispose(&b);
     return rc;
+}
+
+int ur_orbax_array_meta_emit(ur_buf *out, const ur_orbax_array_meta *items, size_t n, ur_err *err)
+{
+    return ur_orbax_array_meta_emit_to(items, n, ur_orbax__append_sink, out, err);
 }
 
 void ur_orbax_array_meta_free(ur_orbax_array_meta_list *l)

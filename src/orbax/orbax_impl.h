@@ -21,11 +21,15 @@
 
 /* ---- orbax_loc.c: where a checkpoint being read lives ------------------------------------ */
 
-/* A local tree (root NULL) or the store of one bucket (root), whose keys are the paths
- * "scheme://bucket/<key>" without their first root_len characters. */
+/* The stores that the paths below root_path ("scheme://bucket", or the local directory named)
+ * and, locally, below up_path (its parent) are keys of: "<root_path>/<key>". root NULL: a local
+ * path that is no directory. */
 typedef struct ur_orbax_loc {
     ur_kvstore *root;
-    size_t root_len;
+    char *root_path;
+    ur_kvstore *up; /* local only; NULL when the parent cannot be opened */
+    char *up_path;
+    int local;
     /* Optional: where a yes/no question that could not be answered (out of memory, a store
      * error) records its error code, the first one only. Its "no" is then not to be
      * trusted: the caller fails with that code rather than read "absent". */
@@ -34,13 +38,16 @@ typedef struct ur_orbax_loc {
 
 typedef int (*ur_orbax_loc_name_fn)(void *ctx, const char *name);
 
+/* The directory that holds `path` ("." for a bare name), newly allocated; NULL: out of memory. */
+char *ur_orbax__parent_dir(const char *path);
+
 /* For `path`: local, or open its bucket. UR_EINVAL for an unknown scheme. */
 int ur_orbax__loc_open(ur_orbax_loc *l, const char *path, ur_err *err);
 void ur_orbax__loc_close(ur_orbax_loc *l);
 int ur_orbax__loc_is_dir(const ur_orbax_loc *l, const char *path);
 /* dir/name is a file or a directory. */
 int ur_orbax__loc_exists(const ur_orbax_loc *l, const char *dir, const char *name);
-/* Read dir/name whole (locally beneath dir: ur_fs_read_file_beneath). */
+/* Read dir/name whole (locally beneath the directory named, or its parent). */
 int ur_orbax__loc_read(const ur_orbax_loc *l, ur_buf *b, const char *dir, const char *name,
                        size_t max_bytes, ur_err *err);
 /* Entries of dir whose names start with prefix (0 when dir cannot be listed). */
@@ -109,6 +116,16 @@ int ur_orbax_meta_parse(ur_orbax_meta **out, const char *json, size_t len, ur_er
 /* Emit as Orbax writes it (Python json.dumps layout, leaves in the given order). Only the
  * leaves' path, value_type, skip_deserialize and write_shape are used. */
 int ur_orbax_meta_emit(ur_buf *out, const ur_orbax_meta *m, ur_err *err);
+/* The same document handed to `sink` piece by piece, in order (pieces of a few thousand
+ * leaves, two at a time emitted on two threads when there are many): a document of 200,000
+ * leaves is written without being held whole. */
+typedef int (*ur_orbax_sink)(void *ctx, const void *data, size_t n, ur_err *err);
+/* A sink appending to the ur_buf `buf`. */
+int ur_orbax__append_sink(void *buf, const void *data, size_t n, ur_err *err);
+/* Hands b's text to the sink and empties it once it holds a piece's worth (1 MiB): emitters
+ * call it between entries, so that a document is never held whole. */
+int ur_orbax__sink_piece(ur_buf *b, ur_orbax_sink sink, void *ctx, ur_err *err);
+int ur_orbax_meta_emit_to(const ur_orbax_meta *m, ur_orbax_sink sink, void *ctx, ur_err *err);
 void ur_orbax_meta_free(ur_orbax_meta *m);
 
 /* ---- orbax_sharding.c: _sharding -------------------------------------------------------- */
@@ -134,6 +151,9 @@ int ur_orbax_sharding_value_emit(ur_buf *out, const ur_orbax_sharding *s, ur_err
 /* A whole `_sharding` file (compact, as TensorStore's json driver writes it). */
 int ur_orbax_sharding_emit(ur_buf *out, const char *const *names,
                            const ur_orbax_sharding *shardings, size_t n, ur_err *err);
+/* The same handed to `sink` piece by piece. */
+int ur_orbax_sharding_emit_to(const char *const *names, const ur_orbax_sharding *shardings,
+                              size_t n, ur_orbax_sink sink, void *ctx, ur_err *err);
 /* Borrowed entry, NULL when absent. */
 const ur_orbax_sharding *ur_orbax_sharding_find(const ur_orbax_sharding_map *m, const char *name);
 void ur_orbax_sharding_map_free(ur_orbax_sharding_map *m);
@@ -169,6 +189,9 @@ typedef struct ur_orbax_array_meta_list {
 int ur_orbax_array_meta_parse(ur_orbax_array_meta_list **out, const char *json, size_t len,
                               ur_err *err);
 int ur_orbax_array_meta_emit(ur_buf *out, const ur_orbax_array_meta *items, size_t n, ur_err *err);
+/* The same handed to `sink` piece by piece. */
+int ur_orbax_array_meta_emit_to(const ur_orbax_array_meta *items, size_t n, ur_orbax_sink sink,
+                                void *ctx, ur_err *err);
 void ur_orbax_array_meta_free(ur_orbax_array_meta_list *l);
 
 /* Parse a JSON list of non-negative integers (a shape) into dims; UR_ECORRUPT otherwise. */

@@ -121,7 +121,14 @@ int ur_orbax__json_put_str(ur_buf *b, const char *s, ur_err *err)
     const unsigned char *p = (const unsigned char *)s;
     while (rc == UR_OK && *p != '\0') {
         unsigned c = *p;
-        if (c == '"' || c == '\\') {
+        size_t run = 0;
+        while (p[run] >= 0x20 && p[run] < 0x7f && p[run] != '"' && p[run] != '\\') {
+            run++; /* printable ASCII goes as it is, a run at a time */
+        }
+        if (run > 0) {
+            rc = ur_buf_append(b, p, run, err);
+            p += run;
+        } else if (c == '"' || c == '\\') {
             char esc[2] = {'\\', (char)c};
             rc = ur_buf_append(b, esc, 2, err);
             p++;
@@ -275,10 +282,32 @@ int ur_orbax__put_shape(ur_buf *b, const uint64_t *dims, int rank, ur_err *err)
 {
     int rc = ur_buf_append_byte(b, '[', err);
     for (int i = 0; rc == UR_OK && i < rank; i++) {
-        rc = ur_buf_printf(b, err, i == 0 ? "%llu" : ", %llu", (unsigned long long)dims[i]);
+        rc = i == 0 ? UR_OK : ur_buf_append(b, ", ", 2, err);
+        if (rc == UR_OK) {
+            rc = ur_buf_put_dec(b, dims[i], err);
+        }
     }
     if (rc == UR_OK) {
         rc = ur_buf_append_byte(b, ']', err);
     }
+    return rc;
+}
+
+int ur_orbax__append_sink(void *buf, const void *data, size_t n, ur_err *err)
+{
+    return ur_buf_append(buf, data, n, err);
+}
+
+/* A piece: large enough that the sink's per-call cost does not count, small enough that
+ * two of them (one per emitting thread) are nothing beside the run's other memory. */
+#define SINK_PIECE_BYTES ((size_t)1 << 20)
+
+int ur_orbax__sink_piece(ur_buf *b, ur_orbax_sink sink, void *ctx, ur_err *err)
+{
+    if (b->len < SINK_PIECE_BYTES) {
+        return UR_OK;
+    }
+    int rc = sink(ctx, b->data, b->len, err);
+    ur_buf_reset(b);
     return rc;
 }

@@ -14,6 +14,7 @@
 
 #include "unroll/alloc.h"
 #include "unroll/json.h"
+#include "unroll/side.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -83,10 +84,6 @@ static int parse_entry(ur_orbax_meta *m, ur_orbax_leaf *leaf, const cJSON *entry
     ur_buf_init(&name, 0);
     int rc = UR_OK;
 
-    leaf->keypath = ur_orbax__arena_strdup(&m->arena, kp);
-    if (leaf->keypath == NULL) {
-        return ur_err_oom(err);
-    }
     leaf->write_shape_rank = -1;
     leaf->array_meta_chunk_rank = -1;
     if (!cJSON_IsObject(entry)) {
@@ -278,13 +275,23 @@ out:
     return rc;
 }
 
+/* One entry of tree_metadata, found by the walk: its key (decoded, in the walk's arena) and
+ * its value's text. */
+typedef struct {
+    const char *key;
+    const char *value;
+    size_t len;
+} meta_member;
+
 /* State of the member walk: the top level's other members are kept as a small tree. */
 typedef struct {
     ur_orbax_meta *m;
     cJSON *root;
     const char *tree; /* tree_metadata's text (the first such member) */
     size_t tree_len;
-    size_t n;
+    meta_member *members;
+    size_t n, cap;
+    ur_orbax_arena keys;
 } meta_walk;
 
 static int top_member(void *ctx, const char *key, const char *value, size_t len, ur_err *err)
@@ -305,33 +312,106 @@ static int top_member(void *ctx, const char *key, const char *value, size_t len,
     return rc;
 }
 
-static int count_member(void *ctx, const char *key, const char *value, size_t len, ur_err *err)
+static int list_member(void *ctx, const char *key, const char *value, size_t len, ur_err *err)
 {
-    (void)key, (void)value, (void)len, (void)err;
-    ((meta_walk *)ctx)->n++;
+    meta_walk *w = ctx;
+    meta_member *mm;
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 1024;
+        meta_member *grown = ur_realloc(w->members, cap * sizeof *grown);
+        if (grown == NULL) {
+            return ur_err_oom(err);
+        }
+        w->members = grown;
+        w->cap = cap;
+    }
+    mm = &w->members[w->n];
+    mm->key = ur_orbax__arena_strndup(&w->keys, key, strlen(key));
+    if (mm->key == NULL) {
+        return ur_err_oom(err);
+    }
+    mm->value = value;
+    mm->len = len;
+    w->n++;
     return UR_OK;
 }
 
-/* One entry of tree_metadata: its own small tree, parsed and dropped. */
-static int leaf_member(void *ctx, const char *key, const char *value, size_t len, ur_err *err)
+/* One entry of tree_metadata: its own small tree, parsed and dropped (strings into
+ * m's arena). */
+static int parse_member(ur_orbax_meta *m, ur_orbax_leaf *leaf, const meta_member *mm, ur_err *err)
 {
-    meta_walk *w = ctx;
     cJSON *e = NULL;
-    int rc;
-    if (w->m->n_leaves == w->n) {
-        return ur_err_set(err, UR_EINTERNAL, "_METADATA: more entries than counted");
-    }
-    rc = ur_json_parse(&e, value, len, err);
+    int rc = ur_json_parse(&e, mm->value, mm->len, err);
     if (rc < 0) {
         return rc;
     }
-    e->string = (char *)(uintptr_t)key; /* borrowed: not freed by cJSON_Delete */
+    e->string = (char *)(uintptr_t)mm->key; /* borrowed: not freed by cJSON_Delete */
     e->type |= cJSON_StringIsConst;
-    rc = parse_entry(w->m, &w->m->leaves[w->m->n_leaves], e, err);
+    rc = parse_entry(m, leaf, e, err);
     e->string = NULL;
     cJSON_Delete(e);
+    return rc;
+}
+
+/* Entries [lo, hi) parsed by one thread into its own arena; it stops at its first failure. */
+typedef struct {
+    const meta_walk *w;
+    size_t lo, hi;
+    ur_orbax_meta shell; /* only its arena is used */
+    size_t failed_at;    /* hi: none */
+} meta_part;
+
+static int parse_part(void *ctx, ur_err *err)
+{
+    meta_part *p = ctx;
+    p->failed_at = p->hi;
+    for (size_t i = p->lo; i < p->hi; i++) {
+        int rc = parse_member(&p->shell, &p->w->m->leaves[i], &p->w->members[i], err);
+        if (rc < 0) {
+            p->failed_at = i;
+            return rc;
+        }
+    }
+    return UR_OK;
+}
+
+/* Entries parsed on two threads when there are many (half of opening a checkpoint of
+ * 100,000 leaves is this parse); the error reported is the first entry's, as one thread
+ * would meet it. */
+#define PARSE_SPLIT_MIN 2048
+
+static int parse_members(meta_walk *w, ur_err *err)
+{
+    meta_part part[2];
+    ur_side side;
+    size_t n = w->n, mid = n >= PARSE_SPLIT_MIN ? n / 2 : n;
+    int rc, side_rc = UR_OK;
+
+    for (int k = 0; k < 2; k++) {
+        memset(&part[k], 0, sizeof part[k]);
+        part[k].w = w;
+        ur_orbax__arena_init(&part[k].shell.arena);
+    }
+    part[0].lo = 0;
+    part[0].hi = mid;
+    part[1].lo = mid;
+    part[1].hi = n;
+    if (mid < n) {
+        ur_side_start(&side, parse_part, &part[1]);
+    }
+    rc = parse_part(&part[0], err);
+    if (mid < n) {
+        side_rc = ur_side_join(&side);
+        if (rc == UR_OK && side_rc < 0) {
+            *err = side.err;
+            rc = side_rc;
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        ur_orbax__arena_adopt(&w->m->arena, &part[k].shell.arena);
+    }
     if (rc == UR_OK) {
-        w->m->n_leaves++;
+        w->m->n_leaves = n;
     }
     return rc;
 }
@@ -344,6 +424,7 @@ static int parse_walk(ur_orbax_meta **out, const char *json, size_t len, ur_err 
     int rc;
 
     memset(&w, 0, sizeof w);
+    ur_orbax__arena_init(&w.keys);
     w.m = ur_calloc(1, sizeof(*w.m));
     w.root = cJSON_CreateObject();
     if (w.m == NULL || w.root == NULL) {
@@ -357,7 +438,7 @@ static int parse_walk(ur_orbax_meta **out, const char *json, size_t len, ur_err 
         rc = ur_err_set(err, UR_ECORRUPT, "_METADATA: tree_metadata is missing");
     }
     if (rc == UR_OK) {
-        rc = ur_json_each_member(w.tree, w.tree_len, count_member, &w, err);
+        rc = ur_json_each_member(w.tree, w.tree_len, list_member, &w, err);
     }
     if (rc == UR_OK && w.n == 0) {
         rc = ur_err_set(err, UR_ECORRUPT, "_METADATA: empty tree_metadata (no leaves)");
@@ -367,8 +448,10 @@ static int parse_walk(ur_orbax_meta **out, const char *json, size_t len, ur_err 
         rc = w.m->leaves != NULL ? UR_OK : ur_err_oom(err);
     }
     if (rc == UR_OK) {
-        rc = ur_json_each_member(w.tree, w.tree_len, leaf_member, &w, err);
+        rc = parse_members(&w, err);
     }
+    ur_free(w.members);
+    ur_orbax__arena_dispose(&w.keys);
     if (rc == UR_OK) {
         rc = meta_finish(w.m, w.root, err);
     }
@@ -398,12 +481,13 @@ static int put_bool(ur_buf *b, int v, ur_err *err)
     return ur_buf_append_str(b, v ? "true" : "false", err);
 }
 
-int ur_orbax_meta_emit(ur_buf *out, const ur_orbax_meta *m, ur_err *err)
+/* The tree_metadata entries of leaves [lo, hi) (each after ", " but the very first). */
+static int emit_leaves(ur_buf *out, const ur_orbax_meta *m, size_t lo, size_t hi, ur_err *err)
 {
     ur_buf kp;
+    int rc = UR_OK;
     ur_buf_init(&kp, 0);
-    int rc = ur_buf_append_str(out, "{\"tree_metadata\": {", err);
-    for (size_t i = 0; rc == UR_OK && i < m->n_leaves; i++) {
+    for (size_t i = lo; rc == UR_OK && i < hi; i++) {
         const ur_orbax_leaf *l = &m->leaves[i];
         ur_buf_reset(&kp);
         rc = ur_orbax_tree_keypath(&kp, l->path, l->depth, err);
@@ -425,7 +509,13 @@ int ur_orbax_meta_emit(ur_buf *out, const ur_orbax_meta *m, ur_err *err)
                 rc = ur_orbax__json_put_str(out, l->path[k].key, err);
             }
             if (rc == UR_OK) {
-                rc = ur_buf_printf(out, err, ", \"key_type\": %d}", (int)l->path[k].type);
+                rc = ur_buf_append_str(out, ", \"key_type\": ", err);
+            }
+            if (rc == UR_OK) {
+                rc = ur_buf_put_dec(out, (uint64_t)l->path[k].type, err);
+            }
+            if (rc == UR_OK) {
+                rc = ur_buf_append_byte(out, '}', err);
             }
         }
         if (rc == UR_OK) {
@@ -452,9 +542,31 @@ int ur_orbax_meta_emit(ur_buf *out, const ur_orbax_meta *m, ur_err *err)
             rc = ur_buf_append_str(out, "}}", err);
         }
     }
-    if (rc == UR_OK) {
-        rc = ur_buf_append_str(out, "}, \"use_ocdbt\": ", err);
-    }
+    ur_buf_dispose(&kp);
+    return rc;
+}
+
+typedef struct {
+    const ur_orbax_meta *m;
+    size_t lo, hi;
+    ur_buf out;
+} emit_part;
+
+static int emit_part_run(void *ctx, ur_err *err)
+{
+    emit_part *p = ctx;
+    ur_buf_reset(&p->out);
+    return emit_leaves(&p->out, p->m, p->lo, p->hi, err);
+}
+
+/* Leaves per piece: about 1.5 MB of text with Orbax's entries of tiny arrays. Below two
+ * pieces the document is emitted on the calling thread alone. */
+#define EMIT_PIECE_LEAVES 4096
+
+/* The document after the leaves. */
+static int emit_tail(ur_buf *out, const ur_orbax_meta *m, ur_err *err)
+{
+    int rc = ur_buf_append_str(out, "}, \"use_ocdbt\": ", err);
     if (rc == UR_OK) {
         rc = m->use_ocdbt < 0 ? ur_buf_append_str(out, "null", err)
                               : put_bool(out, m->use_ocdbt, err);
@@ -481,8 +593,74 @@ int ur_orbax_meta_emit(ur_buf *out, const ur_orbax_meta *m, ur_err *err)
     if (rc == UR_OK) {
         rc = ur_buf_append_byte(out, '}', err);
     }
-    ur_buf_dispose(&kp);
     return rc;
+}
+
+/* Pieces two at a time: this thread emits and hands over the first while a second thread
+ * emits the next (the commit of 200,000 output leaves spends most of its time here). */
+static int emit_pieces(const ur_orbax_meta *m, ur_buf *mine, ur_orbax_sink sink, void *ctx,
+                       ur_err *err)
+{
+    size_t n = m->n_leaves;
+    emit_part next = {m, 0, 0, {0}};
+    int rc = UR_OK;
+    ur_buf_init(&next.out, 0);
+    for (size_t lo = 0; rc == UR_OK && lo < n; lo += 2 * EMIT_PIECE_LEAVES) {
+        size_t mid = n - lo > EMIT_PIECE_LEAVES ? lo + EMIT_PIECE_LEAVES : n;
+        ur_side side;
+        int side_rc = UR_OK;
+        next.lo = mid;
+        next.hi = n - mid > EMIT_PIECE_LEAVES ? mid + EMIT_PIECE_LEAVES : n;
+        if (mid < n) {
+            ur_side_start(&side, emit_part_run, &next);
+        }
+        ur_buf_reset(mine);
+        rc = emit_leaves(mine, m, lo, mid, err);
+        if (rc == UR_OK) {
+            rc = sink(ctx, mine->data, mine->len, err);
+        }
+        if (mid < n) {
+            side_rc = ur_side_join(&side);
+        }
+        if (rc == UR_OK && side_rc < 0) {
+            *err = side.err;
+            rc = side_rc;
+        }
+        if (rc == UR_OK && mid < n) {
+            rc = sink(ctx, next.out.data, next.out.len, err);
+        }
+    }
+    ur_buf_dispose(&next.out);
+    return rc;
+}
+
+int ur_orbax_meta_emit_to(const ur_orbax_meta *m, ur_orbax_sink sink, void *ctx, ur_err *err)
+{
+    ur_buf b;
+    ur_buf_init(&b, 0);
+    int rc = ur_buf_append_str(&b, "{\"tree_metadata\": {", err);
+    if (rc == UR_OK && m->n_leaves >= 2 * EMIT_PIECE_LEAVES) {
+        rc = sink(ctx, b.data, b.len, err);
+        if (rc == UR_OK) {
+            rc = emit_pieces(m, &b, sink, ctx, err);
+        }
+        ur_buf_reset(&b);
+    } else if (rc == UR_OK) {
+        rc = emit_leaves(&b, m, 0, m->n_leaves, err);
+    }
+    if (rc == UR_OK) {
+        rc = emit_tail(&b, m, err);
+    }
+    if (rc == UR_OK) {
+        rc = sink(ctx, b.data, b.len, err);
+    }
+    ur_buf_dispose(&b);
+    return rc;
+}
+
+int ur_orbax_meta_emit(ur_buf *out, const ur_orbax_meta *m, ur_err *err)
+{
+    return ur_orbax_meta_emit_to(m, ur_orbax__append_sink, out, err);
 }
 
 void ur_orbax_meta_free(ur_orbax_meta *m)

@@ -254,7 +254,12 @@ int ur_orbax_sharding_value_emit(ur_buf *out, const ur_orbax_sharding *s, ur_err
     }
     rc = ur_buf_append_str(out, "{\"sharding_type\": \"NamedSharding\", \"shape\": [", err);
     for (int i = 0; rc == UR_OK && i < s->mesh_rank; i++) {
-        rc = ur_buf_printf(out, err, i == 0 ? "%lld" : ", %lld", (long long)s->mesh_shape[i]);
+        rc = i == 0 ? UR_OK : ur_buf_append(out, ", ", 2, err);
+        if (rc == UR_OK) {
+            rc = s->mesh_shape[i] >= 0
+                     ? ur_buf_put_dec(out, (uint64_t)s->mesh_shape[i], err)
+                     : ur_buf_printf(out, err, "%lld", (long long)s->mesh_shape[i]);
+        }
     }
     if (rc == UR_OK) {
         rc = ur_buf_append_str(out, "], \"axis_names\": [", err);
@@ -297,14 +302,14 @@ int ur_orbax_sharding_value_emit(ur_buf *out, const ur_orbax_sharding *s, ur_err
     return rc;
 }
 
-int ur_orbax_sharding_emit(ur_buf *out, const char *const *names,
-                           const ur_orbax_sharding *shardings, size_t n, ur_err *err)
+int ur_orbax_sharding_emit_to(const char *const *names, const ur_orbax_sharding *shardings,
+                              size_t n, ur_orbax_sink sink, void *ctx, ur_err *err)
 {
-    ur_buf key;
-    ur_buf val;
+    ur_buf key, val, out;
     ur_buf_init(&key, 0);
     ur_buf_init(&val, 0);
-    int rc = ur_buf_append_byte(out, '{', err);
+    ur_buf_init(&out, 0);
+    int rc = ur_buf_append_byte(&out, '{', err);
     for (size_t i = 0; rc == UR_OK && i < n; i++) {
         ur_buf_reset(&key);
         ur_buf_reset(&val);
@@ -319,24 +324,37 @@ int ur_orbax_sharding_emit(ur_buf *out, const char *const *names,
             rc = ur_buf_append_byte(&val, 0, err);
         }
         if (rc == UR_OK && i > 0) {
-            rc = ur_buf_append_byte(out, ',', err);
+            rc = ur_buf_append_byte(&out, ',', err);
         }
         if (rc == UR_OK) {
-            rc = ur_orbax__json_put_str(out, (const char *)key.data, err);
+            rc = ur_orbax__json_put_str(&out, (const char *)key.data, err);
         }
         if (rc == UR_OK) {
-            rc = ur_buf_append_byte(out, ':', err);
+            rc = ur_buf_append_byte(&out, ':', err);
         }
         if (rc == UR_OK) {
-            rc = ur_orbax__json_put_str(out, (const char *)val.data, err);
+            rc = ur_orbax__json_put_str(&out, (const char *)val.data, err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_orbax__sink_piece(&out, sink, ctx, err);
         }
     }
     if (rc == UR_OK) {
-        rc = ur_buf_append_byte(out, '}', err);
+        rc = ur_buf_append_byte(&out, '}', err);
+    }
+    if (rc == UR_OK) {
+        rc = sink(ctx, out.data, out.len, err);
     }
     ur_buf_dispose(&key);
     ur_buf_dispose(&val);
+    ur_buf_dispose(&out);
     return rc;
+}
+
+int ur_orbax_sharding_emit(ur_buf *out, const char *const *names,
+                           const ur_orbax_sharding *shardings, size_t n, ur_err *err)
+{
+    return ur_orbax_sharding_emit_to(names, shardings, n, ur_orbax__append_sink, out, err);
 }
 
 /* The whole document through cJSON: what the walk below refuses gets the usual message. */

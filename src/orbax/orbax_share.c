@@ -6,12 +6,14 @@
 
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
+#include "unroll/kvstore.h"
 #include "unroll/ocdbt.h"
 #include "unroll/orbax_publish.h"
 #include "unroll/orbax_share.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,14 +32,28 @@
 struct ur_orbax_share {
     char *dest;     /* C, as given (trailing '/' removed) */
     char *staging;  /* <C>.unroll-multi */
-    char *step;     /* staging/step */
-    char *items;    /* staging/step/items */
-    char *meta_dir; /* staging/shares/<index> */
+    char *step;     /* unit 0's staged step: staging/step, or staging/units/base/0 */
+    char *items;    /* step/items */
     char *input;    /* from run.txt's "input " line */
     int count, index;
     int claim_fd;
     int share_fd; /* shares/<index>.lock, held while this share runs */
+    /* The units (one, "0", or LoRA's: ur_orbax_share_open_units), where each is staged
+     * (staging/step for the one "0", else staging/units/<unit>), and the one being converted
+     * (its progress is what save_progress records). */
+    size_t n_units;
+    char **units;
+    char **staged;
+    char *meta_dir; /* the current unit's: staging/shares/<index>[.u<k>] */
+    size_t cur;
 };
+
+/* A unit that is a step directory ("0", "base/0", "loras/<id>/0"), not a file. */
+static int is_step_unit(const char *unit)
+{
+    const char *slash = strrchr(unit, '/');
+    return strcmp(slash != NULL ? slash + 1 : unit, "0") == 0;
+}
 
 static int64_t now_ns(void)
 {
@@ -57,6 +73,12 @@ void ur_orbax_share_close(ur_orbax_share *s)
     if (s->share_fd >= 0) {
         close(s->share_fd);
     }
+    for (size_t k = 0; k < s->n_units; k++) {
+        ur_free(s->units != NULL ? s->units[k] : NULL);
+        ur_free(s->staged != NULL ? s->staged[k] : NULL);
+    }
+    ur_free(s->units);
+    ur_free(s->staged);
     ur_free(s->dest);
     ur_free(s->staging);
     ur_free(s->step);
@@ -81,7 +103,34 @@ static char *line_value(const char *text, const char *key)
     return NULL;
 }
 
-static int share_new(ur_orbax_share **out, const char *dest, ur_err *err)
+/* The units of a staged run: run.txt's "unit <name>" lines, in order; none: the one "0". */
+static int set_units(ur_orbax_share *s, const char *const *units, size_t n_units)
+{
+    static const char *const one[1] = {"0"};
+    if (n_units == 0 || units == NULL) {
+        units = one;
+        n_units = 1;
+    }
+    s->units = ur_calloc(n_units, sizeof *s->units);
+    s->staged = ur_calloc(n_units, sizeof *s->staged);
+    if (s->units == NULL || s->staged == NULL) {
+        return UR_ENOMEM;
+    }
+    s->n_units = n_units;
+    for (size_t k = 0; k < n_units; k++) {
+        s->units[k] = ur_strdup(units[k]);
+        s->staged[k] = n_units == 1 && strcmp(units[0], "0") == 0
+                           ? ur_path_join(s->staging, "step")
+                           : ur_path_joinf(s->staging, "units/%s", units[k]);
+        if (s->units[k] == NULL || s->staged[k] == NULL) {
+            return UR_ENOMEM;
+        }
+    }
+    return UR_OK;
+}
+
+static int share_new(ur_orbax_share **out, const char *dest, const char *const *units,
+                     size_t n_units, ur_err *err)
 {
     ur_orbax_share *s = ur_calloc(1, sizeof *s);
     size_t n = strlen(dest);
@@ -98,7 +147,9 @@ static int share_new(ur_orbax_share **out, const char *dest, ur_err *err)
     if (s->staging != NULL) {
         memcpy(s->staging, dest, n);
         memcpy(s->staging + n, UR_ORBAX_SHARE_SUFFIX, sizeof UR_ORBAX_SHARE_SUFFIX);
-        s->step = ur_path_join(s->staging, "step");
+        if (set_units(s, units, n_units) == UR_OK) {
+            s->step = ur_strdup(s->staged[0]);
+        }
     }
     if (s->step != NULL) {
         s->items = ur_path_join(s->step, "items");
@@ -158,71 +209,158 @@ static int create_run(const ur_orbax_share *s, const char *text, int *created, u
     return rc;
 }
 
-/* staging/publishing.txt: where publish() moved the finished step (written before the move) */
+/* staging/publishing.txt, the publication's journal, written (and synced) before publish()
+ * moves any staged unit: one line per unit it moves, "<k> <dev> <inode> <where>", the unit's
+ * identity (a rename keeps it) and the publication staging path it goes to first. */
 static char *publishing_path(const ur_orbax_share *s)
 {
     return ur_path_join(s->staging, PUBLISHING_FILE);
 }
 
-/* 1 when a finisher moved the step out to publish it (the step is gone and publishing.txt
- * names where it went), 0 when the step is the run's own (or not made yet). */
-static int step_taken(const ur_orbax_share *s)
+/* 1 when a finisher began to publish (the journal is there): the staged units may be gone,
+ * and must not be made again. */
+static int units_taken(const ur_orbax_share *s)
 {
     char *note = publishing_path(s);
-    int taken = note != NULL && !ur_fs_is_dir(s->step) && ur_fs_exists(note);
+    int taken = note != NULL && ur_fs_exists(note);
     ur_free(note);
     return taken;
 }
 
-/* A finisher killed between moving the finished step into its publication staging directory
- * and the commit leaves the step there: move it back, so that a rerun finishes the run again
- * instead of re-creating an empty step that lacks every other share's database. Only when no
- * finisher is alive (finish.claim not locked); when the step is not there any more the
- * publication completed (finish() then reports it). */
-static int recover_step(ur_orbax_share *s, ur_err *err)
+static int same_inode(const char *path, unsigned long long dev, unsigned long long ino)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 && (unsigned long long)st.st_dev == dev &&
+           (unsigned long long)st.st_ino == ino;
+}
+
+/* One decimal field of a journal line and the spaces after it; false when there is none (a
+ * line the finisher's write was cut short in). */
+static bool journal_number(const char **p, unsigned long long *v)
+{
+    char *end;
+    if (**p < '0' || **p > '9') {
+        return false;
+    }
+    errno = 0;
+    *v = strtoull(*p, &end, 10);
+    if (errno != 0 || *end != ' ') {
+        return false;
+    }
+    while (*end == ' ') {
+        end++;
+    }
+    *p = end;
+    return true;
+}
+
+/* One journal line: a unit found in the publication staging (moved there, not yet into C) is
+ * moved back to where the shares staged it; one still staged, or already in C (its inode
+ * there), stays. */
+static int recover_line(ur_orbax_share *s, const char *line, ur_err *err)
+{
+    unsigned long long k, dev, ino;
+    const char *where = line;
+    if (!journal_number(&where, &k) || !journal_number(&where, &dev) ||
+        !journal_number(&where, &ino) || *where == '\0' || k >= s->n_units) {
+        return ur_err_set(err, UR_ECORRUPT, "%s/" PUBLISHING_FILE ": bad line '%s'", s->staging,
+                          line);
+    }
+    if (!same_inode(s->staged[k], dev, ino) && same_inode(where, dev, ino)) {
+        if (rename(where, s->staged[k]) != 0) {
+            return ur_err_set_os(err, UR_EIO, errno, where,
+                                 "cannot move the finished unit back to %s", s->staged[k]);
+        }
+    }
+    return UR_OK;
+}
+
+/* A finisher killed while it published leaves the journal: every unit it had moved into its
+ * publication staging directory but not yet into C goes back, so that a rerun publishes the
+ * rest (the units in C already stay: a unit whose staged path is gone is published) instead
+ * of re-creating empty units that lack every other share's database. Only when no finisher is
+ * alive (finish.claim not locked, or `held`: this process holds it). */
+static int recover_units(ur_orbax_share *s, int held, ur_err *err)
 {
     char *note = publishing_path(s), *claim_path = ur_path_join(s->staging, "finish.claim");
-    ur_buf where;
+    ur_buf text;
     int fd = -1, rc = UR_OK;
 
-    ur_buf_init(&where, 0);
+    ur_buf_init(&text, 0);
     if (note == NULL || claim_path == NULL) {
         rc = ur_err_oom(err);
-    } else if (!ur_fs_is_dir(s->step) && ur_fs_exists(note)) {
-        fd = open(claim_path, O_RDWR | O_CLOEXEC);
+    } else if (ur_fs_exists(note)) {
+        fd = held ? -1 : open(claim_path, O_RDWR | O_CLOEXEC);
         if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0) {
             rc = ur_err_set(err, UR_EIO, "%s: another process is publishing this run", claim_path);
         }
         if (rc == UR_OK) {
-            rc = ur_fs_read_file(&where, note, 4096, err);
+            rc = ur_fs_read_file(&text, note, 1 << 20, err);
         }
         if (rc == UR_OK) {
-            rc = ur_buf_append(&where, "", 1, err);
+            rc = ur_buf_append(&text, "", 1, err);
         }
-        if (rc == UR_OK && ur_fs_is_dir((const char *)where.data)) {
-            if (rename((const char *)where.data, s->step) != 0) {
-                rc = ur_err_set_os(err, UR_EIO, errno, (const char *)where.data,
-                                   "cannot move the finished step back to %s", s->step);
-            } else {
-                (void)unlink(note);
-                rc = ur_fs_fsync_dir(s->staging, err);
+        for (char *line = (char *)text.data; rc == UR_OK && line != NULL && *line != '\0';) {
+            char *nl = strchr(line, '\n');
+            if (nl != NULL) {
+                *nl = '\0';
             }
+            rc = recover_line(s, line, err);
+            line = nl != NULL ? nl + 1 : NULL;
+        }
+        if (rc == UR_OK) {
+            rc = ur_fs_fsync_dir(s->staging, err);
         }
     }
     if (fd >= 0) {
         close(fd);
     }
-    ur_buf_dispose(&where);
+    ur_buf_dispose(&text);
     ur_free(note);
     ur_free(claim_path);
     return rc;
 }
 
-int ur_orbax_share_open(ur_orbax_share **out, const char *dest, int count, int index,
-                        const char *run_text, ur_err *err)
+/* run_text with one line "unit <name>" per unit of a run of several (none for the one "0"). */
+static int full_run_text(ur_buf *out, const char *run_text, const char *const *units,
+                         size_t n_units, ur_err *err)
+{
+    int rc = ur_buf_append(out, run_text, strlen(run_text), err);
+    for (size_t k = 0; k < n_units && n_units > 1 && rc == UR_OK; k++) {
+        rc = ur_buf_printf(out, err, "unit %s\n", units[k]);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append(out, "", 1, err);
+        out->len--;
+    }
+    return rc;
+}
+
+/* The staged units' directories (their items/ for step units): not once a finisher began to
+ * publish them. */
+static int make_units(ur_orbax_share *s, ur_err *err)
+{
+    int rc = UR_OK;
+    if (units_taken(s)) {
+        return UR_OK; /* finish() publishes the rest, or says it is published */
+    }
+    for (size_t k = 0; k < s->n_units && rc == UR_OK; k++) {
+        char *dir = is_step_unit(s->units[k])
+                        ? ur_path_join(s->staged[k], "items")
+                        : ur_strndup(s->staged[k],
+                                     (size_t)(strrchr(s->staged[k], '/') - s->staged[k]));
+        rc = dir != NULL ? ur_fs_mkdirs(dir, err) : ur_err_oom(err);
+        ur_free(dir);
+    }
+    return rc;
+}
+
+int ur_orbax_share_open_units(ur_orbax_share **out, const char *dest, const char *const *units,
+                              size_t n_units, int count, int index, const char *run_text,
+                              ur_err *err)
 {
     ur_orbax_share *s = NULL;
-    ur_buf have;
+    ur_buf have, text;
     char *shares = NULL;
     int rc, created = 0;
 
@@ -230,7 +368,7 @@ int ur_orbax_share_open(ur_orbax_share **out, const char *dest, int count, int i
         return ur_err_set(err, UR_EINVAL, "process index %d of %d processes is out of range",
                           index, count);
     }
-    rc = share_new(&s, dest, err);
+    rc = share_new(&s, dest, units, n_units, err);
     if (rc < 0) {
         return rc;
     }
@@ -238,28 +376,29 @@ int ur_orbax_share_open(ur_orbax_share **out, const char *dest, int count, int i
     s->index = index;
     s->input = line_value(run_text, "input");
     shares = ur_path_join(s->staging, "shares");
-    s->meta_dir = shares != NULL ? ur_path_joinf(shares, "%d", index) : NULL;
-    if (s->input == NULL || s->meta_dir == NULL) {
+    if (s->input == NULL || shares == NULL) {
         ur_free(shares);
         ur_orbax_share_close(s);
         return ur_err_oom(err);
     }
     ur_buf_init(&have, 0);
-    rc = ur_fs_mkdirs(shares, err);
+    ur_buf_init(&text, 0);
+    rc = full_run_text(&text, run_text, units, n_units, err);
     if (rc == UR_OK) {
-        rc = recover_step(s, err);
-    }
-    if (rc == UR_OK && (rc = step_taken(s)) == 0) {
-        rc = ur_fs_mkdirs(s->items, err);
-    } else if (rc > 0) {
-        rc = UR_OK; /* published already: finish() says so and removes the staging */
+        rc = ur_fs_mkdirs(shares, err);
     }
     if (rc == UR_OK) {
-        rc = create_run(s, run_text, &created, err);
+        rc = recover_units(s, 0, err);
+    }
+    if (rc == UR_OK) {
+        rc = make_units(s, err);
+    }
+    if (rc == UR_OK) {
+        rc = create_run(s, (const char *)text.data, &created, err);
     }
     if (rc == UR_OK && !created) {
         rc = read_run(s, &have, err);
-        if (rc == UR_OK && strcmp((const char *)have.data, run_text) != 0) {
+        if (rc == UR_OK && strcmp((const char *)have.data, (const char *)text.data) != 0) {
             rc = ur_err_set(err, UR_EINVAL,
                             "%s/run.txt: a multi-process run with other arguments or another "
                             "input is staged there (remove %s to start over)",
@@ -267,6 +406,7 @@ int ur_orbax_share_open(ur_orbax_share **out, const char *dest, int count, int i
         }
     }
     ur_buf_dispose(&have);
+    ur_buf_dispose(&text);
     ur_free(shares);
     if (rc < 0) {
         ur_orbax_share_close(s);
@@ -274,6 +414,12 @@ int ur_orbax_share_open(ur_orbax_share **out, const char *dest, int count, int i
     }
     *out = s;
     return UR_OK;
+}
+
+int ur_orbax_share_open(ur_orbax_share **out, const char *dest, int count, int index,
+                        const char *run_text, ur_err *err)
+{
+    return ur_orbax_share_open_units(out, dest, NULL, 0, count, index, run_text, err);
 }
 
 static char *done_path(const ur_orbax_share *s, int i)
@@ -294,16 +440,34 @@ const char *ur_orbax_share_step(const ur_orbax_share *s)
     return s->step;
 }
 
-static char *progress_path(const ur_orbax_share *s)
+size_t ur_orbax_share_n_units(const ur_orbax_share *s)
 {
-    return ur_path_joinf(s->staging, "shares/%d.progress", s->index);
+    return s->n_units;
 }
 
-/* The saved resume point, 0 when none (or unreadable: the share is then redone). */
+const char *ur_orbax_share_unit_path(const ur_orbax_share *s, size_t k)
+{
+    return s->staged[k];
+}
+
+/* shares/<index><what>, where unit k > 0 adds ".u<k>" (unit 0 keeps the one-unit names). */
+static char *unit_file(const ur_orbax_share *s, size_t k, const char *what)
+{
+    return k == 0 ? ur_path_joinf(s->staging, "shares/%d%s", s->index, what)
+                  : ur_path_joinf(s->staging, "shares/%d.u%zu%s", s->index, k, what);
+}
+
+static char *progress_path(const ur_orbax_share *s)
+{
+    return unit_file(s, s->cur, ".progress");
+}
+
+/* The saved resume point of the current unit, 0 when none (or unreadable: the unit is then
+ * redone). */
 static uint64_t saved_progress(const ur_orbax_share *s)
 {
     char *p = progress_path(s),
-         *db = ur_path_joinf(s->items, "ocdbt.process_%d/manifest.ocdbt", s->index);
+         *db = ur_path_joinf(s->staged[s->cur], "items/ocdbt.process_%d/manifest.ocdbt", s->index);
     uint64_t v = 0;
     ur_buf b;
     ur_err ignored;
@@ -323,6 +487,11 @@ static uint64_t saved_progress(const ur_orbax_share *s)
     ur_free(p);
     ur_free(db);
     return v;
+}
+
+uint64_t ur_orbax_share_saved_progress(const ur_orbax_share *s)
+{
+    return saved_progress(s);
 }
 
 /* Hold shares/<index>.lock while the share runs: the same index started twice (a launcher
@@ -347,16 +516,53 @@ static int lock_share(ur_orbax_share *s, ur_err *err)
     return rc;
 }
 
-int ur_orbax_share_begin(ur_orbax_share *s, const char **meta_dir, uint64_t *resume_from,
-                         ur_err *err)
+int ur_orbax_share_lock(ur_orbax_share *s, ur_err *err)
 {
-    char *p = done_path(s, s->index), *prog = progress_path(s);
-    int rc = p != NULL && prog != NULL ? lock_share(s, err) : ur_err_oom(err);
+    char *p = done_path(s, s->index);
+    /* held already when the caller took it before replacing the share's tree (plan_multi.c) */
+    int rc = p == NULL ? ur_err_oom(err) : s->share_fd >= 0 ? UR_OK : lock_share(s, err);
     if (rc == UR_OK) {
         rc = ur_fs_remove_tree(p, err);
     }
-    *resume_from = rc == UR_OK ? saved_progress(s) : 0;
-    if (rc == UR_OK && *resume_from == 0) {
+    ur_free(p);
+    return rc;
+}
+
+int ur_orbax_share_unit_is_done(const ur_orbax_share *s, size_t k)
+{
+    char *p = unit_file(s, k, ".unit-done");
+    int done = p != NULL && ur_fs_exists(p);
+    ur_free(p);
+    return done;
+}
+
+int ur_orbax_share_unit_mark_done(ur_orbax_share *s, size_t k, ur_err *err)
+{
+    char *p = unit_file(s, k, ".unit-done"), *dir = ur_path_join(s->staging, "shares");
+    int rc = p != NULL && dir != NULL ? ur_fs_write_file(p, "", 0, err) : ur_err_oom(err);
+    if (rc == UR_OK) {
+        rc = ur_fs_fsync_dir(dir, err);
+    }
+    ur_free(p);
+    ur_free(dir);
+    return rc;
+}
+
+int ur_orbax_share_unit_begin(ur_orbax_share *s, size_t k, const char **meta_dir,
+                              uint64_t *resume_from, ur_err *err)
+{
+    char *prog;
+    int rc = UR_OK;
+    ur_free(s->meta_dir);
+    s->cur = k;
+    s->meta_dir = unit_file(s, k, "");
+    prog = progress_path(s);
+    if (s->meta_dir == NULL || prog == NULL) {
+        ur_free(prog);
+        return ur_err_oom(err);
+    }
+    *resume_from = saved_progress(s);
+    if (*resume_from == 0) {
         rc = ur_fs_remove_tree(prog, err);
         if (rc == UR_OK) {
             rc = ur_fs_remove_tree(s->meta_dir, err);
@@ -365,16 +571,23 @@ int ur_orbax_share_begin(ur_orbax_share *s, const char **meta_dir, uint64_t *res
     if (rc == UR_OK) {
         rc = ur_fs_mkdirs(s->meta_dir, err);
     }
-    ur_free(p);
     ur_free(prog);
     *meta_dir = s->meta_dir;
     return rc;
 }
 
+int ur_orbax_share_begin(ur_orbax_share *s, const char **meta_dir, uint64_t *resume_from,
+                         ur_err *err)
+{
+    int rc = ur_orbax_share_lock(s, err);
+    *resume_from = 0;
+    *meta_dir = NULL;
+    return rc == UR_OK ? ur_orbax_share_unit_begin(s, 0, meta_dir, resume_from, err) : rc;
+}
+
 int ur_orbax_share_save_progress(ur_orbax_share *s, uint64_t next_item, ur_err *err)
 {
-    char *p = progress_path(s),
-         *tmp = ur_path_joinf(s->staging, "shares/%d.progress.tmp", s->index);
+    char *p = progress_path(s), *tmp = unit_file(s, s->cur, ".progress.tmp");
     char text[64];
     int rc = p != NULL && tmp != NULL ? UR_OK : ur_err_oom(err);
     snprintf(text, sizeof text, "next_item %llu\n", (unsigned long long)next_item);
@@ -479,11 +692,13 @@ out:
     return rc;
 }
 
-/* Read staging/shares/<i>/<name> (absent: empty, *present = 0). */
-static int read_share_file(const ur_orbax_share *s, int i, const char *name, ur_buf *out,
+/* Read share i's metadata file `name` of unit k, staging/shares/<i>[.u<k>]/<name> (absent:
+ * empty, *present = 0). */
+static int read_share_file(const ur_orbax_share *s, size_t k, int i, const char *name, ur_buf *out,
                            int *present, ur_err *err)
 {
-    char *p = ur_path_joinf(s->staging, "shares/%d/%s", i, name);
+    char *p = k == 0 ? ur_path_joinf(s->staging, "shares/%d/%s", i, name)
+                     : ur_path_joinf(s->staging, "shares/%d.u%zu/%s", i, k, name);
     int rc = UR_OK;
     out->len = 0;
     if (p == NULL) {
@@ -498,36 +713,28 @@ static int read_share_file(const ur_orbax_share *s, int i, const char *name, ur_
 }
 
 /* Every share's metadata must be share 0's (the same plan), which is returned. */
-static int same_metadata(const ur_orbax_share *s, const char *name, ur_buf *first, int *present,
-                         ur_err *err)
+static int same_metadata(const ur_orbax_share *s, size_t k, const char *name, ur_buf *first,
+                         int *present, ur_err *err)
 {
     ur_buf other;
-    int rc = read_share_file(s, 0, name, first, present, err), has = 0;
+    int rc = read_share_file(s, k, 0, name, first, present, err), has = 0;
     ur_buf_init(&other, 0);
     for (int i = 1; i < s->count && rc == UR_OK; i++) {
-        rc = read_share_file(s, i, name, &other, &has, err);
+        rc = read_share_file(s, k, i, name, &other, &has, err);
         if (rc == UR_OK && (has != *present || other.len != first->len ||
                             memcmp(other.data, first->data, first->len) != 0)) {
             rc = ur_err_set(err, UR_ECORRUPT,
-                            "%s/shares/%d/%s differs from share 0's: the shares come from "
-                            "different plans",
-                            s->staging, i, name);
+                            "%s/shares/%d: %s of %s differs from share 0's: the shares come "
+                            "from different plans",
+                            s->staging, i, name, s->units[k]);
         }
     }
     ur_buf_dispose(&other);
     return rc;
 }
 
-static int write_in(const char *dir, const char *name, const void *p, size_t n, ur_err *err)
-{
-    char *path = ur_path_join(dir, name);
-    int rc = path != NULL ? ur_fs_write_file(path, p, n, err) : ur_err_oom(err);
-    ur_free(path);
-    return rc;
-}
-
-/* What an earlier finisher that died may have left in the step. */
-static int clear_finish(const ur_orbax_share *s, ur_err *err)
+/* What an earlier finisher that died may have left in unit k's step. */
+static int clear_finish(const ur_orbax_share *s, size_t k, const char *items, ur_err *err)
 {
     static const char *const item_files[] = {
         "manifest.ocdbt",  "manifest.ocdbt.partial", "d", "_METADATA", "_sharding",
@@ -535,19 +742,19 @@ static int clear_finish(const ur_orbax_share *s, ur_err *err)
     static const char *const step_files[] = {"_CHECKPOINT_METADATA", "commit_success.txt"};
     int rc = UR_OK;
     for (size_t i = 0; i < sizeof item_files / sizeof *item_files && rc == UR_OK; i++) {
-        char *p = ur_path_join(s->items, item_files[i]);
+        char *p = ur_path_join(items, item_files[i]);
         rc = p != NULL ? ur_fs_remove_tree(p, err) : ur_err_oom(err);
         ur_free(p);
     }
     for (size_t i = 0; i < sizeof step_files / sizeof *step_files && rc == UR_OK; i++) {
-        char *p = ur_path_join(s->step, step_files[i]);
+        char *p = ur_path_join(s->staged[k], step_files[i]);
         rc = p != NULL ? ur_fs_remove_tree(p, err) : ur_err_oom(err);
         ur_free(p);
     }
     return rc;
 }
 
-static int merge_databases(const ur_orbax_share *s, ur_err *err)
+static int merge_databases(const ur_orbax_share *s, const char *items, ur_err *err)
 {
     char **names = ur_calloc((size_t)s->count, sizeof *names);
     ur_ocdbt_write_opts o;
@@ -561,7 +768,7 @@ static int merge_databases(const ur_orbax_share *s, ur_err *err)
             break;
         }
         snprintf(names[i], 32, "ocdbt.process_%d", i);
-        m = ur_path_joinf(s->items, "%s/manifest.ocdbt", names[i]);
+        m = ur_path_joinf(items, "%s/manifest.ocdbt", names[i]);
         if (m == NULL) {
             rc = ur_err_oom(err);
         } else if (!ur_fs_exists(m)) {
@@ -572,7 +779,7 @@ static int merge_databases(const ur_orbax_share *s, ur_err *err)
     if (rc == UR_OK) {
         ur_ocdbt_write_opts_init(&o);
         o.seed = 0x756e726f6c6c00ffull; /* the same shares give the same bytes */
-        rc = ur_ocdbt_merge(s->items, (const char *const *)names, (size_t)s->count, &o, err);
+        rc = ur_ocdbt_merge(items, (const char *const *)names, (size_t)s->count, &o, err);
     }
     for (int i = 0; names != NULL && i < s->count; i++) {
         ur_free(names[i]);
@@ -581,35 +788,36 @@ static int merge_databases(const ur_orbax_share *s, ur_err *err)
     return rc;
 }
 
-/* Top-level metadata from share 0's (checked equal in every share). */
-static int write_item_metadata(const ur_orbax_share *s, ur_err *err)
+/* Unit k's top-level metadata from share 0's (checked equal in every share). */
+static int write_item_metadata(const ur_orbax_share *s, size_t k, const char *items, ur_err *err)
 {
     ur_buf b;
     int present = 0, rc;
     char *dir = NULL;
 
     ur_buf_init(&b, 0);
-    rc = same_metadata(s, "_METADATA", &b, &present, err);
+    rc = same_metadata(s, k, "_METADATA", &b, &present, err);
     if (rc == UR_OK && !present) {
-        rc = ur_err_set(err, UR_EIO, "%s/shares/0/_METADATA is missing", s->staging);
+        rc = ur_err_set(err, UR_EIO, "%s/shares/0: the _METADATA of %s is missing", s->staging,
+                        s->units[k]);
     }
     if (rc == UR_OK) {
-        rc = write_in(s->items, "_METADATA", b.data, b.len, err);
+        rc = ur_fs_write_file_in(items, "_METADATA", b.data, b.len, err);
     }
     if (rc == UR_OK) {
-        rc = same_metadata(s, "_sharding", &b, &present, err);
+        rc = same_metadata(s, k, "_sharding", &b, &present, err);
     }
     if (rc == UR_OK && present) {
-        rc = write_in(s->items, "_sharding", b.data, b.len, err);
+        rc = ur_fs_write_file_in(items, "_sharding", b.data, b.len, err);
     }
     if (rc == UR_OK) {
-        rc = same_metadata(s, "array_metadatas.json", &b, &present, err);
+        rc = same_metadata(s, k, "array_metadatas.json", &b, &present, err);
     }
     if (rc == UR_OK && present) {
-        dir = ur_path_join(s->items, "array_metadatas");
+        dir = ur_path_join(items, "array_metadatas");
         rc = dir != NULL ? ur_fs_mkdirs(dir, err) : ur_err_oom(err);
         if (rc == UR_OK) {
-            rc = write_in(dir, "process_0", b.data, b.len, err);
+            rc = ur_fs_write_file_in(dir, "process_0", b.data, b.len, err);
         }
         if (rc == UR_OK) {
             rc = ur_fs_fsync_dir(dir, err);
@@ -621,9 +829,10 @@ static int write_item_metadata(const ur_orbax_share *s, ur_err *err)
 }
 
 /* commit_success.txt in items and step, _CHECKPOINT_METADATA in step, as Orbax's
- * CheckpointManager writes them for step 0. */
-static int write_step_metadata(const ur_orbax_share *s, ur_err *err)
+ * CheckpointManager writes them for step 0 (unit k's step). */
+static int write_step_metadata(const ur_orbax_share *s, size_t k, const char *items, ur_err *err)
 {
+    const char *step = s->staged[k];
     const char *item_names[1] = {"items"};
     const char *handlers[1] = {STANDARD_HANDLER};
     ur_orbax_step_meta sm;
@@ -644,25 +853,25 @@ static int write_step_metadata(const ur_orbax_share *s, ur_err *err)
                                   : now_ns();
     sm.has_commit_timestamp = 1;
     sm.commit_timestamp_nsecs = now_ns();
-    rc = ur_buf_printf(&b, err, "Checkpoint commit was successful to %s/0", s->dest);
+    rc = ur_buf_printf(&b, err, "Checkpoint commit was successful to %s/%s", s->dest, s->units[k]);
     if (rc == UR_OK) {
-        rc = write_in(s->items, "commit_success.txt", b.data, b.len, err);
+        rc = ur_fs_write_file_in(items, "commit_success.txt", b.data, b.len, err);
     }
     if (rc == UR_OK) {
-        rc = write_in(s->step, "commit_success.txt", b.data, b.len, err);
+        rc = ur_fs_write_file_in(step, "commit_success.txt", b.data, b.len, err);
     }
     if (rc == UR_OK) {
         ur_buf_reset(&b);
         rc = ur_orbax_ckpt_meta_emit(&b, &sm, err);
     }
     if (rc == UR_OK) {
-        rc = write_in(s->step, "_CHECKPOINT_METADATA", b.data, b.len, err);
+        rc = ur_fs_write_file_in(step, "_CHECKPOINT_METADATA", b.data, b.len, err);
     }
     if (rc == UR_OK) {
-        rc = ur_fs_fsync_dir(s->items, err);
+        rc = ur_fs_fsync_dir(items, err);
     }
     if (rc == UR_OK) {
-        rc = ur_fs_fsync_dir(s->step, err);
+        rc = ur_fs_fsync_dir(step, err);
     }
     ur_free(run);
     ur_buf_dispose(&b);
@@ -687,70 +896,129 @@ static void remove_staging(const ur_orbax_share *s)
     ur_free(trash);
 }
 
-/* Move the finished step into place as C/0 (unroll/orbax_publish.h) and remove the staging
+/* The journal line of unit k: its identity and where it goes first. */
+static int journal_line(const ur_orbax_share *s, size_t k, const char *to, ur_buf *j, ur_err *err)
+{
+    struct stat st;
+    if (lstat(s->staged[k], &st) != 0) {
+        return ur_err_set_os(err, UR_EIO, errno, s->staged[k], "cannot stat");
+    }
+    return ur_buf_printf(j, err, "%zu %llu %llu %s\n", k, (unsigned long long)st.st_dev,
+                         (unsigned long long)st.st_ino, to);
+}
+
+/* Move the finished units still staged (all of them, unless a killed finisher published some:
+ * recover_units) into place under C together (unroll/orbax_publish.h) and remove the staging
  * directory. */
 static int publish(ur_orbax_share *s, const volatile sig_atomic_t *cancel, char **published_to,
                    ur_err *err)
 {
-    const char *units[1] = {"0"};
+    const char **units = ur_calloc(s->n_units, sizeof *units);
+    size_t *which = ur_calloc(s->n_units, sizeof *which), n = 0;
     const char *inputs[1] = {s->input};
+    /* the overlap rules concern local paths (an object-store input cannot be under C) */
+    size_t n_inputs = ur_kvstore_location_is_remote(s->input) ? 0 : 1;
     ur_orbax_publish *pub = NULL;
-    int rc = ur_orbax_publish_begin(&pub, s->dest, units, 1, inputs, 1, err);
+    ur_buf j;
+    int rc = units != NULL && which != NULL ? UR_OK : ur_err_oom(err);
 
+    ur_buf_init(&j, 0);
+    for (size_t k = 0; units != NULL && which != NULL && k < s->n_units; k++) {
+        if (ur_fs_exists(s->staged[k])) {
+            which[n] = k;
+            units[n++] = s->units[k];
+        }
+    }
+    if (rc == UR_OK) {
+        rc = ur_orbax_publish_begin(&pub, s->dest, units, n, inputs, n_inputs, err);
+    }
     if (rc == UR_OK) {
         *published_to = ur_strdup(ur_orbax_publish_dest(pub));
         rc = *published_to != NULL ? UR_OK : ur_err_oom(err);
     }
-    if (rc == UR_OK) { /* where the step goes, for a rerun after a kill (recover_step) */
-        const char *to = ur_orbax_publish_staged(pub, 0);
-        rc = write_in(s->staging, PUBLISHING_FILE, to, strlen(to), err);
+    for (size_t i = 0; i < n && rc == UR_OK; i++) {
+        rc = journal_line(s, which[i], ur_orbax_publish_staged(pub, i), &j, err);
+    }
+    if (rc == UR_OK) { /* where the units go, for a rerun after a kill (recover_units) */
+        rc = ur_fs_write_file_in(s->staging, PUBLISHING_FILE, j.data, j.len, err);
     }
     if (rc == UR_OK) {
         rc = ur_fs_fsync_dir(s->staging, err);
     }
-    if (rc == UR_OK && rename(s->step, ur_orbax_publish_staged(pub, 0)) != 0) {
-        rc = ur_err_set_os(err, UR_EIO, errno, s->step, "cannot move to %s",
-                           ur_orbax_publish_staged(pub, 0));
+    for (size_t i = 0; i < n && rc == UR_OK; i++) {
+        if (rename(s->staged[which[i]], ur_orbax_publish_staged(pub, i)) != 0) {
+            rc = ur_err_set_os(err, UR_EIO, errno, s->staged[which[i]], "cannot move to %s",
+                               ur_orbax_publish_staged(pub, i));
+        }
     }
     if (rc == UR_OK) {
         rc = ur_orbax_publish_commit(pub, cancel, err);
         pub = NULL;
     }
+    if (rc < 0 && pub != NULL) {
+        ur_err ignored;
+        (void)recover_units(s, 1, &ignored); /* what was moved comes back for a rerun */
+    }
     ur_orbax_publish_abort(pub);
     if (rc == UR_OK) {
         remove_staging(s);
     }
+    ur_buf_dispose(&j);
+    ur_free(units);
+    ur_free(which);
+    return rc;
+}
+
+/* Unit k's top-level database and metadata (an earlier finisher's leftovers cleared first). */
+static int finish_unit(ur_orbax_share *s, size_t k, ur_err *err)
+{
+    char *items = ur_path_join(s->staged[k], "items");
+    int rc = items != NULL ? clear_finish(s, k, items, err) : ur_err_oom(err);
+    if (rc == UR_OK) {
+        rc = write_item_metadata(s, k, items, err); /* first: it checks the shares agree */
+    }
+    if (rc == UR_OK) {
+        rc = merge_databases(s, items, err);
+    }
+    if (rc == UR_OK) {
+        rc = write_step_metadata(s, k, items, err);
+    }
+    ur_free(items);
     return rc;
 }
 
 static int finish(ur_orbax_share *s, const volatile sig_atomic_t *cancel, char **published_to,
                   ur_err *err)
 {
-    int rc;
-    if (!ur_fs_is_dir(s->step)) {
-        /* published by a finisher killed before it removed the staging directory */
-        char *out = ur_path_join(s->dest, "0/items");
-        int there = out != NULL && ur_fs_is_dir(out);
-        ur_free(out);
-        if (!there) {
-            return ur_err_set(err, UR_EIO,
-                              "%s: the finished step is gone and %s/0 was not published: "
-                              "remove %s and run every share again",
-                              s->staging, s->dest, s->staging);
+    size_t staged = 0;
+    int rc = recover_units(s, 1, err);
+    for (size_t k = 0; k < s->n_units && rc == UR_OK; k++) {
+        char *out;
+        if (ur_fs_exists(s->staged[k])) {
+            staged++;
+            continue;
         }
+        /* published by a finisher killed before it removed the staging directory */
+        out = ur_path_join(s->dest, s->units[k]);
+        if (out == NULL) {
+            rc = ur_err_oom(err);
+        } else if (!ur_fs_exists(out)) {
+            rc = ur_err_set(err, UR_EIO,
+                            "%s: the finished %s is gone and %s was not published: "
+                            "remove %s and run every share again",
+                            s->staging, s->units[k], out, s->staging);
+        }
+        ur_free(out);
+    }
+    if (rc == UR_OK && staged == 0) {
         *published_to = ur_strdup(s->dest);
         remove_staging(s);
         return *published_to != NULL ? UR_OK : ur_err_oom(err);
     }
-    rc = clear_finish(s, err);
-    if (rc == UR_OK) {
-        rc = write_item_metadata(s, err); /* first: it checks the shares agree */
-    }
-    if (rc == UR_OK) {
-        rc = merge_databases(s, err);
-    }
-    if (rc == UR_OK) {
-        rc = write_step_metadata(s, err);
+    for (size_t k = 0; k < s->n_units && rc == UR_OK; k++) {
+        if (is_step_unit(s->units[k]) && ur_fs_exists(s->staged[k])) {
+            rc = finish_unit(s, k, err);
+        }
     }
     if (rc == UR_OK && cancel != NULL && *cancel) {
         rc = ur_err_set(err, UR_EINTERNAL, "interrupted");
@@ -797,6 +1065,50 @@ int ur_orbax_share_finish(ur_orbax_share *s, const volatile sig_atomic_t *cancel
     return rc;
 }
 
+/* The units named by run.txt's "unit <name>" lines (none: the one "0"), in place of the
+ * ones share_new set. */
+static int units_from_run(ur_orbax_share *s, const char *text, ur_err *err)
+{
+    char **units = NULL;
+    size_t n = 0, cap = 0;
+    int rc = UR_OK;
+    for (const char *p = text; p != NULL && *p != '\0' && rc == UR_OK;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl != NULL ? (size_t)(nl - p) : strlen(p);
+        if (len > 5 && strncmp(p, "unit ", 5) == 0) {
+            if (n == cap) {
+                char **more = ur_realloc(units, (cap ? cap * 2 : 8) * sizeof *more);
+                if (more == NULL) {
+                    rc = ur_err_oom(err);
+                    break;
+                }
+                units = more;
+                cap = cap ? cap * 2 : 8;
+            }
+            units[n] = ur_strndup(p + 5, len - 5);
+            rc = units[n++] != NULL ? UR_OK : ur_err_oom(err);
+        }
+        p = nl != NULL ? nl + 1 : NULL;
+    }
+    if (rc == UR_OK && n > 0) {
+        for (size_t k = 0; k < s->n_units; k++) {
+            ur_free(s->units[k]);
+            ur_free(s->staged[k]);
+        }
+        ur_free(s->units);
+        ur_free(s->staged);
+        s->units = NULL;
+        s->staged = NULL;
+        s->n_units = 0;
+        rc = set_units(s, (const char *const *)units, n) == UR_OK ? UR_OK : ur_err_oom(err);
+    }
+    for (size_t k = 0; k < n; k++) {
+        ur_free(units[k]);
+    }
+    ur_free(units);
+    return rc;
+}
+
 /* Open a staged run from its run.txt (path: C or its staging directory). */
 static int open_staged(ur_orbax_share **out, const char *path, ur_err *err)
 {
@@ -816,7 +1128,7 @@ static int open_staged(ur_orbax_share **out, const char *path, ur_err *err)
     if (dest == NULL) {
         return ur_err_oom(err);
     }
-    rc = share_new(&s, dest, err);
+    rc = share_new(&s, dest, NULL, 0, err);
     ur_free(dest);
     if (rc < 0) {
         return rc;
@@ -837,6 +1149,9 @@ static int open_staged(ur_orbax_share **out, const char *path, ur_err *err)
             rc = ur_err_set(err, UR_ECORRUPT, "%s/run.txt: no process count or input", s->staging);
         }
         s->count = (int)c;
+    }
+    if (rc == UR_OK) {
+        rc = units_from_run(s, (const char *)run.data, err);
     }
     ur_free(count);
     ur_buf_dispose(&run);

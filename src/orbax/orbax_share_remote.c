@@ -31,6 +31,11 @@
 
 struct ur_orbax_rshare {
     char *step; /* S, without a trailing '/' */
+    /* A run of several units (LoRA, ur_orbax_rshare_open_units): the checkpoint directory
+     * (S is its first unit, base/0) and the units below it; n_units 0: the one step S. */
+    char *root;
+    char **units;
+    size_t n_units;
     char *run_text; /* run.txt's text (NULL: not known) */
     ur_kvstore *kv;
     int count, index;
@@ -45,6 +50,11 @@ int ur_orbax_rshare_took_over(const ur_orbax_rshare *s)
 void ur_orbax_rshare_close(ur_orbax_rshare *s)
 {
     if (s != NULL) {
+        for (size_t k = 0; k < s->n_units; k++) {
+            ur_free(s->units[k]);
+        }
+        ur_free(s->units);
+        ur_free(s->root);
         ur_kvstore_close(s->kv);
         ur_free(s->run_text);
         ur_free(s->step);
@@ -210,8 +220,9 @@ int ur_orbax_rshare_is_done(ur_orbax_rshare *s, int i, int *done, ur_err *err)
     return rc < 0 ? rc : UR_OK;
 }
 
-int ur_orbax_rshare_upload(ur_orbax_rshare *s, const char *db_dir, const char *meta_dir,
-                           const char *summary, const volatile sig_atomic_t *cancel, ur_err *err)
+int ur_orbax_rshare_upload(ur_orbax_rshare *s, ur_orbax_rprogress *progress, const char *db_dir,
+                           const char *meta_dir, const char *summary,
+                           const volatile sig_atomic_t *cancel, ur_err *err)
 {
     ur_orbax_upload_opts uo;
     char *db_url = ur_path_joinf(s->step, "items/ocdbt.process_%d", s->index);
@@ -226,11 +237,13 @@ int ur_orbax_rshare_upload(ur_orbax_rshare *s, const char *db_dir, const char *m
     if (rc == UR_OK) {
         rc = ur_kvstore_delete(s->kv, key, err);
     }
-    if (rc == UR_OK) {
+    if (rc == UR_OK && progress != NULL) {
+        rc = ur_orbax_rprogress_upload(progress, db_dir, meta_dir, 1, cancel, err);
+    } else if (rc == UR_OK) {
         rc = ur_orbax_upload(db_dir, db_url, &uo, cancel, err);
-    }
-    if (rc == UR_OK) {
-        rc = ur_orbax_upload(meta_dir, meta_url, &uo, cancel, err);
+        if (rc == UR_OK) {
+            rc = ur_orbax_upload(meta_dir, meta_url, &uo, cancel, err);
+        }
     }
     if (rc == UR_OK) {
         rc = ur_kvstore_write(s->kv, key, summary, strlen(summary), err);
@@ -259,27 +272,31 @@ static int count_missing(ur_orbax_rshare *s, ur_buf *names, int *missing, ur_err
     return rc;
 }
 
-static int write_in(const char *dir, const char *name, const void *p, size_t n, ur_err *err)
+/* The key of share i's metadata file `name` of unit k: shares/<i>/ for the first unit,
+ * shares/<i>.u<k>/ for unit k of a run of several (as the local staging names them). */
+static void meta_key(char *key, size_t size, size_t k, int i, const char *name)
 {
-    char *path = ur_path_join(dir, name);
-    int rc = path != NULL ? ur_fs_write_file(path, p, n, err) : ur_err_oom(err);
-    ur_free(path);
-    return rc;
+    if (k == 0) {
+        snprintf(key, size, UR_ORBAX_RSHARE_DIR "/shares/%d/%s", i, name);
+    } else {
+        snprintf(key, size, UR_ORBAX_RSHARE_DIR "/shares/%d.u%zu/%s", i, k, name);
+    }
 }
 
-/* Share 0's metadata file `name` (checked the same in every share) into local `items`. */
-static int same_metadata(ur_orbax_rshare *s, const char *name, const char *items, const char *as,
-                         int required, ur_err *err)
+/* Share 0's metadata file `name` of unit k (checked the same in every share) into local
+ * `items`. */
+static int same_metadata(ur_orbax_rshare *s, size_t k, const char *name, const char *items,
+                         const char *as, int required, ur_err *err)
 {
     ur_buf first, other;
     char key[300];
     int rc, has0 = 0, has = 0;
     ur_buf_init(&first, 0);
     ur_buf_init(&other, 0);
-    snprintf(key, sizeof key, UR_ORBAX_RSHARE_DIR "/shares/0/%s", name);
+    meta_key(key, sizeof key, k, 0, name);
     rc = read_opt(s->kv, key, &first, &has0, err);
     for (int i = 1; i < s->count && rc == UR_OK; i++) {
-        snprintf(key, sizeof key, UR_ORBAX_RSHARE_DIR "/shares/%d/%s", i, name);
+        meta_key(key, sizeof key, k, i, name);
         rc = read_opt(s->kv, key, &other, &has, err);
         if (rc == UR_OK && (has != has0 || other.len != first.len ||
                             memcmp(other.data, first.data, first.len) != 0)) {
@@ -289,11 +306,11 @@ static int same_metadata(ur_orbax_rshare *s, const char *name, const char *items
         }
     }
     if (rc == UR_OK && required && !has0) {
-        rc = ur_err_set(err, UR_EIO, "%s/" UR_ORBAX_RSHARE_DIR "/shares/0/%s is missing", s->step,
-                        name);
+        meta_key(key, sizeof key, k, 0, name);
+        rc = ur_err_set(err, UR_EIO, "%s/%s is missing", s->step, key);
     }
     if (rc == UR_OK && has0) {
-        rc = write_in(items, as, first.data, first.len, err);
+        rc = ur_fs_write_file_in(items, as, first.data, first.len, err);
     }
     ur_buf_dispose(&first);
     ur_buf_dispose(&other);
@@ -307,15 +324,23 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* The top-level database of local `items`: the shares' databases merged, read from the store. */
-static int merge_from_store(ur_orbax_rshare *s, const char *items, ur_err *err)
+/* Where unit k is in the store: S for the first (or only) unit, else root/<unit>. */
+static char *unit_url(const ur_orbax_rshare *s, size_t k)
 {
+    return k == 0 ? ur_strdup(s->step) : ur_path_join(s->root, s->units[k]);
+}
+
+/* The top-level database of local `items`: unit k's shares' databases merged, read from the
+ * store. */
+static int merge_from_store(ur_orbax_rshare *s, size_t k, const char *items, ur_err *err)
+{
+    char *at = unit_url(s, k);
     ur_kvstore **bases = ur_calloc((size_t)s->count, sizeof *bases);
     char **names = ur_calloc((size_t)s->count, sizeof *names);
     ur_ocdbt_write_opts o;
-    int rc = bases != NULL && names != NULL ? UR_OK : ur_err_oom(err);
+    int rc = bases != NULL && names != NULL && at != NULL ? UR_OK : ur_err_oom(err);
     for (int i = 0; i < s->count && rc == UR_OK; i++) {
-        char *url = ur_path_joinf(s->step, "items/ocdbt.process_%d", i);
+        char *url = ur_path_joinf(at, "items/ocdbt.process_%d", i);
         names[i] = ur_malloc(32);
         if (url == NULL || names[i] == NULL) {
             rc = ur_err_oom(err);
@@ -341,12 +366,13 @@ static int merge_from_store(ur_orbax_rshare *s, const char *items, ur_err *err)
     }
     ur_free(bases);
     ur_free(names);
+    ur_free(at);
     return rc;
 }
 
 /* The local tree of the finish in `step_dir`: items/ (top-level database and metadata) and the
  * step's own files, as the local finish writes them (orbax_share.c). */
-static int build_finish_tree(ur_orbax_rshare *s, const char *step_dir, ur_err *err)
+static int build_finish_tree(ur_orbax_rshare *s, size_t k, const char *step_dir, ur_err *err)
 {
     const char *item_names[1] = {"items"};
     const char *handlers[1] = {STANDARD_HANDLER};
@@ -362,25 +388,26 @@ static int build_finish_tree(ur_orbax_rshare *s, const char *step_dir, ur_err *e
     }
     /* first: it checks the shares agree */
     if (rc == UR_OK) {
-        rc = same_metadata(s, "_METADATA", items, "_METADATA", 1, err);
+        rc = same_metadata(s, k, "_METADATA", items, "_METADATA", 1, err);
     }
     if (rc == UR_OK) {
-        rc = same_metadata(s, "_sharding", items, "_sharding", 0, err);
+        rc = same_metadata(s, k, "_sharding", items, "_sharding", 0, err);
     }
     if (rc == UR_OK) {
-        rc = same_metadata(s, "array_metadatas.json", items, "array_metadatas/process_0", 0, err);
+        rc = same_metadata(s, k, "array_metadatas.json", items, "array_metadatas/process_0", 0,
+                           err);
     }
     if (rc == UR_OK) {
-        rc = merge_from_store(s, items, err);
+        rc = merge_from_store(s, k, items, err);
     }
-    if (rc == UR_OK && s->run_text != NULL) { /* uploaded before the markers */
-        rc = write_in(step_dir, RUN_KEPT_KEY, s->run_text, strlen(s->run_text), err);
+    if (rc == UR_OK && k == 0 && s->run_text != NULL) { /* uploaded before the markers */
+        rc = ur_fs_write_file_in(step_dir, RUN_KEPT_KEY, s->run_text, strlen(s->run_text), err);
     }
     if (rc == UR_OK) { /* the upload writes the markers' text (the final location) */
-        rc = write_in(items, "commit_success.txt", "", 0, err);
+        rc = ur_fs_write_file_in(items, "commit_success.txt", "", 0, err);
     }
     if (rc == UR_OK) {
-        rc = write_in(step_dir, "commit_success.txt", "", 0, err);
+        rc = ur_fs_write_file_in(step_dir, "commit_success.txt", "", 0, err);
     }
     if (rc == UR_OK) {
         memset(&sm, 0, sizeof sm);
@@ -394,7 +421,7 @@ static int build_finish_tree(ur_orbax_rshare *s, const char *step_dir, ur_err *e
         rc = ur_orbax_ckpt_meta_emit(&b, &sm, err);
     }
     if (rc == UR_OK) {
-        rc = write_in(step_dir, "_CHECKPOINT_METADATA", b.data, b.len, err);
+        rc = ur_fs_write_file_in(step_dir, "_CHECKPOINT_METADATA", b.data, b.len, err);
     }
     ur_buf_dispose(&b);
     ur_free(am);
@@ -424,6 +451,74 @@ static void remove_run_objects(ur_orbax_rshare *s)
     ur_buf_dispose(&keys);
 }
 
+/* The key under S of file unit k as the shares staged it. */
+static void unit_file_key(char *key, size_t size, const ur_orbax_rshare *s, size_t k)
+{
+    snprintf(key, size, UR_ORBAX_RSHARE_DIR "/units/%s", s->units[k]);
+}
+
+/* A unit that is a step directory ("base/0", "loras/<id>/0"), not a file. */
+static int is_step_unit(const char *unit)
+{
+    const char *slash = strrchr(unit, '/');
+    return strcmp(slash != NULL ? slash + 1 : unit, "0") == 0;
+}
+
+/* The finish of a run of several units: each step unit's tree built in local `root`/ckpt/<unit>
+ * (its shares merged from the store), each file unit fetched from where the shares staged it,
+ * then all of them uploaded in one upload below the checkpoint directory: every unit's data
+ * before any manifest, every marker last, S's own (the first unit's) at the very end
+ * (unroll/orbax_upload.h), so S's marker says the whole set is there. */
+static int finish_units(ur_orbax_rshare *s, const char *root, const volatile sig_atomic_t *cancel,
+                        ur_err *err)
+{
+    char *ckpt = ur_path_join(root, "checkpoints");
+    ur_orbax_upload_opts uo;
+    ur_buf b;
+    int rc = ckpt != NULL ? UR_OK : ur_err_oom(err);
+
+    ur_buf_init(&b, 0);
+    for (size_t k = 0; k < s->n_units && rc == UR_OK; k++) {
+        char *local = ur_path_join(ckpt, s->units[k]);
+        if (local == NULL) {
+            rc = ur_err_oom(err);
+        } else if (is_step_unit(s->units[k])) {
+            rc = build_finish_tree(s, k, local, err);
+        } else {
+            char key[1024];
+            int found = 0;
+            unit_file_key(key, sizeof key, s, k);
+            rc = read_opt(s->kv, key, &b, &found, err);
+            if (rc == UR_OK && !found) {
+                rc = ur_err_set(err, UR_EIO, "%s/%s is missing", s->step, key);
+            }
+            if (rc == UR_OK) {
+                char *dir = ur_strndup(local, (size_t)(strrchr(local, '/') - local));
+                rc = dir != NULL ? ur_fs_mkdirs(dir, err) : ur_err_oom(err);
+                ur_free(dir);
+            }
+            if (rc == UR_OK) {
+                rc = ur_fs_write_file(local, b.data, b.len, err);
+            }
+        }
+        ur_free(local);
+    }
+    if (rc == UR_OK && cancel != NULL && *cancel) {
+        rc = ur_err_set(err, UR_EINTERNAL, "interrupted");
+    }
+    if (rc == UR_OK) {
+        memset(&uo, 0, sizeof uo);
+        uo.add = 1; /* beside the shares' databases */
+        uo.threads = 16;
+        uo.units = (const char *const *)s->units;
+        uo.n_units = s->n_units;
+        rc = ur_orbax_upload(ckpt, s->root, &uo, cancel, err);
+    }
+    ur_buf_dispose(&b);
+    ur_free(ckpt);
+    return rc;
+}
+
 static int finish(ur_orbax_rshare *s, const volatile sig_atomic_t *cancel, ur_err *err)
 {
     char *root = NULL;
@@ -434,8 +529,12 @@ static int finish(ur_orbax_rshare *s, const volatile sig_atomic_t *cancel, ur_er
     if (rc < 0) {
         return rc;
     }
+    if (s->n_units > 0) {
+        rc = finish_units(s, root, cancel, err);
+        goto out;
+    }
     step_dir = ur_path_join(root, "step");
-    rc = step_dir != NULL ? build_finish_tree(s, step_dir, err) : ur_err_oom(err);
+    rc = step_dir != NULL ? build_finish_tree(s, 0, step_dir, err) : ur_err_oom(err);
     if (rc == UR_OK && cancel != NULL && *cancel) {
         rc = ur_err_set(err, UR_EINTERNAL, "interrupted");
     }
@@ -445,6 +544,7 @@ static int finish(ur_orbax_rshare *s, const volatile sig_atomic_t *cancel, ur_er
         uo.threads = 16;
         rc = ur_orbax_upload(step_dir, s->step, &uo, cancel, err);
     }
+out:
     if (rc == UR_OK) {
         remove_run_objects(s);
     }
@@ -518,7 +618,8 @@ int ur_orbax_rshare_finish(ur_orbax_rshare *s, const volatile sig_atomic_t *canc
 
 /* Open the run staged at `checkpoint_dir`/0 (or at the step itself) from its run.txt:
  * *found = 0 when there is none. */
-static int open_staged(ur_orbax_rshare **out, const char *checkpoint_dir, int *found, ur_err *err)
+static int open_staged_one(ur_orbax_rshare **out, const char *checkpoint_dir, int *found,
+                           ur_err *err)
 {
     ur_orbax_rshare *s = NULL;
     ur_buf run;
@@ -533,6 +634,7 @@ static int open_staged(ur_orbax_rshare **out, const char *checkpoint_dir, int *f
     step = n >= 2 && checkpoint_dir[n - 1] == '0' && checkpoint_dir[n - 2] == '/'
                ? ur_strndup(checkpoint_dir, n)
                : ur_path_join(checkpoint_dir, "0");
+    /* (a LoRA run's step is <dir>/base/0: open_staged) */
     if (step == NULL) {
         return ur_err_oom(err);
     }
@@ -561,6 +663,66 @@ static int open_staged(ur_orbax_rshare **out, const char *checkpoint_dir, int *f
     }
     *out = s;
     return UR_OK;
+}
+
+/* The units named by run.txt's "unit <name>" lines (a LoRA run's); none: the one step. */
+static int units_from_run(ur_orbax_rshare *s, const char *text, ur_err *err)
+{
+    for (const char *p = text; p != NULL && *p != '\0';) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl != NULL ? (size_t)(nl - p) : strlen(p);
+        if (len > 5 && strncmp(p, "unit ", 5) == 0) {
+            char **more = ur_realloc(s->units, (s->n_units + 1) * sizeof *more);
+            if (more == NULL) {
+                return ur_err_oom(err);
+            }
+            s->units = more;
+            s->units[s->n_units] = ur_strndup(p + 5, len - 5);
+            if (s->units[s->n_units] == NULL) {
+                return ur_err_oom(err);
+            }
+            s->n_units++;
+        }
+        p = nl != NULL ? nl + 1 : NULL;
+    }
+    return UR_OK;
+}
+
+/* As open_staged_one, for `checkpoint_dir` or a step in it: the run staged at <dir>/0, else a
+ * LoRA run's at <dir>/base/0 (its units and checkpoint directory from its run.txt). */
+static int open_staged(ur_orbax_rshare **out, const char *checkpoint_dir, int *found, ur_err *err)
+{
+    size_t n = strlen(checkpoint_dir);
+    char *base = NULL;
+    int rc = open_staged_one(out, checkpoint_dir, found, err);
+    while (n > 0 && checkpoint_dir[n - 1] == '/') {
+        n--;
+    }
+    if (rc == UR_OK && !*found && !(n >= 2 && strncmp(checkpoint_dir + n - 2, "/0", 2) == 0)) {
+        ur_orbax_rshare_close(*out);
+        *out = NULL;
+        base = ur_malloc(n + 8);
+        if (base == NULL) {
+            return ur_err_oom(err);
+        }
+        memcpy(base, checkpoint_dir, n);
+        memcpy(base + n, "/base/0", 8);
+        rc = open_staged_one(out, base, found, err);
+    }
+    if (rc == UR_OK && *found) {
+        rc = units_from_run(*out, (*out)->run_text, err);
+        if (rc == UR_OK && (*out)->n_units > 0) {
+            size_t sl = strlen((*out)->step), ul = strlen((*out)->units[0]);
+            (*out)->root = sl > ul + 1 ? ur_strndup((*out)->step, sl - ul - 1) : NULL;
+            rc = (*out)->root != NULL ? UR_OK : ur_err_oom(err);
+        }
+        if (rc < 0) {
+            ur_orbax_rshare_close(*out);
+            *out = NULL;
+        }
+    }
+    ur_free(base);
+    return rc;
 }
 
 int ur_orbax_rshare_status(const char *checkpoint_dir, ur_buf *out, int *staged, ur_err *err)
@@ -645,5 +807,150 @@ int ur_orbax_rshare_merge(const char *checkpoint_dir, const volatile sig_atomic_
     }
     ur_buf_dispose(&names);
     ur_orbax_rshare_close(s);
+    return rc;
+}
+
+/* ---- a run of several units (LoRA) ---- */
+
+/* The objects the units after the first hold (before a run starts there, they must be none:
+ * the finish adds to them). */
+static int refuse_held_units(ur_orbax_rshare *s, ur_err *err)
+{
+    ur_kvstore *kv = NULL;
+    census c;
+    int rc = ur_kvstore_open_url(&kv, s->root, 0, err);
+    memset(&c, 0, sizeof c);
+    for (size_t k = 1; k < s->n_units && rc == UR_OK; k++) {
+        size_t len = strlen(s->units[k]);
+        char *prefix = ur_malloc(len + 2); /* a step's objects, not a sibling "0.tmp" */
+        if (prefix == NULL) {
+            rc = ur_err_oom(err);
+            break;
+        }
+        memcpy(prefix, s->units[k], len);
+        prefix[len] = is_step_unit(s->units[k]) ? '/' : '\0';
+        prefix[len + 1] = '\0';
+        rc = ur_kvstore_list(kv, prefix, count_objects, &c, err);
+        ur_free(prefix);
+    }
+    if (rc == UR_OK && c.n > 0 && present(s->kv, RUN_KEY, err) == 0) {
+        rc = ur_err_set(err, UR_EINVAL,
+                        "%s already holds %zu object%s (e.g. %s) where the run would publish its "
+                        "adapters: refusing to write over them (delete them first)",
+                        s->root, c.n, c.n == 1 ? "" : "s", c.first);
+    }
+    ur_kvstore_close(kv);
+    return rc;
+}
+
+int ur_orbax_rshare_open_units(ur_orbax_rshare **out, const char *checkpoint_dir,
+                               const char *const *units, size_t n_units, int count, int index,
+                               const char *run_text, int *published, ur_err *err)
+{
+    ur_orbax_rshare *s = NULL;
+    ur_buf text;
+    char *step = NULL, *root = NULL;
+    size_t n = strlen(checkpoint_dir);
+    int rc;
+
+    while (n > 0 && checkpoint_dir[n - 1] == '/') {
+        n--;
+    }
+    ur_buf_init(&text, 0);
+    root = ur_strndup(checkpoint_dir, n);
+    step = root != NULL ? ur_path_join(root, units[0]) : NULL;
+    rc = step != NULL ? ur_buf_append(&text, run_text, strlen(run_text), err) : ur_err_oom(err);
+    for (size_t k = 0; k < n_units && rc == UR_OK; k++) {
+        rc = ur_buf_printf(&text, err, "unit %s\n", units[k]);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append(&text, "", 1, err);
+    }
+    if (rc == UR_OK) {
+        rc = rshare_new(&s, step, err);
+    }
+    if (rc == UR_OK) {
+        s->root = root;
+        root = NULL;
+        s->units = ur_calloc(n_units, sizeof *s->units);
+        rc = s->units != NULL ? UR_OK : ur_err_oom(err);
+        for (size_t k = 0; k < n_units && rc == UR_OK; k++) {
+            s->units[k] = ur_strdup(units[k]);
+            s->n_units++;
+            rc = s->units[k] != NULL ? UR_OK : ur_err_oom(err);
+        }
+    }
+    if (rc == UR_OK) { /* not once published (a rerun then does nothing) or started */
+        rc = present(s->kv, "commit_success.txt", err);
+        rc = rc == 0 ? present(s->kv, RUN_KEY, err) : rc < 0 ? rc : 1;
+        rc = rc == 0 ? refuse_held_units(s, err) : rc < 0 ? rc : UR_OK;
+    }
+    if (rc == UR_OK) {
+        ur_orbax_rshare *opened = NULL;
+        rc = ur_orbax_rshare_open(&opened, step, count, index, (const char *)text.data, published,
+                                  err);
+        if (rc == UR_OK) { /* the units go to the opened run */
+            opened->root = s->root;
+            opened->units = s->units;
+            opened->n_units = s->n_units;
+            s->root = NULL;
+            s->units = NULL;
+            s->n_units = 0;
+            *out = opened;
+        }
+    }
+    ur_orbax_rshare_close(s);
+    ur_buf_dispose(&text);
+    ur_free(step);
+    ur_free(root);
+    return rc;
+}
+
+int ur_orbax_rshare_upload_units(ur_orbax_rshare *s, const char *const *dirs,
+                                 const char *const *meta_dirs, const char *summary,
+                                 const volatile sig_atomic_t *cancel, ur_err *err)
+{
+    ur_orbax_upload_opts uo;
+    ur_buf b;
+    char key[1024];
+    int rc;
+
+    memset(&uo, 0, sizeof uo);
+    uo.replace = 1; /* what a killed attempt of this share left */
+    uo.threads = 16;
+    ur_buf_init(&b, 0);
+    snprintf(key, sizeof key, UR_ORBAX_RSHARE_DIR "/shares/%d.done", s->index);
+    rc = ur_kvstore_delete(s->kv, key, err);
+    for (size_t k = 0; k < s->n_units && rc == UR_OK; k++) {
+        if (is_step_unit(s->units[k])) {
+            char *at = unit_url(s, k), *db = NULL, *meta = NULL;
+            char mk[64];
+            meta_key(mk, sizeof mk, k, s->index, "");
+            mk[strlen(mk) - 1] = '\0'; /* no trailing '/' */
+            db = at != NULL ? ur_path_joinf(at, "items/ocdbt.process_%d", s->index) : NULL;
+            meta = ur_path_join(s->step, mk);
+            rc = db != NULL && meta != NULL ? ur_orbax_upload(dirs[k], db, &uo, cancel, err)
+                                            : ur_err_oom(err);
+            if (rc == UR_OK) {
+                rc = ur_orbax_upload(meta_dirs[k], meta, &uo, cancel, err);
+            }
+            ur_free(at);
+            ur_free(db);
+            ur_free(meta);
+        } else if (s->index == 0) { /* the same file in every share: one copy is enough */
+            ur_buf_reset(&b);
+            b.limit = MAX_META;
+            rc = ur_fs_read_file(&b, dirs[k], MAX_META, err);
+            unit_file_key(key, sizeof key, s, k);
+            if (rc == UR_OK) {
+                rc = ur_kvstore_write(s->kv, key, b.data, b.len, err);
+            }
+        }
+    }
+    snprintf(key, sizeof key, UR_ORBAX_RSHARE_DIR "/shares/%d.done", s->index);
+    if (rc == UR_OK) {
+        rc = ur_kvstore_write(s->kv, key, summary, strlen(summary), err);
+    }
+    ur_buf_dispose(&b);
     return rc;
 }

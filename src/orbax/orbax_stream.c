@@ -5,13 +5,8 @@
 #include "unroll/alloc.h"
 #include "unroll/kvstore.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define MAX_THREADS 8
 
@@ -20,10 +15,11 @@ typedef struct {
     size_t n, cap;
 } str_list;
 
-/* A file handed over: open, its name already removed. */
+/* A file handed over: its bytes viewed (mapped) through the file store, its name already
+ * removed, so its blocks are freed when the view is released after the upload. */
 typedef struct {
-    int fd;
-    size_t size;
+    ur_kvstore_view view;
+    int held; /* view holds something to release */
     char *key;
 } pending;
 
@@ -71,31 +67,20 @@ static void list_dispose(str_list *l)
     memset(l, 0, sizeof *l);
 }
 
-/* Upload one file from its descriptor (mapped: a data file can be gigabytes). */
+/* Upload one file from its view (mapped: a data file can be gigabytes). */
 static int send_one(ur_orbax_stream *st, const pending *p, ur_err *err)
 {
-    void *data = NULL;
-    int rc;
-    if (p->size > 0) {
-        data = mmap(NULL, p->size, PROT_READ, MAP_PRIVATE, p->fd, 0);
-        if (data == MAP_FAILED) {
-            return ur_err_set_os(err, UR_EIO, errno, p->key, "cannot map the data file");
-        }
-    }
-    rc = ur_kvstore_write(st->dst, p->key, data != NULL ? data : "", p->size, err);
-    if (data != NULL) {
-        munmap(data, p->size);
-    }
-    return rc;
+    const uint8_t *data = p->view.len > 0 ? p->view.data : (const uint8_t *)"";
+    return ur_kvstore_write(st->dst, p->key, data, p->view.len, err);
 }
 
 static void pending_dispose(pending *p)
 {
-    if (p->fd >= 0) {
-        close(p->fd);
+    if (p->held) {
+        ur_kvstore_view_release(&p->view);
     }
     ur_free(p->key);
-    p->fd = -1;
+    p->held = 0;
     p->key = NULL;
 }
 
@@ -167,29 +152,44 @@ int ur_orbax_stream_create(ur_orbax_stream **out, const char *dest, unsigned thr
     return UR_OK;
 }
 
-/* Open `path` and remove its name: the pending upload holds the file. */
+/* View the file `path` through a file store on its directory and delete its name there:
+ * the pending upload holds the bytes. */
 static int take_file(pending *p, const char *path, const char *key, ur_err *err)
 {
-    struct stat sb;
+    const char *slash = strrchr(path, '/');
+    char *dir = slash != NULL ? ur_strndup(path, (size_t)(slash - path + (slash == path))) : NULL;
+    const char *name = slash != NULL ? slash + 1 : path;
+    ur_kvstore *src = NULL;
+    int rc;
+
     p->key = ur_strdup(key);
-    if (p->key == NULL) {
+    if (p->key == NULL || (slash != NULL && dir == NULL)) {
+        ur_free(dir);
         return ur_err_oom(err);
     }
-    p->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (p->fd < 0 || fstat(p->fd, &sb) != 0 || unlink(path) != 0) {
-        int rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot hand the data file over");
-        pending_dispose(p);
-        return rc;
+    rc = ur_kvstore_file_open(&src, dir != NULL ? dir : ".", 1, err);
+    if (rc == UR_OK) {
+        rc = ur_kvstore_read_view(src, name, 0, &p->view, err);
+        p->held = 1; /* released also after a failed read */
     }
-    p->size = (size_t)sb.st_size;
-    return UR_OK;
+    if (rc == UR_OK) {
+        rc = ur_kvstore_delete(src, name, err);
+    }
+    ur_kvstore_close(src);
+    ur_free(dir);
+    if (rc < 0) {
+        pending_dispose(p);
+    }
+    return rc;
 }
 
 int ur_orbax_stream_push(void *stream, const char *path, const char *key, ur_err *err)
 {
     ur_orbax_stream *st = stream;
-    pending p = {-1, 0, NULL};
+    pending p;
     int rc;
+
+    memset(&p, 0, sizeof p);
     pthread_mutex_lock(&st->lock);
     while (st->rc == UR_OK && (st->n - st->head) + st->busy >= st->max_pending) {
         pthread_cond_wait(&st->cv, &st->lock);

@@ -7,6 +7,7 @@
  * skip ahead, so indices run 0, 1, 2, ... under each list. */
 #include "orbax_impl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,6 +140,23 @@ static size_t common_prefix(const ur_orbax_leaf *a, const ur_orbax_leaf *b)
     return i;
 }
 
+/* "<what>: <leaf's key path>: <problem>" as UR_ECORRUPT (the key path is written out here:
+ * leaves do not keep it, it would cost ~140 bytes each). */
+static int tree_fail(ur_err *err, const char *what, const ur_orbax_leaf *l, const char *problem)
+{
+    ur_buf kp;
+    ur_buf_init(&kp, 0);
+    int rc = ur_orbax_tree_keypath(&kp, l->path, l->depth, err);
+    if (rc == UR_OK) {
+        rc = ur_buf_append_byte(&kp, 0, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_err_set(err, UR_ECORRUPT, "%s: %s: %s", what, (const char *)kp.data, problem);
+    }
+    ur_buf_dispose(&kp);
+    return rc;
+}
+
 int ur_orbax_tree_order(ur_orbax_leaf *leaves, size_t *n, const char *what, ur_err *err)
 {
     size_t count = *n;
@@ -166,17 +184,15 @@ int ur_orbax_tree_order(ur_orbax_leaf *leaves, size_t *n, const char *what, ur_e
         const ur_orbax_leaf *cur = &leaves[i];
         const ur_orbax_leaf *prev = i > 0 ? &leaves[i - 1] : NULL;
         if (cur->depth == 0) {
-            return ur_err_set(err, UR_ECORRUPT, "%s: %s: empty key path", what, cur->keypath);
+            return tree_fail(err, what, cur, "empty key path");
         }
         size_t common = prev != NULL ? common_prefix(prev, cur) : 0;
         if (prev != NULL && common == cur->depth && common == prev->depth) {
-            return ur_err_set(err, UR_ECORRUPT, "%s: %s: duplicate key path", what, cur->keypath);
+            return tree_fail(err, what, cur, "duplicate key path");
         }
         if (prev != NULL && common < prev->depth && common < cur->depth &&
             prev->path[common].type != cur->path[common].type) {
-            return ur_err_set(err, UR_ECORRUPT,
-                              "%s: %s: mixes list indices and dict keys under one parent", what,
-                              cur->keypath);
+            return tree_fail(err, what, cur, "mixes list indices and dict keys under one parent");
         }
         for (size_t k = 0; k < cur->depth; k++) {
             if (cur->path[k].type != UR_ORBAX_KEY_SEQUENCE) {
@@ -210,10 +226,12 @@ int ur_orbax_tree_order(ur_orbax_leaf *leaves, size_t *n, const char *what, ur_e
                 }
             }
             if (!ok) {
-                return ur_err_set(err, UR_ECORRUPT,
-                                  "%s: %s: list index %s out of sequence (indices must run "
-                                  "0, 1, 2, ... with no gaps)",
-                                  what, cur->keypath, idx);
+                char msg[160];
+                snprintf(msg, sizeof msg,
+                         "list index %.40s out of sequence (indices must run 0, 1, 2, ... with "
+                         "no gaps)",
+                         idx);
+                return tree_fail(err, what, cur, msg);
             }
         }
     }

@@ -349,12 +349,45 @@ static int clear_dest(ur_kvstore *dst, const ur_orbax_upload_opts *opts, ur_err 
     return rc;
 }
 
+/* ---- an upload over an earlier one (ur_orbax_upload_opts.sent) ---- */
+
+/* Drop from l the data objects opts->sent says are at dest already. */
+static void skip_sent(item_list *l, const ur_orbax_upload_opts *opts)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        if (l->v[i].phase == 0 && opts->sent(opts->sent_ctx, l->v[i].key, l->v[i].size)) {
+            ur_free(l->v[i].key);
+        } else {
+            l->v[kept++] = l->v[i];
+        }
+    }
+    l->n = kept;
+}
+
+/* Delete the data objects dest holds (`old`) that src does not. */
+static int prune_stale(job *j, const item_list *old, ur_err *err)
+{
+    int rc = UR_OK;
+    for (size_t i = 0; i < old->n && rc == UR_OK; i++) {
+        uint64_t size;
+        ur_err ignored;
+        if (old->v[i].phase == 0 &&
+            ur_kvstore_size(j->src, old->v[i].key, &size, &ignored) == UR_ENOTFOUND) {
+            rc = ur_kvstore_delete(j->dst, old->v[i].key, err);
+        }
+    }
+    return rc;
+}
+
 int ur_orbax_upload(const char *src, const char *dest, const ur_orbax_upload_opts *opts,
                     const volatile sig_atomic_t *cancel, ur_err *err)
 {
     job j;
     item_list l = {0};
+    item_list old = {0}; /* with opts->sync: what dest holds */
     unsigned threads = opts != NULL && opts->threads > 0 ? opts->threads : 8;
+    int sync = opts != NULL && opts->sent != NULL;
     int rc;
 
     memset(&j, 0, sizeof j);
@@ -372,18 +405,26 @@ int ur_orbax_upload(const char *src, const char *dest, const ur_orbax_upload_opt
         rc = opts != NULL ? list_units(j.src, opts->units, opts->n_units, &l, err)
                           : list_all(j.src, &l, err);
     }
-    if (rc == UR_OK && !(opts != NULL && opts->add)) {
+    if (rc == UR_OK && sync) {
+        skip_sent(&l, opts);
+    }
+    if (rc == UR_OK && sync && opts->prune) {
+        rc = list_all(j.dst, &old, err);
+    }
+    if (rc == UR_OK && !(opts != NULL && (opts->add || sync))) {
         rc = opts != NULL ? ur_orbax_upload_check_units(dest, opts->units, opts->n_units,
                                                         opts->replace, err)
                           : ur_orbax_upload_check_dest(dest, 0, err);
     }
-    if (rc == UR_OK && opts != NULL && opts->replace && !opts->add) {
+    if (rc == UR_OK && opts != NULL && opts->replace && !opts->add && !sync) {
         rc = clear_dest(j.dst, opts, err);
     }
     if (rc < 0) {
         goto out;
     }
-    qsort(l.v, l.n, sizeof *l.v, cmp_upload);
+    if (l.n > 0) { /* nothing left to send (a share whose files are all in the store) */
+        qsort(l.v, l.n, sizeof *l.v, cmp_upload);
+    }
     for (size_t i = 0; i < l.n; i++) {
         j.total += l.v[i].size;
     }
@@ -398,7 +439,14 @@ int ur_orbax_upload(const char *src, const char *dest, const ur_orbax_upload_opt
             rc = run_phase(&j, data_end, l.n, 1);
         }
     }
-    if (rc < 0) {
+    if (rc == UR_OK && sync && opts->prune) {
+        rc = prune_stale(&j, &old, err);
+    }
+    if (rc < 0 && sync) {
+        if (err != NULL && j.rc < 0) {
+            *err = j.err;
+        }
+    } else if (rc < 0) {
         ur_err e;
         size_t written = 0, failed;
         for (size_t i = 0; i < l.n; i++) {
@@ -421,6 +469,7 @@ int ur_orbax_upload(const char *src, const char *dest, const ur_orbax_upload_opt
     }
 out:
     items_dispose(&l);
+    items_dispose(&old);
     ur_kvstore_close(j.src);
     ur_kvstore_close(j.dst);
     pthread_mutex_destroy(&j.lock);

@@ -7,6 +7,7 @@
 
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
+#include "unroll/side.h"
 #include "unroll/strmap.h"
 
 #include <errno.h>
@@ -40,6 +41,12 @@ struct ur_orbax_writer {
     char *item_dir;
     ur_orbax_write_opts opts;
     ur_orbax_arena arena;
+    /* Every byte goes through these stores (publication aside: the rename of tmp_dir):
+     * step_kv holds tmp_dir, item_kv is its item's keys ("items/..."), and kv is what the
+     * arrays go to (an OCDBT writer on item_kv, or item_kv itself for plain zarr). Share
+     * mode writes its database with a store of its own (kv) and nothing else. */
+    ur_kvstore *step_kv;
+    ur_kvstore *item_kv;
     ur_kvstore *kv;
     wleaf *leaves;
     size_t n_leaves;
@@ -84,6 +91,23 @@ static int64_t now_ns(void)
         return 0;
     }
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Plain zarr: a chunk the arrays stored to opts.ocdbt.on_data_file, as the OCDBT writer hands
+ * over its data files. The arrays' metadata (zarr.json; zarr2 .zarray, .zattrs) stays for the
+ * check of the staged output and the final upload, as does the item's, written at the commit. */
+static int hand_over_value(void *ctx, const char *key, ur_err *err)
+{
+    static const char *const meta[] = {"zarr.json", ".zarray", ".zattrs", ".zgroup"};
+    ur_orbax_writer *w = ctx;
+    const char *base = strrchr(key, '/');
+    base = base != NULL ? base + 1 : key;
+    for (size_t i = 0; i < sizeof meta / sizeof meta[0]; i++) {
+        if (strcmp(base, meta[i]) == 0) {
+            return UR_OK;
+        }
+    }
+    return w->opts.ocdbt.on_data_file(w->opts.ocdbt.on_data_file_ctx, w->item_dir, key, err);
 }
 
 /* Share mode: only `<step_dir>/<item>/ocdbt.process_<i>/`, started afresh. */
@@ -142,7 +166,7 @@ int ur_orbax_writer_create(ur_orbax_writer **out, const char *step_dir,
         ur_orbax_write_opts_init(&w->opts);
     }
     if (w->opts.item_name == NULL || w->opts.item_name[0] == '\0' ||
-        strchr(w->opts.item_name, '/') != NULL) {
+        strchr(w->opts.item_name, '/') != NULL || strlen(w->opts.item_name) > 255) {
         rc = ur_err_set(err, UR_EINVAL, "bad item name");
         goto fail;
     }
@@ -214,10 +238,19 @@ int ur_orbax_writer_create(ur_orbax_writer **out, const char *step_dir,
         goto fail;
     }
     w->init_ns = now_ns();
-    if (w->opts.use_ocdbt) {
-        rc = ur_ocdbt_create(&w->kv, w->item_dir, &w->opts.ocdbt, err);
-    } else {
-        rc = ur_kvstore_file_open(&w->kv, w->item_dir, 1, err);
+    rc = ur_kvstore_file_open(&w->step_kv, w->tmp_dir, 1, err);
+    if (rc == UR_OK) {
+        char prefix[258]; /* the item's name (at most 255 bytes) and '/' */
+        snprintf(prefix, sizeof prefix, "%s/", w->opts.item_name);
+        rc = ur_kvstore_prefix_open(&w->item_kv, w->step_kv, prefix, 0, err);
+    }
+    if (rc == UR_OK && w->opts.use_ocdbt) {
+        rc = ur_ocdbt_create_kv(&w->kv, w->item_kv, 0, w->item_dir, &w->opts.ocdbt, err);
+    } else if (rc == UR_OK) {
+        w->kv = w->item_kv;
+        if (w->opts.ocdbt.on_data_file != NULL) { /* each chunk handed over as it is stored */
+            ur_kvstore_prefix_on_write(w->item_kv, hand_over_value, w);
+        }
     }
     if (rc < 0) {
         goto fail;
@@ -315,16 +348,16 @@ static int count_leaf(ur_orbax_writer *w, ur_err *err)
     return UR_OK;
 }
 
-/* The whole key path of l, in the writer's path buffer (valid until the next call). */
-static const ur_orbax_key *full_path(ur_orbax_writer *w, const wleaf *l, ur_err *err)
+/* The whole key path of l, in `buf` (valid until its next use). */
+static const ur_orbax_key *full_path(ur_buf *buf, const wleaf *l, ur_err *err)
 {
     size_t n = (size_t)l->depth * sizeof(ur_orbax_key);
     ur_orbax_key *p;
-    ur_buf_reset(&w->path_buf);
-    if (ur_buf_reserve(&w->path_buf, n, err) < 0) {
+    ur_buf_reset(buf);
+    if (ur_buf_reserve(buf, n, err) < 0) {
         return NULL;
     }
-    p = (ur_orbax_key *)(void *)w->path_buf.data;
+    p = (ur_orbax_key *)(void *)buf->data;
     memset(p, 0, n);
     if (l->depth > 1) {
         memcpy(p, l->prefix, (l->depth - 1) * sizeof *p);
@@ -402,7 +435,7 @@ static int add_leaf(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth, 
 /* The leaf's name (keys joined by '.'), in the writer's scratch buffer. */
 static const char *leaf_name(ur_orbax_writer *w, const wleaf *l, ur_err *err)
 {
-    const ur_orbax_key *p = full_path(w, l, err);
+    const ur_orbax_key *p = full_path(&w->path_buf, l, err);
     int rc = p != NULL ? UR_OK : err->code;
     ur_buf_reset(&w->scratch);
     if (rc == UR_OK) {
@@ -696,25 +729,19 @@ int ur_orbax_writer_set_custom_metadata(ur_orbax_writer *w, const char *json, ur
     return UR_OK;
 }
 
-static int write_json_file(const char *dir, const char *name, const ur_buf *b, ur_err *err)
+static int write_json_file(ur_kvstore *kv, const char *key, const ur_buf *b, ur_err *err)
 {
-    char *path = ur_path_join(dir, name);
-    if (path == NULL) {
-        return ur_err_oom(err);
-    }
-    int rc = ur_fs_write_file(path, b->data, b->len, err);
-    ur_free(path);
-    return rc;
+    return ur_kvstore_write(kv, key, b->data, b->len, err);
 }
 
-/* The full record of a kept leaf, its name and key path in `a`. */
-static int expand_leaf(ur_orbax_writer *w, const wleaf *k, ur_orbax_leaf *l, ur_orbax_arena *a,
-                       ur_err *err)
+/* The full record of a kept leaf, its name and key path in `a` (scratch: buffers of the
+ * calling thread). */
+static int expand_leaf(const ur_orbax_writer *w, const wleaf *k, ur_orbax_leaf *l,
+                       ur_orbax_arena *a, ur_buf *b, ur_buf *path_buf, ur_err *err)
 {
-    ur_buf *b = &w->scratch;
     int rc;
 
-    const ur_orbax_key *p = full_path(w, k, err);
+    const ur_orbax_key *p = full_path(path_buf, k, err);
     ur_orbax_key *path = p != NULL ? ur_orbax__arena_alloc(a, k->depth * sizeof(*path)) : NULL;
     memset(l, 0, sizeof(*l));
     if (path == NULL) {
@@ -747,73 +774,166 @@ static int expand_leaf(ur_orbax_writer *w, const wleaf *k, ur_orbax_leaf *l, ur_
     ur_buf_reset(b);
     rc = ur_orbax_tree_name(b, l->path, k->depth, err);
     l->name = rc == UR_OK ? ur_orbax__arena_strndup(a, (const char *)b->data, b->len) : NULL;
-    ur_buf_reset(b);
-    if (rc == UR_OK) {
-        rc = ur_orbax_tree_keypath(b, l->path, k->depth, err);
-    }
-    l->keypath = rc == UR_OK ? ur_orbax__arena_strndup(a, (const char *)b->data, b->len) : NULL;
-    if (rc == UR_OK && (l->name == NULL || l->keypath == NULL)) {
+    if (rc == UR_OK && l->name == NULL) {
         rc = ur_err_oom(err);
     }
     return rc;
 }
 
-static int write_item_metadata(ur_orbax_writer *w, const char *dir_out, ur_err *err)
-{
-    ur_buf b;
-    ur_buf_init(&b, 0);
-    const char **names = NULL;
-    ur_orbax_sharding *sh = NULL;
-    ur_orbax_array_meta *am = NULL;
-    ur_orbax_leaf *ordered = NULL;
+/* The output's leaves expanded to full records in tree order, for the metadata files. */
+typedef struct {
+    ur_orbax_leaf *ordered;
+    size_t n;
     ur_orbax_arena names_arena;
+} item_meta;
+
+static void item_meta_dispose(item_meta *im)
+{
+    ur_free(im->ordered);
+    ur_orbax__arena_dispose(&im->names_arena);
+}
+
+/* Leaves [lo, hi) expanded by one thread, into its own arena. */
+typedef struct {
+    const ur_orbax_writer *w;
+    item_meta *im;
+    size_t lo, hi;
+    ur_orbax_arena arena;
+} expand_part;
+
+static int expand_range(void *ctx, ur_err *err)
+{
+    expand_part *p = ctx;
+    ur_buf name, path;
     int rc = UR_OK;
-    size_t n = w->n_leaves;
+    ur_buf_init(&name, 0);
+    ur_buf_init(&path, 0);
+    for (size_t i = p->lo; i < p->hi && rc == UR_OK; i++) {
+        rc = expand_leaf(p->w, &p->w->leaves[i], &p->im->ordered[i], &p->arena, &name, &path, err);
+    }
+    ur_buf_dispose(&name);
+    ur_buf_dispose(&path);
+    return rc;
+}
 
-    ur_orbax__arena_init(&names_arena);
+/* Output leaves expanded on two threads when there are many (each half into its arena). */
+#define EXPAND_SPLIT_MIN 2048
 
+static int item_meta_prepare(ur_orbax_writer *w, item_meta *im, ur_err *err)
+{
+    size_t n = w->n_leaves, kept = n, mid = n >= EXPAND_SPLIT_MIN ? n / 2 : n;
+    expand_part part[2];
+    ur_side side;
+    int rc = UR_OK, side_rc;
+
+    memset(im, 0, sizeof *im);
+    ur_orbax__arena_init(&im->names_arena);
+    im->n = n;
+    im->ordered = ur_malloc((n ? n : 1) * sizeof(*im->ordered));
+    if (im->ordered == NULL) {
+        return ur_err_oom(err);
+    }
+    for (int k = 0; k < 2; k++) {
+        part[k].w = w;
+        part[k].im = im;
+        part[k].lo = k == 0 ? 0 : mid;
+        part[k].hi = k == 0 ? mid : n;
+        ur_orbax__arena_init(&part[k].arena);
+    }
+    if (mid < n) {
+        ur_side_start(&side, expand_range, &part[1]);
+    }
+    rc = expand_range(&part[0], err);
+    side_rc = mid < n ? ur_side_join(&side) : UR_OK;
+    if (rc == UR_OK && side_rc < 0) {
+        *err = side.err;
+        rc = side_rc;
+    }
+    for (int k = 0; k < 2; k++) {
+        ur_orbax__arena_adopt(&im->names_arena, &part[k].arena);
+    }
     /* _METADATA lists the leaves in tree order; the order check also catches gaps in list
      * indices and mixed list/dict parents, which Orbax could not restore. */
-    ordered = ur_malloc((n ? n : 1) * sizeof(*ordered));
-    names = ur_malloc((n ? n : 1) * sizeof(*names));
-    sh = ur_malloc((n ? n : 1) * sizeof(*sh));
-    am = ur_calloc(n ? n : 1, sizeof(*am));
-    if (ordered == NULL || names == NULL || sh == NULL || am == NULL) {
-        rc = ur_err_oom(err);
-        goto out;
+    if (rc == UR_OK) {
+        rc = ur_orbax_tree_order(im->ordered, &kept, "checkpoint tree", err);
     }
-    for (size_t i = 0; i < n && rc == UR_OK; i++) {
-        rc = expand_leaf(w, &w->leaves[i], &ordered[i], &names_arena, err);
-    }
-    if (rc < 0) {
-        goto out;
-    }
-    size_t kept = n;
-    rc = ur_orbax_tree_order(ordered, &kept, "checkpoint tree", err);
     if (rc == UR_OK && kept != n) {
         rc = ur_err_set(err, UR_EINVAL, "a leaf's path is a prefix of another leaf's path");
     }
-    if (rc < 0) {
-        goto out;
+    return rc;
+}
+
+static int writer_sink(void *ctx, const void *data, size_t n, ur_err *err)
+{
+    return ur_kvstore_writer_append(ctx, data, n, err);
+}
+
+/* The writer of a metadata file `key` finished when rc is UR_OK, else abandoned (nothing
+ * appears under the key); returns rc or the finish's error. */
+static int end_stream(ur_kvstore_writer *out, int rc, ur_err *err)
+{
+    if (rc == UR_OK) {
+        return ur_kvstore_writer_finish(out, err);
     }
+    ur_kvstore_writer_abort(out);
+    return rc;
+}
+
+/* _METADATA into kv, streamed piece by piece through one writer (ur_orbax_meta_emit_to). */
+static int write_tree_metadata(const ur_orbax_writer *w, const item_meta *im, ur_kvstore *kv,
+                               ur_err *err)
+{
     ur_orbax_meta m;
+    ur_kvstore_writer *out = NULL;
+
     memset(&m, 0, sizeof(m));
-    m.leaves = ordered;
-    m.n_leaves = n;
+    m.leaves = im->ordered;
+    m.n_leaves = im->n;
     m.use_ocdbt = w->opts.use_ocdbt ? 1 : 0;
     m.use_zarr3 = w->opts.use_zarr3 ? 1 : 0;
     m.store_fill = 1;
-    rc = ur_orbax_meta_emit(&b, &m, err);
-    if (rc == UR_OK) {
-        rc = write_json_file(dir_out, "_METADATA", &b, err);
-    }
-    if (rc < 0) {
+    int rc = ur_kvstore_writer_open(&out, kv, "_METADATA", UR_KVSTORE_WRITER_ATOMIC, err);
+    return rc == UR_OK ? end_stream(out, ur_orbax_meta_emit_to(&m, writer_sink, out, err), err)
+                       : rc;
+}
+
+/* array_metadatas, written beside _sharding (write_array_metadata). The metadata stores are
+ * file stores (the staging tree), whose writers of two keys are independent. */
+typedef struct {
+    const ur_orbax_array_meta *am;
+    size_t n;
+    ur_kvstore *kv;
+    const char *key;
+} am_job;
+
+static int write_am_job(void *ctx, ur_err *err)
+{
+    am_job *j = ctx;
+    ur_kvstore_writer *out = NULL;
+    int rc = ur_kvstore_writer_open(&out, j->kv, j->key, UR_KVSTORE_WRITER_ATOMIC, err);
+    return rc == UR_OK
+               ? end_stream(out, ur_orbax_array_meta_emit_to(j->am, j->n, writer_sink, out, err),
+                            err)
+               : rc;
+}
+
+/* _sharding and array_metadatas into kv (when the output has arrays). */
+static int write_array_metadata(const ur_orbax_writer *w, const item_meta *im, ur_kvstore *kv,
+                                ur_err *err)
+{
+    size_t n = im->n, na = 0;
+    const char **names = ur_malloc((n ? n : 1) * sizeof(*names));
+    ur_orbax_sharding *sh = ur_malloc((n ? n : 1) * sizeof(*sh));
+    ur_orbax_array_meta *am = ur_calloc(n ? n : 1, sizeof(*am));
+    ur_kvstore_writer *out = NULL;
+    int rc = UR_OK;
+
+    if (names == NULL || sh == NULL || am == NULL) {
+        rc = ur_err_oom(err);
         goto out;
     }
-
-    size_t na = 0;
     for (size_t i = 0; i < n; i++) {
-        const ur_orbax_leaf *l = &ordered[i];
+        const ur_orbax_leaf *l = &im->ordered[i];
         if (l->value_type != UR_ORBAX_VALUE_JAX_ARRAY) {
             continue;
         }
@@ -826,56 +946,117 @@ static int write_item_metadata(ur_orbax_writer *w, const char *dir_out, ur_err *
         am[na].chunk_shape = l->chunk_shape;
         na++;
     }
-    if (na > 0) {
-        ur_buf_reset(&b);
-        rc = ur_orbax_sharding_emit(&b, names, sh, na, err);
-        if (rc == UR_OK) {
-            rc = write_json_file(dir_out, "_sharding", &b, err);
-        }
-        if (rc < 0) {
-            goto out;
-        }
-        /* in share mode the finisher moves array_metadatas.json to array_metadatas/process_0 */
-        char *dir = w->share_meta_dir != NULL ? ur_strdup(dir_out)
-                                              : ur_path_join(dir_out, "array_metadatas");
-        if (dir == NULL) {
-            rc = ur_err_oom(err);
-            goto out;
-        }
-        ur_buf_reset(&b);
-        rc = ur_fs_mkdirs_under(dir_out, dir, err);
-        if (rc == UR_OK) {
-            rc = ur_orbax_array_meta_emit(&b, am, na, err);
-        }
-        if (rc == UR_OK) {
-            rc = write_json_file(
-                dir, w->share_meta_dir != NULL ? "array_metadatas.json" : "process_0", &b, err);
-        }
-        if (rc == UR_OK) {
-            rc = ur_fs_fsync_dir(dir, err);
-        }
-        ur_free(dir);
+    if (na == 0) {
+        goto out;
+    }
+    /* array_metadatas on a second thread while this one writes _sharding (both streamed piece
+     * by piece); in share mode the finisher moves array_metadatas.json to
+     * array_metadatas/process_0 */
+    am_job job = {am, na, kv,
+                  w->share_meta_dir != NULL ? "array_metadatas.json"
+                                            : "array_metadatas/process_0"};
+    ur_side side;
+    ur_side_start(&side, write_am_job, &job);
+    rc = ur_kvstore_writer_open(&out, kv, "_sharding", UR_KVSTORE_WRITER_ATOMIC, err);
+    if (rc == UR_OK) {
+        rc = end_stream(out, ur_orbax_sharding_emit_to(names, sh, na, writer_sink, out, err), err);
+    }
+    int side_rc = ur_side_join(&side);
+    if (rc == UR_OK && side_rc < 0) {
+        *err = side.err;
+        rc = side_rc;
     }
 out:
-    ur_buf_dispose(&b);
-    ur_free(ordered);
     ur_free(names);
     ur_free(sh);
     ur_free(am);
-    ur_orbax__arena_dispose(&names_arena);
     return rc;
 }
 
-static int write_commit_marker(const char *dir, const char *final_dir, ur_err *err)
+/* The metadata files of the prepared leaves into kv (the item's keys; in share mode the
+ * share's metadata directory), one after the other, each streamed in pieces of about a MiB
+ * (_METADATA's emitted two at a time on two threads): with 200,000 output leaves their whole
+ * texts (140 MB) were the run's peak of memory. Made durable by the caller's commit of the
+ * store. */
+static int write_item_metadata(const ur_orbax_writer *w, const item_meta *im, ur_kvstore *kv,
+                               ur_err *err)
+{
+    int rc = write_tree_metadata(w, im, kv, err);
+    return rc == UR_OK ? write_array_metadata(w, im, kv, err) : rc;
+}
+
+/* The array store committed (OCDBT: the B+tree and the manifest) and, when it is not the
+ * item's own view (plain zarr), closed. */
+static int commit_store(void *ctx, ur_err *err)
+{
+    ur_orbax_writer *w = ctx;
+    int rc = ur_kvstore_commit(w->kv, err);
+    if (w->kv != w->item_kv) {
+        ur_kvstore_close(w->kv);
+    }
+    w->kv = NULL;
+    return rc;
+}
+
+static int write_commit_marker(ur_kvstore *kv, const char *final_dir, ur_err *err)
 {
     ur_buf b;
     ur_buf_init(&b, 0);
     int rc = ur_buf_printf(&b, err, "Checkpoint commit was successful to %s", final_dir);
     if (rc == UR_OK) {
-        rc = write_json_file(dir, "commit_success.txt", &b, err);
+        rc = write_json_file(kv, "commit_success.txt", &b, err);
     }
     ur_buf_dispose(&b);
     return rc;
+}
+
+/* A share ends here: its database first, then its metadata, which the finisher takes as the
+ * sign of a complete share (unroll/orbax_share.h). */
+static int commit_share(ur_orbax_writer *w, ur_err *err)
+{
+    item_meta im;
+    ur_kvstore *meta = NULL;
+    int rc = commit_store(w, err);
+
+    memset(&im, 0, sizeof im);
+    if (rc == UR_OK) {
+        rc = item_meta_prepare(w, &im, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_kvstore_file_open(&meta, w->share_meta_dir, 1, err);
+    }
+    if (rc == UR_OK) {
+        rc = write_item_metadata(w, &im, meta, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_kvstore_commit(meta, err);
+    }
+    ur_kvstore_close(meta);
+    item_meta_dispose(&im);
+    return rc;
+}
+
+/* The item: its array store committed on a second thread while this one orders the leaves
+ * (both serial work, seconds with 100,000 leaves, all of it in the temporary directory),
+ * then its metadata and marker. */
+static int commit_item(ur_orbax_writer *w, ur_err *err)
+{
+    item_meta im;
+    ur_side side;
+    int rc, side_rc;
+
+    ur_side_start(&side, commit_store, w);
+    rc = item_meta_prepare(w, &im, err);
+    side_rc = ur_side_join(&side);
+    if (side_rc < 0) {
+        *err = side.err;
+        rc = side_rc;
+    }
+    if (rc == UR_OK) {
+        rc = write_item_metadata(w, &im, w->item_kv, err);
+    }
+    item_meta_dispose(&im);
+    return rc == UR_OK ? write_commit_marker(w->item_kv, w->final_dir, err) : rc;
 }
 
 int ur_orbax_writer_commit(ur_orbax_writer *w, ur_err *err)
@@ -892,26 +1073,14 @@ int ur_orbax_writer_commit(ur_orbax_writer *w, ur_err *err)
         rc = ur_err_set(err, UR_EINVAL, "a checkpoint needs at least one leaf");
         goto out;
     }
-    rc = ur_kvstore_commit(w->kv, err);
-    ur_kvstore_close(w->kv);
-    w->kv = NULL;
-    if (rc == UR_OK && w->share_meta_dir != NULL) {
-        /* a share ends here: the finisher writes the rest (unroll/orbax_share.h) */
-        rc = write_item_metadata(w, w->share_meta_dir, err);
-        if (rc == UR_OK) {
-            rc = ur_fs_fsync_dir(w->share_meta_dir, err);
-        }
+    if (w->kv == w->item_kv) { /* the metadata stays for the final upload, after the data */
+        ur_kvstore_prefix_on_write(w->item_kv, NULL, NULL);
+    }
+    if (w->share_meta_dir != NULL) {
+        rc = commit_share(w, err);
         goto out;
     }
-    if (rc == UR_OK) {
-        rc = write_item_metadata(w, w->item_dir, err);
-    }
-    if (rc == UR_OK) {
-        rc = write_commit_marker(w->item_dir, w->final_dir, err);
-    }
-    if (rc == UR_OK) {
-        rc = ur_fs_fsync_dir(w->item_dir, err);
-    }
+    rc = commit_item(w, err);
     if (rc < 0) {
         goto out;
     }
@@ -930,17 +1099,22 @@ int ur_orbax_writer_commit(ur_orbax_writer *w, ur_err *err)
     sm.custom_metadata_json = w->custom_metadata;
     rc = ur_orbax_ckpt_meta_emit(&b, &sm, err);
     if (rc == UR_OK) {
-        rc = write_json_file(w->tmp_dir, "_CHECKPOINT_METADATA", &b, err);
+        rc = write_json_file(w->step_kv, "_CHECKPOINT_METADATA", &b, err);
     }
     if (rc == UR_OK) {
-        rc = write_commit_marker(w->tmp_dir, w->final_dir, err);
+        rc = write_commit_marker(w->step_kv, w->final_dir, err);
     }
-    if (rc == UR_OK) {
-        rc = ur_fs_fsync_dir(w->tmp_dir, err);
+    if (rc == UR_OK) { /* every file and directory of the step, before it is published */
+        rc = ur_kvstore_commit(w->step_kv, err);
     }
     if (rc < 0) {
         goto out;
     }
+    /* Publication stays a file-system step of the local output: the rename of the staging
+     * directory (docs/ARCHITECTURE.md). */
+    ur_kvstore_close(w->item_kv);
+    ur_kvstore_close(w->step_kv);
+    w->item_kv = w->step_kv = NULL;
     if (rename(w->tmp_dir, w->final_dir) != 0) {
         rc = ur_err_set_os(err, UR_EIO, errno, w->final_dir, "cannot rename %s into place",
                            w->tmp_dir);
@@ -978,7 +1152,11 @@ void ur_orbax_writer_abort(ur_orbax_writer *w)
     for (size_t i = 0; i < w->n_arrays; i++) {
         ur_zarr_array_close(w->arrays[i]);
     }
-    ur_kvstore_close(w->kv);
+    if (w->kv != w->item_kv) {
+        ur_kvstore_close(w->kv);
+    }
+    ur_kvstore_close(w->item_kv);
+    ur_kvstore_close(w->step_kv);
     if (w->tmp_dir != NULL) {
         ur_err ignored;
         ur_fs_remove_tree(w->tmp_dir, &ignored);

@@ -12,7 +12,7 @@ static void check_leaves(const ur_orbax_meta *m)
 
     for (size_t i = 0; i < m->n_leaves; i++) {
         const ur_orbax_leaf *l = &m->leaves[i];
-        fz_check(l->keypath != NULL && l->name != NULL);
+        fz_check(l->name != NULL && (l->depth == 0 || l->path != NULL));
         fz_check(l->write_shape_rank >= -1 && l->write_shape_rank <= UR_MAX_RANK);
         ur_buf_init(&a, 0);
         if (ur_orbax_tree_name(&a, l->path, l->depth, &err) < 0) {
