@@ -41,6 +41,11 @@ typedef struct ur_exec_opts {
      * all of it. */
     int process_count;
     int process_index;
+    /* A run of several units (LoRA: the base and each adapter) cut as one: with
+     * share_total > 0 this plan's chunks are bytes [share_before, share_before + its bytes)
+     * of a stream of share_total bytes, and the cut is over that stream
+     * (ur_exec_share_range_at); 0: over this plan alone. */
+    uint64_t share_before, share_total;
     /* Bytes of input one worker's slab may take; 0: memory_limit / threads. The output chunk
      * shape follows the slabs, so every process of a multi-process run must use the same. */
     uint64_t slab_budget;
@@ -100,5 +105,17 @@ typedef struct ur_exec_chunks {
  * indices over groups g[0..n). (src/plan/plan_share.c) */
 void ur_exec_share_range(const ur_exec_chunks *g, size_t n, int count, int index, uint64_t *lo,
                          uint64_t *hi);
+
+/* The same for a plan whose chunks are bytes [before, before + its bytes) of a stream of
+ * `total` bytes cut as one (several units of one run): the chunk that starts at byte B of
+ * this plan belongs to process floor((before + B) * count / total). The shares of the
+ * units' ranges partition each unit's chunks, whatever the numbers. */
+void ur_exec_share_range_at(const ur_exec_chunks *g, size_t n, int count, int index,
+                            uint64_t before, uint64_t total, uint64_t *lo, uint64_t *hi);
+
+/* The decoded input bytes a share cut counts for `plan` over `in` (every kept array's
+ * chunks: the same sum every process computes; ur_exec_share_range's total). */
+int ur_plan_exec_input_bytes(const ur_plan *plan, const ur_orbax_ckpt *in, uint64_t *bytes,
+                             ur_err *err);
 
 #endif

@@ -53,7 +53,7 @@ typedef struct ur_run_opts {
     /* Multi-process runs (unroll/orbax_share.h): with process_count > 1 this process
      * converts share process_index; `resume` runs one process the same way (share 0 of 1),
      * so a killed run rerun with the same arguments continues. A run already staged for the
-     * destination is continued whatever `resume` says. Local paths only; no LoRA adapters;
+     * destination is continued whatever `resume` says. Local inputs only (LoRA adapters too);
      * run_name must be set. Ignored in a dry run. */
     int process_count; /* 0 or 1: one process */
     int process_index;

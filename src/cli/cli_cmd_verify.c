@@ -8,6 +8,7 @@
 #include "unroll/orbax.h"
 #include "unroll/plan_run.h"
 #include "unroll/plan_verify.h"
+#include "unroll/side.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -106,6 +107,40 @@ static int parse_args(verify_args *a, int argc, char **argv)
     return -1;
 }
 
+typedef struct {
+    ur_orbax_ckpt *ck;
+    const char *path;
+} open_job;
+
+static int open_one(void *ctx, ur_err *err)
+{
+    open_job *j = ctx;
+    return ur_orbax_ckpt_open(&j->ck, j->path, 0, err);
+}
+
+/* The two checkpoints, opened at once (most of a verify of many small leaves is parsing
+ * their metadata); the input's error first, as if opened one after the other. */
+static int open_both(ur_orbax_ckpt **in, ur_orbax_ckpt **out, const verify_args *a, ur_err *err)
+{
+    open_job ji = {NULL, a->in};
+    ur_side side;
+    ur_err out_err;
+    int rc, out_rc;
+    ur_err_clear(&out_err);
+    ur_side_start(&side, open_one, &ji);
+    out_rc = ur_orbax_ckpt_open(out, a->out, 0, &out_err);
+    rc = ur_side_join(&side);
+    *in = ji.ck;
+    if (rc < 0) {
+        *err = side.err;
+        return rc;
+    }
+    if (out_rc < 0) {
+        *err = out_err;
+    }
+    return out_rc;
+}
+
 int cli_cmd_verify(int argc, char **argv)
 {
     verify_args a;
@@ -128,10 +163,7 @@ int cli_cmd_verify(int argc, char **argv)
     rc = ur_plan_verify_config_read(&vo, a.config, a.overrides, a.n_overrides,
                                     (const char *const *)environ, &err);
     if (rc == UR_OK) {
-        rc = ur_orbax_ckpt_open(&in, a.in, 0, &err);
-    }
-    if (rc == UR_OK) {
-        rc = ur_orbax_ckpt_open(&out, a.out, 0, &err);
+        rc = open_both(&in, &out, &a, &err);
     }
     if (rc == UR_OK) {
         rc = ur_plan_verify_run(&rep, in, out, &vo, &err);

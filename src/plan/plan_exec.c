@@ -705,7 +705,12 @@ static int select_share(runner *r, ur_err *err)
         for (size_t i = 0; i < r->n_refs; i++) {
             g[i] = gm[i].g;
         }
-        ur_exec_share_range(g, r->n_refs, o->process_count, o->process_index, &lo, &hi);
+        if (o->share_total > 0) {
+            ur_exec_share_range_at(g, r->n_refs, o->process_count, o->process_index,
+                                   o->share_before, o->share_total, &lo, &hi);
+        } else {
+            ur_exec_share_range(g, r->n_refs, o->process_count, o->process_index, &lo, &hi);
+        }
         ur_free(g);
         r->start = item_of_chunk(r, gm, lo);
         r->end = item_of_chunk(r, gm, hi);
@@ -757,6 +762,28 @@ static int declare_others(runner *r, int before, ur_err *err)
         }
     }
     return rc;
+}
+
+int ur_plan_exec_input_bytes(const ur_plan *plan, const ur_orbax_ckpt *in, uint64_t *bytes,
+                             ur_err *err)
+{
+    *bytes = 0;
+    for (size_t i = 0; i < plan->n_actions; i++) {
+        const ur_plan_action *a = &plan->actions[i];
+        const ur_orbax_leaf *leaf = ur_orbax_ckpt_leaf(in, i);
+        ur_zarr_info info;
+        int rc;
+        /* the leaves index_leaves gives items (an empty array has no chunk) */
+        if (a->kind == UR_PLAN_DROP || a->out_dtype == UR_DT_INVALID || !leaf->has_array) {
+            continue;
+        }
+        rc = leaf_info(leaf, &info, err);
+        if (rc < 0) {
+            return ur_err_wrap(err, "tensor '%s'", leaf->name);
+        }
+        *bytes += info.chunk_count * info.chunk_bytes;
+    }
+    return UR_OK;
 }
 
 uint64_t ur_exec_default_memory(int threads, uint64_t phys_bytes)

@@ -56,6 +56,7 @@ static int check_cancel(const ur_run_opts *o, ur_err *err)
 typedef struct {
     ur_orbax_writer *w;
     ur_orbax_share *share;
+    const ur_run_share *sh;
 } share_piece_ctx;
 
 /* ur_exec_opts.piece of a share: snapshot its database, then record the resume point. */
@@ -63,7 +64,13 @@ static int share_piece(void *ctx, uint64_t next_item, ur_err *err)
 {
     share_piece_ctx *p = ctx;
     int rc = ur_orbax_writer_snapshot(p->w, err);
-    return rc == UR_OK ? ur_orbax_share_save_progress(p->share, next_item, err) : rc;
+    if (rc == UR_OK) {
+        rc = ur_orbax_share_save_progress(p->share, next_item, err);
+    }
+    if (rc == UR_OK && p->sh->on_commit != NULL) {
+        rc = p->sh->on_commit(p->sh->commit_ctx, next_item, err);
+    }
+    return rc;
 }
 
 /* The share's settings of the writer and the executor (sh NULL: an ordinary run). */
@@ -87,6 +94,8 @@ static void share_opts(const ur_run_share *sh, ur_orbax_write_opts *wo, ur_exec_
     eo->piece_ctx = piece;
     eo->piece_bytes = sh->commit_every;
     eo->resume_from = sh->resume_from;
+    eo->share_before = sh->share_before;
+    eo->share_total = sh->share_total;
 }
 
 /* ur_ocdbt_write_opts.on_data_file of one unit: the file's key below checkpoint_dir is the
@@ -116,7 +125,10 @@ static int on_data_file(void *ctx, const char *dir, const char *name, ur_err *er
 static uint64_t local_bytes(uint64_t bytes_out, const ur_orbax_write_opts *wo)
 {
     uint64_t streamed = (STREAM_PENDING + 2) * wo->ocdbt.target_data_file_size;
-    return wo->ocdbt.on_data_file != NULL && streamed < bytes_out ? streamed : bytes_out;
+    /* plain zarr: chunks leave as they are stored, but how large the largest one is, is not
+     * known here: the whole output, to be safe */
+    return wo->use_ocdbt && wo->ocdbt.on_data_file != NULL && streamed < bytes_out ? streamed
+                                                                                   : bytes_out;
 }
 
 /* `in_path` converted into the step directory `step_dir`, created below `below` (the
@@ -168,8 +180,8 @@ int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *b
     if (s->target_data_file_size > 0) {
         wo.ocdbt.target_data_file_size = (uint64_t)s->target_data_file_size;
     }
-    if (o->on_data_file != NULL && s->use_ocdbt && below != NULL &&
-        strncmp(step_dir, below, strlen(below)) == 0 && step_dir[strlen(below)] == '/') {
+    if (o->on_data_file != NULL && below != NULL && strncmp(step_dir, below, strlen(below)) == 0 &&
+        step_dir[strlen(below)] == '/') {
         dfc.o = o;
         dfc.unit = step_dir + strlen(below) + 1;
         dfc.item = wo.item_name;
@@ -204,6 +216,7 @@ int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *b
     if (sh != NULL) {
         piece.w = w;
         piece.share = sh->share;
+        piece.sh = sh;
         share_opts(sh, NULL, &eo, &piece);
     }
     if (o->on_begin != NULL) {
@@ -279,7 +292,7 @@ static int copy_local_file(const char *from, const char *to, ur_err *err)
     return rc;
 }
 
-static int copy_file(const char *from, const char *to, ur_err *err)
+int ur_plan_run_copy_file(const char *from, const char *to, ur_err *err)
 {
     return ur_kvstore_location_is_remote(from) ? copy_remote_file(from, to, err)
                                                : copy_local_file(from, to, err);
@@ -305,7 +318,7 @@ static int convert_loras(const char *adapters, const ur_plan_units *u, const ur_
             rc = ur_plan_run_convert(in, out, pub != NULL ? ur_orbax_publish_staging(pub) : NULL,
                                      UR_PLAN_INPUT_LORA, s, o, NULL, what, total, err);
             if (rc == UR_OK && pub != NULL) {
-                rc = copy_file(cfg_in, ur_orbax_publish_staged(pub, 2 + 2 * i), err);
+                rc = ur_plan_run_copy_file(cfg_in, ur_orbax_publish_staged(pub, 2 + 2 * i), err);
             }
         }
         ur_free(in);
@@ -386,6 +399,26 @@ static int overlaps(const char *in, const char *checkpoint_dir, const char *unit
     return hit;
 }
 
+/* Refused (UR_EINVAL) when an object-store unit checkpoint_dir/<unit> and a remote input
+ * (in_path, the adapters) are one inside the other. */
+static int check_remote_overlap(const ur_settings *s, const char *in_path,
+                                const char *const *units, size_t n_units, ur_err *err)
+{
+    const char *ins[2] = {in_path, s->lora_input_adapters_path};
+    for (size_t i = 0; i < n_units; i++) {
+        for (size_t k = 0; k < 2; k++) {
+            if (ins[k] != NULL && overlaps(ins[k], s->checkpoint_dir, units[i])) {
+                char *dest = remote_unit(s->checkpoint_dir, units[i]);
+                int rc = ur_err_set(err, UR_EINVAL, "the output %s and the input %s overlap",
+                                    dest != NULL ? dest : units[i], ins[k]);
+                ur_free(dest);
+                return rc;
+            }
+        }
+    }
+    return UR_OK;
+}
+
 /* An object-store destination (its units: "0", or base/0 and the loras/<id> of a LoRA run):
  * refused when a unit overlaps an input or already holds objects (unless o->replace);
  * outside a dry run, the local tree to convert into (*up_root, whose checkpoints/ is
@@ -394,19 +427,10 @@ static int remote_begin(const ur_settings *s, const char *in_path, const ur_plan
                         const ur_run_opts *o, char **up_root, char **up_ckdir, int *empty,
                         ur_err *err)
 {
-    const char *ins[2] = {in_path, s->lora_input_adapters_path};
     size_t held = 0;
-    int rc;
-    for (size_t i = 0; i < u->n_units; i++) {
-        for (size_t k = 0; k < 2; k++) {
-            if (ins[k] != NULL && overlaps(ins[k], s->checkpoint_dir, u->units[i])) {
-                char *dest = remote_unit(s->checkpoint_dir, u->units[i]);
-                rc = ur_err_set(err, UR_EINVAL, "the output %s and the input %s overlap",
-                                dest != NULL ? dest : u->units[i], ins[k]);
-                ur_free(dest);
-                return rc;
-            }
-        }
+    int rc = check_remote_overlap(s, in_path, u->units, u->n_units, err);
+    if (rc < 0) {
+        return rc;
     }
     /* refused before any work: a destination that holds objects (unless --replace) */
     rc = ur_orbax_upload_count_units(s->checkpoint_dir, u->units, u->n_units, &held, err);
@@ -453,9 +477,9 @@ static int remote_finish(const char *up_ckdir, const ur_settings *s, const ur_pl
     return rc;
 }
 
-/* An OCDBT output to an object-store destination found empty: its data files go up while the
- * conversion runs (orbax_stream.h). *ro is then *o with on_data_file set; *st NULL: not
- * streamed. */
+/* An output to an object-store destination found empty: its data files (OCDBT) or its
+ * arrays' values (plain zarr: chunks, zarr.json) go up while the conversion runs
+ * (orbax_stream.h). *ro is then *o with on_data_file set; *st NULL: not streamed. */
 static int stream_begin(ur_orbax_stream **st, const ur_settings *s, const ur_run_opts *o,
                         ur_run_opts *ro, ur_err *err)
 {
@@ -463,9 +487,6 @@ static int stream_begin(ur_orbax_stream **st, const ur_settings *s, const ur_run
     int rc;
     *st = NULL;
     *ro = *o;
-    if (!s->use_ocdbt) {
-        return UR_OK;
-    }
     dest = remote_unit(s->checkpoint_dir, NULL);
     if (dest == NULL) {
         return ur_err_oom(err);
@@ -543,16 +564,18 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
         inputs[n_inputs++] = s->lora_input_adapters_path;
     }
     if (ur_plan_multi_wanted(o, s)) {
-        /* a share of a multi-process run, or a resumable one (plan_multi.c) */
-        if (ur_kvstore_location_is_remote(in_path) ||
-            ur_kvstore_location_is_remote(s->lora_input_adapters_path)) {
+        /* a share of a multi-process run, or a resumable one (plan_multi.c); an input on an
+         * object store is read from there, each process reading its share's chunks */
+        if (ur_kvstore_location_is_remote(s->lora_input_adapters_path)) {
             rc = ur_err_set(err, UR_EUNSUPPORTED,
                             "%s: a multi-process or resumable run (--process-count, --resume) "
-                            "reads a local directory only, not s3:// or gs://",
-                            ur_kvstore_location_is_remote(in_path) ? in_path
-                                                                   : s->lora_input_adapters_path);
+                            "reads LoRA adapters from a local directory only, not s3:// or gs://",
+                            s->lora_input_adapters_path);
         } else if (remote_out) {
-            rc = ur_plan_multi_run_remote(rep, o, s, in_path, kind, err);
+            rc = check_remote_overlap(s, in_path, (const char *const[]){"0"}, 1, err);
+            if (rc == UR_OK) {
+                rc = ur_plan_multi_run_remote(rep, o, s, in_path, kind, err);
+            }
         } else {
             rc = ur_plan_multi_run(rep, o, s, in_path, kind, inputs, n_inputs, err);
         }

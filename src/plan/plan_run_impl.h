@@ -14,6 +14,13 @@ typedef struct ur_run_share {
     uint64_t resume_from;  /* continued from this work item (0: afresh) */
     uint64_t slab_budget;  /* the same in every process (the output chunking follows it) */
     uint64_t commit_every; /* bytes of input between snapshots of the share's database */
+    /* A run of several units (LoRA) cut as one (ur_exec_opts.share_before, share_total; 0:
+     * this unit alone) */
+    uint64_t share_before, share_total;
+    /* Called after each commit of the share's database and its local resume point (NULL:
+     * nothing more): an object-store share's progress uploaded (plan_multi.c) */
+    int (*on_commit)(void *ctx, uint64_t next_item, ur_err *err);
+    void *commit_ctx;
 } ur_run_share;
 
 /* `in_path` converted into the step directory `step_dir`, created below `below` (NULL: the
@@ -24,27 +31,35 @@ int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *b
                         const ur_run_share *sh, const char *what, ur_exec_stats *total,
                         ur_err *err);
 
+/* Copy a small file (adapter_config.json, local or in an object store) byte for byte to the
+ * local path `to`. */
+int ur_plan_run_copy_file(const char *from, const char *to, ur_err *err);
+
 /* Whether the run is a share (not in a dry run): process_count > 1, resume, or a run staged
  * for s->checkpoint_dir. */
 int ur_plan_multi_wanted(const ur_run_opts *o, const ur_settings *s);
 
-/* Run this process's share of the conversion of `in_path` (local paths), mark it done and,
- * when it is the last, merge and publish (rep->dest then set). `inputs`: the paths the
- * destination must not overlap. */
+/* Run this process's share of the conversion of `in_path` (a local directory, or s3:// or
+ * gs://: each process then reads its share's chunks from there) into a local checkpoint_dir,
+ * mark it done and, when it is the last, merge and publish (rep->dest then set). `inputs`: the
+ * local paths the destination must not overlap. */
 int ur_plan_multi_run(ur_run_report *rep, const ur_run_opts *o, const ur_settings *s,
                       const char *in_path, ur_plan_input kind, const char *const *inputs,
                       size_t n_inputs, ur_err *err);
 
-/* The text of run.txt for a run (unroll/orbax_share.h): process count, slab budget, the input
- * (resolved) and the CRC-32C and size of its manifest.ocdbt and _METADATA, the config
- * (resolved) and the overrides in order. `portable` (a run into an object store, whose
- * processes may run on machines that mount the files elsewhere): no local path, the config by
- * the CRC-32C and size of its content instead. */
 /* As ur_plan_multi_run for an output on an object store (s3://, gs://):
- * unroll/orbax_share_remote.h. The input must be local. */
+ * unroll/orbax_share_remote.h; also a single-process --resume run (share 0 of 1). The input
+ * may be local or on an object store; the caller has checked the two do not overlap. */
 int ur_plan_multi_run_remote(ur_run_report *rep, const ur_run_opts *o, const ur_settings *s,
                              const char *in_path, ur_plan_input kind, ur_err *err);
 
+/* The text of run.txt for a run (unroll/orbax_share.h): process count, slab budget, the input
+ * (a local one resolved; an object-store location as given, less trailing slashes) and the
+ * CRC-32C and size of its manifest.ocdbt and _METADATA, the config (resolved) and the
+ * overrides in order. `portable` (a run into an object store, whose processes may run on
+ * machines that mount the files elsewhere): no local path (a local input is known by its
+ * fingerprints only; an object-store location is kept, being the same everywhere), the config
+ * by the CRC-32C and size of its content instead. */
 int ur_plan_multi_run_text(ur_buf *out, int count, uint64_t slab_budget, const char *input,
                            const char *config, const char *const *overrides, size_t n_overrides,
                            int portable, ur_err *err);

@@ -8,11 +8,12 @@
 
 __extension__ typedef unsigned __int128 u128; /* B * count: up to 2^64 * 2^31 */
 
-/* The first global chunk index whose start byte B has B * count >= target (count * total
- * bytes fit in 128 bits). */
-static uint64_t first_at_least(const ur_exec_chunks *g, size_t n, uint64_t count, u128 target)
+/* The first global chunk index whose start byte B has (before + B) * count >= target
+ * (count * total bytes fit in 128 bits). */
+static uint64_t first_at_least(const ur_exec_chunks *g, size_t n, uint64_t count, uint64_t before,
+                               u128 target)
 {
-    uint64_t chunk0 = 0, byte0 = 0;
+    uint64_t chunk0 = 0, byte0 = before;
     for (size_t i = 0; i < n; i++) {
         u128 start = (u128)byte0 * count;
         u128 step = (u128)g[i].chunk_bytes * count;
@@ -33,12 +34,11 @@ static uint64_t first_at_least(const ur_exec_chunks *g, size_t n, uint64_t count
     return chunk0;
 }
 
-void ur_exec_share_range(const ur_exec_chunks *g, size_t n, int count, int index, uint64_t *lo,
-                         uint64_t *hi)
+void ur_exec_share_range_at(const ur_exec_chunks *g, size_t n, int count, int index,
+                            uint64_t before, uint64_t total, uint64_t *lo, uint64_t *hi)
 {
-    uint64_t total = 0, chunks = 0;
+    uint64_t chunks = 0;
     for (size_t i = 0; i < n; i++) {
-        total += g[i].n * g[i].chunk_bytes;
         chunks += g[i].n;
     }
     if (count <= 1) {
@@ -46,13 +46,25 @@ void ur_exec_share_range(const ur_exec_chunks *g, size_t n, int count, int index
         *hi = chunks;
         return;
     }
-    /* chunk with start B belongs to floor(B * count / total): share i starts at the first
-     * chunk with B * count >= i * total */
-    *lo = index == 0 ? 0 : first_at_least(g, n, (uint64_t)count, (u128)index * total);
-    *hi = index + 1 >= count ? chunks
-                             : first_at_least(g, n, (uint64_t)count, (u128)(index + 1) * total);
+    /* chunk with start B belongs to floor((before + B) * count / total): share i starts at
+     * the first chunk with (before + B) * count >= i * total; the first and last shares take
+     * the ends whatever the numbers say, so the shares partition the chunks */
+    *lo = index == 0 ? 0 : first_at_least(g, n, (uint64_t)count, before, (u128)index * total);
+    *hi = index + 1 >= count
+              ? chunks
+              : first_at_least(g, n, (uint64_t)count, before, (u128)(index + 1) * total);
     if (total == 0) { /* only empty chunks: all to the first process */
         *lo = index == 0 ? 0 : chunks;
         *hi = chunks;
     }
+}
+
+void ur_exec_share_range(const ur_exec_chunks *g, size_t n, int count, int index, uint64_t *lo,
+                         uint64_t *hi)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        total += g[i].n * g[i].chunk_bytes;
+    }
+    ur_exec_share_range_at(g, n, count, index, 0, total, lo, hi);
 }

@@ -4,6 +4,7 @@
  * names and shapes alone, by the family matchers of verify_family_*.c (verify_family.h);
  * this file holds the leaf sets, the table of each output group, the value comparison and the
  * report. */
+#include "verify_compare.h"
 #include "verify_family.h"
 
 #include "unroll/plan_verify.h"
@@ -17,8 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define VALUE_ISSUES_PER_LEAF 3
+#include <unistd.h>
 
 /* ---- report ----------------------------------------------------------------------------- */
 
@@ -26,21 +26,37 @@ ur_verify_issue *ur_plan_verify__issue(verifier *vf, ur_verify_issue_kind kind, 
                                        const char *source)
 {
     ur_verify_report *rep = vf->rep;
-    size_t max = vf->opts->max_issues ? vf->opts->max_issues : 20;
+    size_t max = vf->opts->max_issues ? vf->opts->max_issues : 20, at;
     ur_verify_issue *is;
     if (kind != UR_VERIFY_VALUE) {
         rep->n_issues_total++;
     }
-    if (rep->n_issues >= max) {
-        return NULL;
-    }
     if (rep->issues == NULL) {
         rep->issues = ur_calloc(max, sizeof *rep->issues);
-        if (rep->issues == NULL) {
+        vf->issue_keys = ur_calloc(max, sizeof *vf->issue_keys);
+        if (rep->issues == NULL || vf->issue_keys == NULL) {
+            ur_free(rep->issues);
+            rep->issues = NULL;
             return NULL; /* the count above still records it */
         }
     }
-    is = &rep->issues[rep->n_issues++];
+    /* after every kept issue of a key up to this one (most often: at the end) */
+    at = rep->n_issues;
+    while (at > 0 && vf->issue_keys[at - 1] > vf->issue_key) {
+        at--;
+    }
+    if (at >= max) {
+        return NULL;
+    }
+    if (rep->n_issues == max) {
+        rep->n_issues--; /* the last one was found after this one would have been */
+    }
+    memmove(&rep->issues[at + 1], &rep->issues[at], (rep->n_issues - at) * sizeof *rep->issues);
+    memmove(&vf->issue_keys[at + 1], &vf->issue_keys[at],
+            (rep->n_issues - at) * sizeof *vf->issue_keys);
+    rep->n_issues++;
+    vf->issue_keys[at] = vf->issue_key;
+    is = &rep->issues[at];
     memset(is, 0, sizeof *is);
     is->kind = kind;
     snprintf(is->leaf, sizeof is->leaf, "%s", leaf ? leaf : "");
@@ -512,25 +528,6 @@ int ur_plan_verify__any_under(const vset *s, const char *const *d, size_t dlen, 
 
 /* ---- values ------------------------------------------------------------------------------- */
 
-static void format_value(char *buf, size_t n, ur_dtype dt, const unsigned char *p)
-{
-    size_t sz = ur_dtype_size(dt);
-    uint64_t bits = 0;
-    memcpy(&bits, p, sz < 8 ? sz : 8);
-    if (dt == UR_DT_BFLOAT16 || dt == UR_DT_FLOAT32) {
-        uint32_t f32 = dt == UR_DT_BFLOAT16 ? (uint32_t)bits << 16 : (uint32_t)bits;
-        float f;
-        memcpy(&f, &f32, sizeof f);
-        snprintf(buf, n, "0x%0*" PRIx64 " (%.9g)", (int)(2 * sz), bits, (double)f);
-    } else if (dt == UR_DT_FLOAT64) {
-        double d;
-        memcpy(&d, &bits, sizeof d);
-        snprintf(buf, n, "0x%016" PRIx64 " (%.17g)", bits, d);
-    } else {
-        snprintf(buf, n, "0x%0*" PRIx64, (int)(2 * (sz ? sz : 1)), bits);
-    }
-}
-
 static ur_dtype cast_of(ur_dtype in)
 {
     return ur_dtype_is_float(in) ? UR_DT_BFLOAT16 : in;
@@ -542,125 +539,64 @@ static ur_dtype out_dtype_of(const vleaf *i)
     return i->aux ? i->leaf->dtype : cast_of(i->leaf->dtype);
 }
 
-/* Compare output leaf `o` with input leaf `i` (index fidx[m] taken on axis fax[m] for
- * m < nfix, fax increasing; nfix 0: whole), one output chunk at a time. */
+/* The buffers one comparison of output leaf `o` holds: an output chunk, the input's box
+ * and its cast (UINT64_MAX when the leaf does not say its chunks). */
+static uint64_t compare_bytes(const ur_orbax_leaf *o, ur_dtype want, ur_dtype in)
+{
+    uint64_t nel = 1, per = 2 * (uint64_t)ur_dtype_size(want) + ur_dtype_size(in), bytes;
+    if (o->rank > 0 && (o->chunk_shape == NULL || o->shape == NULL)) {
+        return UINT64_MAX;
+    }
+    for (int d = 0; d < o->rank; d++) {
+        uint64_t c = o->chunk_shape[d] < o->shape[d] ? o->chunk_shape[d] : o->shape[d];
+        if (ur_ckd_mul64(&nel, nel, c)) {
+            return UINT64_MAX;
+        }
+    }
+    return ur_ckd_mul64(&bytes, nel, per) ? UINT64_MAX : bytes;
+}
+
+/* Output leaf `o` against input leaf `i` (index fidx[m] taken on axis fax[m] for m < nfix,
+ * fax increasing; nfix 0: whole), compared on the verifier's comparer (verify_compare.h);
+ * its result comes back to apply_compare. */
 static int compare_values(verifier *vf, const vleaf *o, const vleaf *i, int nfix, const int *fax,
                           const int64_t *fidx, const char *oname, const char *src, ur_err *err)
 {
-    ur_zarr_array *ao = NULL, *ai = NULL;
-    const ur_zarr_info *io;
-    ur_dtype want = out_dtype_of(i);
-    size_t isz = ur_dtype_size(i->leaf->dtype), osz = ur_dtype_size(want);
-    int value_issues = 0, bad_leaf = 0;
-    int rc;
+    ur_vcmp_req q;
+    memset(&q, 0, sizeof q);
+    q.o = o->leaf;
+    q.i = i->leaf;
+    q.want = out_dtype_of(i);
+    q.nfix = nfix;
+    for (int m = 0; m < nfix && m < UR_VCMP_MAX_FIX; m++) {
+        q.fax[m] = fax[m];
+        q.fidx[m] = fidx[m];
+    }
+    q.oname = oname;
+    q.src = src;
+    q.exclusive = compare_bytes(o->leaf, q.want, i->leaf->dtype) >= UR_VCMP_EXCLUSIVE_BYTES;
+    return ur_vcmp_submit(vf->cmp, (size_t)vf->issue_key, &q, err);
+}
 
-    rc = ur_orbax_ckpt_open_array(vf->out_ck, o->leaf, &ao, err);
-    if (rc == UR_OK) {
-        rc = ur_orbax_ckpt_open_array(vf->in_ck, i->leaf, &ai, err);
-    }
-    if (rc < 0) {
-        goto out;
-    }
-    io = ur_zarr_array_info(ao);
+/* A comparison's result, in the report (on the matching thread, in output-leaf order). */
+static void apply_compare(void *ctx, size_t tag, const ur_vcmp_result *res)
+{
+    verifier *vf = ctx;
+    uint64_t key = vf->issue_key;
     vf->rep->arrays_compared++;
-    for (uint64_t c = 0; c < io->chunk_count; c++) {
-        uint64_t idx[UR_MAX_RANK], start[UR_MAX_RANK], count[UR_MAX_RANK];
-        uint64_t istart[UR_MAX_RANK], icount[UR_MAX_RANK];
-        uint64_t rem = c, nel = 1;
-        size_t bytes_o, bytes_i;
-        const unsigned char *exp, *got;
-        int k = 0, m = 0;
-        for (int d = io->rank - 1; d >= 0; d--) {
-            idx[d] = rem % io->grid[d];
-            rem /= io->grid[d];
-        }
-        for (int d = 0; d < io->rank; d++) {
-            start[d] = idx[d] * io->chunk_shape[d];
-            count[d] = io->shape[d] - start[d];
-            if (count[d] > io->chunk_shape[d]) {
-                count[d] = io->chunk_shape[d];
-            }
-            nel *= count[d];
-        }
-        for (int d = 0; d < (int)i->leaf->rank; d++) {
-            if (m < nfix && d == fax[m]) {
-                istart[d] = (uint64_t)fidx[m++];
-                icount[d] = 1;
-            } else {
-                istart[d] = start[k];
-                icount[d] = count[k];
-                k++;
-            }
-        }
-        if (ur_ckd_mul(&bytes_o, (size_t)nel, osz) || ur_ckd_mul(&bytes_i, (size_t)nel, isz)) {
-            rc = ur_err_set(err, UR_ECORRUPT, "chunk size overflows");
-            goto out;
-        }
-        ur_buf_reset(&vf->bo);
-        ur_buf_reset(&vf->bi);
-        ur_buf_reset(&vf->be);
-        if ((rc = ur_buf_reserve(&vf->bo, bytes_o, err)) < 0 ||
-            (rc = ur_buf_reserve(&vf->bi, bytes_i, err)) < 0 ||
-            (rc = ur_buf_reserve(&vf->be, bytes_o, err)) < 0) {
-            goto out;
-        }
-        rc = ur_zarr_array_read_box(ao, start, count, vf->bo.data, err);
-        if (rc == UR_OK) {
-            rc = ur_zarr_array_read_box(ai, istart, icount, vf->bi.data, err);
-        }
-        if (rc < 0) {
-            goto out;
-        }
-        if (want != i->leaf->dtype) {
-            rc = ur_tensor_cast_dense(vf->be.data, want, vf->bi.data, i->leaf->dtype, (size_t)nel,
-                                      err);
-            if (rc < 0) {
-                goto out;
-            }
-            exp = vf->be.data;
-        } else {
-            exp = vf->bi.data;
-        }
-        got = vf->bo.data;
-        vf->rep->elements += nel;
-        if (memcmp(exp, got, bytes_o) == 0) {
-            continue;
-        }
-        for (uint64_t e = 0; e < nel; e++) {
-            ur_verify_issue *is;
-            uint64_t r2 = e;
-            if (memcmp(exp + e * osz, got + e * osz, osz) == 0) {
-                continue;
-            }
-            vf->rep->elements_bad++;
-            if (!bad_leaf) {
-                bad_leaf = 1;
-                vf->rep->n_issues_total++;
-            }
-            if (value_issues >= VALUE_ISSUES_PER_LEAF) {
-                continue;
-            }
-            value_issues++;
-            is = ur_plan_verify__issue(vf, UR_VERIFY_VALUE, oname, src);
-            if (is == NULL) {
-                continue;
-            }
-            is->rank = io->rank;
-            for (int d = io->rank - 1; d >= 0; d--) {
-                is->index[d] = start[d] + r2 % count[d];
-                r2 /= count[d];
-            }
-            format_value(is->expected, sizeof is->expected, want, exp + e * osz);
-            format_value(is->got, sizeof is->got, want, got + e * osz);
+    vf->rep->elements += res->elements;
+    vf->rep->elements_bad += res->elements_bad;
+    if (res->bad_leaf) {
+        vf->rep->n_issues_total++;
+    }
+    vf->issue_key = (uint64_t)tag + 1; /* after its leaf's other issues */
+    for (int k = 0; k < res->n_value; k++) {
+        ur_verify_issue *is = ur_plan_verify__issue(vf, UR_VERIFY_VALUE, NULL, NULL);
+        if (is != NULL) {
+            *is = res->value[k];
         }
     }
-out:
-    ur_zarr_array_close(ao);
-    ur_zarr_array_close(ai);
-    if (rc < 0) {
-        ur_err_wrap(err, "verify '%s'", oname);
-    }
-    return rc;
+    vf->issue_key = key;
 }
 
 /* ---- matching ----------------------------------------------------------------------------- */
@@ -1114,7 +1050,7 @@ static int scratch_alloc(verifier *vf, ur_err *err)
 /* The verifier over two leaf lists; ur_plan_verify__dispose in any case. */
 static int verifier_init(verifier *vf, ur_orbax_ckpt *in_ck, ur_orbax_ckpt *out_ck,
                          const leaf_list *in, const leaf_list *out, const ur_verify_opts *opts,
-                         ur_verify_report *rep, ur_err *err)
+                         int helpers, ur_verify_report *rep, ur_err *err)
 {
     int rc;
     memset(rep, 0, sizeof *rep);
@@ -1123,10 +1059,10 @@ static int verifier_init(verifier *vf, ur_orbax_ckpt *in_ck, ur_orbax_ckpt *out_
     vf->out_ck = out_ck;
     vf->opts = opts;
     vf->rep = rep;
-    ur_buf_init(&vf->bo, 0);
-    ur_buf_init(&vf->bi, 0);
-    ur_buf_init(&vf->be, 0);
-    rc = vset_build(&vf->in, in, 0, vf, err);
+    rc = ur_vcmp_create(&vf->cmp, in_ck, out_ck, helpers, apply_compare, vf, err);
+    if (rc == UR_OK) {
+        rc = vset_build(&vf->in, in, 0, vf, err);
+    }
     if (rc == UR_OK) {
         rc = vset_build(&vf->out, out, 1, vf, err);
     }
@@ -1145,7 +1081,7 @@ int ur_plan_verify__init(verifier *vf, const ur_orbax_leaf *in, size_t n_in,
 {
     leaf_list li = {NULL, in, n_in};
     leaf_list lo = {NULL, out, n_out};
-    return verifier_init(vf, NULL, NULL, &li, &lo, opts, rep, err);
+    return verifier_init(vf, NULL, NULL, &li, &lo, opts, 0, rep, err);
 }
 
 void ur_plan_verify__dispose(verifier *vf)
@@ -1158,10 +1094,16 @@ void ur_plan_verify__dispose(verifier *vf)
     }
     ur_free(vf->tables);
     ur_free(vf->scratch);
-    ur_buf_dispose(&vf->bo);
-    ur_buf_dispose(&vf->bi);
-    ur_buf_dispose(&vf->be);
+    ur_vcmp_free(vf->cmp);
+    ur_free(vf->issue_keys);
     memset(vf, 0, sizeof *vf);
+}
+
+/* Helper threads of the comparer: one per other core (at most 7). */
+static int cores_for_compare(void)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return cores > 8 ? 7 : cores > 1 ? (int)cores - 1 : 0;
 }
 
 int ur_plan_verify_run(ur_verify_report *rep, ur_orbax_ckpt *in, ur_orbax_ckpt *out,
@@ -1177,16 +1119,29 @@ int ur_plan_verify_run(ur_verify_report *rep, ur_orbax_ckpt *in, ur_orbax_ckpt *
         ur_plan_verify_opts_init(&dflt);
         opts = &dflt;
     }
-    rc = verifier_init(&vf, in, out, &li, &lo, opts, rep, err);
+    /* the values are compared on every core (verify_compare.h) */
+    rc = verifier_init(&vf, in, out, &li, &lo, opts, cores_for_compare(), rep, err);
     if (rc < 0) {
         goto done;
     }
     for (size_t i = 0; i < vf.out.n && rc == UR_OK; i++) {
+        vf.issue_key = 2 * (uint64_t)(i + 1); /* after set-up's issues; +1: its values' */
         rc = match_output(&vf, &vf.out.v[i], err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_vcmp_finish(vf.cmp, err);
+    } else {
+        ur_err first;
+        /* a comparison of an earlier leaf that failed is the error one thread would meet */
+        if (ur_vcmp_finish(vf.cmp, &first) < 0) {
+            *err = first;
+            rc = first.code < 0 ? first.code : UR_EINTERNAL;
+        }
     }
     if (rc < 0) {
         goto done;
     }
+    vf.issue_key = UINT64_MAX;
     report_missing(&vf);
     if (opts->num_decoder_layers > 0) {
         check_layer_count(&vf);

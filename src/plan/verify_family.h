@@ -78,7 +78,12 @@ typedef struct {
     size_t n_tables, cap_tables;
     const ur_verify_opts *opts;
     ur_verify_report *rep;
-    ur_buf bo, bi, be; /* output box, input box, cast input box */
+    struct ur_vcmp *cmp; /* the value comparisons (verify_compare.h) */
+    /* The report keeps the first issues in output-leaf order, whatever order they are
+     * found in (a leaf's values are compared on another thread while later leaves are
+     * matched): each kept issue's key, and the key of the issues being found now. */
+    uint64_t *issue_keys;
+    uint64_t issue_key;
     /* Key-path scratch for the matchers, sized to the deepest output leaf + 3 (no limit);
      * each matcher fills what it uses before it reads it. */
     const char **scratch;

@@ -93,6 +93,58 @@ static void test_plan_share__huge_sizes_do_not_overflow(void **state)
     assert_true(lo > ((uint64_t)1 << 40) / 1000 * 999 - 2 && lo < ((uint64_t)1 << 40));
 }
 
+/* Units cut as one (ur_exec_share_range_at, a LoRA run's base and adapters): each unit's share
+ * is exactly its part of the share of all the units' chunks back to back. */
+static void test_plan_share__units_cut_as_one(void **state)
+{
+    (void)state;
+    srand(11);
+    for (int round = 0; round < 300; round++) {
+        ur_exec_chunks g[24];
+        size_t n = 1 + (size_t)(rand() % 24), cut[8], n_units = 1;
+        uint64_t total = 0;
+        int count = 1 + rand() % 7;
+        for (size_t i = 0; i < n; i++) {
+            g[i].n = (uint64_t)(rand() % 9);
+            g[i].chunk_bytes = (uint64_t)(rand() % 4 == 0 ? rand() % 3 : rand() % 50000);
+            total += g[i].n * g[i].chunk_bytes;
+        }
+        if (total == 0) {
+            continue;
+        }
+        cut[0] = 0; /* units: groups [cut[u], cut[u + 1]) */
+        for (size_t i = 1; i < n && n_units < 7; i++) {
+            if (rand() % 3 == 0) {
+                cut[n_units++] = i;
+            }
+        }
+        cut[n_units] = n;
+        for (int p = 0; p < count; p++) {
+            uint64_t lo, hi, chunk0 = 0, before = 0;
+            ur_exec_share_range(g, n, count, p, &lo, &hi);
+            for (size_t u = 0; u < n_units; u++) {
+                uint64_t ulo, uhi, chunks = 0, bytes = 0;
+                for (size_t i = cut[u]; i < cut[u + 1]; i++) {
+                    chunks += g[i].n;
+                    bytes += g[i].n * g[i].chunk_bytes;
+                }
+                ur_exec_share_range_at(g + cut[u], cut[u + 1] - cut[u], count, p, before, total,
+                                       &ulo, &uhi);
+                /* the whole cut's [lo, hi) seen from this unit */
+                uint64_t want_lo = lo < chunk0 ? 0 : lo - chunk0 < chunks ? lo - chunk0 : chunks;
+                uint64_t want_hi = hi < chunk0 ? 0 : hi - chunk0 < chunks ? hi - chunk0 : chunks;
+                if (want_hi < want_lo) {
+                    want_hi = want_lo;
+                }
+                assert_true(uhi - ulo == want_hi - want_lo);
+                assert_true(ulo == want_lo || uhi == ulo);
+                chunk0 += chunks;
+                before += bytes;
+            }
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -101,6 +153,7 @@ int main(void)
         cmocka_unit_test(test_plan_share__more_processes_than_chunks),
         cmocka_unit_test(test_plan_share__random_plans),
         cmocka_unit_test(test_plan_share__huge_sizes_do_not_overflow),
+        cmocka_unit_test(test_plan_share__units_cut_as_one),
     };
     return cmocka_run_group_tests_name("plan_share", tests, NULL, NULL);
 }

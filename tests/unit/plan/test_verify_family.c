@@ -397,6 +397,35 @@ static void test_verify_family__pipeline_scanned_stage(void **state)
     stop(&f);
 }
 
+/* The report keeps the first issues in output-leaf order whatever order they are found in
+ * (a leaf's values are compared on another thread while later leaves are matched): an
+ * issue of an earlier leaf found late goes before the later leaves' and pushes the last one
+ * out when the report is full. */
+static void test_verify_family__issues_kept_in_leaf_order(void **state)
+{
+    static const uint64_t keys[] = {4, 6, 3, 6, 9, 5, 2};
+    static const char *const want[] = {"k2", "k3", "k4", "k5"};
+    fixture f;
+    (void)state;
+    memset(&f, 0, sizeof f);
+    add(&f.in, "params/params/decoder/w", "4");
+    add(&f.out, "params/params/decoder/w", "4");
+    start(&f);
+    f.opts.max_issues = 4;
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        char name[8];
+        snprintf(name, sizeof name, "k%u", (unsigned)keys[k]);
+        f.vf.issue_key = keys[k];
+        ur_plan_verify__issue(&f.vf, UR_VERIFY_EXTRA, name, NULL);
+    }
+    assert_int_equal(f.rep.n_issues_total, 7);
+    assert_int_equal(f.rep.n_issues, 4);
+    for (size_t k = 0; k < 4; k++) {
+        assert_string_equal(f.rep.issues[k].leaf, want[k]);
+    }
+    stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -408,6 +437,7 @@ int main(void)
         cmocka_unit_test(test_verify_family__qwen3_next_nested_remainder),
         cmocka_unit_test(test_verify_family__pipeline_repeats_and_outside),
         cmocka_unit_test(test_verify_family__pipeline_scanned_stage),
+        cmocka_unit_test(test_verify_family__issues_kept_in_leaf_order),
     };
     return cmocka_run_group_tests_name("verify_family", tests, NULL, NULL);
 }
