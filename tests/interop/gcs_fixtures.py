@@ -7,7 +7,7 @@
   (commit_success.txt, no renames);
 - `check_in_bucket` restores an item dir from the bucket with stock Orbax (no target, with a
   target, through a CheckpointManager) and compares it bit for bit with the reference;
-- `ts_list` / `download_tree` are TensorStore's gcs kvstore's view of a prefix.
+- `ts_list` / `download_tree` / `upload_tree` are TensorStore's gcs kvstore's view of a prefix.
 The process environment must hold STORAGE_EMULATOR_HOST (see `use_emulator`).
 """
 from __future__ import annotations
@@ -93,3 +93,15 @@ def download_tree(bucket: str, prefix: str, local: pathlib.Path) -> int:
         dst.write_bytes(kv.read(key).result().value)
         n += 1
     return n
+
+
+def upload_tree(local: pathlib.Path, bucket: str, prefix: str) -> int:
+    """Every file under `local` to gs://bucket/prefix/<relative name> by TensorStore; returns
+    the count."""
+    import tensorstore as ts
+    src = ts.KvStore.open({"driver": "file", "path": str(local).rstrip("/") + "/"}).result()
+    dst = _kvstore(bucket, prefix)
+    keys = src.list().result()
+    for k in keys:
+        dst.write(k, src.read(k).result().value).result()
+    return len(keys)

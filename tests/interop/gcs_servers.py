@@ -34,6 +34,18 @@ class FakeGcs:
         self.proc = None
 
     def __enter__(self):
+        # The port is picked free, then bound by the server: one starting in parallel can
+        # take it in between. Our server then exits (and the port may answer for the other
+        # one), so a start counts only while our process lives; it is retried on a new port.
+        for attempt in range(4):
+            if attempt > 0:
+                self.port = _find_free_port()
+                self.url = f"http://127.0.0.1:{self.port}"
+            if self._start():
+                return self
+        raise RuntimeError("fake-gcs-server did not start (4 ports tried)")
+
+    def _start(self) -> bool:
         self.proc = subprocess.Popen(
             [str(_get_binary_path()), "-scheme", "http", "-backend", "memory",
              "-host", "127.0.0.1", "-port", str(self.port), "-external-url", self.url,
@@ -41,13 +53,17 @@ class FakeGcs:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while True:
+            if self.proc.poll() is not None:
+                return False
             try:
                 urllib.request.urlopen(self.url + "/storage/v1/b", timeout=2).read()
-                return self
             except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
+                if time.monotonic() > deadline:
                     raise RuntimeError("fake-gcs-server did not start")
                 time.sleep(0.05)
+                continue
+            if self.proc.poll() is None:
+                return True
 
     def __exit__(self, *exc):
         self.proc.terminate()
@@ -359,6 +375,6 @@ def clean_env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST",
                         "GCE_METADATA_HOST", "CLOUDSDK_CONFIG", "UNROLL_GCS_ENDPOINT",
-                        "TENSORSTORE_GCS_HTTP_URL")}
+                        "TENSORSTORE_GCS_HTTP_URL", "UNROLL_GCS_CHUNK_BYTES")}
     env.update({k: str(v) for k, v in extra.items()})
     return env

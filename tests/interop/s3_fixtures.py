@@ -65,23 +65,46 @@ def sigv4_headers(method: str, url: str, body: bytes = b"", access=ACCESS_KEY,
                              f"SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={sig}"}
 
 
+class _ExitedEarly(RuntimeError):
+    """weed exited before it served a request (e.g. a port taken since it was picked)."""
+
+
 class S3Server:
     """SeaweedFS master + volume + filer + S3 gateway in one `weed server` process."""
 
     def __init__(self, workdir: pathlib.Path):
         self.workdir = workdir
-        data = workdir / "data"
-        data.mkdir(parents=True, exist_ok=True)
         ident = workdir / "s3.json"
         ident.write_text(json.dumps({"identities": [{
             "name": "unroll-test", "credentials": [{"accessKey": ACCESS_KEY,
                                                     "secretKey": SECRET_KEY}],
             "actions": ["Admin", "Read", "List", "Tagging", "Write"]}]}))
-        p = {name: free_port() for name in ("master", "volume", "filer", "s3", "master_g",
-                                             "volume_g", "filer_g", "s3_g", "iceberg", "lance")}
+        # The ports are picked free, then bound by weed: another server starting at the same
+        # time (parallel test files, other runs on the machine) can take one in between, and
+        # weed then exits at once. Such a start is retried with new ports; a server that
+        # comes up and then fails, or fails for any other reason, still fails the fixture.
+        for attempt in range(4):
+            self._start(ident, attempt)
+            try:
+                self._wait_ready()
+                return
+            except _ExitedEarly:
+                if attempt == 3:
+                    raise
+
+    def _start(self, ident: pathlib.Path, attempt: int):
+        data = self.workdir / ("data" if attempt == 0 else f"data.{attempt}")
+        data.mkdir(parents=True, exist_ok=True)
+        names = ("master", "volume", "filer", "s3", "master_g", "volume_g", "filer_g", "s3_g",
+                 "iceberg", "lance")
+        ports: set[int] = set()
+        while len(ports) < len(names):
+            ports.add(free_port())
+        p = dict(zip(names, sorted(ports)))
         self.port = p["s3"]
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.log = open(workdir / "weed.log", "wb")
+        self.log = open(self.workdir / ("weed.log" if attempt == 0 else f"weed.{attempt}.log"),
+                        "wb")
         self.proc = subprocess.Popen(
             [weed_binary(), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={data}",
              f"-master.port={p['master']}", f"-master.port.grpc={p['master_g']}",
@@ -92,13 +115,13 @@ class S3Server:
              f"-s3.config={ident}", "-master.volumeSizeLimitMB=64", "-volume.max=100",
              "-master.telemetry=false"],
             stdout=self.log, stderr=subprocess.STDOUT)
-        self._wait_ready()
 
     def _wait_ready(self):
         deadline = time.time() + 90
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"weed exited ({self.proc.returncode}): see {self.log.name}")
+                self.log.close()
+                raise _ExitedEarly(f"weed exited ({self.proc.returncode}): see {self.log.name}")
             try:
                 # a bucket creation succeeds only once the filer and the volume are up
                 self.make_bucket("unroll-probe")

@@ -13,6 +13,8 @@ from gcs_servers import FakeGcs, GateProxy, TokenServer, clean_env, make_service
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUCKET = "bkt"
+# Resumable uploads in 16 MiB pieces (kvstore_gcs.h), so that a 20 MiB object takes several.
+PIECES_16M = {"UNROLL_GCS_CHUNK_BYTES": str(16 << 20)}
 
 
 def gcs_tool() -> pathlib.Path:
@@ -104,23 +106,45 @@ def test_folder_placeholders_are_not_keys(gcs, emu):
     assert tool(emu, "ls", f"gs://{BUCKET}/t8").stdout.decode().splitlines() == ["dir/v\t3"]
 
 
+def test_one_level_listing(gcs, emu):
+    """ur_kvstore_list_dir: delimiter=/ — the values one level down and each directory once
+    (from "prefixes"), however many objects lie below; a folder placeholder is no value; no
+    object under the prefix is "not found" (exit 6)."""
+    for name in ("t10/a/x", "t10/a/y/z", "t10/a/y/w", "t10/a/yy", "t10/b", "t10/c/d/e"):
+        gcs.put(BUCKET, name, b"v")
+    gcs.put(BUCKET, "t10/a/", b"")
+    url = f"gs://{BUCKET}/t10"
+    assert tool(emu, "lsdir", url).stdout.decode().splitlines() == ["a/", "b", "c/"]
+    assert tool(emu, "lsdir", url, "a/").stdout.decode().splitlines() == ["x", "y/", "yy"]
+    assert tool(emu, "lsdir", url, "c/d/").stdout.decode().splitlines() == ["e"]
+    assert tool(emu, "lsdir", url, "q/", check=False).returncode == 6
+
+
 def test_large_write_is_a_resumable_upload(gcs, emu, tmp_path):
-    # 20 MiB > UR_GCS_SIMPLE_MAX (8 MiB): a resumable session, two 16 MiB-or-less pieces.
     data = os.urandom(20 << 20)
     src = tmp_path / "big"
     src.write_bytes(data)
-    tool(emu, "put", f"gs://{BUCKET}/t4", "big", src)
-    assert gcs.get(BUCKET, "t4/big") == data
-    res = gcs.resource(BUCKET, "t4/big")
-    assert int(res["size"]) == len(data)
+    with GateProxy(gcs.url, token=None) as proxy:
+        # Up to one resumable piece (UR_GCS_CHUNK_DEFAULT, 128 MiB) goes up in one request.
+        tool(clean_env(UNROLL_GCS_ENDPOINT=proxy.url, HOME=tmp_path), "put",
+             f"gs://{BUCKET}/t4", "one", src)
+        assert proxy.requests == 1
+        # 20 MiB > 16 MiB pieces: a resumable session, then two pieces.
+        tool(clean_env(UNROLL_GCS_ENDPOINT=proxy.url, HOME=tmp_path, **PIECES_16M), "put",
+             f"gs://{BUCKET}/t4", "big", src)
+        assert proxy.requests == 1 + 3
+    for name in ("one", "big"):
+        assert gcs.get(BUCKET, f"t4/{name}") == data
+        assert int(gcs.resource(BUCKET, f"t4/{name}")["size"]) == len(data)
 
 
 def test_resumable_upload_survives_faults(gcs, tmp_path):
-    data = os.urandom(40 << 20)  # a session start and three pieces
+    data = os.urandom(40 << 20)  # a session start and three 16 MiB-or-less pieces
     src = tmp_path / "big"
     src.write_bytes(data)
     with GateProxy(gcs.url, token=None, status_every={503: 2}) as proxy:
-        env = clean_env(UNROLL_GCS_ENDPOINT=proxy.url, HOME=tmp_path, UNROLL_HTTP_BACKOFF_MS=5)
+        env = clean_env(UNROLL_GCS_ENDPOINT=proxy.url, HOME=tmp_path, UNROLL_HTTP_BACKOFF_MS=5,
+                        **PIECES_16M)
         tool(env, "put", f"gs://{BUCKET}/t9", "big", src)
         assert proxy.injected.get(503, 0) >= 3, proxy.injected
     assert gcs.get(BUCKET, "t9/big") == data
@@ -216,7 +240,7 @@ def test_bad_token_is_exit_3_with_a_clear_line(gcs, stocked, tmp_path):
 
 
 def test_token_cached_then_refreshed_before_expiry(gcs, tmp_path):
-    data = os.urandom(20 << 20)  # a resumable upload: three requests in one run
+    data = os.urandom(20 << 20)  # a resumable upload in 16 MiB pieces: three requests in one run
     src = tmp_path / "big"
     src.write_bytes(data)
     for expires_in, fetches in ((3600, 1), (200, 3)):
@@ -225,7 +249,7 @@ def test_token_cached_then_refreshed_before_expiry(gcs, tmp_path):
             tok.public_key, tok.email = pub, email
             with GateProxy(gcs.url) as proxy:
                 env = clean_env(GOOGLE_APPLICATION_CREDENTIALS=sa, UNROLL_GCS_ENDPOINT=proxy.url,
-                                HOME=tmp_path)
+                                HOME=tmp_path, **PIECES_16M)
                 tool(env, "put", f"gs://{BUCKET}/t7", "big", src)
                 assert proxy.requests == 3
         # 200 s left is inside the 240 s refresh margin: a new token for each request.

@@ -92,3 +92,18 @@ def test_file_create_through_the_tool(tmp_path):
     root = tmp_path / "store"
     assert tool({}, "create", root, "a/claim", src).stdout == b"created\n"
     assert tool({}, "create", root, "a/claim", src).stdout == b"exists\n"
+
+
+def test_s3_one_level_listing(s3, tmp_path):
+    """ur_kvstore_list_dir on S3: ListObjectsV2 with delimiter=/, the values one level down
+    and each CommonPrefix once as a directory; nothing under the prefix is exit 6."""
+    env = s3.env()
+    url = f"s3://{BUCKET}/lsdir-{uuid.uuid4().hex[:8]}"
+    src = tmp_path / "v"
+    src.write_bytes(b"v")
+    for key in ("a/x", "a/y/z", "a/y/w", "a/yy", "b", "c/d/e"):
+        tool(env, "put", url, key, src)
+    assert tool(env, "lsdir", url).stdout.decode().splitlines() == ["a/", "b", "c/"]
+    assert tool(env, "lsdir", url, "a/").stdout.decode().splitlines() == ["x", "y/", "yy"]
+    assert tool(env, "lsdir", url, "c/d/").stdout.decode().splitlines() == ["e"]
+    assert tool(env, "lsdir", url, "q/", check=False).returncode == 6

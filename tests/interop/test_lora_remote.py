@@ -17,6 +17,7 @@ from gcs_fixtures import check_in_bucket, download_tree, use_emulator
 from gcs_servers import FakeGcs
 from test_s3 import run_unroll as run_s3
 from test_unroll import run_unroll as run_local
+from test_multiprocess_lora import fixtures, single  # noqa: F401 (fixtures)
 
 S3_BUCKET = "unroll-lora"
 GS_BUCKET = "lora"
@@ -230,3 +231,128 @@ def test_multi_process_with_adapters_in_a_bucket_is_refused(unroll_bin, make_fix
                            "--process-count", "2", "--process-index", "0"])
     assert res.returncode == 5, res.stderr
     assert res.stderr.startswith("unroll: gs://nowhere/adapters: a multi-process"), res.stderr
+
+
+# ------------------------------------------------------------------------------------------
+# Several processes into s3:// (unroll/orbax_share_remote.h, a run of several units)
+
+
+def _share_args(unroll_bin, base, lora, out, n, i):
+    from test_unroll import unroll_args
+    return unroll_args(unroll_bin, base, out, pure_nnx=False,
+                       extra=[f"lora_input_adapters_path={lora.root}", "-j1",
+                              "--process-count", str(n), "--process-index", str(i)])
+
+
+def _check_multi_s3(s3, out, base, lora, n, tmp_path, single):
+    """Every unit in Orbax's multi-process layout, no run objects left, restored equal to the
+    reference (check_s3_output) and to the single-process LoRA run's output."""
+    from test_multiprocess_lora import step_units
+    keys = check_s3_output(s3, out, base, lora, tmp_path)
+    for unit in step_units(lora):
+        for i in range(n):
+            assert f"{unit}/items/ocdbt.process_{i}/manifest.ocdbt" in keys, (unit, i)
+        assert f"{unit}/items/manifest.ocdbt" in keys
+    assert not [k for k in keys if "unroll-multi" in k], keys
+    local = tmp_path / "downloaded" / "checkpoints"
+    for unit, values in single.items():
+        reference.compare_trees(reference.restore(local / unit / "items"), values,
+                                f"{unit} (multi-process, s3)")
+
+
+def test_s3_three_processes(unroll_bin, make_fixture, s3, single, tmp_path):
+    import subprocess
+    base, lora = _fixtures(make_fixture)
+    out = s3_fresh("multi3")
+    procs = [subprocess.Popen(_share_args(unroll_bin, base, lora, out, 3, i), env=s3.env(),
+                              stderr=subprocess.PIPE) for i in range(3)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err.decode()
+    _check_multi_s3(s3, out, base, lora, 3, tmp_path, single)
+
+
+def test_s3_unfinished_share_then_finisher_killed_and_rerun(unroll_bin, make_fixture, s3,
+                                                            single, tmp_path):
+    """Share 0 of 2 alone publishes no unit (no marker, no top-level manifest or _METADATA) and
+    `unroll merge` is refused; share 1, the finisher, killed (SIGKILL) after every marker but
+    base/0's (the adapters look published, base/0 not); rerunning only index 1 finishes the
+    publication: the exact output."""
+    import subprocess
+    from test_multiprocess_lora import gdb_kill_at, step_units
+    base, lora = _fixtures(make_fixture)
+    out = s3_fresh("multikill")
+    prefix = out[len(f"s3://{S3_BUCKET}/"):] + "/run/checkpoints"
+    env = s3.env()
+    r = subprocess.run(_share_args(unroll_bin, base, lora, out, 2, 0), env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    keys = s3.list(S3_BUCKET, prefix)
+    assert not [k for k in keys if k.endswith("commit_success.txt")], keys
+    for unit in step_units(lora):
+        assert f"{unit}/items/_METADATA" not in keys, keys
+        assert f"{unit}/items/manifest.ocdbt" not in keys, keys
+    assert any(k.startswith("loras/") and "/ocdbt.process_0/" in k for k in keys), keys
+    r = subprocess.run([str(unroll_bin), "merge", f"{out}/run/checkpoints"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 3 and "process index 1" in r.stderr, r.stderr
+    # the marker branch of the upload (orbax_upload.c put_one): 2 units' items and step markers
+    # each, then base/0's items marker and its own: killed at base/0's own
+    markers = 2 * len(step_units(lora))
+    src = pathlib.Path(__file__).resolve().parents[2] / "src" / "orbax" / "orbax_upload.c"
+    line = next(n for n, text in enumerate(src.read_text().splitlines(), 1)
+                if "Checkpoint commit was successful to" in text)
+    gdb_kill_at(_share_args(unroll_bin, base, lora, out, 2, 1), f"orbax_upload.c:{line}",
+                tmp_path, env, hit=markers)
+    keys = s3.list(S3_BUCKET, prefix)
+    assert "loras/adapter_all/0/commit_success.txt" in keys, keys
+    assert "base/0/commit_success.txt" not in keys, keys
+    r = subprocess.run(_share_args(unroll_bin, base, lora, out, 2, 1), env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    _check_multi_s3(s3, out, base, lora, 2, tmp_path, single)
+
+
+def test_s3_multi_process_unit_holding_objects_is_refused(unroll_bin, make_fixture, s3,
+                                                          tmp_path):
+    """An adapter unit that already holds an object when the run starts is refused (exit 2,
+    naming it) before anything is written: the finish would add to it."""
+    import subprocess
+    base, lora = _fixtures(make_fixture)
+    out = s3_fresh("multiheld")
+    prefix = out[len(f"s3://{S3_BUCKET}/"):] + "/run/checkpoints"
+    some_id = sorted(lora.adapters)[-1]
+    env = s3.env()
+    s3._with_creds()
+    s3._kv(S3_BUCKET, prefix).write(f"loras/{some_id}/0/items/_METADATA", b"{}").result()
+    before = s3.list(S3_BUCKET, prefix)
+    r = subprocess.run(_share_args(unroll_bin, base, lora, out, 2, 0), env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert f"loras/{some_id}/0/items/_METADATA" in r.stderr, r.stderr
+    assert "--replace" not in r.stderr, r.stderr  # refused for a multi-process run
+    assert s3.list(S3_BUCKET, prefix) == before
+
+
+def test_s3_multi_process_merge(unroll_bin, make_fixture, s3, single, tmp_path):
+    """`unroll merge` of a LoRA run in a bucket: with the claim held by another would-be
+    finisher the last share publishes nothing; merge (found at checkpoints/base/0) publishes
+    every unit."""
+    import subprocess
+    base, lora = _fixtures(make_fixture)
+    out = s3_fresh("multimerge")
+    env = s3.env()
+    for i in range(2):
+        if i == 1:
+            claim = f"/{S3_BUCKET}/{out[len(f's3://{S3_BUCKET}/'):]}/run/checkpoints/base/0/" \
+                    "unroll-multi/finish.claim"
+            assert s3.request("PUT", claim, b"another finisher\n")[0] == 200
+        r = subprocess.run(_share_args(unroll_bin, base, lora, out, 2, i), env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+    prefix = out[len(f"s3://{S3_BUCKET}/"):] + "/run/checkpoints"
+    assert not [k for k in s3.list(S3_BUCKET, prefix) if k.endswith("commit_success.txt")]
+    r = subprocess.run([str(unroll_bin), "merge", f"{out}/run/checkpoints"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    _check_multi_s3(s3, out, base, lora, 2, tmp_path, single)

@@ -460,6 +460,86 @@ def test_single_process_resume(unroll_bin, big, single, tmp_path):
     reference.compare_trees(reference.restore(items), single[1], "resumed single-process output")
 
 
+def _ts_generation(db, generation=None):
+    """The OCDBT database in db opened by TensorStore, at one generation (None: the latest)."""
+    spec = {"driver": "ocdbt", "base": f"file://{db}/"}
+    if generation is not None:
+        spec["version"] = generation
+    return ts.KvStore.open(spec).result()
+
+
+def _latest_generation(db):
+    """The latest generation of the database in db, from TensorStore's dump of its manifest."""
+    manifest = ts.ocdbt.dump(ts.KvStore.open(f"file://{db}/").result()).result()
+    return manifest["versions"][-1]["generation_number"]
+
+
+def _check_generations(db, final):
+    """Every generation of db read by TensorStore holds the keys of the one before it and
+    more, each new key with its final value (final: key -> value of the finished run); returns
+    the latest generation and its keys."""
+    latest = _latest_generation(db)
+    seen = set()
+    for g in range(1, latest + 1):
+        kv = _ts_generation(db, g)
+        keys = set(kv.list().result())
+        assert seen <= keys, f"generation {g} lost {sorted(seen - keys)[:3]}"
+        for k in keys - seen:
+            assert kv.read(k).result().value == final[k], (g, k)
+        seen = keys
+    return latest, seen
+
+
+def _kill_after_commits(args, progress, commits):
+    """Run args, SIGKILL it once its progress mark changed `commits` times."""
+    v = subprocess.Popen(args, stderr=subprocess.PIPE, env=_env())
+    marks = set()
+    first = progress.read_text() if progress.exists() else None
+    deadline = time.time() + 60
+    while len(marks - {first}) < commits and v.poll() is None and time.time() < deadline:
+        try:
+            marks.add(progress.read_text())
+        except FileNotFoundError:
+            pass
+        time.sleep(0.001)
+    v.send_signal(signal.SIGKILL)
+    v.communicate()
+    assert v.returncode == -signal.SIGKILL, f"the run ended before {commits} more commits"
+
+
+def test_share_database_keeps_every_generation(unroll_bin, big, single, tmp_path):
+    """Issue 16: each piece commit of a share is a new generation of its OCDBT database (the
+    version tree as TensorStore writes it); older generations stay readable. A run killed
+    after a few commits, rerun and killed again past 16 (its generations then partly in
+    version-tree nodes), then finished: TensorStore opens every generation each time, the
+    killed runs' generations unchanged by the reruns, each a prefix of the work and the last
+    one complete."""
+    args = _args(unroll_bin, big, tmp_path, ["-j1", "--resume", "--commit-every", "256K"])
+    staging = tmp_path / "run" / "checkpoints.unroll-multi"
+    db = staging / "step" / "items" / "ocdbt.process_0"
+    progress = staging / "shares" / "0.progress"
+    killed = {}
+    for commits, at_least in ((4, 3), (18, 20)):
+        _kill_after_commits(args, progress, commits)
+        latest = _latest_generation(db)
+        assert latest >= at_least, latest
+        for g in range(1, latest + 1):
+            keys = set(_ts_generation(db, g).list().result())
+            assert killed.setdefault(g, keys) == keys, g
+
+    r = subprocess.run(args, capture_output=True, text=True, env=_env())
+    assert r.returncode == 0, r.stderr
+    items = _items(tmp_path)
+    final = asyncio.run(_read_all(items))   # the merged top-level database, as Orbax reads it
+    share = items / "ocdbt.process_0"
+    latest, keys = _check_generations(share, final)
+    assert latest > max(killed), latest
+    assert keys == set(final)
+    for g, before in killed.items():
+        assert set(_ts_generation(share, g).list().result()) == before, g
+    reference.compare_trees(reference.restore(items), single[1], "resumed single-process output")
+
+
 @pytest.mark.parametrize("launcher", ["slurm-tasks", "pmi", "kubernetes"])
 def test_other_launcher_variables(unroll_bin, make_fixture, launcher, tmp_path):
     """srun (SLURM_PROCID/SLURM_NTASKS), PMI launchers (PMI_RANK/PMI_SIZE) and Kubernetes

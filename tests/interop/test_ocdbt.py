@@ -190,3 +190,35 @@ def test_tensorstore_appends_to_c_written(tmp_path, tool):
     expected = u.ts_dump(db)
     assert (b"zz", b"added") in expected
     assert u.c_dump(db) == expected
+
+
+def _generations(db):
+    """(latest generation, heights of the manifest's version nodes), from TensorStore's dump."""
+    m = ts.ocdbt.dump(ts.KvStore.open(f"file://{db}/").result()).result()
+    return m["versions"][-1]["generation_number"], [n["height"] for n in m["version_tree_nodes"]]
+
+
+def test_generations_added_in_turn_with_tensorstore(tmp_path, tool):
+    """Issue 16: the C writer continues a database (ur_ocdbt_resume) one generation per commit
+    and TensorStore the C writer's, in turn, at arity 2 (version_tree_arity_log2 1), so the
+    version tree grows five levels: every generation stays readable by TensorStore, each the
+    one before plus its key."""
+    db = tmp_path / "gens.ocdbt"
+    kv = u.ts_open(db, config={"version_tree_arity_log2": 1})
+    for i in range(3):  # generation 1 is TensorStore's empty first commit
+        kv.write(f"t{i}".encode(), f"ts {i}".encode()).result()
+    items = [(f"c{i:03d}".encode(), bytes([i]) * (i * 40)) for i in range(40)]
+    u.c_write(db, items, "--resume", "--commit-every", 1)
+    latest, heights = _generations(db)
+    assert latest == 44 and heights == [4, 3, 2, 1], (latest, heights)
+    u.ts_open(db).write(b"zz", b"after").result()      # TensorStore extends the C tree
+    u.c_write(db, [(b"d1", b"x"), (b"d2", b"y" * 3000)], "--resume", "--commit-every", 1)
+    latest, heights = _generations(db)
+    assert latest == 47 and heights == [4, 3, 2, 1], (latest, heights)
+    before = set()
+    for g in range(1, latest + 1):
+        keys = set(u.ts_open(db, version=g).list().result())
+        assert before < keys or g == 1, g
+        assert len(keys) == g - 1, (g, len(keys))
+        before = keys
+    assert u.c_dump(db) == u.ts_dump(db)

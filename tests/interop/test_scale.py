@@ -96,7 +96,9 @@ def test_many_leaves_scale_linearly(unroll_bin, fixture_cache, tmp_path):
     # walked entry by entry, the publish check listing the staged database instead of
     # reopening the checkpoint, the reader's node cache within 32 MiB and freed memory given
     # back between phases: 10.8x here (the binary's own few MB weigh more at 8,000 leaves;
-    # 7.9x at 100,000), verify 17.9x (limits: those x 1.2).
+    # 7.9x at 100,000), verify 17.9x (limits: those x 1.2). The serial stretches now run on
+    # two threads (each thread's malloc arena and stack): 11.6x and 18.6x here, 8.2x and
+    # 13.1x at 100,000 (bench/README.md).
     meta = large["metadata"]
     for name, limit in (("unroll", UNROLL_RSS_PER_METADATA), ("verify", VERIFY_RSS_PER_METADATA)):
         rss = large[name][1]

@@ -17,6 +17,12 @@ STORAGE = {name: flags for name, flags in maxtext_fixtures.LAYOUTS.items()}
 
 def run_unroll(unroll_bin, info, out_dir, *, pure_nnx=None, layout=None, extra=()):
     """Run unroll on a fixture with the config keys the fixture says a MaxText run needs."""
+    args = unroll_args(unroll_bin, info, out_dir, pure_nnx=pure_nnx, layout=layout, extra=extra)
+    return subprocess.run(args, capture_output=True, text=True, timeout=300)
+
+
+def unroll_args(unroll_bin, info, out_dir, *, pure_nnx=None, layout=None, extra=()):
+    """The command line run_unroll runs."""
     cfg = info.config
     use_ocdbt, use_zarr3 = STORAGE[layout or info.layout]
     args = [str(unroll_bin), str(CONFIG), "-q",
@@ -30,7 +36,7 @@ def run_unroll(unroll_bin, info, out_dir, *, pure_nnx=None, layout=None, extra=(
             f"decoder_block={cfg['decoder_block']}",
             f"checkpoint_storage_use_ocdbt={str(use_ocdbt).lower()}",
             f"checkpoint_storage_use_zarr3={str(use_zarr3).lower()}", *extra]
-    return subprocess.run(args, capture_output=True, text=True, timeout=300)
+    return args
 
 
 def checkpoint_dir(out_dir):

@@ -14,6 +14,7 @@ within LOGITS_ATOL (0 observed on llama2; XLA may fuse the two graphs differentl
 """
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import re
@@ -39,21 +40,48 @@ def _environment():
     assert sys.version_info[:2] == (3, 12), "tests/maxtext runs in .venv-maxtext (Python 3.12)"
 
 
+# family -> Future of its driver run (facts dict, or the failure text)
 _FACTS: dict = {}
+
+
+def _run_driver(family: str, work: pathlib.Path):
+    p = subprocess.run([sys.executable, str(HERE / "driver.py"), family, str(work)],
+                       capture_output=True, text=True)
+    facts_file = work / "facts.json"
+    return (json.loads(facts_file.read_text()) if p.returncode == 0 and facts_file.exists()
+            else f"driver {family} failed (rc {p.returncode}):\n{p.stderr[-4000:]}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _drivers(request, tmp_path_factory):
+    """Every selected family's driver, started up front, UNROLL_MAXTEXT_JOBS (default: the CPU
+    count, at most 4) at a time in the order the tests ask for them: a driver is one Python
+    process that spends most of its time in single-threaded XLA compiles, so two of them on two
+    cores take about half the wall time of one after the other (the suite is most of CI's)."""
+    families = []
+    for item in request.session.items:
+        fam = getattr(getattr(item, "callspec", None), "params", {}).get("family")
+        if fam is not None and fam not in families:
+            families.append(fam)
+    jobs = int(os.environ.get("UNROLL_MAXTEXT_JOBS") or min(os.cpu_count() or 1, 4))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for fam in families:
+            _FACTS[fam] = pool.submit(_run_driver, fam, tmp_path_factory.mktemp(fam))
+        yield
+        for fut in _FACTS.values():
+            fut.cancel()
 
 
 def _facts(family: str, tmp_path_factory) -> dict:
     """The driver's facts for a family: gathered once per session, shared by the tests below."""
     if family not in _FACTS:
-        work = tmp_path_factory.mktemp(family)
-        p = subprocess.run([sys.executable, str(HERE / "driver.py"), family, str(work)],
-                           capture_output=True, text=True)
-        facts_file = work / "facts.json"
-        _FACTS[family] = (json.loads(facts_file.read_text()) if p.returncode == 0 and facts_file.exists()
-                          else f"driver {family} failed (rc {p.returncode}):\n{p.stderr[-4000:]}")
-    if isinstance(_FACTS[family], str):
-        pytest.fail(_FACTS[family])
-    return _FACTS[family]
+        fut = concurrent.futures.Future()
+        fut.set_result(_run_driver(family, tmp_path_factory.mktemp(family)))
+        _FACTS[family] = fut
+    facts = _FACTS[family].result()
+    if isinstance(facts, str):
+        pytest.fail(facts)
+    return facts
 
 
 @pytest.mark.parametrize("family", sorted(driver.FAMILIES))
