@@ -12,6 +12,9 @@ under /usr/bin/time -v, one after the other:
   gs->gs         unroll reading and writing gs://;
   floor          TensorStore's OCDBT-on-gcs kvstore reading every parameter value (raw bytes,
                  no decoding) with 32 requests in flight, as unroll allows;
+  upload         TensorStore's gcs driver writing the files of the gs->local output to the
+                 bucket, all at once (one request per object, as TensorStore does): what the
+                 emulator takes to store the bytes gs->gs uploads (not a ratio's base);
   reference      bench/reference_unroll.py run --input gs://...: MaxText's pipeline (Orbax
                  restore of the full state from the bucket, jnp.take per layer, bf16, Orbax
                  save to a local directory).
@@ -45,6 +48,18 @@ keys = [k for k in kv.list().result() if k.startswith(b"params.") and b"/c/" in 
 pending = [kv.read(k) for k in keys]
 total = sum(len(f.result().value) for f in pending)
 print(f"{len(keys)} values, {total} bytes")
+'''
+
+
+UPLOAD = r'''
+import pathlib, sys, tensorstore as ts
+local, bucket, prefix = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+dst = ts.KvStore.open({"driver": "gcs", "bucket": bucket, "path": prefix + "/"}).result()
+files = [f for f in local.rglob("*") if f.is_file()]
+pending = [dst.write(str(f.relative_to(local)), f.read_bytes()) for f in files]
+for f in pending:
+    f.result()
+print(f"{len(files)} objects, {sum(f.stat().st_size for f in files)} bytes")
 '''
 
 
@@ -100,6 +115,9 @@ def main():
         rows.append(timed("gs->gs", [a.unroll, a.config, f"load_full_state_path={items_gs}",
                                      f"base_output_directory=gs://{BUCKET}/out", *common,
                                      *remote_threads], env, work))
+        rows.append(timed("upload (TensorStore writes gs->local's output)",
+                          [sys.executable, "-c", UPLOAD, str(work / "out-gslocal"), BUCKET,
+                           "upload"], env, work))
         rows.append(timed("floor (TensorStore ranged GETs)",
                           [sys.executable, "-c", FLOOR, BUCKET,
                            f"in/checkpoints/{meta['step']}/items", "32"], env, work))
@@ -112,10 +130,10 @@ def main():
                                "--run-name", "bench", "--times", str(work / "ref_times.json")],
                               env, work))
     floor = next(r["wall_s"] for r in rows if r["tool"].startswith("floor"))
-    print(f"{'tool':40} {'wall s':>7} {'x floor':>8} {'CPU s':>7} {'peak RSS MiB':>13} status")
+    print(f"{'tool':48} {'wall s':>7} {'x floor':>8} {'CPU s':>7} {'peak RSS MiB':>13} status")
     for r in rows:
         r["x_floor"] = round(r["wall_s"] / floor, 2) if floor else None
-        print(f"{r['tool']:40} {r['wall_s']:7.2f} {r['x_floor']:8.2f} {r['cpu_s']:7.2f} "
+        print(f"{r['tool']:48} {r['wall_s']:7.2f} {r['x_floor']:8.2f} {r['cpu_s']:7.2f} "
               f"{r['peak_rss_mib']:13.1f} {r['rc']}")
     ref = [r for r in rows if r["tool"].startswith("reference")]
     gs_local = next(r for r in rows if r["tool"] == "gs->local")

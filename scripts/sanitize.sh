@@ -40,6 +40,8 @@ UNROLL_BUILD_DIR=$build scripts/build.sh -DUR_TESTS=ON -DUR_SANITIZE=
 echo "== sanitize: valgrind on every unit test and fuzz replay in $build"
 vg=(valgrind -q --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect,possible
     --errors-for-leak-kinds=definite,indirect,possible --track-origins=yes)
+# tests that size their work for a native run take a smaller case under valgrind
+export UNROLL_UNDER_VALGRIND=1
 n=0
 while IFS= read -r exe; do
   name=$(basename "$exe")
