@@ -5,6 +5,7 @@
 #include "ur_test.h"
 
 #include "unroll/alloc.h"
+#include "unroll/fs.h"
 #include "unroll/kvstore.h"
 #include "unroll/ocdbt.h"
 
@@ -15,9 +16,7 @@
 
 static void cleanup(const char *dir)
 {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(ur_fs_remove_tree(dir, NULL), UR_OK);
 }
 
 /* The value of key i as of generation g: its length says whether it is stored inline. */
@@ -117,7 +116,7 @@ static void check_latest(const char *db, int n_keys, const int *gen_of)
  * height-1 node; a resume continues with generation 41. */
 static void test_ocdbt_write__generations_across_version_nodes(void **state)
 {
-    char dir[] = "/tmp/ur_ocdbt_genXXXXXX", db[300], key[32];
+    char dir[64], db[300], key[32];
     uint64_t gen[64], keys[64];
     int gen_of[64];
     uint8_t v[2000];
@@ -126,7 +125,7 @@ static void test_ocdbt_write__generations_across_version_nodes(void **state)
     size_t n, h1 = 0, kept = 0;
     ur_err err;
     (void)state;
-    assert_non_null(mkdtemp(dir));
+    ur_test_scratch_dir(dir, sizeof dir, "ocdbt_write_gen");
     snprintf(db, sizeof db, "%s/db", dir);
     ur_ocdbt_write_opts_init(&o);
     o.seed = 11;
@@ -177,7 +176,7 @@ static void test_ocdbt_write__generations_across_version_nodes(void **state)
 static void test_ocdbt_write__commits_merge_into_a_deep_tree(void **state)
 {
     enum { N = 3000, COMMITS = 25 };
-    char dir[] = "/tmp/ur_ocdbt_cowXXXXXX", db[300], key[32];
+    char dir[64], db[300], key[32];
     static int gen_of[N];
     uint8_t v[2000];
     ur_ocdbt_write_opts o;
@@ -185,7 +184,7 @@ static void test_ocdbt_write__commits_merge_into_a_deep_tree(void **state)
     int written = 0;
     ur_err err;
     (void)state;
-    assert_non_null(mkdtemp(dir));
+    ur_test_scratch_dir(dir, sizeof dir, "ocdbt_write_cow");
     snprintf(db, sizeof db, "%s/db", dir);
     ur_ocdbt_write_opts_init(&o);
     o.seed = 5;
@@ -272,14 +271,14 @@ static size_t count_leaves(const char *db)
  * stay at least about a third full (not a tiny leaf left behind per commit). */
 static void test_ocdbt_write__commits_keep_leaves_full(void **state)
 {
-    char dir[] = "/tmp/ur_ocdbt_fullXXXXXX", db[300], key[32];
+    char dir[64], db[300], key[32];
     uint8_t v[485];
     ur_ocdbt_write_opts o;
     ur_kvstore *kv = NULL, *once = NULL;
     size_t grown, fresh;
     ur_err err;
     (void)state;
-    assert_non_null(mkdtemp(dir));
+    ur_test_scratch_dir(dir, sizeof dir, "ocdbt_write_full");
     memset(v, 'z', sizeof v);
     ur_ocdbt_write_opts_init(&o);
     o.max_decoded_node_bytes = 20000;
@@ -338,7 +337,7 @@ static int resume_and_commit(const char *db, const ur_ocdbt_write_opts *o, int g
  * next try resumes from there); once nothing fails, every key is there. */
 static void test_ocdbt_write__resume_and_commit_out_of_memory(void **state)
 {
-    char dir[] = "/tmp/ur_ocdbt_oomXXXXXX", db[300], key[32];
+    char dir[64], db[300], key[32];
     static uint64_t gen[512], keys[512];
     int gen_of[32];
     uint8_t v[2000];
@@ -349,7 +348,7 @@ static void test_ocdbt_write__resume_and_commit_out_of_memory(void **state)
     int rc = UR_ENOMEM;
     long k;
     (void)state;
-    assert_non_null(mkdtemp(dir));
+    ur_test_scratch_dir(dir, sizeof dir, "ocdbt_write_oom");
     snprintf(db, sizeof db, "%s/db", dir);
     ur_ocdbt_write_opts_init(&o);
     o.compress = 0; /* zstd allocates outside ur_malloc */
