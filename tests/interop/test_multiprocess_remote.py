@@ -174,8 +174,7 @@ def test_finisher_killed_mid_upload_rerun_of_its_index_publishes(unroll_bin, big
     stays. A rerun of another index leaves it to the claim's holder; a rerun of the finisher's
     own index (a Slurm or Kubernetes retry) takes it over, redoes the finish over what the dead
     one uploaded, and publishes the same output as a single process."""
-    gdb = shutil.which("gdb")
-    assert gdb is not None, "gdb is not installed (scripts/setup.sh --tests installs it)"
+    gdb = _gdb()
     out = _out()
     _run(unroll_bin, big, s3, out, 2, 0)
     last = _args(unroll_bin, big, f"s3://{BUCKET}/{out}",
@@ -461,8 +460,7 @@ def test_resume_into_s3_killed_and_rerun(unroll_bin, big, single, s3, tmp_path):
     _check_same(s3, out, 1, single, tmp_path / "a")
     assert not list(tmp.iterdir())
 
-    gdb = shutil.which("gdb")
-    assert gdb is not None, "gdb is not installed (scripts/setup.sh --tests installs it)"
+    gdb = _gdb()
     out = _out()
     args = _args(unroll_bin, big, f"s3://{BUCKET}/{out}", ["-j1", "--resume"])
     _gdb_kill_at(gdb, "ur_orbax_rshare_upload", args, env, tmp_path)
@@ -518,6 +516,21 @@ def test_resume_into_s3_does_not_take_a_tree_of_another_run(unroll_bin, big, sin
     _check_same(s3, out, 1, single, tmp_path / "a")
 
 
+def _gdb() -> str:
+    """gdb, which the tests that stop a run at a chosen point drive (never skipped)."""
+    gdb = shutil.which("gdb")
+    assert gdb is not None, "gdb is not installed (scripts/setup.sh --tests installs it)"
+    return gdb
+
+
+def _machines(tmp_path):
+    """Two empty TMPDIRs: the first attempt's machine and the one a rerun "elsewhere" uses."""
+    first, second = tmp_path / "vm1", tmp_path / "vm2"
+    first.mkdir()
+    second.mkdir()
+    return first, second
+
+
 def _gdb_kill_after_saves(gdb, args, env, tmp_path, saves, then=""):
     """Run `args` under gdb; on the call of ur_orbax_rprogress_save after `saves` complete
     ones (the share's progress in the bucket saved that many times), optionally run to the
@@ -562,12 +575,9 @@ def test_share_into_s3_killed_continues_on_another_machine(unroll_bin, big, sing
     mark's work item (not redoing the committed pieces), and the published output is the
     single-process one. On the binary before the progress was kept in the bucket: no
     ur_orbax_rprogress_save to stop at, and a rerun elsewhere redid the whole share."""
-    gdb = shutil.which("gdb")
-    assert gdb is not None, "gdb is not installed (scripts/setup.sh --tests installs it)"
+    gdb = _gdb()
     out = _out()
-    first, second = tmp_path / "vm1", tmp_path / "vm2"
-    first.mkdir()
-    second.mkdir()
+    first, second = _machines(tmp_path)
     args = _args(unroll_bin, big, f"s3://{BUCKET}/{out}",
                  _multi(2, 0, "--commit-every", "128K"))
     _gdb_kill_after_saves(gdb, args, s3.env(TMPDIR=str(first)), tmp_path, 2)
@@ -609,12 +619,9 @@ def test_resume_into_s3_killed_mid_progress_upload_continues_elsewhere(unroll_bi
     the new data files and the manifest: the bucket holds data files no mark lists. Rerun
     with an empty TMPDIR, it continues from the second mark (the files of the killed upload
     sent again or deleted, never taken as sent), and the output is the single-process one."""
-    gdb = shutil.which("gdb")
-    assert gdb is not None, "gdb is not installed (scripts/setup.sh --tests installs it)"
+    gdb = _gdb()
     out = _out()
-    first, second = tmp_path / "vm1", tmp_path / "vm2"
-    first.mkdir()
-    second.mkdir()
+    first, second = _machines(tmp_path)
     args = _args(unroll_bin, big, f"s3://{BUCKET}/{out}",
                  ["-j1", "--resume", "--commit-every", "128K"])
     _gdb_kill_after_saves(gdb, args, s3.env(TMPDIR=str(first)), tmp_path, 2,
