@@ -10,6 +10,11 @@ void *ur_calloc(size_t count, size_t size);
 void *ur_realloc(void *p, size_t n);
 /* NULL-safe. */
 void ur_free(void *p);
+/* The growing array `items` (*cap elements of `size` bytes, n of them in use) with room for one
+ * more: items itself while n < *cap, else the array moved into twice the room (`first`
+ * elements the first time) and *cap updated. NULL when out of memory or when the size would
+ * overflow; items and *cap are then unchanged (the caller still owns items). */
+void *ur_grow(void *items, size_t *cap, size_t n, size_t size, size_t first);
 /* Copy of a NUL-terminated string, or NULL when out of memory. */
 char *ur_strdup(const char *s);
 /* Copy of the first n bytes of s plus a NUL, or NULL when out of memory. */

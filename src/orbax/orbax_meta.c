@@ -315,16 +315,11 @@ static int top_member(void *ctx, const char *key, const char *value, size_t len,
 static int list_member(void *ctx, const char *key, const char *value, size_t len, ur_err *err)
 {
     meta_walk *w = ctx;
-    meta_member *mm;
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? 2 * w->cap : 1024;
-        meta_member *grown = ur_realloc(w->members, cap * sizeof *grown);
-        if (grown == NULL) {
-            return ur_err_oom(err);
-        }
-        w->members = grown;
-        w->cap = cap;
+    meta_member *mm, *grown = ur_grow(w->members, &w->cap, w->n, sizeof *grown, 1024);
+    if (grown == NULL) {
+        return ur_err_oom(err);
     }
+    w->members = grown;
     mm = &w->members[w->n];
     mm->key = ur_orbax__arena_strndup(&w->keys, key, strlen(key));
     if (mm->key == NULL) {

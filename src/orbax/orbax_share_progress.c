@@ -80,19 +80,16 @@ int ur_orbax_rprogress_open(ur_orbax_rprogress **out, const char *step, int inde
 static pfile *entry(ur_orbax_rprogress *p, const char *name, size_t len, ur_err *err)
 {
     size_t at;
+    pfile *f;
     if (ur_strmap_get(&p->by_name, name, len, &at) == 1) {
         return &p->f[at];
     }
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? 2 * p->cap : 64;
-        pfile *f = ur_realloc(p->f, cap * sizeof *f);
-        if (f == NULL) {
-            ur_err_oom(err);
-            return NULL;
-        }
-        p->f = f;
-        p->cap = cap;
+    f = ur_grow(p->f, &p->cap, p->n, sizeof *f, 64);
+    if (f == NULL) {
+        ur_err_oom(err);
+        return NULL;
     }
+    p->f = f;
     memset(&p->f[p->n], 0, sizeof p->f[p->n]);
     p->f[p->n].name = ur_strndup(name, len);
     if (p->f[p->n].name == NULL ||

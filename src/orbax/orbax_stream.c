@@ -41,15 +41,11 @@ struct ur_orbax_stream {
 
 static int list_add(str_list *l, const char *s)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 16;
-        char **v = ur_realloc(l->v, cap * sizeof *v);
-        if (v == NULL) {
-            return UR_ENOMEM;
-        }
-        l->v = v;
-        l->cap = cap;
+    char **v = ur_grow(l->v, &l->cap, l->n, sizeof *v, 16);
+    if (v == NULL) {
+        return UR_ENOMEM;
     }
+    l->v = v;
     l->v[l->n] = ur_strdup(s);
     if (l->v[l->n] == NULL) {
         return UR_ENOMEM;
@@ -206,17 +202,13 @@ int ur_orbax_stream_push(void *stream, const char *path, const char *key, ur_err
         return rc;
     }
     pthread_mutex_lock(&st->lock);
-    if (st->n == st->cap) {
-        size_t cap = st->cap ? 2 * st->cap : 16;
-        pending *q = ur_realloc(st->queue, cap * sizeof *q);
-        if (q == NULL) {
-            pthread_mutex_unlock(&st->lock);
-            pending_dispose(&p);
-            return ur_err_oom(err);
-        }
-        st->queue = q;
-        st->cap = cap;
+    pending *q = ur_grow(st->queue, &st->cap, st->n, sizeof *q, 16);
+    if (q == NULL) {
+        pthread_mutex_unlock(&st->lock);
+        pending_dispose(&p);
+        return ur_err_oom(err);
     }
+    st->queue = q;
     st->queue[st->n++] = p;
     pthread_cond_broadcast(&st->cv);
     pthread_mutex_unlock(&st->lock);

@@ -58,16 +58,11 @@ static int phase_of(const char *key)
 static int collect(void *ctx, const char *key, uint64_t size)
 {
     item_list *l = ctx;
-    item *it;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 64;
-        item *v = ur_realloc(l->v, cap * sizeof *v);
-        if (v == NULL) {
-            return UR_ENOMEM;
-        }
-        l->v = v;
-        l->cap = cap;
+    item *it, *v = ur_grow(l->v, &l->cap, l->n, sizeof *v, 64);
+    if (v == NULL) {
+        return UR_ENOMEM;
     }
+    l->v = v;
     it = &l->v[l->n];
     memset(it, 0, sizeof *it);
     it->key = ur_strdup(key);

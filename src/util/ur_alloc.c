@@ -1,5 +1,6 @@
 /* The one place raw malloc/free appear (STYLE §3.8), so tests can fail any allocation. */
 #include "unroll/alloc.h"
+#include "unroll/ckd.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,26 @@ void *ur_realloc(void *p, size_t n)
     q = realloc(p, n == 0 ? 1 : n);
     count_success(q);
     return q;
+}
+
+void *ur_grow(void *items, size_t *cap, size_t n, size_t size, size_t first)
+{
+    size_t want = *cap, bytes;
+    void *p;
+    if (n < *cap) {
+        return items;
+    }
+    if (want == 0 ? (want = first) == 0 : ur_ckd_mul(&want, want, 2)) {
+        return NULL;
+    }
+    if (ur_ckd_mul(&bytes, want, size)) {
+        return NULL;
+    }
+    p = ur_realloc(items, bytes);
+    if (p != NULL) {
+        *cap = want;
+    }
+    return p;
 }
 
 void ur_free(void *p)

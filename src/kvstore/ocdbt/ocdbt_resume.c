@@ -40,15 +40,11 @@ static int remember(rwalk *rw, ur_strmap *m, const char *key, int *added, ur_err
     if (ur_strmap_get(m, key, len, &ignored) == 1) {
         return UR_OK;
     }
-    if (rw->n_keys == rw->cap_keys) {
-        size_t cap = rw->cap_keys ? 2 * rw->cap_keys : 64;
-        char **nk = ur_realloc(rw->keys, cap * sizeof *nk);
-        if (nk == NULL) {
-            return ur_err_oom(err);
-        }
-        rw->keys = nk;
-        rw->cap_keys = cap;
+    char **nk = ur_grow(rw->keys, &rw->cap_keys, rw->n_keys, sizeof *nk, 64);
+    if (nk == NULL) {
+        return ur_err_oom(err);
     }
+    rw->keys = nk;
     copy = ur_strdup(key);
     if (copy == NULL) {
         return ur_err_oom(err);
