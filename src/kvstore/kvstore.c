@@ -176,15 +176,11 @@ int ur_kvstore__dir_list_add(ur_kvstore__dir_list *dl, const char *full, size_t 
     if (n == 0 || memchr(full + prefix_len, '/', n) != NULL) {
         return UR_OK;
     }
-    if (dl->n == dl->cap) {
-        size_t cap = dl->cap ? dl->cap * 2 : 64;
-        struct ur_kvstore__dir_entry *e = ur_realloc(dl->e, cap * sizeof *e);
-        if (e == NULL) {
-            return ur_err_oom(err);
-        }
-        dl->e = e;
-        dl->cap = cap;
+    struct ur_kvstore__dir_entry *e = ur_grow(dl->e, &dl->cap, dl->n, sizeof *e, 64);
+    if (e == NULL) {
+        return ur_err_oom(err);
     }
+    dl->e = e;
     dl->e[dl->n].name = ur_strndup(full + prefix_len, n);
     if (dl->e[dl->n].name == NULL) {
         return ur_err_oom(err);

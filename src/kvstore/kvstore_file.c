@@ -262,15 +262,11 @@ static void key_list_dispose(key_list *kl)
 
 static int key_list_add(key_list *kl, const char *key, uint64_t size, ur_err *err)
 {
-    if (kl->n == kl->cap) {
-        size_t cap = kl->cap ? kl->cap * 2 : 64;
-        key_entry *e = ur_realloc(kl->e, cap * sizeof *e);
-        if (e == NULL) {
-            return ur_err_oom(err);
-        }
-        kl->e = e;
-        kl->cap = cap;
+    key_entry *e = ur_grow(kl->e, &kl->cap, kl->n, sizeof *e, 64);
+    if (e == NULL) {
+        return ur_err_oom(err);
     }
+    kl->e = e;
     kl->e[kl->n].key = ur_strdup(key);
     if (kl->e[kl->n].key == NULL) {
         return ur_err_oom(err);

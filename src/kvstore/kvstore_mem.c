@@ -143,15 +143,13 @@ static int m_write(ur_kvstore *kv, const char *key, const void *data, size_t n, 
         ms->e[i].len = n;
         return UR_OK;
     }
-    if (ms->n == ms->cap) {
-        size_t cap = ms->cap ? ms->cap * 2 : 16;
-        mem_entry *e = ur_realloc(ms->e, cap * sizeof *e);
+    {
+        mem_entry *e = ur_grow(ms->e, &ms->cap, ms->n, sizeof *e, 16);
         if (e == NULL) {
             ur_free(copy);
             return ur_err_oom(err);
         }
         ms->e = e;
-        ms->cap = cap;
     }
     {
         char *k = ur_strdup(key);

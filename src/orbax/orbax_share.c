@@ -1076,15 +1076,12 @@ static int units_from_run(ur_orbax_share *s, const char *text, ur_err *err)
         const char *nl = strchr(p, '\n');
         size_t len = nl != NULL ? (size_t)(nl - p) : strlen(p);
         if (len > 5 && strncmp(p, "unit ", 5) == 0) {
-            if (n == cap) {
-                char **more = ur_realloc(units, (cap ? cap * 2 : 8) * sizeof *more);
-                if (more == NULL) {
-                    rc = ur_err_oom(err);
-                    break;
-                }
-                units = more;
-                cap = cap ? cap * 2 : 8;
+            char **more = ur_grow(units, &cap, n, sizeof *more, 8);
+            if (more == NULL) {
+                rc = ur_err_oom(err);
+                break;
             }
+            units = more;
             units[n] = ur_strndup(p + 5, len - 5);
             rc = units[n++] != NULL ? UR_OK : ur_err_oom(err);
         }

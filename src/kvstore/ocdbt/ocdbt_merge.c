@@ -48,16 +48,11 @@ typedef struct {
 /* A new zeroed entry at the end, NULL when out of memory. */
 static mentry *push(collector *c)
 {
-    mentry *m;
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 256;
-        mentry *ne = ur_realloc(c->e, cap * sizeof *ne);
-        if (ne == NULL) {
-            return NULL;
-        }
-        c->e = ne;
-        c->cap = cap;
+    mentry *m = ur_grow(c->e, &c->cap, c->n, sizeof *m, 256);
+    if (m == NULL) {
+        return NULL;
     }
+    c->e = m;
     m = &c->e[c->n];
     memset(m, 0, sizeof *m);
     m->seq = c->n++;

@@ -273,16 +273,12 @@ static wentry *next_entry(ocdbt_writer *w, size_t klen, int *rc, ur_err *err)
         *rc = ur_err_set(err, UR_EINVAL, "more than %u keys in one database", UINT32_MAX);
         return NULL;
     }
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 256;
-        wentry *ne = ur_realloc(w->e, cap * sizeof *ne);
-        if (ne == NULL) {
-            *rc = ur_err_oom(err);
-            return NULL;
-        }
-        w->e = ne;
-        w->cap = cap;
+    e = ur_grow(w->e, &w->cap, w->n, sizeof *e, 256);
+    if (e == NULL) {
+        *rc = ur_err_oom(err);
+        return NULL;
     }
+    w->e = e;
     e = &w->e[w->n];
     memset(e, 0, sizeof *e);
     return e;

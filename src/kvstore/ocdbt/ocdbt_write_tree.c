@@ -249,16 +249,11 @@ typedef struct {
 /* A new zeroed item at the end of l, or NULL when out of memory. */
 static witem *next_item(witems *l)
 {
-    witem *it;
-    if (l->v == NULL || l->n == l->cap) {
-        size_t c = l->cap ? l->cap * 2 : 64;
-        witem *p = ur_realloc(l->v, c * sizeof *p);
-        if (p == NULL) {
-            return NULL;
-        }
-        l->v = p;
-        l->cap = c;
+    witem *it = ur_grow(l->v, &l->cap, l->n, sizeof *it, 64);
+    if (it == NULL) {
+        return NULL;
     }
+    l->v = it;
     it = &l->v[l->n++];
     memset(it, 0, sizeof *it);
     return it;
