@@ -6,6 +6,7 @@
 
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
+#include "unroll/side.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -535,33 +536,30 @@ typedef struct {
     const char *item_dir;
     ur_orbax_sharding_map *sharding;
     ur_orbax_array_meta_list *array_meta;
-    int rc;
-    ur_err err;
 } side_parse;
 
-static void *parse_side(void *arg)
+static int parse_side(void *ctx, ur_err *err)
 {
-    side_parse *p = arg;
+    side_parse *p = ctx;
     ur_buf b;
     ur_buf_init(&b, 0);
-    int rc = read_optional(p->loc, &b, p->item_dir, "_sharding", &p->err);
+    int rc = read_optional(p->loc, &b, p->item_dir, "_sharding", err);
     if (rc == UR_OK) {
-        rc = ur_orbax_sharding_parse(&p->sharding, (const char *)b.data, b.len, &p->err);
+        rc = ur_orbax_sharding_parse(&p->sharding, (const char *)b.data, b.len, err);
     } else if (rc == UR_ENOTFOUND) {
         rc = UR_OK;
     }
     if (rc == UR_OK) {
         ur_buf_reset(&b);
-        rc = read_optional(p->loc, &b, p->item_dir, "array_metadatas/process_0", &p->err);
+        rc = read_optional(p->loc, &b, p->item_dir, "array_metadatas/process_0", err);
         if (rc == UR_OK) {
-            rc = ur_orbax_array_meta_parse(&p->array_meta, (const char *)b.data, b.len, &p->err);
+            rc = ur_orbax_array_meta_parse(&p->array_meta, (const char *)b.data, b.len, err);
         } else if (rc == UR_ENOTFOUND) {
             rc = UR_OK;
         }
     }
     ur_buf_dispose(&b);
-    p->rc = rc;
-    return NULL;
+    return rc;
 }
 
 /* A file-exists question went unanswered while opening (ur_orbax_loc.failed): whatever the
@@ -599,14 +597,11 @@ int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur
      * parses _METADATA (a checkpoint of many leaves spends most of its opening there); their
      * errors are reported in the order one thread would meet them. */
     side_parse side;
-    pthread_t side_tid;
+    ur_side side_run;
     memset(&side, 0, sizeof side);
     side.loc = &ck->loc;
     side.item_dir = ck->item_dir;
-    int side_started = pthread_create(&side_tid, NULL, parse_side, &side) == 0;
-    if (!side_started) {
-        parse_side(&side);
-    }
+    ur_side_start(&side_run, parse_side, &side);
     rc = read_optional(&ck->loc, &b, ck->item_dir, "_METADATA", err);
     if (rc == UR_ENOTFOUND) {
         rc = ur_err_set(err, UR_ECORRUPT,
@@ -631,18 +626,16 @@ int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur
         }
         rc = check_item_finalized(ck, err);
     }
-    if (side_started) {
-        pthread_join(side_tid, NULL);
-    }
+    int side_rc = ur_side_join(&side_run);
     /* The text is parsed: give it back before the arrays' metadata is read (with 100,000
      * leaves, _METADATA is tens of MB and the B+tree node read next is larger). */
     ur_buf_dispose(&b);
     ur_alloc_trim();
     ck->sharding = side.sharding;
     ck->array_meta = side.array_meta;
-    if (rc == UR_OK && side.rc < 0) {
-        *err = side.err;
-        rc = side.rc;
+    if (rc == UR_OK && side_rc < 0) {
+        *err = side_run.err;
+        rc = side_rc;
         where = 1;
     }
     if (rc < 0) {
