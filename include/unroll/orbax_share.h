@@ -73,7 +73,6 @@ int ur_orbax_share_open_units(ur_orbax_share **out, const char *dest, const char
                               size_t n_units, int count, int index, const char *run_text,
                               ur_err *err);
 
-size_t ur_orbax_share_n_units(const ur_orbax_share *s);
 /* Borrowed: where unit k is staged (a step directory for a step unit, else the file). */
 const char *ur_orbax_share_unit_path(const ur_orbax_share *s, size_t k);
 

@@ -440,11 +440,6 @@ const char *ur_orbax_share_step(const ur_orbax_share *s)
     return s->step;
 }
 
-size_t ur_orbax_share_n_units(const ur_orbax_share *s)
-{
-    return s->n_units;
-}
-
 const char *ur_orbax_share_unit_path(const ur_orbax_share *s, size_t k)
 {
     return s->staged[k];
