@@ -105,7 +105,4 @@ int ur_http_encode(ur_buf *b, const char *s, int keep_slash, ur_err *err);
 const char *ur_http_curl_version(void);
 const char *ur_http_tls_version(void);
 
-/* Bytes received in response bodies by this process, over all clients (tests, bench). */
-uint64_t ur_http_bytes_received(void);
-
 #endif

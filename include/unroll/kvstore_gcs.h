@@ -28,11 +28,6 @@
 #define UR_GCS_CHUNK_DEFAULT ((size_t)128 << 20)
 #define UR_GCS_CHUNK_MIN ((size_t)256 << 10)
 
-/* Write `key` only if no object has that name (ifGenerationMatch=0): UR_OK when written,
- * 1 when an object already exists (nothing written), < 0 on failure. */
-int ur_kvstore_gcs_create(ur_kvstore *kv, const char *key, const void *data, size_t n,
-                          ur_err *err);
-
 /* Which credentials a GCS store uses: "service_account", "authorized_user", "metadata",
  * "anonymous" or "emulator"; NULL for a store that is not a GCS one. */
 const char *ur_kvstore_gcs_auth_kind(const ur_kvstore *kv);

@@ -645,14 +645,6 @@ static int g_write(ur_kvstore *kv, const char *key, const void *data, size_t n, 
     return upload_simple(g, key, data, n, 0, what, err);
 }
 
-int ur_kvstore_gcs_create(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err)
-{
-    gcs_store *g = (gcs_store *)kv;
-    char what[1024];
-    obj_url(g, key, what, sizeof what);
-    return upload_simple(g, key, data, n, 1, what, err);
-}
-
 /* The vtable's conditional create (kvstore.h): UR_EEXIST rather than 1. */
 static int g_create(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err)
 {

@@ -13,7 +13,6 @@
 #include <curl/curl.h>
 #include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,18 +32,12 @@ struct ur_http_headers {
     struct curl_slist *list;
 };
 
-static _Atomic uint64_t bytes_received;
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
 static CURLcode global_rc;
 
 static void global_init(void)
 {
     global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
-
-uint64_t ur_http_bytes_received(void)
-{
-    return atomic_load(&bytes_received);
 }
 
 static unsigned env_uint(const char *name, unsigned dflt)
@@ -219,8 +212,6 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *ud)
     attempt *a = ud;
     size_t n = size * nmemb;
     long st = status_of(a->c);
-
-    atomic_fetch_add(&bytes_received, (uint64_t)n);
     if (st < 200 || st > 299) {
         if (a->errbody.len < 2048) {
             size_t k = n < 2048 - a->errbody.len ? n : 2048 - a->errbody.len;
