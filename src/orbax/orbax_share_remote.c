@@ -464,6 +464,25 @@ static int is_step_unit(const char *unit)
     return strcmp(slash != NULL ? slash + 1 : unit, "0") == 0;
 }
 
+/* The finish's local tree `from` uploaded under `to`, beside the shares' databases (with the
+ * units of a run of several, `units_of` non-NULL), unless the run was interrupted first. */
+static int upload_finish(const char *from, const char *to, const ur_orbax_rshare *units_of,
+                         const volatile sig_atomic_t *cancel, ur_err *err)
+{
+    ur_orbax_upload_opts uo;
+    if (cancel != NULL && *cancel) {
+        return ur_err_set(err, UR_EINTERNAL, "interrupted");
+    }
+    memset(&uo, 0, sizeof uo);
+    uo.add = 1;
+    uo.threads = 16;
+    if (units_of != NULL) {
+        uo.units = (const char *const *)units_of->units;
+        uo.n_units = units_of->n_units;
+    }
+    return ur_orbax_upload(from, to, &uo, cancel, err);
+}
+
 /* The finish of a run of several units: each step unit's tree built in local `root`/ckpt/<unit>
  * (its shares merged from the store), each file unit fetched from where the shares staged it,
  * then all of them uploaded in one upload below the checkpoint directory: every unit's data
@@ -473,7 +492,6 @@ static int finish_units(ur_orbax_rshare *s, const char *root, const volatile sig
                         ur_err *err)
 {
     char *ckpt = ur_path_join(root, "checkpoints");
-    ur_orbax_upload_opts uo;
     ur_buf b;
     int rc = ckpt != NULL ? UR_OK : ur_err_oom(err);
 
@@ -503,16 +521,8 @@ static int finish_units(ur_orbax_rshare *s, const char *root, const volatile sig
         }
         ur_free(local);
     }
-    if (rc == UR_OK && cancel != NULL && *cancel) {
-        rc = ur_err_set(err, UR_EINTERNAL, "interrupted");
-    }
     if (rc == UR_OK) {
-        memset(&uo, 0, sizeof uo);
-        uo.add = 1; /* beside the shares' databases */
-        uo.threads = 16;
-        uo.units = (const char *const *)s->units;
-        uo.n_units = s->n_units;
-        rc = ur_orbax_upload(ckpt, s->root, &uo, cancel, err);
+        rc = upload_finish(ckpt, s->root, s, cancel, err);
     }
     ur_buf_dispose(&b);
     ur_free(ckpt);
@@ -523,7 +533,6 @@ static int finish(ur_orbax_rshare *s, const volatile sig_atomic_t *cancel, ur_er
 {
     char *root = NULL;
     char *step_dir = NULL;
-    ur_orbax_upload_opts uo;
     int rc = ur_fs_make_temp_dir(&root, "unroll-finish", "the finish's directory", err);
 
     if (rc < 0) {
@@ -535,14 +544,8 @@ static int finish(ur_orbax_rshare *s, const volatile sig_atomic_t *cancel, ur_er
     }
     step_dir = ur_path_join(root, "step");
     rc = step_dir != NULL ? build_finish_tree(s, 0, step_dir, err) : ur_err_oom(err);
-    if (rc == UR_OK && cancel != NULL && *cancel) {
-        rc = ur_err_set(err, UR_EINTERNAL, "interrupted");
-    }
     if (rc == UR_OK) {
-        memset(&uo, 0, sizeof uo);
-        uo.add = 1; /* beside the shares' databases */
-        uo.threads = 16;
-        rc = ur_orbax_upload(step_dir, s->step, &uo, cancel, err);
+        rc = upload_finish(step_dir, s->step, NULL, cancel, err);
     }
 out:
     if (rc == UR_OK) {
