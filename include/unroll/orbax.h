@@ -195,6 +195,11 @@ typedef struct ur_orbax_write_opts {
      * that must exist, and the writer creates directories only below it, so one removed
      * during a run is an error rather than quietly re-created. Used by create only. */
     const char *create_below;
+    /* Where the step will be once published (a staged run writes it elsewhere first):
+     * commit_success.txt names it, as Orbax's marker names the step's final location, so the
+     * same conversion gives the same bytes whatever its staging directory is called. NULL:
+     * step_dir. Borrowed; used by create only. */
+    const char *published_as;
     /* Share mode (one process of a multi-process run, unroll/orbax_share.h): >= 0 makes the
      * writer write only the database `<step_dir>/<item>/ocdbt.process_<share_index>/` (a
      * leftover one of the same share is removed; nothing else in step_dir is touched), and

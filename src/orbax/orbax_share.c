@@ -5,6 +5,7 @@
 #include "orbax_impl.h"
 
 #include "unroll/alloc.h"
+#include "unroll/clock.h"
 #include "unroll/fs.h"
 #include "unroll/kvstore.h"
 #include "unroll/ocdbt.h"
@@ -53,13 +54,6 @@ static int is_step_unit(const char *unit)
 {
     const char *slash = strrchr(unit, '/');
     return strcmp(slash != NULL ? slash + 1 : unit, "0") == 0;
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 void ur_orbax_share_close(ur_orbax_share *s)
@@ -843,11 +837,14 @@ static int write_step_metadata(const ur_orbax_share *s, size_t k, const char *it
     sm.item_handlers = handlers;
     sm.has_init_timestamp = 1;
     /* the run started when its first process created run.txt */
-    sm.init_timestamp_nsecs = run != NULL && stat(run, &st) == 0
-                                  ? (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec
-                                  : now_ns();
+    if (!ur_clock_fixed_ns(&sm.init_timestamp_nsecs)) {
+        sm.init_timestamp_nsecs = run != NULL && stat(run, &st) == 0
+                                      ? (int64_t)st.st_mtim.tv_sec * 1000000000 +
+                                            st.st_mtim.tv_nsec
+                                      : ur_clock_now_ns();
+    }
     sm.has_commit_timestamp = 1;
-    sm.commit_timestamp_nsecs = now_ns();
+    sm.commit_timestamp_nsecs = ur_clock_stamp_ns();
     rc = ur_buf_printf(&b, err, "Checkpoint commit was successful to %s/%s", s->dest, s->units[k]);
     if (rc == UR_OK) {
         rc = ur_fs_write_file_in(items, "commit_success.txt", b.data, b.len, err);

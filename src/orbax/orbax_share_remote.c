@@ -6,6 +6,7 @@
 #include "orbax_impl.h"
 
 #include "unroll/alloc.h"
+#include "unroll/clock.h"
 #include "unroll/fs.h"
 #include "unroll/kvstore.h"
 #include "unroll/ocdbt.h"
@@ -317,13 +318,6 @@ static int same_metadata(ur_orbax_rshare *s, size_t k, const char *name, const c
     return rc;
 }
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Where unit k is in the store: S for the first (or only) unit, else root/<unit>. */
 static char *unit_url(const ur_orbax_rshare *s, size_t k)
 {
@@ -415,7 +409,7 @@ static int build_finish_tree(ur_orbax_rshare *s, size_t k, const char *step_dir,
         sm.item_names = item_names;
         sm.item_handlers = handlers;
         sm.has_init_timestamp = 1;
-        sm.init_timestamp_nsecs = now_ns();
+        sm.init_timestamp_nsecs = ur_clock_stamp_ns();
         sm.has_commit_timestamp = 1;
         sm.commit_timestamp_nsecs = sm.init_timestamp_nsecs;
         rc = ur_orbax_ckpt_meta_emit(&b, &sm, err);
@@ -576,10 +570,10 @@ static int claim(ur_orbax_rshare *s, int with_own_index, int *won, ur_err *err)
     gethostname(host, sizeof host - 1);
     if (s->index >= 0) {
         snprintf(who, sizeof who, "process %d of %d, pid %ld on %s, started %lld\n", s->index,
-                 s->count, (long)getpid(), host, (long long)(now_ns() / 1000000000));
+                 s->count, (long)getpid(), host, (long long)(ur_clock_now_ns() / 1000000000));
     } else {
         snprintf(who, sizeof who, "unroll merge, pid %ld on %s, started %lld\n", (long)getpid(),
-                 host, (long long)(now_ns() / 1000000000));
+                 host, (long long)(ur_clock_now_ns() / 1000000000));
     }
     rc = ur_kvstore_create(s->kv, CLAIM_KEY, who, strlen(who), err);
     *won = rc == UR_OK;

@@ -6,6 +6,7 @@
 #include "orbax_impl.h"
 
 #include "unroll/alloc.h"
+#include "unroll/clock.h"
 #include "unroll/fs.h"
 #include "unroll/side.h"
 #include "unroll/strmap.h"
@@ -13,7 +14,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #define TMP_SUFFIX ".orbax-checkpoint-tmp"
 #define STANDARD_HANDLER                                                                          \
@@ -37,6 +37,7 @@ typedef struct {
 
 struct ur_orbax_writer {
     char *final_dir;
+    char *published_as; /* what commit_success.txt names (ur_orbax_write_opts) */
     char *tmp_dir;
     char *item_dir;
     ur_orbax_write_opts opts;
@@ -84,15 +85,6 @@ void ur_orbax_write_opts_init(ur_orbax_write_opts *opts)
     opts->share_index = -1;
 }
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_REALTIME, &ts) != 0) {
-        return 0;
-    }
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Plain zarr: a chunk the arrays stored to opts.ocdbt.on_data_file, as the OCDBT writer hands
  * over its data files. The arrays' metadata (zarr.json; zarr2 .zarray, .zattrs) stays for the
  * check of the staged output and the final upload, as does the item's, written at the commit. */
@@ -136,7 +128,7 @@ static int share_create(ur_orbax_writer *w, const char *step_dir, ur_err *err)
         rc = ur_fs_mkdirs(db, err);
     }
     w->opts.create_below = NULL;
-    w->init_ns = now_ns();
+    w->init_ns = ur_clock_stamp_ns();
     if (rc == UR_OK && w->opts.share_resume) {
         size_t kept = 0;
         rc = ur_ocdbt_resume(&w->kv, db, &w->opts.ocdbt, &kept, err);
@@ -211,13 +203,17 @@ int ur_orbax_writer_create(ur_orbax_writer **out, const char *step_dir,
             n--;
         }
         w->final_dir = ur_strndup(step_dir, n);
+        w->published_as = ur_strdup(w->opts.published_as != NULL ? w->opts.published_as
+                                                                 : w->final_dir);
         w->tmp_dir = ur_malloc(n + sizeof(TMP_SUFFIX));
         if (w->tmp_dir != NULL) {
             memcpy(w->tmp_dir, step_dir, n);
             memcpy(w->tmp_dir + n, TMP_SUFFIX, sizeof(TMP_SUFFIX));
         }
     }
-    if (w->final_dir == NULL || w->tmp_dir == NULL || w->opts.item_name == NULL) {
+    w->opts.published_as = NULL; /* borrowed: not kept */
+    if (w->final_dir == NULL || w->published_as == NULL || w->tmp_dir == NULL ||
+        w->opts.item_name == NULL) {
         rc = ur_err_oom(err);
         goto fail;
     }
@@ -237,7 +233,7 @@ int ur_orbax_writer_create(ur_orbax_writer **out, const char *step_dir,
     if (rc < 0) {
         goto fail;
     }
-    w->init_ns = now_ns();
+    w->init_ns = ur_clock_stamp_ns();
     rc = ur_kvstore_file_open(&w->step_kv, w->tmp_dir, 1, err);
     if (rc == UR_OK) {
         char prefix[258]; /* the item's name (at most 255 bytes) and '/' */
@@ -998,11 +994,11 @@ static int commit_store(void *ctx, ur_err *err)
     return rc;
 }
 
-static int write_commit_marker(ur_kvstore *kv, const char *final_dir, ur_err *err)
+static int write_commit_marker(ur_kvstore *kv, const char *published_as, ur_err *err)
 {
     ur_buf b;
     ur_buf_init(&b, 0);
-    int rc = ur_buf_printf(&b, err, "Checkpoint commit was successful to %s", final_dir);
+    int rc = ur_buf_printf(&b, err, "Checkpoint commit was successful to %s", published_as);
     if (rc == UR_OK) {
         rc = write_json_file(kv, "commit_success.txt", &b, err);
     }
@@ -1056,7 +1052,7 @@ static int commit_item(ur_orbax_writer *w, ur_err *err)
         rc = write_item_metadata(w, &im, w->item_kv, err);
     }
     item_meta_dispose(&im);
-    return rc == UR_OK ? write_commit_marker(w->item_kv, w->final_dir, err) : rc;
+    return rc == UR_OK ? write_commit_marker(w->item_kv, w->published_as, err) : rc;
 }
 
 int ur_orbax_writer_commit(ur_orbax_writer *w, ur_err *err)
@@ -1095,14 +1091,14 @@ int ur_orbax_writer_commit(ur_orbax_writer *w, ur_err *err)
     sm.has_init_timestamp = 1;
     sm.init_timestamp_nsecs = w->init_ns;
     sm.has_commit_timestamp = 1;
-    sm.commit_timestamp_nsecs = now_ns();
+    sm.commit_timestamp_nsecs = ur_clock_stamp_ns();
     sm.custom_metadata_json = w->custom_metadata;
     rc = ur_orbax_ckpt_meta_emit(&b, &sm, err);
     if (rc == UR_OK) {
         rc = write_json_file(w->step_kv, "_CHECKPOINT_METADATA", &b, err);
     }
     if (rc == UR_OK) {
-        rc = write_commit_marker(w->step_kv, w->final_dir, err);
+        rc = write_commit_marker(w->step_kv, w->published_as, err);
     }
     if (rc == UR_OK) { /* every file and directory of the step, before it is published */
         rc = ur_kvstore_commit(w->step_kv, err);
@@ -1169,6 +1165,7 @@ void ur_orbax_writer_abort(ur_orbax_writer *w)
     ur_buf_dispose(&w->scratch);
     ur_buf_dispose(&w->path_buf);
     ur_free(w->final_dir);
+    ur_free(w->published_as);
     ur_free(w->tmp_dir);
     ur_free(w->item_dir);
     ur_free(w->share_meta_dir);

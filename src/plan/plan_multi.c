@@ -290,7 +290,7 @@ static int run_my_share(ur_orbax_share *sh, ur_run_report *rep, const ur_run_opt
              count, (unsigned long long)rs.resume_from);
     }
     snprintf(what, sizeof what, "share %d/%d", index, count);
-    rc = ur_plan_run_convert(in_path, ur_orbax_share_step(sh), NULL, kind, s, o, &rs, what,
+    rc = ur_plan_run_convert(in_path, ur_orbax_share_step(sh), NULL, NULL, kind, s, o, &rs, what,
                              &rep->total, err);
     return rc < 0 ? rc : mark_share_done(sh, rep, o, &t0, line, line_size, err);
 }
@@ -432,7 +432,7 @@ static int run_my_lora_share(ur_orbax_share *sh, const ur_plan_units *u, ur_run_
                      index, count, u->units[k], (unsigned long long)rs.resume_from);
             }
             if (rc == UR_OK) {
-                rc = ur_plan_run_convert(in, ur_orbax_share_unit_path(sh, k), NULL,
+                rc = ur_plan_run_convert(in, ur_orbax_share_unit_path(sh, k), NULL, NULL,
                                          k == 0 ? kind : UR_PLAN_INPUT_LORA, s, o, &rs, what,
                                          &rep->total, err);
             }

@@ -135,9 +135,9 @@ static uint64_t local_bytes(uint64_t bytes_out, const ur_orbax_write_opts *wo)
  * staging directory, which must exist); in a dry run only its plan, handed to on_plan. With
  * `sh`, only a share of it (plan_run_impl.h). */
 int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *below,
-                        ur_plan_input kind, const ur_settings *s, const ur_run_opts *o,
-                        const ur_run_share *sh, const char *what, ur_exec_stats *total,
-                        ur_err *err)
+                        const char *published_as, ur_plan_input kind, const ur_settings *s,
+                        const ur_run_opts *o, const ur_run_share *sh, const char *what,
+                        ur_exec_stats *total, ur_err *err)
 {
     share_piece_ctx piece;
     data_file_ctx dfc;
@@ -175,6 +175,7 @@ int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *b
     wo.use_ocdbt = s->use_ocdbt;
     wo.use_zarr3 = s->use_zarr3;
     wo.create_below = below;
+    wo.published_as = published_as;
     /* Reproducible data-file names: the same input gives the same output bytes. */
     wo.ocdbt.seed = 0x756e726f6c6c0001ull;
     if (s->target_data_file_size > 0) {
@@ -309,20 +310,23 @@ static int convert_loras(const char *adapters, const ur_plan_units *u, const ur_
         char *in = ur_path_joinf(adapters, "%s/0/items", u->ids[i]);
         char *cfg_in = ur_path_joinf(adapters, "%s/adapter_config.json", u->ids[i]);
         const char *out = pub != NULL ? ur_orbax_publish_staged(pub, 1 + 2 * i) : NULL;
+        char *final = pub != NULL ? ur_path_join(ur_orbax_publish_dest(pub), u->units[1 + 2 * i])
+                                  : NULL;
         char what[300];
         snprintf(what, sizeof what, "lora %s", u->ids[i]);
         rc = check_cancel(o, err);
-        if (rc == UR_OK && (in == NULL || cfg_in == NULL)) {
+        if (rc == UR_OK && (in == NULL || cfg_in == NULL || (pub != NULL && final == NULL))) {
             rc = ur_err_oom(err);
         } else if (rc == UR_OK) {
             rc = ur_plan_run_convert(in, out, pub != NULL ? ur_orbax_publish_staging(pub) : NULL,
-                                     UR_PLAN_INPUT_LORA, s, o, NULL, what, total, err);
+                                     final, UR_PLAN_INPUT_LORA, s, o, NULL, what, total, err);
             if (rc == UR_OK && pub != NULL) {
                 rc = ur_plan_run_copy_file(cfg_in, ur_orbax_publish_staged(pub, 2 + 2 * i), err);
             }
         }
         ur_free(in);
         ur_free(cfg_in);
+        ur_free(final);
     }
     return rc;
 }
@@ -531,6 +535,7 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
     const char *in_path = NULL, *inputs[2];
     const char *out_dir;
     char *up_root = NULL, *up_ckdir = NULL;
+    char *final = NULL; /* where the base unit is published (its markers name it) */
     ur_orbax_stream *stream = NULL;
     ur_run_opts ro;
     int remote_out = 0, remote_empty = 0;
@@ -611,10 +616,14 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
             o = stream != NULL ? &ro : o;
         }
     }
+    if (rc == UR_OK && pub != NULL) {
+        final = ur_path_join(ur_orbax_publish_dest(pub), units.units[0]);
+        rc = final != NULL ? UR_OK : ur_err_oom(err);
+    }
     if (rc == UR_OK) {
         rc = ur_plan_run_convert(in_path, pub != NULL ? ur_orbax_publish_staged(pub, 0) : NULL,
-                                 pub != NULL ? ur_orbax_publish_staging(pub) : NULL, kind, s, o,
-                                 NULL, "base", &rep->total, err);
+                                 pub != NULL ? ur_orbax_publish_staging(pub) : NULL, final, kind,
+                                 s, o, NULL, "base", &rep->total, err);
     }
     if (rc == UR_OK && units.n_ids > 0) {
         rc = convert_loras(s->lora_input_adapters_path, &units, pub, s, o, &rep->total, err);
@@ -641,6 +650,7 @@ out:
     }
     ur_free(up_root);
     ur_free(up_ckdir);
+    ur_free(final);
     ur_plan_lora_units_dispose(&units);
     ur_plan_config_free(cfg);
     return rc;

@@ -24,12 +24,13 @@ typedef struct ur_run_share {
 } ur_run_share;
 
 /* `in_path` converted into the step directory `step_dir`, created below `below` (NULL: the
- * step directory's parent must exist); in a dry run only its plan, handed to o->on_plan. With
- * `sh` only that share, into its own database (unroll/orbax_share.h). Adds to *total. */
+ * step directory's parent must exist), to be published as `published_as` (NULL: step_dir;
+ * ur_orbax_write_opts); in a dry run only its plan, handed to o->on_plan. With `sh` only that
+ * share, into its own database (unroll/orbax_share.h). Adds to *total. */
 int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *below,
-                        ur_plan_input kind, const ur_settings *s, const ur_run_opts *o,
-                        const ur_run_share *sh, const char *what, ur_exec_stats *total,
-                        ur_err *err);
+                        const char *published_as, ur_plan_input kind, const ur_settings *s,
+                        const ur_run_opts *o, const ur_run_share *sh, const char *what,
+                        ur_exec_stats *total, ur_err *err);
 
 /* Copy a small file (adapter_config.json, local or in an object store) byte for byte to the
  * local path `to`. */

@@ -5,17 +5,10 @@
 #include "ocdbt_write_impl.h"
 
 #include "unroll/alloc.h"
+#include "unroll/clock.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- versions (spec §5; TensorStore create_new_manifest.cc) ---- */
 
@@ -218,7 +211,8 @@ static int new_vnodes(ocdbt_writer *w, ur_ocdbt_reader *r, const ur_ocdbt_vnode_
 int ur_ocdbt_write__append_version(ocdbt_writer *w, ur_ocdbt_reader *r, ur_ocdbt_version *v,
                                    ur_err *err)
 {
-    uint64_t arity = (uint64_t)1 << w->config.version_tree_arity_log2, now = now_ns();
+    uint64_t arity = (uint64_t)1 << w->config.version_tree_arity_log2,
+             now = (uint64_t)ur_clock_stamp_ns();
     const ur_ocdbt_version *last = w->n_vers > 0 ? &w->vers[w->n_vers - 1] : NULL;
     uint64_t N = last != NULL ? last->generation : 0;
     ur_ocdbt_version *vs;
