@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Multi-process conversion benchmark (README "Many processes", bench/README.md):
+# Multi-process conversion benchmark (docs/multi-process.md, bench/README.md):
 #   1 process x 2 threads, 2 processes x 1 thread, 4 processes x 1 thread (oversubscribed on
 #   2 cores) on the N GiB bench checkpoint: wall time, total CPU, peak RSS and bytes read per
 #   process; the cost of resuming (a rerun of a share that is already complete); and the

@@ -1,4 +1,4 @@
-"""Multi-process conversion into an object store (README "Into an object store"): 2 processes
+"""Multi-process conversion into an object store (docs/multi-process.md, "Into an object store"): 2 processes
 x 1 thread against 1 process x 2 threads, both writing s3:// on a local SeaweedFS server.
 
     .venv/bin/python bench/s3_multiprocess.py --ckpt <dir from make_checkpoint.py make> \

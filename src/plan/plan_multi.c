@@ -186,7 +186,7 @@ int ur_plan_multi_wanted(const ur_run_opts *o, const ur_settings *s)
     if (o->dry_run) {
         return 0;
     }
-    /* a staged run of this destination is continued (README) */
+    /* a staged run of this destination is continued (docs/multi-process.md) */
     return o->process_count > 1 || o->resume || staged_run_exists(s->checkpoint_dir);
 }
 

@@ -1,5 +1,5 @@
 """The command line: flags, bad configs and bad inputs, each with its exit status and a
-one-line message that names what is wrong (README "Exit statuses")."""
+one-line message that names what is wrong (README, "Exit statuses")."""
 import os
 import pathlib
 import subprocess

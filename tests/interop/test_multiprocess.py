@@ -1,4 +1,4 @@
-"""One conversion shared by several processes (unroll/orbax_share.h, README "Many processes").
+"""One conversion shared by several processes (unroll/orbax_share.h, docs/multi-process.md).
 
 The oracle for the layout is Orbax itself: per-process OCDBT databases written by TensorStore
 with Orbax's own specs (`ocdbt.process_<i>/`), merged by Orbax's

@@ -1,5 +1,5 @@
 """A LoRA run (lora_input_adapters_path) shared by several processes into a local directory
-(README "Many processes", LoRA): one cut over the base's and the adapters' input bytes, every
+(docs/multi-process.md, LoRA): one cut over the base's and the adapters' input bytes, every
 step unit (base/0, loras/<id>/0) in Orbax's multi-process layout, all units published together
 by the finisher. The oracle: every unit restored by stock Orbax equals the single-process
 LoRA run's unit bit for bit, and the Python reference."""
