@@ -34,7 +34,8 @@ static void test_ur_clock__source_date_epoch_fixes_the_stamp(void **state)
 
 static void test_ur_clock__malformed_source_date_epoch_is_ignored(void **state)
 {
-    static const char *const bad[] = {"", "-5", "12x", " 12", "1.5", "99999999999999999999",
+    static const char *const bad[] = {"",          "-5",  "12x",
+                                      " 12",       "1.5", "99999999999999999999",
                                       "9300000000"}; /* past 2262 in nanoseconds */
     (void)state;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
