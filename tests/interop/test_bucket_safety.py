@@ -381,3 +381,30 @@ def test_resume_finish_upload_order(unroll_bin, make_fixture, s3, tmp_path):
     assert all(meta > i for i, k in enumerate(order)
                if k.startswith("items/") and not k.endswith("commit_success.txt")), order
     assert order[-2:] == ["items/commit_success.txt", "commit_success.txt"], order
+
+
+def test_lora_upload_order(unroll_bin, make_fixture, s3, tmp_path):
+    """A LoRA conversion into s3:// (base/0, loras/<id>/0, their adapter_config.json): its
+    claim (base/0's) first; every item object of every unit before any step's
+    _CHECKPOINT_METADATA; the markers last, base/0's at the very end; the claim gone after."""
+    from test_s3 import run_unroll as run_s3
+    base, lora = make_fixture("linen"), make_fixture("lora")
+    out = _out()
+    prefix = f"/{BUCKET}/{out}/run/checkpoints/"
+    proxy = HoldProxy(s3.port)
+    try:
+        r = run_s3(unroll_bin, base, base.items, f"s3://{BUCKET}/{out}", s3.env(proxy.endpoint),
+                   extra=[f"lora_input_adapters_path={lora.root}", "pure_nnx=false"])
+    finally:
+        proxy.stop()
+    assert r.returncode == 0, r.stderr
+    written = proxy.written(prefix)
+    order = [k for k in written if not k.endswith(CLAIM)]
+    metas = [i for i, k in enumerate(order) if k.endswith("/_CHECKPOINT_METADATA")]
+    markers = [i for i, k in enumerate(order) if k.endswith("commit_success.txt")]
+    items = [i for i, k in enumerate(order) if "/items/" in k and i not in markers]
+    assert len(metas) == 1 + len(lora.adapters), order
+    assert max(items) < min(metas) and max(metas) < min(markers), order
+    assert order[-1] == "base/0/commit_success.txt" and len(order) - len(markers) == markers[0]
+    assert written[0] == f"base/0/{CLAIM}", written
+    assert not [k for k in s3.list(BUCKET, f"{out}/run/checkpoints") if k.endswith(CLAIM)]
