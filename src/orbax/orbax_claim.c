@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #define MAX_CLAIM ((size_t)1 << 20)
+#define HOLDER_HEAD "unroll single-process run, pid "
 
 struct ur_orbax_claim {
     ur_kvstore *kv; /* the step S */
@@ -41,20 +42,31 @@ static int claim_text(ur_buf *out, const char *identity, ur_err *err)
     if (gmtime_r(&now, &tm) != NULL) {
         strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     }
-    return ur_buf_printf(out, err, "unroll single-process run, pid %ld on %s, started %s\n%s",
-                         (long)getpid(), host, when, identity);
+    return ur_buf_printf(out, err, HOLDER_HEAD "%ld on %s, started %s\n%s", (long)getpid(), host,
+                         when, identity);
 }
 
-/* 1 when the holder line `have` names a process alive on this host (not this one). */
+/* 1 when the holder line `have` ("... pid <pid> on <host>, started ...") names a process
+ * alive on this host (not this one). */
 static int holder_alive_here(const char *have)
 {
-    char host[256] = "", their_host[256] = "";
-    long pid = 0;
-    if (sscanf(have, "unroll single-process run, pid %ld on %255s", &pid, their_host) != 2) {
+    char host[256] = "";
+    const char *at;
+    char *end;
+    size_t n;
+    long pid;
+    if (strncmp(have, HOLDER_HEAD, sizeof HOLDER_HEAD - 1) != 0) {
         return 0;
     }
+    errno = 0;
+    pid = strtol(have + sizeof HOLDER_HEAD - 1, &end, 10);
+    if (errno != 0 || pid <= 0 || pid == (long)getpid() || strncmp(end, " on ", 4) != 0) {
+        return 0;
+    }
+    at = end + 4;
     (void)gethostname(host, sizeof host - 1);
-    if (strcmp(host, their_host) != 0 || pid <= 0 || pid == (long)getpid()) {
+    n = strlen(host);
+    if (strncmp(at, host, n) != 0 || at[n] != ',') {
         return 0;
     }
     return kill((pid_t)pid, 0) == 0 || errno == EPERM;
