@@ -25,12 +25,15 @@
  * kept in the store too (ur_orbax_rprogress), so that a rerun on another machine (a preempted
  * VM replaced, an empty $TMPDIR) continues from the last commit as well:
  *
- *   S/unroll-multi/shares/<i>.progress  the resume point ("next_item <n>") and every data file
- *                                       of share i's database as of it (name, size, CRC-32C)
+ *   S/unroll-multi/shares/<i>.progress  the resume point ("next_item <n>"), share i's
+ *                                       manifest as of it (base64) and every data file of
+ *                                       its database as of it (name, size, CRC-32C)
  *
  * At each commit of the share's database the share uploads its new data files, then its
  * manifest, then its metadata, then this mark; a rerun that has no local tree as far along
- * fetches the files the mark lists, the manifest and the metadata into a fresh local tree and
+ * fetches the files the mark lists, the mark's own copy of the manifest (the store's
+ * manifest.ocdbt may be a later generation's, whose upload was killed before its mark) and the
+ * metadata into a fresh local tree and
  * continues from the mark (the database's generations after it, if any, are dropped as in a
  * local resume). Data files have names drawn from a fixed sequence, so a file the store holds
  * counts as sent only when the mark lists it with the local file's size and CRC-32C. When the

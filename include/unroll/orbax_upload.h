@@ -8,9 +8,12 @@
  *   1. every data object (OCDBT data files, zarr chunks, array_metadatas, _sharding), in
  *      parallel;
  *   2. each OCDBT manifest (manifest.ocdbt, manifest.*) after the data it references;
- *   3. _METADATA and _CHECKPOINT_METADATA;
+ *   3. each item's _METADATA, then the step's _CHECKPOINT_METADATA (Orbax's commit-file
+ *      order: every byte of every item before the file that says a step was saved there);
  *   4. the commit_success.txt markers, deepest first, the step's own last (their text names
  *      the final location, as Orbax writes it).
+ * A run's claim on the destination (`<unit>/unroll-claim.txt`, unroll/orbax_claim.h) is not
+ * the destination's content: it is neither counted, nor deleted, nor uploaded.
  * A destination prefix that already holds objects is refused (UR_EINVAL) unless `replace` is
  * set; then its markers are deleted first and the rest after, before anything is written.
  * A failure or a cancellation deletes every object this upload wrote (best effort; the

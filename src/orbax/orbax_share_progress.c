@@ -1,6 +1,7 @@
 /* A share's progress kept in the object store, so that a share killed on one machine is
  * continued on another (include/unroll/orbax_share_remote.h, "progress"). */
 #include "unroll/alloc.h"
+#include "unroll/b64.h"
 #include "unroll/buf.h"
 #include "unroll/crc32c.h"
 #include "unroll/fs.h"
@@ -34,6 +35,11 @@ struct ur_orbax_rprogress {
     ur_strmap by_name; /* name -> index into f */
     ur_kvstore *local; /* the local database while an upload asks sent() */
     int failed;        /* sent() could not read a local file: treated as not sent */
+    /* The manifest the store's mark carries: the database as of the mark. The store's
+     * manifest.ocdbt may be a later generation's (a save killed between its manifest and its
+     * mark), whose data files the mark does not list. has_manifest 0: a mark without one. */
+    ur_buf manifest;
+    int has_manifest;
 };
 
 void ur_orbax_rprogress_close(ur_orbax_rprogress *p)
@@ -49,6 +55,7 @@ void ur_orbax_rprogress_close(ur_orbax_rprogress *p)
         ur_free(p->meta_url);
         ur_free(p->meta_key);
         ur_free(p->mark_key);
+        ur_buf_dispose(&p->manifest);
         ur_free(p);
     }
 }
@@ -61,6 +68,7 @@ int ur_orbax_rprogress_open(ur_orbax_rprogress **out, const char *step, int inde
         return ur_err_oom(err);
     }
     ur_strmap_init(&p->by_name);
+    ur_buf_init(&p->manifest, MAX_MARK);
     p->db_url = ur_path_joinf(step, "items/ocdbt.process_%d", index);
     p->meta_key = ur_path_joinf(UR_ORBAX_RSHARE_DIR, "shares/%d/", index);
     p->mark_key = ur_path_joinf(UR_ORBAX_RSHARE_DIR, "shares/%d.progress", index);
@@ -103,16 +111,48 @@ static pfile *entry(ur_orbax_rprogress *p, const char *name, size_t len, ur_err 
     return &p->f[p->n++];
 }
 
-/* Parse a mark: "next_item <n>\n", then "<name> <size> <crc32c hex>\n" per data file. */
+/* The mark's "\nmanifest <base64>" line at *t, if any, decoded into p->manifest; *t moves
+ * past it. */
+static int parse_manifest(ur_orbax_rprogress *p, const char **t, ur_err *err)
+{
+    const char *b64 = *t + 10, *eol;
+    int rc;
+    if (strncmp(*t, "\nmanifest ", 10) != 0) {
+        return UR_OK;
+    }
+    eol = strchr(b64, '\n');
+    if (eol == NULL) {
+        return ur_err_set(err, UR_ECORRUPT, "%s: a malformed progress mark", p->mark_key);
+    }
+    ur_buf_reset(&p->manifest);
+    rc = ur_b64_decode(&p->manifest, b64, (size_t)(eol - b64), UR_B64_STD, err);
+    if (rc < 0) {
+        ur_err_wrap(err, "%s: its manifest", p->mark_key);
+        return rc;
+    }
+    p->has_manifest = 1;
+    *t = eol;
+    return UR_OK;
+}
+
+/* Parse a mark: "next_item <n>\n", "manifest <base64>\n" (the database's manifest as of the
+ * mark; absent from marks of earlier versions), then "<name> <size> <crc32c hex>\n" per data
+ * file. */
 static int parse_mark(ur_orbax_rprogress *p, const char *t, uint64_t *next_item, ur_err *err)
 {
     char *end;
+    int rc;
     if (strncmp(t, "next_item ", 10) != 0 || t[10] < '0' || t[10] > '9') {
         return ur_err_set(err, UR_ECORRUPT, "%s: not a progress mark", p->mark_key);
     }
     errno = 0;
     *next_item = strtoull(t + 10, &end, 10);
-    for (t = end; errno == 0 && *t == '\n' && t[1] != '\0';) {
+    t = end;
+    rc = errno == 0 ? parse_manifest(p, &t, err) : UR_OK;
+    if (rc < 0) {
+        return rc;
+    }
+    while (errno == 0 && *t == '\n' && t[1] != '\0') {
         const char *name = t + 1, *sp = strchr(name, ' ');
         unsigned long long size;
         unsigned long crc;
@@ -209,7 +249,9 @@ int ur_orbax_rprogress_fetch(ur_orbax_rprogress *p, const char *db_dir, const ch
             rc = copy_key(db, local, p->f[i].name, p->f[i].name, err);
         }
     }
-    if (rc == UR_OK) {
+    if (rc == UR_OK && p->has_manifest) {
+        rc = ur_kvstore_write(local, "manifest.ocdbt", p->manifest.data, p->manifest.len, err);
+    } else if (rc == UR_OK) {
         rc = copy_key(db, local, "manifest.ocdbt", "manifest.ocdbt", err);
     }
     if (rc == UR_OK) {
@@ -306,10 +348,21 @@ int ur_orbax_rprogress_save(ur_orbax_rprogress *p, const char *db_dir, const cha
     int rc = ur_orbax_rprogress_upload(p, db_dir, meta_dir, 0, cancel, err);
     ur_buf_init(&mark, 0);
     if (rc == UR_OK) {
-        rc = ur_buf_printf(&mark, err, "next_item %" PRIu64 "\n", next_item);
+        rc = ur_buf_printf(&mark, err, "next_item %" PRIu64 "\nmanifest ", next_item);
     }
     if (rc == UR_OK) {
         rc = ur_kvstore_file_open(&p->local, db_dir, 0, err);
+    }
+    if (rc == UR_OK) { /* the mark carries the manifest it matches (see parse_manifest) */
+        ur_kvstore_view v;
+        rc = ur_kvstore_read_view(p->local, "manifest.ocdbt", 0, &v, err);
+        if (rc == UR_OK) {
+            rc = ur_b64_encode(&mark, v.data, v.len, UR_B64_STD, err);
+            ur_kvstore_view_release(&v);
+        }
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append(&mark, "\n", 1, err);
     }
     for (size_t i = 0; i < p->n; i++) {
         p->f[i].listed = 0;

@@ -10,6 +10,7 @@
 #include "unroll/fs.h"
 #include "unroll/kvstore.h"
 #include "unroll/ocdbt.h"
+#include "unroll/orbax_claim.h"
 #include "unroll/orbax_share.h"
 #include "unroll/orbax_share_remote.h"
 #include "unroll/orbax_upload.h"
@@ -190,6 +191,16 @@ int ur_orbax_rshare_open(ur_orbax_rshare **out, const char *step, int count, int
     }
     if (rc == UR_OK) {
         rc = ur_kvstore_create(s->kv, RUN_KEY, run_text, strlen(run_text), err);
+        if (rc == UR_OK && present(s->kv, UR_ORBAX_CLAIM_NAME, &ignored) == 1) {
+            /* a single-process run claimed S between the listing and the create (it looks
+             * for run.txt after its claim, so one of the two sees the other) */
+            (void)ur_kvstore_delete(s->kv, RUN_KEY, &ignored);
+            rc = ur_err_set(
+                err, UR_EIO,
+                "%s is being written by a single-process run (its claim: %s/" UR_ORBAX_CLAIM_NAME
+                ")",
+                s->step, s->step);
+        }
         if (rc == UR_EEXIST) {
             rc = read_opt(s->kv, RUN_KEY, &have, &found, err);
             if (rc == UR_OK && (!found || strcmp((const char *)have.data, run_text) != 0)) {

@@ -5,6 +5,7 @@
 #include "unroll/alloc.h"
 #include "unroll/buf.h"
 #include "unroll/kvstore.h"
+#include "unroll/orbax_claim.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -16,7 +17,7 @@
 typedef struct {
     char *key;
     uint64_t size;
-    int phase; /* 0 data, 1 manifest, 2 metadata, 3 marker */
+    int phase; /* 0 data, 1 manifest, 2 item metadata, 3 step metadata, 4 marker */
     int depth; /* '/' in the key */
     int written;
 } item;
@@ -40,13 +41,22 @@ static const char *base_name(const char *key)
     return s != NULL ? s + 1 : key;
 }
 
+#define PHASE_MARKER 4
+
+/* Orbax's commit-file order: every byte of every item (data, manifests, then each item's
+ * _METADATA), then the step's _CHECKPOINT_METADATA, which says "a step saved here", then the
+ * markers; a kill between two uploads never leaves a step that looks saved beside an
+ * unfinished item. */
 static int phase_of(const char *key)
 {
     const char *b = base_name(key);
     if (strcmp(b, MARKER) == 0) {
+        return PHASE_MARKER;
+    }
+    if (strcmp(b, "_CHECKPOINT_METADATA") == 0) {
         return 3;
     }
-    if (strcmp(b, "_METADATA") == 0 || strcmp(b, "_CHECKPOINT_METADATA") == 0) {
+    if (strcmp(b, "_METADATA") == 0) {
         return 2;
     }
     if (strncmp(b, "manifest.", 9) == 0) {
@@ -58,7 +68,11 @@ static int phase_of(const char *key)
 static int collect(void *ctx, const char *key, uint64_t size)
 {
     item_list *l = ctx;
-    item *it, *v = ur_grow(l->v, &l->cap, l->n, sizeof *v, 64);
+    item *it, *v;
+    if (strcmp(key, UR_ORBAX_CLAIM_NAME) == 0) {
+        return 0; /* the running conversion's claim (orbax_claim.h): not the step's content */
+    }
+    v = ur_grow(l->v, &l->cap, l->n, sizeof *v, 64);
     if (v == NULL) {
         return UR_ENOMEM;
     }
@@ -85,7 +99,7 @@ static int cmp_upload(const void *pa, const void *pb)
     if (a->phase != b->phase) {
         return a->phase - b->phase;
     }
-    if (a->phase == 3 && a->depth != b->depth) {
+    if (a->phase == PHASE_MARKER && a->depth != b->depth) {
         return b->depth - a->depth;
     }
     return strcmp(a->key, b->key);
@@ -112,6 +126,9 @@ static int collect_unit(void *ctx, const char *key, uint64_t size)
     unit_ctx *u = ctx;
     if (key[u->len] != '\0' && key[u->len] != '/') {
         return 0;
+    }
+    if (key[u->len] == '/' && strcmp(key + u->len + 1, UR_ORBAX_CLAIM_NAME) == 0) {
+        return 0; /* as in collect */
     }
     return collect(u->l, key, size);
 }
@@ -193,7 +210,7 @@ static int put_one(job *j, item *it, ur_err *err)
 {
     ur_kvstore_view v;
     int rc;
-    if (it->phase == 3) {
+    if (it->phase == PHASE_MARKER) {
         /* Orbax's marker names where the step was committed: the final location. */
         ur_buf text;
         size_t n = strlen(it->key) - strlen(MARKER);

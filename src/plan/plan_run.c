@@ -8,6 +8,7 @@
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
 #include "unroll/kvstore.h"
+#include "unroll/orbax_claim.h"
 #include "unroll/orbax_publish.h"
 #include "unroll/orbax_share.h"
 #include "unroll/orbax_stream.h"
@@ -423,24 +424,55 @@ static int check_remote_overlap(const ur_settings *s, const char *in_path,
     return UR_OK;
 }
 
+/* The destination's claim (unroll/orbax_claim.h) on its first unit, for this run's identity
+ * (its run text, as a --resume run's: ur_plan_multi_run_text). */
+static int claim_destination(const ur_settings *s, const char *in_path, const ur_plan_units *u,
+                             const ur_run_opts *o, ur_orbax_claim **claim, int *took_over,
+                             ur_err *err)
+{
+    char *step = remote_unit(s->checkpoint_dir, u->units[0]);
+    ur_buf identity;
+    int rc;
+    ur_buf_init(&identity, 0);
+    rc = step != NULL ? ur_plan_multi_run_text(&identity, 1, 0, in_path, o->config.config_path,
+                                               o->config.overrides, o->config.n_overrides, 1, err)
+                      : ur_err_oom(err);
+    if (rc == UR_OK) {
+        rc = ur_orbax_claim_take(claim, step, (const char *)identity.data, took_over, err);
+    }
+    ur_buf_dispose(&identity);
+    ur_free(step);
+    return rc;
+}
+
 /* An object-store destination (its units: "0", or base/0 and the loras/<id> of a LoRA run):
- * refused when a unit overlaps an input or already holds objects (unless o->replace);
- * outside a dry run, the local tree to convert into (*up_root, whose checkpoints/ is
- * *up_ckdir). */
+ * refused when a unit overlaps an input; outside a dry run, claimed (*claim), then refused
+ * when a unit already holds objects unless o->replace or they are what a dead attempt of this
+ * run left (*replace then 1: the upload deletes them first), and the local tree to convert
+ * into (*up_root, whose checkpoints/ is *up_ckdir). */
 static int remote_begin(const ur_settings *s, const char *in_path, const ur_plan_units *u,
-                        const ur_run_opts *o, char **up_root, char **up_ckdir, int *empty,
-                        ur_err *err)
+                        const ur_run_opts *o, ur_orbax_claim **claim, int *replace, char **up_root,
+                        char **up_ckdir, int *empty, ur_err *err)
 {
     size_t held = 0;
+    int took_over = 0;
     int rc = check_remote_overlap(s, in_path, u->units, u->n_units, err);
     if (rc < 0) {
         return rc;
     }
+    /* before anything is written: a second run into this destination stops here */
+    if (!o->dry_run) {
+        rc = claim_destination(s, in_path, u, o, claim, &took_over, err);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    *replace = o->replace || took_over;
     /* refused before any work: a destination that holds objects (unless --replace) */
     rc = ur_orbax_upload_count_units(s->checkpoint_dir, u->units, u->n_units, &held, err);
     *empty = rc == UR_OK && held == 0;
     if (rc == UR_OK && held > 0) {
-        rc = ur_orbax_upload_check_units(s->checkpoint_dir, u->units, u->n_units, o->replace, err);
+        rc = ur_orbax_upload_check_units(s->checkpoint_dir, u->units, u->n_units, *replace, err);
     }
     if (rc == UR_OK && !o->dry_run) {
         rc = make_upload_root(up_root, up_ckdir, err);
@@ -451,7 +483,7 @@ static int remote_begin(const ur_settings *s, const char *in_path, const ur_plan
 /* The finished local units, uploaded in Orbax's commit-file order, with a progress line of
  * their own ("upload") where the conversion has one. */
 static int remote_finish(const char *up_ckdir, const ur_settings *s, const ur_plan_units *u,
-                         const ur_run_opts *o, ur_orbax_stream *stream, ur_err *err)
+                         const ur_run_opts *o, int replace, ur_orbax_stream *stream, ur_err *err)
 {
     ur_orbax_upload_opts uo;
     char *dest;
@@ -464,7 +496,7 @@ static int remote_finish(const char *up_ckdir, const ur_settings *s, const ur_pl
         return ur_err_oom(err);
     }
     memset(&uo, 0, sizeof uo);
-    uo.replace = o->replace;
+    uo.replace = replace;
     uo.threads = o->threads > 0 ? (unsigned)o->threads * 4 : 16;
     uo.units = u->units;
     uo.n_units = u->n_units;
@@ -537,8 +569,9 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
     char *up_root = NULL, *up_ckdir = NULL;
     char *final = NULL; /* where the base unit is published (its markers name it) */
     ur_orbax_stream *stream = NULL;
+    ur_orbax_claim *claim = NULL;
     ur_run_opts ro;
-    int remote_out = 0, remote_empty = 0;
+    int remote_out = 0, remote_empty = 0, remote_replace = 0;
     size_t n_inputs = 0;
     ur_plan_input kind = UR_PLAN_INPUT_FULL_STATE;
     int rc;
@@ -591,7 +624,8 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
         goto out;
     }
     if (remote_out) {
-        rc = remote_begin(s, in_path, &units, o, &up_root, &up_ckdir, &remote_empty, err);
+        rc = remote_begin(s, in_path, &units, o, &claim, &remote_replace, &up_root, &up_ckdir,
+                          &remote_empty, err);
         if (rc < 0) {
             goto out;
         }
@@ -637,12 +671,15 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
         pub = NULL; /* commit frees it either way */
     }
     if (rc == UR_OK && remote_out && !o->dry_run) {
-        rc = remote_finish(up_ckdir, s, &units, o, stream, err);
+        rc = remote_finish(up_ckdir, s, &units, o, remote_replace, stream, err);
     }
 out:
     if (rc < 0 && stream != NULL) {
         stream_undo(stream, err);
     }
+    /* after the markers, or after a failure once what was written is deleted; a failed delete
+     * of a published run's claim is left for its rerun to take over (best effort) */
+    (void)ur_orbax_claim_release(claim, NULL);
     ur_orbax_stream_free(stream);
     ur_orbax_publish_abort(pub); /* after a failure: staging, lock, created directories */
     if (up_root != NULL) {

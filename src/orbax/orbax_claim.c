@@ -1,0 +1,166 @@
+/* The claim a single-process conversion takes on its object-store destination
+ * (include/unroll/orbax_claim.h). */
+#define _GNU_SOURCE /* gethostname */
+#include "unroll/orbax_claim.h"
+
+#include "unroll/alloc.h"
+#include "unroll/buf.h"
+#include "unroll/kvstore.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CLAIM ((size_t)1 << 20)
+#define HOLDER_HEAD "unroll single-process run, pid "
+
+struct ur_orbax_claim {
+    ur_kvstore *kv; /* the step S */
+    char *step;
+};
+
+static void claim_free(ur_orbax_claim *c)
+{
+    if (c != NULL) {
+        ur_kvstore_close(c->kv);
+        ur_free(c->step);
+        ur_free(c);
+    }
+}
+
+/* Our claim's text: the holder line, then the identity. */
+static int claim_text(ur_buf *out, const char *identity, ur_err *err)
+{
+    char host[256] = "", when[32] = "?";
+    time_t now = time(NULL);
+    struct tm tm;
+    (void)gethostname(host, sizeof host - 1);
+    if (gmtime_r(&now, &tm) != NULL) {
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    }
+    return ur_buf_printf(out, err, HOLDER_HEAD "%ld on %s, started %s\n%s", (long)getpid(), host,
+                         when, identity);
+}
+
+/* 1 when the holder line `have` ("... pid <pid> on <host>, started ...") names a process
+ * alive on this host (not this one). */
+static int holder_alive_here(const char *have)
+{
+    char host[256] = "";
+    const char *at;
+    char *end;
+    size_t n;
+    long pid;
+    if (strncmp(have, HOLDER_HEAD, sizeof HOLDER_HEAD - 1) != 0) {
+        return 0;
+    }
+    errno = 0;
+    pid = strtol(have + sizeof HOLDER_HEAD - 1, &end, 10);
+    if (errno != 0 || pid <= 0 || pid == (long)getpid() || strncmp(end, " on ", 4) != 0) {
+        return 0;
+    }
+    at = end + 4;
+    (void)gethostname(host, sizeof host - 1);
+    n = strlen(host);
+    if (strncmp(at, host, n) != 0 || at[n] != ',') {
+        return 0;
+    }
+    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+/* The claim found at S (`have`, NUL-terminated): taken over (*took_over) when it is a dead
+ * attempt of this run, else refused. */
+static int claim_held(ur_orbax_claim *c, const char *have, const ur_buf *mine,
+                      const char *identity, int *took_over, ur_err *err)
+{
+    const char *nl = strchr(have, '\n');
+    int same = nl != NULL && strcmp(nl + 1, identity) == 0;
+    int len = nl != NULL ? (int)(nl - have) : (int)strlen(have);
+    if (strcmp(have, (const char *)mine->data) == 0) {
+        return UR_OK; /* our create retried after its answer was lost: ours */
+    }
+    if (same && !holder_alive_here(have)) {
+        int rc = ur_kvstore_write(c->kv, UR_ORBAX_CLAIM_NAME, mine->data, mine->len, err);
+        *took_over = rc == UR_OK;
+        return rc;
+    }
+    return ur_err_set(
+        err, UR_EIO,
+        "%s is being written by another run (%.*s%s; its claim: %s/" UR_ORBAX_CLAIM_NAME
+        "): two runs into one destination would mix their objects. Once that run "
+        "is dead, rerun it (the same input and arguments take its claim over), or "
+        "delete %s/" UR_ORBAX_CLAIM_NAME " and rerun with --replace",
+        c->step, len > 300 ? 300 : len, have, same ? ", alive on this host" : "", c->step,
+        c->step);
+}
+
+int ur_orbax_claim_take(ur_orbax_claim **out, const char *step, const char *identity,
+                        int *took_over, ur_err *err)
+{
+    ur_orbax_claim *c = ur_calloc(1, sizeof *c);
+    size_t n = strlen(step);
+    ur_buf mine, have;
+    int rc;
+
+    *out = NULL;
+    *took_over = 0;
+    if (c == NULL) {
+        return ur_err_oom(err);
+    }
+    while (n > 0 && step[n - 1] == '/') {
+        n--;
+    }
+    ur_buf_init(&mine, 0);
+    ur_buf_init(&have, MAX_CLAIM);
+    c->step = ur_strndup(step, n);
+    rc = c->step != NULL ? ur_kvstore_open_url(&c->kv, c->step, 1, err) : ur_err_oom(err);
+    if (rc == UR_OK) {
+        rc = claim_text(&mine, identity, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_kvstore_create(c->kv, UR_ORBAX_CLAIM_NAME, mine.data, mine.len, err);
+    }
+    if (rc == UR_EEXIST) {
+        rc = ur_kvstore_read(c->kv, UR_ORBAX_CLAIM_NAME, &have, err);
+        if (rc == UR_ENOTFOUND) { /* released in between */
+            rc = ur_err_set(err, UR_EIO,
+                            "%s: another run's claim came and went while this one was taken "
+                            "(rerun)",
+                            c->step);
+        } else if (rc == UR_OK) {
+            rc = ur_buf_append(&have, "", 1, err);
+            if (rc == UR_OK) {
+                rc = claim_held(c, (const char *)have.data, &mine, identity, took_over, err);
+            }
+        } else {
+            ur_err_wrap(err, "claiming %s", c->step);
+        }
+    } else if (rc < 0 && c->step != NULL) {
+        ur_err_wrap(err, "claiming %s", c->step);
+    }
+    ur_buf_dispose(&mine);
+    ur_buf_dispose(&have);
+    if (rc < 0) {
+        claim_free(c);
+        return rc;
+    }
+    *out = c;
+    return UR_OK;
+}
+
+int ur_orbax_claim_release(ur_orbax_claim *c, ur_err *err)
+{
+    int rc = UR_OK;
+    if (c != NULL) {
+        rc = ur_kvstore_delete(c->kv, UR_ORBAX_CLAIM_NAME, err);
+        if (rc < 0) {
+            ur_err_wrap(err, "deleting the run's claim %s/" UR_ORBAX_CLAIM_NAME, c->step);
+        }
+    }
+    claim_free(c);
+    return rc;
+}
