@@ -20,58 +20,13 @@
 #include <string.h>
 #include <time.h>
 
-/* CRC-32C and size of `dir/name`, or "none" when it does not exist. */
-static int fingerprint_file(ur_buf *out, const char *dir, const char *name, ur_err *err)
-{
-    char *p = ur_path_join(dir, name);
-    ur_buf b;
-    int rc;
-    if (p == NULL) {
-        return ur_err_oom(err);
-    }
-    ur_buf_init(&b, 0);
-    if (!ur_fs_exists(p)) {
-        rc = ur_buf_printf(out, err, "input_%s none\n", name);
-    } else {
-        rc = ur_fs_read_file(&b, p, (size_t)1 << 30, err);
-        if (rc == UR_OK) {
-            rc = ur_buf_printf(out, err, "input_%s crc32c=%08x size=%zu\n", name,
-                               ur_crc32c(0, b.data, b.len), b.len);
-        }
-    }
-    ur_buf_dispose(&b);
-    ur_free(p);
-    return rc;
-}
-
-/* The same line as fingerprint_file for `name` read from an object-store location (kv). */
-static int fingerprint_object(ur_buf *out, ur_kvstore *kv, const char *location, const char *name,
-                              ur_err *err)
-{
-    ur_buf b;
-    int rc;
-    ur_buf_init(&b, (size_t)1 << 30);
-    rc = ur_kvstore_read(kv, name, &b, err);
-    if (rc == UR_ENOTFOUND) {
-        rc = ur_buf_printf(out, err, "input_%s none\n", name);
-    } else if (rc == UR_OK) {
-        rc = ur_buf_printf(out, err, "input_%s crc32c=%08x size=%zu\n", name,
-                           ur_crc32c(0, b.data, b.len), b.len);
-    } else {
-        ur_err_wrap(err, "%s", location);
-    }
-    ur_buf_dispose(&b);
-    return rc;
-}
-
 /* The input's identity: its location (an object store's, which is the same on every machine;
- * a local one resolved, unless `portable`), then the CRC-32C and size of its top-level
- * manifest and tree metadata. *in_real gets the resolved local path (or the location). */
+ * a local one resolved, unless `portable`), then its values' sizes and versions and its
+ * _METADATA's content (ur_plan_input_ident). *in_real gets the resolved local path (or the
+ * location). */
 static int input_identity(ur_buf *out, char in_real[PATH_MAX], const char *input, int portable,
                           ur_err *err)
 {
-    static const char *const names[2] = {"manifest.ocdbt", "_METADATA"};
-    ur_kvstore *kv = NULL;
     int rc = UR_OK;
     if (ur_kvstore_location_is_remote(input)) {
         size_t n = strlen(input);
@@ -84,14 +39,7 @@ static int input_identity(ur_buf *out, char in_real[PATH_MAX], const char *input
         memcpy(in_real, input, n);
         in_real[n] = '\0';
         rc = ur_buf_printf(out, err, "input %s\n", in_real);
-        if (rc == UR_OK) {
-            rc = ur_kvstore_open_url(&kv, in_real, 0, err);
-        }
-        for (size_t i = 0; i < 2 && rc == UR_OK; i++) {
-            rc = fingerprint_object(out, kv, in_real, names[i], err);
-        }
-        ur_kvstore_close(kv);
-        return rc;
+        return rc == UR_OK ? ur_plan_input_ident(out, in_real, "", portable, err) : rc;
     }
     if (realpath(input, in_real) == NULL) {
         return ur_err_set_os(err, UR_EIO, errno, input, "cannot resolve");
@@ -99,10 +47,7 @@ static int input_identity(ur_buf *out, char in_real[PATH_MAX], const char *input
     if (!portable) {
         rc = ur_buf_printf(out, err, "input %s\n", in_real);
     }
-    for (size_t i = 0; i < 2 && rc == UR_OK; i++) {
-        rc = fingerprint_file(out, in_real, names[i], err);
-    }
-    return rc;
+    return rc == UR_OK ? ur_plan_input_ident(out, in_real, "", portable, err) : rc;
 }
 
 int ur_plan_multi_run_text(ur_buf *out, int count, uint64_t slab_budget, const char *input,
@@ -127,20 +72,13 @@ int ur_plan_multi_run_text(ur_buf *out, int count, uint64_t slab_budget, const c
     if (rc == UR_OK) {
         rc = input_identity(out, in_real, input, portable, err);
     }
-    if (rc == UR_OK && portable) {
-        char *dir = ur_strdup(cfg_real), *slash = dir != NULL ? strrchr(dir, '/') : NULL;
-        if (slash == NULL) {
-            rc = ur_err_oom(err);
-        } else {
-            *slash = '\0';
-            rc = ur_buf_append(out, "config_", 7, err); /* "config_input_<name> crc32c=..." */
-            if (rc == UR_OK) {
-                rc = fingerprint_file(out, dir[0] != '\0' ? dir : "/", slash + 1, err);
-            }
-        }
-        ur_free(dir);
-    } else if (rc == UR_OK) {
+    /* the config by its content (edited between two processes, it is another run), and
+     * where this machine has it unless portable */
+    if (rc == UR_OK && !portable) {
         rc = ur_buf_printf(out, err, "config %s\n", cfg_real);
+    }
+    if (rc == UR_OK) {
+        rc = ur_plan_file_ident(out, "config", cfg_real, err);
     }
     for (size_t i = 0; i < n_overrides && rc == UR_OK; i++) {
         const char *eq = strchr(overrides[i], '=');
@@ -297,21 +235,22 @@ static int run_my_share(ur_orbax_share *sh, ur_run_report *rep, const ur_run_opt
 
 /* ---- a LoRA run: the base and every adapter, one cut over all of them ---- */
 
-/* run.txt's lines for the adapters: each one's identity as the input's (the CRC-32C and size
- * of its manifest.ocdbt and _METADATA), so a rerun over changed adapters is refused. */
-static int lora_run_text(ur_buf *out, const ur_plan_units *u, const ur_settings *s, ur_err *err)
+/* run.txt's lines for the adapters: each one's identity as the input's (ur_plan_input_ident),
+ * so a rerun over changed adapters is refused. */
+static int lora_run_text(ur_buf *out, const ur_plan_units *u, const ur_settings *s, int portable,
+                         ur_err *err)
 {
     int rc = UR_OK;
     for (size_t i = 0; i < u->n_ids && rc == UR_OK; i++) {
         char *items = ur_path_joinf(s->lora_input_adapters_path, "%s/0/items", u->ids[i]);
-        rc = items != NULL ? ur_buf_printf(out, err, "lora %s\n", u->ids[i]) : ur_err_oom(err);
+        char *tag = ur_path_joinf("loras", "%s/", u->ids[i]);
+        rc = items != NULL && tag != NULL ? ur_buf_printf(out, err, "lora %s\n", u->ids[i])
+                                          : ur_err_oom(err);
         if (rc == UR_OK) {
-            rc = fingerprint_file(out, items, "manifest.ocdbt", err);
-        }
-        if (rc == UR_OK) {
-            rc = fingerprint_file(out, items, "_METADATA", err);
+            rc = ur_plan_input_ident(out, items, tag, portable, err);
         }
         ur_free(items);
+        ur_free(tag);
     }
     if (rc == UR_OK) { /* NUL-terminated, as ur_plan_multi_run_text leaves it */
         rc = ur_buf_append(out, "", 1, err);
@@ -329,7 +268,7 @@ static int lora_multi_text(ur_buf *text, const ur_plan_units *u, const ur_run_op
     int rc = ur_plan_multi_run_text(text, count, share_slab_budget(o), in_path,
                                     o->config.config_path, o->config.overrides,
                                     o->config.n_overrides, remote, err);
-    return rc == UR_OK ? lora_run_text(text, u, s, err) : rc;
+    return rc == UR_OK ? lora_run_text(text, u, s, remote, err) : rc;
 }
 
 static char *lora_input(const ur_plan_units *u, size_t k, const ur_settings *s,
