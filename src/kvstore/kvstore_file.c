@@ -836,9 +836,9 @@ static int f_writer_open(ur_kvstore_writer **out, ur_kvstore *kv, const char *ke
 }
 
 static const ur_kvstore_ops file_ops = {
-    "file",           f_read,   f_read_range,  f_view,     f_size,   f_list,
-    f_write,          f_commit, f_close,       f_prefetch, f_delete, f_view_range,
-    f_prefetch_range, f_create, f_writer_open, f_list_dir,       f_list_versions,
+    "file",           f_read,   f_read_range,  f_view,     f_size,          f_list,
+    f_write,          f_commit, f_close,       f_prefetch, f_delete,        f_view_range,
+    f_prefetch_range, f_create, f_writer_open, f_list_dir, f_list_versions,
 };
 
 int ur_kvstore_file_open(ur_kvstore **out, const char *root, int writable, ur_err *err)

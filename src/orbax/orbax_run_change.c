@@ -137,30 +137,74 @@ static void describe_change(line was, line now, char *what, size_t n)
     describe(now, how, what, n);
 }
 
-int ur_orbax_run_change(const char *have, const char *want, char *what, size_t what_size)
+/* 1 when the line `now` and `was` (the same key's) differ only in the version: the value was
+ * written again, maybe with the same bytes. */
+static int version_only(line was, line now)
 {
-    int same;
-    if (!same_arguments(have, want)) {
+    char a[64], b[64];
+    if (strncmp(now.p, "file ", 5) != 0) {
         return 0;
     }
+    field(was, "size", a, sizeof a);
+    field(now, "size", b, sizeof b);
+    return strcmp(a, b) == 0;
+}
+
+/* The changes from have to want, the first one named in what: one that shows in the sizes,
+ * the contents or the keys first, else a value only written again (its version); the count of
+ * changes into *n. */
+static void first_change(const char *have, const char *want, char *what, size_t what_size,
+                         size_t *n)
+{
+    line rewritten = {NULL, 0}, rewritten_was = {NULL, 0};
+    int named = 0, same;
+    *n = 0;
     for (line l = next_of(want, 1); l.p != NULL; l = next_of(next_line(l), 1)) {
         line old = find(have, l, &same);
-        if (!same) {
+        if (same) {
+            continue;
+        }
+        ++*n;
+        if (old.p != NULL && version_only(old, l)) {
+            if (rewritten.p == NULL) {
+                rewritten = l;
+                rewritten_was = old;
+            }
+        } else if (!named) {
+            named = 1;
             if (old.p != NULL) {
                 describe_change(old, l, what, what_size);
             } else {
                 describe(l, "new", what, what_size);
             }
-            return 1;
         }
     }
     for (line l = next_of(have, 1); l.p != NULL; l = next_of(next_line(l), 1)) {
-        (void)find(want, l, &same);
-        if (!same) {
-            describe(l, strncmp(l.p, "content ", 8) == 0 ? "content" : "removed", what,
-                     what_size);
-            return 1;
+        line now = find(want, l, &same);
+        if (same || now.p != NULL) {
+            continue; /* counted above */
+        }
+        ++*n;
+        if (!named) {
+            named = 1;
+            describe(l, "removed", what, what_size);
         }
     }
-    return 0;
+    if (!named && rewritten.p != NULL) {
+        describe_change(rewritten_was, rewritten, what, what_size);
+    }
+}
+
+int ur_orbax_run_change(const char *have, const char *want, char *what, size_t what_size)
+{
+    size_t n = 0;
+    if (!same_arguments(have, want)) {
+        return 0;
+    }
+    first_change(have, want, what, what_size, &n);
+    if (n > 1) {
+        size_t len = strlen(what);
+        snprintf(what + len, what_size - len, " and %zu other change%s", n - 1, n == 2 ? "" : "s");
+    }
+    return n > 0;
 }

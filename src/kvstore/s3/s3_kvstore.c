@@ -728,8 +728,9 @@ static void s_close(ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops s3_ops = {
-    "s3",    s_read, s_read_range, NULL, s_size, s_list,   s_write, NULL,
-    s_close, NULL,   s_delete,     NULL, NULL,   s_create, NULL,    s_list_dir, s_list_versions,
+    "s3",    s_read,   s_read_range, NULL,       s_size,          s_list,
+    s_write, NULL,     s_close,      NULL,       s_delete,        NULL,
+    NULL,    s_create, NULL,         s_list_dir, s_list_versions,
 };
 
 int ur_kvstore_s3_open(ur_kvstore **out, const char *bucket, const char *prefix, int writable,
