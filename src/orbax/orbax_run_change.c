@@ -126,7 +126,7 @@ static void describe_change(line was, line now, char *what, size_t n)
     field(was, strncmp(now.p, "files ", 6) == 0 ? "n" : "size", a, sizeof a);
     field(now, strncmp(now.p, "files ", 6) == 0 ? "n" : "size", b, sizeof b);
     if (strncmp(now.p, "files ", 6) == 0) {
-        snprintf(how, sizeof how, "its files changed: %s -> %s files", a, b);
+        snprintf(how, sizeof how, "values changed: %s -> %s values", a, b);
     } else if (strcmp(a, b) != 0) {
         snprintf(how, sizeof how, "size %s -> %s", a, b);
     } else {
@@ -175,7 +175,8 @@ static void first_change(const char *have, const char *want, char *what, size_t 
             if (old.p != NULL) {
                 describe_change(old, l, what, what_size);
             } else {
-                describe(l, "new", what, what_size);
+                describe(l, strncmp(l.p, "files ", 6) == 0 ? "values changed" : "new", what,
+                         what_size);
             }
         }
     }
@@ -187,7 +188,8 @@ static void first_change(const char *have, const char *want, char *what, size_t 
         ++*n;
         if (!named) {
             named = 1;
-            describe(l, "removed", what, what_size);
+            describe(l, strncmp(l.p, "files ", 6) == 0 ? "values changed" : "removed", what,
+                     what_size);
         }
     }
     if (!named && rewritten.p != NULL) {

@@ -10,7 +10,8 @@
  *
  * Lines (sorted by key, as the listing gives them):
  *   file <tag><key> size=<n> v=<version>             one per value, up to IDENT_MAX_FILES
- *   files <tag><dir>/ n=<count> bytes=<n> digest=<crc>  one per directory, beyond that
+ *   files <tag><first>..<tag><last> n=<count> bytes=<n> digest=<crc>
+ *                      beyond that, one per run of consecutive values (IDENT_GROUPS at most)
  *   content <tag>_METADATA crc32c=<crc> size=<n>      (or "content <tag>_METADATA none")
  * `portable`: the text is the same on every machine that holds a copy of a local input made
  * with its times (cp -p, rsync -a): a local version is cut to its mtime in whole seconds. */
@@ -24,9 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Past this many values, one line per directory (run.txt stays small: an input of plain-zarr
- * chunk files may have hundreds of thousands). */
+/* Past this many values, a line per run of consecutive values, IDENT_GROUPS lines at most
+ * (run.txt stays small: a plain-zarr input may have hundreds of thousands of chunk files). */
 #define IDENT_MAX_FILES 2048
+#define IDENT_GROUPS 1024
 
 typedef struct {
     ur_buf lines; /* "<key> size=<n> v=<version>" of each value, each NUL-terminated */
@@ -55,19 +57,19 @@ static int on_value(void *ctx, const char *key, uint64_t size, const char *versi
     return rc == UR_OK ? ur_buf_append_byte(&l->lines, 0, l->err) : rc;
 }
 
-/* Length of the directory part of key ("a/b/c" -> 4, "a/b/"; "c" -> 0). */
-static size_t dir_len(const char *key)
+/* The key of a gathered line "<key> size=<n> v=<version>": its length. */
+static size_t key_len(const char *line)
 {
-    const char *slash = strrchr(key, '/');
-    return slash != NULL ? (size_t)(slash - key) + 1 : 0;
+    const char *sp = strstr(line, " size=");
+    return sp != NULL ? (size_t)(sp - line) : strlen(line);
 }
 
-/* The gathered lines into out: each, or one per directory (same directory: adjacent, as the
- * listing is sorted... except that "a/b/x" sorts after "a/b/c/y": a directory's lines may come
- * in several runs, each its own line, which is as good for telling a change). */
+/* The gathered lines into out: each, or (more than IDENT_MAX_FILES) one per run of `group`
+ * consecutive values, at most IDENT_GROUPS lines, so run.txt stays small whatever the input. */
 static int emit(ur_buf *out, const ident_list *l, const char *tag, ur_err *err)
 {
     const char *p = (const char *)l->lines.data, *end = p + l->lines.len;
+    size_t group = (l->n + IDENT_GROUPS - 1) / IDENT_GROUPS;
     int rc = UR_OK;
     if (l->n <= IDENT_MAX_FILES) {
         for (; p < end && rc == UR_OK; p += strlen(p) + 1) {
@@ -76,19 +78,18 @@ static int emit(ur_buf *out, const ident_list *l, const char *tag, ur_err *err)
         return rc;
     }
     while (p < end && rc == UR_OK) {
-        size_t dl = dir_len(p), n = 0;
+        const char *first = p, *last = p;
         unsigned long long bytes = 0;
         uint32_t crc = 0;
-        const char *first = p;
-        while (p < end && dir_len(p) == dl && strncmp(p, first, dl) == 0) {
-            const char *sz = strstr(p, " size=");
-            bytes += sz != NULL ? strtoull(sz + 6, NULL, 10) : 0;
+        size_t n = 0;
+        for (; p < end && n < group; n++, p += strlen(p) + 1) {
+            bytes += strtoull(p + key_len(p) + 6, NULL, 10);
             crc = ur_crc32c(crc, p, strlen(p) + 1);
-            n++;
-            p += strlen(p) + 1;
+            last = p;
         }
-        rc = ur_buf_printf(out, err, "files %s%.*s n=%zu bytes=%llu digest=%08x\n", tag, (int)dl,
-                           first, n, bytes, crc);
+        rc = ur_buf_printf(out, err, "files %s%.*s..%s%.*s n=%zu bytes=%llu digest=%08x\n", tag,
+                           (int)key_len(first), first, tag, (int)key_len(last), last, n, bytes,
+                           crc);
     }
     return rc;
 }

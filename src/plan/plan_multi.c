@@ -196,8 +196,38 @@ static int mark_share_done(ur_orbax_share *sh, ur_run_report *rep, const ur_run_
     return rc;
 }
 
+/* The input's identity now against `before` (ur_plan_input_ident): UR_EINVAL naming the change
+ * when the input changed while the share read it (a share of values from two inputs is never
+ * marked done; a rerun is refused by run.txt until the run starts over). */
+static int same_input(const char *in_path, const ur_buf *before, int index, int count, ur_err *err)
+{
+    ur_buf now;
+    char what[512];
+    int rc;
+    ur_buf_init(&now, 0);
+    rc = ur_plan_input_ident(&now, in_path, "", 0, err);
+    if (rc == UR_OK && (now.len != before->len || memcmp(now.data, before->data, now.len) != 0)) {
+        rc = ur_buf_append(&now, "", 1, err); /* NUL-terminated, as before */
+        now.len -= rc == UR_OK;
+        if (rc == UR_OK && !ur_orbax_run_change((const char *)before->data, (const char *)now.data,
+                                                what, sizeof what)) {
+            snprintf(what, sizeof what, "its identity");
+        }
+        if (rc == UR_OK) {
+            rc = ur_err_set(err, UR_EINVAL,
+                            "%s: input changed while share %d/%d read it: %s; the share is not "
+                            "marked done, and its run is refused from now on (remove its "
+                            "staging to start over)",
+                            in_path, index, count, what);
+        }
+    }
+    ur_buf_dispose(&now);
+    return rc;
+}
+
 /* Convert this process's share (not done yet) and mark it done; on_commit (NULL: none) as
- * ur_run_share's. */
+ * ur_run_share's. The input's identity is taken again once the share is converted: the same
+ * as before it, or the share is refused (same_input). */
 static int run_my_share(ur_orbax_share *sh, ur_run_report *rep, const ur_run_opts *o,
                         const ur_settings *s, const char *in_path, ur_plan_input kind,
                         int (*on_commit)(void *, uint64_t, ur_err *), void *commit_ctx, char *line,
@@ -208,6 +238,7 @@ static int run_my_share(ur_orbax_share *sh, ur_run_report *rep, const ur_run_opt
     ur_run_share rs;
     struct timespec t0;
     char what[64];
+    ur_buf before;
     int rc;
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -228,8 +259,20 @@ static int run_my_share(ur_orbax_share *sh, ur_run_report *rep, const ur_run_opt
              count, (unsigned long long)rs.resume_from);
     }
     snprintf(what, sizeof what, "share %d/%d", index, count);
-    rc = ur_plan_run_convert(in_path, ur_orbax_share_step(sh), NULL, kind, s, o, &rs, what,
-                             &rep->total, err);
+    ur_buf_init(&before, 0);
+    rc = ur_plan_input_ident(&before, in_path, "", 0, err);
+    if (rc == UR_OK) {
+        rc = ur_buf_append(&before, "", 1, err); /* NUL-terminated */
+        before.len -= rc == UR_OK;
+    }
+    if (rc == UR_OK) {
+        rc = ur_plan_run_convert(in_path, ur_orbax_share_step(sh), NULL, kind, s, o, &rs, what,
+                                 &rep->total, err);
+    }
+    if (rc == UR_OK) {
+        rc = same_input(in_path, &before, index, count, err);
+    }
+    ur_buf_dispose(&before);
     return rc < 0 ? rc : mark_share_done(sh, rep, o, &t0, line, line_size, err);
 }
 

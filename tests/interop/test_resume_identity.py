@@ -225,3 +225,42 @@ def test_config_edited_between_processes_is_refused(unroll_bin, inputs, tmp_path
     reference.compare_trees(reference.restore(out / "run" / "checkpoints" / "0" / "items"),
                             _fresh(unroll_bin, info, items, tmp_path / "fresh"),
                             "the multi-process run")
+
+
+def _overwrite_in_place(src, dst):
+    """Every file of the tree src renamed over the same path in dst (the directories stay, so
+    a reader holding one open sees the new files)."""
+    for f in sorted(p for p in pathlib.Path(src).rglob("*") if p.is_file()):
+        target = dst / f.relative_to(src)
+        shutil.copyfile(f, target.with_name(target.name + ".new"))
+        target.with_name(target.name + ".new").replace(target)
+
+
+def test_input_changed_while_a_share_reads_it_is_refused(unroll_bin, inputs, tmp_path):
+    """The input's identity is taken again once a share is converted: a plain-zarr input
+    rewritten in place while the share reads it (stopped after its first commit, B's files
+    renamed over A's, continued: the rest of its chunks come from B) is not marked done,
+    nothing is published, and the rerun is refused."""
+    info, a, b = inputs["plain-zarr3"]
+    root = tmp_path / "in" / "checkpoints"
+    _place(a, root)
+    out = tmp_path / "out"
+    staging = out / "run" / "checkpoints.unroll-multi"
+    args = _resume_args(unroll_bin, info, root / str(info.step) / "items", out)
+    v = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (staging / "shares" / "0.progress").exists() and v.poll() is None \
+            and time.time() < deadline:
+        time.sleep(0.002)
+    v.send_signal(signal.SIGSTOP)
+    assert v.poll() is None, "the run ended before its first commit"
+    _overwrite_in_place(b, root)
+    v.send_signal(signal.SIGCONT)
+    _, err = v.communicate(timeout=600)
+    assert v.returncode == 2, err
+    assert "input changed while share 0/1 read it" in err, err
+    assert not (staging / "shares" / "0.done").exists()
+    assert not (out / "run" / "checkpoints").exists()
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "input changed since the run started" in r.stderr, r.stderr
+    assert not (out / "run" / "checkpoints").exists()
