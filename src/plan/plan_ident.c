@@ -10,6 +10,7 @@
  *
  * Lines (sorted by key, as the listing gives them):
  *   file <tag><key> size=<n> v=<version>             one per value, up to IDENT_MAX_FILES
+ *                      (in a key '%', ' ' and control bytes are written %XX)
  *   files <tag><first>..<tag><last> n=<count> bytes=<n> digest=<crc>
  *                      beyond that, one per run of consecutive values (IDENT_GROUPS at most)
  *   content <tag>_METADATA crc32c=<crc> size=<n>      (or "content <tag>_METADATA none")
@@ -34,9 +35,19 @@ typedef struct {
     ur_buf lines; /* "<key> size=<n> v=<version>" of each value, each NUL-terminated */
     size_t n;
     int portable;
-    const char *location;
     ur_err *err;
 } ident_list;
+
+/* key into out with '%', ' ' and control bytes as %XX, so a line holds it whole. */
+static int escaped_key(ur_buf *out, const char *key, ur_err *err)
+{
+    int rc = UR_OK;
+    for (const unsigned char *c = (const unsigned char *)key; *c != '\0' && rc == UR_OK; c++) {
+        rc = *c == '%' || *c <= ' ' || *c == 0x7f ? ur_buf_printf(out, err, "%%%02X", *c)
+                                                  : ur_buf_append_byte(out, *c, err);
+    }
+    return rc;
+}
 
 static int on_value(void *ctx, const char *key, uint64_t size, const char *version)
 {
@@ -47,13 +58,12 @@ static int on_value(void *ctx, const char *key, uint64_t size, const char *versi
     if (l->portable && colon != NULL && dot != NULL && dot < colon) {
         vlen = (size_t)(dot - version); /* the file store's: mtime seconds only */
     }
-    if (strpbrk(key, " \n") != NULL) { /* would break the line format: no input of Orbax's */
-        return ur_err_set(l->err, UR_EINVAL, "%s: a key with a space or a line break: '%s'",
-                          l->location, key);
-    }
     l->n++;
-    rc = ur_buf_printf(&l->lines, l->err, "%s size=%llu v=%.*s", key, (unsigned long long)size,
-                       (int)vlen, version);
+    rc = escaped_key(&l->lines, key, l->err);
+    if (rc == UR_OK) {
+        rc = ur_buf_printf(&l->lines, l->err, " size=%llu v=%.*s", (unsigned long long)size,
+                           (int)vlen, version);
+    }
     return rc == UR_OK ? ur_buf_append_byte(&l->lines, 0, l->err) : rc;
 }
 
@@ -120,7 +130,6 @@ int ur_plan_input_ident(ur_buf *out, const char *location, const char *tag, int 
     memset(&l, 0, sizeof l);
     ur_buf_init(&l.lines, 0);
     l.portable = portable && !ur_kvstore_location_is_remote(location);
-    l.location = location;
     l.err = err;
     rc = ur_kvstore_open_url(&kv, location, 0, err);
     if (rc == UR_OK) {
@@ -148,8 +157,14 @@ int ur_plan_file_ident(ur_buf *out, const char *kind, const char *path, ur_err *
     ur_buf_init(&b, 0);
     rc = ur_fs_read_file(&b, path, (size_t)1 << 30, err);
     if (rc == UR_OK) {
-        rc = ur_buf_printf(out, err, "content %s:%s crc32c=%08x size=%zu\n", kind,
-                           slash != NULL ? slash + 1 : path, ur_crc32c(0, b.data, b.len), b.len);
+        rc = ur_buf_printf(out, err, "content %s:", kind);
+    }
+    if (rc == UR_OK) {
+        rc = escaped_key(out, slash != NULL ? slash + 1 : path, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_printf(out, err, " crc32c=%08x size=%zu\n", ur_crc32c(0, b.data, b.len),
+                           b.len);
     }
     ur_buf_dispose(&b);
     return rc;

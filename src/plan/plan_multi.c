@@ -208,7 +208,9 @@ static int same_input(const char *in_path, const ur_buf *before, int index, int 
     rc = ur_plan_input_ident(&now, in_path, "", 0, err);
     if (rc == UR_OK && (now.len != before->len || memcmp(now.data, before->data, now.len) != 0)) {
         rc = ur_buf_append(&now, "", 1, err); /* NUL-terminated, as before */
-        now.len -= rc == UR_OK;
+        if (rc == UR_OK) {
+            now.len--;
+        }
         if (rc == UR_OK && !ur_orbax_run_change((const char *)before->data, (const char *)now.data,
                                                 what, sizeof what)) {
             snprintf(what, sizeof what, "its identity");
@@ -263,9 +265,9 @@ static int run_my_share(ur_orbax_share *sh, ur_run_report *rep, const ur_run_opt
     rc = ur_plan_input_ident(&before, in_path, "", 0, err);
     if (rc == UR_OK) {
         rc = ur_buf_append(&before, "", 1, err); /* NUL-terminated */
-        before.len -= rc == UR_OK;
     }
     if (rc == UR_OK) {
+        before.len--;
         rc = ur_plan_run_convert(in_path, ur_orbax_share_step(sh), NULL, kind, s, o, &rs, what,
                                  &rep->total, err);
     }
