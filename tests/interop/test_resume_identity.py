@@ -1,5 +1,6 @@
 """A run continued after its input changed (issue 25, item 2): the run identity (run.txt) knows
-the input by every value's size and version (local: mtime and inode; S3: ETag) and _METADATA's
+the input by every value's size and version (local: mtime and inode; S3: ETag; GCS:
+generation) and _METADATA's
 content, and the config by its content, so a rerun (--resume, another process of the run) over
 an input rewritten with other values -- same tree, so the same _METADATA -- is refused with
 exit 2 naming what changed, and nothing is published; it never mixes the two inputs' values.
@@ -8,6 +9,7 @@ The inputs are real Orbax checkpoints: A, and B = A's state with every float neg
 Orbax the same way (OCDBT, and plain zarr). The oracle: stock Orbax restoring the output, bit
 for bit equal to a fresh conversion of the input it came from."""
 import hashlib
+import os
 import pathlib
 import shutil
 import signal
@@ -20,6 +22,8 @@ import numpy as np
 import pytest
 
 import maxtext_fixtures
+from gcs_fixtures import upload_tree, use_emulator
+from gcs_servers import FakeGcs
 import reference
 import s3_fixtures
 from test_kill import BIG, CONFIG, _args
@@ -192,6 +196,31 @@ def test_changed_s3_input_is_refused(unroll_bin, inputs, s3, tmp_path):
     reference.compare_trees(reference.restore(out / "run" / "checkpoints" / "0" / "items"),
                             _fresh(unroll_bin, info, url, tmp_path / "fresh", env),
                             "the rerun over B in the bucket")
+
+
+def test_changed_gcs_input_is_refused(unroll_bin, inputs, tmp_path, monkeypatch):
+    """A plain-zarr input in GCS (fake-gcs-server), known by its objects' sizes and
+    generations from one listing: rewritten under the same names between two processes of a
+    run, the second is refused naming a changed object, and nothing is published."""
+    info, a, b = inputs["plain-zarr3"]
+    with FakeGcs() as server:
+        server.create_bucket(BUCKET)
+        use_emulator(monkeypatch, server.url)
+        env = {k: v for k, v in os.environ.items() if k != "UNROLL_GCS_ENDPOINT"}
+        env["STORAGE_EMULATOR_HOST"] = server.url
+        assert upload_tree(a, BUCKET, "in/checkpoints") > 0
+        url = f"gs://{BUCKET}/in/checkpoints/{info.step}/items"
+        out = tmp_path / "out"
+        args = _with_input(_args(unroll_bin, info, out, ["-j1", "--process-count", "2"]), info,
+                           url)
+        subprocess.run(args + ["--process-index", "0"], check=True, env=env, timeout=600)
+        assert upload_tree(b, BUCKET, "in/checkpoints") > 0   # the same names, new generations
+        r = subprocess.run(args + ["--process-index", "1"], capture_output=True, text=True,
+                           env=env, timeout=600)
+    assert r.returncode == 2, r.stderr
+    assert "input changed since the run started: " in r.stderr, r.stderr
+    assert "/c/" in r.stderr and r.stderr.count("\n") == 1, r.stderr   # a chunk object named
+    assert not (out / "run" / "checkpoints").exists()
 
 
 def test_config_edited_between_processes_is_refused(unroll_bin, inputs, tmp_path):
