@@ -196,51 +196,59 @@ static int mark_share_done(ur_orbax_share *sh, ur_run_report *rep, const ur_run_
     return rc;
 }
 
-/* The input's identity now against `before` (ur_plan_input_ident): UR_EINVAL naming the change
- * when the input changed while the share read it (a share of values from two inputs is never
- * marked done; a rerun is refused by run.txt until the run starts over). */
-static int same_input(const char *in_path, const ur_buf *before, int index, int count, ur_err *err)
+/* The run's local text (ur_plan_multi_run_text, not portable) taken again once the share is
+ * converted, against `run_text`, the one it started from (which may go on with
+ * "object-store run:\n..."): UR_EINVAL naming the change when the input (or the config) changed
+ * while the share read it. A share of values from two inputs is never marked done, and a
+ * rerun is refused by run.txt until the run starts over. */
+static int same_input(const ur_run_opts *o, const char *in_path, const char *run_text, int index,
+                      int count, ur_err *err)
 {
-    ur_buf now;
+    const char *cut = strstr(run_text, "object-store run:\n");
+    size_t n = cut != NULL ? (size_t)(cut - run_text) : strlen(run_text);
     char what[512];
+    char *was = NULL;
+    ur_buf now;
     int rc;
     ur_buf_init(&now, 0);
-    rc = ur_plan_input_ident(&now, in_path, "", 0, err);
-    if (rc == UR_OK && (now.len != before->len || memcmp(now.data, before->data, now.len) != 0)) {
-        rc = ur_buf_append(&now, "", 1, err); /* NUL-terminated, as before */
-        if (rc == UR_OK) {
-            now.len--;
-        }
-        if (rc == UR_OK && !ur_orbax_run_change((const char *)before->data, (const char *)now.data,
-                                                what, sizeof what)) {
-            snprintf(what, sizeof what, "its identity");
-        }
-        if (rc == UR_OK) {
-            rc = ur_err_set(err, UR_EINVAL,
-                            "%s: input changed while share %d/%d read it: %s; the share is not "
-                            "marked done, and its run is refused from now on (remove its "
-                            "staging to start over)",
-                            in_path, index, count, what);
-        }
+    rc = ur_plan_multi_run_text(&now, count, share_slab_budget(o), in_path, o->config.config_path,
+                                o->config.overrides, o->config.n_overrides, 0, err);
+    if (rc == UR_OK && (now.len == n && memcmp(now.data, run_text, n) == 0)) {
+        ur_buf_dispose(&now);
+        return UR_OK;
     }
+    was = rc == UR_OK ? ur_strndup(run_text, n) : NULL;
+    if (rc == UR_OK && was == NULL) {
+        rc = ur_err_oom(err);
+    }
+    if (rc == UR_OK && !ur_orbax_run_change(was, (const char *)now.data, what, sizeof what)) {
+        snprintf(what, sizeof what, "its identity");
+    }
+    if (rc == UR_OK) {
+        rc = ur_err_set(err, UR_EINVAL,
+                        "%s: input changed while share %d/%d read it: %s; the share is not "
+                        "marked done, and its run is refused from now on (remove its staging to "
+                        "start over)",
+                        in_path, index, count, what);
+    }
+    ur_free(was);
     ur_buf_dispose(&now);
     return rc;
 }
 
 /* Convert this process's share (not done yet) and mark it done; on_commit (NULL: none) as
- * ur_run_share's. The input's identity is taken again once the share is converted: the same
- * as before it, or the share is refused (same_input). */
-static int run_my_share(ur_orbax_share *sh, ur_run_report *rep, const ur_run_opts *o,
-                        const ur_settings *s, const char *in_path, ur_plan_input kind,
-                        int (*on_commit)(void *, uint64_t, ur_err *), void *commit_ctx, char *line,
-                        size_t line_size, ur_err *err)
+ * ur_run_share's. `run_text`: the local run text the share was opened with, taken again once
+ * the share is converted (same_input). */
+static int run_my_share(ur_orbax_share *sh, const char *run_text, ur_run_report *rep,
+                        const ur_run_opts *o, const ur_settings *s, const char *in_path,
+                        ur_plan_input kind, int (*on_commit)(void *, uint64_t, ur_err *),
+                        void *commit_ctx, char *line, size_t line_size, ur_err *err)
 {
     int count = o->process_count > 1 ? o->process_count : 1;
     int index = o->process_count > 1 ? o->process_index : 0;
     ur_run_share rs;
     struct timespec t0;
     char what[64];
-    ur_buf before;
     int rc;
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -261,20 +269,11 @@ static int run_my_share(ur_orbax_share *sh, ur_run_report *rep, const ur_run_opt
              count, (unsigned long long)rs.resume_from);
     }
     snprintf(what, sizeof what, "share %d/%d", index, count);
-    ur_buf_init(&before, 0);
-    rc = ur_plan_input_ident(&before, in_path, "", 0, err);
+    rc = ur_plan_run_convert(in_path, ur_orbax_share_step(sh), NULL, kind, s, o, &rs, what,
+                             &rep->total, err);
     if (rc == UR_OK) {
-        rc = ur_buf_append(&before, "", 1, err); /* NUL-terminated */
+        rc = same_input(o, in_path, run_text, index, count, err);
     }
-    if (rc == UR_OK) {
-        before.len--;
-        rc = ur_plan_run_convert(in_path, ur_orbax_share_step(sh), NULL, kind, s, o, &rs, what,
-                                 &rep->total, err);
-    }
-    if (rc == UR_OK) {
-        rc = same_input(in_path, &before, index, count, err);
-    }
-    ur_buf_dispose(&before);
     return rc < 0 ? rc : mark_share_done(sh, rep, o, &t0, line, line_size, err);
 }
 
@@ -534,7 +533,8 @@ int ur_plan_multi_run(ur_run_report *rep, const ur_run_opts *o, const ur_setting
         note(o, "share %d of %d is already complete: not redone", index, count);
     } else if (rc == UR_OK) {
         char line[260];
-        rc = run_my_share(sh, rep, o, s, in_path, kind, NULL, NULL, line, sizeof line, err);
+        rc = run_my_share(sh, (const char *)text.data, rep, o, s, in_path, kind, NULL, NULL, line,
+                          sizeof line, err);
     }
     if (rc == UR_OK) {
         rc = ur_orbax_share_finish(sh, o->cancel, &published, &missing, &to, err);
@@ -725,8 +725,8 @@ static int convert_and_upload(ur_orbax_rshare *rs, const char *step, const char 
             note(o, "share %d of %d: converted by an earlier attempt, not redone", index, count);
         }
     } else if (rc == UR_OK) {
-        rc = run_my_share(sh, rep, o, s, in_path, kind, upload_progress, &cu, line, sizeof line,
-                          err);
+        rc = run_my_share(sh, (const char *)local_text.data, rep, o, s, in_path, kind,
+                          upload_progress, &cu, line, sizeof line, err);
     }
     if (rc == UR_OK) {
         note(o, "share %d of %d: uploading it to %.*s", index, count,
