@@ -67,6 +67,22 @@ typedef int (*ur_kvstore_list_fn)(void *ctx, const char *key, uint64_t size);
 int ur_kvstore_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, void *ctx,
                     ur_err *err);
 
+/* Called once per key under the prefix, in key order, with the value's size and its version:
+ * a short text (no spaces) that changes whenever the value may have changed, so that a run can
+ * tell whether what it read is still there (the run identity, src/plan/plan_ident.c):
+ *   - the file store: "<mtime s>.<mtime ns>:<inode>" of the file (lstat), so a file rewritten
+ *     or replaced, even with the same size, has another version;
+ *   - S3: the object's ETag (quotes dropped), from the listing itself;
+ *   - GCS: the object's generation, from the listing itself;
+ *   - other stores (memory, OCDBT, prefix views): "" (no version known: the size only).
+ * A nonzero return stops the listing and is returned by ur_kvstore_list_versions. */
+typedef int (*ur_kvstore_list_version_fn)(void *ctx, const char *key, uint64_t size,
+                                          const char *version);
+
+/* As ur_kvstore_list, with each value's version (above). One listing: no request per key. */
+int ur_kvstore_list_versions(ur_kvstore *kv, const char *prefix, ur_kvstore_list_version_fn fn,
+                             void *ctx, ur_err *err);
+
 /* Called once per entry one level below a listed directory: `name` is the component after
  * the prefix (no '/'), is_dir 1 for a directory (object stores: a common prefix, i.e. some
  * key continues name + '/'), 0 for a value. A nonzero return stops the listing and is

@@ -59,6 +59,15 @@ typedef struct ur_orbax_share ur_orbax_share;
 #define UR_ORBAX_SHARE_SUFFIX ".unroll-multi"
 #define UR_ORBAX_SHARE_MAX 65536
 
+/* When the run texts `have` (the staged run's) and `want` (this process's) differ in the
+ * input's or the config's identity only (their "file", "files" and "content" lines; the run
+ * text of src/plan/plan_ident.c), 1 with `what` naming the first change, e.g.
+ * "d/ab12 (size 123 -> 456)", "_METADATA (content)", "the config file unroll.yml (content)";
+ * else 0 (other arguments differ, or nothing does). Shared by the local and the object-store
+ * runs (orbax_share_remote.h), which refuse a rerun over a changed input (UR_EINVAL) rather
+ * than mix what two inputs hold. */
+int ur_orbax_run_change(const char *have, const char *want, char *what, size_t what_size);
+
 /* Join (or start) the run for destination `dest` as process `index` of `count`. `run_text`
  * describes the run (it must be the same text in every process; it includes a line
  * "input <path>" naming what the run reads, used by the finish's overlap check unless it is an

@@ -105,6 +105,28 @@ int ur_kvstore_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, v
     return kv->ops->list ? kv->ops->list(kv, prefix, fn, ctx, err) : unsupported(kv, "list", err);
 }
 
+/* ur_kvstore_list_versions for stores without their own: no version, the size only. */
+typedef struct {
+    ur_kvstore_list_version_fn fn;
+    void *ctx;
+} no_version;
+
+static int without_version(void *ctx, const char *key, uint64_t size)
+{
+    const no_version *nv = ctx;
+    return nv->fn(nv->ctx, key, size, "");
+}
+
+int ur_kvstore_list_versions(ur_kvstore *kv, const char *prefix, ur_kvstore_list_version_fn fn,
+                             void *ctx, ur_err *err)
+{
+    no_version nv = {fn, ctx};
+    if (kv->ops->list_versions != NULL) {
+        return kv->ops->list_versions(kv, prefix, fn, ctx, err);
+    }
+    return ur_kvstore_list(kv, prefix, without_version, &nv, err);
+}
+
 /* ur_kvstore_list_dir for stores without their own: the full listing, each first component
  * once (keys come sorted, so a directory's keys are adjacent). */
 typedef struct {

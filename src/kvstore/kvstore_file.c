@@ -245,6 +245,10 @@ static int f_size(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *e
 typedef struct {
     char *key;
     uint64_t size;
+    /* the file's version (ur_kvstore_list_versions): modification time and inode */
+    int64_t mtime_s;
+    long mtime_ns;
+    uint64_t ino;
 } key_entry;
 
 typedef struct {
@@ -271,7 +275,10 @@ static int key_list_add(key_list *kl, const char *key, uint64_t size, ur_err *er
     if (kl->e[kl->n].key == NULL) {
         return ur_err_oom(err);
     }
-    kl->e[kl->n++].size = size;
+    kl->e[kl->n].size = size;
+    kl->e[kl->n].mtime_s = 0;
+    kl->e[kl->n].mtime_ns = 0;
+    kl->e[kl->n++].ino = 0;
     return UR_OK;
 }
 
@@ -311,6 +318,11 @@ static int walk(file_store *fs, int dfd, const char *rel, key_list *kl, int dept
         }
         if (S_ISREG(st.st_mode)) {
             rc = key_list_add(kl, child_rel, (uint64_t)st.st_size, err);
+            if (rc == UR_OK) {
+                kl->e[kl->n - 1].mtime_s = (int64_t)st.st_mtim.tv_sec;
+                kl->e[kl->n - 1].mtime_ns = st.st_mtim.tv_nsec;
+                kl->e[kl->n - 1].ino = (uint64_t)st.st_ino;
+            }
         } else if (depth >= 64) {
             char *dir = ur_path_join(fs->root, child_rel);
             rc = ur_err_set_os(err, UR_ECORRUPT, 0, dir ? dir : fs->root,
@@ -339,10 +351,10 @@ static int cmp_entry(const void *a, const void *b)
     return strcmp(((const key_entry *)a)->key, ((const key_entry *)b)->key);
 }
 
-static int f_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, void *ctx,
-                  ur_err *err)
+/* The listing of f_list and f_list_versions: fn or vfn for each key under prefix, in order. */
+static int list_keys(file_store *fs, const char *prefix, ur_kvstore_list_fn fn,
+                     ur_kvstore_list_version_fn vfn, void *ctx, ur_err *err)
 {
-    file_store *fs = (file_store *)kv;
     key_list kl = {0};
     size_t plen = strlen(prefix);
     /* A new open of the root, not dup(): a dup'ed descriptor would share the directory
@@ -353,17 +365,35 @@ static int f_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, voi
 
     if (rc == UR_OK && kl.n > 0) {
         qsort(kl.e, kl.n, sizeof *kl.e, cmp_entry);
-        for (size_t i = 0; i < kl.n; i++) {
-            if (strncmp(kl.e[i].key, prefix, plen) == 0) {
-                rc = fn(ctx, kl.e[i].key, kl.e[i].size);
-                if (rc != 0) {
-                    break;
-                }
+        for (size_t i = 0; i < kl.n && rc == 0; i++) {
+            const key_entry *e = &kl.e[i];
+            char version[64];
+            if (strncmp(e->key, prefix, plen) != 0) {
+                continue;
+            }
+            if (fn != NULL) {
+                rc = fn(ctx, e->key, e->size);
+            } else {
+                snprintf(version, sizeof version, "%lld.%09ld:%llu", (long long)e->mtime_s,
+                         e->mtime_ns, (unsigned long long)e->ino);
+                rc = vfn(ctx, e->key, e->size, version);
             }
         }
     }
     key_list_dispose(&kl);
     return rc;
+}
+
+static int f_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, void *ctx,
+                  ur_err *err)
+{
+    return list_keys((file_store *)kv, prefix, fn, NULL, ctx, err);
+}
+
+static int f_list_versions(ur_kvstore *kv, const char *prefix, ur_kvstore_list_version_fn fn,
+                           void *ctx, ur_err *err)
+{
+    return list_keys((file_store *)kv, prefix, NULL, fn, ctx, err);
 }
 
 /* The kind of entry `name` of the directory `dfd` (`rel` beneath the root): 1 a directory, 0 a
@@ -806,9 +836,9 @@ static int f_writer_open(ur_kvstore_writer **out, ur_kvstore *kv, const char *ke
 }
 
 static const ur_kvstore_ops file_ops = {
-    "file",           f_read,   f_read_range,  f_view,     f_size,   f_list,
-    f_write,          f_commit, f_close,       f_prefetch, f_delete, f_view_range,
-    f_prefetch_range, f_create, f_writer_open, f_list_dir,
+    "file",           f_read,   f_read_range,  f_view,     f_size,          f_list,
+    f_write,          f_commit, f_close,       f_prefetch, f_delete,        f_view_range,
+    f_prefetch_range, f_create, f_writer_open, f_list_dir, f_list_versions,
 };
 
 int ur_kvstore_file_open(ur_kvstore **out, const char *root, int writable, ur_err *err)

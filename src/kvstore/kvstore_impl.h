@@ -35,6 +35,10 @@ typedef struct ur_kvstore_ops {
     /* optional: one level of a listing (else ur_kvstore_list filtered) */
     int (*list_dir)(ur_kvstore *kv, const char *prefix, ur_kvstore_list_dir_fn fn, void *ctx,
                     ur_err *err);
+    /* optional: the listing with each value's version (kvstore.h; else ur_kvstore_list with
+     * version "") */
+    int (*list_versions)(ur_kvstore *kv, const char *prefix, ur_kvstore_list_version_fn fn,
+                         void *ctx, ur_err *err);
 } ur_kvstore_ops;
 
 /* The vtable of a streamed writer; every implementation's writer starts with

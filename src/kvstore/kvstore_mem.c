@@ -203,6 +203,7 @@ static const ur_kvstore_ops mem_ops = {
     "mem", m_read,   m_read_range, NULL, m_size,   m_list, m_write, NULL, m_close,
     NULL,  m_delete, NULL,         NULL, m_create, NULL,   NULL, /* list_dir: ur_kvstore_list
                                                                     filtered */
+    NULL, /* list_versions: no version (the size only) */
 };
 
 int ur_kvstore_mem_new(ur_kvstore **out, ur_err *err)

@@ -159,7 +159,7 @@ static void p_close(ur_kvstore *kv)
 static const ur_kvstore_ops prefix_ops = {
     "prefix",         p_read,   p_read_range,  p_view,     p_size,   p_list,
     p_write,          p_commit, p_close,       p_prefetch, p_delete, p_view_range,
-    p_prefetch_range, p_create, p_writer_open, p_list_dir,
+    p_prefetch_range, p_create, p_writer_open, p_list_dir, NULL,
 };
 
 int ur_kvstore_prefix_open(ur_kvstore **out, ur_kvstore *base, const char *prefix, int take_base,

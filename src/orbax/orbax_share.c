@@ -160,7 +160,7 @@ static int share_new(ur_orbax_share **out, const char *dest, const char *const *
 static int read_run(const ur_orbax_share *s, ur_buf *out, ur_err *err)
 {
     char *path = ur_path_join(s->staging, "run.txt");
-    int rc = path != NULL ? ur_fs_read_file(out, path, 1 << 20, err) : ur_err_oom(err);
+    int rc = path != NULL ? ur_fs_read_file(out, path, (size_t)16 << 20, err) : ur_err_oom(err);
     ur_free(path);
     if (rc == UR_OK) {
         rc = ur_buf_append(out, "", 1, err); /* NUL-terminated */
@@ -391,8 +391,16 @@ int ur_orbax_share_open_units(ur_orbax_share **out, const char *dest, const char
         rc = create_run(s, (const char *)text.data, &created, err);
     }
     if (rc == UR_OK && !created) {
+        char what[512];
         rc = read_run(s, &have, err);
-        if (rc == UR_OK && strcmp((const char *)have.data, (const char *)text.data) != 0) {
+        if (rc == UR_OK && strcmp((const char *)have.data, (const char *)text.data) != 0 &&
+            ur_orbax_run_change((const char *)have.data, (const char *)text.data, what,
+                                sizeof what)) {
+            rc = ur_err_set(err, UR_EINVAL,
+                            "%s/run.txt: input changed since the run started: %s; the run "
+                            "staged there read the old one (remove %s to start over)",
+                            s->staging, what, s->staging);
+        } else if (rc == UR_OK && strcmp((const char *)have.data, (const char *)text.data) != 0) {
             rc = ur_err_set(err, UR_EINVAL,
                             "%s/run.txt: a multi-process run with other arguments or another "
                             "input is staged there (remove %s to start over)",

@@ -202,8 +202,16 @@ int ur_orbax_rshare_open(ur_orbax_rshare **out, const char *step, int count, int
                 s->step, s->step);
         }
         if (rc == UR_EEXIST) {
+            char what[512];
             rc = read_opt(s->kv, RUN_KEY, &have, &found, err);
-            if (rc == UR_OK && (!found || strcmp((const char *)have.data, run_text) != 0)) {
+            if (rc == UR_OK && found && strcmp((const char *)have.data, run_text) != 0 &&
+                ur_orbax_run_change((const char *)have.data, run_text, what, sizeof what)) {
+                rc = ur_err_set(err, UR_EINVAL,
+                                "%s/" RUN_KEY ": input changed since the run started: %s; the "
+                                "run staged there read the old one (delete %s/" UR_ORBAX_RSHARE_DIR
+                                "/ and the shares' objects to start over)",
+                                s->step, what, s->step);
+            } else if (rc == UR_OK && (!found || strcmp((const char *)have.data, run_text) != 0)) {
                 rc = ur_err_set(err, UR_EINVAL,
                                 "%s/" RUN_KEY ": a multi-process run with other arguments or "
                                 "another input is staged there (delete %s/" UR_ORBAX_RSHARE_DIR

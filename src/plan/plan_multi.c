@@ -20,58 +20,13 @@
 #include <string.h>
 #include <time.h>
 
-/* CRC-32C and size of `dir/name`, or "none" when it does not exist. */
-static int fingerprint_file(ur_buf *out, const char *dir, const char *name, ur_err *err)
-{
-    char *p = ur_path_join(dir, name);
-    ur_buf b;
-    int rc;
-    if (p == NULL) {
-        return ur_err_oom(err);
-    }
-    ur_buf_init(&b, 0);
-    if (!ur_fs_exists(p)) {
-        rc = ur_buf_printf(out, err, "input_%s none\n", name);
-    } else {
-        rc = ur_fs_read_file(&b, p, (size_t)1 << 30, err);
-        if (rc == UR_OK) {
-            rc = ur_buf_printf(out, err, "input_%s crc32c=%08x size=%zu\n", name,
-                               ur_crc32c(0, b.data, b.len), b.len);
-        }
-    }
-    ur_buf_dispose(&b);
-    ur_free(p);
-    return rc;
-}
-
-/* The same line as fingerprint_file for `name` read from an object-store location (kv). */
-static int fingerprint_object(ur_buf *out, ur_kvstore *kv, const char *location, const char *name,
-                              ur_err *err)
-{
-    ur_buf b;
-    int rc;
-    ur_buf_init(&b, (size_t)1 << 30);
-    rc = ur_kvstore_read(kv, name, &b, err);
-    if (rc == UR_ENOTFOUND) {
-        rc = ur_buf_printf(out, err, "input_%s none\n", name);
-    } else if (rc == UR_OK) {
-        rc = ur_buf_printf(out, err, "input_%s crc32c=%08x size=%zu\n", name,
-                           ur_crc32c(0, b.data, b.len), b.len);
-    } else {
-        ur_err_wrap(err, "%s", location);
-    }
-    ur_buf_dispose(&b);
-    return rc;
-}
-
 /* The input's identity: its location (an object store's, which is the same on every machine;
- * a local one resolved, unless `portable`), then the CRC-32C and size of its top-level
- * manifest and tree metadata. *in_real gets the resolved local path (or the location). */
+ * a local one resolved, unless `portable`), then its values' sizes and versions and its
+ * _METADATA's content (ur_plan_input_ident). *in_real gets the resolved local path (or the
+ * location). */
 static int input_identity(ur_buf *out, char in_real[PATH_MAX], const char *input, int portable,
                           ur_err *err)
 {
-    static const char *const names[2] = {"manifest.ocdbt", "_METADATA"};
-    ur_kvstore *kv = NULL;
     int rc = UR_OK;
     if (ur_kvstore_location_is_remote(input)) {
         size_t n = strlen(input);
@@ -84,14 +39,7 @@ static int input_identity(ur_buf *out, char in_real[PATH_MAX], const char *input
         memcpy(in_real, input, n);
         in_real[n] = '\0';
         rc = ur_buf_printf(out, err, "input %s\n", in_real);
-        if (rc == UR_OK) {
-            rc = ur_kvstore_open_url(&kv, in_real, 0, err);
-        }
-        for (size_t i = 0; i < 2 && rc == UR_OK; i++) {
-            rc = fingerprint_object(out, kv, in_real, names[i], err);
-        }
-        ur_kvstore_close(kv);
-        return rc;
+        return rc == UR_OK ? ur_plan_input_ident(out, in_real, "", portable, err) : rc;
     }
     if (realpath(input, in_real) == NULL) {
         return ur_err_set_os(err, UR_EIO, errno, input, "cannot resolve");
@@ -99,10 +47,7 @@ static int input_identity(ur_buf *out, char in_real[PATH_MAX], const char *input
     if (!portable) {
         rc = ur_buf_printf(out, err, "input %s\n", in_real);
     }
-    for (size_t i = 0; i < 2 && rc == UR_OK; i++) {
-        rc = fingerprint_file(out, in_real, names[i], err);
-    }
-    return rc;
+    return rc == UR_OK ? ur_plan_input_ident(out, in_real, "", portable, err) : rc;
 }
 
 int ur_plan_multi_run_text(ur_buf *out, int count, uint64_t slab_budget, const char *input,
@@ -127,20 +72,13 @@ int ur_plan_multi_run_text(ur_buf *out, int count, uint64_t slab_budget, const c
     if (rc == UR_OK) {
         rc = input_identity(out, in_real, input, portable, err);
     }
-    if (rc == UR_OK && portable) {
-        char *dir = ur_strdup(cfg_real), *slash = dir != NULL ? strrchr(dir, '/') : NULL;
-        if (slash == NULL) {
-            rc = ur_err_oom(err);
-        } else {
-            *slash = '\0';
-            rc = ur_buf_append(out, "config_", 7, err); /* "config_input_<name> crc32c=..." */
-            if (rc == UR_OK) {
-                rc = fingerprint_file(out, dir[0] != '\0' ? dir : "/", slash + 1, err);
-            }
-        }
-        ur_free(dir);
-    } else if (rc == UR_OK) {
+    /* the config by its content (edited between two processes, it is another run), and
+     * where this machine has it unless portable */
+    if (rc == UR_OK && !portable) {
         rc = ur_buf_printf(out, err, "config %s\n", cfg_real);
+    }
+    if (rc == UR_OK) {
+        rc = ur_plan_file_ident(out, "config", cfg_real, err);
     }
     for (size_t i = 0; i < n_overrides && rc == UR_OK; i++) {
         const char *eq = strchr(overrides[i], '=');
@@ -258,12 +196,53 @@ static int mark_share_done(ur_orbax_share *sh, ur_run_report *rep, const ur_run_
     return rc;
 }
 
+/* The run's local text (ur_plan_multi_run_text, not portable) taken again once the share is
+ * converted, against `run_text`, the one it started from (which may go on with
+ * "object-store run:\n..."): UR_EINVAL naming the change when the input (or the config) changed
+ * while the share read it. A share of values from two inputs is never marked done, and a
+ * rerun is refused by run.txt until the run starts over. */
+static int same_input(const ur_run_opts *o, const char *in_path, const char *run_text, int index,
+                      int count, ur_err *err)
+{
+    const char *cut = strstr(run_text, "object-store run:\n");
+    size_t n = cut != NULL ? (size_t)(cut - run_text) : strlen(run_text);
+    char what[512];
+    char *was = NULL;
+    ur_buf now;
+    int rc;
+    ur_buf_init(&now, 0);
+    rc = ur_plan_multi_run_text(&now, count, share_slab_budget(o), in_path, o->config.config_path,
+                                o->config.overrides, o->config.n_overrides, 0, err);
+    if (rc == UR_OK && (now.len == n && memcmp(now.data, run_text, n) == 0)) {
+        ur_buf_dispose(&now);
+        return UR_OK;
+    }
+    was = rc == UR_OK ? ur_strndup(run_text, n) : NULL;
+    if (rc == UR_OK && was == NULL) {
+        rc = ur_err_oom(err);
+    }
+    if (rc == UR_OK && !ur_orbax_run_change(was, (const char *)now.data, what, sizeof what)) {
+        snprintf(what, sizeof what, "its identity");
+    }
+    if (rc == UR_OK) {
+        rc = ur_err_set(err, UR_EINVAL,
+                        "%s: input changed while share %d/%d read it: %s; the share is not "
+                        "marked done, and its run is refused from now on (remove its staging to "
+                        "start over)",
+                        in_path, index, count, what);
+    }
+    ur_free(was);
+    ur_buf_dispose(&now);
+    return rc;
+}
+
 /* Convert this process's share (not done yet) and mark it done; on_commit (NULL: none) as
- * ur_run_share's. */
-static int run_my_share(ur_orbax_share *sh, ur_run_report *rep, const ur_run_opts *o,
-                        const ur_settings *s, const char *in_path, ur_plan_input kind,
-                        int (*on_commit)(void *, uint64_t, ur_err *), void *commit_ctx, char *line,
-                        size_t line_size, ur_err *err)
+ * ur_run_share's. `run_text`: the local run text the share was opened with, taken again once
+ * the share is converted (same_input). */
+static int run_my_share(ur_orbax_share *sh, const char *run_text, ur_run_report *rep,
+                        const ur_run_opts *o, const ur_settings *s, const char *in_path,
+                        ur_plan_input kind, int (*on_commit)(void *, uint64_t, ur_err *),
+                        void *commit_ctx, char *line, size_t line_size, ur_err *err)
 {
     int count = o->process_count > 1 ? o->process_count : 1;
     int index = o->process_count > 1 ? o->process_index : 0;
@@ -292,26 +271,30 @@ static int run_my_share(ur_orbax_share *sh, ur_run_report *rep, const ur_run_opt
     snprintf(what, sizeof what, "share %d/%d", index, count);
     rc = ur_plan_run_convert(in_path, ur_orbax_share_step(sh), NULL, NULL, kind, s, o, &rs, what,
                              &rep->total, err);
+    if (rc == UR_OK) {
+        rc = same_input(o, in_path, run_text, index, count, err);
+    }
     return rc < 0 ? rc : mark_share_done(sh, rep, o, &t0, line, line_size, err);
 }
 
 /* ---- a LoRA run: the base and every adapter, one cut over all of them ---- */
 
-/* run.txt's lines for the adapters: each one's identity as the input's (the CRC-32C and size
- * of its manifest.ocdbt and _METADATA), so a rerun over changed adapters is refused. */
-static int lora_run_text(ur_buf *out, const ur_plan_units *u, const ur_settings *s, ur_err *err)
+/* run.txt's lines for the adapters: each one's identity as the input's (ur_plan_input_ident),
+ * so a rerun over changed adapters is refused. */
+static int lora_run_text(ur_buf *out, const ur_plan_units *u, const ur_settings *s, int portable,
+                         ur_err *err)
 {
     int rc = UR_OK;
     for (size_t i = 0; i < u->n_ids && rc == UR_OK; i++) {
         char *items = ur_path_joinf(s->lora_input_adapters_path, "%s/0/items", u->ids[i]);
-        rc = items != NULL ? ur_buf_printf(out, err, "lora %s\n", u->ids[i]) : ur_err_oom(err);
+        char *tag = ur_path_joinf("loras", "%s/", u->ids[i]);
+        rc = items != NULL && tag != NULL ? ur_buf_printf(out, err, "lora %s\n", u->ids[i])
+                                          : ur_err_oom(err);
         if (rc == UR_OK) {
-            rc = fingerprint_file(out, items, "manifest.ocdbt", err);
-        }
-        if (rc == UR_OK) {
-            rc = fingerprint_file(out, items, "_METADATA", err);
+            rc = ur_plan_input_ident(out, items, tag, portable, err);
         }
         ur_free(items);
+        ur_free(tag);
     }
     if (rc == UR_OK) { /* NUL-terminated, as ur_plan_multi_run_text leaves it */
         rc = ur_buf_append(out, "", 1, err);
@@ -329,7 +312,7 @@ static int lora_multi_text(ur_buf *text, const ur_plan_units *u, const ur_run_op
     int rc = ur_plan_multi_run_text(text, count, share_slab_budget(o), in_path,
                                     o->config.config_path, o->config.overrides,
                                     o->config.n_overrides, remote, err);
-    return rc == UR_OK ? lora_run_text(text, u, s, err) : rc;
+    return rc == UR_OK ? lora_run_text(text, u, s, remote, err) : rc;
 }
 
 static char *lora_input(const ur_plan_units *u, size_t k, const ur_settings *s,
@@ -550,7 +533,8 @@ int ur_plan_multi_run(ur_run_report *rep, const ur_run_opts *o, const ur_setting
         note(o, "share %d of %d is already complete: not redone", index, count);
     } else if (rc == UR_OK) {
         char line[260];
-        rc = run_my_share(sh, rep, o, s, in_path, kind, NULL, NULL, line, sizeof line, err);
+        rc = run_my_share(sh, (const char *)text.data, rep, o, s, in_path, kind, NULL, NULL, line,
+                          sizeof line, err);
     }
     if (rc == UR_OK) {
         rc = ur_orbax_share_finish(sh, o->cancel, &published, &missing, &to, err);
@@ -741,8 +725,8 @@ static int convert_and_upload(ur_orbax_rshare *rs, const char *step, const char 
             note(o, "share %d of %d: converted by an earlier attempt, not redone", index, count);
         }
     } else if (rc == UR_OK) {
-        rc = run_my_share(sh, rep, o, s, in_path, kind, upload_progress, &cu, line, sizeof line,
-                          err);
+        rc = run_my_share(sh, (const char *)local_text.data, rep, o, s, in_path, kind,
+                          upload_progress, &cu, line, sizeof line, err);
     }
     if (rc == UR_OK) {
         note(o, "share %d of %d: uploading it to %.*s", index, count,

@@ -54,13 +54,23 @@ int ur_plan_multi_run(ur_run_report *rep, const ur_run_opts *o, const ur_setting
 int ur_plan_multi_run_remote(ur_run_report *rep, const ur_run_opts *o, const ur_settings *s,
                              const char *in_path, ur_plan_input kind, ur_err *err);
 
+/* The identity of the input at `location` (a local directory or an object-store location), as
+ * lines appended to out (plan_ident.c): every value's size and version from one listing, and
+ * _METADATA's content; each key written after `tag`. `portable`: a local value's version is
+ * its mtime in whole seconds (the same on every machine holding a copy made with its times).
+ * Any change of a byte the conversion reads changes the text. */
+int ur_plan_input_ident(ur_buf *out, const char *location, const char *tag, int portable,
+                        ur_err *err);
+
+/* The line "content <kind>:<file name> crc32c=<crc> size=<n>" of the file at `path`. */
+int ur_plan_file_ident(ur_buf *out, const char *kind, const char *path, ur_err *err);
+
 /* The text of run.txt for a run (unroll/orbax_share.h): process count, slab budget, the input
- * (a local one resolved; an object-store location as given, less trailing slashes) and the
- * CRC-32C and size of its manifest.ocdbt and _METADATA, the config (resolved) and the
- * overrides in order. `portable` (a run into an object store, whose processes may run on
+ * (a local one resolved; an object-store location as given, less trailing slashes) and its
+ * identity (ur_plan_input_ident), the config (resolved) and its content (ur_plan_file_ident),
+ * the overrides in order. `portable` (a run into an object store, whose processes may run on
  * machines that mount the files elsewhere): no local path (a local input is known by its
- * fingerprints only; an object-store location is kept, being the same everywhere), the config
- * by the CRC-32C and size of its content instead. */
+ * identity only; an object-store location is kept, being the same everywhere). */
 int ur_plan_multi_run_text(ur_buf *out, int count, uint64_t slab_budget, const char *input,
                            const char *config, const char *const *overrides, size_t n_overrides,
                            int portable, ur_err *err);

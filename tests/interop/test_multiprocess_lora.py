@@ -209,5 +209,6 @@ def test_rerun_over_changed_adapters_is_refused(unroll_bin, fixtures, tmp_path):
                                    extra=[*extra, "--process-index", "1"]),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, r.stderr
-    assert "other arguments or another input" in r.stderr, r.stderr
+    changed = f"loras/{sorted(lora.adapters)[0]}/_METADATA (size"
+    assert "input changed since the run started" in r.stderr and changed in r.stderr, r.stderr
     assert not (out / "run" / "checkpoints").exists()

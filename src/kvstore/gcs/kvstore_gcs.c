@@ -432,6 +432,92 @@ static int g_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, voi
     return list_pages((gcs_store *)kv, prefix, fn, NULL, ctx, NULL, err);
 }
 
+/* ur_kvstore_list_versions: each object of one listing page with its size and generation
+ * (the version); *token_out gets nextPageToken (or NULL). */
+static int versions_page(gcs_store *g, const ur_buf *body, const char *what,
+                         ur_kvstore_list_version_fn fn, void *ctx, char **token_out, ur_err *err)
+{
+    cJSON *j = NULL;
+    const cJSON *it, *next;
+    size_t plen = strlen(g->prefix);
+    int rc = UR_OK;
+
+    *token_out = NULL;
+    if (ur_json_parse(&j, (const char *)body->data, body->len, NULL) < 0) {
+        return ur_err_set_os(err, UR_EIO, 0, what, "listing answer is not JSON");
+    }
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(j, "items"))
+    {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
+        const cJSON *gen = cJSON_GetObjectItemCaseSensitive(it, "generation");
+        uint64_t size;
+        if (!cJSON_IsString(name) || strncmp(name->valuestring, g->prefix, plen) != 0 ||
+            parse_size(it, &size) < 0) {
+            rc = ur_err_set_os(err, UR_EIO, 0, what, "listing item without a valid name/size");
+            goto out;
+        }
+        if (size == 0 && name->valuestring[0] != '\0' &&
+            name->valuestring[strlen(name->valuestring) - 1] == '/') {
+            continue; /* a "folder" placeholder, as in list_page */
+        }
+        rc = fn(ctx, name->valuestring + plen, size, cJSON_IsString(gen) ? gen->valuestring : "");
+        if (rc != 0) {
+            goto out;
+        }
+    }
+    next = cJSON_GetObjectItemCaseSensitive(j, "nextPageToken");
+    if (cJSON_IsString(next) && next->valuestring[0] != '\0') {
+        *token_out = ur_strdup(next->valuestring);
+        rc = *token_out != NULL ? UR_OK : ur_err_oom(err);
+    }
+out:
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* The listing of list_pages, page by page, each object with its generation. */
+static int g_list_versions(ur_kvstore *kv, const char *prefix, ur_kvstore_list_version_fn fn,
+                           void *ctx, ur_err *err)
+{
+    static const long accept[] = {404};
+    gcs_store *g = (gcs_store *)kv;
+    ur_buf url, body;
+    char *token = NULL;
+    char what[1024];
+    int rc = UR_OK;
+
+    obj_url(g, prefix, what, sizeof what);
+    ur_buf_init(&url, 0);
+    ur_buf_init(&body, META_MAX);
+    do {
+        gcs_http_req req = {0};
+        gcs_http_resp resp;
+        char *next = NULL;
+        ur_buf_reset(&url);
+        ur_buf_reset(&body);
+        rc = list_url(&url, g, prefix, 0, token, err);
+        if (rc == UR_OK) {
+            req.method = "GET";
+            req.url = (const char *)url.data;
+            req.body = &body;
+            req.what = what;
+            rc = send_req(g, &req, accept, 1, &resp, err);
+        }
+        if (rc == UR_OK && resp.status == 404) {
+            rc = ur_err_set_os(err, UR_ENOTFOUND, 0, what, "no such bucket");
+        }
+        if (rc == UR_OK) {
+            rc = versions_page(g, &body, what, fn, ctx, &next, err);
+        }
+        ur_free(token);
+        token = next;
+    } while (rc == 0 && token != NULL);
+    ur_free(token);
+    ur_buf_dispose(&url);
+    ur_buf_dispose(&body);
+    return rc;
+}
+
 /* One level: a listing with delimiter=/ ("prefixes" are the directories). A missing bucket
  * stays UR_ENOTFOUND naming it, as for g_list. */
 static int g_list_dir(ur_kvstore *kv, const char *prefix, ur_kvstore_list_dir_fn fn, void *ctx,
@@ -720,6 +806,7 @@ static const ur_kvstore_ops gcs_ops = {
     .close = g_close,
     .del = g_del,
     .create = g_create,
+    .list_versions = g_list_versions,
 };
 
 const char *ur_kvstore_gcs_auth_kind(const ur_kvstore *kv)

@@ -773,6 +773,7 @@ static const ur_kvstore_ops reader_ops = {
     "ocdbt",    r_read, r_read_range, r_view, r_size, r_list, NULL, NULL, r_close,
     r_prefetch, NULL,   NULL,         NULL,   NULL,   NULL,   NULL, /* list_dir: ur_kvstore_list
                                                                        filtered */
+    NULL, /* list_versions: no version (the size only) */
 };
 
 /* ---- opening ---- */

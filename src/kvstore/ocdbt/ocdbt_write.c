@@ -603,8 +603,8 @@ uint64_t ur_ocdbt_writer_held_bytes(const ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops writer_ops = {
-    "ocdbt-writer", NULL, NULL, NULL, NULL, NULL, w_write, w_commit,
-    w_close,        NULL, NULL, NULL, NULL, NULL, NULL,    NULL,
+    "ocdbt-writer", NULL, NULL, NULL, NULL, NULL, w_write, w_commit, w_close,
+    NULL,           NULL, NULL, NULL, NULL, NULL, NULL,    NULL,
 };
 
 int ur_ocdbt_create_kv(ur_kvstore **out, ur_kvstore *base, int take_base, const char *name,

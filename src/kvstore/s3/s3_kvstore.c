@@ -496,6 +496,66 @@ static int s_list_dir(ur_kvstore *kv, const char *prefix, ur_kvstore_list_dir_fn
                                     prefix, err);
 }
 
+/* ur_kvstore_list_versions: each <Contents> of the listing with its <Key>, <Size> and <ETag>
+ * (the version, quotes dropped), in any order within the element. */
+typedef struct {
+    size_t skip; /* the store's prefix and its '/' */
+    ur_kvstore_list_version_fn fn;
+    void *ctx;
+} version_listing;
+
+static int versions_page(s3_store *s, const ur_buf *body, void *ctx, ur_err *err)
+{
+    const version_listing *l = ctx;
+    ur_buf item, key, size, etag;
+    size_t pos = 0;
+    int rc = UR_OK;
+    ur_buf_init(&item, 0);
+    ur_buf_init(&key, 0);
+    ur_buf_init(&size, 0);
+    ur_buf_init(&etag, 0);
+    while (rc == 0 &&
+           xml_next((const char *)body->data, body->len, &pos, "Contents", &item, NULL)) {
+        size_t kp = 0, sp = 0, ep = 0;
+        const char *e;
+        size_t elen;
+        if (!xml_next((const char *)item.data, item.len, &kp, "Key", &key, NULL) ||
+            !xml_next((const char *)item.data, item.len, &sp, "Size", &size, NULL) ||
+            strlen((const char *)key.data) < l->skip) {
+            rc = ur_err_set(err, UR_EIO, "s3://%s: malformed ListObjectsV2 answer", s->bucket);
+            break;
+        }
+        if (!xml_next((const char *)item.data, item.len, &ep, "ETag", &etag, NULL)) {
+            ur_buf_reset(&etag); /* no ETag: the size is all there is to compare */
+            rc = ur_buf_append_byte(&etag, 0, err);
+            etag.len--;
+        }
+        e = (const char *)etag.data;
+        elen = etag.len;
+        if (elen >= 2 && e[0] == '"' && e[elen - 1] == '"') {
+            etag.data[elen - 1] = '\0';
+            e++;
+        }
+        if (rc == UR_OK) {
+            rc = l->fn(l->ctx, (const char *)key.data + l->skip,
+                       strtoull((const char *)size.data, NULL, 10), e);
+        }
+    }
+    ur_buf_dispose(&item);
+    ur_buf_dispose(&key);
+    ur_buf_dispose(&size);
+    ur_buf_dispose(&etag);
+    return rc;
+}
+
+static int s_list_versions(ur_kvstore *kv, const char *prefix, ur_kvstore_list_version_fn fn,
+                           void *ctx, ur_err *err)
+{
+    s3_store *s = (s3_store *)kv;
+    version_listing l = {s->prefix[0] ? strlen(s->prefix) + 1 : 0, fn, ctx};
+    return list_objects(s, prefix, 0, versions_page, &l, err);
+}
+
 static int put_simple(s3_store *s, const char *key, const void *data, size_t n, ur_err *err)
 {
     ur_http_req req;
@@ -668,8 +728,9 @@ static void s_close(ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops s3_ops = {
-    "s3",    s_read, s_read_range, NULL, s_size, s_list,   s_write, NULL,
-    s_close, NULL,   s_delete,     NULL, NULL,   s_create, NULL,    s_list_dir,
+    "s3",    s_read,   s_read_range, NULL,       s_size,          s_list,
+    s_write, NULL,     s_close,      NULL,       s_delete,        NULL,
+    NULL,    s_create, NULL,         s_list_dir, s_list_versions,
 };
 
 int ur_kvstore_s3_open(ur_kvstore **out, const char *bucket, const char *prefix, int writable,

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char scratch[256];
@@ -424,10 +425,58 @@ static void test_kvstore_file__streamed_writer(void **state)
     ur_free(root);
 }
 
+/* The version of each file (ur_kvstore_list_versions): the same while the file is left alone,
+ * another once it is written again, even with the same size and bytes. */
+typedef struct {
+    char version[4][64];
+    uint64_t size[4];
+    int n;
+} versions;
+
+static int collect_version(void *ctx, const char *key, uint64_t size, const char *version)
+{
+    versions *v = ctx;
+    (void)key;
+    if (v->n < 4) {
+        snprintf(v->version[v->n], sizeof v->version[0], "%s", version);
+        v->size[v->n++] = size;
+    }
+    return 0;
+}
+
+static void test_kvstore_file__versions(void **state)
+{
+    (void)state;
+    char root[300];
+    ur_kvstore *kv;
+    ur_err err;
+    versions a = {0}, b = {0}, c = {0};
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    snprintf(root, sizeof root, "%s/versions", scratch);
+    assert_int_equal(ur_kvstore_file_open(&kv, root, 1, &err), UR_OK);
+    assert_int_equal(ur_kvstore_write(kv, "d/x", "0123", 4, &err), UR_OK);
+    assert_int_equal(ur_kvstore_write(kv, "manifest.ocdbt", "m", 1, &err), UR_OK);
+    assert_int_equal(ur_kvstore_list_versions(kv, "", collect_version, &a, &err), UR_OK);
+    assert_int_equal(ur_kvstore_list_versions(kv, "", collect_version, &b, &err), UR_OK);
+    assert_int_equal(a.n, 2);
+    assert_int_equal(a.size[0], 4);
+    assert_non_null(strchr(a.version[0], ':')); /* "<s>.<ns>:<inode>" */
+    assert_string_equal(a.version[0], b.version[0]);
+    assert_string_equal(a.version[1], b.version[1]);
+    nanosleep(&pause, NULL); /* a coarse file system clock ticks */
+    assert_int_equal(ur_kvstore_write(kv, "d/x", "0123", 4, &err), UR_OK);
+    assert_int_equal(ur_kvstore_list_versions(kv, "", collect_version, &c, &err), UR_OK);
+    assert_int_equal(c.size[0], 4);
+    assert_string_not_equal(a.version[0], c.version[0]);
+    assert_string_equal(a.version[1], c.version[1]);
+    ur_kvstore_close(kv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kvstore_file__write_read_list),
+        cmocka_unit_test(test_kvstore_file__versions),
         cmocka_unit_test(test_kvstore_file__keys_cannot_escape_the_root),
         cmocka_unit_test(test_kvstore_file__missing_directory),
         cmocka_unit_test(test_kvstore_file__views),
