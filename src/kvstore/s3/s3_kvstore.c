@@ -700,6 +700,8 @@ int ur_kvstore_s3_open(ur_kvstore **out, const char *bucket, const char *prefix,
     if (rc < 0) {
         goto fail;
     }
+    ur_http_secret_add(s->cfg.creds.secret);
+    ur_http_secret_add(s->cfg.creds.token);
     if (s->cfg.endpoint[0] != '\0') {
         const char *h = strstr(s->cfg.endpoint, "://") + 3;
         size_t hl = strcspn(h, "/");
