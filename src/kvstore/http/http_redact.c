@@ -22,6 +22,7 @@ static const char REDACTED[] = "[redacted]";
 
 static pthread_mutex_t secrets_lock = PTHREAD_MUTEX_INITIALIZER;
 static char secrets[SECRET_SLOTS][SECRET_MAX];
+static size_t secret_len[SECRET_SLOTS];
 static unsigned n_secrets, next_slot;
 
 /* Add one string (locked by the caller); a duplicate is not stored twice. */
@@ -36,6 +37,7 @@ static void add_locked(const char *s)
         }
     }
     snprintf(secrets[next_slot], SECRET_MAX, "%s", s);
+    secret_len[next_slot] = strlen(secrets[next_slot]);
     next_slot = (next_slot + 1) % SECRET_SLOTS;
     if (n_secrets < SECRET_SLOTS) {
         n_secrets++;
@@ -88,7 +90,7 @@ static size_t secret_at(const char *in, size_t i, size_t n)
 {
     size_t best = 0;
     for (unsigned s = 0; s < n_secrets; s++) {
-        size_t k = strlen(secrets[s]);
+        size_t k = secret_len[s];
         if (k <= n - i && memcmp(in + i, secrets[s], k) == 0) {
             best = k > best ? k : best;
         } else if (k > n - i && n - i >= TAIL_MIN && memcmp(in + i, secrets[s], n - i) == 0) {

@@ -88,8 +88,8 @@ static void test_http__credential_shapes_are_removed(void **state)
 static void test_http__plain_error_text_is_kept(void **state)
 {
     static const char *const plain[] = {
-        "<Error><Code>SignatureDoesNotMatch</Code><Message>The request signature we calculated "
-        "does not match the signature you provided.</Message></Error>",
+        ("<Error><Code>SignatureDoesNotMatch</Code><Message>The request signature we "
+         "calculated does not match the signature you provided.</Message></Error>"),
         "{\"error\": {\"code\": 503, \"message\": \"injected fault\"}}",
         "<Code>AuthorizationHeaderMalformed</Code>",
     };
