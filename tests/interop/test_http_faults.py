@@ -243,6 +243,7 @@ def test_download_cut_on_every_attempt_is_exit_3_on_both_drivers(unroll_bin, mak
         res = run_unroll_gs(unroll_bin, gs_info, tmp_path / "gs")
         assert any(a == "cut" for *_, a in proxy.log)
     lines["gs"] = (res.returncode, res.stderr)
+    print(lines)
     for scheme, bucket in (("s3", S3), ("gs", GS_BUCKET)):
         rc, err = lines[scheme]
         assert rc == 3, lines
@@ -437,9 +438,9 @@ class SilentServer:
 def test_silent_server_fails_within_the_budget_naming_the_endpoint(unroll_bin, tmp_path,
                                                                   scheme):
     """A conversion whose input is on such a server, with a shortened budget (first byte 2 s,
-    deadline 5 s); the defaults' bound (under two minutes) is checked by the unit test
+    deadline 4 s); the defaults' bound (under two minutes) is checked by the unit test
     test_http."""
-    budget = {"UNROLL_HTTP_FIRST_BYTE_S": "2", "UNROLL_HTTP_DEADLINE_S": "5",
+    budget = {"UNROLL_HTTP_FIRST_BYTE_S": "2", "UNROLL_HTTP_DEADLINE_S": "4",
               "UNROLL_HTTP_BACKOFF_MS": "5"}
     with SilentServer() as silent:
         if scheme == "s3":
@@ -466,4 +467,6 @@ def test_silent_server_fails_within_the_budget_naming_the_endpoint(unroll_bin, t
     assert "\n" not in line, line
     assert f"no answer from {silent.url} within 2 s" in line, line
     assert f"{scheme}://{S3 if scheme == 's3' else GS_BUCKET}/" in line, line
-    assert took < 5 + 2 + 3, (took, line)
+    # deadline + one attempt, and slack for a slow start (sanitizers, valgrind); unbounded
+    # before, about 295 s with the defaults then
+    assert took < 4 + 2 + 15, (took, line)
