@@ -9,18 +9,31 @@
  *     `max_in_flight` run together (the rest wait), which bounds sockets and memory;
  *   - retries: 408, 429, 5xx and dropped or timed-out connections are retried up to
  *     `retries` times with exponential backoff (base * 2^n, capped) and full jitter; the
- *     response buffer is rewound between attempts, and the auth hook runs again each time
- *     (fresh signature date, refreshed token);
- *   - timeouts: connect timeout, and a stall timeout (less than `stall_bytes_per_s` for
- *     `stall_s` seconds aborts the attempt, which is then retried);
+ *     response buffer and the request body are rewound between attempts (and when libcurl
+ *     itself resends on a fresh connection after a reused one died), and the auth hook runs
+ *     again each time (fresh signature date, refreshed token);
+ *   - time budget, so that a dead or silent server fails in bounded time (by default in well
+ *     under two minutes: at most about 60 + 20 s for a server that accepts and never
+ *     answers), each attempt has a connect timeout, a first-byte timeout (no answer this
+ *     long after the last request byte went out aborts the attempt) and a stall timeout
+ *     (less than 1 byte/s for that long aborts it); aborted attempts are retried, but no
+ *     retry starts once the request's deadline (counted from its first attempt) would be
+ *     passed. A transfer that keeps moving is never cut by the deadline;
  *   - errors: a request that fails for good returns UR_EIO (UR_ENOTFOUND for 404) with a
  *     one-line message naming the object (`req->what`, else the URL without its query), the
- *     last HTTP status or the transport error, the number of attempts, and the start of the
- *     server's error body; the CLI maps UR_EIO to exit status 3.
+ *     endpoint (scheme://host:port) for transport failures ("no answer from
+ *     http://10.0.0.1:9000 within 20 s"), the last HTTP status or the transport error, the
+ *     number of attempts, and the start of the server's error body, scrubbed (below); the
+ *     CLI maps UR_EIO to exit status 3;
+ *   - secrets: any text of the server's that is quoted (error bodies, and curl's debug
+ *     output under UNROLL_HTTP_VERBOSE=1) goes through ur_http_redact first, which removes
+ *     every credential registered with ur_http_secret_add and anything shaped like one.
  *
- * The defaults come from the environment where set (UNROLL_HTTP_RETRIES,
- * UNROLL_HTTP_MAX_IN_FLIGHT, UNROLL_HTTP_TIMEOUT_S for connect and stall, UNROLL_HTTP_BACKOFF_MS
- * for the backoff base), so tests can shorten them. */
+ * The defaults come from the environment where set, so tests can shorten them:
+ *   UNROLL_HTTP_RETRIES (8), UNROLL_HTTP_MAX_IN_FLIGHT (32), UNROLL_HTTP_BACKOFF_MS (200, the
+ *   backoff base), UNROLL_HTTP_CONNECT_TIMEOUT_S (10), UNROLL_HTTP_FIRST_BYTE_S (20),
+ *   UNROLL_HTTP_STALL_S (30), UNROLL_HTTP_DEADLINE_S (60); UNROLL_HTTP_TIMEOUT_S sets the
+ *   three per-attempt timeouts at once (the specific variables win). */
 #ifndef UNROLL_HTTP_H
 #define UNROLL_HTTP_H
 
@@ -37,8 +50,10 @@ typedef struct ur_http_opts {
     unsigned retries;           /* retries after the first attempt; default 8 */
     unsigned backoff_base_ms;   /* first backoff; default 200 */
     unsigned backoff_max_ms;    /* cap of one backoff; default 20000 */
-    unsigned connect_timeout_s; /* default 30 */
+    unsigned connect_timeout_s; /* default 10 */
+    unsigned first_byte_s;      /* no answer this long after the request went out; 20 */
     unsigned stall_s;           /* abort an attempt slower than 1 byte/s for this long; 30 */
+    unsigned deadline_s;        /* no retry starts past this many s after the first; 60 */
     int verbose;                /* curl's debug output on stderr (UNROLL_HTTP_VERBOSE=1) */
 } ur_http_opts;
 
@@ -88,13 +103,29 @@ struct ur_http_req {
 };
 
 /* Run a request to completion, retrying as described above. On return *status_out (may be
- * NULL) holds the final HTTP status (0 when no response came). UR_OK for 2xx or an accepted
+ * NULL) holds the final HTTP status (0 when the last attempt got no complete response: a
+ * transport failure, a body cut short, no answer). UR_OK for 2xx or an accepted
  * status; UR_ENOTFOUND for 404; UR_EIO otherwise. */
 int ur_http_perform(ur_http *h, const ur_http_req *req, long *status_out, ur_err *err);
 
 /* The value of header `name` (case-insensitive) in raw header lines, trimmed, copied into
  * out (truncated to n-1). Returns 1 when found, 0 when not. */
 int ur_http_header_get(const ur_buf *raw, const char *name, char *out, size_t n);
+
+/* Register a credential the process holds (a secret key, a session or bearer token, a client
+ * secret, private key material): from now on ur_http_redact removes it, and its
+ * percent-encoded form, from any text. Strings under 6 bytes are ignored (they would blank
+ * ordinary words); the most recent 32 are kept. Thread-safe. */
+void ur_http_secret_add(const char *secret);
+
+/* Copy in[0..n) to out (NUL-terminated, truncated to out_n - 1) with every registered secret
+ * and everything shaped like a credential replaced by "[redacted]": the value after
+ * Authorization, X-Amz-Security-Token, Signature, X-Amz-Credential, client_secret,
+ * refresh_token, access_token, assertion, private_key, password, secret (as a header
+ * "Name: v", a query or form "name=v" or a JSON "name": "v"); "Bearer <token>"; Google
+ * "ya29." tokens; JWT-shaped "eyJ..." strings; PEM blocks. A registered secret cut off by the
+ * end of `in` (8 bytes of it or more) is removed too. */
+void ur_http_redact(const char *in, size_t n, char *out, size_t out_n);
 
 /* Percent-encode `s` into b as RFC 3986 unreserved characters; '/' kept when keep_slash.
  * (SigV4 and the GCS JSON API both need this exact form.) */

@@ -119,6 +119,7 @@ static int load_file(gcs_auth *a, const char *path, ur_err *err)
         if (rc == UR_OK) {
             rc = need(a->key_pem, path, "private_key", err);
         }
+        ur_http_secret_add(a->key_pem); /* never quoted back from a server's text */
     } else if (type != NULL && strcmp(type, "authorized_user") == 0) {
         a->kind = K_USER;
         a->client_id = json_str(j, "client_id");
@@ -132,6 +133,8 @@ static int load_file(gcs_auth *a, const char *path, ur_err *err)
         if (rc == UR_OK) {
             rc = need(a->refresh_token, path, "refresh_token", err);
         }
+        ur_http_secret_add(a->client_secret);
+        ur_http_secret_add(a->refresh_token);
     } else {
         rc = ur_err_set_os(err, UR_EUNSUPPORTED, 0, path,
                            "credentials of type \"%s\" are not supported (service_account and "
@@ -277,6 +280,9 @@ static int form_body(gcs_auth *a, ur_buf *body, ur_err *err)
             rc = ur_buf_append_byte(&jwt, '\0', err);
         }
         if (rc == UR_OK) {
+            ur_http_secret_add((const char *)jwt.data);
+        }
+        if (rc == UR_OK) {
             rc = form_add(body, "assertion", (const char *)jwt.data, err);
         }
         ur_buf_dispose(&jwt);
@@ -314,6 +320,7 @@ static int take_token(gcs_auth *a, const ur_buf *body, const char *what, ur_err 
     } else {
         double secs = cJSON_IsNumber(exp) ? exp->valuedouble : 3600.0;
         snprintf(a->token, sizeof a->token, "%s", tok->valuestring);
+        ur_http_secret_add(a->token);
         if (secs < 0 || secs > 86400.0 * 366) {
             secs = 3600.0;
         }

@@ -52,15 +52,21 @@ static unsigned env_uint(const char *name, unsigned dflt)
     return *end == '\0' && v <= 1000000ul ? (unsigned)v : dflt;
 }
 
+/* The default budget (unroll/http.h): a server that accepts and never answers costs at most
+ * DEADLINE + FIRST_BYTE seconds (the last attempt starts before the deadline). */
+enum { CONNECT_S = 10, FIRST_BYTE_S = 20, STALL_S = 30, DEADLINE_S = 60 };
+
 void ur_http_opts_init(ur_http_opts *o)
 {
-    unsigned t = env_uint("UNROLL_HTTP_TIMEOUT_S", 30);
+    unsigned t = env_uint("UNROLL_HTTP_TIMEOUT_S", 0);
     o->max_in_flight = env_uint("UNROLL_HTTP_MAX_IN_FLIGHT", 32);
     o->retries = env_uint("UNROLL_HTTP_RETRIES", 8);
     o->backoff_base_ms = env_uint("UNROLL_HTTP_BACKOFF_MS", 200);
     o->backoff_max_ms = 20000;
-    o->connect_timeout_s = t;
-    o->stall_s = t;
+    o->connect_timeout_s = env_uint("UNROLL_HTTP_CONNECT_TIMEOUT_S", t ? t : CONNECT_S);
+    o->first_byte_s = env_uint("UNROLL_HTTP_FIRST_BYTE_S", t ? t : FIRST_BYTE_S);
+    o->stall_s = env_uint("UNROLL_HTTP_STALL_S", t ? t : STALL_S);
+    o->deadline_s = env_uint("UNROLL_HTTP_DEADLINE_S", DEADLINE_S);
     o->verbose = (int)env_uint("UNROLL_HTTP_VERBOSE", 0);
     if (o->max_in_flight == 0) {
         o->max_in_flight = 1;
@@ -191,6 +197,11 @@ int ur_http_headers_add(ur_http_headers *hs, ur_err *err, const char *fmt, ...)
 typedef struct {
     const ur_http_req *req;
     CURL *c;
+    unsigned first_byte_s;
+    double wait_from;  /* when the last request byte went out (or the attempt started) */
+    curl_off_t ul_last; /* request bytes sent at the last progress call */
+    int answered;      /* a response byte came */
+    int no_answer;     /* the attempt was aborted: no answer within first_byte_s */
     size_t out_start; /* req->out->len before the attempt (rewind point) */
     size_t got;       /* body bytes of a 2xx answer */
     ur_buf errbody;   /* the start of a non-2xx body, for the message */
@@ -235,10 +246,18 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *ud)
     return n;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static size_t on_header(char *p, size_t size, size_t nmemb, void *ud)
 {
     attempt *a = ud;
     size_t n = size * nmemb;
+    a->answered = 1;
     if (n >= 5 && memcmp(p, "HTTP/", 5) == 0) {
         ur_buf_reset(&a->headers); /* a new response (after 100 Continue, a redirect) */
     }
@@ -262,6 +281,63 @@ static size_t on_send(char *p, size_t size, size_t nmemb, void *ud)
     return n;
 }
 
+/* libcurl resends a request by itself when a reused connection turns out dead; the body
+ * must then start again from where it asks (always 0 in practice). */
+static int on_seek(void *ud, curl_off_t off, int origin)
+{
+    attempt *a = ud;
+    if (origin != SEEK_SET || off < 0 || (uint64_t)off > a->req->body_len) {
+        return CURL_SEEKFUNC_FAIL;
+    }
+    a->sent = (size_t)off;
+    return CURL_SEEKFUNC_OK;
+}
+
+/* The first-byte timeout: libcurl calls this at least once a second. The clock restarts
+ * while the request body is still going out, so only the server's silence counts. */
+static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    attempt *a = ud;
+    double t;
+    (void)dltotal;
+    (void)dlnow;
+    (void)ultotal;
+    if (a->answered || a->first_byte_s == 0) {
+        return 0;
+    }
+    t = now_s();
+    if (ulnow != a->ul_last) {
+        a->ul_last = ulnow;
+        a->wait_from = t;
+    }
+    if (t - a->wait_from >= (double)a->first_byte_s) {
+        a->no_answer = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* UNROLL_HTTP_VERBOSE: curl's informational lines and the headers both ways, scrubbed. */
+static int on_debug(CURL *c, curl_infotype type, char *p, size_t n, void *ud)
+{
+    char text[8192];
+    const char *tag = type == CURLINFO_TEXT ? "* " : type == CURLINFO_HEADER_IN ? "< " : "> ";
+    const char *s = text;
+    (void)c;
+    (void)ud;
+    if (type != CURLINFO_TEXT && type != CURLINFO_HEADER_IN && type != CURLINFO_HEADER_OUT) {
+        return 0;
+    }
+    ur_http_redact(p, n, text, sizeof text);
+    while (*s != '\0') {
+        size_t k = strcspn(s, "\n");
+        fprintf(stderr, "%s%.*s\n", tag, (int)k, s);
+        s += k + (s[k] == '\n');
+    }
+    return 0;
+}
+
 static int setup(attempt *a, ur_http *h, ur_http_headers *hs, char *range, size_t range_n)
 {
     const ur_http_req *r = a->req;
@@ -280,13 +356,21 @@ static int setup(attempt *a, ur_http *h, ur_http_headers *hs, char *range, size_
     curl_easy_setopt(c, CURLOPT_WRITEDATA, a);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, a);
-    curl_easy_setopt(c, CURLOPT_VERBOSE, h->o.verbose ? 1L : 0L);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, a);
+    if (h->o.verbose) {
+        curl_easy_setopt(c, CURLOPT_DEBUGFUNCTION, on_debug);
+        curl_easy_setopt(c, CURLOPT_VERBOSE, 1L);
+    }
     if (strcmp(r->method, "HEAD") == 0) {
         curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
     } else if (strcmp(r->method, "PUT") == 0) {
         curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
         curl_easy_setopt(c, CURLOPT_READFUNCTION, on_send);
         curl_easy_setopt(c, CURLOPT_READDATA, a);
+        curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, on_seek);
+        curl_easy_setopt(c, CURLOPT_SEEKDATA, a);
         curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->body_len);
     } else if (strcmp(r->method, "POST") == 0) {
         curl_easy_setopt(c, CURLOPT_POST, 1L);
@@ -327,6 +411,7 @@ static int retryable_curl(CURLcode cc)
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM:
     case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_SEND_FAIL_REWIND:
         return 1;
     default:
         return 0;
@@ -338,10 +423,11 @@ static int retryable_status(long st)
     return st == 408 || st == 429 || (st >= 500 && st <= 599);
 }
 
-static void backoff(const ur_http *h, unsigned attempt_no)
+/* The wait before retry number attempt_no + 1, in ms. */
+static uint64_t backoff_ms(const ur_http *h, unsigned attempt_no)
 {
     uint64_t cap = h->o.backoff_base_ms, ms;
-    struct timespec ts, now;
+    struct timespec now;
     for (unsigned i = 0; i < attempt_no && cap < h->o.backoff_max_ms; i++) {
         cap *= 2;
     }
@@ -357,6 +443,12 @@ static void backoff(const ur_http *h, unsigned attempt_no)
         x ^= x >> 33;
         ms = cap ? x % (cap + 1) : 0;
     }
+    return ms;
+}
+
+static void sleep_ms(uint64_t ms)
+{
+    struct timespec ts;
     ts.tv_sec = (time_t)(ms / 1000);
     ts.tv_nsec = (long)(ms % 1000) * 1000000L;
     nanosleep(&ts, NULL);
@@ -367,6 +459,28 @@ static void url_for_msg(const char *url, char *out, size_t n)
 {
     size_t k = strcspn(url, "?");
     snprintf(out, n, "%.*s", (int)(k < 400 ? k : 400), url);
+}
+
+/* "scheme://host:port" of the URL (the port made explicit), for transport failures. */
+static void endpoint_of(const char *url, char *out, size_t n)
+{
+    const char *sep = strstr(url, "://");
+    const char *host = sep != NULL ? sep + 3 : url;
+    size_t hl = strcspn(host, "/?#");
+    const char *at = memchr(host, '@', hl);
+    const char *close = NULL, *colon;
+    if (at != NULL) { /* no userinfo in messages */
+        hl -= (size_t)(at + 1 - host);
+        host = at + 1;
+    }
+    close = memchr(host, ']', hl);
+    colon = memchr(close != NULL ? close : host, ':',
+                   hl - (size_t)((close ? close : host) - host));
+    snprintf(out, n, "%.*s%.*s%s", sep != NULL ? (int)(sep + 3 - url) : 0, url,
+             (int)(hl < 300 ? hl : 300), host,
+             colon != NULL                                      ? ""
+             : sep != NULL && strncasecmp(url, "https", 5) == 0 ? ":443"
+                                                                : ":80");
 }
 
 /* memmem is a GNU extension; this is the portable few lines. */
@@ -383,10 +497,9 @@ static const char *find_bytes(const char *s, size_t len, const char *pat)
 
 /* One readable line from an error body: S3's <Code>/<Message>, GCS's "message", else the
  * start of the body with control characters blanked. */
-static void body_summary(const ur_buf *b, char *out, size_t n)
+static void body_summary(const char *s, size_t len, char *out, size_t n)
 {
-    const char *s = (const char *)b->data;
-    size_t len = b->len, k = 0;
+    size_t k = 0;
     char code[96] = "", msg[256] = "";
     out[0] = '\0';
     if (len == 0) {
@@ -423,12 +536,14 @@ int ur_http_perform(ur_http *h, const ur_http_req *req, long *status_out, ur_err
     long st = 0;
     CURLcode cc = CURLE_OK;
     int rc = UR_OK;
-    char range[64], where[420], summary[300];
+    double start;
+    char range[64], where[420], summary[300], endpoint[420];
 
     if (status_out != NULL) {
         *status_out = 0;
     }
     url_for_msg(req->url, where, sizeof where);
+    endpoint_of(req->url, endpoint, sizeof endpoint);
     c = borrow(h);
     if (c == NULL) {
         return ur_err_oom(err);
@@ -440,12 +555,19 @@ int ur_http_perform(ur_http *h, const ur_http_req *req, long *status_out, ur_err
     a.out_start = req->out != NULL ? req->out->len : 0;
     ur_buf_init(&a.errbody, 0);
     ur_buf_init(&a.headers, 0);
+    a.first_byte_s = h->o.first_byte_s;
+    start = now_s();
     for (;;) {
         ur_http_headers hs = {NULL};
         int retry = 0;
+        uint64_t wait_ms = 0;
         a.got = 0;
         a.sent = 0;
         a.overflow = 0;
+        a.answered = 0;
+        a.no_answer = 0;
+        a.ul_last = 0;
+        a.wait_from = now_s();
         ur_buf_reset(&a.errbody);
         ur_buf_reset(&a.headers);
         if (req->out != NULL) {
@@ -468,7 +590,7 @@ int ur_http_perform(ur_http *h, const ur_http_req *req, long *status_out, ur_err
             break;
         }
         if (cc != CURLE_OK) {
-            retry = retryable_curl(cc);
+            retry = retryable_curl(cc) || a.no_answer;
         } else if (st >= 200 && st <= 299) {
             if (req->dst != NULL && strcmp(req->method, "HEAD") != 0 && a.got != req->dst_len) {
                 /* a short body on a complete response: the object changed or the server
@@ -494,12 +616,25 @@ int ur_http_perform(ur_http *h, const ur_http_req *req, long *status_out, ur_err
             }
             retry = retryable_status(st);
         }
+        if (retry && tries <= h->o.retries) {
+            wait_ms = backoff_ms(h, tries - 1);
+            /* no retry that would start past the deadline */
+            retry = now_s() - start + (double)wait_ms / 1000.0 < (double)h->o.deadline_s;
+        }
         if (!retry || tries > h->o.retries) {
-            body_summary(&a.errbody, summary, sizeof summary);
-            if (cc != CURLE_OK) {
-                rc = ur_err_set(err, UR_EIO, "%s %s after %u attempt%s (last HTTP status %ld)",
-                                req->method, curl_easy_strerror(cc), tries, tries == 1 ? "" : "s",
-                                st);
+            char scrubbed[2100];
+            double took = now_s() - start;
+            ur_http_redact((const char *)a.errbody.data, a.errbody.len, scrubbed, sizeof scrubbed);
+            body_summary(scrubbed, strlen(scrubbed), summary, sizeof summary);
+            if (a.no_answer) {
+                rc = ur_err_set(
+                    err, UR_EIO, "%s: no answer from %s within %u s (%u attempt%s in %.0f s)",
+                    req->method, endpoint, h->o.first_byte_s, tries, tries == 1 ? "" : "s", took);
+            } else if (cc != CURLE_OK) {
+                rc = ur_err_set(err, UR_EIO,
+                                "%s %s: %s after %u attempt%s in %.0f s (last HTTP status %ld)",
+                                req->method, endpoint, curl_easy_strerror(cc), tries,
+                                tries == 1 ? "" : "s", took, st);
             } else if (st == 404) {
                 rc = ur_err_set(err, UR_ENOTFOUND, "%s: not found (HTTP 404)", req->method);
             } else {
@@ -509,7 +644,7 @@ int ur_http_perform(ur_http *h, const ur_http_req *req, long *status_out, ur_err
             }
             break;
         }
-        backoff(h, tries - 1);
+        sleep_ms(wait_ms);
     }
     if (rc < 0 && rc != UR_ENOMEM && err != NULL) {
         ur_err_set_where(err, req->what != NULL ? req->what : where);
@@ -519,7 +654,9 @@ int ur_http_perform(ur_http *h, const ur_http_req *req, long *status_out, ur_err
         rc = ur_buf_append(req->resp_headers, a.headers.data, a.headers.len, err);
     }
     if (status_out != NULL) {
-        *status_out = st;
+        /* only the status of an answer that came whole: a cut one says nothing of the
+         * object (a 206 cut short is not a short object) */
+        *status_out = cc == CURLE_OK ? st : 0;
     }
     ur_buf_dispose(&a.errbody);
     ur_buf_dispose(&a.headers);

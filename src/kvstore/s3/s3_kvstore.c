@@ -649,8 +649,10 @@ static int put_multipart(s3_store *s, const char *key, const uint8_t *data, size
             ur_buf code;
             ur_buf_init(&code, 0);
             if (xml_next((const char *)resp.data, resp.len, &pos, "Code", &code, NULL)) {
+                char said[128]; /* server text: scrubbed as every quoted answer is */
+                ur_http_redact((const char *)code.data, code.len, said, sizeof said);
                 rc = ur_err_set(err, UR_EIO, "s3://%s/%s: completing the upload failed: %s",
-                                s->bucket, key, (const char *)code.data);
+                                s->bucket, key, said);
             }
             ur_buf_dispose(&code);
         }
@@ -761,6 +763,8 @@ int ur_kvstore_s3_open(ur_kvstore **out, const char *bucket, const char *prefix,
     if (rc < 0) {
         goto fail;
     }
+    ur_http_secret_add(s->cfg.creds.secret);
+    ur_http_secret_add(s->cfg.creds.token);
     if (s->cfg.endpoint[0] != '\0') {
         const char *h = strstr(s->cfg.endpoint, "://") + 3;
         size_t hl = strcspn(h, "/");
