@@ -304,6 +304,10 @@ int cli_multi_show_status(const char *path)
             fwrite(out.data, 1, out.len, stdout);
         }
         ur_buf_dispose(&out);
+        if (rc == UR_EIO || rc == UR_ENOMEM) {
+            /* the store did not answer: the ordinary command would wait out the same budget */
+            return cli_fail(&err);
+        }
         /* not a staged run (or one the store cannot tell about): the ordinary command */
         return rc == UR_OK && in_store ? CLI_EXIT_OK : -1;
     }

@@ -404,6 +404,7 @@ class SilentServer:
         self.sock.listen(64)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.conns: list[socket.socket] = []
+        self.requests = 0  # request lines received, over all connections
         self.stop = False
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -416,11 +417,10 @@ class SilentServer:
             self.conns.append(c)
             threading.Thread(target=self._drain, args=(c,), daemon=True).start()
 
-    @staticmethod
-    def _drain(c):
+    def _drain(self, c):
         try:
-            while c.recv(65536):
-                pass
+            while data := c.recv(65536):
+                self.requests += data.count(b" HTTP/1.1\r\n")
         except OSError:
             pass
 
@@ -470,3 +470,22 @@ def test_silent_server_fails_within_the_budget_naming_the_endpoint(unroll_bin, t
     # deadline + one attempt, and slack for a slow start (sanitizers, valgrind); unbounded
     # before, about 295 s with the defaults then
     assert took < 4 + 2 + 15, (took, line)
+
+
+def test_ls_of_a_silent_server_waits_out_one_budget_not_two(unroll_bin, tmp_path):
+    """`unroll ls` first asks whether a multi-process run is staged there; a store that does
+    not answer that question ends the command (it used to fall through to the listing and wait
+    a second budget). No retries, so each budget is one request the server counts."""
+    with SilentServer() as silent:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("AWS_", "UNROLL_HTTP_"))}
+        env.update({"AWS_ACCESS_KEY_ID": "AKID", "AWS_SECRET_ACCESS_KEY": "secret-key",
+                    "AWS_ENDPOINT_URL": silent.url, "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+                    "AWS_CONFIG_FILE": "/nonexistent", "UNROLL_HTTP_RETRIES": "0",
+                    "UNROLL_HTTP_FIRST_BYTE_S": "1", "UNROLL_HTTP_DEADLINE_S": "2"})
+        res = unroll_ls(unroll_bin, f"s3://{S3}/x/checkpoints", env)
+        requests = silent.requests
+    assert res.returncode == 3, res.stderr
+    assert f"no answer from {silent.url}" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert requests == 1, (requests, res.stderr)
