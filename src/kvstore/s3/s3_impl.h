@@ -36,6 +36,17 @@ int ur_s3__config_load(ur_s3_config *c, const char *bucket, ur_err *err);
 /* Lowercase hex SHA-256 of n bytes. */
 void ur_s3__sha256_hex(const void *data, size_t n, char out[65]);
 
+/* The request's x-amz-date ("20130524T000000Z") and its SigV4 signature (64 hex digits) for
+ * the signed headers below; the canonical request and the key derivation are in s3_sigv4.c.
+ * Pure: what the unit test checks against AWS's published examples. UR_ENOMEM. */
+int ur_s3__signature(const ur_s3_creds *c, const char *region, const char *method,
+                     const char *host, const char *canon_uri, const char *canon_query,
+                     const char *payload_hash, time_t now, char amz_date[20], char sig[65],
+                     ur_err *err);
+
+/* "host;x-amz-content-sha256;x-amz-date", with ";x-amz-security-token" when c has a token. */
+const char *ur_s3__signed_headers(const ur_s3_creds *c);
+
 /* Add x-amz-date, x-amz-content-sha256, [x-amz-security-token] and Authorization headers
  * that sign the request (see s3_sigv4.c). */
 int ur_s3__sign(const ur_s3_creds *c, const char *region, const char *method, const char *host,

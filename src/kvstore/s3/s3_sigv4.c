@@ -45,22 +45,20 @@ static void hmac(const void *key, size_t klen, const char *msg, unsigned char ou
     HMAC(EVP_sha256(), key, (int)klen, (const unsigned char *)msg, strlen(msg), out, &olen);
 }
 
-int ur_s3__sign(const ur_s3_creds *c, const char *region, const char *method, const char *host,
-                const char *canon_uri, const char *canon_query, const char *payload_hash,
-                time_t now, ur_http_headers *hs, ur_err *err)
+int ur_s3__signature(const ur_s3_creds *c, const char *region, const char *method,
+                     const char *host, const char *canon_uri, const char *canon_query,
+                     const char *payload_hash, time_t now, char amz_date[20], char sig[65],
+                     ur_err *err)
 {
     struct tm tm;
-    char amz_date[20], date[10], creq_hash[65], sig[65];
+    char date[10], creq_hash[65];
     unsigned char k[32], k2[32];
     char secret_key[300];
     ur_buf creq, sts;
     int rc;
-    const char *signed_headers = c->token[0] ? "host;x-amz-content-sha256;x-amz-date;"
-                                               "x-amz-security-token"
-                                             : "host;x-amz-content-sha256;x-amz-date";
 
     gmtime_r(&now, &tm);
-    strftime(amz_date, sizeof amz_date, "%Y%m%dT%H%M%SZ", &tm);
+    strftime(amz_date, 20, "%Y%m%dT%H%M%SZ", &tm);
     strftime(date, sizeof date, "%Y%m%d", &tm);
     ur_buf_init(&creq, 0);
     ur_buf_init(&sts, 0);
@@ -70,7 +68,7 @@ int ur_s3__sign(const ur_s3_creds *c, const char *region, const char *method, co
         rc = ur_buf_printf(&creq, err, "x-amz-security-token:%s\n", c->token);
     }
     if (rc == UR_OK) {
-        rc = ur_buf_printf(&creq, err, "\n%s\n%s", signed_headers, payload_hash);
+        rc = ur_buf_printf(&creq, err, "\n%s\n%s", ur_s3__signed_headers(c), payload_hash);
     }
     if (rc < 0) {
         goto out;
@@ -92,7 +90,32 @@ int ur_s3__sign(const ur_s3_creds *c, const char *region, const char *method, co
         HMAC(EVP_sha256(), k2, 32, sts.data, sts.len, s, &olen);
         hex(s, 32, sig);
     }
-    rc = ur_http_headers_add(hs, err, "x-amz-date: %s", amz_date);
+out:
+    memset(secret_key, 0, sizeof secret_key);
+    memset(k, 0, sizeof k);
+    memset(k2, 0, sizeof k2);
+    ur_buf_dispose(&creq);
+    ur_buf_dispose(&sts);
+    return rc;
+}
+
+const char *ur_s3__signed_headers(const ur_s3_creds *c)
+{
+    return c->token[0] ? "host;x-amz-content-sha256;x-amz-date;x-amz-security-token"
+                       : "host;x-amz-content-sha256;x-amz-date";
+}
+
+int ur_s3__sign(const ur_s3_creds *c, const char *region, const char *method, const char *host,
+                const char *canon_uri, const char *canon_query, const char *payload_hash,
+                time_t now, ur_http_headers *hs, ur_err *err)
+{
+    char amz_date[20], sig[65];
+    int rc = ur_s3__signature(c, region, method, host, canon_uri, canon_query, payload_hash, now,
+                              amz_date, sig, err);
+
+    if (rc == UR_OK) {
+        rc = ur_http_headers_add(hs, err, "x-amz-date: %s", amz_date);
+    }
     if (rc == UR_OK) {
         rc = ur_http_headers_add(hs, err, "x-amz-content-sha256: %s", payload_hash);
     }
@@ -100,14 +123,11 @@ int ur_s3__sign(const ur_s3_creds *c, const char *region, const char *method, co
         rc = ur_http_headers_add(hs, err, "x-amz-security-token: %s", c->token);
     }
     if (rc == UR_OK) {
+        /* amz_date's first 8 characters are the scope's date */
         rc = ur_http_headers_add(hs, err,
-                                 "Authorization: AWS4-HMAC-SHA256 Credential=%s/%s/%s/s3/"
+                                 "Authorization: AWS4-HMAC-SHA256 Credential=%s/%.8s/%s/s3/"
                                  "aws4_request, SignedHeaders=%s, Signature=%s",
-                                 c->key_id, date, region, signed_headers, sig);
+                                 c->key_id, amz_date, region, ur_s3__signed_headers(c), sig);
     }
-out:
-    memset(secret_key, 0, sizeof secret_key);
-    ur_buf_dispose(&creq);
-    ur_buf_dispose(&sts);
     return rc;
 }
