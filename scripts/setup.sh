@@ -51,6 +51,16 @@ if [ "$want_tests" = 1 ]; then
     .venv/bin/pip install -q -r "$req"
     echo "$sum" > "$stamp"
   fi
+  # the newest Orbax beside the pinned one: the package alone, for a subprocess's PYTHONPATH
+  req=tests/interop/requirements-orbax-newest.txt
+  stamp=.venv/orbax-newest/.requirements.sha256
+  sum=$(sha256sum "$req" | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ]; then
+    echo "setup: installing $req into .venv/orbax-newest" >&2
+    rm -rf .venv/orbax-newest
+    .venv/bin/pip install -q --no-deps --target .venv/orbax-newest -r "$req"
+    echo "$sum" > "$stamp"
+  fi
 fi
 
 # The MaxText suite (tests/maxtext) runs the released maxtext package, which needs Python 3.12:
