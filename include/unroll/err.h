@@ -19,7 +19,8 @@ typedef enum {
     UR_EINVAL = -5,       /* bad argument or configuration from the user */
     UR_ENOTFOUND = -6,    /* key, file or tree entry absent */
     UR_EINTERNAL = -7,    /* a bug in unroll */
-    UR_EEXIST = -8        /* a conditional create found the key already there */
+    UR_EEXIST = -8,       /* a conditional create found the key already there */
+    UR_ECANCELED = -9     /* stopped on request (a signal): not a failure of its own */
 } ur_code;
 
 #define UR_ERR_NO_OFFSET UINT64_MAX

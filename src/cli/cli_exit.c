@@ -21,6 +21,7 @@ int cli_exit_status(ur_code code)
         return CLI_EXIT_UNSUPPORTED;
     case UR_ENOMEM:
     case UR_EINTERNAL:
+    case UR_ECANCELED: /* the commands report 128 + the signal instead */
         return CLI_EXIT_FAILURE;
     }
     return CLI_EXIT_FAILURE;

@@ -826,7 +826,7 @@ int ur_orbax_publish_commit(ur_orbax_publish *p, const volatile sig_atomic_t *ca
     int rc = UR_OK;
 
     if (cancel != NULL && *cancel) {
-        rc = ur_err_set(err, UR_EINTERNAL, "interrupted");
+        rc = ur_err_set(err, UR_ECANCELED, "interrupted");
         goto fail;
     }
     if (!staging_is_ours(p)) {
@@ -851,7 +851,7 @@ int ur_orbax_publish_commit(ur_orbax_publish *p, const volatile sig_atomic_t *ca
         }
     }
     if (rc == UR_OK && cancel != NULL && *cancel) {
-        rc = ur_err_set(err, UR_EINTERNAL, "interrupted");
+        rc = ur_err_set(err, UR_ECANCELED, "interrupted");
     }
     if (rc < 0) {
         while (moved_n-- > 0) {

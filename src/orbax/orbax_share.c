@@ -1021,7 +1021,7 @@ static int finish(ur_orbax_share *s, const volatile sig_atomic_t *cancel, char *
         }
     }
     if (rc == UR_OK && cancel != NULL && *cancel) {
-        rc = ur_err_set(err, UR_EINTERNAL, "interrupted");
+        rc = ur_err_set(err, UR_ECANCELED, "interrupted");
     }
     if (rc == UR_OK) {
         rc = publish(s, cancel, published_to, err);

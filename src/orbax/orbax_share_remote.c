@@ -484,7 +484,7 @@ static int upload_finish(const char *from, const char *to, const ur_orbax_rshare
 {
     ur_orbax_upload_opts uo;
     if (cancel != NULL && *cancel) {
-        return ur_err_set(err, UR_EINTERNAL, "interrupted");
+        return ur_err_set(err, UR_ECANCELED, "interrupted");
     }
     memset(&uo, 0, sizeof uo);
     uo.add = 1;

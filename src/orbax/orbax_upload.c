@@ -273,7 +273,7 @@ static void *worker(void *arg)
         pthread_mutex_lock(&j->lock);
         if (j->rc != UR_OK || j->next >= j->end || (j->cancel != NULL && *j->cancel)) {
             if (j->rc == UR_OK && j->cancel != NULL && *j->cancel) {
-                j->rc = ur_err_set(&j->err, UR_EINTERNAL, "interrupted");
+                j->rc = ur_err_set(&j->err, UR_ECANCELED, "interrupted");
             }
             pthread_mutex_unlock(&j->lock);
             return NULL;

@@ -177,7 +177,7 @@ static void *work(void *arg)
         int rc;
 
         if (cfg->cancel != NULL && *cfg->cancel) {
-            ur_err_set(&err, UR_EINTERNAL, "interrupted");
+            ur_err_set(&err, UR_ECANCELED, "interrupted");
             ur_sched_fail(s, &err);
             break;
         }

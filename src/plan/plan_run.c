@@ -51,7 +51,7 @@ int ur_plan_run_input(const char **path_out, ur_plan_input *kind_out, const ur_s
 
 static int check_cancel(const ur_run_opts *o, ur_err *err)
 {
-    return o->cancel != NULL && *o->cancel ? ur_err_set(err, UR_EINTERNAL, "interrupted") : UR_OK;
+    return o->cancel != NULL && *o->cancel ? ur_err_set(err, UR_ECANCELED, "interrupted") : UR_OK;
 }
 
 typedef struct {

@@ -167,6 +167,8 @@ const char *ur_code_name(ur_code code)
         return "internal error";
     case UR_EEXIST:
         return "already exists";
+    case UR_ECANCELED:
+        return "cancelled";
     }
     return "unknown error";
 }

@@ -174,7 +174,7 @@ static void test_exec_sched__failures(void **state)
         done(&d);
 
         ctx e = {.fail_run = UINT64_MAX, .fail_commit = UINT64_MAX, .cancel_at = 50};
-        assert_int_equal(go(&e, 300, t, &err), UR_EINTERNAL);
+        assert_int_equal(go(&e, 300, t, &err), UR_ECANCELED);
         assert_non_null(strstr(err.msg, "interrupted"));
         assert_true(e.n_log < 300);
         done(&e);

@@ -342,7 +342,7 @@ static void test_plan_run__bad_settings_fail_before_anything_is_made(void **stat
     o.config.n_overrides = 4;
     o.cancel = &stop;
     ur_err_clear(&err);
-    assert_int_equal(ur_plan_run(&rep, &o, &err), UR_EINTERNAL);
+    assert_int_equal(ur_plan_run(&rep, &o, &err), UR_ECANCELED);
     assert_non_null(strstr(err.msg, "interrupted"));
     ur_plan_run_report_dispose(&rep);
     {
