@@ -715,12 +715,14 @@ int ur_orbax_writer_set_custom_metadata(ur_orbax_writer *w, const char *json, ur
         cJSON_Delete(root);
         return ur_err_set(err, UR_EINVAL, "custom_metadata must be a JSON object");
     }
-    /* Re-print in json.dumps layout is not needed: any JSON object is accepted by Orbax. */
-    char *text = ur_orbax__json_print(&w->arena, root);
     cJSON_Delete(root);
+    /* the text as given, not cJSON's reprint of it (which turns 16.0 into 16) */
+    size_t len = strlen(json);
+    char *text = ur_orbax__arena_alloc(&w->arena, len + 1);
     if (text == NULL) {
         return ur_err_oom(err);
     }
+    memcpy(text, json, len + 1);
     w->custom_metadata = text;
     return UR_OK;
 }
