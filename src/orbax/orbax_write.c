@@ -1026,6 +1026,10 @@ static int commit_share(ur_orbax_writer *w, ur_err *err)
     if (rc == UR_OK) {
         rc = write_item_metadata(w, &im, meta, err);
     }
+    if (rc == UR_OK && w->custom_metadata != NULL) { /* the finisher's _CHECKPOINT_METADATA */
+        rc = ur_kvstore_write(meta, UR_ORBAX_SHARE_CUSTOM_METADATA, w->custom_metadata,
+                              strlen(w->custom_metadata), err);
+    }
     if (rc == UR_OK) {
         rc = ur_kvstore_commit(meta, err);
     }
