@@ -121,7 +121,7 @@ typedef struct ur_orbax_step_meta {
     int64_t init_timestamp_nsecs; /* read through a double: exact only below 2^53 */
     int has_commit_timestamp;
     int64_t commit_timestamp_nsecs;
-    const char *custom_metadata_json; /* compact JSON, NULL when absent */
+    const char *custom_metadata_json; /* an object, its text as written; NULL when absent */
 } ur_orbax_step_meta;
 
 /* ---- Reading ---------------------------------------------------------------------------- */
@@ -259,7 +259,9 @@ int ur_orbax_writer_add_scalar(ur_orbax_writer *w, const ur_orbax_key *path, siz
 int ur_orbax_writer_add_empty(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth,
                               ur_orbax_value_type kind, ur_err *err);
 
-/* custom_metadata (a JSON object text) for _CHECKPOINT_METADATA; `{}` when never set. */
+/* custom_metadata (a JSON object text, written as given) for _CHECKPOINT_METADATA; `{}` when
+ * never set. In share mode the share's metadata keeps it for the finisher. UR_EINVAL when it
+ * is not an object, UR_ECORRUPT when not JSON, UR_ENOMEM. */
 int ur_orbax_writer_set_custom_metadata(ur_orbax_writer *w, const char *json, ur_err *err);
 
 /* Write _METADATA, _sharding, array_metadatas/process_0, _CHECKPOINT_METADATA and

@@ -11,7 +11,8 @@
  *                                 file); a process whose run.txt differs is refused
  *   step/items/ocdbt.process_<i>/ share i's database (every output array's zarr metadata and
  *                                 the chunks of its share)
- *   shares/<i>/                   share i's _METADATA, _sharding, array_metadatas.json
+ *   shares/<i>/                   share i's _METADATA, _sharding, array_metadatas.json,
+ *                                 custom_metadata.json (for _CHECKPOINT_METADATA)
  *   shares/<i>.progress           share i's database holds its work items before this one
  *                                 (saved after each commit of it, a new OCDBT
  *                                 generation of the database: resume point)

@@ -7,7 +7,8 @@
  *   S/unroll-multi/run.txt             what the run is; created once (conditional create), a
  *                                      process whose run.txt differs is refused (UR_EINVAL)
  *   S/items/ocdbt.process_<i>/         share i's database: its data files, then its manifest
- *   S/unroll-multi/shares/<i>/         share i's _METADATA, _sharding, array_metadatas.json
+ *   S/unroll-multi/shares/<i>/         share i's _METADATA, _sharding, array_metadatas.json,
+ *                                      custom_metadata.json (for _CHECKPOINT_METADATA)
  *   S/unroll-multi/shares/<i>.done     share i is complete (written after all of the above)
  *   S/unroll-multi/finish.claim        the finisher: the process whose conditional create of it
  *                                      succeeds, once it sees every share done

@@ -111,6 +111,14 @@ typedef struct ur_plan_leaves {
 int ur_plan_orbax_leaves(ur_plan_leaves *out, const ur_orbax_ckpt *ck, ur_err *err);
 void ur_plan_orbax_leaves_dispose(ur_plan_leaves *l);
 
+/* The custom_metadata the output's `_CHECKPOINT_METADATA` records, where MaxText reads it back
+ * (0.2.5: checkpointing.load_checkpoint_metadata on load_parameters_path's step directory;
+ * model_creation_utils.verify_and_sync_scan_layers then takes scan_layers from it, or refuses
+ * a contradicting flag): `{"scan_layers": <scanned>}`, then every other member of `ck`'s own
+ * custom_metadata (MaxText's "lora", ...), each value's text as the input wrote it. *out:
+ * free with ur_free. UR_ECORRUPT (the input's is not a JSON object), UR_ENOMEM. */
+int ur_plan_orbax_custom_metadata(char **out, const ur_orbax_ckpt *ck, int scanned, ur_err *err);
+
 /* ---- the LoRA adapters directory (src/plan/plan_lora.c) ----------------------------------- */
 
 /* What a run writes, relative to the checkpoint directory: without adapters the step "0";

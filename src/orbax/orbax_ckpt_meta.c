@@ -33,6 +33,24 @@ static int get_timestamp(const cJSON *root, const char *key, int *has, int64_t *
     return UR_OK;
 }
 
+/* The first member named `key` (the one cJSON's lookup finds): its value's text. */
+typedef struct {
+    const char *key;
+    const char *text;
+    size_t len;
+} raw_member;
+
+static int find_member(void *ctx, const char *key, const char *value, size_t len, ur_err *err)
+{
+    raw_member *rm = ctx;
+    (void)err;
+    if (rm->text == NULL && strcmp(key, rm->key) == 0) {
+        rm->text = value;
+        rm->len = len;
+    }
+    return UR_OK;
+}
+
 int ur_orbax_ckpt_meta_parse(ur_orbax_step_meta_doc **out, const char *json, size_t len,
                              ur_err *err)
 {
@@ -109,11 +127,20 @@ int ur_orbax_ckpt_meta_parse(ur_orbax_step_meta_doc **out, const char *json, siz
                             "_CHECKPOINT_METADATA: custom_metadata is not an object");
             goto out;
         }
-        char *text = ur_orbax__json_print(&d->arena, cm);
-        if (text == NULL) {
-            rc = ur_err_oom(err);
+        /* its text as written, not cJSON's reprint: 16.0 stays a float for Python */
+        raw_member rm = {"custom_metadata", NULL, 0};
+        rc = ur_json_each_member(json, len, find_member, &rm, err);
+        if (rc < 0) {
             goto out;
         }
+        char *text = ur_orbax__arena_alloc(&d->arena, rm.len + 1);
+        if (rm.text == NULL || text == NULL) {
+            rc = rm.text == NULL ? ur_err_set(err, UR_EINTERNAL, "custom_metadata not found")
+                                 : ur_err_oom(err);
+            goto out;
+        }
+        memcpy(text, rm.text, rm.len);
+        text[rm.len] = '\0';
         m->custom_metadata_json = text;
     }
     *out = d;

@@ -834,11 +834,12 @@ static int write_step_metadata(const ur_orbax_share *s, size_t k, const char *it
     const char *handlers[1] = {STANDARD_HANDLER};
     ur_orbax_step_meta sm;
     struct stat st;
-    ur_buf b;
+    ur_buf b, custom;
     char *run = ur_path_join(s->staging, "run.txt");
-    int rc;
+    int rc, has_custom = 0;
 
     ur_buf_init(&b, 0);
+    ur_buf_init(&custom, 0);
     memset(&sm, 0, sizeof sm);
     sm.n_item_handlers = 1;
     sm.item_names = item_names;
@@ -853,7 +854,15 @@ static int write_step_metadata(const ur_orbax_share *s, size_t k, const char *it
     }
     sm.has_commit_timestamp = 1;
     sm.commit_timestamp_nsecs = ur_clock_stamp_ns();
-    rc = ur_buf_printf(&b, err, "Checkpoint commit was successful to %s/%s", s->dest, s->units[k]);
+    rc = same_metadata(s, k, UR_ORBAX_SHARE_CUSTOM_METADATA, &custom, &has_custom, err);
+    if (rc == UR_OK && has_custom) { /* absent: a share of an older unroll, {} as it wrote */
+        rc = ur_buf_append_byte(&custom, '\0', err);
+        sm.custom_metadata_json = (const char *)custom.data;
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_printf(&b, err, "Checkpoint commit was successful to %s/%s", s->dest,
+                           s->units[k]);
+    }
     if (rc == UR_OK) {
         rc = ur_fs_write_file_in(items, "commit_success.txt", b.data, b.len, err);
     }
@@ -875,6 +884,7 @@ static int write_step_metadata(const ur_orbax_share *s, size_t k, const char *it
     }
     ur_free(run);
     ur_buf_dispose(&b);
+    ur_buf_dispose(&custom);
     return rc;
 }
 

@@ -303,28 +303,41 @@ static void meta_key(char *key, size_t size, size_t k, int i, const char *name)
     }
 }
 
-/* Share 0's metadata file `name` of unit k (checked the same in every share) into local
- * `items`. */
-static int same_metadata(ur_orbax_rshare *s, size_t k, const char *name, const char *items,
-                         const char *as, int required, ur_err *err)
+/* Share 0's metadata file `name` of unit k (checked the same in every share) into `first`
+ * (*has0: whether share 0 has it). */
+static int share0_metadata(ur_orbax_rshare *s, size_t k, const char *name, ur_buf *first,
+                           int *has0, ur_err *err)
 {
-    ur_buf first, other;
+    ur_buf other;
     char key[300];
-    int rc, has0 = 0, has = 0;
-    ur_buf_init(&first, 0);
+    int rc, has = 0;
     ur_buf_init(&other, 0);
     meta_key(key, sizeof key, k, 0, name);
-    rc = read_opt(s->kv, key, &first, &has0, err);
+    rc = read_opt(s->kv, key, first, has0, err);
     for (int i = 1; i < s->count && rc == UR_OK; i++) {
         meta_key(key, sizeof key, k, i, name);
         rc = read_opt(s->kv, key, &other, &has, err);
-        if (rc == UR_OK && (has != has0 || other.len != first.len ||
-                            memcmp(other.data, first.data, first.len) != 0)) {
+        if (rc == UR_OK && (has != *has0 || other.len != first->len ||
+                            memcmp(other.data, first->data, first->len) != 0)) {
             rc = ur_err_set(err, UR_ECORRUPT,
                             "%s/%s differs from share 0's: the shares come from different plans",
                             s->step, key);
         }
     }
+    ur_buf_dispose(&other);
+    return rc;
+}
+
+/* Share 0's metadata file `name` of unit k (checked the same in every share) into local
+ * `items`. */
+static int same_metadata(ur_orbax_rshare *s, size_t k, const char *name, const char *items,
+                         const char *as, int required, ur_err *err)
+{
+    ur_buf first;
+    char key[300];
+    int rc, has0 = 0;
+    ur_buf_init(&first, 0);
+    rc = share0_metadata(s, k, name, &first, &has0, err);
     if (rc == UR_OK && required && !has0) {
         meta_key(key, sizeof key, k, 0, name);
         rc = ur_err_set(err, UR_EIO, "%s/%s is missing", s->step, key);
@@ -333,7 +346,6 @@ static int same_metadata(ur_orbax_rshare *s, size_t k, const char *name, const c
         rc = ur_fs_write_file_in(items, as, first.data, first.len, err);
     }
     ur_buf_dispose(&first);
-    ur_buf_dispose(&other);
     return rc;
 }
 
@@ -391,10 +403,11 @@ static int build_finish_tree(ur_orbax_rshare *s, size_t k, const char *step_dir,
     const char *handlers[1] = {STANDARD_HANDLER};
     char *items = ur_path_join(step_dir, "items"), *am = NULL;
     ur_orbax_step_meta sm;
-    ur_buf b;
-    int rc = items != NULL ? ur_fs_mkdirs(items, err) : ur_err_oom(err);
+    ur_buf b, custom;
+    int rc = items != NULL ? ur_fs_mkdirs(items, err) : ur_err_oom(err), has_custom = 0;
 
     ur_buf_init(&b, 0);
+    ur_buf_init(&custom, 0);
     if (rc == UR_OK) {
         am = ur_path_join(items, "array_metadatas");
         rc = am != NULL ? ur_fs_mkdirs(am, err) : ur_err_oom(err);
@@ -423,7 +436,14 @@ static int build_finish_tree(ur_orbax_rshare *s, size_t k, const char *step_dir,
         rc = ur_fs_write_file_in(step_dir, "commit_success.txt", "", 0, err);
     }
     if (rc == UR_OK) {
+        rc = share0_metadata(s, k, UR_ORBAX_SHARE_CUSTOM_METADATA, &custom, &has_custom, err);
+    }
+    if (rc == UR_OK && has_custom) { /* absent: a share of an older unroll, {} as it wrote */
+        rc = ur_buf_append_byte(&custom, '\0', err);
+    }
+    if (rc == UR_OK) {
         memset(&sm, 0, sizeof sm);
+        sm.custom_metadata_json = has_custom ? (const char *)custom.data : NULL;
         sm.n_item_handlers = 1;
         sm.item_names = item_names;
         sm.item_handlers = handlers;
@@ -437,6 +457,7 @@ static int build_finish_tree(ur_orbax_rshare *s, size_t k, const char *step_dir,
         rc = ur_fs_write_file_in(step_dir, "_CHECKPOINT_METADATA", b.data, b.len, err);
     }
     ur_buf_dispose(&b);
+    ur_buf_dispose(&custom);
     ur_free(am);
     ur_free(items);
     return rc;

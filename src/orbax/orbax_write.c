@@ -715,12 +715,14 @@ int ur_orbax_writer_set_custom_metadata(ur_orbax_writer *w, const char *json, ur
         cJSON_Delete(root);
         return ur_err_set(err, UR_EINVAL, "custom_metadata must be a JSON object");
     }
-    /* Re-print in json.dumps layout is not needed: any JSON object is accepted by Orbax. */
-    char *text = ur_orbax__json_print(&w->arena, root);
     cJSON_Delete(root);
+    /* the text as given, not cJSON's reprint of it (which turns 16.0 into 16) */
+    size_t len = strlen(json);
+    char *text = ur_orbax__arena_alloc(&w->arena, len + 1);
     if (text == NULL) {
         return ur_err_oom(err);
     }
+    memcpy(text, json, len + 1);
     w->custom_metadata = text;
     return UR_OK;
 }
@@ -1023,6 +1025,10 @@ static int commit_share(ur_orbax_writer *w, ur_err *err)
     }
     if (rc == UR_OK) {
         rc = write_item_metadata(w, &im, meta, err);
+    }
+    if (rc == UR_OK && w->custom_metadata != NULL) { /* the finisher's _CHECKPOINT_METADATA */
+        rc = ur_kvstore_write(meta, UR_ORBAX_SHARE_CUSTOM_METADATA, w->custom_metadata,
+                              strlen(w->custom_metadata), err);
     }
     if (rc == UR_OK) {
         rc = ur_kvstore_commit(meta, err);

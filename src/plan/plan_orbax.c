@@ -2,6 +2,7 @@
  * kind and partition spec, as ur_plan_build takes them (include/unroll/plan_run.h). The
  * plan itself never sees an Orbax type, so it stays a pure function of this list. */
 #include "unroll/alloc.h"
+#include "unroll/json.h"
 #include "unroll/plan_run.h"
 
 #include <string.h>
@@ -80,4 +81,62 @@ int ur_plan_orbax_leaves(ur_plan_leaves *l, const ur_orbax_ckpt *ck, ur_err *err
     }
     l->n = n;
     return UR_OK;
+}
+
+/* `s` as a JSON string (its bytes as they are, but for the quote, the backslash and control
+ * characters). */
+static int put_json_string(ur_buf *b, const char *s, ur_err *err)
+{
+    int rc = ur_buf_append_byte(b, '"', err);
+    for (const unsigned char *p = (const unsigned char *)s; *p != '\0' && rc == UR_OK; p++) {
+        if (*p == '"' || *p == '\\') {
+            rc = ur_buf_printf(b, err, "\\%c", *p);
+        } else if (*p < 0x20) {
+            rc = ur_buf_printf(b, err, "\\u%04x", *p);
+        } else {
+            rc = ur_buf_append_byte(b, *p, err);
+        }
+    }
+    return rc == UR_OK ? ur_buf_append_byte(b, '"', err) : rc;
+}
+
+/* One member of the input's custom_metadata carried into the output's: every one but
+ * scan_layers (which the output states itself), its value's text as the input wrote it. */
+static int carry_member(void *ctx, const char *key, const char *value, size_t len, ur_err *err)
+{
+    ur_buf *b = ctx;
+    int rc;
+    if (strcmp(key, "scan_layers") == 0) {
+        return UR_OK;
+    }
+    rc = ur_buf_append_str(b, ", ", err);
+    if (rc == UR_OK) {
+        rc = put_json_string(b, key, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_str(b, ": ", err);
+    }
+    return rc == UR_OK ? ur_buf_append(b, value, len, err) : rc;
+}
+
+int ur_plan_orbax_custom_metadata(char **out, const ur_orbax_ckpt *ck, int scanned, ur_err *err)
+{
+    const ur_orbax_step_meta *sm = ur_orbax_ckpt_step_meta(ck);
+    const char *in = sm != NULL ? sm->custom_metadata_json : NULL;
+    ur_buf b;
+    /* first, as MaxText's own save puts it (checkpointing.save_checkpoint) */
+    int rc;
+    ur_buf_init(&b, 0);
+    rc = ur_buf_printf(&b, err, "{\"scan_layers\": %s", scanned ? "true" : "false");
+    if (rc == UR_OK && in != NULL) {
+        rc = ur_json_each_member(in, strlen(in), carry_member, &b, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append_byte(&b, '}', err);
+    }
+    if (rc == UR_OK && (*out = ur_buf_detach(&b, NULL)) == NULL) {
+        rc = ur_err_oom(err);
+    }
+    ur_buf_dispose(&b);
+    return rc;
 }

@@ -146,6 +146,7 @@ int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *b
     ur_plan *plan = NULL;
     ur_orbax_writer *w = NULL;
     ur_plan_leaves leaves = {0};
+    char *custom = NULL;
     ur_orbax_write_opts wo;
     ur_exec_opts eo;
     ur_exec_stats st;
@@ -204,6 +205,15 @@ int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *b
     if (rc < 0) {
         goto out;
     }
+    /* the output's layers are scanned unless this run unrolls them (a scan_layers=false
+     * input stays unscanned) */
+    rc = ur_plan_orbax_custom_metadata(&custom, ck, s->scan_layers && !plan->unrolled, err);
+    if (rc == UR_OK) {
+        rc = ur_orbax_writer_set_custom_metadata(w, custom, err);
+    }
+    if (rc < 0) {
+        goto out;
+    }
     memset(&eo, 0, sizeof eo);
     eo.threads = o->threads;
     /* From an object store each worker waits on one request at a time: more workers keep
@@ -250,6 +260,7 @@ int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *b
     total->all_bytes += st.all_bytes;
 out:
     ur_orbax_writer_abort(w);
+    ur_free(custom);
     ur_plan_free(plan);
     ur_plan_orbax_leaves_dispose(&leaves);
     ur_orbax_ckpt_close(ck);

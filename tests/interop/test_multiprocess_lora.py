@@ -3,6 +3,7 @@
 step unit (base/0, loras/<id>/0) in Orbax's multi-process layout, all units published together
 by the finisher. The oracle: every unit restored by stock Orbax equals the single-process
 LoRA run's unit bit for bit, and the Python reference."""
+import json
 import shutil
 import subprocess
 
@@ -59,6 +60,9 @@ def _check_same(out, fixtures, single, n, ref=False):
             assert (items / f"ocdbt.process_{i}" / "manifest.ocdbt").is_file(), (unit, i)
         assert (items / "manifest.ocdbt").is_file()
         assert (ckpt / unit / "commit_success.txt").is_file()
+        # the finisher records what every share's writer was given: unrolled layers
+        meta = json.loads((ckpt / unit / "_CHECKPOINT_METADATA").read_text())
+        assert meta["custom_metadata"]["scan_layers"] is False, unit
         reference.compare_trees(reference.restore(items), single[unit], f"{unit} (multi)")
     if not ref:
         return

@@ -14,6 +14,7 @@ answers 412 for an existing object, here holding a lock over the check and the u
 the create is atomic as on GCS."""
 import fcntl
 import glob
+import json
 import os
 import re
 import shutil
@@ -66,6 +67,9 @@ def _check_same(s3, out, count, single, tmp_path):
     s3.download_tree(BUCKET, f"{out}/run/checkpoints", local)
     items = local / "0" / "items"
     reference.compare_trees(reference.restore(items), single[1], "multi-process output in S3")
+    # the finisher records what every share's writer was given: unrolled layers
+    meta = json.loads((local / "0" / "_CHECKPOINT_METADATA").read_text())
+    assert meta["custom_metadata"]["scan_layers"] is False
 
 
 @pytest.mark.parametrize("count", [2, 4])

@@ -8,8 +8,10 @@
    scanned param-only (the reference for inference: the same bf16 values, only the layout differs);
 3. compares the unscanned output's tree (paths, shapes) with the `scan_layers=false` model of the
    same package (`nnx.eval_shape` of what MaxText's inference builds);
-4. decodes fixed token ids with MaxText's inference engine (MaxEngine: load_params, prefill,
-   insert, generate) from both outputs and reports tokens and logits;
+4. reads what scan_layers each output records as MaxText reads it back (load_checkpoint_metadata),
+   and decodes fixed token ids with MaxText's inference engine (MaxEngine: load_params, prefill,
+   insert, generate) from both outputs, the unscanned one with no scan_layers flag, and reports
+   tokens and logits;
 5. runs MaxText's own generate_param_only_checkpoint on the same state (families of
    MAXTEXT_OUTCOME; cached like the training) and reports what its output is: equal to unroll's
    bit for bit, or how it differs, its NaN-filled groups, and whether MaxEngine loads it.
@@ -365,8 +367,8 @@ def non_finite(path: str) -> dict:
 
 def try_decode(family: str, path: str, *extra: str) -> dict:
     """decode() of an unscanned checkpoint, or the exception MaxText raised (first line)."""
-    try:
-        return {"ok": True, **decode(family, path, False, *extra)}
+    try:  # MaxText's converter records no scan_layers (custom_metadata {}): the flag it needs
+        return {"ok": True, **decode(family, path, False, "scan_layers=false", *extra)}
     except Exception as e:  # noqa: BLE001 - what MaxText raises is the fact gathered
         return {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:500]}"}
 
@@ -458,6 +460,13 @@ def checkpoint_tree(path: str) -> dict:
     return {k: list(v.shape) for k, v in _flat(meta).items()}
 
 
+def checkpoint_metadata(path: str) -> dict:
+    """The custom_metadata MaxText reads back from a checkpoint it loads (load_parameters_path:
+    the items directory; its step's _CHECKPOINT_METADATA)."""
+    from maxtext.common import checkpointing
+    return checkpointing.load_checkpoint_metadata(path)
+
+
 def _register_result_tokens(maxengine) -> None:
     """Without JetStream (it needs TensorFlow) MaxText substitutes a plain ResultTokens class that
     its jitted prefill/generate cannot return; make it a pytree (arrays as leaves, index tuples as
@@ -485,9 +494,17 @@ def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4)
     import numpy as np
     from flax import nnx
     from maxtext.inference.maxengine import maxengine
-    cfg = _config(family, f"load_parameters_path={path}", f"scan_layers={str(scanned).lower()}",
+    from maxtext.utils import model_creation_utils
+    # An unscanned output is loaded with no scan_layers flag at all: MaxText takes it from the
+    # custom_metadata unroll records in the step's _CHECKPOINT_METADATA, and refuses a flag
+    # that contradicts it. 0.2.5's from_pretrained does so itself, but MaxEngine builds its
+    # model from the config before it loads, so the config is synced first, as MaxText's
+    # training engine does (maxtext_engine_compile.py).
+    cfg = _config(family, f"load_parameters_path={path}",
+                  *(["scan_layers=true"] if scanned else []),
                   "decode_sampling_strategy=greedy", "weight_dtype=bfloat16", "dtype=float32",
                   *extra)
+    cfg = model_creation_utils.verify_and_sync_scan_layers(cfg)
     _register_result_tokens(maxengine)
     engine = maxengine.MaxEngine(cfg)
     params = engine.load_params(rng=jax.random.PRNGKey(0))
@@ -507,7 +524,7 @@ def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4)
         state, res = engine.generate(params, state, rng=jax.random.PRNGKey(3 + i))
         tokens.append(_token(res))
         logits.append(np.asarray(state["logits"][0], np.float32).reshape(-1).tolist())
-    return {"tokens": tokens, "logits": logits, "aux": aux}
+    return {"tokens": tokens, "logits": logits, "aux": aux, "scan_layers": cfg.scan_layers}
 
 
 def lora_blockers(work: pathlib.Path) -> dict:
@@ -570,8 +587,10 @@ def main() -> None:
     facts["model_tree"] = model_tree(family)
     if facts["unrolled"]["rc"] == 0:
         facts["unrolled_tree"] = checkpoint_tree(facts["unrolled"]["path"])
+        facts["unrolled_metadata"] = checkpoint_metadata(facts["unrolled"]["path"])
         facts["decode_unrolled"] = decode(family, facts["unrolled"]["path"], scanned=False)
     if facts["scanned"]["rc"] == 0:
+        facts["scanned_metadata"] = checkpoint_metadata(facts["scanned"]["path"])
         facts["decode_scanned"] = decode(family, facts["scanned"]["path"], scanned=True)
     facts["variants"] = {}
     for name, keys in VARIANTS.get(family, {}).items():

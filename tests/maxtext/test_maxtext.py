@@ -95,8 +95,14 @@ def test_family(family, tmp_path_factory):
     assert sorted(set(model) - set(out)) == [], "leaves the model needs, missing from unroll's output"
     assert sorted(set(out) - set(model)) == [], "leaves in unroll's output the model does not have"
     assert {k: v for k, v in out.items() if model[k] != v} == {}
+    # the output says it is unscanned where MaxText reads it back (its scanned param-only
+    # output, scanned), and MaxText's decode, given no scan_layers flag, took it from there
+    assert f["unrolled_metadata"] == {"scan_layers": False}
+    if family != "pipeline":  # there the reference is the test's own restacked tree
+        assert f["scanned_metadata"] == {"scan_layers": True}
     # same tokens, same logits, from the unscanned output as from the scanned one
     du, ds = f["decode_unrolled"], f["decode_scanned"]
+    assert du["scan_layers"] is False and ds["scan_layers"] is True
     assert du["tokens"] == ds["tokens"]
     a, b = np.asarray(du["logits"]), np.asarray(ds["logits"])
     assert np.all(np.isfinite(a))
@@ -115,7 +121,7 @@ def test_family(family, tmp_path_factory):
         if name == "zarr2-no-ocdbt":
             assert v["storage"] == {"ocdbt": False, "zarr2": True, "zarr3": False}
         assert v["tree"] == model
-        assert v["decode"]["tokens"] == ds["tokens"]
+        assert v["decode"]["scan_layers"] is False and v["decode"]["tokens"] == ds["tokens"]
         np.testing.assert_allclose(np.asarray(v["decode"]["logits"]), b, rtol=0, atol=LOGITS_ATOL)
         # MaxText's own converter writes the same format, and the same bits
         assert v["maxtext"]["rc"] == 0, v["maxtext"]["stderr"]

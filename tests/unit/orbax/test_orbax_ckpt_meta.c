@@ -40,7 +40,7 @@ static void test_orbax_ckpt_meta__composite(void **state)
     /* Read through a double: within 2^8 of 1778718341620521635. */
     assert_true(m->commit_timestamp_nsecs > 1778718341620521635LL - 256 &&
                 m->commit_timestamp_nsecs < 1778718341620521635LL + 256);
-    assert_string_equal(m->custom_metadata_json, "{\"custom\":\"meta\"}");
+    assert_string_equal(m->custom_metadata_json, "{\"custom\": \"meta\"}"); /* as written */
 
     /* emit -> parse */
     ur_buf e;
@@ -104,6 +104,13 @@ static void test_orbax_ckpt_meta__optional_and_damaged(void **state)
     assert_int_equal(d->meta.n_item_handlers, 0);
     assert_false(d->meta.has_init_timestamp);
     assert_null(d->meta.custom_metadata_json);
+    ur_orbax_ckpt_meta_free(d);
+    /* custom_metadata kept as written (16.0 stays a float for Python), the first of two as
+     * cJSON's lookup finds it */
+    const char *two = "{\"custom_metadata\": {\"lora\": {\"lora_alpha\": 16.0}}, "
+                      "\"custom_metadata\": {}}";
+    assert_int_equal(ur_orbax_ckpt_meta_parse(&d, two, strlen(two), &err), UR_OK);
+    assert_string_equal(d->meta.custom_metadata_json, "{\"lora\": {\"lora_alpha\": 16.0}}");
     ur_orbax_ckpt_meta_free(d);
     d = NULL;
     const char *bad[][2] = {

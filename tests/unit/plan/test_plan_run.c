@@ -110,6 +110,34 @@ static void test_plan_run__orbax_leaves_index_for_index(void **state)
     ur_orbax_ckpt_close(ck);
 }
 
+static void test_plan_run__custom_metadata_states_the_layers(void **state)
+{
+    ur_orbax_ckpt *ck = NULL;
+    char *cm = NULL;
+    ur_err err;
+    (void)state;
+
+    /* the example records custom_metadata {}: the output's is scan_layers alone */
+    assert_int_equal(ur_orbax_ckpt_open(&ck, EXAMPLE_ITEMS, 0, &err), UR_OK);
+    assert_int_equal(ur_plan_orbax_custom_metadata(&cm, ck, 0, &err), UR_OK);
+    assert_string_equal(cm, "{\"scan_layers\": false}");
+    ur_free(cm);
+    assert_int_equal(ur_plan_orbax_custom_metadata(&cm, ck, 1, &err), UR_OK);
+    assert_string_equal(cm, "{\"scan_layers\": true}");
+    ur_free(cm);
+    for (long n = 0;; n++) { /* every allocation failure is UR_ENOMEM, nothing leaks */
+        ur_alloc_fail_after(n);
+        int rc = ur_plan_orbax_custom_metadata(&cm, ck, 0, &err);
+        ur_alloc_fail_after(-1);
+        if (rc == UR_OK) {
+            ur_free(cm);
+            break;
+        }
+        assert_int_equal(rc, UR_ENOMEM);
+    }
+    ur_orbax_ckpt_close(ck);
+}
+
 /* ---- ur_plan_lora_units ------------------------------------------------------------------- */
 
 static void put(const char *rel, const char *text)
@@ -305,6 +333,17 @@ static void test_plan_run__run_publishes_and_reports(void **state)
     assert_true(rep.total.tensors_out > rep.total.tensors_in);
     assert_true(rep.total.bytes_out > 0);
     assert_true(ur_fs_is_dir(step));
+    { /* the output says where MaxText reads it back that its layers are unrolled */
+        char *meta = ur_path_joinf(out, "r/checkpoints/0/_CHECKPOINT_METADATA");
+        ur_buf b;
+        ur_buf_init(&b, 0);
+        assert_int_equal(ur_fs_read_file(&b, meta, 1 << 20, NULL), UR_OK);
+        assert_int_equal(ur_buf_append_byte(&b, 0, NULL), UR_OK);
+        assert_non_null(
+            strstr((const char *)b.data, "\"custom_metadata\": {\"scan_layers\": false}}"));
+        ur_buf_dispose(&b);
+        ur_free(meta);
+    }
     ur_plan_run_report_dispose(&rep);
     ur_free(step);
     ur_free(arg);
@@ -359,6 +398,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_run__input_is_one_of_the_two_paths),
         cmocka_unit_test(test_plan_run__orbax_leaves_index_for_index),
+        cmocka_unit_test(test_plan_run__custom_metadata_states_the_layers),
         cmocka_unit_test(test_plan_run__lora_units_sorted_ids_only_with_config),
         cmocka_unit_test(test_plan_run__lora_units_missing_or_empty_is_not_found),
         cmocka_unit_test(test_plan_run__verify_config_from_overrides_or_config),
