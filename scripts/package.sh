@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Build the two packages into $UNROLL_PKG_DIR (default build-pkg/dist), then install each in a
 # clean environment and run the example conversion with it (CI runs this; nothing is uploaded):
-#   maxtext_unroll-<v>-py3-none-manylinux_<glibc>_x86_64.whl   pip wheel (scikit-build-core),
-#        repaired by auditwheel: libzstd, cJSON, libyaml, libcurl and OpenSSL (with what
-#        they load) copied into the wheel
+#   maxtext_unroll-<v>-py3-none-manylinux_2_28_x86_64.whl     pip wheel (scikit-build-core),
+#        compiled by Zig's clang for glibc 2.28 and linked with static libzstd, cJSON,
+#        libyaml, zlib, libcurl and OpenSSL (scripts/wheel_deps.sh): it needs only glibc;
+#        auditwheel's tag and objdump's newest GLIBC_ symbol of every ELF in it are checked
 #   unroll_<v>_amd64.deb                                       CPack, runtime dependencies declared
 # The wheel goes into a fresh venv whose PATH holds nothing but the venv (no compiler, no
 # system unroll); the .deb is installed with apt-get (dependencies from the archive) and
