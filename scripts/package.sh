@@ -108,6 +108,14 @@ for cc in cc gcc clang; do
   [ ! -e "$venv/bin/$cc" ] || { echo "package: $cc in the venv" >&2; status=1; }
 done
 run_example env -i HOME="$HOME" PATH="$venv/bin" unroll || status=1
+# The wheel's own libcurl and OpenSSL over HTTPS: which CA bundle it trusts (needs the test
+# venv of scripts/setup.sh --tests, as CI has)
+if [ -x .venv/bin/python ]; then
+  UNROLL_BIN="$venv/bin/unroll" .venv/bin/python -m pytest -q -p no:cacheprovider \
+    tests/interop/test_tls_ca.py || status=1
+else
+  echo "package: no .venv (scripts/setup.sh --tests): the wheel's HTTPS test not run" >&2
+fi
 rm -rf "$(dirname "$venv")"
 
 echo "== check: the .deb with apt-get"
