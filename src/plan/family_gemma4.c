@@ -40,25 +40,27 @@ static int leaf(ur_plan_walk *w, const ur_plan_item *it, int *done, ur_err *err)
     return ur_plan_nested__leaf(w, it, err);
 }
 
-/* The multi-token-prediction layer (MaxText 0.2.5). models.py Transformer.__init__ builds it
- * from get_decoder_layers()[-1], which for gemma4 is Gemma4ScannableBlock when scan_layers is
- * true and Gemma4DecoderLayer when false (nnx_decoders.py get_decoder_layers, get_scannable);
- * MultiTokenPredictionLayer calls either with (config, mesh, model_mode, rngs) only
- * (multi_token_prediction.py, transformer_layer_module(...)). So:
- *   scanned    mtp_<k>_transformer_layer/local_layers/R  5 local layers, stacked at
- *                                                        param_scan_axis (gemma4.py
- *                                                        Gemma4ScannableBlock: num_of_layers 6,
- *                                                        nnx_scan.create_scanned_layers)
- *              mtp_<k>_transformer_layer/global_layer/R  the block's global layer
+/* The multi-token-prediction layer (maxtext 0.2.5, line numbers of its installed package).
+ * models.py:145-153 (Transformer.__init__) builds it from get_decoder_layers()[-1], which for
+ * gemma4 is Gemma4ScannableBlock when scan_layers is true and Gemma4DecoderLayer when false
+ * (nnx_decoders.py:1220-1221 get_scannable, :1234); multi_token_prediction.py:214-220
+ * (MultiTokenPredictionLayer.__init__) calls either with (config, mesh, model_mode=TRAIN, rngs)
+ * only. So:
+ *   scanned    mtp_<k>_transformer_layer/local_layers/R  5 local layers stacked at
+ *                                                        param_scan_axis (gemma4.py:432
+ *                                                        num_of_layers 6, :480-492
+ *                                                        create_scanned_layers)
+ *              mtp_<k>_transformer_layer/global_layer/R  the block's global layer (:499-507)
  *   unscanned  mtp_<k>_transformer_layer/R               one Gemma4DecoderLayer with its
- *                                                        defaults: attention_type LOCAL_SLIDING,
- *                                                        layer_idx 0
- * The block's local layers are built with exactly those arguments (LOCAL_SLIDING, layer_idx 0)
- * and run first, on the MTP projection's output (Gemma4ScannableBlock.__call__: local layers,
- * then the global one), which is what the unscanned MTP layer runs on. Local layer 0 is
- * therefore the unscanned MTP layer; local layers 1.. and the global layer have no place in
- * the unscanned model and are not written. The two models' MTP heads differ (six layers
- * against one): the main model, and its decode, are unaffected. */
+ *                                                        defaults (gemma4.py:164-165:
+ *                                                        attention_type LOCAL_SLIDING,
+ *                                                        layer_idx 0)
+ * The block's local layers are built with exactly those arguments (gemma4.py:487-488) and run
+ * first, on the MTP projection's output (gemma4.py:695 the local layers, :697 then the global
+ * one), which is what the unscanned MTP layer runs on. Local layer 0 is therefore the unscanned
+ * MTP layer; local layers 1.. and the global layer have no place in the unscanned model and are
+ * not written. The two models' MTP heads differ (six layers against one): the main model, and
+ * its decode, are unaffected. */
 static int mtp_leaf(ur_plan_walk *w, const ur_plan_item *it, size_t rest, int *done, ur_err *err)
 {
     const ur_plan_leaf *l = it->l;

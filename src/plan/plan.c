@@ -690,6 +690,12 @@ int ur_plan__mtp_layer(const ur_plan_leaf *l, size_t st, size_t en, size_t *rest
     return 1;
 }
 
+/* maxtext 0.2.5: models.py:145-153 builds the MTP layer from get_decoder_layers()[-1], the
+ * scannable block when scan_layers is true (nnx_decoders.py:1220-1221, :1234-1252), and
+ * multi_token_prediction.py:215-220 passes it (config, mesh, model_mode, rngs) only: gpt_oss.py
+ * GptOssDecoderLayer needs attention_type, qwen3.py Qwen3NextDecoderLayer layer_idx (TypeError,
+ * re-proved by tests/maxtext test_maxtext_mtp_unscanned_blocked); deepseek4 refuses MTP
+ * (configs/types.py:5532-5533). */
 int ur_plan__mtp_unsupported(ur_plan_walk *w, const ur_plan_item *it, ur_err *err)
 {
     char name[512];
