@@ -142,7 +142,9 @@ enum {
 typedef enum {
     UR_PLAN_DROP, /* not in the output */
     UR_PLAN_COPY, /* out[0] = leaf (cast) */
-    UR_PLAN_UNSTACK, /* out[i] = take(leaf, i, axis) (cast), i < n_out */
+    UR_PLAN_UNSTACK, /* out[i] = take(leaf, i, axis) (cast), i < n_out; a slice whose out[i]
+                      * has len 0 is discarded (not written: the multi-token-prediction
+                      * block's layers an unscanned MTP layer has no place for) */
     UR_PLAN_REPLICATE /* an empty entry ({}, None) of a scanned group: the same entry in
                        * every layer. An array without a layer axis is an error instead. */
 } ur_plan_kind;
@@ -167,7 +169,7 @@ typedef struct {
     size_t axes[UR_PLAN_MAX_LAYER_AXES];
     int group; /* UNSTACK/REPLICATE: index into ur_plan.groups, else -1 */
     size_t n_out;
-    ur_plan_path *out; /* n_out output key paths */
+    ur_plan_path *out; /* n_out output key paths (UNSTACK: len 0 for a discarded slice) */
 } ur_plan_action;
 
 typedef enum {

@@ -89,6 +89,10 @@ static int ensure_ix(ur_kern_out *o, size_t n, ur_err *err)
 static int encode(const ur_sink *sink, ur_sink_array *dst, const void *raw, ur_buf *out,
                   ur_err *err)
 {
+    if (dst == NULL) {
+        out->len = 0; /* a discarded slice (an UNSTACK output with an empty path): not written */
+        return UR_OK;
+    }
     return sink->ops->encode_chunk(sink->self, dst, raw, out, err);
 }
 

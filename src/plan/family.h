@@ -73,6 +73,13 @@ typedef struct ur_plan_family {
     int (*leaf)(ur_plan_walk *w, const ur_plan_item *it, int *done, ur_err *err);
     /* Optional: checks after the last leaf (e.g. a remainder that must be present). */
     int (*finish)(ur_plan_walk *w, ur_err *err);
+    /* Optional, when unrolling: plan a leaf of the multi-token-prediction layer's transformer
+     * layer, mtp_block/mtp_layer_<k>/mtp_<k>_transformer_layer/R (R = path[rest..en)). MaxText
+     * builds that layer from get_decoder_layers()[-1] (models.py), the scannable block of
+     * several layers when the family has one and scan_layers is true, a single decoder layer
+     * otherwise. *done = 1 when it planned the leaf; 0 (or no hook: plain, deepseek, gemma3,
+     * whose layer class is the same scanned or not) leaves it to the walk, which copies it. */
+    int (*mtp_leaf)(ur_plan_walk *w, const ur_plan_item *it, size_t rest, int *done, ur_err *err);
     /* Its checkpoints may hold pipeline stacks (ici/dcn_pipeline_parallelism > 1). */
     int pipelinable;
     /* It is the pipeline layout itself: decoder/pipeline_module is its group, and its setup
@@ -109,6 +116,16 @@ void ur_plan__shape_format(const ur_plan_leaf *leaf, char *buf, size_t n);
 ur_plan_span ur_plan__leaf_span(const ur_plan_leaf *l, size_t from, size_t to);
 /* Make the item's action a DROP (a kept leaf turned out to be dropped). */
 void ur_plan__drop(ur_plan_walk *w, const ur_plan_item *it, const char *why);
+/* Make it an UNSTACK on `axis` (length n) of which only slice `keep` is written, to
+ * prefix/path[st..rest)/path[rest + 1..en)/suffix (the component path[rest] left out); the
+ * other slices are discarded (ur_plan_path.len 0). */
+int ur_plan__take(ur_plan_walk *w, const ur_plan_item *it, size_t axis, uint64_t keep, size_t rest,
+                  ur_err *err);
+/* The mtp_leaf of the block families whose MTP layer unroll cannot unroll: UR_EUNSUPPORTED. */
+int ur_plan__mtp_unsupported(ur_plan_walk *w, const ur_plan_item *it, ur_err *err);
+/* 1 when path[st..en) is mtp_block/mtp_layer_<k>/mtp_<k>_transformer_layer/R (R not empty);
+ * *rest: the index of R's first component. */
+int ur_plan__mtp_layer(const ur_plan_leaf *l, size_t st, size_t en, size_t *rest);
 /* Make it a COPY to prefix/decoder/<layer>/path[rest..en)/suffix. */
 int ur_plan__copy_to_layer(ur_plan_walk *w, const ur_plan_item *it, const char *layer, size_t rest,
                            ur_err *err);

@@ -4,6 +4,8 @@
  * K: MaxText's scan would drop the rest. */
 #include "family.h"
 
+#include <string.h>
+
 static int applies(const ur_settings *s)
 {
     return ur_plan__cycle(s) > 1;
@@ -25,8 +27,26 @@ static int setup(ur_plan_walk *w, ur_err *err)
     return UR_OK;
 }
 
+/* The multi-token-prediction layer: MaxText builds it from the scannable block when
+ * scan_layers is true for these decoder blocks (nnx_decoders.py get_decoder_layers,
+ * get_scannable); another decoder_block with a cycle keeps one layer class, and its MTP leaves
+ * are copied. */
+static int mtp_leaf(ur_plan_walk *w, const ur_plan_item *it, size_t rest, int *done, ur_err *err)
+{
+    static const char *const k_scannable[] = {"gpt_oss", "llama4", "olmo3", "qwen3_5", "envy"};
+    (void)rest;
+    (void)done;
+    for (size_t i = 0; i < sizeof k_scannable / sizeof k_scannable[0]; i++) {
+        if (strcmp(w->s->decoder_block, k_scannable[i]) == 0) {
+            return ur_plan__mtp_unsupported(w, it, err);
+        }
+    }
+    return UR_OK;
+}
+
 const ur_plan_family ur_family_cycle = {
     .name = "cycle",
     .applies = applies,
     .setup = setup,
+    .mtp_leaf = mtp_leaf,
 };

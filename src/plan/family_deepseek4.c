@@ -30,8 +30,18 @@ static int setup(ur_plan_walk *w, ur_err *err)
     return UR_OK;
 }
 
+/* The multi-token-prediction layer: MaxText builds it from the scannable block when
+ * scan_layers is true (nnx_decoders.py get_decoder_layers, get_scannable). */
+static int mtp_leaf(ur_plan_walk *w, const ur_plan_item *it, size_t rest, int *done, ur_err *err)
+{
+    (void)rest;
+    (void)done;
+    return ur_plan__mtp_unsupported(w, it, err);
+}
+
 const ur_plan_family ur_family_deepseek4 = {
     .name = "deepseek4",
     .applies = applies,
     .setup = setup,
+    .mtp_leaf = mtp_leaf,
 };

@@ -40,6 +40,63 @@ static int leaf(ur_plan_walk *w, const ur_plan_item *it, int *done, ur_err *err)
     return ur_plan_nested__leaf(w, it, err);
 }
 
+/* The multi-token-prediction layer (maxtext 0.2.5, line numbers of its installed package).
+ * models.py:145-153 (Transformer.__init__) builds it from get_decoder_layers()[-1], which for
+ * gemma4 is Gemma4ScannableBlock when scan_layers is true and Gemma4DecoderLayer when false
+ * (nnx_decoders.py:1220-1221 get_scannable, :1234); multi_token_prediction.py:214-220
+ * (MultiTokenPredictionLayer.__init__) calls either with (config, mesh, model_mode=TRAIN, rngs)
+ * only. So:
+ *   scanned    mtp_<k>_transformer_layer/local_layers/R  5 local layers stacked at
+ *                                                        param_scan_axis (gemma4.py:432
+ *                                                        num_of_layers 6, :480-492
+ *                                                        create_scanned_layers)
+ *              mtp_<k>_transformer_layer/global_layer/R  the block's global layer (:499-507)
+ *   unscanned  mtp_<k>_transformer_layer/R               one Gemma4DecoderLayer with its
+ *                                                        defaults (gemma4.py:164-165:
+ *                                                        attention_type LOCAL_SLIDING,
+ *                                                        layer_idx 0)
+ * The block's local layers are built with exactly those arguments (gemma4.py:487-488) and run
+ * first, on the MTP projection's output (gemma4.py:695 the local layers, :697 then the global
+ * one), which is what the unscanned MTP layer runs on. Local layer 0 is therefore the unscanned
+ * MTP layer; local layers 1.. and the global layer have no place in the unscanned model and are
+ * not written. The two models' MTP heads differ (six layers against one): the main model, and
+ * its decode, are unaffected. */
+static int mtp_leaf(ur_plan_walk *w, const ur_plan_item *it, size_t rest, int *done, ur_err *err)
+{
+    const ur_plan_leaf *l = it->l;
+    size_t psa = (size_t)w->s->param_scan_axis;
+    char name[512];
+    char shape[256];
+    *done = 1;
+    ur_plan_path_format(l->path, l->path_len, name, sizeof name);
+    if (it->aux) {
+        return ur_err_set(err, UR_EUNSUPPORTED,
+                          "leaf '%s': a non-parameter variable (nnx_aux) of gemma4's scanned "
+                          "MTP block: its layer axis there is not known to unroll",
+                          name);
+    }
+    if (rest + 1 < it->en && strcmp(l->path[rest], "global_layer") == 0) {
+        ur_plan__drop(w, it,
+                      "the scanned MTP block's global layer (the unscanned MTP layer is "
+                      "one local layer)");
+        return UR_OK;
+    }
+    if (rest + 1 >= it->en || strcmp(l->path[rest], "local_layers") != 0) {
+        return ur_err_set(err, UR_EINVAL,
+                          "leaf '%s': gemma4's scanned MTP layer holds its layers under "
+                          "local_layers/ and global_layer/",
+                          name);
+    }
+    if (l->dtype == UR_DT_INVALID || psa >= l->rank || l->shape[psa] != 5) {
+        ur_plan__shape_format(l, shape, sizeof shape);
+        return ur_err_set(err, UR_EINVAL,
+                          "leaf '%s' shape %s: expected the MTP block's 5 local layers on axis "
+                          "%zu (param_scan_axis)",
+                          name, shape, psa);
+    }
+    return ur_plan__take(w, it, psa, 0, rest, err);
+}
+
 const ur_plan_family ur_family_gemma4 = {
     .name = "gemma4",
     .applies = applies,
@@ -47,4 +104,5 @@ const ur_plan_family ur_family_gemma4 = {
     .leaf = leaf,
     .nested = 1,
     .finish = ur_plan_nested__finish,
+    .mtp_leaf = mtp_leaf,
 };

@@ -47,10 +47,20 @@ static int leaf(ur_plan_walk *w, const ur_plan_item *it, int *done, ur_err *err)
     return ur_plan_nested__leaf(w, it, err);
 }
 
+/* The multi-token-prediction layer: MaxText builds it from the scannable block when
+ * scan_layers is true (nnx_decoders.py get_decoder_layers, get_scannable). */
+static int mtp_leaf(ur_plan_walk *w, const ur_plan_item *it, size_t rest, int *done, ur_err *err)
+{
+    (void)rest;
+    (void)done;
+    return ur_plan__mtp_unsupported(w, it, err);
+}
+
 const ur_plan_family ur_family_qwen3_next = {
     .name = "qwen3_next",
     .applies = applies,
     .setup = setup,
+    .mtp_leaf = mtp_leaf,
     .leaf = leaf,
     .nested = 1,
     .finish = ur_plan_nested__finish,

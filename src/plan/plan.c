@@ -31,6 +31,7 @@
 #include "unroll/plan.h"
 #include "unroll/tensor.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -641,6 +642,75 @@ int ur_plan__unstack(ur_plan_walk *w, const ur_plan_item *it, int g, size_t rest
     return UR_OK;
 }
 
+int ur_plan__take(ur_plan_walk *w, const ur_plan_item *it, size_t axis, uint64_t keep, size_t rest,
+                  ur_err *err)
+{
+    ur_plan *plan = w->plan;
+    ur_plan_action *a = it->a;
+    uint64_t n = it->l->shape[axis];
+    span parts[4] = {w->prefix, ur_plan__leaf_span(it->l, it->st, rest),
+                     ur_plan__leaf_span(it->l, rest + 1, it->en), w->suffix};
+    int rc;
+    assert(axis < it->l->rank && keep < n && rest < it->en);
+    a->kind = UR_PLAN_UNSTACK;
+    a->axis = axis;
+    a->n_axes = 0;
+    a->group = -1;
+    a->out = ur_calloc((size_t)n, sizeof *a->out);
+    if (!a->out) {
+        return ur_err_oom(err);
+    }
+    a->n_out = (size_t)n; /* the others stay empty paths: discarded */
+    rc = path_build(&a->out[keep], parts, 4, err);
+    if (rc < 0) {
+        return rc;
+    }
+    plan->summary.leaves_unstacked++;
+    plan->summary.leaves_out++;
+    return add_bytes(&plan->summary.bytes_out, it->elems / n, ur_dtype_size(a->out_dtype), 1, err);
+}
+
+int ur_plan__mtp_layer(const ur_plan_leaf *l, size_t st, size_t en, size_t *rest)
+{
+    const char *layer;
+    const char *c;
+    size_t n;
+    if (en - st < 4 || strcmp(l->path[st], "mtp_block") != 0 ||
+        strncmp(l->path[st + 1], "mtp_layer_", 10) != 0) {
+        return 0;
+    }
+    layer = l->path[st + 1] + 10; /* "<k>" of mtp_layer_<k> */
+    n = strlen(layer);
+    c = l->path[st + 2];
+    if (n == 0 || strncmp(c, "mtp_", 4) != 0 || strncmp(c + 4, layer, n) != 0 ||
+        strcmp(c + 4 + n, "_transformer_layer") != 0) {
+        return 0;
+    }
+    *rest = st + 3;
+    return 1;
+}
+
+/* maxtext 0.2.5: models.py:145-153 builds the MTP layer from get_decoder_layers()[-1], the
+ * scannable block when scan_layers is true (nnx_decoders.py:1220-1221, :1234-1252), and
+ * multi_token_prediction.py:215-220 passes it (config, mesh, model_mode, rngs) only: gpt_oss.py
+ * GptOssDecoderLayer needs attention_type, qwen3.py Qwen3NextDecoderLayer layer_idx (TypeError,
+ * re-proved by tests/maxtext test_maxtext_mtp_unscanned_blocked); deepseek4 refuses MTP
+ * (configs/types.py:5532-5533). */
+int ur_plan__mtp_unsupported(ur_plan_walk *w, const ur_plan_item *it, ur_err *err)
+{
+    char name[512];
+    return ur_err_set(err, UR_EUNSUPPORTED,
+                      "leaf '%s': multi-token prediction (mtp_num_layers > 0) of a %s model "
+                      "with scan_layers=true builds its MTP layer as a whole scanned block "
+                      "(get_decoder_layers()[-1] in MaxText's models.py), the unscanned model "
+                      "as one decoder layer with default arguments, which MaxText 0.2.5 cannot "
+                      "build for gpt_oss, olmo3, qwen3_next and qwen3_5 (a required argument "
+                      "is missing) and which no sub-layer of the block is known to be for the "
+                      "others: unrolling it is not supported",
+                      ur_plan_path_format(it->l->path, it->l->path_len, name, sizeof name),
+                      w->s->decoder_block);
+}
+
 /* A leaf of scanned group `grp` with no layer axis. Rank 0: no scanned model stores one (the
  * scan adds the layer axis to every parameter), so the input is inconsistent. Otherwise
  * param_scan_axis (from the config) lies past the leaf's last axis. */
@@ -754,7 +824,15 @@ static int model_leaf(ur_plan_walk *w, const ur_plan_family *fam, ur_plan_item *
     size_t en = it->en;
     size_t rest = st + 2;
     int64_t sub = 0;
+    size_t mtp_rest;
     int rc;
+    if (plan->unrolled && fam->mtp_leaf != NULL && ur_plan__mtp_layer(l, st, en, &mtp_rest)) {
+        int done = 0;
+        rc = fam->mtp_leaf(w, it, mtp_rest, &done, err);
+        if (rc < 0 || done) {
+            return rc;
+        }
+    }
     if (plan->unrolled && en - st >= 3 && strcmp(l->path[st], "decoder") == 0) {
         for (size_t k = 0; k < plan->n_groups; k++) {
             if (strcmp(l->path[st + 1], plan->groups[k].name) == 0) {

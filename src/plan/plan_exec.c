@@ -127,6 +127,16 @@ static leaf_ref *ref_of(const runner *r, uint64_t item)
     return &r->refs[lo];
 }
 
+/* The outputs an action writes: n_out less its discarded slices (an empty path). */
+static size_t written(const ur_plan_action *a)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < a->n_out; i++) {
+        n += a->out[i].len > 0;
+    }
+    return n;
+}
+
 static ur_sink_path out_path(const ur_plan_path *p)
 {
     ur_sink_path sp;
@@ -158,6 +168,9 @@ static int task_setup(runner *r, task *t, ur_err *err)
     }
     for (size_t i = 0; i < a->n_out && rc == UR_OK; i++) {
         ur_sink_path p = out_path(&a->out[i]);
+        if (a->out[i].len == 0) {
+            continue; /* a discarded slice: dst[i] stays NULL */
+        }
         rc = r->sink->ops->begin_array(r->sink->self, &p, a->out_dtype, t->k.out_rank,
                                        t->k.out_shape, t->k.out_chunk_shape, &t->k.dst[i], err);
     }
@@ -169,6 +182,9 @@ static int task_release(runner *r, task *t, int ok, ur_err *err)
 {
     int rc = UR_OK;
     for (size_t i = 0; t->k.dst != NULL && i < t->k.act->n_out; i++) {
+        if (t->k.dst[i] == NULL) {
+            continue; /* discarded, or never begun */
+        }
         if (ok && rc == UR_OK) {
             rc = r->sink->ops->finish_array(r->sink->self, t->k.dst[i], err);
         } else {
@@ -412,12 +428,17 @@ static int commit(void *user, ur_sched *s, void *job_, ur_err *err)
     const ur_kern_task *k = &t->k;
     const char *name = t->leaf->name; /* the leaf outlives its task */
     uint64_t out_idx[UR_MAX_RANK];
+    size_t n_skipped = 0;
     int rc = UR_OK;
 
     ur_kern_out_index(&j->it, out_idx);
     for (size_t i = 0; i < j->out.n_out && rc == UR_OK; i++) {
         /* COPY/REPLICATE encode once and write the same bytes to each output. */
         const ur_buf *e = &j->out.enc[k->axis < 0 ? 0 : i];
+        if (k->dst[j->out.ix[i]] == NULL) {
+            n_skipped++; /* a discarded slice */
+            continue;
+        }
         rc = r->sink->ops->write_chunk(r->sink->self, k->dst[j->out.ix[i]], out_idx, e->data,
                                        e->len, err);
     }
@@ -426,9 +447,9 @@ static int commit(void *user, ur_sched *s, void *job_, ur_err *err)
         if (j->it.slab + 1 == k->slabs_per_chunk) {
             st->chunks_in++;
         }
-        st->chunks_out += j->out.n_out;
+        st->chunks_out += j->out.n_out - n_skipped;
         st->bytes_in += k->slab_bytes;
-        st->bytes_out += (uint64_t)j->out.n_out * k->out_chunk_bytes;
+        st->bytes_out += (uint64_t)(j->out.n_out - n_skipped) * k->out_chunk_bytes;
         if (j->it.rel + 1 == k->n_items) {
             /* its last item: no worker holds the leaf any more */
             ur_sched_update(s, unlink_task, t);
@@ -513,7 +534,11 @@ static int add_placeholders(const ur_plan_action *a, const ur_orbax_leaf *leaf,
     }
     for (size_t i = 0; i < a->n_out; i++) {
         ur_sink_path p = out_path(&a->out[i]);
-        int rc = sink->ops->add_empty(sink->self, &p, kind, err);
+        int rc;
+        if (a->out[i].len == 0) {
+            continue;
+        }
+        rc = sink->ops->add_empty(sink->self, &p, kind, err);
         if (rc < 0) {
             return ur_err_wrap(err, "tensor '%s'", leaf->name);
         }
@@ -549,7 +574,7 @@ static int index_leaves(runner *r, ur_err *err)
     int rc;
 
     for (size_t i = 0; i < plan->n_actions; i++) {
-        n_out += plan->actions[i].kind == UR_PLAN_DROP ? 0 : plan->actions[i].n_out;
+        n_out += plan->actions[i].kind == UR_PLAN_DROP ? 0 : written(&plan->actions[i]);
     }
     rc = r->sink->ops->reserve(r->sink->self, n_out, err);
     if (rc == UR_OK) {
@@ -601,7 +626,7 @@ static int index_leaves(runner *r, ur_err *err)
         }
         r->bytes_total += k.info.chunk_count * k.info.chunk_bytes;
         r->stats->tensors_in++;
-        r->stats->tensors_out += a->n_out;
+        r->stats->tensors_out += written(a);
     }
     return UR_OK;
 }
@@ -619,6 +644,9 @@ static int declare_leaf(runner *r, const leaf_ref *ref, ur_err *err)
     for (size_t i = 0; i < a->n_out && rc == UR_OK; i++) {
         ur_sink_path p = out_path(&a->out[i]);
         ur_sink_array *dst = NULL;
+        if (a->out[i].len == 0) {
+            continue; /* a discarded slice */
+        }
         rc = r->sink->ops->begin_array(r->sink->self, &p, a->out_dtype, k.out_rank, k.out_shape,
                                        k.out_chunk_shape, &dst, err);
         if (rc == UR_OK) {

@@ -898,6 +898,10 @@ int ur_plan_verify__match(verifier *vf, const vleaf *o, vpair *out, ur_err *err)
         out->tbl = -1;
         return UR_OK;
     }
+    rc = ur_verify_family_mtp__match(vf, o, out, err);
+    if (rc < 0 || out->kind != VPAIR_NONE) {
+        return rc;
+    }
     /* an unrolled layer D/X_<g>/R: each family of the table in turn */
     for (size_t k = 0; k < o->len; k++) {
         size_t xl;
@@ -963,6 +967,9 @@ static void report_missing(verifier *vf)
     for (size_t i = 0; i < vf->in.n; i++) {
         const vleaf *v = &vf->in.v[i];
         ur_plan_verify__leaf_name(v, iname, sizeof iname);
+        if (v->hits == 0 && ur_verify_family_mtp__not_carried(vf, v)) {
+            continue;
+        }
         if (v->hits == 0) {
             ur_plan_verify__issue(vf, UR_VERIFY_MISSING, "(no output leaf)", iname);
             continue;

@@ -12,6 +12,7 @@
  *                             global_layer}) and qwen3-next (layers/{local_layers,
  *                             global_layer}), each with layers_remainder/local_layers
  *   verify_family_pipeline.c  pipeline stacks (pipeline_module + layers_outside_pipeline)
+ *   verify_family_mtp.c       the multi-token-prediction layer, from a scanned MTP block
  *
  * chosen through the table in verify_family.c. A matcher is pure: it reads the two leaf
  * sets and returns a pairing (which input leaf, which index on which axes) that the core
@@ -128,6 +129,15 @@ extern const size_t ur_verify_family_count;
  * the scanned node, sub-layers per block, unscanned head and remainder, read from the tree. */
 int ur_verify_family_blocks__table(verifier *vf, const char *const *q, size_t dlen, const char *x,
                                    size_t xl, int *out, ur_err *err);
+
+/* ---- the multi-token-prediction layer (verify_family_mtp.c) -------------------------------- */
+
+/* Output .../mtp_block/mtp_layer_<k>/mtp_<k>_transformer_layer/R from local layer 0 of the
+ * input's .../local_layers/R (a scanned MTP block); out->kind stays VPAIR_NONE otherwise. */
+int ur_verify_family_mtp__match(verifier *vf, const vleaf *o, vpair *out, ur_err *err);
+/* 1 when input leaf v is a scanned MTP block's global layer that the output, which unrolled
+ * that MTP layer, does not carry (not missing). */
+int ur_verify_family_mtp__not_carried(const verifier *vf, const vleaf *v);
 
 /* ---- what the core lends the families (plan_verify.c) ------------------------------------- */
 ur_verify_issue *ur_plan_verify__issue(verifier *vf, ur_verify_issue_kind kind, const char *leaf,

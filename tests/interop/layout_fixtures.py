@@ -11,6 +11,9 @@ Families (tiny dims, param-only checkpoints {step: 0, params: {params: ...}, opt
                            layers_<j>/... (the last N % 6 layers, unscanned)
   deepseek4                decoder/layers_<i> (first_num_hash_layers, unscanned) +
                            decoder/scanned_blocks/layers_<j>/... (blocks of 2)
+  gemma4 (+ MTP)           decoder/scanned_blocks/{local_layers,global_layer}/... +
+                           layers_remainder; with mtp=True also mtp_block/mtp_layer_1/..., its
+                           transformer layer a whole scanned block (see MTP below)
 
 The layouts follow MaxText e591f30cbbf2: nnx_decoders.py `_init_scanned_generic` (scan length
 int(N / K), module `layers`), the ScannableBlocks of llama4.py / gpt_oss.py / olmo3.py
@@ -433,13 +436,30 @@ class Gemma4Info:
     layout: str
     dtype: str
     items: pathlib.Path
+    mtp: bool = False
 
     def overrides(self) -> list:
         return [f"load_parameters_path={self.items}", f"base_num_decoder_layers={self.num_layers}",
                 "decoder_block=gemma4", "param_scan_axis=1"]
 
 
-def _gemma4_state(n: int, dtype: str):
+# Multi-token prediction (mtp_num_layers=1; maxtext 0.2.5 models.py builds the MTP layer from
+# get_decoder_layers()[-1]): with scan_layers=true its transformer layer is a whole
+# Gemma4ScannableBlock (local_layers: 5 local layers stacked at param_scan_axis, metadata axis
+# "local_layers"; global_layer), with scan_layers=false one Gemma4DecoderLayer with its default
+# arguments (a local layer). The MTP layer's own norms and projection are the same in both.
+MTP = ("mtp_block", "mtp_layer_1")
+MTP_LAYER = MTP + ("mtp_1_transformer_layer",)
+
+
+def _mtp_leaves() -> list:
+    return [(MTP + ("mtp_1_embedding_norm", "scale"), ("norm",), (E,)),
+            (MTP + ("mtp_1_hidden_state_norm", "scale"), ("norm",), (E,)),
+            (MTP + ("mtp_1_projection", "kernel"), ("mlp", "embed"), (2 * E, E)),
+            (MTP + ("mtp_1_final_norm", "scale"), ("norm",), (E,))]
+
+
+def _gemma4_state(n: int, dtype: str, mtp: bool = False):
     b = mf._Builder("layout-gemma4", dtype, mf.DEFAULT_MESH)
     pp = ("params", "params")
     params: dict = {}
@@ -460,19 +480,27 @@ def _gemma4_state(n: int, dtype: str):
         if rem:
             add(("decoder", "layers_remainder", "local_layers") + path,
                 logical[:1] + ("local_layers",) + logical[1:], shape[:1] + (rem,) + shape[1:])
+        if mtp:
+            add(MTP_LAYER + ("local_layers",) + path,
+                logical[:1] + ("local_layers",) + logical[1:], shape[:1] + (5,) + shape[1:])
+            add(MTP_LAYER + ("global_layer",) + path, logical, gshape)
+    for path, logical, shape in _mtp_leaves() if mtp else ():
+        add(path, logical, shape)
     return {"step": 0, "params": {"params": params}, "opt_state": {}}, b
 
 
-def make_gemma4_checkpoint(layout: str, dtype: str, cache_dir, n: int = GEMMA4_LAYERS):
+def make_gemma4_checkpoint(layout: str, dtype: str, cache_dir, n: int = GEMMA4_LAYERS,
+                           mtp: bool = False):
     use_ocdbt, use_zarr3 = mf.LAYOUTS[layout]
     cache_dir = pathlib.Path(cache_dir)
-    final = cache_dir / f"layout-gemma4-{n}-{layout}-{dtype}-{_source_hash()}"
+    tag = "-mtp" if mtp else ""
+    final = cache_dir / f"layout-gemma4-{n}{tag}-{layout}-{dtype}-{_source_hash()}"
     items = final / "checkpoints" / "0" / "items"
     if not (items / "_METADATA").is_file():
         cache_dir.mkdir(parents=True, exist_ok=True)
         tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=cache_dir))
         try:
-            state, b = _gemma4_state(n, dtype)
+            state, b = _gemma4_state(n, dtype, mtp)
             mf._save(tmp / "x" / "checkpoints", 0, state, b.specs, mf.DEFAULT_MESH, use_ocdbt,
                      use_zarr3, mf.SMALL_CHUNK_BYTES)
             try:
@@ -482,16 +510,20 @@ def make_gemma4_checkpoint(layout: str, dtype: str, cache_dir, n: int = GEMMA4_L
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return Gemma4Info(n, layout, dtype, items)
+    return Gemma4Info(n, layout, dtype, items, mtp)
 
 
-def gemma4_unscanned_tree(n: int) -> dict:
+def gemma4_unscanned_tree(n: int, mtp: bool = False) -> dict:
     out = {("token_embedder", "embedding"): (V, E), ("decoder", "decoder_norm", "scale"): (E,)}
     for g in range(n):
         for path, logical, shape in _layer_leaves("dense"):
             glob = g % 6 == 5 and g < n // 6 * 6
             out[("decoder", f"layers_{g}") + path] = \
                 _gemma4_global_shape(logical, shape) if glob else shape
+    if mtp:  # the unscanned MTP layer: one local layer
+        for path, _, shape in _layer_leaves("dense"):
+            out[MTP_LAYER + path] = shape
+        out.update({path: shape for path, _, shape in _mtp_leaves()})
     return out
 
 
@@ -515,10 +547,19 @@ def gemma4_reference_unroll(info: Gemma4Info, pure_nnx: bool) -> dict:
     for i in range(info.num_layers % 6):
         out_dec[f"layers_{6 * blocks + i}"] = mf.unflatten(
             {p: reference._bf16(np.asarray(x)[:, i]) for p, x in rem.items()})
-    out = {k: _cast(v) for k, v in params.items() if k != "decoder"}
+    out = {k: _cast(v) for k, v in params.items() if k not in ("decoder", "mtp_block")}
     out["decoder"] = out_dec
+    if info.mtp:  # the MTP block's local layer 0; its other local layers and global layer go
+        mtp = mf.flatten(params["mtp_block"])
+        flat = {}
+        for p, x in mtp.items():
+            if p[:3] == MTP_LAYER[1:] + ("local_layers",):
+                flat[p[:2] + p[3:]] = reference._bf16(np.asarray(x)[:, 0])
+            elif p[:3] != MTP_LAYER[1:] + ("global_layer",):
+                flat[p] = reference._bf16(np.asarray(x))
+        out["mtp_block"] = mf.unflatten(flat)
     return reference.decode_layout(out, pure_nnx)
 
 
-__all__ += ["GEMMA4_LAYERS", "Gemma4Info", "make_gemma4_checkpoint", "gemma4_unscanned_tree",
+__all__ += ["MTP_LAYER", "GEMMA4_LAYERS", "Gemma4Info", "make_gemma4_checkpoint", "gemma4_unscanned_tree",
             "gemma4_reference_unroll"]

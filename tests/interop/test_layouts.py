@@ -222,6 +222,38 @@ def test_gemma4_unrolls_like_reference(unroll_bin, layout_config, fixture_cache,
     assert "OK" in v.stdout
 
 
+def test_gemma4_mtp_layer(unroll_bin, layout_config, fixture_cache, tmp_path):
+    """Multi-token prediction: the scanned MTP layer is a whole Gemma4ScannableBlock, the
+    unscanned one a single local layer, written from the block's local layer 0 (its other
+    local layers and its global layer are not); scanned output: the block as it is; a block
+    family whose unscanned MTP layer MaxText cannot build (gpt_oss) is refused."""
+    info = lf.make_gemma4_checkpoint("ocdbt-zarr3", "float32", fixture_cache, n=6, mtp=True)
+    res = run_unroll(unroll_bin, layout_config, info, tmp_path / "a")
+    assert res.returncode == 0, res.stderr
+    items = output_items(tmp_path / "a")
+    reference.check_unrolled(items, lf.gemma4_reference_unroll(info, pure_nnx=True))
+    assert _model_tree(reference.restore(items), pure_nnx=True) == \
+        lf.gemma4_unscanned_tree(6, mtp=True)
+    v = subprocess.run([str(unroll_bin), "verify", str(info.items), str(items), str(layout_config),
+                        *info.overrides()], capture_output=True, text=True, timeout=300)
+    assert v.returncode == 0 and "OK" in v.stdout, v.stdout + v.stderr
+    # the dry run says what is left out
+    dry = run_unroll(unroll_bin, layout_config, info, tmp_path / "d", extra=["--dry-run"])
+    assert dry.returncode == 0, dry.stderr
+    assert "mtp_1_transformer_layer/global_layer/mlp/wo/kernel (the scanned MTP block's global " \
+        "layer" in dry.stdout, dry.stdout
+    # scanned param-only output: the block unchanged
+    res = run_unroll(unroll_bin, layout_config, info, tmp_path / "s", extra=["force_unroll=false"])
+    assert res.returncode == 0, res.stderr
+    got = _model_tree(reference.restore(output_items(tmp_path / "s")), pure_nnx=True)
+    assert lf.MTP_LAYER + ("local_layers", "mlp", "wo", "kernel") in got
+    # gpt_oss: refused (exit 5), nothing written
+    res = run_unroll(unroll_bin, layout_config, info, tmp_path / "g",
+                     extra=["decoder_block=gpt_oss", "inhomogeneous_layer_cycle_interval=6"])
+    assert res.returncode == 5 and "multi-token prediction" in res.stderr, res.stderr
+    assert not output_items(tmp_path / "g").exists()
+
+
 def test_gemma4_linen_output_and_wrong_count(unroll_bin, layout_config, fixture_cache, tmp_path):
     info = lf.make_gemma4_checkpoint("plain-zarr2", "bfloat16", fixture_cache)
     res = run_unroll(unroll_bin, layout_config, info, tmp_path / "a", pure_nnx=False)

@@ -86,6 +86,24 @@ FAMILIES["deepseek"] = DEEPSEEK + ["routed_bias=false"]
 # to change which experts are picked.
 FAMILIES["deepseek-routed-bias"] = DEEPSEEK + ["routed_bias=true", "routed_bias_update_rate=0.5"]
 
+# Multi-token prediction (mtp_num_layers=1; models.py builds the MTP layer from
+# get_decoder_layers()[-1]). DeepSeek: the MoE layer class whether scanned or not, so the
+# scanned and unscanned MTP subtrees are the same. gemma4 (one block of 6, no remainder): the
+# scanned model's MTP layer is a whole Gemma4ScannableBlock (5 scanned local layers + 1 global),
+# the unscanned model's a single local Gemma4DecoderLayer.
+FAMILIES["deepseek-mtp"] = DEEPSEEK + ["routed_bias=false", "mtp_num_layers=1"]
+FAMILIES["gemma4-mtp"] = [a for a in FAMILIES["gemma4"] if not a.startswith("base_num_decoder_layers=")] + [
+    "base_num_decoder_layers=6", "mtp_num_layers=1"]
+# MaxText 0.2.5 cannot decode a model with an MTP block: Transformer.__call__ runs the block in
+# every mode (models.py), but MultiTokenPredictionLayer builds its transformer layer with
+# MODEL_MODE_TRAIN (multi_token_prediction.py), so that layer's attention has no KV cache and
+# MaxEngine's prefill fails in it (attentions.py update_kv_caches: self.KVCache_0 is None), from
+# the scanned param-only output as from the unscanned one. The block only sows training losses
+# (it never changes the logits), so the families are decoded with mtp_num_layers=0 (the main
+# model; the checkpoint's mtp_block is then not loaded) and the failure is recorded.
+MTP = {"deepseek-mtp", "gemma4-mtp"}
+MTP_DECODE_ERROR = "TypeError: 'NoneType' object is not callable"
+
 # llama4: blocks of 4 (inhomogeneous_layer_cycle_interval; every 4th layer without RoPE), MoE.
 FAMILIES["llama4"] = TINY + ["model_name=llama4-17b-16e", "override_model_config=true",
                              "base_num_decoder_layers=4", "num_experts=4", "num_experts_per_tok=1",
@@ -425,13 +443,13 @@ def _flat(tree, prefix=()):
     return out
 
 
-def model_tree(family: str) -> dict:
-    """{path: shape} of the scan_layers=false model's persisted variables (what from_pretrained
-    restores: everything but rng, cache, intermediates, batch stats)."""
+def model_tree(family: str, scanned: bool = False) -> dict:
+    """{path: shape} of the scan_layers=false (or true) model's persisted variables (what
+    from_pretrained restores: everything but rng, cache, intermediates, batch stats)."""
     import jax
     from flax import nnx
     from maxtext.utils import model_creation_utils
-    cfg = _config(family, "scan_layers=false")
+    cfg = _config(family, f"scan_layers={str(scanned).lower()}")
     _, model = model_creation_utils.create_nnx_abstract_model(cfg)
     state = nnx.state(model).filter(
         lambda path, var: not isinstance(var, (nnx.RngState, nnx.Cache, nnx.Intermediate, nnx.BatchStat)))
@@ -527,6 +545,55 @@ def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4)
     return {"tokens": tokens, "logits": logits, "aux": aux, "scan_layers": cfg.scan_layers}
 
 
+def _attempt(fn, *args, **kwargs) -> dict:
+    """fn's result, or the exception MaxText raised (first line)."""
+    try:
+        return {"ok": True, **fn(*args, **kwargs)}
+    except Exception as e:  # noqa: BLE001 - what MaxText raises is the fact gathered
+        return {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:500]}"}
+
+
+def mtp_subtree(tree: dict) -> dict:
+    """The MTP block's leaves of a {path: shape} tree, by their path from mtp_block on (a
+    training state's params/params/ and an output's /value dropped)."""
+    out = {}
+    for k, v in tree.items():
+        p = k.split("/")
+        if "mtp_block" in p:
+            p = p[p.index("mtp_block"):]
+            out["/".join(p[:-1] if p[-1] == "value" else p)] = v
+    return out
+
+
+def trained_mtp(items: pathlib.Path) -> dict:
+    """{path: shape} of the training state's MTP block (params/params/mtp_block)."""
+    import orbax.checkpoint as ocp
+    meta = ocp.PyTreeCheckpointer().metadata(str(items)).item_metadata.tree
+    return {"mtp_block/" + k: list(v.shape)
+            for k, v in _flat(meta["params"]["params"].get("mtp_block", {})).items()}
+
+
+# Block families whose unscanned MTP layer MaxText 0.2.5 cannot build (unroll refuses them):
+# the layer class needs an argument MultiTokenPredictionLayer does not pass.
+MTP_BLOCKED = {"gpt-oss": "TypeError: GptOssDecoderLayer.__init__() missing 1 required positional "
+                          "argument: 'attention_type'",
+               "qwen3-next": "TypeError: Qwen3NextDecoderLayer.__init__() missing 1 required "
+                             "positional argument: 'layer_idx'"}
+
+
+def mtp_blockers() -> dict:
+    """What MaxText builds for MTP_BLOCKED's families with mtp_num_layers=1 (no training): the
+    scanned model's MTP layer (a whole scannable block), and the exception building the
+    unscanned model raises."""
+    out = {}
+    for fam in MTP_BLOCKED:
+        ALL[fam + "+mtp"] = ALL[fam] + ["mtp_num_layers=1"]
+        scanned = _attempt(lambda: {"tree": mtp_subtree(model_tree(fam + "+mtp", True))})
+        out[fam] = {"scanned": scanned,
+                    "unscanned": _attempt(lambda: {"tree": model_tree(fam + "+mtp")})}
+    return out
+
+
 def lora_blockers(work: pathlib.Path) -> dict:
     """Why LoRA cannot go through MaxText 0.2.5 (README): what its pre-training with LoRA enabled
     saves, and what MaxEngine.load_single_adapter does, after load_params of unroll's llama2
@@ -562,6 +629,9 @@ def main() -> None:
     if family == "lora-blockers":
         (work / "facts.json").write_text(json.dumps(lora_blockers(work)))
         return
+    if family == "mtp-blockers":
+        (work / "facts.json").write_text(json.dumps(mtp_blockers()))
+        return
     devices = PARALLEL.get(family, ([], 1))[1]
     if devices > 1:
         # read when JAX first starts its backend (nothing has yet): restoring the training state
@@ -585,13 +655,24 @@ def main() -> None:
     if facts["unrolled"]["rc"] == 0 and family in MAXTEXT_OUTCOME:
         facts["maxtext"] = maxtext_facts(family, items, facts["unrolled"]["path"])
     facts["model_tree"] = model_tree(family)
+    # the main model alone where MaxText cannot decode with the MTP block (MTP above)
+    main_only = ("mtp_num_layers=0",) if family in MTP else ()
+    if family in MTP:
+        facts["trained_mtp"] = trained_mtp(items)
+        facts["decode_mtp"] = {}
     if facts["unrolled"]["rc"] == 0:
         facts["unrolled_tree"] = checkpoint_tree(facts["unrolled"]["path"])
         facts["unrolled_metadata"] = checkpoint_metadata(facts["unrolled"]["path"])
-        facts["decode_unrolled"] = decode(family, facts["unrolled"]["path"], scanned=False)
+        if family in MTP:
+            facts["decode_mtp"]["unrolled"] = _attempt(
+                decode, family, facts["unrolled"]["path"], False, n_steps=1)
+        facts["decode_unrolled"] = decode(family, facts["unrolled"]["path"], False, *main_only)
     if facts["scanned"]["rc"] == 0:
         facts["scanned_metadata"] = checkpoint_metadata(facts["scanned"]["path"])
-        facts["decode_scanned"] = decode(family, facts["scanned"]["path"], scanned=True)
+        if family in MTP:
+            facts["decode_mtp"]["scanned"] = _attempt(
+                decode, family, facts["scanned"]["path"], True, n_steps=1)
+        facts["decode_scanned"] = decode(family, facts["scanned"]["path"], True, *main_only)
     facts["variants"] = {}
     for name, keys in VARIANTS.get(family, {}).items():
         v = run_unroll(family, items, work, name, "force_unroll=true", *keys)

@@ -115,6 +115,8 @@ def test_family(family, tmp_path_factory):
             f["mesh_axes_used"]
     # non-parameter variables (DeepSeek's router bias): MaxText runs with the trained values
     _check_aux(family, f)
+    if family in driver.MTP:
+        _check_mtp(family, f)
     # other storage formats of the same output: what MaxText restores and decodes alike
     for name, v in f["variants"].items():
         assert v["rc"] == 0, v["stderr"]
@@ -128,6 +130,38 @@ def test_family(family, tmp_path_factory):
         assert v["maxtext"]["storage"] == v["storage"]
         assert v["maxtext"]["differences"] == {}
         assert v["maxtext"]["leaves_compared"] == len(model)
+
+
+def _check_mtp(family: str, f: dict) -> None:
+    """Multi-token prediction: the MTP layer is built from get_decoder_layers()[-1] (models.py).
+    DeepSeek: the same layer class scanned or not, so the training state's MTP block is already
+    the unscanned model's. gemma4: the scanned model's MTP transformer layer is a whole
+    Gemma4ScannableBlock (5 local layers stacked on axis 1, a global layer), the unscanned
+    model's one local layer (what the tree comparison above checked unroll wrote, and verify
+    that its values are local layer 0's). MaxEngine cannot decode with the MTP block from
+    either output (driver.MTP), so the decodes compared above ran the main model alone."""
+    model = driver.mtp_subtree(f["model_tree"])
+    trained = f["trained_mtp"]
+    assert model and trained, "the MTP block is missing from the model or the training state"
+    layer = "mtp_block/mtp_layer_1/mtp_1_transformer_layer/"
+    if family == "deepseek-mtp":
+        assert trained == model
+    else:
+        local = {k.replace("local_layers/", "", 1): v[:1] + v[2:] for k, v in trained.items()
+                 if k.startswith(layer + "local_layers/")}
+        assert {v[1] for k, v in trained.items() if k.startswith(layer + "local_layers/")} == {5}
+        assert any(k.startswith(layer + "global_layer/") for k in trained)
+        assert not any(k.startswith((layer + "local_layers/", layer + "global_layer/"))
+                       for k in model)
+        # the unscanned MTP layer is shaped like one of the block's local layers
+        assert local == {k: v for k, v in model.items() if k.startswith(layer)}
+        # the MTP layer's own norms and projection are the same in both
+        assert {k: v for k, v in trained.items() if not k.startswith(layer)} == \
+            {k: v for k, v in model.items() if not k.startswith(layer)}
+    for which in ("unrolled", "scanned"):
+        d = f["decode_mtp"][which]
+        assert not d["ok"], "MaxEngine now decodes with the MTP block: compare those decodes"
+        assert d["error"] == driver.MTP_DECODE_ERROR, d["error"]
 
 
 def _unstacked(trained: dict, model: dict, family: str) -> dict:
@@ -236,3 +270,26 @@ def test_maxtext_lora_blocked(tmp_path):
     assert not f["load_single_adapter"]["ok"], "MaxEngine now loads adapters: test unroll's"
     assert f["load_single_adapter"]["error"] == \
         "ValueError: Unexpected leaf type Param at .decoder.decoder_norm.scale"
+
+
+def test_maxtext_mtp_unscanned_blocked(tmp_path):
+    """Multi-token prediction with gpt-oss and qwen3-next (no training): MaxText 0.2.5 builds the
+    scanned model's MTP layer as a whole scannable block, and cannot build the unscanned model at
+    all (the layer class needs an argument MultiTokenPredictionLayer does not pass), so no
+    unscanned checkpoint of them can be loaded and unroll refuses them (exit 5; interop
+    test_gemma4_mtp_layer, unit test_plan__mtp_layer). Fails when MaxText changes: then those
+    families' mapping belongs in unroll."""
+    p = subprocess.run([sys.executable, str(HERE / "driver.py"), "mtp-blockers", str(tmp_path)],
+                       capture_output=True, text=True)
+    facts_file = tmp_path / "facts.json"
+    assert p.returncode == 0 and facts_file.exists(), p.stderr[-4000:]
+    f = json.loads(facts_file.read_text())
+    layer = "mtp_block/mtp_layer_1/mtp_1_transformer_layer/"
+    for fam, error in driver.MTP_BLOCKED.items():
+        scanned = f[fam]["scanned"]
+        assert scanned["ok"], scanned
+        # the scanned MTP layer holds the block's sub-layers (gpt-oss layers_0, layers_1;
+        # qwen3-next local_layers, global_layer)
+        subs = {k[len(layer):].split("/")[0] for k in scanned["tree"] if k.startswith(layer)}
+        assert subs in ({"layers_0", "layers_1"}, {"local_layers", "global_layer"}), subs
+        assert f[fam]["unscanned"] == {"ok": False, "error": error}, f[fam]["unscanned"]

@@ -1109,6 +1109,111 @@ static void test_plan__gemma4_nested_blocks(void **state)
     assert_non_null(strstr(err.msg, "global_layer"));
 }
 
+/* Multi-token prediction: the MTP layer is built from get_decoder_layers()[-1] (MaxText
+ * models.py). deepseek: the same layer class scanned or not, copied; gemma4: the scanned block,
+ * of which local layer 0 is the unscanned MTP layer (the rest not written); the other block
+ * families: refused. */
+static void test_plan__mtp_layer(void **state)
+{
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    ur_err err;
+    const ur_plan_action *a;
+    (void)state;
+    s.decoder_block = "deepseek";
+    s.num_decoder_layers = 2;
+    s.first_num_dense_layers = 1;
+    ts.n = 0;
+    add(&ts, "decoder/dense_layers/mlp/wi/value", UR_DT_FLOAT32, "6,1,16", NULL);
+    add(&ts, "decoder/moe_layers/mlp/wi/value", UR_DT_FLOAT32, "6,1,16", NULL);
+    add(&ts, "mtp_block/mtp_layer_1/mtp_1_transformer_layer/self_attention/wq_a/kernel/value",
+        UR_DT_FLOAT32, "6,4", NULL);
+    add(&ts, "mtp_block/mtp_layer_1/mtp_1_projection/kernel/value", UR_DT_FLOAT32, "12,6", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_copy(plan, 2,
+                "mtp_block/mtp_layer_1/mtp_1_transformer_layer/self_attention/wq_a/kernel/value");
+    expect_copy(plan, 3, "mtp_block/mtp_layer_1/mtp_1_projection/kernel/value");
+    ur_plan_free(plan);
+
+    s.decoder_block = "gemma4";
+    s.num_decoder_layers = 6;
+    ts.n = 0;
+    add(&ts, "decoder/scanned_blocks/local_layers/mlp/wi/value", UR_DT_FLOAT32, "6,1,5,16", NULL);
+    add(&ts, "decoder/scanned_blocks/global_layer/mlp/wi/value", UR_DT_FLOAT32, "6,1,16", NULL);
+    add(&ts, "mtp_block/mtp_layer_1/mtp_1_transformer_layer/local_layers/mlp/wi/value",
+        UR_DT_FLOAT32, "6,5,16", NULL);
+    add(&ts, "mtp_block/mtp_layer_1/mtp_1_transformer_layer/local_layers/norm/scale/value",
+        UR_DT_FLOAT32, "6,5", NULL);
+    add(&ts, "mtp_block/mtp_layer_1/mtp_1_transformer_layer/global_layer/mlp/wi/value",
+        UR_DT_FLOAT32, "6,16", NULL);
+    add(&ts, "mtp_block/mtp_layer_1/mtp_1_final_norm/scale/value", UR_DT_FLOAT32, "6", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    for (size_t i = 2; i < 4; i++) {
+        a = &plan->actions[i];
+        assert_int_equal(a->kind, UR_PLAN_UNSTACK);
+        assert_int_equal(a->axis, 1);
+        assert_int_equal(a->n_out, 5);
+        for (size_t k = 1; k < 5; k++) {
+            assert_int_equal(a->out[k].len, 0); /* discarded */
+        }
+    }
+    assert_string_equal(fmt(&plan->actions[2].out[0]),
+                        "mtp_block/mtp_layer_1/mtp_1_transformer_layer/mlp/wi/value");
+    assert_string_equal(fmt(&plan->actions[3].out[0]),
+                        "mtp_block/mtp_layer_1/mtp_1_transformer_layer/norm/scale/value");
+    assert_int_equal(plan->actions[4].kind, UR_PLAN_DROP);
+    assert_non_null(strstr(plan->actions[4].why, "global layer"));
+    expect_copy(plan, 5, "mtp_block/mtp_layer_1/mtp_1_final_norm/scale/value");
+    /* 5 leaves written from the blocks' 2, one each from the MTP's local layers, 1 copy */
+    assert_int_equal(plan->summary.leaves_out, 5 + 1 + 1 + 1 + 1);
+    assert_int_equal(plan->summary.bytes_out, (6 * 5 * 16 + 6 * 16 + 6 * 16 + 6 + 6) * 2);
+    ur_plan_free(plan);
+    /* not unrolled: the scanned MTP block as it is */
+    s.force_unroll = 0;
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_copy(plan, 2,
+                "mtp_block/mtp_layer_1/mtp_1_transformer_layer/local_layers/mlp/wi/value");
+    ur_plan_free(plan);
+    s.force_unroll = 1;
+    /* a local stack not of 5 layers on param_scan_axis */
+    ts.t[2].shape[1] = 4;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "5 local layers"));
+    ts.t[2].shape[1] = 5;
+    /* another module of the scanned MTP block */
+    add(&ts, "mtp_block/mtp_layer_1/mtp_1_transformer_layer/layers_0/mlp/wi/value", UR_DT_FLOAT32,
+        "6,16", NULL);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "local_layers/ and global_layer/"));
+
+    /* gpt-oss: MaxText cannot build its unscanned MTP layer */
+    s.decoder_block = "gpt_oss";
+    s.inhomogeneous_layer_cycle_interval = 2;
+    s.num_decoder_layers = 2;
+    ts.n = 0;
+    add(&ts, "decoder/layers/layers_0/mlp/wi/value", UR_DT_FLOAT32, "6,1,16", NULL);
+    add(&ts, "decoder/layers/layers_1/mlp/wi/value", UR_DT_FLOAT32, "6,1,16", NULL);
+    add(&ts, "mtp_block/mtp_layer_1/mtp_1_transformer_layer/layers_0/mlp/wi/value", UR_DT_FLOAT32,
+        "6,16", NULL);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "multi-token prediction"));
+    /* a cycle of a decoder block with one layer class: copied */
+    s.decoder_block = "llama2";
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_copy(plan, 2, "mtp_block/mtp_layer_1/mtp_1_transformer_layer/layers_0/mlp/wi/value");
+    ur_plan_free(plan);
+    /* qwen3-next, deepseek4 */
+    s.decoder_block = "qwen3_next";
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EUNSUPPORTED);
+    /* a name that only looks like the MTP layer is an ordinary leaf */
+    ts.n = 2;
+    add(&ts, "mtp_block/mtp_layer_1/mtp_2_transformer_layer/x/value", UR_DT_FLOAT32, "6", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_copy(plan, 2, "mtp_block/mtp_layer_1/mtp_2_transformer_layer/x/value");
+    ur_plan_free(plan);
+}
+
 static void test_plan__unsupported_stacks(void **state)
 {
     tset ts;
@@ -1148,6 +1253,7 @@ int main(void)
         cmocka_unit_test(test_plan__pipeline_stacks),
         cmocka_unit_test(test_plan__pipeline_errors),
         cmocka_unit_test(test_plan__gemma4_nested_blocks),
+        cmocka_unit_test(test_plan__mtp_layer),
         cmocka_unit_test(test_plan__qwen3_next_nested_blocks),
         cmocka_unit_test(test_plan__unsupported_stacks),
     };

@@ -24,6 +24,9 @@ static const uint64_t BIG_SHAPE[RANK] = {64, 1, 2, 3, 2000};
 static const uint64_t BIG_CHUNK[RANK] = {64, 1, 2, 3, 2000};
 static const uint64_t *SHAPE = SMALL_SHAPE, *CHUNK = SMALL_CHUNK;
 static const char *input = "in"; /* the input checkpoint under scratch */
+/* 1: UNSTACK outputs with an odd index are discarded slices (an empty out path: gemma4's MTP
+ * block, of which only local layer 0 is written) */
+static int discard_odd;
 static char scratch[256];
 
 static float value_at(const uint64_t *i)
@@ -96,6 +99,9 @@ static void fill_action(ur_plan_action *a, ur_plan_kind kind, const size_t *axes
     a->out = ur_calloc(n_out, sizeof *a->out);
     for (size_t k = 0; k < n_out; k++) {
         char name[32];
+        if (discard_odd && kind == UR_PLAN_UNSTACK && k % 2 == 1) {
+            continue; /* len 0: not written */
+        }
         snprintf(name, sizeof name, "out_%zu", k);
         a->out[k].len = 1;
         a->out[k].comp = ur_calloc(1, sizeof(char *));
@@ -106,8 +112,10 @@ static void fill_action(ur_plan_action *a, ur_plan_kind kind, const size_t *axes
 static void free_action(ur_plan_action *a)
 {
     for (size_t k = 0; k < a->n_out; k++) {
-        ur_free(a->out[k].comp[0]);
-        ur_free(a->out[k].comp);
+        if (a->out[k].comp != NULL) {
+            ur_free(a->out[k].comp[0]);
+            ur_free(a->out[k].comp);
+        }
     }
     ur_free(a->out);
 }
@@ -125,7 +133,7 @@ static void run_and_check(ur_plan_kind kind, const size_t *axes, size_t n_axes, 
     ur_exec_opts eo;
     ur_exec_stats st;
     ur_err err;
-    size_t n_out = 1;
+    size_t n_out = 1, n_written = 0;
     uint8_t is_layer[RANK] = {0};
 
     snprintf(in_dir, sizeof in_dir, "%s/%s/0/items", scratch, input);
@@ -155,7 +163,10 @@ static void run_and_check(ur_plan_kind kind, const size_t *axes, size_t n_axes, 
     assert_int_equal(ur_orbax_writer_commit(w, &err), UR_OK);
 
     assert_int_equal(ur_orbax_ckpt_open(&out, out_items, 0, &err), UR_OK);
-    assert_int_equal(ur_orbax_ckpt_leaf_count(out), n_out);
+    for (size_t k = 0; k < n_out; k++) {
+        n_written += act.out[k].len > 0;
+    }
+    assert_int_equal(ur_orbax_ckpt_leaf_count(out), n_written);
     for (size_t k = 0; k < n_out; k++) {
         char name[32];
         const ur_orbax_leaf *leaf;
@@ -164,6 +175,10 @@ static void run_and_check(ur_plan_kind kind, const size_t *axes, size_t n_axes, 
         uint16_t *got;
         int orank = 0;
         snprintf(name, sizeof name, "out_%zu", k);
+        if (act.out[k].len == 0) {
+            assert_int_equal(ur_orbax_ckpt_find(out, name, &leaf, &err), UR_ENOTFOUND);
+            continue;
+        }
         assert_int_equal(ur_orbax_ckpt_find(out, name, &leaf, &err), UR_OK);
         for (int d = RANK - 1; d >= 0; d--) {
             if (is_layer[d]) {
@@ -502,6 +517,20 @@ static void test_plan_exec__unstack_outer_axis(void **state)
     sweep(UR_PLAN_UNSTACK, ax, 1);
 }
 
+/* Discarded slices (an empty out path) are not written; the others are as before. */
+static void test_plan_exec__unstack_discarded_slices(void **state)
+{
+    static const size_t ax[] = {3};
+    static const size_t ax3[] = {0, 1, 3};
+    (void)state;
+    discard_odd = 1;
+    for (size_t t = 0; t < 2; t++) {
+        run_and_check(UR_PLAN_UNSTACK, ax, 1, threads[t], limits[t]);
+        run_and_check(UR_PLAN_UNSTACK, ax3, 3, threads[t + 1], limits[t + 2]);
+    }
+    discard_odd = 0;
+}
+
 static void test_plan_exec__unstack_pipeline_axes(void **state)
 {
     /* [repeats, stages, E, layers_per_stage, M]: out[(r*S + s)*lps + j] */
@@ -561,6 +590,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_exec__unstack_one_axis),
         cmocka_unit_test(test_plan_exec__unstack_outer_axis),
+        cmocka_unit_test(test_plan_exec__unstack_discarded_slices),
         cmocka_unit_test(test_plan_exec__unstack_pipeline_axes),
         cmocka_unit_test(test_plan_exec__large_chunks),
         cmocka_unit_test(test_plan_exec__default_memory),

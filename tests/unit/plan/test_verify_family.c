@@ -401,6 +401,55 @@ static void test_verify_family__pipeline_scanned_stage(void **state)
  * (a leaf's values are compared on another thread while later leaves are matched): an
  * issue of an earlier leaf found late goes before the later leaves' and pushes the last one
  * out when the report is full. */
+/* The MTP layer: the same path (deepseek), or local layer 0 of a scanned MTP block (gemma4),
+ * whose global layer is then not carried (not missing); still missing when the output has it. */
+static void test_verify_family__mtp_layer(void **state)
+{
+    static fixture f;
+    static const char *const mtp = "params/params/mtp_block/mtp_layer_1/mtp_1_transformer_layer";
+    char a[160], b[160];
+    vpair p;
+    (void)state;
+    memset(&f, 0, sizeof f);
+    snprintf(a, sizeof a, "%s/local_layers/attn/q", mtp);
+    add(&f.in, a, "8,5,4,16");
+    snprintf(a, sizeof a, "%s/global_layer/attn/q", mtp);
+    add(&f.in, a, "8,4,32");
+    add(&f.in, "params/params/mtp_block/mtp_layer_1/mtp_1_final_norm/scale", "8");
+    snprintf(b, sizeof b, "%s/attn/q", mtp);
+    add(&f.out, b, "8,4,16");
+    add(&f.out, "params/params/mtp_block/mtp_layer_1/mtp_1_final_norm/scale", "8");
+    start(&f);
+    p = pair_of(&f, "mtp_block/mtp_layer_1/mtp_1_transformer_layer/attn/q");
+    expect_slices(&p, "mtp_block/mtp_layer_1/mtp_1_transformer_layer/local_layers/attn/q", 1,
+                  (int[]){1}, (int64_t[]){0}, 0, 1);
+    p = pair_of(&f, "mtp_block/mtp_layer_1/mtp_1_final_norm/scale");
+    assert_int_equal(p.kind, VPAIR_LAYER);
+    assert_int_equal(ur_verify_family_mtp__not_carried(&f.vf, &f.vf.in.v[1]), 1);
+    assert_int_equal(ur_verify_family_mtp__not_carried(&f.vf, &f.vf.in.v[0]), 0);
+    assert_int_equal(ur_verify_family_mtp__not_carried(&f.vf, &f.vf.in.v[2]), 0);
+    stop(&f);
+    /* an output that keeps the scanned block: every leaf by its own path, nothing dropped */
+    memset(&f, 0, sizeof f);
+    snprintf(a, sizeof a, "%s/global_layer/attn/q", mtp);
+    add(&f.in, a, "8,4,32");
+    add(&f.out, a, "8,4,32");
+    start(&f);
+    p = pair_of(&f, "mtp_block/mtp_layer_1/mtp_1_transformer_layer/global_layer/attn/q");
+    assert_int_equal(p.kind, VPAIR_LAYER);
+    assert_int_equal(ur_verify_family_mtp__not_carried(&f.vf, &f.vf.in.v[0]), 0);
+    stop(&f);
+    /* a mismatched name (mtp_2_ under mtp_layer_1) is no MTP layer */
+    memset(&f, 0, sizeof f);
+    add(&f.in, "params/params/mtp_block/mtp_layer_1/mtp_2_transformer_layer/local_layers/q",
+        "8,5,4");
+    add(&f.out, "params/params/mtp_block/mtp_layer_1/mtp_2_transformer_layer/q", "8,4");
+    start(&f);
+    p = pair_of(&f, "mtp_block/mtp_layer_1/mtp_2_transformer_layer/q");
+    assert_int_equal(p.kind, VPAIR_NONE);
+    stop(&f);
+}
+
 static void test_verify_family__issues_kept_in_leaf_order(void **state)
 {
     static const uint64_t keys[] = {4, 6, 3, 6, 9, 5, 2};
@@ -437,6 +486,7 @@ int main(void)
         cmocka_unit_test(test_verify_family__qwen3_next_nested_remainder),
         cmocka_unit_test(test_verify_family__pipeline_repeats_and_outside),
         cmocka_unit_test(test_verify_family__pipeline_scanned_stage),
+        cmocka_unit_test(test_verify_family__mtp_layer),
         cmocka_unit_test(test_verify_family__issues_kept_in_leaf_order),
     };
     return cmocka_run_group_tests_name("verify_family", tests, NULL, NULL);
