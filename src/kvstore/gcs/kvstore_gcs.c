@@ -380,16 +380,19 @@ static int list_url(ur_buf *u, const gcs_store *g, const char *prefix, int delim
     return rc == UR_OK ? ur_buf_append_byte(u, '\0', err) : rc;
 }
 
-/* The listing of the keys under `prefix`, page by page: to fn, or (dl set) one level to dir_fn. */
-static int list_pages(gcs_store *g, const char *prefix, ur_kvstore_list_fn fn,
-                      ur_kvstore_list_dir_fn dir_fn, void *ctx, ur_kvstore__dir_list *dl,
-                      ur_err *err)
+/* One page of a listing: its answer's body; *token_out gets nextPageToken (or NULL). */
+typedef int (*page_fn)(gcs_store *g, const ur_buf *body, const char *what, void *ctx,
+                       char **token_out, ur_err *err);
+
+/* The listing of the keys under `prefix` (delimited: one level), page by page to on_page. A
+ * missing bucket is UR_ENOTFOUND naming it. */
+static int each_page(gcs_store *g, const char *prefix, int delimited, page_fn on_page, void *ctx,
+                     ur_err *err)
 {
     static const long accept[] = {404};
     ur_buf url, body;
     char *token = NULL;
     char what[1024];
-    size_t dir_skip = strlen(g->prefix) + strlen(prefix);
     int rc = UR_OK;
 
     obj_url(g, prefix, what, sizeof what);
@@ -401,22 +404,20 @@ static int list_pages(gcs_store *g, const char *prefix, ur_kvstore_list_fn fn,
         char *next = NULL;
         ur_buf_reset(&url);
         ur_buf_reset(&body);
-        rc = list_url(&url, g, prefix, dl != NULL, token, err);
-        if (rc < 0) {
-            break;
+        rc = list_url(&url, g, prefix, delimited, token, err);
+        if (rc == UR_OK) {
+            req.method = "GET";
+            req.url = (const char *)url.data;
+            req.body = &body;
+            req.what = what;
+            rc = send_req(g, &req, accept, 1, &resp, err);
         }
-        req.method = "GET";
-        req.url = (const char *)url.data;
-        req.body = &body;
-        req.what = what;
-        rc = send_req(g, &req, accept, 1, &resp, err);
         if (rc == UR_OK && resp.status == 404) {
             rc = ur_err_set_os(err, UR_ENOTFOUND, 0, what, "no such bucket");
         }
-        if (rc < 0) {
-            break;
+        if (rc == UR_OK) {
+            rc = on_page(g, &body, what, ctx, &next, err);
         }
-        rc = list_page(g, &body, what, fn, dir_fn, ctx, dl, dir_skip, &next, err);
         ur_free(token);
         token = next;
     } while (rc == 0 && token != NULL);
@@ -424,6 +425,30 @@ static int list_pages(gcs_store *g, const char *prefix, ur_kvstore_list_fn fn,
     ur_buf_dispose(&url);
     ur_buf_dispose(&body);
     return rc;
+}
+
+/* What list_page needs besides the page: to fn, or (dl set) one level to dir_fn. */
+typedef struct keys_ctx {
+    ur_kvstore_list_fn fn;
+    ur_kvstore_list_dir_fn dir_fn;
+    void *ctx;
+    ur_kvstore__dir_list *dl;
+    size_t dir_skip;
+} keys_ctx;
+
+static int keys_page(gcs_store *g, const ur_buf *body, const char *what, void *ctx,
+                     char **token_out, ur_err *err)
+{
+    keys_ctx *k = ctx;
+    return list_page(g, body, what, k->fn, k->dir_fn, k->ctx, k->dl, k->dir_skip, token_out, err);
+}
+
+static int list_pages(gcs_store *g, const char *prefix, ur_kvstore_list_fn fn,
+                      ur_kvstore_list_dir_fn dir_fn, void *ctx, ur_kvstore__dir_list *dl,
+                      ur_err *err)
+{
+    keys_ctx k = {fn, dir_fn, ctx, dl, strlen(g->prefix) + strlen(prefix)};
+    return each_page(g, prefix, dl != NULL, keys_page, &k, err);
 }
 
 static int g_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, void *ctx,
@@ -434,9 +459,16 @@ static int g_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, voi
 
 /* ur_kvstore_list_versions: each object of one listing page with its size and generation
  * (the version); *token_out gets nextPageToken (or NULL). */
-static int versions_page(gcs_store *g, const ur_buf *body, const char *what,
-                         ur_kvstore_list_version_fn fn, void *ctx, char **token_out, ur_err *err)
+typedef struct versions_ctx {
+    ur_kvstore_list_version_fn fn;
+    void *ctx;
+} versions_ctx;
+
+static int versions_page(gcs_store *g, const ur_buf *body, const char *what, void *ctx,
+                         char **token_out, ur_err *err)
 {
+    ur_kvstore_list_version_fn fn = ((versions_ctx *)ctx)->fn;
+    void *fn_ctx = ((versions_ctx *)ctx)->ctx;
     cJSON *j = NULL;
     const cJSON *it, *next;
     size_t plen = strlen(g->prefix);
@@ -460,7 +492,8 @@ static int versions_page(gcs_store *g, const ur_buf *body, const char *what,
             name->valuestring[strlen(name->valuestring) - 1] == '/') {
             continue; /* a "folder" placeholder, as in list_page */
         }
-        rc = fn(ctx, name->valuestring + plen, size, cJSON_IsString(gen) ? gen->valuestring : "");
+        rc = fn(fn_ctx, name->valuestring + plen, size,
+                cJSON_IsString(gen) ? gen->valuestring : "");
         if (rc != 0) {
             goto out;
         }
@@ -475,47 +508,12 @@ out:
     return rc;
 }
 
-/* The listing of list_pages, page by page, each object with its generation. */
+/* The listing, page by page, each object with its generation. */
 static int g_list_versions(ur_kvstore *kv, const char *prefix, ur_kvstore_list_version_fn fn,
                            void *ctx, ur_err *err)
 {
-    static const long accept[] = {404};
-    gcs_store *g = (gcs_store *)kv;
-    ur_buf url, body;
-    char *token = NULL;
-    char what[1024];
-    int rc = UR_OK;
-
-    obj_url(g, prefix, what, sizeof what);
-    ur_buf_init(&url, 0);
-    ur_buf_init(&body, META_MAX);
-    do {
-        gcs_http_req req = {0};
-        gcs_http_resp resp;
-        char *next = NULL;
-        ur_buf_reset(&url);
-        ur_buf_reset(&body);
-        rc = list_url(&url, g, prefix, 0, token, err);
-        if (rc == UR_OK) {
-            req.method = "GET";
-            req.url = (const char *)url.data;
-            req.body = &body;
-            req.what = what;
-            rc = send_req(g, &req, accept, 1, &resp, err);
-        }
-        if (rc == UR_OK && resp.status == 404) {
-            rc = ur_err_set_os(err, UR_ENOTFOUND, 0, what, "no such bucket");
-        }
-        if (rc == UR_OK) {
-            rc = versions_page(g, &body, what, fn, ctx, &next, err);
-        }
-        ur_free(token);
-        token = next;
-    } while (rc == 0 && token != NULL);
-    ur_free(token);
-    ur_buf_dispose(&url);
-    ur_buf_dispose(&body);
-    return rc;
+    versions_ctx v = {fn, ctx};
+    return each_page((gcs_store *)kv, prefix, 0, versions_page, &v, err);
 }
 
 /* One level: a listing with delimiter=/ ("prefixes" are the directories). A missing bucket
