@@ -13,10 +13,15 @@
  *     num_indirect_value_bytes x n
  *
  * Keys are relative to the node's implicit prefix and prefix-compressed against the previous
- * key; they must be strictly increasing. TensorStore: format/btree.cc. */
+ * key; they must be strictly increasing. TensorStore: format/btree.cc.
+ *
+ * A decoded node keeps its keys, its entries and its inline values, not the body: Orbax
+ * writes a checkpoint's whole tree as one node, in which every array of a shape repeats the
+ * same zarr.json (100,000 such arrays: 49 MB of copies of one 490-byte value). */
 #include "ocdbt_format.h"
 
 #include "unroll/alloc.h"
+#include "unroll/strmap.h"
 
 #include <string.h>
 
@@ -28,7 +33,7 @@ void ur_ocdbt_btree_dispose(ur_ocdbt_btree_node *node)
     ur_ocdbt_table_dispose(&node->table);
     ur_free(node->e);
     ur_free(node->keys);
-    ur_buf_dispose(&node->body);
+    ur_buf_dispose(&node->values);
     memset(node, 0, sizeof *node);
 }
 
@@ -212,18 +217,70 @@ static int decode_interior(ur_ocdbt_btree_node *node, ur_rd *rd, ur_err *err)
     return UR_OK;
 }
 
+/* Values this long or longer are held once however many keys have them (as the writer does). */
+#define SHARED_VALUE_MIN 64
+
+/* Copy the inline values out of `body` into node->values (value_off then points there), each
+ * distinct one of SHARED_VALUE_MIN bytes or more once. Two passes: the first numbers the
+ * distinct values in order, so the buffer is allocated once at its size and a value is copied
+ * when its offset is the buffer's end. */
+static int keep_values(ur_ocdbt_btree_node *node, const uint8_t *body, ur_err *err)
+{
+    ur_strmap seen;
+    size_t total = 0, at;
+    int rc = UR_OK;
+
+    ur_strmap_init(&seen);
+    for (size_t i = 0; i < node->n && node->height == 0; i++) {
+        const ur_ocdbt_btree_entry *e = &node->e[i];
+        if (e->indirect) {
+            continue;
+        }
+        if (e->value_len >= SHARED_VALUE_MIN) {
+            rc = ur_strmap_put(&seen, (const char *)body + e->value_off, (size_t)e->value_len,
+                               total, NULL, err);
+            if (rc < 0) {
+                goto out;
+            }
+            if (rc == 1) {
+                continue; /* seen before */
+            }
+        }
+        total += (size_t)e->value_len; /* <= the body's length: no overflow */
+    }
+    rc = total > 0 ? ur_buf_reserve_exact(&node->values, total, err) : UR_OK;
+    for (size_t i = 0; i < node->n && node->height == 0 && rc == UR_OK; i++) {
+        ur_ocdbt_btree_entry *e = &node->e[i];
+        const uint8_t *v = body + e->value_off;
+        if (e->indirect) {
+            continue;
+        }
+        at = node->values.len;
+        if (e->value_len >= SHARED_VALUE_MIN) {
+            (void)ur_strmap_get(&seen, (const char *)v, (size_t)e->value_len, &at);
+        }
+        if (at == node->values.len) {
+            rc = ur_buf_append(&node->values, v, (size_t)e->value_len, err);
+        }
+        e->value_off = at;
+    }
+out:
+    ur_strmap_dispose(&seen);
+    return rc;
+}
+
 int ur_ocdbt_btree_decode(ur_ocdbt_btree_node *node, ur_buf *body, const char *transitive,
                           size_t tlen, ur_err *err)
 {
+    ur_buf b = *body;
     ur_rd rd;
     uint32_t num;
     size_t at;
     int rc;
 
     memset(node, 0, sizeof *node);
-    node->body = *body;
     ur_buf_init(body, 0);
-    ur_rd_init(&rd, node->body.data, node->body.len);
+    ur_rd_init(&rd, b.data, b.len);
     node->height = ur_rd_u8(&rd);
     rc = ur_rd_check(&rd, "btree node", err);
     if (rc == UR_OK) {
@@ -252,7 +309,11 @@ int ur_ocdbt_btree_decode(ur_ocdbt_btree_node *node, ur_buf *body, const char *t
     if (rc == UR_OK) {
         rc = ur_rd_finish(&rd, "btree node", err);
     }
+    if (rc == UR_OK) {
+        rc = keep_values(node, b.data, err);
+    }
 out:
+    ur_buf_dispose(&b);
     if (rc < 0) {
         ur_ocdbt_btree_dispose(node);
     }

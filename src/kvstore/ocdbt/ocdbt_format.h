@@ -174,7 +174,7 @@ typedef struct ur_ocdbt_btree_entry {
     uint16_t subtree_prefix_len; /* interior only */
     uint8_t indirect;            /* leaf: 1 when the value is out of line */
     uint64_t value_len;          /* leaf */
-    size_t value_off;            /* leaf inline: value = node->body.data[value_off ..] */
+    size_t value_off;            /* leaf inline: value = node->values.data[value_off ..] */
     ur_ocdbt_ref ref;            /* leaf indirect value, or interior child */
     ur_ocdbt_stats stats;        /* interior */
 } ur_ocdbt_btree_entry;
@@ -185,10 +185,11 @@ typedef struct ur_ocdbt_btree_node {
     size_t n;
     ur_ocdbt_btree_entry *e;
     uint8_t *keys; /* all relative keys, back to back */
-    ur_buf body;   /* the decoded body (inline values point into it) */
+    ur_buf values; /* the inline values, each distinct one of 64 bytes or more held once */
 } ur_ocdbt_btree_node;
 
-/* Decode a B+tree node body; takes ownership of `body` (left empty) on success and failure. */
+/* Decode a B+tree node body; takes ownership of `body` (left empty) on success and failure
+ * and frees it: what the node keeps is copied out (keys, entries, inline values). */
 int ur_ocdbt_btree_decode(ur_ocdbt_btree_node *node, ur_buf *body, const char *transitive,
                           size_t tlen, ur_err *err);
 void ur_ocdbt_btree_dispose(ur_ocdbt_btree_node *node);

@@ -444,7 +444,7 @@ static int old_entry(wupdate *u, const ur_ocdbt_btree_node *n, const ur_ocdbt_bt
         x->offset = e->ref.offset;
         return ur_ocdbt_write__file_index(u->w, &n->table.f[e->ref.file], &x->file, err);
     }
-    x->value = n->body.data + e->value_off; /* the node is held until its leaves are written */
+    x->value = n->values.data + e->value_off; /* the node is held until its leaves are written */
     return UR_OK;
 }
 

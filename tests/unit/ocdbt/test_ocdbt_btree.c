@@ -31,7 +31,7 @@ static void test_ocdbt_btree__golden_leaf(void **state)
     assert_int_equal(node.e[1].key_len, 7);
     assert_memory_equal(node.keys + node.e[1].key_off, "abc/def", 7);
     assert_int_equal(node.e[0].value_len, 5);
-    assert_memory_equal(node.body.data + node.e[0].value_off, "hello", 5);
+    assert_memory_equal(node.values.data + node.e[0].value_off, "hello", 5);
     assert_int_equal(node.e[2].indirect, 1);
     assert_int_equal(node.e[2].ref.offset, 0);
     assert_int_equal(node.e[2].ref.length, 512);
@@ -41,7 +41,7 @@ static void test_ocdbt_btree__golden_leaf(void **state)
         e[i].key = node.keys + node.e[i].key_off;
         e[i].key_len = node.e[i].key_len;
         e[i].indirect = node.e[i].indirect;
-        e[i].value = node.body.data + node.e[i].value_off;
+        e[i].value = node.values.data + node.e[i].value_off;
         e[i].value_len = node.e[i].value_len;
         e[i].ref = node.e[i].ref;
     }
