@@ -76,6 +76,25 @@ char *ur_orbax__arena_strdup(ur_orbax_arena *a, const char *s);
 void ur_orbax__arena_adopt(ur_orbax_arena *into, ur_orbax_arena *from);
 char *ur_orbax__arena_strndup(ur_orbax_arena *a, const char *s, size_t n);
 
+/* ---- orbax_keep.c ----------------------------------------------------------------------- */
+
+/* Copies into an arena with each distinct value held once (see orbax_keep.c). Each function
+ * replaces the pointer it is given by the kept copy's (NULL stays NULL; an empty block becomes
+ * NULL); UR_ENOMEM. One thread at a time. */
+typedef struct {
+    ur_orbax_arena *arena;
+    ur_strmap strings, blocks;
+} ur_orbax_keep;
+
+void ur_orbax__keep_init(ur_orbax_keep *k, ur_orbax_arena *arena);
+/* Frees the maps only: the copies stay in the arena. */
+void ur_orbax__keep_dispose(ur_orbax_keep *k);
+int ur_orbax__keep_str(ur_orbax_keep *k, const char **s, ur_err *err);
+int ur_orbax__keep_block(ur_orbax_keep *k, const void **p, size_t n, ur_err *err);
+int ur_orbax__keep_dims(ur_orbax_keep *k, const uint64_t **dims, int rank, ur_err *err);
+/* Every string and array of a sharding. */
+int ur_orbax__keep_sharding(ur_orbax_keep *k, ur_orbax_sharding *s, ur_err *err);
+
 /* Parse `len` bytes of JSON (ur_json_parse); UR_ECORRUPT "<what>: invalid JSON near byte N",
  * UR_ENOMEM "<what>: out of memory". */
 int ur_orbax__json_parse(cJSON **out, const char *text, size_t len, const char *what, ur_err *err);
