@@ -32,6 +32,7 @@ void ur_ocdbt_btree_dispose(ur_ocdbt_btree_node *node)
     }
     ur_ocdbt_table_dispose(&node->table);
     ur_free(node->e);
+    ur_free(node->stats);
     ur_free(node->keys);
     ur_buf_dispose(&node->values);
     memset(node, 0, sizeof *node);
@@ -105,7 +106,7 @@ static int decode_keys(ur_ocdbt_btree_node *node, ur_rd *rd, int interior, ur_er
         if (suffix > 0) {
             memcpy(keys.data + keys.len + prefix, sfx, suffix);
         }
-        node->e[i].key_off = keys.len;
+        node->e[i].key_off = (uint32_t)keys.len; /* < UR_OCDBT_MAX_DECODED, keys' limit */
         node->e[i].key_len = (uint16_t)(prefix + suffix);
         keys.len += prefix + suffix;
         node->e[i].value_off = 0;
@@ -171,7 +172,7 @@ static int decode_leaf(ur_ocdbt_btree_node *node, ur_rd *rd, ur_err *err)
             return ur_err_set_at(err, UR_ECORRUPT, at, "btree node: inline value of %llu bytes",
                                  (unsigned long long)node->e[i].value_len);
         }
-        node->e[i].value_off = rd->pos;
+        node->e[i].value_off = (uint32_t)rd->pos; /* < UR_OCDBT_MAX_DECODED */
         if (ur_rd_bytes(rd, (size_t)node->e[i].value_len) == NULL) {
             return ur_rd_check(rd, "btree leaf values", err);
         }
@@ -186,6 +187,10 @@ static int decode_interior(ur_ocdbt_btree_node *node, ur_rd *rd, ur_err *err)
     if (rc < 0) {
         return rc;
     }
+    node->stats = ur_calloc(n, sizeof *node->stats);
+    if (node->stats == NULL) {
+        return ur_err_oom(err);
+    }
     for (size_t i = 0; i < n; i++) {
         node->e[i].ref.file = ur_rd_varint64(rd);
     }
@@ -196,13 +201,13 @@ static int decode_interior(ur_ocdbt_btree_node *node, ur_rd *rd, ur_err *err)
         node->e[i].ref.length = ur_rd_varint64(rd);
     }
     for (size_t i = 0; i < n; i++) {
-        node->e[i].stats.num_keys = ur_rd_varint64(rd);
+        node->stats[i].num_keys = ur_rd_varint64(rd);
     }
     for (size_t i = 0; i < n; i++) {
-        node->e[i].stats.num_tree_bytes = ur_rd_varint64(rd);
+        node->stats[i].num_tree_bytes = ur_rd_varint64(rd);
     }
     for (size_t i = 0; i < n; i++) {
-        node->e[i].stats.num_indirect_value_bytes = ur_rd_varint64(rd);
+        node->stats[i].num_indirect_value_bytes = ur_rd_varint64(rd);
     }
     if (rd->failed) {
         return ur_rd_check(rd, "btree interior node", err);
@@ -262,7 +267,7 @@ static int keep_values(ur_ocdbt_btree_node *node, const uint8_t *body, ur_err *e
         if (at == node->values.len) {
             rc = ur_buf_append(&node->values, v, (size_t)e->value_len, err);
         }
-        e->value_off = at;
+        e->value_off = (uint32_t)at; /* <= the body's length */
     }
 out:
     ur_strmap_dispose(&seen);
@@ -280,6 +285,10 @@ int ur_ocdbt_btree_decode(ur_ocdbt_btree_node *node, ur_buf *body, const char *t
 
     memset(node, 0, sizeof *node);
     ur_buf_init(body, 0);
+    if (b.len > UINT32_MAX) { /* entries hold 32-bit offsets; readers cap a body at 1 GiB */
+        rc = ur_err_set(err, UR_ECORRUPT, "btree node: body of %zu bytes", b.len);
+        goto out;
+    }
     ur_rd_init(&rd, b.data, b.len);
     node->height = ur_rd_u8(&rd);
     rc = ur_rd_check(&rd, "btree node", err);

@@ -131,7 +131,7 @@ static void test_ocdbt_btree__interior_roundtrip(void **state)
     assert_int_equal(node.height, 2);
     assert_int_equal(node.n, 3);
     assert_int_equal(node.e[0].subtree_prefix_len, 4);
-    assert_int_equal(node.e[1].stats.num_indirect_value_bytes, 9);
+    assert_int_equal(node.stats[1].num_indirect_value_bytes, 9);
     assert_int_equal(node.e[2].ref.offset, 90);
     assert_string_equal(node.table.f[0].path, "top/d/zz");
     assert_int_equal(node.table.f[0].base_len, 4);
