@@ -170,9 +170,11 @@ int ur_orbax_sharding_value_emit(ur_buf *out, const ur_orbax_sharding *s, ur_err
 /* A whole `_sharding` file (compact, as TensorStore's json driver writes it). */
 int ur_orbax_sharding_emit(ur_buf *out, const char *const *names,
                            const ur_orbax_sharding *shardings, size_t n, ur_err *err);
-/* The same handed to `sink` piece by piece. */
-int ur_orbax_sharding_emit_to(const char *const *names, const ur_orbax_sharding *shardings,
-                              size_t n, ur_orbax_sink sink, void *ctx, ur_err *err);
+/* The same for the jax.Array leaves of `leaves` (by name, with their sharding), handed to
+ * `sink` piece by piece: the writer's 200,000 leaves need no copy of their names and
+ * shardings. */
+int ur_orbax_sharding_emit_leaves_to(const ur_orbax_leaf *leaves, size_t n, ur_orbax_sink sink,
+                                     void *ctx, ur_err *err);
 /* Borrowed entry, NULL when absent. */
 const ur_orbax_sharding *ur_orbax_sharding_find(const ur_orbax_sharding_map *m, const char *name);
 void ur_orbax_sharding_map_free(ur_orbax_sharding_map *m);
@@ -212,9 +214,11 @@ typedef struct ur_orbax_array_meta_list {
 int ur_orbax_array_meta_parse(ur_orbax_array_meta_list **out, const char *json, size_t len,
                               ur_err *err);
 int ur_orbax_array_meta_emit(ur_buf *out, const ur_orbax_array_meta *items, size_t n, ur_err *err);
-/* The same handed to `sink` piece by piece. */
-int ur_orbax_array_meta_emit_to(const ur_orbax_array_meta *items, size_t n, ur_orbax_sink sink,
-                                void *ctx, ur_err *err);
+/* The same for the jax.Array leaves of `leaves`, as the writer records them (param name,
+ * write and chunk shape of the leaf's rank and chunk_shape, no ext_metadata), handed to
+ * `sink` piece by piece. */
+int ur_orbax_array_meta_emit_leaves_to(const ur_orbax_leaf *leaves, size_t n, ur_orbax_sink sink,
+                                       void *ctx, ur_err *err);
 void ur_orbax_array_meta_free(ur_orbax_array_meta_list *l);
 
 /* Parse a JSON list of non-negative integers (a shape) into dims; UR_ECORRUPT otherwise. */
