@@ -27,6 +27,10 @@ void ur_pool_dispose(ur_pool *p);
  * out of memory. */
 void *ur_pool_alloc(ur_pool *p, size_t n, ur_err *err);
 
+/* A copy of the `n` bytes at `s`, NUL-terminated, owned by the pool (not interned: for
+ * strings that do not repeat). NULL (UR_ENOMEM) when out of memory. */
+char *ur_pool_strndup(ur_pool *p, const char *s, size_t n, ur_err *err);
+
 /* The `n` bytes at `s` as a NUL-terminated string owned by the pool, the same address for
  * the same bytes every time. NULL (UR_ENOMEM) when out of memory. */
 const char *ur_pool_intern(ur_pool *p, const char *s, size_t n, ur_err *err);

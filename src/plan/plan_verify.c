@@ -251,14 +251,11 @@ static wrapping wrapping_of(const leaf_list *ll)
 
 static void vset_dispose(vset *s)
 {
-    for (size_t i = 0; i < s->n; i++) {
-        ur_free(s->v[i].key);
-        ur_free(s->v[i].seen);
-    }
     ur_free(s->v);
     ur_free(s->comps);
     ur_strmap_dispose(&s->by_key);
     ur_strmap_dispose(&s->nodes);
+    ur_pool_dispose(&s->pool);
     memset(s, 0, sizeof *s);
 }
 
@@ -395,7 +392,9 @@ static int vset_build(vset *s, const leaf_list *ll, int is_output, verifier *vf,
             v->aux = aux;
             v->table = -1;
             v->sub = -1;
-            v->key = ur_plan_verify__key_of(v->comp, v->len);
+            char *key = ur_plan_verify__key_of(v->comp, v->len);
+            v->key = key != NULL ? ur_pool_strndup(&s->pool, key, strlen(key), err) : NULL;
+            ur_free(key);
             if (v->key == NULL) {
                 return ur_err_oom(err);
             }
@@ -683,7 +682,7 @@ static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t l
     if (t != NULL) {
         snprintf(src, sizeof src, "%s[layer %" PRId64 " of %" PRId64 "]", iname, layer, t->n);
         if (i->seen == NULL) {
-            i->seen = ur_calloc((size_t)(t->n ? t->n : 1), 1);
+            i->seen = ur_pool_alloc(&vf->in.pool, (size_t)(t->n ? t->n : 1), err);
             if (i->seen == NULL) {
                 return ur_err_oom(err);
             }
@@ -787,7 +786,7 @@ static int check_slices(verifier *vf, const vleaf *o, vleaf *i, int nfix, const 
         snprintf(src, sizeof src, "%s[%" PRId64 " on axis %d]", iname, fidx[0], fax[0]);
     }
     if (i->seen == NULL) {
-        i->seen = ur_calloc((size_t)(n_slices > 0 ? n_slices : 1), 1);
+        i->seen = ur_pool_alloc(&vf->in.pool, (size_t)(n_slices > 0 ? n_slices : 1), err);
         if (i->seen == NULL) {
             return ur_err_oom(err);
         }

@@ -76,6 +76,21 @@ void *ur_pool_alloc(ur_pool *p, size_t n, ur_err *err)
     return q;
 }
 
+char *ur_pool_strndup(ur_pool *p, const char *s, size_t n, ur_err *err)
+{
+    char *copy;
+    if (n == SIZE_MAX) {
+        (void)ur_err_oom(err);
+        return NULL;
+    }
+    copy = take(p, n + 1, 1, err);
+    if (copy != NULL) {
+        memcpy(copy, s, n);
+        copy[n] = '\0';
+    }
+    return copy;
+}
+
 const char *ur_pool_intern(ur_pool *p, const char *s, size_t n, ur_err *err)
 {
     size_t at;
@@ -84,16 +99,10 @@ const char *ur_pool_intern(ur_pool *p, const char *s, size_t n, ur_err *err)
     if (ur_strmap_get(&p->interned, s, n, &at) == 1) {
         return (const char *)(uintptr_t)at;
     }
-    if (n == SIZE_MAX) {
-        (void)ur_err_oom(err);
-        return NULL;
-    }
-    copy = take(p, n + 1, 1, err);
+    copy = ur_pool_strndup(p, s, n, err);
     if (copy == NULL) {
         return NULL;
     }
-    memcpy(copy, s, n);
-    copy[n] = '\0';
     rc = ur_strmap_put(&p->interned, copy, n, (size_t)(uintptr_t)copy, NULL, err);
     return rc < 0 ? NULL : copy; /* on failure the copy stays in its block, unused */
 }

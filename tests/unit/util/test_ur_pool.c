@@ -30,6 +30,13 @@ static void test_ur_pool__interned_strings_share_an_address(void **state)
     /* a prefix is another string; the empty string is one too */
     assert_string_equal(ur_pool_intern(&p, "layers_12", 7, NULL), "layers_");
     assert_string_equal(ur_pool_intern(&p, "", 0, NULL), "");
+    /* a plain copy is not interned: another address each time */
+    {
+        char *a = ur_pool_strndup(&p, "layers_7x", 8, NULL);
+        assert_string_equal(a, "layers_7");
+        assert_ptr_not_equal(a, first[7]);
+        assert_ptr_not_equal(ur_pool_strndup(&p, "layers_7", 8, NULL), a);
+    }
     ur_pool_dispose(&p);
     ur_pool_dispose(NULL);
 }
