@@ -5,6 +5,7 @@
  * them). The maps' keys are the arena's copies, which never move. */
 #include "orbax_impl.h"
 
+#include <assert.h>
 #include <string.h>
 
 void ur_orbax__keep_init(ur_orbax_keep *k, ur_orbax_arena *arena)
@@ -77,8 +78,9 @@ static int keep_strs(ur_orbax_keep *k, const char *const **arr, int n, ur_err *e
     const char *tmp[UR_MAX_RANK];
     const void *p = tmp;
     int rc = UR_OK;
-    if (*arr == NULL || n <= 0 || n > UR_MAX_RANK) {
-        *arr = n <= 0 ? NULL : *arr; /* the parsers refuse more than UR_MAX_RANK */
+    assert(n <= UR_MAX_RANK); /* the parsers refuse more */
+    if (*arr == NULL || n <= 0) {
+        *arr = NULL;
         return UR_OK;
     }
     for (int i = 0; i < n && rc == UR_OK; i++) {
