@@ -69,19 +69,19 @@ typedef enum {
 /* A leaf's `_sharding` entry. Strings are borrowed from the owner (checkpoint or parse). */
 typedef struct ur_orbax_sharding {
     ur_orbax_sharding_kind kind;
-    const char *device_str; /* SINGLE_DEVICE: "cpu:0", "cuda:0", ... */
     /* NAMED: the mesh. Shape entries are as stored (-1 is legal: numpy reshape infers it).
      * The arrays have mesh_rank entries (at least one) and are owned like the strings. */
     int mesh_rank;
-    const int64_t *mesh_shape;
-    const char *const *mesh_axis_names;
-    const char *const *mesh_axis_types; /* "AxisType.Auto" ...; NULL or all NULL when absent */
-    int has_device_mesh;                /* an explicit device_mesh was stored */
+    int has_device_mesh; /* an explicit device_mesh was stored */
     /* NAMED: partition spec, one entry per array dim (may be shorter than the array's rank:
      * trailing dims unsharded). NULL = None; several mesh axes on one dim are joined by ','.
      * spec_rank entries (NULL when 0). */
     int spec_rank;
     const char *const *spec;
+    const int64_t *mesh_shape;
+    const char *const *mesh_axis_names;
+    const char *const *mesh_axis_types; /* "AxisType.Auto" ...; NULL or all NULL when absent */
+    const char *device_str;             /* SINGLE_DEVICE: "cpu:0", "cuda:0", ... */
 } ur_orbax_sharding;
 
 /* One entry of `_METADATA.tree_metadata`, in tree order (Orbax's sort by key path). The shape
@@ -89,18 +89,19 @@ typedef struct ur_orbax_sharding {
  * 100,000 leaves costs about as much memory as its _METADATA. */
 typedef struct ur_orbax_leaf {
     /* the tree_metadata key ("('params', 'decoder', ...)") is not kept: ur_orbax_tree_keypath
-     * writes it from path */
+     * writes it from path; the integers are together, so that the record has no padding
+     * (the commit of 200,000 output leaves holds 200,000 of them) */
     size_t depth;            /* number of key components */
     const ur_orbax_key *path;
     const char *name;        /* param name: keys joined by '.' (the storage prefix) */
     ur_orbax_value_type value_type;
-    const char *value_type_name; /* as stored */
     int skip_deserialize;
+    const char *value_type_name; /* as stored */
     int write_shape_rank;    /* -1 when value_metadata has no write_shape */
-    const uint64_t *write_shape;
-    ur_orbax_sharding sharding;
     /* Filled from the array's zarr metadata when the checkpoint is opened (has_array = 1). */
     int has_array;
+    const uint64_t *write_shape;
+    ur_orbax_sharding sharding;
     ur_dtype dtype;
     int rank;
     const uint64_t *shape;

@@ -11,6 +11,7 @@
 
 #include "unroll/dtype.h"
 #include "unroll/err.h"
+#include "unroll/pool.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -149,10 +150,11 @@ typedef enum {
                        * every layer. An array without a layer axis is an error instead. */
 } ur_plan_kind;
 
+/* Owned by the plan's pool: components are interned, so equal ones share an address. */
 typedef struct {
-    char **comp;
+    const char *const *comp;
     size_t len;
-    unsigned char *seq; /* NULL, or per component 1 for a list index (ur_plan_leaf.seq) */
+    const unsigned char *seq; /* NULL, or per component 1 for a list index (ur_plan_leaf.seq) */
 } ur_plan_path;
 
 typedef struct {
@@ -225,6 +227,7 @@ typedef struct {
     size_t n_groups;
     ur_plan_group groups[2];
     ur_plan_summary summary;
+    ur_pool pool; /* the output paths: their arrays and components */
 } ur_plan;
 
 /* The scan (layer) axis of a leaf: the axis whose spec entry names layers_per_stage, layers

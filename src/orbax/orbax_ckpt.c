@@ -27,6 +27,8 @@ struct ur_orbax_ckpt {
     int use_zarr3;
     int store_fill;
     int has_metadata_file;
+    int has_sharding_file;
+    /* the side files' parses, freed once the leaves have kept what they need of them */
     ur_orbax_sharding_map *sharding;
     ur_orbax_step_meta_doc *step;
     ur_orbax_array_meta_list *array_meta;
@@ -409,8 +411,38 @@ static int attach_sharding(ur_orbax_ckpt *ck, ur_err *err)
     return attach_array_meta(ck, err);
 }
 
-/* The array leaf `l` from its zarr metadata (shapes go into `arena`). */
-static int describe_one(ur_orbax_ckpt *ck, ur_orbax_leaf *l, ur_orbax_arena *arena, ur_err *err)
+/* The leaves' copies of what they took from _sharding and array_metadatas go into the
+ * checkpoint's arena, each distinct value once, and the two parses are freed (with 100,000
+ * leaves: every param name twice more, a sharding and its strings per leaf). */
+static int keep_side(ur_orbax_ckpt *ck, ur_err *err)
+{
+    ur_orbax_keep k;
+    int rc = UR_OK;
+    ur_orbax__keep_init(&k, &ck->arena);
+    for (size_t i = 0; i < ck->n_leaves && rc == UR_OK; i++) {
+        ur_orbax_leaf *l = &ck->leaves[i];
+        rc = ur_orbax__keep_sharding(&k, &l->sharding, err);
+        if (rc == UR_OK) {
+            rc = ur_orbax__keep_dims(&k, &l->array_meta_chunk_shape, l->array_meta_chunk_rank,
+                                     err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_orbax__keep_str(&k, &l->random_key_impl, err);
+        }
+    }
+    ur_orbax__keep_dispose(&k);
+    if (rc == UR_OK) {
+        ck->has_sharding_file = ck->sharding != NULL;
+        ur_orbax_sharding_map_free(ck->sharding);
+        ck->sharding = NULL;
+        ur_orbax_array_meta_free(ck->array_meta);
+        ck->array_meta = NULL;
+    }
+    return rc;
+}
+
+/* The array leaf `l` from its zarr metadata (shapes kept by `keep`). */
+static int describe_one(ur_orbax_ckpt *ck, ur_orbax_leaf *l, ur_orbax_keep *keep, ur_err *err)
 {
     ur_zarr_array *arr = NULL;
     int rc = ur_orbax_ckpt_open_array(ck, l, &arr, err);
@@ -421,11 +453,15 @@ static int describe_one(ur_orbax_ckpt *ck, ur_orbax_leaf *l, ur_orbax_arena *are
     l->has_array = 1;
     l->dtype = info->dtype;
     l->rank = info->rank;
-    l->shape = ur_orbax__arena_dims(arena, info->shape, info->rank);
-    l->chunk_shape = ur_orbax__arena_dims(arena, info->chunk_shape, info->rank);
+    l->shape = info->shape;
+    l->chunk_shape = info->chunk_shape;
+    rc = ur_orbax__keep_dims(keep, &l->shape, l->rank, err);
+    if (rc == UR_OK) {
+        rc = ur_orbax__keep_dims(keep, &l->chunk_shape, l->rank, err);
+    }
     ur_zarr_array_close(arr); /* info with it */
-    if (l->rank > 0 && (l->shape == NULL || l->chunk_shape == NULL)) {
-        return ur_err_oom(err);
+    if (rc < 0) {
+        return rc;
     }
     if (l->sharding.kind == UR_ORBAX_SHARDING_NAMED && l->sharding.spec_rank > l->rank) {
         return ur_err_set(err, UR_ECORRUPT,
@@ -441,6 +477,7 @@ typedef struct {
     ur_orbax_ckpt *ck;
     size_t lo, hi;
     ur_orbax_arena arena;
+    ur_orbax_keep keep; /* into arena */
     size_t failed_at; /* hi: none */
     ur_err err;
 } describe_part;
@@ -454,7 +491,7 @@ static void *describe_range(void *arg)
         if (!ur_orbax_value_type_has_array(l->value_type) || l->skip_deserialize) {
             continue;
         }
-        if (describe_one(p->ck, l, &p->arena, &p->err) < 0) {
+        if (describe_one(p->ck, l, &p->keep, &p->err) < 0) {
             p->failed_at = i;
             break;
         }
@@ -487,7 +524,9 @@ static int describe_arrays(ur_orbax_ckpt *ck, ur_err *err)
     if (first == n) {
         return UR_OK;
     }
-    rc = describe_one(ck, &ck->leaves[first], &ck->arena, err);
+    ur_orbax__keep_init(&parts[0].keep, &ck->arena);
+    rc = describe_one(ck, &ck->leaves[first], &parts[0].keep, err);
+    ur_orbax__keep_dispose(&parts[0].keep);
     if (rc < 0) {
         return rc;
     }
@@ -504,6 +543,7 @@ static int describe_arrays(ur_orbax_ckpt *ck, ur_err *err)
         parts[k].lo = first + n * k / t;
         parts[k].hi = first + n * (k + 1) / t;
         ur_orbax__arena_init(&parts[k].arena);
+        ur_orbax__keep_init(&parts[k].keep, &parts[k].arena);
         ur_err_clear(&parts[k].err);
     }
     for (size_t k = 1; k < t; k++) {
@@ -524,6 +564,7 @@ static int describe_arrays(ur_orbax_ckpt *ck, ur_err *err)
             *err = parts[k].err;
             rc = err->code;
         }
+        ur_orbax__keep_dispose(&parts[k].keep);
         ur_orbax__arena_adopt(&ck->arena, &parts[k].arena);
     }
     ur_alloc_trim(); /* what each thread's parses of zarr metadata freed, in its own heap */
@@ -652,6 +693,9 @@ int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur
     }
     rc = attach_sharding(ck, err);
     if (rc == UR_OK) {
+        rc = keep_side(ck, err);
+    }
+    if (rc == UR_OK) {
         rc = attach_strings(ck, err);
     }
     if (rc == UR_OK && !(flags & UR_ORBAX_OPEN_NO_ARRAYS)) {
@@ -720,7 +764,7 @@ int ur_orbax_ckpt_store_fill_value(const ur_orbax_ckpt *ck)
 
 int ur_orbax_ckpt_has_sharding_file(const ur_orbax_ckpt *ck)
 {
-    return ck->sharding != NULL;
+    return ck->has_sharding_file;
 }
 
 int ur_orbax_ckpt_has_metadata_file(const ur_orbax_ckpt *ck)

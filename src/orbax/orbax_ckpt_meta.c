@@ -379,18 +379,26 @@ int ur_orbax_array_meta_parse(ur_orbax_array_meta_list **out, const char *json, 
     return rc;
 }
 
-int ur_orbax_array_meta_emit_to(const ur_orbax_array_meta *items, size_t n, ur_orbax_sink sink,
-                                void *ctx, ur_err *err)
+/* Entry i of a document's source into *am: 0 to leave it out. */
+typedef int (*am_get)(const void *src, size_t i, ur_orbax_array_meta *am);
+
+static int emit_doc(const void *src, size_t n, am_get get, ur_orbax_sink sink, void *ctx,
+                    ur_err *err)
 {
     ur_buf b;
     ur_buf *out = &b;
+    size_t written = 0;
     ur_buf_init(&b, 0);
     int rc = ur_buf_append_str(out, "{\"array_metadatas\": [", err);
     for (size_t i = 0; rc == UR_OK && i < n; i++) {
-        const ur_orbax_array_meta *am = &items[i];
+        ur_orbax_array_meta one;
+        const ur_orbax_array_meta *am = &one;
+        if (!get(src, i, &one)) {
+            continue;
+        }
         rc = ur_buf_append_str(out,
-                               i == 0 ? "{\"array_metadata\": {\"param_name\": "
-                                      : ", {\"array_metadata\": {\"param_name\": ",
+                               written++ == 0 ? "{\"array_metadata\": {\"param_name\": "
+                                              : ", {\"array_metadata\": {\"param_name\": ",
                                err);
         if (rc == UR_OK) {
             rc = ur_orbax__json_put_str(out, am->param_name, err);
@@ -432,9 +440,33 @@ int ur_orbax_array_meta_emit_to(const ur_orbax_array_meta *items, size_t n, ur_o
     return rc;
 }
 
+static int get_items(const void *src, size_t i, ur_orbax_array_meta *am)
+{
+    *am = ((const ur_orbax_array_meta *)src)[i];
+    return 1;
+}
+
+static int get_leaves(const void *src, size_t i, ur_orbax_array_meta *am)
+{
+    const ur_orbax_leaf *l = (const ur_orbax_leaf *)src + i;
+    memset(am, 0, sizeof *am);
+    am->param_name = l->name;
+    am->write_rank = l->rank;
+    am->chunk_rank = l->rank;
+    am->write_shape = l->write_shape;
+    am->chunk_shape = l->chunk_shape;
+    return l->value_type == UR_ORBAX_VALUE_JAX_ARRAY;
+}
+
+int ur_orbax_array_meta_emit_leaves_to(const ur_orbax_leaf *leaves, size_t n, ur_orbax_sink sink,
+                                       void *ctx, ur_err *err)
+{
+    return emit_doc(leaves, n, get_leaves, sink, ctx, err);
+}
+
 int ur_orbax_array_meta_emit(ur_buf *out, const ur_orbax_array_meta *items, size_t n, ur_err *err)
 {
-    return ur_orbax_array_meta_emit_to(items, n, ur_orbax__append_sink, out, err);
+    return emit_doc(items, n, get_items, ur_orbax__append_sink, out, err);
 }
 
 void ur_orbax_array_meta_free(ur_orbax_array_meta_list *l)

@@ -76,6 +76,25 @@ char *ur_orbax__arena_strdup(ur_orbax_arena *a, const char *s);
 void ur_orbax__arena_adopt(ur_orbax_arena *into, ur_orbax_arena *from);
 char *ur_orbax__arena_strndup(ur_orbax_arena *a, const char *s, size_t n);
 
+/* ---- orbax_keep.c ----------------------------------------------------------------------- */
+
+/* Copies into an arena with each distinct value held once (see orbax_keep.c). Each function
+ * replaces the pointer it is given by the kept copy's (NULL stays NULL; an empty block becomes
+ * NULL); UR_ENOMEM. One thread at a time. */
+typedef struct {
+    ur_orbax_arena *arena;
+    ur_strmap strings, blocks;
+} ur_orbax_keep;
+
+void ur_orbax__keep_init(ur_orbax_keep *k, ur_orbax_arena *arena);
+/* Frees the maps only: the copies stay in the arena. */
+void ur_orbax__keep_dispose(ur_orbax_keep *k);
+int ur_orbax__keep_str(ur_orbax_keep *k, const char **s, ur_err *err);
+int ur_orbax__keep_block(ur_orbax_keep *k, const void **p, size_t n, ur_err *err);
+int ur_orbax__keep_dims(ur_orbax_keep *k, const uint64_t **dims, int rank, ur_err *err);
+/* Every string and array of a sharding. */
+int ur_orbax__keep_sharding(ur_orbax_keep *k, ur_orbax_sharding *s, ur_err *err);
+
 /* Parse `len` bytes of JSON (ur_json_parse); UR_ECORRUPT "<what>: invalid JSON near byte N",
  * UR_ENOMEM "<what>: out of memory". */
 int ur_orbax__json_parse(cJSON **out, const char *text, size_t len, const char *what, ur_err *err);
@@ -151,9 +170,11 @@ int ur_orbax_sharding_value_emit(ur_buf *out, const ur_orbax_sharding *s, ur_err
 /* A whole `_sharding` file (compact, as TensorStore's json driver writes it). */
 int ur_orbax_sharding_emit(ur_buf *out, const char *const *names,
                            const ur_orbax_sharding *shardings, size_t n, ur_err *err);
-/* The same handed to `sink` piece by piece. */
-int ur_orbax_sharding_emit_to(const char *const *names, const ur_orbax_sharding *shardings,
-                              size_t n, ur_orbax_sink sink, void *ctx, ur_err *err);
+/* The same for the jax.Array leaves of `leaves` (by name, with their sharding), handed to
+ * `sink` piece by piece: the writer's 200,000 leaves need no copy of their names and
+ * shardings. */
+int ur_orbax_sharding_emit_leaves_to(const ur_orbax_leaf *leaves, size_t n, ur_orbax_sink sink,
+                                     void *ctx, ur_err *err);
 /* Borrowed entry, NULL when absent. */
 const ur_orbax_sharding *ur_orbax_sharding_find(const ur_orbax_sharding_map *m, const char *name);
 void ur_orbax_sharding_map_free(ur_orbax_sharding_map *m);
@@ -193,9 +214,11 @@ typedef struct ur_orbax_array_meta_list {
 int ur_orbax_array_meta_parse(ur_orbax_array_meta_list **out, const char *json, size_t len,
                               ur_err *err);
 int ur_orbax_array_meta_emit(ur_buf *out, const ur_orbax_array_meta *items, size_t n, ur_err *err);
-/* The same handed to `sink` piece by piece. */
-int ur_orbax_array_meta_emit_to(const ur_orbax_array_meta *items, size_t n, ur_orbax_sink sink,
-                                void *ctx, ur_err *err);
+/* The same for the jax.Array leaves of `leaves`, as the writer records them (param name,
+ * write and chunk shape of the leaf's rank and chunk_shape, no ext_metadata), handed to
+ * `sink` piece by piece. */
+int ur_orbax_array_meta_emit_leaves_to(const ur_orbax_leaf *leaves, size_t n, ur_orbax_sink sink,
+                                       void *ctx, ur_err *err);
 void ur_orbax_array_meta_free(ur_orbax_array_meta_list *l);
 
 /* Parse a JSON list of non-negative integers (a shape) into dims; UR_ECORRUPT otherwise. */

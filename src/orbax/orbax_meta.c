@@ -77,7 +77,10 @@ static int is_index(const char *s)
     return 1;
 }
 
-static int parse_entry(ur_orbax_meta *m, ur_orbax_leaf *leaf, const cJSON *entry, ur_err *err)
+/* Key strings and value type names go through `keep`: a few distinct ones for any number of
+ * leaves. */
+static int parse_entry(ur_orbax_meta *m, ur_orbax_keep *keep, ur_orbax_leaf *leaf,
+                       const cJSON *entry, ur_err *err)
 {
     const char *kp = entry->string;
     ur_buf name;
@@ -128,9 +131,10 @@ static int parse_entry(ur_orbax_meta *m, ur_orbax_leaf *leaf, const cJSON *entry
                               "non-negative integer",
                               kp, i, key->valuestring);
         }
-        path[i].key = ur_orbax__arena_strdup(&m->arena, key->valuestring);
-        if (path[i].key == NULL) {
-            return ur_err_oom(err);
+        path[i].key = key->valuestring;
+        rc = ur_orbax__keep_str(keep, &path[i].key, err);
+        if (rc < 0) {
+            return rc;
         }
         i++;
     }
@@ -160,9 +164,10 @@ static int parse_entry(ur_orbax_meta *m, ur_orbax_leaf *leaf, const cJSON *entry
         return ur_err_set(err, UR_ECORRUPT,
                           "_METADATA: %s: skip_deserialize is missing or not a bool", kp);
     }
-    leaf->value_type_name = ur_orbax__arena_strdup(&m->arena, vt->valuestring);
-    if (leaf->value_type_name == NULL) {
-        return ur_err_oom(err);
+    leaf->value_type_name = vt->valuestring;
+    rc = ur_orbax__keep_str(keep, &leaf->value_type_name, err);
+    if (rc < 0) {
+        return rc;
     }
     leaf->value_type = ur_orbax_value_type_from_name(vt->valuestring);
     leaf->skip_deserialize = cJSON_IsTrue(sd);
@@ -254,13 +259,19 @@ static int parse_whole(ur_orbax_meta **out, const char *json, size_t len, ur_err
     }
     size_t i = 0;
     const cJSON *e;
+    ur_orbax_keep keep;
+    ur_orbax__keep_init(&keep, &m->arena);
     cJSON_ArrayForEach(e, tree)
     {
-        rc = parse_entry(m, &m->leaves[i], e, err);
+        rc = parse_entry(m, &keep, &m->leaves[i], e, err);
         if (rc < 0) {
-            goto out;
+            break;
         }
         i++;
+    }
+    ur_orbax__keep_dispose(&keep);
+    if (rc < 0) {
+        goto out;
     }
     m->n_leaves = i;
     rc = meta_finish(m, root, err);
@@ -333,7 +344,8 @@ static int list_member(void *ctx, const char *key, const char *value, size_t len
 
 /* One entry of tree_metadata: its own small tree, parsed and dropped (strings into
  * m's arena). */
-static int parse_member(ur_orbax_meta *m, ur_orbax_leaf *leaf, const meta_member *mm, ur_err *err)
+static int parse_member(ur_orbax_meta *m, ur_orbax_keep *keep, ur_orbax_leaf *leaf,
+                        const meta_member *mm, ur_err *err)
 {
     cJSON *e = NULL;
     int rc = ur_json_parse(&e, mm->value, mm->len, err);
@@ -342,7 +354,7 @@ static int parse_member(ur_orbax_meta *m, ur_orbax_leaf *leaf, const meta_member
     }
     e->string = (char *)(uintptr_t)mm->key; /* borrowed: not freed by cJSON_Delete */
     e->type |= cJSON_StringIsConst;
-    rc = parse_entry(m, leaf, e, err);
+    rc = parse_entry(m, keep, leaf, e, err);
     e->string = NULL;
     cJSON_Delete(e);
     return rc;
@@ -359,15 +371,19 @@ typedef struct {
 static int parse_part(void *ctx, ur_err *err)
 {
     meta_part *p = ctx;
+    ur_orbax_keep keep;
+    int rc = UR_OK;
     p->failed_at = p->hi;
+    ur_orbax__keep_init(&keep, &p->shell.arena);
     for (size_t i = p->lo; i < p->hi; i++) {
-        int rc = parse_member(&p->shell, &p->w->m->leaves[i], &p->w->members[i], err);
+        rc = parse_member(&p->shell, &keep, &p->w->m->leaves[i], &p->w->members[i], err);
         if (rc < 0) {
             p->failed_at = i;
-            return rc;
+            break;
         }
     }
-    return UR_OK;
+    ur_orbax__keep_dispose(&keep);
+    return rc;
 }
 
 /* Entries parsed on two threads when there are many (half of opening a checkpoint of

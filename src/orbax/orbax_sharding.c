@@ -302,28 +302,38 @@ int ur_orbax_sharding_value_emit(ur_buf *out, const ur_orbax_sharding *s, ur_err
     return rc;
 }
 
-int ur_orbax_sharding_emit_to(const char *const *names, const ur_orbax_sharding *shardings,
-                              size_t n, ur_orbax_sink sink, void *ctx, ur_err *err)
+/* Entry i of a document's source: 0 to leave it out. */
+typedef int (*sharding_get)(const void *src, size_t i, const char **name,
+                            const ur_orbax_sharding **s);
+
+static int emit_doc(const void *src, size_t n, sharding_get get, ur_orbax_sink sink, void *ctx,
+                    ur_err *err)
 {
     ur_buf key, val, out;
+    size_t written = 0;
     ur_buf_init(&key, 0);
     ur_buf_init(&val, 0);
     ur_buf_init(&out, 0);
     int rc = ur_buf_append_byte(&out, '{', err);
     for (size_t i = 0; rc == UR_OK && i < n; i++) {
+        const char *name;
+        const ur_orbax_sharding *sh;
+        if (!get(src, i, &name, &sh)) {
+            continue;
+        }
         ur_buf_reset(&key);
         ur_buf_reset(&val);
-        rc = ur_b64_encode(&key, names[i], strlen(names[i]), UR_B64_URL, err);
+        rc = ur_b64_encode(&key, name, strlen(name), UR_B64_URL, err);
         if (rc == UR_OK) {
             rc = ur_buf_append_byte(&key, 0, err);
         }
         if (rc == UR_OK) {
-            rc = ur_orbax_sharding_value_emit(&val, &shardings[i], err);
+            rc = ur_orbax_sharding_value_emit(&val, sh, err);
         }
         if (rc == UR_OK) {
             rc = ur_buf_append_byte(&val, 0, err);
         }
-        if (rc == UR_OK && i > 0) {
+        if (rc == UR_OK && written++ > 0) {
             rc = ur_buf_append_byte(&out, ',', err);
         }
         if (rc == UR_OK) {
@@ -351,10 +361,39 @@ int ur_orbax_sharding_emit_to(const char *const *names, const ur_orbax_sharding 
     return rc;
 }
 
+typedef struct {
+    const char *const *names;
+    const ur_orbax_sharding *shardings;
+} arrays_src;
+
+static int get_arrays(const void *src, size_t i, const char **name, const ur_orbax_sharding **s)
+{
+    const arrays_src *a = src;
+    *name = a->names[i];
+    *s = &a->shardings[i];
+    return 1;
+}
+
+/* The jax.Array leaves have an entry (the writer's leaves: every array is one). */
+static int get_leaves(const void *src, size_t i, const char **name, const ur_orbax_sharding **s)
+{
+    const ur_orbax_leaf *l = (const ur_orbax_leaf *)src + i;
+    *name = l->name;
+    *s = &l->sharding;
+    return l->value_type == UR_ORBAX_VALUE_JAX_ARRAY;
+}
+
+int ur_orbax_sharding_emit_leaves_to(const ur_orbax_leaf *leaves, size_t n, ur_orbax_sink sink,
+                                     void *ctx, ur_err *err)
+{
+    return emit_doc(leaves, n, get_leaves, sink, ctx, err);
+}
+
 int ur_orbax_sharding_emit(ur_buf *out, const char *const *names,
                            const ur_orbax_sharding *shardings, size_t n, ur_err *err)
 {
-    return ur_orbax_sharding_emit_to(names, shardings, n, ur_orbax__append_sink, out, err);
+    arrays_src a = {names, shardings};
+    return emit_doc(&a, n, get_arrays, ur_orbax__append_sink, out, err);
 }
 
 /* The whole document through cJSON: what the walk below refuses gets the usual message. */

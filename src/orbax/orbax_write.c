@@ -898,8 +898,7 @@ static int write_tree_metadata(const ur_orbax_writer *w, const item_meta *im, ur
 /* array_metadatas, written beside _sharding (write_array_metadata). The metadata stores are
  * file stores (the staging tree), whose writers of two keys are independent. */
 typedef struct {
-    const ur_orbax_array_meta *am;
-    size_t n;
+    const item_meta *im;
     ur_kvstore *kv;
     const char *key;
 } am_job;
@@ -909,65 +908,45 @@ static int write_am_job(void *ctx, ur_err *err)
     am_job *j = ctx;
     ur_kvstore_writer *out = NULL;
     int rc = ur_kvstore_writer_open(&out, j->kv, j->key, UR_KVSTORE_WRITER_ATOMIC, err);
-    return rc == UR_OK
-               ? end_stream(out, ur_orbax_array_meta_emit_to(j->am, j->n, writer_sink, out, err),
-                            err)
-               : rc;
+    return rc == UR_OK ? end_stream(out,
+                                    ur_orbax_array_meta_emit_leaves_to(j->im->ordered, j->im->n,
+                                                                       writer_sink, out, err),
+                                    err)
+                       : rc;
 }
 
-/* _sharding and array_metadatas into kv (when the output has arrays). */
+/* _sharding and array_metadatas into kv (when the output has arrays), emitted from the
+ * ordered leaves themselves. */
 static int write_array_metadata(const ur_orbax_writer *w, const item_meta *im, ur_kvstore *kv,
                                 ur_err *err)
 {
-    size_t n = im->n, na = 0;
-    const char **names = ur_malloc((n ? n : 1) * sizeof(*names));
-    ur_orbax_sharding *sh = ur_malloc((n ? n : 1) * sizeof(*sh));
-    ur_orbax_array_meta *am = ur_calloc(n ? n : 1, sizeof(*am));
     ur_kvstore_writer *out = NULL;
-    int rc = UR_OK;
+    size_t na = 0;
+    int rc;
 
-    if (names == NULL || sh == NULL || am == NULL) {
-        rc = ur_err_oom(err);
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        const ur_orbax_leaf *l = &im->ordered[i];
-        if (l->value_type != UR_ORBAX_VALUE_JAX_ARRAY) {
-            continue;
-        }
-        names[na] = l->name;
-        sh[na] = l->sharding;
-        am[na].param_name = l->name;
-        am[na].write_rank = l->rank;
-        am[na].chunk_rank = l->rank;
-        am[na].write_shape = l->write_shape;
-        am[na].chunk_shape = l->chunk_shape;
-        na++;
+    for (size_t i = 0; i < im->n && na == 0; i++) {
+        na += im->ordered[i].value_type == UR_ORBAX_VALUE_JAX_ARRAY;
     }
     if (na == 0) {
-        goto out;
+        return UR_OK;
     }
     /* array_metadatas on a second thread while this one writes _sharding (both streamed piece
      * by piece); in share mode the finisher moves array_metadatas.json to
      * array_metadatas/process_0 */
-    am_job job = {am, na, kv,
-                  w->share_meta_dir != NULL ? "array_metadatas.json"
-                                            : "array_metadatas/process_0"};
+    am_job job = {
+        im, kv, w->share_meta_dir != NULL ? "array_metadatas.json" : "array_metadatas/process_0"};
     ur_side side;
     ur_side_start(&side, write_am_job, &job);
     rc = ur_kvstore_writer_open(&out, kv, "_sharding", UR_KVSTORE_WRITER_ATOMIC, err);
     if (rc == UR_OK) {
-        rc = end_stream(out, ur_orbax_sharding_emit_to(names, sh, na, writer_sink, out, err), err);
+        rc = end_stream(
+            out, ur_orbax_sharding_emit_leaves_to(im->ordered, im->n, writer_sink, out, err), err);
     }
     int side_rc = ur_side_join(&side);
     if (rc == UR_OK && side_rc < 0) {
         *err = side.err;
         rc = side_rc;
     }
-out:
-    ur_free(names);
-    ur_free(sh);
-    ur_free(am);
     return rc;
 }
 

@@ -151,35 +151,14 @@ void ur_plan__shape_format(const ur_plan_leaf *leaf, char *buf, size_t n)
     }
 }
 
-static void path_dispose(ur_plan_path *p)
-{
-    for (size_t i = 0; i < p->len; i++) {
-        ur_free(p->comp[i]);
-    }
-    ur_free(p->comp);
-    ur_free(p->seq);
-    p->comp = NULL;
-    p->seq = NULL;
-    p->len = 0;
-}
-
 void ur_plan_free(ur_plan *plan)
 {
     if (!plan) {
         return;
     }
-    for (size_t i = 0; i < plan->n_actions; i++) {
-        ur_plan_action *a = &plan->actions[i];
-        for (size_t j = 0; j < a->n_out; j++) {
-            path_dispose(&a->out[j]);
-        }
-        ur_free(a->out);
-    }
     ur_free(plan->actions);
-    for (size_t i = 0; i < plan->n_extras; i++) {
-        path_dispose(&plan->extras[i].path);
-    }
     ur_free(plan->extras);
+    ur_pool_dispose(&plan->pool);
     ur_free(plan);
 }
 
@@ -206,42 +185,52 @@ static int any_seq(const span *parts, size_t n_parts)
     return 0;
 }
 
-static int path_build(ur_plan_path *out, const span *parts, size_t n_parts, ur_err *err)
+static int path_build(ur_plan *plan, ur_plan_path *out, const span *parts, size_t n_parts,
+                      ur_err *err)
 {
     size_t len = 0;
     size_t k = 0;
+    const char **comp;
+    unsigned char *seq = NULL;
     for (size_t i = 0; i < n_parts; i++) {
         len += parts[i].n;
     }
-    out->seq = NULL;
-    out->comp = ur_calloc(len ? len : 1, sizeof *out->comp);
-    if (!out->comp) {
-        return ur_err_oom(err);
+    comp = ur_pool_alloc(&plan->pool, (len ? len : 1) * sizeof *comp, err);
+    if (comp == NULL) {
+        return UR_ENOMEM;
     }
-    out->len = 0;
     if (any_seq(parts, n_parts)) {
-        out->seq = ur_calloc(len, 1);
-        if (!out->seq) {
-            path_dispose(out);
-            return ur_err_oom(err);
+        seq = ur_pool_alloc(&plan->pool, len, err);
+        if (seq == NULL) {
+            return UR_ENOMEM;
         }
     }
     for (size_t i = 0; i < n_parts; i++) {
         for (size_t j = 0; j < parts[i].n; j++) {
-            out->comp[k] = ur_strdup(parts[i].c[j]);
-            if (!out->comp[k]) {
-                out->len = k;
-                path_dispose(out);
-                return ur_err_oom(err);
+            comp[k] = ur_pool_intern(&plan->pool, parts[i].c[j], strlen(parts[i].c[j]), err);
+            if (comp[k] == NULL) {
+                return UR_ENOMEM;
             }
-            if (out->seq != NULL && parts[i].seq != NULL) {
-                out->seq[k] = parts[i].seq[j];
+            if (seq != NULL && parts[i].seq != NULL) {
+                seq[k] = parts[i].seq[j];
             }
             k++;
         }
     }
+    out->comp = comp;
+    out->seq = seq;
     out->len = len;
     return UR_OK;
+}
+
+/* n_out empty paths for `a`, owned by the plan. */
+static int out_paths(ur_plan *plan, ur_plan_action *a, uint64_t n_out, ur_err *err)
+{
+    if (n_out > SIZE_MAX / sizeof *a->out) {
+        return ur_err_oom(err);
+    }
+    a->out = ur_pool_alloc(&plan->pool, (n_out ? (size_t)n_out : 1) * sizeof *a->out, err);
+    return a->out != NULL ? UR_OK : UR_ENOMEM;
 }
 
 static int path_is(const ur_plan_leaf *l, size_t i, const char *s)
@@ -568,12 +557,12 @@ static int set_copy(ur_plan *plan, ur_plan_action *a, const span *parts, size_t 
 {
     int rc;
     a->kind = UR_PLAN_COPY;
-    a->out = ur_calloc(1, sizeof *a->out);
-    if (!a->out) {
-        return ur_err_oom(err);
+    rc = out_paths(plan, a, 1, err);
+    if (rc < 0) {
+        return rc;
     }
     a->n_out = 1;
-    rc = path_build(&a->out[0], parts, n_parts, err);
+    rc = path_build(plan, &a->out[0], parts, n_parts, err);
     if (rc < 0) {
         return rc;
     }
@@ -619,9 +608,9 @@ int ur_plan__unstack(ur_plan_walk *w, const ur_plan_item *it, int g, size_t rest
     if (rc < 0) {
         return rc;
     }
-    a->out = ur_calloc(n_out ? (size_t)n_out : 1, sizeof *a->out);
-    if (!a->out) {
-        return ur_err_oom(err);
+    rc = out_paths(plan, a, n_out, err);
+    if (rc < 0) {
+        return rc;
     }
     for (uint64_t li = 0; li < n_out; li++) {
         char layer[96];
@@ -632,7 +621,7 @@ int ur_plan__unstack(ur_plan_walk *w, const ur_plan_item *it, int g, size_t rest
                          w->suffix};
         int64_t gl = ((int64_t)li / div) * mul + (int64_t)li % div + add;
         snprintf(layer, sizeof layer, "layers_%lld", (long long)gl);
-        rc = path_build(&a->out[li], parts, 4, err);
+        rc = path_build(plan, &a->out[li], parts, 4, err);
         if (rc < 0) {
             return rc;
         }
@@ -656,12 +645,12 @@ int ur_plan__take(ur_plan_walk *w, const ur_plan_item *it, size_t axis, uint64_t
     a->axis = axis;
     a->n_axes = 0;
     a->group = -1;
-    a->out = ur_calloc((size_t)n, sizeof *a->out);
-    if (!a->out) {
-        return ur_err_oom(err);
+    rc = out_paths(plan, a, n, err);
+    if (rc < 0) {
+        return rc;
     }
     a->n_out = (size_t)n; /* the others stay empty paths: discarded */
-    rc = path_build(&a->out[keep], parts, 4, err);
+    rc = path_build(plan, &a->out[keep], parts, 4, err);
     if (rc < 0) {
         return rc;
     }
@@ -786,9 +775,9 @@ static int group_leaf(ur_plan_walk *w, const ur_plan_item *it, int64_t sub, size
     if (rc < 0) {
         return rc;
     }
-    a->out = ur_calloc(nl ? nl : 1, sizeof *a->out);
-    if (!a->out) {
-        return ur_err_oom(err);
+    rc = out_paths(plan, a, nl, err);
+    if (rc < 0) {
+        return rc;
     }
     for (uint64_t li = 0; li < nl; li++) {
         char layer[96];
@@ -804,7 +793,7 @@ static int group_leaf(ur_plan_walk *w, const ur_plan_item *it, int64_t sub, size
         } else {
             snprintf(layer, sizeof layer, "%s_%llu", grp->name, (unsigned long long)li);
         }
-        rc = path_build(&a->out[li], parts, 4, err);
+        rc = path_build(plan, &a->out[li], parts, 4, err);
         if (rc < 0) {
             return rc;
         }
@@ -994,13 +983,13 @@ static int add_linen_extras(ur_plan *plan, ur_err *err)
         return ur_err_oom(err);
     }
     plan->extras[0].kind = UR_PLAN_EXTRA_ZERO_SCALAR;
-    rc = path_build(&plan->extras[0].path, &p1, 1, err);
+    rc = path_build(plan, &plan->extras[0].path, &p1, 1, err);
     if (rc < 0) {
         return rc;
     }
     plan->n_extras = 1;
     plan->extras[1].kind = UR_PLAN_EXTRA_EMPTY_DICT;
-    rc = path_build(&plan->extras[1].path, &p2, 1, err);
+    rc = path_build(plan, &plan->extras[1].path, &p2, 1, err);
     if (rc < 0) {
         return rc;
     }
@@ -1021,6 +1010,7 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
     if (!plan) {
         return ur_err_oom(err);
     }
+    ur_pool_init(&plan->pool);
     plan->actions = ur_calloc(n ? n : 1, sizeof *plan->actions);
     if (!plan->actions) {
         rc = ur_err_oom(err);

@@ -165,13 +165,16 @@ int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *b
         ur_err_wrap(err, "%s", in_path);
         goto out;
     }
-    ur_alloc_trim(); /* what opening the input's arrays on every core freed */
     if (o->dry_run) {
         if (o->on_plan != NULL) {
             o->on_plan(o->ctx, what, plan, leaves.leaves);
         }
         goto out;
     }
+    /* The plan holds its own copies of what it took from the leaves' view (paths interned in
+     * its pool), and the executor works from the plan and the checkpoint. */
+    ur_plan_orbax_leaves_dispose(&leaves);
+    ur_alloc_trim(); /* that, and what opening the input's arrays on every core freed */
 
     ur_orbax_write_opts_init(&wo);
     wo.use_ocdbt = s->use_ocdbt;

@@ -251,25 +251,50 @@ static wrapping wrapping_of(const leaf_list *ll)
 
 static void vset_dispose(vset *s)
 {
-    for (size_t i = 0; i < s->n; i++) {
-        ur_free(s->v[i].key);
-        ur_free(s->v[i].seen);
-    }
     ur_free(s->v);
     ur_free(s->comps);
-    ur_strmap_dispose(&s->by_key);
+    ur_free(s->by_key);
     ur_strmap_dispose(&s->nodes);
+    ur_pool_dispose(&s->pool);
     memset(s, 0, sizeof *s);
 }
 
 /* Enter leaf s->v[i] into the maps: its key, and each proper prefix of it (the keys of the
  * nodes above it; they point into the leaf's key, no copies). Lookups by path are then
  * constant time rather than a scan of every leaf per output leaf. */
+static uint64_t key_hash(const char *k, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)k[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* The slot of s->by_key holding the leaf whose key is k[0..n), or the empty one where it
+ * would go. */
+static uint32_t *key_slot(const vset *s, const char *k, size_t n)
+{
+    size_t mask = s->by_key_cap - 1;
+    for (size_t at = (size_t)key_hash(k, n) & mask;; at = (at + 1) & mask) {
+        uint32_t *slot = &s->by_key[at];
+        const char *sk = *slot ? s->v[*slot - 1].key : NULL;
+        if (sk == NULL || (strncmp(sk, k, n) == 0 && sk[n] == '\0')) {
+            return slot;
+        }
+    }
+}
+
 static int index_leaf(vset *s, size_t i, ur_err *err)
 {
     const vleaf *v = &s->v[i];
     size_t len = strlen(v->key);
-    int rc = ur_strmap_put(&s->by_key, v->key, len, i, NULL, err);
+    uint32_t *slot = key_slot(s, v->key, len);
+    int rc = UR_OK;
+    if (*slot == 0) { /* the first leaf of a path wins */
+        *slot = (uint32_t)i + 1;
+    }
     for (size_t p = 0; rc >= 0 && p < len; p++) {
         if (v->key[p] == UR_VERIFY_SEP) {
             rc = ur_strmap_put(&s->nodes, v->key, p, 0, NULL, err);
@@ -292,7 +317,15 @@ static int vset_build(vset *s, const leaf_list *ll, int is_output, verifier *vf,
     }
     s->v = ur_calloc(n ? n : 1, sizeof *s->v);
     s->comps = ur_calloc(total ? total : 1, sizeof *s->comps);
-    if (s->v == NULL || s->comps == NULL) {
+    if (n >= UINT32_MAX / 2) {
+        return ur_err_set(err, UR_EUNSUPPORTED, "more than %u leaves", UINT32_MAX / 2);
+    }
+    s->by_key_cap = 64;
+    while (s->by_key_cap < 2 * n) {
+        s->by_key_cap *= 2;
+    }
+    s->by_key = ur_calloc(s->by_key_cap, sizeof *s->by_key);
+    if (s->v == NULL || s->comps == NULL || s->by_key == NULL) {
         return ur_err_oom(err);
     }
     for (size_t i = 0; i < n; i++) {
@@ -395,7 +428,9 @@ static int vset_build(vset *s, const leaf_list *ll, int is_output, verifier *vf,
             v->aux = aux;
             v->table = -1;
             v->sub = -1;
-            v->key = ur_plan_verify__key_of(v->comp, v->len);
+            char *key = ur_plan_verify__key_of(v->comp, v->len);
+            v->key = key != NULL ? ur_pool_strndup(&s->pool, key, strlen(key), err) : NULL;
+            ur_free(key);
             if (v->key == NULL) {
                 return ur_err_oom(err);
             }
@@ -447,8 +482,9 @@ vleaf *ur_plan_verify__find_in(verifier *vf, const char *const *c, size_t n)
     if (len != SIZE_MAX) {
         /* no leaf holds UR_VERIFY_SEP, so keys name paths one to one (a query holding
          * UR_VERIFY_SEP can only find a different path, which same_path rejects) */
-        if (ur_strmap_get(&vf->in.by_key, buf, len, &at) && same_path(&vf->in.v[at], c, n)) {
-            return &vf->in.v[at];
+        at = *key_slot(&vf->in, buf, len);
+        if (at > 0 && same_path(&vf->in.v[at - 1], c, n)) {
+            return &vf->in.v[at - 1];
         }
         return NULL;
     }
@@ -683,7 +719,7 @@ static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t l
     if (t != NULL) {
         snprintf(src, sizeof src, "%s[layer %" PRId64 " of %" PRId64 "]", iname, layer, t->n);
         if (i->seen == NULL) {
-            i->seen = ur_calloc((size_t)(t->n ? t->n : 1), 1);
+            i->seen = ur_pool_alloc(&vf->in.pool, (size_t)(t->n ? t->n : 1), err);
             if (i->seen == NULL) {
                 return ur_err_oom(err);
             }
@@ -787,7 +823,7 @@ static int check_slices(verifier *vf, const vleaf *o, vleaf *i, int nfix, const 
         snprintf(src, sizeof src, "%s[%" PRId64 " on axis %d]", iname, fidx[0], fax[0]);
     }
     if (i->seen == NULL) {
-        i->seen = ur_calloc((size_t)(n_slices > 0 ? n_slices : 1), 1);
+        i->seen = ur_pool_alloc(&vf->in.pool, (size_t)(n_slices > 0 ? n_slices : 1), err);
         if (i->seen == NULL) {
             return ur_err_oom(err);
         }

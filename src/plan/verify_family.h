@@ -23,6 +23,7 @@
 #include "unroll/buf.h"
 #include "unroll/orbax.h"
 #include "unroll/plan_verify.h"
+#include "unroll/pool.h"
 #include "unroll/strmap.h"
 
 #define UR_VERIFY_SEP '\x1f' /* joins key components into one string (never in a MaxText key) */
@@ -33,7 +34,7 @@ typedef struct {
     const char *const *comp; /* model path components */
     size_t len;
     size_t first; /* comp[0] is leaf->path[first] */
-    char *key;    /* components joined with UR_VERIFY_SEP */
+    const char *key; /* components joined with UR_VERIFY_SEP (in the set's pool) */
     /* input only */
     int aux;          /* a non-parameter variable (nnx_aux/model/P): kept in its dtype, and a
               * scan stacks it on axis 0 (see plan.c is_aux) */
@@ -41,7 +42,8 @@ typedef struct {
     int64_t sub;      /* cycle sub-layer j, -1: not a cycle leaf */
     size_t rest;      /* first component after the group (and sub-layer) */
     size_t hits;      /* output leaves taken from it */
-    uint8_t *seen;    /* scanned: which layers were found in the output (table's n) */
+    uint8_t *seen;    /* scanned: which layers were found in the output (table's n; in the
+                    * set's pool) */
     int64_t n_slices; /* pipeline stack / nested / layers_outside_pipeline: slices in `seen` */
     /* ... their output: comp[0..pdlen)/layers_<(slice / pdiv) * pmul + slice % pdiv + padd>/
      * comp[rest..] (the family's layer-index formula, for the report of missing layers) */
@@ -53,9 +55,14 @@ typedef struct {
     vleaf *v;
     size_t n;
     const char **comps; /* storage for every leaf's components */
-    ur_strmap by_key;   /* v[i].key -> i (the first leaf of a path) */
+    /* v[i].key -> i (the first leaf of a path): open addressing over i + 1 (0: empty), 4
+     * bytes a slot, the keys compared where they are (a string map's 32-byte slots were 25 MB
+     * at 300,000 leaves) */
+    uint32_t *by_key;
+    size_t by_key_cap; /* a power of two, at least twice n */
     ur_strmap nodes;    /* interior nodes: every proper prefix of a key (value unused) */
     int sep_inside;     /* a component holds the separator: keys are ambiguous, maps unused */
+    ur_pool pool;       /* the keys and `seen` flags */
 } vset;
 
 /* The layers of output group D/X_<g>: where each g comes from in the input. */

@@ -13,8 +13,8 @@ static void check_node(const ur_ocdbt_btree_node *node)
         fz_check(e->key_off == keys_len);
         keys_len += e->key_len;
         if (node->height == 0 && !e->indirect) {
-            fz_check(e->value_off <= node->body.len);
-            fz_check(e->value_len <= node->body.len - e->value_off);
+            fz_check(e->value_off <= node->values.len);
+            fz_check(e->value_len <= node->values.len - e->value_off);
         }
         if (node->height > 0 || e->indirect) {
             fz_check(e->ref.file < node->table.n);

@@ -13,10 +13,15 @@
  *     num_indirect_value_bytes x n
  *
  * Keys are relative to the node's implicit prefix and prefix-compressed against the previous
- * key; they must be strictly increasing. TensorStore: format/btree.cc. */
+ * key; they must be strictly increasing. TensorStore: format/btree.cc.
+ *
+ * A decoded node keeps its keys, its entries and its inline values, not the body: Orbax
+ * writes a checkpoint's whole tree as one node, in which every array of a shape repeats the
+ * same zarr.json (100,000 such arrays: 49 MB of copies of one 490-byte value). */
 #include "ocdbt_format.h"
 
 #include "unroll/alloc.h"
+#include "unroll/strmap.h"
 
 #include <string.h>
 
@@ -27,8 +32,9 @@ void ur_ocdbt_btree_dispose(ur_ocdbt_btree_node *node)
     }
     ur_ocdbt_table_dispose(&node->table);
     ur_free(node->e);
+    ur_free(node->stats);
     ur_free(node->keys);
-    ur_buf_dispose(&node->body);
+    ur_buf_dispose(&node->values);
     memset(node, 0, sizeof *node);
 }
 
@@ -100,7 +106,7 @@ static int decode_keys(ur_ocdbt_btree_node *node, ur_rd *rd, int interior, ur_er
         if (suffix > 0) {
             memcpy(keys.data + keys.len + prefix, sfx, suffix);
         }
-        node->e[i].key_off = keys.len;
+        node->e[i].key_off = (uint32_t)keys.len; /* < UR_OCDBT_MAX_DECODED, keys' limit */
         node->e[i].key_len = (uint16_t)(prefix + suffix);
         keys.len += prefix + suffix;
         node->e[i].value_off = 0;
@@ -166,7 +172,7 @@ static int decode_leaf(ur_ocdbt_btree_node *node, ur_rd *rd, ur_err *err)
             return ur_err_set_at(err, UR_ECORRUPT, at, "btree node: inline value of %llu bytes",
                                  (unsigned long long)node->e[i].value_len);
         }
-        node->e[i].value_off = rd->pos;
+        node->e[i].value_off = (uint32_t)rd->pos; /* < UR_OCDBT_MAX_DECODED */
         if (ur_rd_bytes(rd, (size_t)node->e[i].value_len) == NULL) {
             return ur_rd_check(rd, "btree leaf values", err);
         }
@@ -181,6 +187,10 @@ static int decode_interior(ur_ocdbt_btree_node *node, ur_rd *rd, ur_err *err)
     if (rc < 0) {
         return rc;
     }
+    node->stats = ur_calloc(n, sizeof *node->stats);
+    if (node->stats == NULL) {
+        return ur_err_oom(err);
+    }
     for (size_t i = 0; i < n; i++) {
         node->e[i].ref.file = ur_rd_varint64(rd);
     }
@@ -191,13 +201,13 @@ static int decode_interior(ur_ocdbt_btree_node *node, ur_rd *rd, ur_err *err)
         node->e[i].ref.length = ur_rd_varint64(rd);
     }
     for (size_t i = 0; i < n; i++) {
-        node->e[i].stats.num_keys = ur_rd_varint64(rd);
+        node->stats[i].num_keys = ur_rd_varint64(rd);
     }
     for (size_t i = 0; i < n; i++) {
-        node->e[i].stats.num_tree_bytes = ur_rd_varint64(rd);
+        node->stats[i].num_tree_bytes = ur_rd_varint64(rd);
     }
     for (size_t i = 0; i < n; i++) {
-        node->e[i].stats.num_indirect_value_bytes = ur_rd_varint64(rd);
+        node->stats[i].num_indirect_value_bytes = ur_rd_varint64(rd);
     }
     if (rd->failed) {
         return ur_rd_check(rd, "btree interior node", err);
@@ -212,18 +222,74 @@ static int decode_interior(ur_ocdbt_btree_node *node, ur_rd *rd, ur_err *err)
     return UR_OK;
 }
 
+/* Values this long or longer are held once however many keys have them (as the writer does). */
+#define SHARED_VALUE_MIN 64
+
+/* Copy the inline values out of `body` into node->values (value_off then points there), each
+ * distinct one of SHARED_VALUE_MIN bytes or more once. Two passes: the first numbers the
+ * distinct values in order, so the buffer is allocated once at its size and a value is copied
+ * when its offset is the buffer's end. */
+static int keep_values(ur_ocdbt_btree_node *node, const uint8_t *body, ur_err *err)
+{
+    ur_strmap seen;
+    size_t total = 0, at;
+    int rc = UR_OK;
+
+    ur_strmap_init(&seen);
+    for (size_t i = 0; i < node->n && node->height == 0; i++) {
+        const ur_ocdbt_btree_entry *e = &node->e[i];
+        if (e->indirect) {
+            continue;
+        }
+        if (e->value_len >= SHARED_VALUE_MIN) {
+            rc = ur_strmap_put(&seen, (const char *)body + e->value_off, (size_t)e->value_len,
+                               total, NULL, err);
+            if (rc < 0) {
+                goto out;
+            }
+            if (rc == 1) {
+                continue; /* seen before */
+            }
+        }
+        total += (size_t)e->value_len; /* <= the body's length: no overflow */
+    }
+    rc = total > 0 ? ur_buf_reserve_exact(&node->values, total, err) : UR_OK;
+    for (size_t i = 0; i < node->n && node->height == 0 && rc == UR_OK; i++) {
+        ur_ocdbt_btree_entry *e = &node->e[i];
+        const uint8_t *v = body + e->value_off;
+        if (e->indirect) {
+            continue;
+        }
+        at = node->values.len;
+        if (e->value_len >= SHARED_VALUE_MIN) {
+            (void)ur_strmap_get(&seen, (const char *)v, (size_t)e->value_len, &at);
+        }
+        if (at == node->values.len) {
+            rc = ur_buf_append(&node->values, v, (size_t)e->value_len, err);
+        }
+        e->value_off = (uint32_t)at; /* <= the body's length */
+    }
+out:
+    ur_strmap_dispose(&seen);
+    return rc;
+}
+
 int ur_ocdbt_btree_decode(ur_ocdbt_btree_node *node, ur_buf *body, const char *transitive,
                           size_t tlen, ur_err *err)
 {
+    ur_buf b = *body;
     ur_rd rd;
     uint32_t num;
     size_t at;
     int rc;
 
     memset(node, 0, sizeof *node);
-    node->body = *body;
     ur_buf_init(body, 0);
-    ur_rd_init(&rd, node->body.data, node->body.len);
+    if (b.len > UINT32_MAX) { /* entries hold 32-bit offsets; readers cap a body at 1 GiB */
+        rc = ur_err_set(err, UR_ECORRUPT, "btree node: body of %zu bytes", b.len);
+        goto out;
+    }
+    ur_rd_init(&rd, b.data, b.len);
     node->height = ur_rd_u8(&rd);
     rc = ur_rd_check(&rd, "btree node", err);
     if (rc == UR_OK) {
@@ -252,7 +318,11 @@ int ur_ocdbt_btree_decode(ur_ocdbt_btree_node *node, ur_buf *body, const char *t
     if (rc == UR_OK) {
         rc = ur_rd_finish(&rd, "btree node", err);
     }
+    if (rc == UR_OK) {
+        rc = keep_values(node, b.data, err);
+    }
 out:
+    ur_buf_dispose(&b);
     if (rc < 0) {
         ur_ocdbt_btree_dispose(node);
     }

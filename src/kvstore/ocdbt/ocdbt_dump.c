@@ -195,8 +195,8 @@ static int dump_node(ur_ocdbt_reader *r, ur_buf *out, const ur_ocdbt_file_id *fi
         rc = ur_buf_printf(out, err,
                            " subtree_common_prefix=%u num_keys=%" PRIu64 " num_tree_bytes=%" PRIu64
                            " num_indirect_value_bytes=%" PRIu64 "\n",
-                           e->subtree_prefix_len, e->stats.num_keys, e->stats.num_tree_bytes,
-                           e->stats.num_indirect_value_bytes);
+                           e->subtree_prefix_len, n->stats[i].num_keys, n->stats[i].num_tree_bytes,
+                           n->stats[i].num_indirect_value_bytes);
         if (rc == UR_OK) {
             rc = ur_buf_append(prefix, n->keys + e->key_off, e->subtree_prefix_len, err);
         }

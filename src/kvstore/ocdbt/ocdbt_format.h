@@ -169,26 +169,29 @@ void ur_ocdbt_manifest_dispose(ur_ocdbt_manifest *m);
 /* ---- B+tree node (ocdbt_btree.c) ---- */
 
 typedef struct ur_ocdbt_btree_entry {
-    size_t key_off; /* relative key = node->keys[key_off .. key_off + key_len) */
+    ur_ocdbt_ref ref;            /* leaf indirect value, or interior child */
+    uint64_t value_len;          /* leaf */
+    uint32_t key_off; /* relative key = node->keys[key_off .. key_off + key_len) (< 1 GiB) */
+    uint32_t value_off; /* leaf inline: value = node->values.data[value_off ..] */
     uint16_t key_len;
     uint16_t subtree_prefix_len; /* interior only */
     uint8_t indirect;            /* leaf: 1 when the value is out of line */
-    uint64_t value_len;          /* leaf */
-    size_t value_off;            /* leaf inline: value = node->body.data[value_off ..] */
-    ur_ocdbt_ref ref;            /* leaf indirect value, or interior child */
-    ur_ocdbt_stats stats;        /* interior */
 } ur_ocdbt_btree_entry;
 
+/* 48 bytes an entry (Orbax's one-node trees hold two entries per array), the statistics of
+ * an interior node's children beside them. */
 typedef struct ur_ocdbt_btree_node {
     uint8_t height;
     ur_ocdbt_table table;
     size_t n;
     ur_ocdbt_btree_entry *e;
+    ur_ocdbt_stats *stats; /* interior: n entries, the subtree of e[i]; leaf: NULL */
     uint8_t *keys; /* all relative keys, back to back */
-    ur_buf body;   /* the decoded body (inline values point into it) */
+    ur_buf values; /* the inline values, each distinct one of 64 bytes or more held once */
 } ur_ocdbt_btree_node;
 
-/* Decode a B+tree node body; takes ownership of `body` (left empty) on success and failure. */
+/* Decode a B+tree node body; takes ownership of `body` (left empty) on success and failure
+ * and frees it: what the node keeps is copied out (keys, entries, inline values). */
 int ur_ocdbt_btree_decode(ur_ocdbt_btree_node *node, ur_buf *body, const char *transitive,
                           size_t tlen, ur_err *err);
 void ur_ocdbt_btree_dispose(ur_ocdbt_btree_node *node);

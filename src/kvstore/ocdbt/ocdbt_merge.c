@@ -101,7 +101,7 @@ static int add_leaf_entry(collector *c, const ur_ocdbt_btree_node *n,
         if (m->value == NULL) {
             return ur_err_oom(err);
         }
-        memcpy(m->value, n->body.data + e->value_off, (size_t)e->value_len);
+        memcpy(m->value, n->values.data + e->value_off, (size_t)e->value_len);
     }
     return UR_OK;
 }

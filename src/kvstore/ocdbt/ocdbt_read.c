@@ -303,7 +303,7 @@ int ur_ocdbt_read__btree_node(ur_ocdbt_reader *r, const ur_ocdbt_file_id *file,
             cnode_free(c);
             return rc;
         }
-        c->bytes = c->node.body.cap + c->node.n * sizeof(*c->node.e);
+        c->bytes = c->node.values.cap + c->node.n * sizeof(*c->node.e);
         if (c->node.n > 0) {
             const ur_ocdbt_btree_entry *e = &c->node.e[c->node.n - 1];
             c->bytes += (size_t)e->key_off + e->key_len; /* the keys, back to back */
@@ -481,7 +481,7 @@ static int r_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t
     } else if (len == 0) {
         rc = UR_OK;
     } else if (!e->indirect) {
-        memcpy(dst, leaf->node.body.data + e->value_off + offset, len);
+        memcpy(dst, leaf->node.values.data + e->value_off + offset, len);
     } else {
         rc = read_file_range(r, leaf->node.table.f[e->ref.file].path, e->ref.offset + offset, len,
                              dst, err);
@@ -498,7 +498,7 @@ static int read_entry(ur_ocdbt_reader *r, const ur_ocdbt_cnode *leaf,
     if (e->value_len > SIZE_MAX / 2) {
         rc = ur_err_set(err, UR_ECORRUPT, "%s: value too large", key);
     } else if (!e->indirect) {
-        rc = ur_buf_append(out, leaf->node.body.data + e->value_off, (size_t)e->value_len, err);
+        rc = ur_buf_append(out, leaf->node.values.data + e->value_off, (size_t)e->value_len, err);
     } else {
         rc = ur_buf_reserve(out, (size_t)e->value_len, err);
         if (rc == UR_OK && e->value_len > 0) {

@@ -444,7 +444,7 @@ static int old_entry(wupdate *u, const ur_ocdbt_btree_node *n, const ur_ocdbt_bt
         x->offset = e->ref.offset;
         return ur_ocdbt_write__file_index(u->w, &n->table.f[e->ref.file], &x->file, err);
     }
-    x->value = n->body.data + e->value_off; /* the node is held until its leaves are written */
+    x->value = n->values.data + e->value_off; /* the node is held until its leaves are written */
     return UR_OK;
 }
 
@@ -499,7 +499,7 @@ static int keep_child(wupdate *u, const ur_ocdbt_btree_node *n, const ur_ocdbt_b
     it->klen = len;
     it->child_prefix = u->prefix.len + e->subtree_prefix_len;
     it->ref = e->ref;
-    it->stats = e->stats;
+    it->stats = n->stats[e - n->e];
     if (ur_ocdbt_write__file_index(u->w, &n->table.f[e->ref.file], &file, err) < 0) {
         return err->code;
     }

@@ -31,7 +31,7 @@ static void test_ocdbt_btree__golden_leaf(void **state)
     assert_int_equal(node.e[1].key_len, 7);
     assert_memory_equal(node.keys + node.e[1].key_off, "abc/def", 7);
     assert_int_equal(node.e[0].value_len, 5);
-    assert_memory_equal(node.body.data + node.e[0].value_off, "hello", 5);
+    assert_memory_equal(node.values.data + node.e[0].value_off, "hello", 5);
     assert_int_equal(node.e[2].indirect, 1);
     assert_int_equal(node.e[2].ref.offset, 0);
     assert_int_equal(node.e[2].ref.length, 512);
@@ -41,7 +41,7 @@ static void test_ocdbt_btree__golden_leaf(void **state)
         e[i].key = node.keys + node.e[i].key_off;
         e[i].key_len = node.e[i].key_len;
         e[i].indirect = node.e[i].indirect;
-        e[i].value = node.body.data + node.e[i].value_off;
+        e[i].value = node.values.data + node.e[i].value_off;
         e[i].value_len = node.e[i].value_len;
         e[i].ref = node.e[i].ref;
     }
@@ -57,6 +57,49 @@ static void test_ocdbt_btree__golden_leaf(void **state)
     ur_ocdbt_btree_dispose(&node);
     ur_buf_dispose(&body);
     ur_buf_dispose(&obj);
+}
+
+/* A repeated inline value of 64 bytes or more is held once, a shorter one per key; every
+ * entry still reads its own bytes and the node encodes back to the same body. */
+static void test_ocdbt_btree__repeated_values_held_once(void **state)
+{
+    static const char *keys[4] = {"a/c", "a/zarr.json", "b/c", "b/zarr.json"};
+    char big[100], small[8];
+    ur_ocdbt_table t = {0, NULL};
+    ur_ocdbt_btree_enc_entry e[4];
+    ur_ocdbt_btree_node node;
+    ur_buf body, again;
+    (void)state;
+
+    memset(big, 'z', sizeof big);
+    memset(small, 's', sizeof small);
+    memset(e, 0, sizeof e);
+    for (size_t i = 0; i < 4; i++) {
+        e[i].key = (const uint8_t *)keys[i];
+        e[i].key_len = strlen(keys[i]);
+        e[i].value = (const uint8_t *)(i % 2 ? big : small);
+        e[i].value_len = i % 2 ? sizeof big : sizeof small;
+    }
+    ur_buf_init(&body, 0);
+    ur_buf_init(&again, 0);
+    assert_int_equal(ur_ocdbt_btree_encode(&body, 0, &t, e, 4, NULL), UR_OK);
+    assert_int_equal(ur_ocdbt_btree_decode(&node, &body, "", 0, NULL), UR_OK);
+    assert_int_equal(node.values.len, 2 * sizeof small + sizeof big);
+    assert_int_equal(node.e[1].value_off, node.e[3].value_off);
+    assert_true(node.e[0].value_off != node.e[2].value_off);
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(node.e[i].value_len, e[i].value_len);
+        assert_memory_equal(node.values.data + node.e[i].value_off, e[i].value,
+                            (size_t)e[i].value_len);
+        e[i].value = node.values.data + node.e[i].value_off;
+    }
+    assert_int_equal(ur_ocdbt_btree_encode(&again, 0, &node.table, e, 4, NULL), UR_OK);
+    assert_int_equal(ur_ocdbt_btree_encode(&body, 0, &t, e, 4, NULL), UR_OK);
+    assert_int_equal(again.len, body.len);
+    assert_memory_equal(again.data, body.data, body.len);
+    ur_ocdbt_btree_dispose(&node);
+    ur_buf_dispose(&body);
+    ur_buf_dispose(&again);
 }
 
 static void encode_interior(ur_buf *body)
@@ -88,7 +131,7 @@ static void test_ocdbt_btree__interior_roundtrip(void **state)
     assert_int_equal(node.height, 2);
     assert_int_equal(node.n, 3);
     assert_int_equal(node.e[0].subtree_prefix_len, 4);
-    assert_int_equal(node.e[1].stats.num_indirect_value_bytes, 9);
+    assert_int_equal(node.stats[1].num_indirect_value_bytes, 9);
     assert_int_equal(node.e[2].ref.offset, 90);
     assert_string_equal(node.table.f[0].path, "top/d/zz");
     assert_int_equal(node.table.f[0].base_len, 4);
@@ -213,6 +256,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ocdbt_btree__golden_leaf),
+        cmocka_unit_test(test_ocdbt_btree__repeated_values_held_once),
         cmocka_unit_test(test_ocdbt_btree__interior_roundtrip),
         cmocka_unit_test(test_ocdbt_btree__corrupt_every_offset),
         cmocka_unit_test(test_ocdbt_btree__key_order),

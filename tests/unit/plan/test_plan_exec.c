@@ -82,6 +82,8 @@ static void make_input(const char *step_dir)
     assert_int_equal(ur_orbax_writer_commit(w, &err), UR_OK);
 }
 
+static ur_pool paths; /* the outputs of the one action of a test */
+
 /* Build outputs "out_<k>" for an action over `axes` (or COPY/REPLICATE when n_axes == 0). */
 static void fill_action(ur_plan_action *a, ur_plan_kind kind, const size_t *axes, size_t n_axes,
                         size_t n_out)
@@ -96,28 +98,25 @@ static void fill_action(ur_plan_action *a, ur_plan_kind kind, const size_t *axes
     }
     a->axis = n_axes ? axes[n_axes - 1] : 0;
     a->n_out = n_out;
-    a->out = ur_calloc(n_out, sizeof *a->out);
+    ur_pool_init(&paths);
+    a->out = ur_pool_alloc(&paths, n_out * sizeof *a->out, NULL);
     for (size_t k = 0; k < n_out; k++) {
         char name[32];
         if (discard_odd && kind == UR_PLAN_UNSTACK && k % 2 == 1) {
-            continue; /* len 0: not written */
+            continue; /* len 0 (the pool's memory is zeroed): not written */
         }
+        const char **comp = ur_pool_alloc(&paths, sizeof *comp, NULL);
         snprintf(name, sizeof name, "out_%zu", k);
+        comp[0] = ur_pool_intern(&paths, name, strlen(name), NULL);
         a->out[k].len = 1;
-        a->out[k].comp = ur_calloc(1, sizeof(char *));
-        a->out[k].comp[0] = ur_strdup(name);
+        a->out[k].comp = comp;
     }
 }
 
 static void free_action(ur_plan_action *a)
 {
-    for (size_t k = 0; k < a->n_out; k++) {
-        if (a->out[k].comp != NULL) {
-            ur_free(a->out[k].comp[0]);
-            ur_free(a->out[k].comp);
-        }
-    }
-    ur_free(a->out);
+    a->out = NULL;
+    ur_pool_dispose(&paths);
 }
 
 /* Run the one-action plan and compare every output with the reference slicing. */
