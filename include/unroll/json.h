@@ -3,6 +3,7 @@
 #ifndef UNROLL_JSON_H
 #define UNROLL_JSON_H
 
+#include "unroll/buf.h"
 #include "unroll/err.h"
 
 #include <stddef.h>
@@ -39,5 +40,10 @@ typedef int (*ur_json_element_fn)(void *ctx, size_t index, const char *value, si
  * ur_json_each_member does for an object. */
 int ur_json_each_element(const char *text, size_t len, ur_json_element_fn fn, void *ctx,
                          ur_err *err);
+
+/* Append `s` to b as a JSON string: its bytes as they are (UTF-8 passes through), but the
+ * quote, the backslash and control characters (as \u00XX). For text unroll writes itself;
+ * Orbax's files, which Python writes ASCII-only, have their own writer (orbax_json.c). */
+int ur_json_put_string(ur_buf *b, const char *s, ur_err *err);
 
 #endif

@@ -83,23 +83,6 @@ int ur_plan_orbax_leaves(ur_plan_leaves *l, const ur_orbax_ckpt *ck, ur_err *err
     return UR_OK;
 }
 
-/* `s` as a JSON string (its bytes as they are, but for the quote, the backslash and control
- * characters). */
-static int put_json_string(ur_buf *b, const char *s, ur_err *err)
-{
-    int rc = ur_buf_append_byte(b, '"', err);
-    for (const unsigned char *p = (const unsigned char *)s; *p != '\0' && rc == UR_OK; p++) {
-        if (*p == '"' || *p == '\\') {
-            rc = ur_buf_printf(b, err, "\\%c", *p);
-        } else if (*p < 0x20) {
-            rc = ur_buf_printf(b, err, "\\u%04x", *p);
-        } else {
-            rc = ur_buf_append_byte(b, *p, err);
-        }
-    }
-    return rc == UR_OK ? ur_buf_append_byte(b, '"', err) : rc;
-}
-
 /* One member of the input's custom_metadata carried into the output's: every one but
  * scan_layers (which the output states itself), its value's text as the input wrote it. */
 static int carry_member(void *ctx, const char *key, const char *value, size_t len, ur_err *err)
@@ -111,7 +94,7 @@ static int carry_member(void *ctx, const char *key, const char *value, size_t le
     }
     rc = ur_buf_append_str(b, ", ", err);
     if (rc == UR_OK) {
-        rc = put_json_string(b, key, err);
+        rc = ur_json_put_string(b, key, err);
     }
     if (rc == UR_OK) {
         rc = ur_buf_append_str(b, ": ", err);

@@ -7,6 +7,7 @@
 #include "plan_yaml.h"
 
 #include "unroll/alloc.h"
+#include "unroll/json.h"
 
 #include <errno.h>
 #include <math.h>
@@ -883,24 +884,6 @@ out:
 
 /* ---- JSON ------------------------------------------------------------------------------- */
 
-static int emit_str(ur_buf *b, const char *s, ur_err *err)
-{
-    int rc = ur_buf_append_byte(b, '"', err);
-    for (const unsigned char *p = (const unsigned char *)s; rc == UR_OK && *p; p++) {
-        if (*p == '"' || *p == '\\') {
-            rc = ur_buf_printf(b, err, "\\%c", *p);
-        } else if (*p < 0x20) {
-            rc = ur_buf_printf(b, err, "\\u%04x", *p);
-        } else {
-            rc = ur_buf_append_byte(b, *p, err);
-        }
-    }
-    if (rc == UR_OK) {
-        rc = ur_buf_append_byte(b, '"', err);
-    }
-    return rc;
-}
-
 int ur_plan_yaml_emit_json(ur_buf *b, const ur_yval *v, ur_err *err)
 {
     int rc = UR_OK;
@@ -926,7 +909,7 @@ int ur_plan_yaml_emit_json(ur_buf *b, const ur_yval *v, ur_err *err)
             return ur_buf_append_str(b, tmp, err);
         }
     case UR_Y_STR:
-        return emit_str(b, v->s, err);
+        return ur_json_put_string(b, v->s, err);
     case UR_Y_LIST:
     case UR_Y_MAP:
         rc = ur_buf_append_byte(b, v->kind == UR_Y_LIST ? '[' : '{', err);
@@ -935,7 +918,7 @@ int ur_plan_yaml_emit_json(ur_buf *b, const ur_yval *v, ur_err *err)
                 rc = ur_buf_append_str(b, ", ", err);
             }
             if (rc == UR_OK && v->kind == UR_Y_MAP) {
-                rc = emit_str(b, v->keys[i], err);
+                rc = ur_json_put_string(b, v->keys[i], err);
                 if (rc == UR_OK) {
                     rc = ur_buf_append_str(b, ": ", err);
                 }

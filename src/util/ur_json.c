@@ -251,3 +251,18 @@ int ur_json_each_element(const char *text, size_t len, ur_json_element_fn fn, vo
     }
     return UR_OK;
 }
+
+int ur_json_put_string(ur_buf *b, const char *s, ur_err *err)
+{
+    int rc = ur_buf_append_byte(b, '"', err);
+    for (const unsigned char *p = (const unsigned char *)s; rc == UR_OK && *p != '\0'; p++) {
+        if (*p == '"' || *p == '\\') {
+            rc = ur_buf_printf(b, err, "\\%c", *p);
+        } else if (*p < 0x20) {
+            rc = ur_buf_printf(b, err, "\\u%04x", *p);
+        } else {
+            rc = ur_buf_append_byte(b, *p, err);
+        }
+    }
+    return rc == UR_OK ? ur_buf_append_byte(b, '"', err) : rc;
+}

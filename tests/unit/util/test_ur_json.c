@@ -148,6 +148,26 @@ static void test_ur_json__each_element(void **state)
     ur_buf_dispose(&b);
 }
 
+/* A string unroll writes: UTF-8 as it is, the quote, the backslash and control bytes escaped;
+ * cJSON reads the original back. */
+static void test_ur_json__put_string(void **state)
+{
+    static const char in[] = "a\"b\\c\n\x01 caf\xc3\xa9";
+    ur_buf b;
+    ur_err err;
+    cJSON *j = NULL;
+    (void)state;
+    ur_buf_init(&b, 0);
+    assert_int_equal(ur_json_put_string(&b, in, &err), UR_OK);
+    assert_int_equal(ur_buf_append(&b, "", 1, &err), UR_OK);
+    assert_string_equal((const char *)b.data, "\"a\\\"b\\\\c\\u000a\\u0001 caf\xc3\xa9\"");
+    assert_int_equal(ur_json_parse(&j, (const char *)b.data, b.len - 1, &err), UR_OK);
+    assert_true(cJSON_IsString(j));
+    assert_string_equal(j->valuestring, in);
+    cJSON_Delete(j);
+    ur_buf_dispose(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -155,6 +175,7 @@ int main(void)
         cmocka_unit_test(test_ur_json__oom_is_enomem),
         cmocka_unit_test(test_ur_json__each_member),
         cmocka_unit_test(test_ur_json__each_element),
+        cmocka_unit_test(test_ur_json__put_string),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
