@@ -152,13 +152,31 @@ int ur_orbax_claim_take(ur_orbax_claim **out, const char *step, const char *iden
     return UR_OK;
 }
 
+/* A claim create whose first attempt the HTTP layer gave up on may still be applied by the
+ * server after the run's delete, bringing the claim back: the delete is checked, and redone
+ * a few times over about a second. */
+#define RELEASE_ROUNDS 4
+#define RELEASE_WAIT_NS 250000000L
+
 int ur_orbax_claim_release(ur_orbax_claim *c, ur_err *err)
 {
     int rc = UR_OK;
-    if (c != NULL) {
+    for (int round = 0; c != NULL && round < RELEASE_ROUNDS; round++) {
+        uint64_t size;
+        if (round > 0) {
+            struct timespec wait = {0, RELEASE_WAIT_NS};
+            nanosleep(&wait, NULL);
+        }
         rc = ur_kvstore_delete(c->kv, UR_ORBAX_CLAIM_NAME, err);
+        if (rc == UR_ENOTFOUND) {
+            rc = UR_OK;
+        }
         if (rc < 0) {
             ur_err_wrap(err, "deleting the run's claim %s/" UR_ORBAX_CLAIM_NAME, c->step);
+            break;
+        }
+        if (ur_kvstore_size(c->kv, UR_ORBAX_CLAIM_NAME, &size, NULL) == UR_ENOTFOUND) {
+            break; /* gone */
         }
     }
     claim_free(c);
