@@ -209,6 +209,43 @@ class S3Server:
         return sorted(k.decode() for k in self._kv(bucket, prefix).list().result())
 
 
+def forward(handler, upstream_port: int, body: bytes):
+    """Send the request `handler` (an http.server handler whose body is `body`) to 127.0.0.1:
+    `upstream_port`; return the answer's status, its headers (less those of the hop:
+    transfer-encoding, connection, content-length) and its whole body."""
+    up = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=60)
+    up.putrequest(handler.command, handler.path, skip_host=True, skip_accept_encoding=True)
+    for k, v in handler.headers.items():
+        if k.lower() not in ("connection", "content-length"):
+            up.putheader(k, v)
+    if body:
+        up.putheader("Content-Length", str(len(body)))
+    up.endheaders(body if body else None)
+    r = up.getresponse()
+    data = r.read()
+    up.close()
+    hop = ("transfer-encoding", "connection", "content-length")
+    return r.status, [(k, v) for k, v in r.getheaders() if k.lower() not in hop], data
+
+
+def answer_head(handler, status: int, headers, length: int) -> None:
+    """The status line and headers of an answer whose body is `length` bytes."""
+    handler.send_response(status)
+    for k, v in headers:
+        handler.send_header(k, v)
+    handler.send_header("Content-Length", str(length))
+    handler.end_headers()
+
+
+def serve(handler_cls) -> http.server.ThreadingHTTPServer:
+    """A threading HTTP server on 127.0.0.1 (a free port) running `handler_cls` in the
+    background; stop it with shutdown() and server_close()."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_cls)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 class FaultProxy:
     """An HTTP/1.1 proxy in front of the server. Each request takes the next fault of `plan`
     (a list, consumed in order; None = forward normally) when its method and path match
@@ -247,23 +284,9 @@ class FaultProxy:
                     return
                 if fault == "slow":
                     time.sleep(proxy.stall_s)
-                up = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=60)
-                headers = {k: v for k, v in self.headers.items()}
-                up.putrequest(self.command, self.path, skip_host=True,
-                              skip_accept_encoding=True)
-                for k, v in headers.items():
-                    up.putheader(k, v)
-                up.endheaders(body if body else None)
-                r = up.getresponse()
-                data = r.read()
-                up.close()
-                self.send_response(r.status)
-                for k, v in r.getheaders():
-                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                status, headers, data = forward(self, proxy.upstream_port, body)
+                answer_head(self, status, headers, len(data))
                 if fault in ("drop", "stall") and self.command == "GET" and len(data) > 1:
-                    self.end_headers()
                     if fault == "drop":
                         self.wfile.write(data[:len(data) // 2])
                     else:
@@ -272,7 +295,6 @@ class FaultProxy:
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
-                self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)
                 with proxy.lock:
@@ -282,12 +304,9 @@ class FaultProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = serve(Handler)
         self.port = self.server.server_address[1]
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
 
     def _next_fault(self, method: str, path: str):
         with self.lock:

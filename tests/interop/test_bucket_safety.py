@@ -14,7 +14,6 @@
 Real servers: SeaweedFS (S3) and fake-gcs-server behind the atomic conditional-create proxy of
 test_multiprocess_remote.py (fake-gcs-server ignores ifGenerationMatch)."""
 import dataclasses
-import http.client
 import http.server
 import os
 import signal
@@ -249,29 +248,15 @@ class HoldProxy:
                     return
                 if delay and self.command in ("PUT", "POST"):
                     time.sleep(delay)
-                up = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=60)
-                up.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
-                for k, v in self.headers.items():
-                    up.putheader(k, v)
-                up.endheaders(body if body else None)
-                r = up.getresponse()
-                data = r.read()
-                up.close()
-                self.send_response(r.status)
-                for k, v in r.getheaders():
-                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
+                status, headers, data = s3_fixtures.forward(self, upstream_port, body)
+                s3_fixtures.answer_head(self, status, headers, len(data))
                 if self.command != "HEAD":
                     self.wfile.write(data)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = s3_fixtures.serve(Handler)
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def stop(self):
         self.release.set()

@@ -10,7 +10,6 @@ SeaweedFS (s3://) and fake-gcs-server (gs://), with a proxy of ours in between:
 - a server that accepts and never answers fails within the time budget, and the line names
   the endpoint (item 8)."""
 import dataclasses
-import http.client
 import http.server
 import json
 import os
@@ -73,27 +72,11 @@ class Proxy:
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
-                up = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=60)
-                up.putrequest(self.command, self.path, skip_host=True,
-                              skip_accept_encoding=True)
-                for k, v in self.headers.items():
-                    if k.lower() not in ("connection", "content-length"):
-                        up.putheader(k, v)
-                if body:
-                    up.putheader("Content-Length", str(len(body)))
-                up.endheaders(body if body else None)
-                r = up.getresponse()
-                data = r.read()
-                up.close()
-                self.send_response(r.status)
-                for k, v in r.getheaders():
-                    if k.lower() in ("transfer-encoding", "connection", "content-length"):
-                        continue
-                    if k.lower() == "location" and proxy.rewrite_location:
-                        v = v.replace(proxy.rewrite_location, proxy.url)
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
+                status, headers, data = s3_fixtures.forward(self, proxy.upstream_port, body)
+                if proxy.rewrite_location:
+                    headers = [(k, v.replace(proxy.rewrite_location, proxy.url)
+                                if k.lower() == "location" else v) for k, v in headers]
+                s3_fixtures.answer_head(self, status, headers, len(data))
                 if self.command == "HEAD":
                     return
                 if action == "cut" and len(data) > 1:
@@ -106,11 +89,9 @@ class Proxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = s3_fixtures.serve(Handler)
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def __enter__(self):
         return self
@@ -297,10 +278,8 @@ class EchoServer:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.server.daemon_threads = True
+        self.server = s3_fixtures.serve(H)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def __enter__(self):
         return self
