@@ -15,7 +15,8 @@ pkgs=(gcc make cmake pkg-config libzstd-dev libcjson-dev libyaml-dev zlib1g-dev
       libcurl4-openssl-dev libssl-dev)
 if [ "$want_tests" = 1 ]; then
   # openmpi-bin: mpirun launches the multi-process tests (tests/interop/test_multiprocess.py)
-  pkgs+=(libcmocka-dev python3-venv valgrind gdb time openmpi-bin)
+  # openssl: the command that makes tests/interop/test_tls_ca.py's CA and server certificate
+  pkgs+=(libcmocka-dev python3-venv valgrind gdb time openmpi-bin openssl)
   # clang beside gcc (scripts/lint.sh) and the formatter: 16 is the oldest clang-format that
   # reads .clang-format (AlignTrailingComments Kind), and Debian 12 ships it.
   pkgs+=(clang-16 clang-tidy-16 clang-format-16)
