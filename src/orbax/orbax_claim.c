@@ -152,9 +152,12 @@ int ur_orbax_claim_take(ur_orbax_claim **out, const char *step, const char *iden
     return UR_OK;
 }
 
-/* A claim create whose first attempt the HTTP layer gave up on may still be applied by the
- * server after the run's delete, bringing the claim back: the delete is checked, and redone
- * a few times over about a second. */
+/* A claim create whose first attempt the HTTP layer gave up on (no answer within the
+ * first-byte timeout) may still be applied by the server after the run's delete, bringing
+ * the claim back: the delete is checked, and redone a few times over about a second. A
+ * server slower than that still leaves the claim behind (seen with SeaweedFS under load and
+ * a 3 s timeout); the rerun of the same command takes it over, any other run is refused until
+ * it is deleted by hand. Known defect: a tombstone instead of a delete would close it. */
 #define RELEASE_ROUNDS 4
 #define RELEASE_WAIT_NS 250000000L
 

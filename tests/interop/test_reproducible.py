@@ -134,12 +134,14 @@ def test_bucket_destination_twice_gives_identical_objects(unroll_bin, s3, tmp_pa
     location in the bucket."""
     out = f"s3://{BUCKET}/repro-{uuid.uuid4().hex[:8]}"
     prefix = out[len(f"s3://{BUCKET}/"):] + "/run/checkpoints"
-    env = s3.env(SOURCE_DATE_EPOCH=str(EPOCH))
+    # the HTTP defaults' timeouts, not the fixture's 3 s: an attempt abandoned after 3 s on a
+    # loaded server can still be applied by it later (a known defect for the claim: see
+    # orbax_claim.c), which is not what this test is about
+    env = s3.env(SOURCE_DATE_EPOCH=str(EPOCH), UNROLL_HTTP_TIMEOUT_S="20")
     trees = []
     for i, extra in enumerate((["-j1"], ["-j2", "--replace"])):
         _convert(unroll_bin, out, extra, env=env)
-        # the run deletes its claim last; SeaweedFS's listing may show a just-deleted object
-        # for a moment under load: the claim must be gone within a few seconds
+        # the run deletes its claim last
         claim = "0/unroll-claim.txt"
         for _ in range(50):
             if claim not in s3.list(BUCKET, prefix):
