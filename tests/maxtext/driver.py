@@ -108,6 +108,25 @@ MTP_DECODE_ERROR = "TypeError: 'NoneType' object is not callable"
 FAMILIES["llama4"] = TINY + ["model_name=llama4-17b-16e", "override_model_config=true",
                              "base_num_decoder_layers=4", "num_experts=4", "num_experts_per_tok=1",
                              "base_moe_mlp_dim=16", "chunk_attn_window_size=8"]
+# Multimodal (use_multimodal=true): the model gains vision_encoder/ beside the decoder. Both
+# vision encoders (gemma3's Gemma3VisionEncoderLayer, llama4's Llama4VisionModel) build their
+# num_hidden_layers_for_vit layers as separate submodules (encoderblock_<i>, layers_<i>) whether
+# or not scan_layers is set (0.2.5 has no scanned vision encoder), so only the decoder is
+# scanned. Training batches are text only (synthetic data has no images; train.py passes images
+# only when the batch has them), so the vision parameters are initialised, frozen
+# (freeze_vision_encoder_params) and saved. Tiny vision towers: 2 layers of width 16.
+VIT = ["use_multimodal=true", "hidden_size_for_vit=16", "num_hidden_layers_for_vit=2",
+       "num_attention_heads_for_vit=2"]
+# gemma3: the synthetic batch's images are 896 x 896 whatever image_size_for_vit says
+# (processor_gemma3.get_dummy_image_shape_for_init_gemma3), so the model keeps its 896.
+FAMILIES["gemma3-multimodal"] = FAMILIES["gemma3"] + VIT + ["intermediate_size_for_vit=32"]
+# llama4: pixel shuffle (ratio 0.5) turns hidden x 4 channels into the projector's input.
+FAMILIES["llama4-multimodal"] = FAMILIES["llama4"] + VIT + [
+    "intermediate_size_for_vit=64", "projector_input_dim_for_vit=16",
+    "projector_output_dim_for_vit=16", "vision_output_dim_for_vit=16"]
+
+MULTIMODAL = {"gemma3-multimodal", "llama4-multimodal"}
+
 # gpt-oss: blocks of 2 (sliding, full attention), MoE with biases, attention sinks.
 FAMILIES["gpt-oss"] = TINY + ["model_name=gpt-oss-20b", "override_model_config=true",
                               "base_num_decoder_layers=4", "num_experts=4", "num_experts_per_tok=2",
@@ -461,6 +480,28 @@ def model_tree(family: str, scanned: bool = False) -> dict:
     return flat
 
 
+def vision_facts(family: str, items: pathlib.Path, unrolled: str) -> dict:
+    """The vision encoder through the conversion: its {path: shape} in the scan_layers=true
+    model (the scan_layers=false one is model_tree's) and in the training state, and which of the
+    unscanned output's vision leaves differ from the trained values cast to bfloat16 (what
+    generate_param_only_checkpoint writes), bit for bit."""
+    import jax.numpy as jnp
+    import numpy as np
+    import orbax.checkpoint as ocp
+    ck = ocp.PyTreeCheckpointer()
+    trained = _flat(ck.restore(str(items))["params"]["params"]["vision_encoder"])
+    out = {k[:-len("/value")]: v for k, v in
+           _flat(ck.restore(unrolled)["vision_encoder"]).items()}
+    differ = sorted(k for k in set(trained) | set(out)
+                    if k not in trained or k not in out or
+                    np.asarray(out[k]).dtype != jnp.bfloat16 or
+                    np.asarray(out[k]).tobytes() != np.asarray(trained[k]).astype(jnp.bfloat16).tobytes())
+    scanned = {k: v for k, v in model_tree(family, True).items() if k.startswith("vision_encoder/")}
+    return {"scanned_model": scanned, "trained": {k: list(np.shape(v)) for k, v in trained.items()},
+            "trained_dtypes": sorted({str(np.asarray(v).dtype) for v in trained.values()}),
+            "compared": len(set(trained) & set(out)), "differ": differ}
+
+
 def trained_aux(items: pathlib.Path) -> dict:
     """{model path: values} of the training state's non-parameter variables (nnx_aux/model/P,
     RNG state left out)."""
@@ -655,6 +696,8 @@ def main() -> None:
     if facts["unrolled"]["rc"] == 0 and family in MAXTEXT_OUTCOME:
         facts["maxtext"] = maxtext_facts(family, items, facts["unrolled"]["path"])
     facts["model_tree"] = model_tree(family)
+    if family in MULTIMODAL and facts["unrolled"]["rc"] == 0:
+        facts["vision"] = vision_facts(family, items, facts["unrolled"]["path"])
     # the main model alone where MaxText cannot decode with the MTP block (MTP above)
     main_only = ("mtp_num_layers=0",) if family in MTP else ()
     if family in MTP:
