@@ -502,6 +502,28 @@ def vision_facts(family: str, items: pathlib.Path, unrolled: str) -> dict:
             "compared": len(set(trained) & set(out)), "differ": differ}
 
 
+def image_decodes(family: str, unrolled: str, scanned: str) -> dict:
+    """MaxEngine decodes with an image, on CPU: a prompt with 3 image placeholder tokens, whose
+    places the first 3 of the image's soft tokens take (multimodal utils merge_mm_embeddings),
+    and a fixed random image (gemma3: one 896 x 896 image; llama4: 2 tiles of 336 x 336, both
+    valid), from both outputs; and, from the unscanned one, the prefill with another image, which
+    must change the logits (the vision encoder's weights reach them)."""
+    import numpy as np
+    if family.startswith("gemma3"):
+        from maxtext.multimodal.processor_gemma3 import GEMMA_TOKEN_PLACEHOLDER as placeholder
+        shape, masks = (896, 896, 3), None
+    else:
+        from maxtext.multimodal.processor_llama4 import LLAMA4_PATCH_TOKEN as placeholder
+        shape, masks = (2, 3, 336, 336), np.ones((2,), np.int32)
+    image = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    other = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    prompt = [1, 17, placeholder, placeholder, placeholder, 42]
+    return {"unrolled": decode(family, unrolled, False, prompt=prompt, images=image, image_masks=masks),
+            "scanned": decode(family, scanned, True, prompt=prompt, images=image, image_masks=masks),
+            "other_image": decode(family, unrolled, False, prompt=prompt, images=other,
+                                  image_masks=masks, n_steps=0)}
+
+
 def trained_aux(items: pathlib.Path) -> dict:
     """{model path: values} of the training state's non-parameter variables (nnx_aux/model/P,
     RNG state left out)."""
@@ -546,8 +568,10 @@ def _token(result) -> int:
     return int(result.data[0, result.tokens_idx[0]])
 
 
-def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4) -> dict:
-    """Greedy decode of fixed token ids from a param-only checkpoint through MaxEngine."""
+def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4,
+           prompt: list | None = None, images=None, image_masks=None) -> dict:
+    """Greedy decode of fixed token ids (and images, for a multimodal model) from a param-only
+    checkpoint through MaxEngine."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -571,10 +595,13 @@ def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4)
     aux = {k: np.asarray(v, np.float32).tolist()
            for k, v in _flat(nnx.to_pure_dict(engine._nnx_rest_state)).items()
            if "rngs" not in k.split("/")}
-    prompt = [1, 17, 42, 99, 5, 63]
+    prompt = prompt or [1, 17, 42, 99, 5, 63]
+    image_args = {} if images is None else {"images": jnp.asarray(images)}
+    if image_masks is not None:
+        image_args["image_masks"] = jnp.asarray(image_masks)
     padded = jnp.array(prompt + [0] * (cfg.max_prefill_predict_length - len(prompt)), dtype=jnp.int32)
     prefix, first = engine.prefill(params=params, padded_tokens=padded, true_length=len(prompt),
-                                   rng=jax.random.PRNGKey(1))
+                                   rng=jax.random.PRNGKey(1), **image_args)
     logits = [np.asarray(prefix["logits"], np.float32).reshape(-1).tolist()]
     state = engine.init_decode_state(jax.random.PRNGKey(2))
     state = engine.insert(prefix, state, slot=0)
@@ -716,6 +743,8 @@ def main() -> None:
             facts["decode_mtp"]["scanned"] = _attempt(
                 decode, family, facts["scanned"]["path"], True, n_steps=1)
         facts["decode_scanned"] = decode(family, facts["scanned"]["path"], True, *main_only)
+    if family in MULTIMODAL and facts["unrolled"]["rc"] == 0 and facts["scanned"]["rc"] == 0:
+        facts["decode_image"] = image_decodes(family, facts["unrolled"]["path"], facts["scanned"]["path"])
     facts["variants"] = {}
     for name, keys in VARIANTS.get(family, {}).items():
         v = run_unroll(family, items, work, name, "force_unroll=true", *keys)
