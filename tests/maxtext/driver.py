@@ -112,13 +112,15 @@ FAMILIES["llama4"] = TINY + ["model_name=llama4-17b-16e", "override_model_config
 # vision encoders (gemma3's Gemma3VisionEncoderLayer, llama4's Llama4VisionModel) build their
 # num_hidden_layers_for_vit layers as separate submodules (encoderblock_<i>, layers_<i>) whether
 # or not scan_layers is set (0.2.5 has no scanned vision encoder), so only the decoder is
-# scanned. Training batches are text only (synthetic data has no images; train.py passes images
-# only when the batch has them), so the vision parameters are initialised, frozen
-# (freeze_vision_encoder_params) and saved. Tiny vision towers: 2 layers of width 16.
+# scanned. train.py compiles its step ahead with get_shaped_batch's dummy image, but the
+# synthetic batches are text only (no "images"; the step passes images only when the batch has
+# them): the vision encoder is saved, not run. Tiny vision towers: 2 layers of width 16.
 VIT = ["use_multimodal=true", "hidden_size_for_vit=16", "num_hidden_layers_for_vit=2",
        "num_attention_heads_for_vit=2"]
-# gemma3: the synthetic batch's images are 896 x 896 whatever image_size_for_vit says
-# (processor_gemma3.get_dummy_image_shape_for_init_gemma3), so the model keeps its 896.
+# gemma3: that dummy image is 896 x 896 whatever image_size_for_vit says
+# (processor_gemma3.get_dummy_image_shape_for_init_gemma3), so the model keeps its 896: with
+# 224 the ahead compile fails (TypeError: add got incompatible shapes for broadcasting:
+# (1, 256, 16), (1, 4096, 16), the position embedding against the patches).
 FAMILIES["gemma3-multimodal"] = FAMILIES["gemma3"] + VIT + ["intermediate_size_for_vit=32"]
 # llama4: pixel shuffle (ratio 0.5) turns hidden x 4 channels into the projector's input.
 FAMILIES["llama4-multimodal"] = FAMILIES["llama4"] + VIT + [
