@@ -108,6 +108,27 @@ MTP_DECODE_ERROR = "TypeError: 'NoneType' object is not callable"
 FAMILIES["llama4"] = TINY + ["model_name=llama4-17b-16e", "override_model_config=true",
                              "base_num_decoder_layers=4", "num_experts=4", "num_experts_per_tok=1",
                              "base_moe_mlp_dim=16", "chunk_attn_window_size=8"]
+# Multimodal (use_multimodal=true): the model gains vision_encoder/ beside the decoder. Both
+# vision encoders (gemma3's Gemma3VisionEncoderLayer, llama4's Llama4VisionModel) build their
+# num_hidden_layers_for_vit layers as separate submodules (encoderblock_<i>, layers_<i>) whether
+# or not scan_layers is set (0.2.5 has no scanned vision encoder), so only the decoder is
+# scanned. train.py compiles its step ahead with get_shaped_batch's dummy image, but the
+# synthetic batches are text only (no "images"; the step passes images only when the batch has
+# them): the vision encoder is saved, not run. Tiny vision towers: 2 layers of width 16.
+VIT = ["use_multimodal=true", "hidden_size_for_vit=16", "num_hidden_layers_for_vit=2",
+       "num_attention_heads_for_vit=2"]
+# gemma3: that dummy image is 896 x 896 whatever image_size_for_vit says
+# (processor_gemma3.get_dummy_image_shape_for_init_gemma3), so the model keeps its 896: with
+# 224 the ahead compile fails (TypeError: add got incompatible shapes for broadcasting:
+# (1, 256, 16), (1, 4096, 16), the position embedding against the patches).
+FAMILIES["gemma3-multimodal"] = FAMILIES["gemma3"] + VIT + ["intermediate_size_for_vit=32"]
+# llama4: pixel shuffle (ratio 0.5) turns hidden x 4 channels into the projector's input.
+FAMILIES["llama4-multimodal"] = FAMILIES["llama4"] + VIT + [
+    "intermediate_size_for_vit=64", "projector_input_dim_for_vit=16",
+    "projector_output_dim_for_vit=16", "vision_output_dim_for_vit=16"]
+
+MULTIMODAL = {"gemma3-multimodal", "llama4-multimodal"}
+
 # gpt-oss: blocks of 2 (sliding, full attention), MoE with biases, attention sinks.
 FAMILIES["gpt-oss"] = TINY + ["model_name=gpt-oss-20b", "override_model_config=true",
                               "base_num_decoder_layers=4", "num_experts=4", "num_experts_per_tok=2",
@@ -461,6 +482,50 @@ def model_tree(family: str, scanned: bool = False) -> dict:
     return flat
 
 
+def vision_facts(family: str, items: pathlib.Path, unrolled: str) -> dict:
+    """The vision encoder through the conversion: its {path: shape} in the scan_layers=true
+    model (the scan_layers=false one is model_tree's) and in the training state, and which of the
+    unscanned output's vision leaves differ from the trained values cast to bfloat16 (what
+    generate_param_only_checkpoint writes), bit for bit."""
+    import jax.numpy as jnp
+    import numpy as np
+    import orbax.checkpoint as ocp
+    ck = ocp.PyTreeCheckpointer()
+    trained = _flat(ck.restore(str(items))["params"]["params"]["vision_encoder"])
+    out = {k[:-len("/value")]: v for k, v in
+           _flat(ck.restore(unrolled)["vision_encoder"]).items()}
+    differ = sorted(k for k in set(trained) | set(out)
+                    if k not in trained or k not in out or
+                    np.asarray(out[k]).dtype != jnp.bfloat16 or
+                    np.asarray(out[k]).tobytes() != np.asarray(trained[k]).astype(jnp.bfloat16).tobytes())
+    scanned = {k: v for k, v in model_tree(family, True).items() if k.startswith("vision_encoder/")}
+    return {"scanned_model": scanned, "trained": {k: list(np.shape(v)) for k, v in trained.items()},
+            "trained_dtypes": sorted({str(np.asarray(v).dtype) for v in trained.values()}),
+            "compared": len(set(trained) & set(out)), "differ": differ}
+
+
+def image_decodes(family: str, unrolled: str, scanned: str) -> dict:
+    """MaxEngine decodes with an image, on CPU: a prompt with 3 image placeholder tokens, whose
+    places the first 3 of the image's soft tokens take (multimodal utils merge_mm_embeddings),
+    and a fixed random image (gemma3: one 896 x 896 image; llama4: 2 tiles of 336 x 336, both
+    valid), from both outputs; and, from the unscanned one, the prefill with another image, which
+    must change the logits (the vision encoder's weights reach them)."""
+    import numpy as np
+    if family.startswith("gemma3"):
+        from maxtext.multimodal.processor_gemma3 import GEMMA_TOKEN_PLACEHOLDER as placeholder
+        shape, masks = (896, 896, 3), None
+    else:
+        from maxtext.multimodal.processor_llama4 import LLAMA4_PATCH_TOKEN as placeholder
+        shape, masks = (2, 3, 336, 336), np.ones((2,), np.int32)
+    image = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    other = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    prompt = [1, 17, placeholder, placeholder, placeholder, 42]
+    return {"unrolled": decode(family, unrolled, False, prompt=prompt, images=image, image_masks=masks),
+            "scanned": decode(family, scanned, True, prompt=prompt, images=image, image_masks=masks),
+            "other_image": decode(family, unrolled, False, prompt=prompt, images=other,
+                                  image_masks=masks, n_steps=0)}
+
+
 def trained_aux(items: pathlib.Path) -> dict:
     """{model path: values} of the training state's non-parameter variables (nnx_aux/model/P,
     RNG state left out)."""
@@ -505,8 +570,10 @@ def _token(result) -> int:
     return int(result.data[0, result.tokens_idx[0]])
 
 
-def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4) -> dict:
-    """Greedy decode of fixed token ids from a param-only checkpoint through MaxEngine."""
+def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4,
+           prompt: list | None = None, images=None, image_masks=None) -> dict:
+    """Greedy decode of fixed token ids (and images, for a multimodal model) from a param-only
+    checkpoint through MaxEngine."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -530,10 +597,13 @@ def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4)
     aux = {k: np.asarray(v, np.float32).tolist()
            for k, v in _flat(nnx.to_pure_dict(engine._nnx_rest_state)).items()
            if "rngs" not in k.split("/")}
-    prompt = [1, 17, 42, 99, 5, 63]
+    prompt = prompt or [1, 17, 42, 99, 5, 63]
+    image_args = {} if images is None else {"images": jnp.asarray(images)}
+    if image_masks is not None:
+        image_args["image_masks"] = jnp.asarray(image_masks)
     padded = jnp.array(prompt + [0] * (cfg.max_prefill_predict_length - len(prompt)), dtype=jnp.int32)
     prefix, first = engine.prefill(params=params, padded_tokens=padded, true_length=len(prompt),
-                                   rng=jax.random.PRNGKey(1))
+                                   rng=jax.random.PRNGKey(1), **image_args)
     logits = [np.asarray(prefix["logits"], np.float32).reshape(-1).tolist()]
     state = engine.init_decode_state(jax.random.PRNGKey(2))
     state = engine.insert(prefix, state, slot=0)
@@ -655,6 +725,8 @@ def main() -> None:
     if facts["unrolled"]["rc"] == 0 and family in MAXTEXT_OUTCOME:
         facts["maxtext"] = maxtext_facts(family, items, facts["unrolled"]["path"])
     facts["model_tree"] = model_tree(family)
+    if family in MULTIMODAL and facts["unrolled"]["rc"] == 0:
+        facts["vision"] = vision_facts(family, items, facts["unrolled"]["path"])
     # the main model alone where MaxText cannot decode with the MTP block (MTP above)
     main_only = ("mtp_num_layers=0",) if family in MTP else ()
     if family in MTP:
@@ -673,6 +745,8 @@ def main() -> None:
             facts["decode_mtp"]["scanned"] = _attempt(
                 decode, family, facts["scanned"]["path"], True, n_steps=1)
         facts["decode_scanned"] = decode(family, facts["scanned"]["path"], True, *main_only)
+    if family in MULTIMODAL and facts["unrolled"]["rc"] == 0 and facts["scanned"]["rc"] == 0:
+        facts["decode_image"] = image_decodes(family, facts["unrolled"]["path"], facts["scanned"]["path"])
     facts["variants"] = {}
     for name, keys in VARIANTS.get(family, {}).items():
         v = run_unroll(family, items, work, name, "force_unroll=true", *keys)

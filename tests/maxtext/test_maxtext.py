@@ -117,6 +117,8 @@ def test_family(family, tmp_path_factory):
     _check_aux(family, f)
     if family in driver.MTP:
         _check_mtp(family, f)
+    if family in driver.MULTIMODAL:
+        _check_vision(f)
     # other storage formats of the same output: what MaxText restores and decodes alike
     for name, v in f["variants"].items():
         assert v["rc"] == 0, v["stderr"]
@@ -162,6 +164,34 @@ def _check_mtp(family: str, f: dict) -> None:
         d = f["decode_mtp"][which]
         assert not d["ok"], "MaxEngine now decodes with the MTP block: compare those decodes"
         assert d["error"] == driver.MTP_DECODE_ERROR, d["error"]
+
+
+def _check_vision(f: dict) -> None:
+    """Multimodal: the vision encoder is carried through as it is. MaxText 0.2.5 builds its
+    layers as separate submodules whether or not scan_layers is set (no scanned vision encoder),
+    so the scan_layers=true and =false models hold the same vision subtree, the training state
+    holds it too (its num_hidden_layers_for_vit=2 layers apart), and unroll's output holds each
+    trained value cast to bfloat16, bit for bit. MaxEngine decodes a prompt with an image from
+    both outputs alike (driver.image_decodes), and another image changes the logits."""
+    v = f["vision"]
+    model = {k[len("vision_encoder/"):-len("/value")]: s for k, s in f["model_tree"].items()
+             if k.startswith("vision_encoder/")}
+    scanned = {k[len("vision_encoder/"):-len("/value")]: s for k, s in v["scanned_model"].items()}
+    assert model and model == scanned
+    assert v["trained"] == model
+    layers = {p for k in model for p in k.split("/") if re.fullmatch(r"(encoderblock|layers)_\d+", p)}
+    assert len(layers) == 2, layers
+    assert v["trained_dtypes"] == ["float32"]
+    assert v["compared"] == len(model) and v["differ"] == []
+    d = f["decode_image"]
+    du, ds, other = d["unrolled"], d["scanned"], d["other_image"]
+    assert du["scan_layers"] is False and ds["scan_layers"] is True
+    assert du["tokens"] == ds["tokens"]
+    a, b = np.asarray(du["logits"]), np.asarray(ds["logits"])
+    assert np.all(np.isfinite(a))
+    np.testing.assert_allclose(a, b, rtol=0, atol=LOGITS_ATOL)
+    assert np.max(np.abs(np.asarray(other["logits"][0]) - a[0])) > 1e-3, \
+        "the image does not reach the logits: the vision encoder's weights go untested"
 
 
 def _unstacked(trained: dict, model: dict, family: str) -> dict:

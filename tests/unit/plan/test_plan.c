@@ -852,6 +852,59 @@ static void test_plan__gemma3_blocks_and_remainder(void **state)
     assert_non_null(strstr(err.msg, "missing decoder/layers_remainder"));
 }
 
+/* use_multimodal=true: MaxText 0.2.5 builds the vision encoder's layers as separate submodules
+ * whether or not scan_layers is set, so vision_encoder/ is copied whole, even where a layer is
+ * named layers_<j> (llama4's Llama4VisionEncoder_0) and an axis has the block count. */
+static void test_plan__vision_encoder_copied(void **state)
+{
+    static const char *const j0[] = {"decoder/layers_0/mlp/wi_0/kernel/value",
+                                     "decoder/layers_4/mlp/wi_0/kernel/value"};
+    static const char *const g5[] = {"decoder/layers_5/mlp/wo/kernel/value"};
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    (void)state;
+    s.decoder_block = "llama4";
+    s.num_decoder_layers = 8; /* 2 blocks of 4 */
+    s.inhomogeneous_layer_cycle_interval = 4;
+    ts.n = 0;
+    add(&ts, "params/params/decoder/layers/layers_0/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,2,16",
+        NULL);
+    add(&ts,
+        "params/params/vision_encoder/Llama4VisionModel_0/Llama4VisionEncoder_0/layers_1/"
+        "self_attention_vision/query/kernel",
+        UR_DT_FLOAT32, "16,2,8", NULL);
+    add(&ts, "params/params/vision_encoder/Llama4VisionModel_0/positional_embedding_vlm",
+        UR_DT_FLOAT32, "577,16", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_out(plan, 0, j0, 2);
+    expect_copy(plan, 1,
+                "vision_encoder/Llama4VisionModel_0/Llama4VisionEncoder_0/layers_1/"
+                "self_attention_vision/query/kernel/value");
+    assert_int_equal(plan->actions[1].out_dtype, UR_DT_BFLOAT16);
+    expect_copy(plan, 2, "vision_encoder/Llama4VisionModel_0/positional_embedding_vlm/value");
+    ur_plan_free(plan);
+    /* gemma3, 7 layers: a block of 6 and a remainder of 1; encoderblock_<i> beside them */
+    s.decoder_block = "gemma3";
+    s.num_decoder_layers = 7;
+    s.inhomogeneous_layer_cycle_interval = 0;
+    ts.n = 0;
+    add(&ts, "params/params/decoder/layers/layers_5/mlp/wo/kernel", UR_DT_FLOAT32, "4,1,6", NULL);
+    add(&ts, "params/params/decoder/layers_remainder/layers_0/mlp/wo/kernel", UR_DT_FLOAT32, "4,6",
+        NULL);
+    add(&ts,
+        "params/params/vision_encoder/Gemma3VisionEncoderLayer_0/Transformer/encoderblock_1/"
+        "MlpBlockViT_0/Dense_0/kernel",
+        UR_DT_FLOAT32, "16,1", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_out(plan, 0, g5, 1);
+    expect_copy(plan, 1, "decoder/layers_6/mlp/wo/kernel/value");
+    expect_copy(plan, 2,
+                "vision_encoder/Gemma3VisionEncoderLayer_0/Transformer/encoderblock_1/"
+                "MlpBlockViT_0/Dense_0/kernel/value");
+    ur_plan_free(plan);
+}
+
 static void test_plan__deepseek4_hash_layers_and_blocks(void **state)
 {
     static const char *const b1[] = {"decoder/layers_2/attn/wq/value",
@@ -1249,6 +1302,7 @@ int main(void)
         cmocka_unit_test(test_plan__oom_loop),
         cmocka_unit_test(test_plan__inhomogeneous_cycle),
         cmocka_unit_test(test_plan__gemma3_blocks_and_remainder),
+        cmocka_unit_test(test_plan__vision_encoder_copied),
         cmocka_unit_test(test_plan__deepseek4_hash_layers_and_blocks),
         cmocka_unit_test(test_plan__pipeline_stacks),
         cmocka_unit_test(test_plan__pipeline_errors),

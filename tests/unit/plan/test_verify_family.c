@@ -213,6 +213,41 @@ static void test_verify_family__blocks_and_gemma3_remainder(void **state)
     stop(&f);
 }
 
+/* use_multimodal=true: vision_encoder/ is not scanned (MaxText 0.2.5 has no scanned vision
+ * encoder), so its leaves pair with themselves whole, even llama4's layers_<j> with an axis of
+ * the block count beside a scanned decoder block */
+static void test_verify_family__vision_encoder_whole(void **state)
+{
+    static const char *const vit =
+        "params/params/vision_encoder/Llama4VisionModel_0/"
+        "Llama4VisionEncoder_0/layers_1/self_attention_vision/query/kernel";
+    static fixture f;
+    vpair p;
+    char name[96];
+    (void)state;
+    memset(&f, 0, sizeof f);
+    for (int j = 0; j < 4; j++) {
+        snprintf(name, sizeof name, "params/params/decoder/layers/layers_%d/mlp/wo", j);
+        add(&f.in, name, "4,2,6");
+    }
+    add(&f.in, vit, "16,2,8");
+    for (int g = 0; g < 8; g++) {
+        snprintf(name, sizeof name, "params/params/decoder/layers_%d/mlp/wo", g);
+        add(&f.out, name, "4,6");
+    }
+    add(&f.out, vit, "16,2,8");
+    start(&f);
+    p = pair_of(&f, vit + strlen("params/params/"));
+    assert_int_equal(p.kind, VPAIR_LAYER);
+    assert_int_equal(p.tbl, -1);
+    expect_src(&p, vit + strlen("params/params/"));
+    /* the decoder beside it: layer 5 = block 1, sub-layer 1 */
+    p = pair_of(&f, "decoder/layers_5/mlp/wo");
+    expect_src(&p, "decoder/layers/layers_1/mlp/wo");
+    assert_int_equal(p.layer, 1);
+    stop(&f);
+}
+
 /* deepseek4: one unscanned hash layer, then scanned_blocks of 2 */
 static void test_verify_family__deepseek4_hash_layers(void **state)
 {
@@ -480,6 +515,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_verify_family__plain_and_deepseek_groups),
         cmocka_unit_test(test_verify_family__blocks_and_gemma3_remainder),
+        cmocka_unit_test(test_verify_family__vision_encoder_whole),
         cmocka_unit_test(test_verify_family__deepseek4_hash_layers),
         cmocka_unit_test(test_verify_family__gemma4_head_dims),
         cmocka_unit_test(test_verify_family__gemma4_wrong_head_dim_unmatched),
