@@ -135,6 +135,14 @@ int ur_plan__copy_to_layer(ur_plan_walk *w, const ur_plan_item *it, const char *
 int ur_plan__unstack(ur_plan_walk *w, const ur_plan_item *it, int g, size_t rest, uint64_t n_out,
                      int64_t div, int64_t mul, int64_t add, ur_err *err);
 
+/* Make it an UNSTACK (an empty entry: a REPLICATE) on its layer axis (param_scan_axis, or
+ * axis 0 for a non-parameter variable, unless its spec names another), whose length must be
+ * nl: slice i to prefix/decoder/<out_name>_<first + i>/path[rest..en)/suffix. `stack` names
+ * the input stack decoder/<stack> in messages. UR_EINVAL / UR_ECORRUPT: no such axis, or
+ * another length. */
+int ur_plan__unstack_to(ur_plan_walk *w, const ur_plan_item *it, const char *stack, int64_t nl,
+                        const char *out_name, int64_t first, size_t rest, ur_err *err);
+
 /* ---- nested blocks (plan_nested.c): gemma4 and qwen3-next ---------------------------------- */
 
 /* Their state: the layers after the last block. */
