@@ -812,6 +812,9 @@ def main() -> None:
         facts["train_attempt"] = train_attempt(family)
         items = engram_state(family)
         facts["scanned_tree"] = checkpoint_tree(str(items))
+        # the same checkpoint under a config without engram_layers: refused (exit 2)
+        facts["refused"] = run_unroll(family, items, work, "refused", "force_unroll=true",
+                                      "engram_layers=[]")
     else:
         items = edited(family, train(family))
     facts["train"] = str(items)

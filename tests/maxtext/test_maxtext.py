@@ -166,6 +166,11 @@ def _check_untrainable(family: str, f: dict) -> None:
     assert np.all(np.isfinite(a)) and np.any(a != 0)
     np.testing.assert_allclose(a, b, rtol=0, atol=LOGITS_ATOL)
     assert f["trained_aux"] == {}
+    # the chunks under a config without engram_layers: one line naming the stack, exit 2
+    r = f["refused"]
+    assert r["rc"] == 2 and "\n" not in r["stderr"], r
+    assert re.search(r"decoder/(dense|moe)_layers_(\d+_\d+|engram_\d+): the checkpoint has DeepSeek "
+                     r"Engram layer chunks but the config has no engram_layers", r["stderr"]), r
 
 
 def _check_mtp(family: str, f: dict) -> None:
