@@ -217,6 +217,10 @@ typedef struct {
     uint64_t bytes_in; /* all input array leaves */
     uint64_t bytes_read; /* kept input leaves */
     uint64_t bytes_out; /* output array leaves */
+    /* Of the dropped: model arrays the output's model has no place for (DeepSeek's Engram
+     * weights), and why; the run says so (a note), not only the dry run's plan. */
+    size_t leaves_left_out;
+    const char *left_out_why;
 } ur_plan_summary;
 
 typedef struct {

@@ -116,6 +116,9 @@ void ur_plan__shape_format(const ur_plan_leaf *leaf, char *buf, size_t n);
 ur_plan_span ur_plan__leaf_span(const ur_plan_leaf *l, size_t from, size_t to);
 /* Make the item's action a DROP (a kept leaf turned out to be dropped). */
 void ur_plan__drop(ur_plan_walk *w, const ur_plan_item *it, const char *why);
+/* Drop it as a model array the unscanned model has no place for: counted in
+ * summary.leaves_left_out (with `why`), which the run reports. */
+void ur_plan__leave_out(ur_plan_walk *w, const ur_plan_item *it, const char *why);
 /* Make it an UNSTACK on `axis` (length n) of which only slice `keep` is written, to
  * prefix/path[st..rest)/path[rest + 1..en)/suffix (the component path[rest] left out); the
  * other slices are discarded (ur_plan_path.len 0). */

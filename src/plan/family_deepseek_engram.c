@@ -163,7 +163,7 @@ static int leaf(ur_plan_walk *w, const ur_plan_item *it, int *done, ur_err *err)
         }
         if (strcmp(it->l->path[it->st + 2], "engram") == 0 ||
             strcmp(it->l->path[it->st + 2], "engram_layer_norm") == 0) {
-            ur_plan__drop(w, it, k_engram_dropped);
+            ur_plan__leave_out(w, it, k_engram_dropped);
             return UR_OK;
         }
         snprintf(out, sizeof out, "%s_%" PRId64, kd.name, a - kd.lo);

@@ -583,6 +583,13 @@ void ur_plan__drop(ur_plan_walk *w, const ur_plan_item *it, const char *why)
     w->plan->summary.leaves_dropped++;
 }
 
+void ur_plan__leave_out(ur_plan_walk *w, const ur_plan_item *it, const char *why)
+{
+    ur_plan__drop(w, it, why);
+    w->plan->summary.leaves_left_out++;
+    w->plan->summary.left_out_why = why;
+}
+
 int ur_plan__copy_to_layer(ur_plan_walk *w, const ur_plan_item *it, const char *layer, size_t rest,
                            ur_err *err)
 {

@@ -22,8 +22,7 @@
 #include <string.h>
 
 /* c = X "_" ("<a>_<b>" | "engram_<a>"): 1 and the parts. */
-static int chunk_name(const char *c, const char *x, size_t xl, int64_t *a, int64_t *b,
-                      int *engram)
+static int chunk_name(const char *c, const char *x, size_t xl, int64_t *a, int64_t *b, int *engram)
 {
     char *end;
     if (strncmp(c, x, xl) != 0 || c[xl] != '_') {
@@ -156,8 +155,8 @@ int ur_verify_family_engram__not_carried(verifier *vf, const vleaf *v, ur_err *e
                           strcmp(v->comp[k + 1], "engram_layer_norm") != 0)) {
             continue;
         }
-        if (ur_verify_family_blocks__table(vf, v->comp, k, v->comp[k],
-                                           (size_t)(e - v->comp[k]), &ti, err) < 0) {
+        if (ur_verify_family_blocks__table(vf, v->comp, k, v->comp[k], (size_t)(e - v->comp[k]),
+                                           &ti, err) < 0) {
             return 0;
         }
         t = &vf->tables[ti];

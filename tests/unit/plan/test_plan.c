@@ -1278,6 +1278,9 @@ static void test_plan__deepseek_engram(void **state)
                    "params/params/decoder/moe_layers_2/self_attention/wq_a/kernel");
     expect_copy(plan, 7, "params/params/decoder/decoder_norm/scale");
     assert_int_equal(plan->summary.leaves_dropped, 3);
+    /* of which the two Engram arrays are left out (the run says so), the optimizer not */
+    assert_int_equal(plan->summary.leaves_left_out, 2);
+    assert_ptr_equal(plan->summary.left_out_why, why);
     ur_plan_free(plan);
     /* param_scan_axis 0: the chunk's first axis */
     s.param_scan_axis = 0;
