@@ -18,7 +18,6 @@
 
 #include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 static const char k_engram_dropped[] =
@@ -86,27 +85,35 @@ static int built(const ur_settings *s, const kind *kd, int64_t a, int64_t b, int
     return 0;
 }
 
+/* A decimal index as MaxText writes one (no sign, no leading zero), at most 9 digits. */
+static int index_at(const char *c, int64_t *v, const char **end)
+{
+    size_t n = 0;
+    *v = 0;
+    while (c[n] >= '0' && c[n] <= '9' && n < 10) {
+        *v = *v * 10 + (c[n] - '0');
+        n++;
+    }
+    *end = c + n;
+    return n > 0 && n < 10 && !(n > 1 && c[0] == '0');
+}
+
 /* "<a>_<b>" or "engram_<k>" after the kind's name and '_': 1 and the parts. */
 static int parse_chunk(const char *c, int64_t *a, int64_t *b, int *engram)
 {
-    char *end;
+    const char *end;
     *engram = strncmp(c, "engram_", 7) == 0;
     if (*engram) {
         c += 7;
     }
-    if (*c < '0' || *c > '9') {
+    if (!index_at(c, a, &end)) {
         return 0;
     }
-    *a = (int64_t)strtoll(c, &end, 10);
     if (*engram) {
         *b = *a;
         return *end == '\0';
     }
-    if (*end != '_' || end[1] < '0' || end[1] > '9') {
-        return 0;
-    }
-    *b = (int64_t)strtoll(end + 1, &end, 10);
-    return *end == '\0' && *b >= *a;
+    return *end == '_' && index_at(end + 1, b, &end) && *end == '\0' && *b >= *a;
 }
 
 static int not_built(const ur_plan_walk *w, const char *name, ur_err *err)

@@ -345,13 +345,15 @@ def train_attempt(family: str) -> dict:
     return out
 
 
-def engram_state(family: str) -> pathlib.Path:
+def engram_state(family: str, zero: bool = True) -> pathlib.Path:
     """The scanned param-only checkpoint of an UNTRAINABLE family (its items directory), as
     MaxText writes one: the scan_layers=true model initialised eagerly by MaxText's own
     get_nnx_create_model_fn, ENGRAM_VALUE_PROJ set to zero, saved by
     generate_param_only_checkpoint._save_decode_checkpoint_nnx (bf16, {value} leaves, step 0)
-    through MaxText's checkpoint manager. Cached like the training."""
-    key = hashlib.sha256(json.dumps([maxtext.__version__, ALL[family], COMMON, ENGRAM_VALUE_PROJ]
+    through MaxText's checkpoint manager (zero=False: as initialised). Cached like the
+    training."""
+    zeroed = ENGRAM_VALUE_PROJ if zero else []
+    key = hashlib.sha256(json.dumps([maxtext.__version__, ALL[family], COMMON, zeroed]
                                     ).encode()).hexdigest()[:16]
     done = _cache_root() / f"{family}-state-{maxtext.__version__}-{key}"
     items = done / "0" / "items"
@@ -367,7 +369,7 @@ def engram_state(family: str) -> pathlib.Path:
     cfg = _config(family, "scan_layers=true")
     model = model_creation_utils.get_nnx_create_model_fn(cfg)()
     params = nnx.state(model, nnx.Param)
-    for key_path in ENGRAM_VALUE_PROJ:
+    for key_path in zeroed:
         node = params
         for k in key_path.split("/"):
             node = node[k]
@@ -857,6 +859,10 @@ def main() -> None:
             # scanned model on the state MaxText wrote (UNTRAINABLE)
             facts["decode_scanned"] = _attempt(decode, family, facts["scanned"]["path"], True)
             facts["forward_scanned"] = forward(family, str(items), True)
+            # what the Engram computes, which the unscanned model cannot: the same model with
+            # its value projections as initialised
+            facts["forward_scanned_engram"] = forward(family, str(engram_state(family, False)),
+                                                      True)
         else:
             facts["decode_scanned"] = decode(family, facts["scanned"]["path"], True, *main_only)
     facts["variants"] = {}

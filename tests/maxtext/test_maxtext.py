@@ -166,6 +166,10 @@ def _check_untrainable(family: str, f: dict) -> None:
     a, b = np.asarray(fu["logits"]), np.asarray(fs["logits"])
     assert np.all(np.isfinite(a)) and np.any(a != 0)
     np.testing.assert_allclose(a, b, rtol=0, atol=LOGITS_ATOL)
+    # with non-zero value projections the Engram changes the scanned model's logits: what
+    # leaving its weights out costs a model whose Engram was trained
+    c = np.asarray(f["forward_scanned_engram"]["logits"])
+    assert np.max(np.abs(c - b)) > 100 * LOGITS_ATOL
     assert f["trained_aux"] == {}
     # the chunks under a config without engram_layers: one line naming the stack, exit 2
     r = f["refused"]

@@ -1345,6 +1345,11 @@ static void test_plan__deepseek_engram_errors(void **state)
         NULL);
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "not a layer stack"));
+    ts.n = 0;
+    add(&ts, "params/params/decoder/dense_layers_00_0/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,1,16",
+        NULL);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "dense_layers_00_0: not a layer stack"));
     /* first_num_dense_layers past the layers */
     s.first_num_dense_layers = 7;
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
