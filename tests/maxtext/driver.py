@@ -51,6 +51,12 @@ COMMON = [
 TINY = ["base_emb_dim=32", "base_num_query_heads=4", "base_num_kv_heads=2", "base_mlp_dim=64",
         "head_dim=8"]
 
+def _cache_root() -> pathlib.Path:
+    root = os.environ.get("UNROLL_MAXTEXT_CACHE") or os.path.join(
+        os.environ.get("UNROLL_FIXTURE_CACHE", "/tmp/unroll-fixtures"), "maxtext")
+    return pathlib.Path(root)
+
+
 # family -> model overrides (used for training, conversion and inference alike).
 FAMILIES = {
     "llama2": TINY + ["base_num_decoder_layers=2"],
@@ -103,6 +109,73 @@ FAMILIES["gemma4-mtp"] = [a for a in FAMILIES["gemma4"] if not a.startswith("bas
 # model; the checkpoint's mtp_block is then not loaded) and the failure is recorded.
 MTP = {"deepseek-mtp", "gemma4-mtp"}
 MTP_DECODE_ERROR = "TypeError: 'NoneType' object is not callable"
+
+# DeepSeek Engram (engram_layers): 6 layers, 3 dense, Engram on layers 1 (dense) and 3 (MoE).
+# The scanned model (nnx_decoders.py _init_scanned_deepseek_engram) holds scanned chunks
+# decoder/dense_layers_0_0, dense_layers_2_2, moe_layers_4_5 (named by absolute layer index,
+# stacked on param_scan_axis) around unscanned decoder/dense_layers_engram_1 and
+# moe_layers_engram_3, the only layers built with a layer_idx and so the only ones with Engram
+# (engram/, engram_layer_norm/). The scan_layers=false model (_init_sequential_deepseek) is
+# decoder/dense_layers_<i>, moe_layers_<i - 3>, and builds no layer with a layer_idx: it has
+# no Engram at all. Engram needs a Hugging Face tokenizer (deepseek.py: AutoTokenizer
+# .from_pretrained(tokenizer_path)); hf_tokenizer() builds a 128-word one with `tokenizers`.
+ENGRAM_TOKENIZER_WORDS = 128
+
+
+def _tokenizer_dir() -> pathlib.Path:
+    return _cache_root() / f"hf-tokenizer-wordlevel-{ENGRAM_TOKENIZER_WORDS}"
+
+
+FAMILIES["deepseek-engram"] = [a for a in DEEPSEEK if not a.startswith(
+    ("base_num_decoder_layers=", "first_num_dense_layers="))] + [
+    "routed_bias=false", "base_num_decoder_layers=6", "first_num_dense_layers=3",
+    "mhc_expansion_rate=2",
+    "engram_layers=[1,3]", "engram_num_heads=2", "engram_head_dim=8",
+    "engram_vocab_bases=[31,37]", "tokenizer_type=huggingface", "hf_access_token=unused",
+    f"tokenizer_path={_tokenizer_dir()}"]
+# MaxText 0.2.5 cannot train it on CPU: CompressedTokenizer (engram.py) builds its lookup table
+# with jnp.array while the model is initialised inside a jit, and the training step then meets
+# the leaked tracer (UNTRAINABLE, asserted from the training log). The state converted is
+# therefore what MaxText's own code writes from its own modules (engram_state): the
+# scan_layers=true model initialised eagerly (outside any jit), saved as a param-only decode
+# checkpoint by generate_param_only_checkpoint's own _save_decode_checkpoint_nnx, and
+# converted from load_parameters_path. There the Engram layers' value projections are zeroed:
+# Engram's output is gate * value + conv(gate * value) (engram.py), exactly 0 with value = 0,
+# so the scanned model with Engram and the unscanned one without compute the same function and
+# their decodes compare every other weight.
+UNTRAINABLE = {"deepseek-engram": "jax.errors.UnexpectedTracerError: Encountered an unexpected "
+                                  "tracer."}
+# MaxEngine on the scanned model (decode(): the first line of what it raises)
+UNTRAINABLE_DECODE_ERROR = "UnexpectedTracerError: Encountered an unexpected tracer."
+ENGRAM_VALUE_PROJ = [f"decoder/{layer}/engram/value_proj/{p}"
+                     for layer in ("dense_layers_engram_1", "moe_layers_engram_3")
+                     for p in ("kernel", "bias")]
+
+
+def hf_tokenizer() -> pathlib.Path:
+    """A word-level Hugging Face tokenizer of ENGRAM_TOKENIZER_WORDS tokens (<pad>, <unk>, w2,
+    ...), built with the `tokenizers` package and saved as transformers' AutoTokenizer reads it,
+    once per cache (the training cache key names its path)."""
+    out = _tokenizer_dir()
+    if (out / "tokenizer.json").is_file():
+        return out
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    vocab = {"<pad>": 0, "<unk>": 1,
+             **{f"w{i}": i for i in range(2, ENGRAM_TOKENIZER_WORDS)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tmp = pathlib.Path(str(out) + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>"
+                            ).save_pretrained(str(tmp))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(tmp, out)
+    except OSError:  # another driver built it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
 
 # llama4: blocks of 4 (inhomogeneous_layer_cycle_interval; every 4th layer without RoPE), MoE.
 FAMILIES["llama4"] = TINY + ["model_name=llama4-17b-16e", "override_model_config=true",
@@ -238,16 +311,12 @@ LORA_PRETRAIN = TINY + ["base_num_decoder_layers=2", "lora.enable_lora=true", "l
 ALL = {**FAMILIES, **PENDING, "lora-pretrain": LORA_PRETRAIN}
 
 
-def _cache_root() -> pathlib.Path:
-    root = os.environ.get("UNROLL_MAXTEXT_CACHE") or os.path.join(
-        os.environ.get("UNROLL_FIXTURE_CACHE", "/tmp/unroll-fixtures"), "maxtext")
-    return pathlib.Path(root)
-
-
 def train(family: str) -> pathlib.Path:
     """The family's scanned training state at step 1 (trained once, then cached)."""
     par, devices = PARALLEL.get(family, ([], 1))
     args = ALL[family] + par + COMMON
+    if f"tokenizer_path={_tokenizer_dir()}" in args:
+        hf_tokenizer()
     key = hashlib.sha256(json.dumps([maxtext.__version__, args, TRAIN_FORMAT]).encode()
                          ).hexdigest()[:16]
     done = _cache_root() / f"{family}-{maxtext.__version__}-{key}"
@@ -272,8 +341,76 @@ def train(family: str) -> pathlib.Path:
     return items
 
 
+def train_attempt(family: str) -> dict:
+    """What MaxText's training of an UNTRAINABLE family does: {rc, error: the last exception
+    line of its log}, run once per package version and overrides, then cached."""
+    par, devices = PARALLEL.get(family, ([], 1))
+    args = ALL[family] + par + COMMON
+    key = hashlib.sha256(json.dumps([maxtext.__version__, args, TRAIN_FORMAT]).encode()
+                         ).hexdigest()[:16]
+    result = _cache_root() / "train-attempts" / f"{family}-{maxtext.__version__}-{key}.json"
+    if result.is_file():
+        return json.loads(result.read_text())
+    hf_tokenizer()
+    tmp = _cache_root() / "train-attempts" / f"{family}-{key}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    cmd = [sys.executable, "-m", "maxtext.trainers.pre_train.train", BASE_YML,
+           f"run_name={tmp.name}", f"base_output_directory={tmp}", *args]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    errors = [ln for ln in p.stderr.splitlines() if re.match(r"^[\w.]+(Error|Exception): ", ln)]
+    out = {"rc": p.returncode, "error": errors[-1][:500] if errors else "",
+           "checkpoints": sorted(str(q.relative_to(tmp)) for q in tmp.rglob("items"))}
+    result.write_text(json.dumps(out))
+    shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def engram_state(family: str, zero: bool = True) -> pathlib.Path:
+    """The scanned param-only checkpoint of an UNTRAINABLE family (its items directory), as
+    MaxText writes one: the scan_layers=true model initialised eagerly by MaxText's own
+    get_nnx_create_model_fn, ENGRAM_VALUE_PROJ set to zero, saved by
+    generate_param_only_checkpoint._save_decode_checkpoint_nnx (bf16, {value} leaves, step 0)
+    through MaxText's checkpoint manager (zero=False: as initialised). Cached like the
+    training."""
+    zeroed = ENGRAM_VALUE_PROJ if zero else []
+    key = hashlib.sha256(json.dumps([maxtext.__version__, ALL[family], COMMON, zeroed]
+                                    ).encode()).hexdigest()[:16]
+    done = _cache_root() / f"{family}-state-{maxtext.__version__}-{key}"
+    items = done / "0" / "items"
+    if items.is_dir():
+        return items
+    hf_tokenizer()
+    import types
+    import jax.numpy as jnp
+    from flax import nnx
+    from maxtext.common import checkpointing
+    from maxtext.utils import generate_param_only_checkpoint as gpoc
+    from maxtext.utils import model_creation_utils
+    cfg = _config(family, "scan_layers=true")
+    model = model_creation_utils.get_nnx_create_model_fn(cfg)()
+    params = nnx.state(model, nnx.Param)
+    for key_path in zeroed:
+        node = params
+        for k in key_path.split("/"):
+            node = node[k]
+        node.set_value(jnp.zeros_like(node.get_value()))
+    nnx.update(model, params)
+    tmp = pathlib.Path(str(done) + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    manager = checkpointing.create_orbax_checkpoint_manager(
+        str(tmp) + "/", True, False, 1, use_ocdbt=cfg.checkpoint_storage_use_ocdbt,
+        use_zarr3=cfg.checkpoint_storage_use_zarr3)
+    gpoc._save_decode_checkpoint_nnx(cfg, types.SimpleNamespace(model=model), manager)
+    if not (tmp / "0" / "items").is_dir():
+        raise SystemExit(f"saving the {family} state wrote no {tmp}/0/items")
+    os.replace(tmp, done)
+    return items
+
+
 def run_unroll(family: str, items: pathlib.Path, out: pathlib.Path, name: str, *extra: str) -> dict:
-    cmd = [os.environ["UNROLL_BIN"], BASE_YML, f"load_full_state_path={items}",
+    source = "load_parameters_path" if family in UNTRAINABLE else "load_full_state_path"
+    cmd = [os.environ["UNROLL_BIN"], BASE_YML, f"{source}={items}",
            f"base_output_directory={out}", f"run_name={name}", *ALL[family],
            *PARALLEL.get(family, ([], 1))[0], *extra]
     t0 = time.monotonic()
@@ -293,6 +430,8 @@ def run_unroll(family: str, items: pathlib.Path, out: pathlib.Path, name: str, *
 #   fails               it exits non-zero (MAXTEXT_ERRORS: the last exception line);
 #   drops-aux           its output equals unroll's but for the trained non-parameter variables
 #                       (DeepSeek's router bias, a MoEBiasVar), which it leaves out.
+#   untrainable         MaxText cannot train the family (UNTRAINABLE), so there is no training
+#                       state for its converter, which reads only load_full_state_path.
 MAXTEXT_OUTCOME = {
     "llama2": "valid", "deepseek": "valid", "fsdp-tensor": "valid",
     "gemma3": "structure-mismatch", "llama4": "structure-mismatch",
@@ -300,6 +439,7 @@ MAXTEXT_OUTCOME = {
     "olmo3": "structure-mismatch",
     "pipeline": "fails", "gemma4": "fails", "deepseek4": "fails",
     "deepseek-routed-bias": "drops-aux",
+    "deepseek-engram": "untrainable",
 }
 
 
@@ -346,6 +486,8 @@ def restack_pipeline(family: str, items: pathlib.Path, out: pathlib.Path) -> dic
 def mesh_axes_used(items: pathlib.Path) -> dict:
     """{mesh axis: number of the training state's arrays sharded over it} (Orbax _sharding)."""
     used: dict = {}
+    if not (items / "_sharding").is_file():
+        return used
     for v in json.loads((items / "_sharding").read_text()).values():
         v = json.loads(v) if isinstance(v, str) else v
         names = set()
@@ -615,6 +757,36 @@ def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4,
     return {"tokens": tokens, "logits": logits, "aux": aux, "scan_layers": cfg.scan_layers}
 
 
+def forward(family: str, path: str, scanned: bool) -> dict:
+    """Logits of MaxText's own model (train mode, no cache, no jit around it: what MaxEngine
+    cannot run for UNTRAINABLE, see there) on fixed token ids, its parameters restored from a
+    param-only checkpoint ({value} leaves) by real Orbax. The model is built eagerly by
+    get_nnx_create_model_fn, every nnx.Param then set from the checkpoint leaf of its path, so
+    that a leaf missing from the checkpoint fails here."""
+    import jax.numpy as jnp
+    import numpy as np
+    import orbax.checkpoint as ocp
+    from flax import nnx
+    from maxtext.utils import model_creation_utils
+    cfg = _config(family, f"scan_layers={str(scanned).lower()}", "dtype=float32")
+    model = model_creation_utils.get_nnx_create_model_fn(cfg)()
+    stored = _flat(ocp.PyTreeCheckpointer().restore(path))
+    params = nnx.state(model, nnx.Param)
+    n = 0
+    for key_path, var in nnx.to_flat_state(params):
+        key = "/".join(str(k) for k in key_path) + "/value"
+        var.set_value(jnp.asarray(stored[key], var.get_value().dtype))
+        n += 1
+    nnx.update(model, params)
+    tokens = jnp.array([[1, 17, 42, 99, 5, 63, 7, 11, 2, 30, 64, 90, 3, 8, 120, 77]], jnp.int32)
+    logits = model(decoder_input_tokens=tokens,
+                   decoder_positions=jnp.arange(tokens.shape[1], dtype=jnp.int32)[None],
+                   decoder_segment_ids=jnp.ones_like(tokens), enable_dropout=False)
+    logits = np.asarray(logits[0] if isinstance(logits, tuple) else logits, np.float32)
+    return {"logits": logits.reshape(-1).tolist(), "argmax": logits.argmax(-1).reshape(-1).tolist(),
+            "params_set": n, "params_stored": len(stored)}
+
+
 def _attempt(fn, *args, **kwargs) -> dict:
     """fn's result, or the exception MaxText raised (first line)."""
     try:
@@ -708,7 +880,15 @@ def main() -> None:
         # needs the devices it was saved from; the decodes then run fsdp over them alike
         os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     facts: dict = {"family": family, "maxtext": maxtext.__version__}
-    items = edited(family, train(family))
+    if family in UNTRAINABLE:
+        facts["train_attempt"] = train_attempt(family)
+        items = engram_state(family)
+        facts["scanned_tree"] = checkpoint_tree(str(items))
+        # the same checkpoint under a config without engram_layers: refused (exit 2)
+        facts["refused"] = run_unroll(family, items, work, "refused", "force_unroll=true",
+                                      "engram_layers=[]")
+    else:
+        items = edited(family, train(family))
     facts["train"] = str(items)
     facts["trained_aux"] = trained_aux(items)
     facts["mesh_axes_used"] = mesh_axes_used(items)
@@ -722,7 +902,7 @@ def main() -> None:
                             BASE_YML, *ALL[family], *PARALLEL.get(family, ([], 1))[0]],
                            capture_output=True, text=True)
         facts["verify"] = {"rc": p.returncode, "stdout": p.stdout[-3000:], "stderr": p.stderr[-2000:]}
-    if facts["unrolled"]["rc"] == 0 and family in MAXTEXT_OUTCOME:
+    if facts["unrolled"]["rc"] == 0 and family in MAXTEXT_OUTCOME and family not in UNTRAINABLE:
         facts["maxtext"] = maxtext_facts(family, items, facts["unrolled"]["path"])
     facts["model_tree"] = model_tree(family)
     if family in MULTIMODAL and facts["unrolled"]["rc"] == 0:
@@ -739,12 +919,24 @@ def main() -> None:
             facts["decode_mtp"]["unrolled"] = _attempt(
                 decode, family, facts["unrolled"]["path"], False, n_steps=1)
         facts["decode_unrolled"] = decode(family, facts["unrolled"]["path"], False, *main_only)
+        if family in UNTRAINABLE:
+            facts["forward_unrolled"] = forward(family, facts["unrolled"]["path"], False)
     if facts["scanned"]["rc"] == 0:
         facts["scanned_metadata"] = checkpoint_metadata(facts["scanned"]["path"])
         if family in MTP:
             facts["decode_mtp"]["scanned"] = _attempt(
                 decode, family, facts["scanned"]["path"], True, n_steps=1)
-        facts["decode_scanned"] = decode(family, facts["scanned"]["path"], True, *main_only)
+        if family in UNTRAINABLE:
+            # MaxEngine meets the same leaked tracer; the reference is the forward pass of the
+            # scanned model on the state MaxText wrote (UNTRAINABLE)
+            facts["decode_scanned"] = _attempt(decode, family, facts["scanned"]["path"], True)
+            facts["forward_scanned"] = forward(family, str(items), True)
+            # what the Engram computes, which the unscanned model cannot: the same model with
+            # its value projections as initialised
+            facts["forward_scanned_engram"] = forward(family, str(engram_state(family, False)),
+                                                      True)
+        else:
+            facts["decode_scanned"] = decode(family, facts["scanned"]["path"], True, *main_only)
     if family in MULTIMODAL and facts["unrolled"]["rc"] == 0 and facts["scanned"]["rc"] == 0:
         facts["decode_image"] = image_decodes(family, facts["unrolled"]["path"], facts["scanned"]["path"])
     facts["variants"] = {}

@@ -100,6 +100,9 @@ def test_family(family, tmp_path_factory):
     assert f["unrolled_metadata"] == {"scan_layers": False}
     if family != "pipeline":  # there the reference is the test's own restacked tree
         assert f["scanned_metadata"] == {"scan_layers": True}
+    if family in driver.UNTRAINABLE:
+        _check_untrainable(family, f)
+        return
     # same tokens, same logits, from the unscanned output as from the scanned one
     du, ds = f["decode_unrolled"], f["decode_scanned"]
     assert du["scan_layers"] is False and ds["scan_layers"] is True
@@ -132,6 +135,49 @@ def test_family(family, tmp_path_factory):
         assert v["maxtext"]["storage"] == v["storage"]
         assert v["maxtext"]["differences"] == {}
         assert v["maxtext"]["leaves_compared"] == len(model)
+
+
+def _check_untrainable(family: str, f: dict) -> None:
+    """DeepSeek Engram (driver.UNTRAINABLE): MaxText 0.2.5 cannot train it on CPU, nor decode
+    the scanned model with MaxEngine (the same tracer leaked from engram.py's
+    CompressedTokenizer), so the state is the one MaxText's own code wrote from its eagerly
+    initialised modules, and the scanned reference is MaxText's forward pass on it. The
+    unscanned model has no Engram: the Engram weights are not in unroll's output (the tree
+    check above), and with the Engram layers' value projections zero (driver.ENGRAM_VALUE_PROJ)
+    both models compute the same logits."""
+    attempt = f["train_attempt"]
+    assert attempt["rc"] != 0 and attempt["checkpoints"] == [], \
+        "MaxText now trains Engram on CPU: convert its training state instead"
+    assert attempt["error"].startswith(driver.UNTRAINABLE[family]), attempt["error"]
+    ds = f["decode_scanned"]
+    assert not ds["ok"], "MaxEngine now decodes the scanned Engram model: compare its decodes"
+    assert ds["error"].startswith(driver.UNTRAINABLE_DECODE_ERROR), ds["error"]
+    # the input has the Engram weights the output leaves out, and the run says how many
+    left_out = [k for k in f["scanned_tree"] if re.search(r"_engram_\d+/engram(_layer_norm)?/", k)]
+    assert left_out and not any("engram" in k for k in f["unrolled_tree"])
+    assert f"note: base: {len(left_out)} model leaves not written (Engram:" in f["unrolled"]["stderr"]
+    # MaxEngine decodes the unscanned output (no Engram there, nothing leaks)
+    du = f["decode_unrolled"]
+    assert du["scan_layers"] is False and len(du["tokens"]) == 5
+    assert np.all(np.isfinite(np.asarray(du["logits"])))
+    # the scanned model on MaxText's state and the unscanned one on unroll's output: every
+    # parameter set from the checkpoint, the same next tokens, the same logits
+    fs, fu = f["forward_scanned"], f["forward_unrolled"]
+    assert fs["params_set"] == fs["params_stored"] and fu["params_set"] == fu["params_stored"]
+    assert fu["argmax"] == fs["argmax"]
+    a, b = np.asarray(fu["logits"]), np.asarray(fs["logits"])
+    assert np.all(np.isfinite(a)) and np.any(a != 0)
+    np.testing.assert_allclose(a, b, rtol=0, atol=LOGITS_ATOL)
+    # with non-zero value projections the Engram changes the scanned model's logits: what
+    # leaving its weights out costs a model whose Engram was trained
+    c = np.asarray(f["forward_scanned_engram"]["logits"])
+    assert np.max(np.abs(c - b)) > 100 * LOGITS_ATOL
+    assert f["trained_aux"] == {}
+    # the chunks under a config without engram_layers: one line naming the stack, exit 2
+    r = f["refused"]
+    assert r["rc"] == 2 and "\n" not in r["stderr"], r
+    assert re.search(r"decoder/(dense|moe)_layers_(\d+_\d+|engram_\d+): the checkpoint has DeepSeek "
+                     r"Engram layer chunks but the config has no engram_layers", r["stderr"]), r
 
 
 def _check_mtp(family: str, f: dict) -> None:
@@ -234,7 +280,14 @@ def test_maxtext_converter(family, tmp_path_factory):
     decodes like the scanned model (test_family). Fails when MaxText changes: then the README's
     claim must change too."""
     f = _facts(family, tmp_path_factory)
-    m, outcome = f["maxtext"], driver.MAXTEXT_OUTCOME[family]
+    outcome = driver.MAXTEXT_OUTCOME[family]
+    if outcome == "untrainable":
+        # no training state: MaxText's training fails (test_family checks it and the rest)
+        # ... and MaxText's converter was not run (f["maxtext"] stays the package version)
+        assert f["train_attempt"]["rc"] != 0 and f["maxtext"] == driver.maxtext.__version__
+        assert f["train_attempt"]["error"].startswith(driver.UNTRAINABLE[family])
+        return
+    m = f["maxtext"]
     # unroll's output of this state is the working one (what test_family checks in full)
     assert f["unrolled"]["rc"] == 0 and f["decode_unrolled"]["tokens"] == f["decode_scanned"]["tokens"]
     if outcome == "fails":
