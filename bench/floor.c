@@ -358,8 +358,12 @@ int main(int argc, char **argv)
     if (out_fd < 0) {
         die(argv[optind + 1]);
     }
-    struct job job = {.rows = rows, .nrows = nrows, .level = level, .out_fd = out_fd, .map = map,
-                  .read_only = read_only};
+    struct job job = {.rows = rows,
+                      .nrows = nrows,
+                      .level = level,
+                      .out_fd = out_fd,
+                      .map = map,
+                      .read_only = read_only};
     atomic_init(&job.next, 0);
     atomic_init(&job.out_offset, 0);
     atomic_init(&job.bytes_read, 0);
@@ -390,11 +394,13 @@ int main(int argc, char **argv)
                 total_out * 2);
         return 1;
     }
-    printf("{\"read_only\": %s, \"mapped_and_discarded\": %s, \"chunks\": %zu, \"threads\": %ld, \"zstd_level\": %d, "
+    printf("{\"read_only\": %s, \"mapped_and_discarded\": %s, \"chunks\": %zu, \"threads\": %ld, "
+           "\"zstd_level\": %d, "
            "\"bytes_read\": %" PRIu64 ", \"bytes_decoded\": %" PRIu64
            ", \"bytes_written\": %" PRIu64 ", \"seconds\": %.3f}\n",
-           read_only ? "true" : "false", map ? "true" : "false", nrows, threads, level, (uint64_t)atomic_load(&job.bytes_read),
-           dec, (uint64_t)atomic_load(&job.bytes_written), dt);
+           read_only ? "true" : "false", map ? "true" : "false", nrows, threads, level,
+           (uint64_t)atomic_load(&job.bytes_read), dec, (uint64_t)atomic_load(&job.bytes_written),
+           dt);
     for (size_t i = 0; i < nfiles; i++) {
         close(files[i].fd);
         free(files[i].path);

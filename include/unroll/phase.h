@@ -12,8 +12,9 @@
 #include <stdint.h>
 
 typedef enum {
-    UR_PHASE_READ,       /* an input chunk's read call: page faults (disk), zstd decoding, and
-                            the fused cast/split it calls back (UR_PHASE_CAST_FUSED) */
+    /* an input chunk's read call: page faults (disk), zstd decoding, and the fused cast or
+     * split it calls back (UR_PHASE_CAST_FUSED) */
+    UR_PHASE_READ,
     UR_PHASE_CAST_FUSED, /* casting or splitting rows as they are decoded (inside READ) */
     UR_PHASE_CAST,       /* casting or splitting a decoded slab (not fused) */
     UR_PHASE_ENCODE,     /* zstd encoding and shard framing of output chunks */
