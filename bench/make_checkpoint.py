@@ -19,14 +19,22 @@ gives under MaxText's logical_axis_rules (the layer axis on `stage`). Saved thro
 ocp.CheckpointManager (item `items`) with SaveArgs(chunk_byte_size=2 GiB) on every leaf and
 ocdbt_target_data_file_size=2 GiB, so a zarr chunk is one device shard.
 
-Cheap generation: values from numpy's PCG64 with a fixed seed, one leaf at a time. By default mu
-and nu are the *same* jax.Arrays as params (aliased leaves: Orbax still writes three separate
-copies, but the generator holds only 1x params in memory); --distinct-opt-state makes separate
-values (3x memory).
+Written leaf by leaf, slice by slice: a leaf is a LazyLeaf (shape, sharding, seed), and its
+type handler (LazyArrayHandler, an orbax ArrayHandler) asks Orbax's own functions for what a
+jax.Array of that shape and sharding gets (replica slices, TensorStore write spec, sharding
+file entry, array metadata), then makes each replica slice's values (numpy PCG64 seeded by
+seed, leaf and slice origin) just before TensorStore writes it and drops them after, with at
+most BENCH_WINDOW_MIB (default 512) MiB of slices in flight. So the generator's memory depends
+on the largest device shard, not on the model (3.0 GiB peak RSS for the 10 GiB / 30 GiB-state
+checkpoint), and the bytes on disk are those Orbax writes for the same values as jax.Arrays
+(--eager does that; tests/interop/test_bench_checkpoint.py compares the two key by key). mu
+and nu hold the same values as params (same seed and leaf; Orbax still writes three copies);
+--distinct-opt-state gives them their own.
 
 Subcommands:
   make_checkpoint.py make --params-gib G --out DIR [--seed S] [--distinct-opt-state]
                           [--layers L]   (small dimensions, L layers: many small arrays)
+                          [--eager]      (whole jax.Arrays through Orbax's own handler)
   make_checkpoint.py chunks --items ITEMS --out LIST.tsv [--prefix params.params.]
       the chunk list for bench/floor.c, from tensorstore.ocdbt.dump (see README.md)
 """
@@ -209,8 +217,9 @@ class LazyLeaf:
         self.nbytes = 4 * self.size
 
     def block(self, index: tuple):
-        """The values of block `index` (a tuple of slices): a function of (seed, leaf, block
-        origin) only, so mu and nu (same leaf_no) hold the same values as params."""
+        """The values of block `index` (a tuple of slices), a function of (seed, leaf, block
+        origin) only: asked for device shards (the blocks of the leaf's sharding), it gives the
+        same values however they are written; mu and nu (same leaf_no) hold params' values."""
         import numpy as np
 
         bounds = [s.indices(n) for s, n in zip(index, self.shape)]
@@ -256,6 +265,19 @@ class _FakeArray:
             self.addressable_shards.append(_FakeShard(dev, idx, replicas[dev], shape))
 
 
+def _slice_values(leaf: LazyLeaf, sl):
+    """A replica slice's values: its device shard's block (LazyLeaf.block), cut to the part
+    this replica writes when Orbax shares a replicated shard among replicas (slice_args)."""
+    if sl.slice_args is None:
+        return leaf.block(sl.index)
+    a, lo, hi = sl.slice_args.axis, sl.slice_args.start_index, sl.slice_args.limit_index
+    start = (sl.index[a].start or 0) - lo
+    shard = sl.index[:a] + (slice(start, start + sl.unsliced_data.shape[a]),) + sl.index[a + 1:]
+    cut = [slice(None)] * leaf.ndim
+    cut[a] = slice(lo, hi)
+    return leaf.block(shard)[tuple(cut)].copy()
+
+
 def lazy_array_handler_class():
     """An orbax ArrayHandler for LazyLeaf values: the same type string ('jax.Array'), write
     specs, replica slices, sharding file and array metadata as Orbax's own handler gives a
@@ -299,7 +321,7 @@ def lazy_array_handler_class():
                     ext_metadata=None)
                 metadatas.append(spec.metadata)
                 for sl in rs.replica_slices:
-                    data = leaf.block(sl.index)
+                    data = _slice_values(leaf, sl)
                     one = replica_slices.ReplicaSlices(
                         global_shape=rs.global_shape, local_shape=rs.local_shape,
                         sharding=rs.sharding, dtype=rs.dtype, is_on_host=True,
@@ -327,10 +349,12 @@ def lazy_array_handler_class():
 
 
 def generate(params_gib: float, out: pathlib.Path, seed: int, distinct: bool,
-             layers: int = 0) -> dict:
+             layers: int = 0, eager: bool = False) -> dict:
     """Write the checkpoint leaf by leaf, slice by slice (LazyLeaf): the generator's memory
     is bounded by the write window, not the model. --distinct-opt-state gives mu and nu their
-    own values (other seeds)."""
+    own values (other seeds). With `eager` (--eager), the same values as whole jax.Arrays
+    saved by Orbax's own ArrayHandler (the model in memory: small sizes only), which is what
+    tests/interop/test_bench_checkpoint.py checks the streamed checkpoint against."""
     import jax
     import numpy as np
     import orbax.checkpoint as ocp
@@ -346,7 +370,10 @@ def generate(params_gib: float, out: pathlib.Path, seed: int, distinct: bool,
         s = seed
         if distinct and path[0] == "opt_state":
             s = seed + (1 if path[2] == "mu" else 2)
-        return LazyLeaf(leaf_no[key], logical, shape, sh, s)
+        lazy = LazyLeaf(leaf_no[key], logical, shape, sh, s)
+        if not eager:
+            return lazy
+        return jax.make_array_from_callback(shape, sh, lazy.block)
 
     def scalar(path, sh):
         return jax.device_put(np.int32(STEP), sh)
@@ -392,6 +419,7 @@ def generate(params_gib: float, out: pathlib.Path, seed: int, distinct: bool,
         "mesh_axes": list(MESH_AXES),
         "mesh_shape": list(MESH_SHAPE),
         "distinct_opt_state": distinct,
+        "eager": eager,
         "seed": seed,
         "generate_s": round(t_gen, 2),
         "save_s": round(t_save, 2),
@@ -411,7 +439,8 @@ def cmd_make(args) -> None:
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
-        info = generate(args.params_gib, tmp, args.seed, args.distinct_opt_state, args.layers)
+        info = generate(args.params_gib, tmp, args.seed, args.distinct_opt_state, args.layers,
+                        args.eager)
         tmp.rename(out)
         info["items"] = str((out / "checkpoints" / str(STEP) / "items").resolve())
         (out / "bench_checkpoint.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -544,6 +573,8 @@ def main() -> None:
     m.add_argument("--distinct-opt-state", action="store_true")
     m.add_argument("--layers", type=int, default=0,
                    help="small dimensions with this many layers (overrides --params-gib)")
+    m.add_argument("--eager", action="store_true",
+                   help="whole jax.Arrays saved by Orbax's own handler (for the test; small)")
     m.set_defaults(fn=cmd_make)
     c = sub.add_parser("chunks", help="list the stored chunks of the params for floor.c")
     c.add_argument("--items", required=True)
