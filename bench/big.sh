@@ -8,8 +8,11 @@
 #   floor    floor: read, decode, cast, encode, write (the I/O + codec floor)
 #   reference  bench/reference_unroll.py (the Python pipeline), under bench/memcap.sh
 #   maxtext  MaxText's generate_param_only_checkpoint, under bench/memcap.sh
+#   multi    unroll as 2 processes x T/2 threads (--process-count 2), started together; the
+#            sizing table's calibration (bench/sizing.py)
 #
 #   bench/big.sh --ckpt DIR --workdir DIR [--threads T] [--mem-cap BYTES] [--only "a b"]
+#                [--no-verify]   (verify decodes each input chunk once per layer: 27 min here)
 #
 # Outputs are deleted once measured (unroll's after verify). Raw files in <workdir>/<tool>.*;
 # a summary in <workdir>/big.json. Environment: UNROLL_BIN, PYTHON (default .venv/bin/python),
@@ -17,7 +20,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bench=$root/bench
-ckpt="" workdir="" threads=$(nproc) cap=$((16 << 30)) only="read unroll floor reference maxtext"
+ckpt="" workdir="" threads=$(nproc) verify=1 cap=$((16 << 30)) only="read unroll floor reference maxtext multi"
 while [ $# -gt 0 ]; do
     case "$1" in
         --ckpt) ckpt=$2; shift 2 ;;
@@ -25,7 +28,8 @@ while [ $# -gt 0 ]; do
         --threads) threads=$2; shift 2 ;;
         --mem-cap) cap=$2; shift 2 ;;
         --only) only=$2; shift 2 ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        --no-verify) verify=0; shift ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "big.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -80,6 +84,10 @@ for tool in $only; do
             scan_layers=true pure_nnx=false base_num_decoder_layers="$layers" \
             --threads "$threads" -q
         du -sb "$workdir/out/unroll" | cut -f1 > "$workdir/unroll.out.bytes"
+        if [ "$verify" = 0 ]; then
+            rm -rf "$workdir/out/unroll"
+            continue
+        fi
         log "unroll verify"
         rc=0
         /usr/bin/time -v -o "$workdir/verify.time" "$UNROLL_BIN" verify "$items" \
@@ -106,6 +114,29 @@ for tool in $only; do
             max_target_length=16 max_prefill_predict_length=8 async_checkpointing=false \
             hardware=cpu attention=dot_product skip_jax_distributed_system=true
         rm -rf "$workdir/out/maxtext" ;;
+    multi)
+        rm -rf "$workdir/out/multi"
+        sync
+        echo 3 > /proc/sys/vm/drop_caches
+        uptime > "$workdir/multi.uptime"
+        log "multi: 2 processes (cold)"
+        t0=$(date +%s.%N)
+        for i in 0 1; do
+            /usr/bin/time -v -o "$workdir/multi.$i.time" "$UNROLL_BIN" "$config" \
+                load_full_state_path="$items" base_output_directory="$workdir/out" \
+                run_name=multi force_unroll=true scan_layers=true pure_nnx=false \
+                base_num_decoder_layers="$layers" --threads $(((threads + 1) / 2)) -q \
+                --process-count 2 --process-index "$i" > "$workdir/multi.$i.stdout" \
+                2> "$workdir/multi.$i.stderr" &
+        done
+        rc=0
+        wait || rc=$?
+        echo "$rc" > "$workdir/multi.rc"
+        awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f\n", b - a }' \
+            > "$workdir/multi.wall"
+        uptime >> "$workdir/multi.uptime"
+        du -sb "$workdir/out/multi" | cut -f1 > "$workdir/multi.out.bytes"
+        rm -rf "$workdir/out/multi" ;;
     *) echo "big.sh: unknown tool $tool" >&2; exit 2 ;;
     esac
 done

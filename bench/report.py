@@ -251,6 +251,13 @@ def big(workdir: pathlib.Path, ckpt: pathlib.Path, cap: int) -> None:
         r = res["tools"].get("read")
         if r is not None and r["wall_s"] > 0:
             res["unroll_over_read_floor"] = u["wall_s"] / r["wall_s"]
+    procs = [parse_time(workdir / f"multi.{i}.time") for i in range(2)]
+    if all(procs) and (workdir / "multi.wall").is_file():
+        res["multi"] = {"wall_s": float(_read(workdir / "multi.wall")),
+                        "rc": int(_read(workdir / "multi.rc") or -1),
+                        "cpu_s": sum(p["cpu_s"] for p in procs),
+                        "peak_rss_bytes": [p["peak_rss_bytes"] for p in procs],
+                        "uptime": (_read(workdir / "multi.uptime") or "").splitlines()}
     stored = 0
     chunks = ckpt / "chunks.tsv"
     if chunks.is_file():
@@ -274,6 +281,12 @@ def big(workdir: pathlib.Path, ckpt: pathlib.Path, cap: int) -> None:
         for k, v in u.get("phases", {}).items():
             print(f"  phase {k:12} wall {v['wall_s']:8.2f} s  cpu {v['cpu_s']:8.2f} s")
         print(f"  verify: rc {u['verify_rc']} {' '.join(u['verify'])}")
+    mp = res.get("multi")
+    if mp is not None:
+        loads = [x.split("load average:")[-1].strip() for x in mp["uptime"]]
+        print(f"2 processes: wall {mp['wall_s']:.2f} s, CPU {mp['cpu_s']:.2f} s in all, peak RSS "
+              f"{', '.join(f'{b / MiB:.0f}' for b in mp['peak_rss_bytes'])} MiB, rc {mp['rc']} "
+              f"/ {' ; '.join(loads)}")
 
 
 def main() -> None:
