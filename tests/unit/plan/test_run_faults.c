@@ -1,21 +1,25 @@
-/* The run protocol into an object store, failed at every store operation in turn.
+/* The run protocol, failed at every step in turn.
  *
- * The output is the memory store "mem://faults" (an object store with a conditional create and
- * nothing else, as S3 and GCS are); the input is the example checkpoint. For each scenario (one
- * process; one process with --resume; 2, 3 and 4 processes run one after the other) a fault-free
- * run gives the reference objects and the number of store operations each process makes. Then
- * for each process j and each of its operations k:
+ * Two destinations: the memory store "mem://faults" (an object store with a conditional create
+ * and nothing else, as S3 and GCS are), failed at each store operation; and a directory, failed
+ * at each file-system call that changes something or opens a file (fs_faults.c, linked in with
+ * --wrap). The input is the example checkpoint. For each scenario (one process; one process
+ * with --resume; 2, 3 and 4 processes run one after the other; LoRA with two adapters) a
+ * fault-free run gives the reference output and the number of operations each process makes.
+ * Then for each process j and each of its operations k:
  *
- *   1. the processes run in order, process j's k-th store operation failing, either alone
- *      ("once": a dropped request the HTTP layer gave up on) or with every later one of that
- *      process ("dies": the process is killed there and issues nothing more);
- *   2. whatever that left must never be taken for a different checkpoint: either no step is
- *      committed (no commit_success.txt at the step), or every object of the reference is
- *      there with the reference's bytes (and anything else is unroll's own bookkeeping,
- *      "unroll-*");
+ *   1. the processes run in order, process j's k-th operation failing, either alone ("once":
+ *      a request the HTTP layer gave up on, a full disk) or with every later one of that
+ *      process ("dies": the process is killed there and does nothing more);
+ *   2. what that left must never be taken for a different checkpoint. A bucket: either no
+ *      step is committed (no commit_success.txt at the first unit) or every object of the
+ *      reference is there with the reference's bytes, anything else being unroll's own
+ *      bookkeeping ("unroll-*"). A directory: each unit (a step directory, an adapter's
+ *      config) is absent or the reference's, whole;
  *   3. process j is run again without faults (its $TMPDIR kept, or emptied as on a replacement
- *      machine: alternately), and the store must then hold exactly the reference's objects
- *      (a one-process run without --resume may refuse to write over a step already
+ *      machine: alternately), unless it reported success after a single failure (a scheduler
+ *      reruns what failed), and the destination must then hold exactly the reference (a
+ *      one-process bucket run without --resume may refuse to write over a step already
  *      published, which then is the reference).
  *
  * Time stamps come from SOURCE_DATE_EPOCH, so two runs write the same bytes. */
@@ -355,8 +359,22 @@ static int run_all(const scenario *sc, int faulty, unsigned at, int once, unsign
 
 static unsigned checked_runs;
 
+/* Every operation in the native run (ctest); every 5th under AddressSanitizer (its pass runs
+ * the whole suite again, ~3x slower), every 97th under valgrind (~50x). */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#ifndef UNDER_ASAN
+#define UNDER_ASAN 0
+#endif
+
 /* UR_FAULTS_CASE="<scenario>:<process>:<operation>:<once>" runs that one case (to reproduce
- * a failure, with UR_MEM_TRACE=1 for the store's operations). */
+ * a failure: UR_MEM_TRACE=1 or UR_FS_TRACE=1 writes each store operation or file-system call,
+ * UR_FAULTS_TRACE=1 the objects, UR_FAULTS_FIND=1 the destination's tree before the rerun). */
 static int wanted(const scenario *sc, int j, unsigned k, int once)
 {
     const char *only = getenv("UR_FAULTS_CASE");
@@ -371,7 +389,7 @@ static int wanted(const scenario *sc, int j, unsigned k, int once)
 static void fail_every_operation(const scenario *sc)
 {
     unsigned ops[MAX_PROCS] = {0};
-    unsigned stride = ur_test_under_valgrind() ? 97 : 1; /* valgrind: ~50x slower */
+    unsigned stride = ur_test_under_valgrind() ? 97 : UNDER_ASAN ? 5 : 1;
     snapshot ref;
 
     marker = sc->lora ? CKDIR "base/0/commit_success.txt" : CKDIR "0/commit_success.txt";
