@@ -31,7 +31,10 @@
  *
  * A rerun of a share that is already done does nothing but try the finish; a rerun of one
  * that was killed continues from its last progress mark (the database generation before it),
- * or redoes the share when it saved none.
+ * or redoes the share when it saved none. The finish also writes run.txt's text into the
+ * first unit as unroll-run.txt (as the object-store protocol does): a rerun of any process
+ * after the publication finds it, stops ("already published by this run") and clears what a
+ * finisher killed after the publication left beside C (ur_orbax_publish_tidy).
  *
  * A run of several units (LoRA: "base/0", then per adapter "loras/<id>/0" and
  * "loras/<id>/adapter_config.json"; ur_orbax_share_open_units) stages unit u as
