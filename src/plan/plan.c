@@ -792,7 +792,8 @@ static int stack_leaf(ur_plan_walk *w, const ur_plan_item *it, const char *stack
                          {mid, 2, NULL},
                          ur_plan__leaf_span(l, rest, it->en),
                          w->suffix};
-        snprintf(layer, sizeof layer, "%s_%lld", out_name, (long long)(first + li * step));
+        snprintf(layer, sizeof layer, "%s_%lld", out_name,
+                 (long long)first + (long long)li * (long long)step);
         rc = path_build(plan, &a->out[li], parts, 4, err);
         if (rc < 0) {
             return rc;

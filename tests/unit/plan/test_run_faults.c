@@ -374,7 +374,7 @@ static unsigned checked_runs;
 
 /* UR_FAULTS_CASE="<scenario>:<process>:<operation>:<once>" runs that one case (to reproduce
  * a failure: UR_MEM_TRACE=1 or UR_FS_TRACE=1 writes each store operation or file-system call,
- * UR_FAULTS_TRACE=1 the objects, UR_FAULTS_FIND=1 the destination's tree before the rerun). */
+ * UR_FAULTS_TRACE=1 the objects left after the rerun). */
 static int wanted(const scenario *sc, int j, unsigned k, int once)
 {
     const char *only = getenv("UR_FAULTS_CASE");
@@ -447,11 +447,6 @@ static void fail_every_operation(const scenario *sc)
                     empty_tmpdir(); /* the rerun on a replacement machine */
                 }
                 committed = is_committed();
-                if (getenv("UR_FAULTS_FIND") != NULL) {
-                    char cmd[400];
-                    snprintf(cmd, sizeof cmd, "find %s/out -maxdepth 3 | sort >&2", scratch);
-                    (void)!system(cmd);
-                }
                 rc = run_process(sc, j, &err);
                 /* A single-process run never writes over a published step without --replace
                  * (an object store cannot swap it atomically): a run killed after its
