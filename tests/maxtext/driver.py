@@ -120,10 +120,22 @@ FAMILIES["olmo3"] = TINY + ["model_name=olmo3-7b", "override_model_config=true",
 # Pipeline parallelism: trained on 2 (forced host) devices with 2 stages of 1 layer, repeated
 # twice; the decode model is the plain one (llama2, 4 layers).
 FAMILIES["pipeline"] = TINY + ["base_num_decoder_layers=4"]
+FAMILIES["pipeline-remainder"] = TINY + ["base_num_decoder_layers=6"]
+FAMILIES["deepseek-pipeline"] = [a for a in DEEPSEEK if not a.startswith("base_num_decoder_layers=")] + [
+    "base_num_decoder_layers=5", "routed_bias=false"]
+PIPELINE = {"pipeline", "pipeline-remainder", "deepseek-pipeline"}
 # family -> (keys for training and conversion only, devices): how the state was trained. The
 # decode model runs unpipelined on one device.
-PARALLEL = {"pipeline": (["ici_pipeline_parallelism=2", "ici_fsdp_parallelism=1",
-                          "num_layers_per_pipeline_stage=1", "num_pipeline_microbatches=2"], 2),
+PIPE2 = ["ici_pipeline_parallelism=2", "ici_fsdp_parallelism=1", "num_layers_per_pipeline_stage=1",
+         "num_pipeline_microbatches=2"]
+PARALLEL = {"pipeline": (PIPE2, 2),
+            # 6 layers, the first 4 pipelined (2 stages, repeated twice), then a scanned group of
+            # 2 run after the pipeline (decoder/layers_outside_pipeline)
+            "pipeline-remainder": (PIPE2 + ["pipeline_parallel_layers=4"], 2),
+            # DeepSeek, 1 dense layer and 4 MoE layers: the dense layers and the first 2 MoE
+            # layers (decoder/moe_layers_outside_pipeline) run before the pipeline, which holds
+            # the last 2 MoE layers (2 stages of 1)
+            "deepseek-pipeline": (PIPE2 + ["pipeline_parallel_layers=2"], 2),
             "fsdp-tensor": (["ici_fsdp_parallelism=2", "ici_tensor_parallelism=2"], 4)}
 # 4-device fsdp x tensor sharding: every array saved in shards over a 2 x 2 mesh.
 FAMILIES["fsdp-tensor"] = TINY + ["base_num_decoder_layers=2"]
@@ -277,7 +289,8 @@ MAXTEXT_OUTCOME = {
     "gemma3": "structure-mismatch", "llama4": "structure-mismatch",
     "gpt-oss": "structure-mismatch", "qwen3-next": "structure-mismatch",
     "olmo3": "structure-mismatch",
-    "pipeline": "fails", "gemma4": "fails", "deepseek4": "fails",
+    "pipeline": "fails", "pipeline-remainder": "fails", "deepseek-pipeline": "fails",
+    "gemma4": "fails", "deepseek4": "fails",
     "deepseek-routed-bias": "drops-aux",
 }
 
@@ -298,28 +311,55 @@ def storage_kind(path: str) -> dict:
 def restack_pipeline(family: str, items: pathlib.Path, out: pathlib.Path) -> dict:
     """The reference for a pipeline-trained state, written here independently of unroll: the
     scanned param-only checkpoint of the plain model with the same values. A pipeline leaf
-    decoder/pipeline_module/layers/R is [repeats, stages, ...] and holds layer r * stages + s
-    (MaxText's pipeline runs stages 0..S-1 of repeat 0, then of repeat 1); the plain scanned
-    model holds decoder/layers/R with the layer axis at param_scan_axis (1). Cast to bfloat16."""
+    decoder/pipeline_module/layers/R is [repeats, stages, ...] (no repeats axis when there is
+    one repeat) and holds layer r * stages + s of the stack (MaxText's pipeline runs stages
+    0..S-1 of repeat 0, then of repeat 1); the plain scanned model holds decoder/layers/R (or
+    DeepSeek's decoder/moe_layers/R) with the layer axis at param_scan_axis (1). The layers
+    outside the pipeline are scanned groups with that axis already: decoder/
+    layers_outside_pipeline runs after the stack, DeepSeek's decoder/moe_layers_outside_pipeline
+    before it (nnx_decoders.py). Cast to bfloat16."""
     import jax.numpy as jnp
     import numpy as np
     import orbax.checkpoint as ocp
     ck = ocp.PyTreeCheckpointer()
     flat = _flat(ck.restore(str(items))["params"]["params"])
+    keys = dict(a.split("=", 1) for a in ALL[family] + PARALLEL[family][0])
+    deepseek = family.startswith("deepseek")
+    n_pipe = int(keys.get("pipeline_parallel_layers", -1))
+    if n_pipe == -1:  # types.py: every layer, DeepSeek's MoE layers
+        n_pipe = int(keys["base_num_decoder_layers"]) - int(keys.get("first_num_dense_layers", 0))
+    repeats = n_pipe // (int(keys["ici_pipeline_parallelism"]) *
+                         int(keys["num_layers_per_pipeline_stage"])) > 1
+    group = "moe_layers" if deepseek else "layers"
+    outside = "moe_layers_outside_pipeline" if deepseek else "layers_outside_pipeline"
+    parts: dict = {}  # R -> {"pipe": stack, "outside": group}
     tree: dict = {}
     for k, x in flat.items():
         x = np.asarray(x)
         p = k.split("/")
         if p[:3] == ["decoder", "pipeline_module", "layers"]:
-            x = np.moveaxis(x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), 0, 1)
-            p = ["decoder", "layers", *p[3:]]
-        node = tree
-        for c in p:
-            node = node.setdefault(c, {})
-        node["value"] = jnp.asarray(x, jnp.bfloat16)
+            lead = 2 if repeats else 1
+            x = np.moveaxis(x.reshape((int(np.prod(x.shape[:lead])),) + x.shape[lead:]), 0, 1)
+            parts.setdefault("/".join(p[3:]), {})["pipe"] = x
+            continue
+        if p[:2] == ["decoder", outside]:
+            parts.setdefault("/".join(p[2:]), {})["outside"] = x
+            continue
+        _put(tree, p, jnp.asarray(x, jnp.bfloat16))
+    for rest, d in parts.items():
+        order = [d.get("outside"), d["pipe"]] if deepseek else [d["pipe"], d.get("outside")]
+        x = np.concatenate([a for a in order if a is not None], axis=1)
+        _put(tree, ["decoder", group, *rest.split("/")], jnp.asarray(x, jnp.bfloat16))
     path = out / "restacked" / "items"
     ck.save(str(path), tree, force=True)
     return {"rc": 0, "stderr": "", "path": str(path)}
+
+
+def _put(tree: dict, p: list, value) -> None:
+    node = tree
+    for c in p:
+        node = node.setdefault(c, {})
+    node["value"] = value
 
 
 def mesh_axes_used(items: pathlib.Path) -> dict:
@@ -565,6 +605,13 @@ def mtp_subtree(tree: dict) -> dict:
     return out
 
 
+def trained_params(items: pathlib.Path) -> dict:
+    """{path: shape} of the training state's parameters (params/params)."""
+    import orbax.checkpoint as ocp
+    meta = ocp.PyTreeCheckpointer().metadata(str(items)).item_metadata.tree
+    return {k: list(v.shape) for k, v in _flat(meta["params"]["params"]).items()}
+
+
 def trained_mtp(items: pathlib.Path) -> dict:
     """{path: shape} of the training state's MTP block (params/params/mtp_block)."""
     import orbax.checkpoint as ocp
@@ -642,8 +689,10 @@ def main() -> None:
     facts["train"] = str(items)
     facts["trained_aux"] = trained_aux(items)
     facts["mesh_axes_used"] = mesh_axes_used(items)
+    if family in PIPELINE:
+        facts["trained_tree"] = trained_params(items)
     facts["unrolled"] = run_unroll(family, items, work, "unrolled", "force_unroll=true")
-    if family == "pipeline":
+    if family in PIPELINE:
         facts["scanned"] = restack_pipeline(family, items, work)
     else:
         facts["scanned"] = run_unroll(family, items, work, "scanned", "force_unroll=false")
