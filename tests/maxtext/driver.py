@@ -253,7 +253,7 @@ def train(family: str) -> pathlib.Path:
     log = tmp.parent / f"{tmp.name}.log"
     env = dict(os.environ)
     if devices > 1:
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+        env["XLA_FLAGS"] = host_devices_flags(devices)
     with open(log, "w") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
     if rc != 0 or not (tmp / "checkpoints" / "1" / "items").is_dir():
@@ -261,6 +261,16 @@ def train(family: str) -> pathlib.Path:
     os.replace(tmp, done)
     log.unlink()
     return items
+
+
+def host_devices_flags(devices: int) -> str:
+    """XLA_FLAGS for `devices` forced host devices. Their collectives are threads that meet in
+    a rendezvous, which XLA aborts the process for after 40 s by default
+    (xla_cpu_collective_call_terminate_timeout_seconds): deepseek-pipeline's forward passes
+    were aborted so once on a loaded machine (load 7 on 2 cores)."""
+    return (f"--xla_force_host_platform_device_count={devices} "
+            "--xla_cpu_collective_call_warn_stuck_timeout_seconds=300 "
+            "--xla_cpu_collective_call_terminate_timeout_seconds=1200")
 
 
 def run_unroll(family: str, items: pathlib.Path, out: pathlib.Path, name: str, *extra: str) -> dict:
@@ -353,6 +363,70 @@ def restack_pipeline(family: str, items: pathlib.Path, out: pathlib.Path) -> dic
     path = out / "restacked" / "items"
     ck.save(str(path), tree, force=True)
     return {"rc": 0, "stderr": "", "path": str(path)}
+
+
+def pipelined_params(items: pathlib.Path, out: pathlib.Path) -> str:
+    """The training state's parameters as they are (pipeline stack and all), cast to bfloat16
+    and written by Orbax as a param-only checkpoint: what the pipelined model loads."""
+    import jax.numpy as jnp
+    import orbax.checkpoint as ocp
+    ck = ocp.PyTreeCheckpointer()
+    tree: dict = {}
+    for k, x in _flat(ck.restore(str(items))["params"]["params"]).items():
+        _put(tree, k.split("/"), jnp.asarray(x, jnp.bfloat16))
+    path = out / "pipelined" / "items"
+    ck.save(str(path), tree, force=True)
+    return str(path)
+
+
+# Two rows (the pipelined model's global batch: 1 per device, 2 devices) of fixed token ids.
+FORWARD_TOKENS = [[1, 17, 42, 99, 5, 63, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16],
+                  [3, 4, 5, 6, 70, 71, 72, 73, 100, 101, 102, 103, 2, 1, 0, 127]]
+
+
+def forward(family: str, path: str, *extra: str) -> list:
+    """MaxText's own forward pass (Transformer.__call__, training mode, no dropout, no KV
+    cache) of FORWARD_TOKENS through the model from_pretrained builds from the param-only
+    checkpoint at `path` with the family's keys and `extra`: its logits."""
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import linen as nn
+    from maxtext.utils import model_creation_utils
+    cfg = _config(family, f"load_parameters_path={path}", "weight_dtype=bfloat16", "dtype=float32",
+                  *extra)
+    cfg = model_creation_utils.verify_and_sync_scan_layers(cfg)
+    model, mesh = model_creation_utils.from_pretrained(cfg)
+    tokens = jnp.array(FORWARD_TOKENS, jnp.int32)
+    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
+    with mesh, nn.partitioning.axis_rules(cfg.logical_axis_rules):
+        out = model(tokens, positions, decoder_segment_ids=jnp.ones_like(tokens),
+                    enable_dropout=False)
+    return np.asarray(out[0] if isinstance(out, tuple) else out, np.float32).tolist()
+
+
+def pipeline_forward(family: str, items: pathlib.Path, work: pathlib.Path, unrolled: str) -> dict:
+    """The pipelined model itself as the oracle of the layer order: MaxText's forward pass
+    through the pipelined model (pipeline.py runs the stack, nnx_decoders.py the groups outside
+    it, on the 2 devices it was trained on) from the trained parameters as they are, and
+    through the unpipelined, unscanned model from unroll's output; and, as the control that
+    the comparison can fail, from a copy of unroll's output with the first and last layers of
+    the pipelined group swapped."""
+    import orbax.checkpoint as ocp
+    facts = {"pipelined": forward(family, pipelined_params(items, work), *PARALLEL[family][0]),
+             "unrolled": forward(family, unrolled)}
+    ck = ocp.PyTreeCheckpointer()
+    tree = ck.restore(unrolled)
+    x = "moe_layers" if family.startswith("deepseek") else "layers"
+    d = tree["decoder"]
+    last = max(int(k.rsplit("_", 1)[1]) for k in d if re.fullmatch(x + r"_\d+", k))
+    d[f"{x}_0"], d[f"{x}_{last}"] = d[f"{x}_{last}"], d[f"{x}_0"]
+    step = work / "swapped" / "checkpoints" / "0"
+    ck.save(str(step / "items"), tree, force=True)
+    shutil.copyfile(pathlib.Path(unrolled).parent / "_CHECKPOINT_METADATA",
+                    step / "_CHECKPOINT_METADATA")
+    facts["swapped"] = forward(family, str(step / "items"))
+    facts["swapped_layers"] = [f"{x}_0", f"{x}_{last}"]
+    return facts
 
 
 def _put(tree: dict, p: list, value) -> None:
@@ -683,7 +757,7 @@ def main() -> None:
     if devices > 1:
         # read when JAX first starts its backend (nothing has yet): restoring the training state
         # needs the devices it was saved from; the decodes then run fsdp over them alike
-        os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+        os.environ["XLA_FLAGS"] = host_devices_flags(devices)
     facts: dict = {"family": family, "maxtext": maxtext.__version__}
     items = edited(family, train(family))
     facts["train"] = str(items)
@@ -722,6 +796,8 @@ def main() -> None:
             facts["decode_mtp"]["scanned"] = _attempt(
                 decode, family, facts["scanned"]["path"], True, n_steps=1)
         facts["decode_scanned"] = decode(family, facts["scanned"]["path"], True, *main_only)
+    if family in PIPELINE and facts["unrolled"]["rc"] == 0:
+        facts["forward"] = pipeline_forward(family, items, work, facts["unrolled"]["path"])
     facts["variants"] = {}
     for name, keys in VARIANTS.get(family, {}).items():
         v = run_unroll(family, items, work, name, "force_unroll=true", *keys)

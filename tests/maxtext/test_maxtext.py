@@ -144,7 +144,10 @@ PIPELINE_GROUPS = {"pipeline": {},
 
 def _check_pipeline_groups(family: str, f: dict) -> None:
     """The state really holds the layout the family names: a pipeline stack and, for the
-    remainder families, the groups outside it (so that the decodes above exercise them)."""
+    remainder families, the groups outside it (so that the decodes above exercise them); and
+    the pipelined model's own forward pass gives the logits of the unscanned model from unroll's
+    output, where a copy of that output with two layers swapped does not (driver.
+    pipeline_forward)."""
     groups: dict = {}
     for k, v in f["trained_tree"].items():
         p = k.split("/")
@@ -155,6 +158,12 @@ def _check_pipeline_groups(family: str, f: dict) -> None:
                 groups.setdefault(p[1], set()).add(v[1])
     assert groups.pop("pipeline_module") == {tuple(PIPELINE_STACK[family])}
     assert groups == {g: {n} for g, n in PIPELINE_GROUPS[family].items()}, groups
+    fw = f["forward"]
+    pipelined, unrolled = np.asarray(fw["pipelined"]), np.asarray(fw["unrolled"])
+    assert pipelined.shape == (2, 16, 128) and np.all(np.isfinite(pipelined))
+    np.testing.assert_allclose(unrolled, pipelined, rtol=0, atol=LOGITS_ATOL)
+    assert np.abs(np.asarray(fw["swapped"]) - pipelined).max() > 100 * LOGITS_ATOL, \
+        f"swapping {fw['swapped_layers']} does not change the logits: the check cannot fail"
 
 
 def _check_mtp(family: str, f: dict) -> None:
