@@ -409,6 +409,25 @@ static void test_plan__nnx_aux_nested_refused(void **state)
         NULL);
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EUNSUPPORTED);
     assert_non_null(strstr(err.msg, "scanned_blocks/local_layers/gate/bias"));
+
+    /* pipelined DeepSeek's router bias (routed_bias=true), outside the stack as in it */
+    s.decoder_block = "deepseek";
+    s.num_decoder_layers = 3;
+    s.first_num_dense_layers = 1;
+    s.ici_pipeline_parallelism = 2;
+    s.dcn_pipeline_parallelism = 1;
+    s.num_layers_per_pipeline_stage = 1;
+    s.num_pipeline_repeats = -1;
+    s.pipeline_parallel_layers = -1;
+    ts.n = 0;
+    add(&ts, "params/params/decoder/dense_layers/mlp/wi", UR_DT_FLOAT32, "6,1,16", NULL);
+    add(&ts, "params/params/decoder/pipeline_module/layers/mlp/wi", UR_DT_FLOAT32, "2,6,16", NULL);
+    add(&ts, "opt_state/0/count", UR_DT_INT32, "", NULL);
+    add(&ts,
+        "nnx_aux/model/decoder/pipeline_module/layers/DeepSeekMoeBlock_0/MoeBlock_0/gate/bias",
+        UR_DT_FLOAT32, "2,4", NULL);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "pipeline_module/layers/DeepSeekMoeBlock_0/MoeBlock_0/gate"));
 }
 
 static void nnx_legacy(tset *ts)
