@@ -426,7 +426,21 @@ def pipeline_forward(family: str, items: pathlib.Path, work: pathlib.Path, unrol
                     step / "_CHECKPOINT_METADATA")
     facts["swapped"] = forward(family, str(step / "items"))
     facts["swapped_layers"] = [f"{x}_0", f"{x}_{last}"]
+    facts["verify_swapped"] = run_verify(family, items, str(step / "items"))
+    # and one without the last layer (the others back in place)
+    d[f"{x}_0"] = d.pop(f"{x}_{last}")
+    ck.save(str(work / "missing" / "items"), tree, force=True)
+    facts["verify_missing"] = run_verify(family, items, str(work / "missing" / "items"))
     return facts
+
+
+def run_verify(family: str, items: pathlib.Path, out: str) -> dict:
+    p = subprocess.run([os.environ["UNROLL_BIN"], "verify", str(items), out, BASE_YML,
+                        *ALL[family], *PARALLEL.get(family, ([], 1))[0]],
+                       capture_output=True, text=True)
+    # the report's first issues (in output-leaf order) and its summary line
+    return {"rc": p.returncode, "stdout": p.stdout[:3000] + p.stdout[-300:],
+            "stderr": p.stderr[-2000:]}
 
 
 def _put(tree: dict, p: list, value) -> None:
@@ -771,10 +785,7 @@ def main() -> None:
     else:
         facts["scanned"] = run_unroll(family, items, work, "scanned", "force_unroll=false")
     if facts["unrolled"]["rc"] == 0:
-        p = subprocess.run([os.environ["UNROLL_BIN"], "verify", str(items), facts["unrolled"]["path"],
-                            BASE_YML, *ALL[family], *PARALLEL.get(family, ([], 1))[0]],
-                           capture_output=True, text=True)
-        facts["verify"] = {"rc": p.returncode, "stdout": p.stdout[-3000:], "stderr": p.stderr[-2000:]}
+        facts["verify"] = run_verify(family, items, facts["unrolled"]["path"])
     if facts["unrolled"]["rc"] == 0 and family in MAXTEXT_OUTCOME:
         facts["maxtext"] = maxtext_facts(family, items, facts["unrolled"]["path"])
     facts["model_tree"] = model_tree(family)

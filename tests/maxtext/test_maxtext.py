@@ -164,6 +164,12 @@ def _check_pipeline_groups(family: str, f: dict) -> None:
     np.testing.assert_allclose(unrolled, pipelined, rtol=0, atol=LOGITS_ATOL)
     assert np.abs(np.asarray(fw["swapped"]) - pipelined).max() > 100 * LOGITS_ATOL, \
         f"swapping {fw['swapped_layers']} does not change the logits: the check cannot fail"
+    # unroll verify, the planner's oracle, catches the swap and a missing layer (exit 6), and
+    # names them in the output's own names
+    first, last = fw["swapped_layers"]
+    vs, vm = fw["verify_swapped"], fw["verify_missing"]
+    assert vs["rc"] == 6 and f"mismatch: leaf 'decoder/{first}/" in vs["stdout"], vs
+    assert vm["rc"] == 6 and f"missing: leaf 'decoder/{last}/" in vm["stdout"], vm
 
 
 def _check_mtp(family: str, f: dict) -> None:
