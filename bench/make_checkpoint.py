@@ -19,14 +19,22 @@ gives under MaxText's logical_axis_rules (the layer axis on `stage`). Saved thro
 ocp.CheckpointManager (item `items`) with SaveArgs(chunk_byte_size=2 GiB) on every leaf and
 ocdbt_target_data_file_size=2 GiB, so a zarr chunk is one device shard.
 
-Cheap generation: values from numpy's PCG64 with a fixed seed, one leaf at a time. By default mu
-and nu are the *same* jax.Arrays as params (aliased leaves: Orbax still writes three separate
-copies, but the generator holds only 1x params in memory); --distinct-opt-state makes separate
-values (3x memory).
+Written leaf by leaf, slice by slice: a leaf is a LazyLeaf (shape, sharding, seed), and its
+type handler (LazyArrayHandler, an orbax ArrayHandler) asks Orbax's own functions for what a
+jax.Array of that shape and sharding gets (replica slices, TensorStore write spec, sharding
+file entry, array metadata), then makes each replica slice's values (numpy PCG64 seeded by
+seed, leaf and slice origin) just before TensorStore writes it and drops them after, with at
+most BENCH_WINDOW_MIB (default 512) MiB of slices in flight. So the generator's memory depends
+on the largest device shard, not on the model (3.0 GiB peak RSS for the 10 GiB / 30 GiB-state
+checkpoint), and the bytes on disk are those Orbax writes for the same values as jax.Arrays
+(--eager does that; tests/interop/test_bench_checkpoint.py compares the two key by key). mu
+and nu hold the same values as params (same seed and leaf; Orbax still writes three copies);
+--distinct-opt-state gives them their own.
 
 Subcommands:
   make_checkpoint.py make --params-gib G --out DIR [--seed S] [--distinct-opt-state]
                           [--layers L]   (small dimensions, L layers: many small arrays)
+                          [--eager]      (whole jax.Arrays through Orbax's own handler)
   make_checkpoint.py chunks --items ITEMS --out LIST.tsv [--prefix params.params.]
       the chunk list for bench/floor.c, from tensorstore.ocdbt.dump (see README.md)
 """
@@ -74,6 +82,9 @@ LOGICAL_RULES = (
 # Model dimension presets: (emb E, q heads H, kv heads K, head dim D, mlp M, vocab V).
 # The large one is a ~1B-class llama2-style model; the layer count is chosen to reach the size.
 PRESET_LARGE = dict(emb=2048, heads=16, kv_heads=8, head_dim=128, mlp=5632, vocab=32000)
+# From 8 GiB on: Llama 3.2 3B's widths (emb 3072, 24/8 heads x 128, mlp 8192, vocab 128256);
+# at 10 GiB, 19 of its 28 layers: a 2.7B-parameter llama-shaped model.
+PRESET_XL = dict(emb=3072, heads=24, kv_heads=8, head_dim=128, mlp=8192, vocab=128256)
 PRESET_SMALL = dict(emb=256, heads=4, kv_heads=2, head_dim=64, mlp=704, vocab=4096)
 
 
@@ -107,7 +118,8 @@ def dims_for(params_gib: float, layers: int = 0) -> dict:
     `layers`, the small preset with that many layers (many small arrays)."""
     if layers > 0:
         return dict(PRESET_SMALL, layers=layers)
-    preset = PRESET_LARGE if params_gib >= 1.0 else PRESET_SMALL
+    preset = (PRESET_XL if params_gib >= 8.0 else PRESET_LARGE if params_gib >= 1.0
+              else PRESET_SMALL)
     d = dict(preset, layers=0)
     fixed = sum(math.prod(s) for _, _, s in leaf_table(d))
     d1 = dict(preset, layers=1)
@@ -189,33 +201,179 @@ def abstract_state(d: dict, mesh):
         lambda path, sh: jax.ShapeDtypeStruct((), np.int32, sharding=sh))
 
 
+class LazyLeaf:
+    """A float32 leaf not yet in memory: its values are made shard by shard while it is saved
+    (LazyArrayHandler), so the generator never holds a whole leaf, let alone the model."""
+
+    def __init__(self, leaf_no: int, logical: tuple, shape: tuple, sharding, seed: int):
+        import numpy as np
+
+        self.leaf_no, self.logical, self.shape, self.sharding = leaf_no, logical, shape, sharding
+        self.seed = seed
+        self.dtype = np.dtype(np.float32)
+        self.ndim = len(shape)
+        self.size = math.prod(shape)
+        self.itemsize = 4
+        self.nbytes = 4 * self.size
+
+    def block(self, index: tuple):
+        """The values of block `index` (a tuple of slices), a function of (seed, leaf, block
+        origin) only: asked for device shards (the blocks of the leaf's sharding), it gives the
+        same values however they are written; mu and nu (same leaf_no) hold params' values."""
+        import numpy as np
+
+        bounds = [s.indices(n) for s, n in zip(index, self.shape)]
+        shape = tuple(hi - lo for lo, hi, _ in bounds)
+        rng = np.random.default_rng([self.seed, self.leaf_no] + [lo for lo, _, _ in bounds])
+        x = rng.standard_normal(shape, dtype=np.float32)
+        if self.logical in (("norm",), ("norm", "layers")):
+            x *= np.float32(0.05)
+            x += np.float32(1.0)
+        else:
+            x *= np.float32(0.02)
+        return x
+
+
+class _NoData:
+    """A shard's data as get_replica_slices looks at it: shape and size, no values."""
+
+    def __init__(self, shape):
+        self.shape, self.size = shape, math.prod(shape)
+
+
+class _FakeShard:
+    def __init__(self, device, index, replica_id, shape):
+        self.device, self.index, self.replica_id = device, index, replica_id
+        self.data = _NoData(shape)
+
+
+class _FakeArray:
+    """What orbax's replica_slices.get_replica_slices reads of a jax.Array (shape, sharding,
+    addressable shards with index, replica id and data shape), without the data."""
+
+    def __init__(self, leaf: LazyLeaf):
+        from jax._src.sharding_impls import device_replica_id_map
+
+        self.shape, self.sharding, self.dtype = leaf.shape, leaf.sharding, leaf.dtype
+        self.ndim, self.size, self.itemsize = leaf.ndim, leaf.size, leaf.itemsize
+        indices = leaf.sharding.devices_indices_map(leaf.shape)
+        replicas = device_replica_id_map(leaf.sharding, leaf.shape)
+        self.addressable_shards = []
+        for dev in leaf.sharding._addressable_device_assignment:
+            idx = indices[dev]
+            shape = tuple(len(range(*s.indices(n))) for s, n in zip(idx, leaf.shape))
+            self.addressable_shards.append(_FakeShard(dev, idx, replicas[dev], shape))
+
+
+def _slice_values(leaf: LazyLeaf, sl):
+    """A replica slice's values: its device shard's block (LazyLeaf.block), cut to the part
+    this replica writes when Orbax shares a replicated shard among replicas (slice_args)."""
+    if sl.slice_args is None:
+        return leaf.block(sl.index)
+    a, lo, hi = sl.slice_args.axis, sl.slice_args.start_index, sl.slice_args.limit_index
+    start = (sl.index[a].start or 0) - lo
+    shard = sl.index[:a] + (slice(start, start + sl.unsliced_data.shape[a]),) + sl.index[a + 1:]
+    cut = [slice(None)] * leaf.ndim
+    cut[a] = slice(lo, hi)
+    return leaf.block(shard)[tuple(cut)].copy()
+
+
+def lazy_array_handler_class():
+    """An orbax ArrayHandler for LazyLeaf values: the same type string ('jax.Array'), write
+    specs, replica slices, sharding file and array metadata as Orbax's own handler gives a
+    jax.Array of that shape and sharding (Orbax's functions compute them), but each replica
+    slice's values are made just before TensorStore writes them and dropped after, with at
+    most BENCH_WINDOW_MIB (default 512) of slices in flight."""
+    import asyncio
+
+    import numpy as np
+    from orbax.checkpoint._src.futures import future
+    from orbax.checkpoint._src.multihost import multihost
+    from orbax.checkpoint._src.serialization import jax_array_handlers as jah
+    from orbax.checkpoint._src.serialization import ocdbt_utils, replica_slices, serialization
+    from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
+
+    window = int(os.environ.get("BENCH_WINDOW_MIB", "512")) << 20
+
+    class LazyArrayHandler(jah.ArrayHandler):
+        async def serialize(self, values, infos, args=None):
+            args = args or [None] * len(values)
+            if self._enable_write_sharding_file:
+                await jah._async_serialize_shardings(
+                    shardings=[v.sharding for v in values], infos=infos,
+                    primary_host=self._primary_host)
+            metadatas = []
+            pending: list = []
+            in_flight = 0
+            for leaf, info, arg in zip(values, infos, args):
+                rs = replica_slices.get_replica_slices(
+                    _FakeArray(leaf), self._replica_id, self._use_replica_parallel,
+                    self._min_slice_bytes_for_replica_parallel,
+                    self._max_replicas_for_replica_parallel)
+                await info.await_path_creation()
+                spec = ts_utils.build_array_write_spec(
+                    info=info, arg=arg, global_shape=rs.global_shape,
+                    local_shape=rs.local_shape, dtype=rs.dtype,
+                    use_ocdbt=info.is_ocdbt_checkpoint,
+                    process_index=ocdbt_utils.get_process_index_for_subdir(
+                        info.is_ocdbt_checkpoint),
+                    replica_separate_folder=False, metadata_key=self._metadata_key,
+                    ext_metadata=None)
+                metadatas.append(spec.metadata)
+                for sl in rs.replica_slices:
+                    data = _slice_values(leaf, sl)
+                    one = replica_slices.ReplicaSlices(
+                        global_shape=rs.global_shape, local_shape=rs.local_shape,
+                        sharding=rs.sharding, dtype=rs.dtype, is_on_host=True,
+                        replica_slices=[replica_slices.ReplicaSlice(sl.index, data, None)])
+                    task = asyncio.ensure_future(serialization.async_serialize_from_host(
+                        one, spec.json, primary_host=self._primary_host,
+                        context=info.ts_context, transaction=None,
+                        byte_limiter=info.byte_limiter))
+                    pending.append((task, data.nbytes))
+                    in_flight += data.nbytes
+                    del data, one
+                    while in_flight > window:
+                        t, n = pending.pop(0)
+                        await t
+                        in_flight -= n
+            for t, _ in pending:
+                await t
+            if self._array_metadata_store is not None:
+                await self._array_metadata_store.write(
+                    checkpoint_dir=infos[0].parent_dir, array_metadatas=metadatas,
+                    process_index=multihost.process_index())
+            return [future.NoopFuture()]
+
+    return LazyArrayHandler
+
+
 def generate(params_gib: float, out: pathlib.Path, seed: int, distinct: bool,
-             layers: int = 0) -> dict:
+             layers: int = 0, eager: bool = False) -> dict:
+    """Write the checkpoint leaf by leaf, slice by slice (LazyLeaf): the generator's memory
+    is bounded by the write window, not the model. --distinct-opt-state gives mu and nu their
+    own values (other seeds). With `eager` (--eager), the same values as whole jax.Arrays
+    saved by Orbax's own ArrayHandler (the model in memory: small sizes only), which is what
+    tests/interop/test_bench_checkpoint.py checks the streamed checkpoint against."""
     import jax
     import numpy as np
     import orbax.checkpoint as ocp
+    from orbax.checkpoint._src.metadata import array_metadata_store as ams
+    from orbax.checkpoint._src.serialization import type_handler_registry as thr
 
     d = dims_for(params_gib, layers)
     mesh = make_mesh()
-    rng = np.random.default_rng(seed)
-    made: dict = {}  # params path (under params/params) -> jax.Array, reused for mu/nu
+    leaf_no = {path: i for i, (path, _, _) in enumerate(leaf_table(d))}
 
     def leaf(path, logical, shape, sh):
         key = path[2:] if path[0] == "params" else path[4:]  # path under params/params
-        if not distinct and path[0] == "opt_state" and key in made:
-            return made[key]
-        if logical in (("norm",), ("norm", "layers")):
-            x = np.ones(shape, np.float32)
-            x += rng.standard_normal(shape, dtype=np.float32) * np.float32(0.05)
-        else:
-            x = rng.standard_normal(shape, dtype=np.float32)
-            x *= np.float32(0.02)
-        a = jax.device_put(x, sh)
-        a.block_until_ready()
-        del x
-        if path[0] == "params":
-            made[key] = a
-        return a
+        s = seed
+        if distinct and path[0] == "opt_state":
+            s = seed + (1 if path[2] == "mu" else 2)
+        lazy = LazyLeaf(leaf_no[key], logical, shape, sh, s)
+        if not eager:
+            return lazy
+        return jax.make_array_from_callback(shape, sh, lazy.block)
 
     def scalar(path, sh):
         return jax.device_put(np.int32(STEP), sh)
@@ -226,11 +384,16 @@ def generate(params_gib: float, out: pathlib.Path, seed: int, distinct: bool,
 
     root = out / "checkpoints"
     save_args = jax.tree.map(lambda _: ocp.SaveArgs(chunk_byte_size=MAXTEXT_CHUNK_BYTES), state)
-    # MaxText passes 96 GB; a small in-flight limit keeps the generator's memory near 1x params
-    # on a small machine (it changes the order of writes, not the format)
+    # the default handlers (jax.Array: Orbax's ArrayHandler with its array metadata store)
+    # plus LazyLeaf's, configured like the default jax.Array handler
+    registry = thr.create_type_handler_registry(
+        *thr._DEFAULT_TYPE_HANDLERS,
+        (LazyLeaf, lazy_array_handler_class()(array_metadata_store=ams.Store())))
+    # MaxText passes 96 GB; the in-flight limit also bounds the generator's memory
     handler = ocp.PyTreeCheckpointHandler(use_ocdbt=True, use_zarr3=True,
                                           save_concurrent_gb=SAVE_CONCURRENT_GB,
-                                          restore_concurrent_gb=96)
+                                          restore_concurrent_gb=96,
+                                          type_handler_registry=registry)
     options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=False)
     t0 = time.monotonic()
     with ocp.CheckpointManager(root, item_names=("items",), item_handlers={"items": handler},
@@ -256,6 +419,7 @@ def generate(params_gib: float, out: pathlib.Path, seed: int, distinct: bool,
         "mesh_axes": list(MESH_AXES),
         "mesh_shape": list(MESH_SHAPE),
         "distinct_opt_state": distinct,
+        "eager": eager,
         "seed": seed,
         "generate_s": round(t_gen, 2),
         "save_s": round(t_save, 2),
@@ -275,7 +439,8 @@ def cmd_make(args) -> None:
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
-        info = generate(args.params_gib, tmp, args.seed, args.distinct_opt_state, args.layers)
+        info = generate(args.params_gib, tmp, args.seed, args.distinct_opt_state, args.layers,
+                        args.eager)
         tmp.rename(out)
         info["items"] = str((out / "checkpoints" / str(STEP) / "items").resolve())
         (out / "bench_checkpoint.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -408,6 +573,8 @@ def main() -> None:
     m.add_argument("--distinct-opt-state", action="store_true")
     m.add_argument("--layers", type=int, default=0,
                    help="small dimensions with this many layers (overrides --params-gib)")
+    m.add_argument("--eager", action="store_true",
+                   help="whole jax.Arrays saved by Orbax's own handler (for the test; small)")
     m.set_defaults(fn=cmd_make)
     c = sub.add_parser("chunks", help="list the stored chunks of the params for floor.c")
     c.add_argument("--items", required=True)

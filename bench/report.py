@@ -212,7 +212,92 @@ def many_layers(run: pathlib.Path, threads: int, layers: int, json_out) -> None:
         sys.exit(1)
 
 
+BIG_TOOLS = (("read", "read floor (floor -r)"), ("unroll", "unroll"),
+             ("floor", "I/O + codec floor"), ("reference", "Python reference"),
+             ("maxtext", "MaxText's converter"))
+PHASES_RE = re.compile(r"unroll: phases \(thread seconds, wall/cpu\):(.*)$", re.M)
+
+
+def big(workdir: pathlib.Path, ckpt: pathlib.Path, cap: int) -> None:
+    """The cold full-size run of bench/big.sh: per tool wall, CPU, peak RSS, status (an
+    out-of-memory kill under the cap shows as `killed`), the load average before and after;
+    unroll's phases and its ratio to the read floor; writes <workdir>/big.json."""
+    info = json.loads((ckpt / "bench_checkpoint.json").read_text())
+    res = {"checkpoint": info, "mem_cap_bytes": cap, "tools": {}}
+    for name, label in BIG_TOOLS:
+        t = parse_time(workdir / f"{name}.time")
+        if t is None:
+            continue
+        t["rc"] = int(_read(workdir / f"{name}.rc") or -1)
+        err = _read(workdir / f"{name}.stderr") or ""
+        t["oom_killed"] = "memcap: oom_kill" in err or t["rc"] == 137
+        t["uptime"] = (_read(workdir / f"{name}.uptime") or "").splitlines()
+        t["label"] = label
+        res["tools"][name] = t
+    u = res["tools"].get("unroll")
+    if u is not None:
+        m = PHASES_RE.search(_read(workdir / "unroll.stderr") or "")
+        if m:
+            words = m.group(1).split()
+            u["phases"] = {words[i]: dict(zip(("wall_s", "cpu_s"), map(float,
+                                                                       words[i + 1].split("/"))))
+                           for i in range(0, len(words), 2)}
+        u["out_bytes"] = int(_read(workdir / "unroll.out.bytes") or 0)
+        u["verify_rc"] = int(_read(workdir / "verify.rc") or -1)
+        u["verify"] = (_read(workdir / "verify.stdout") or "").splitlines()[-1:]
+        v = parse_time(workdir / "verify.time")
+        if v is not None:
+            u["verify_time"] = v
+        r = res["tools"].get("read")
+        if r is not None and r["wall_s"] > 0:
+            res["unroll_over_read_floor"] = u["wall_s"] / r["wall_s"]
+    procs = [parse_time(workdir / f"multi.{i}.time") for i in range(2)]
+    if all(procs) and (workdir / "multi.wall").is_file():
+        res["multi"] = {"wall_s": float(_read(workdir / "multi.wall")),
+                        "rc": int(_read(workdir / "multi.rc") or -1),
+                        "cpu_s": sum(p["cpu_s"] for p in procs),
+                        "peak_rss_bytes": [p["peak_rss_bytes"] for p in procs],
+                        "uptime": (_read(workdir / "multi.uptime") or "").splitlines()}
+    stored = 0
+    chunks = ckpt / "chunks.tsv"
+    if chunks.is_file():
+        for line in chunks.read_text().splitlines():
+            if line and not line.startswith("#"):
+                stored += int(line.split("\t")[2])
+    res["param_stored_bytes"] = stored
+    (workdir / "big.json").write_text(json.dumps(res, indent=1) + "\n")
+    print(f"{info['num_params'] / 1e9:.2f}B parameters, {info['layers']} layers, "
+          f"{info['disk_bytes'] / GiB:.2f} GiB on disk, parameter chunks {stored / GiB:.2f} GiB; "
+          f"memory cap {cap / GiB:.0f} GiB")
+    print(f"{'tool':24}{'wall s':>9}{'CPU s':>9}{'peak RSS MiB':>14}  status / load before, after")
+    for name, t in res["tools"].items():
+        status = "OOM-killed" if t["oom_killed"] else ("ok" if t["rc"] == 0 else f"rc {t['rc']}")
+        loads = [x.split("load average:")[-1].strip() for x in t["uptime"]]
+        print(f"{t['label']:24}{t['wall_s']:9.2f}{t['cpu_s']:9.2f}"
+              f"{t['peak_rss_bytes'] / MiB:14.0f}  {status} / {' ; '.join(loads)}")
+    if u is not None:
+        if "unroll_over_read_floor" in res:
+            print(f"unroll / read floor: {res['unroll_over_read_floor']:.2f}x")
+        for k, v in u.get("phases", {}).items():
+            print(f"  phase {k:12} wall {v['wall_s']:8.2f} s  cpu {v['cpu_s']:8.2f} s")
+        print(f"  verify: rc {u['verify_rc']} {' '.join(u['verify'])}")
+    mp = res.get("multi")
+    if mp is not None:
+        loads = [x.split("load average:")[-1].strip() for x in mp["uptime"]]
+        print(f"2 processes: wall {mp['wall_s']:.2f} s, CPU {mp['cpu_s']:.2f} s in all, peak RSS "
+              f"{', '.join(f'{b / MiB:.0f}' for b in mp['peak_rss_bytes'])} MiB, rc {mp['rc']} "
+              f"/ {' ; '.join(loads)}")
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "big":
+        ap = argparse.ArgumentParser(prog="report.py big")
+        ap.add_argument("--workdir", required=True)
+        ap.add_argument("--ckpt", required=True)
+        ap.add_argument("--cap", type=int, required=True)
+        a = ap.parse_args(sys.argv[2:])
+        big(pathlib.Path(a.workdir), pathlib.Path(a.ckpt), a.cap)
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "many-layers":
         ap = argparse.ArgumentParser(prog="report.py many-layers")
         ap.add_argument("--run", required=True)

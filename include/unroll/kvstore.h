@@ -185,6 +185,16 @@ void ur_kvstore_prefix_on_write(ur_kvstore *kv, ur_kvstore_written_fn fn, void *
  * the Nth read/write operation (1-based) fails with UR_EIO; 0 disables. */
 int ur_kvstore_mem_new(ur_kvstore **out, ur_err *err);
 void ur_kvstore_mem_fail_at(ur_kvstore *kv, unsigned fail_read_at, unsigned fail_write_at);
+/* Count every operation from now on (read, range read, size, list, write, create, delete);
+ * with at > 0, operation `at` (1-based) fails with UR_EIO, and so does every later one unless
+ * `once` (a process that died there issues none: what it would have done is not done). */
+void ur_kvstore_mem_fault(ur_kvstore *kv, unsigned at, int once);
+/* Operations counted since the last ur_kvstore_mem_fault. */
+unsigned ur_kvstore_mem_ops(ur_kvstore *kv);
+/* Make kv (a memory store, still owned by the caller) the object store "mem://<name>": a
+ * location "mem://<name>/<prefix>" opens it below <prefix>/ (ur_kvstore_open_url), as s3://
+ * would a bucket, until kv is closed. UR_EEXIST when another store has the name. */
+int ur_kvstore_mem_name(ur_kvstore *kv, const char *name, ur_err *err);
 
 /* ---- Locations: one entry point for every store (src/kvstore/kvstore_url.c) ----
  *
@@ -192,13 +202,19 @@ void ur_kvstore_mem_fail_at(ur_kvstore *kv, unsigned fail_read_at, unsigned fail
  *   - a local path ("ckpt/items", "/abs/dir"): the file store (kvstore_file);
  *   - "s3://bucket[/prefix]": the S3 driver (src/kvstore/s3/);
  *   - "gs://bucket[/prefix]": the GCS driver (src/kvstore/gcs/);
- *     both looked up in the scheme table of kvstore_url.c, where a build without the driver
+ *   - "mem://name[/prefix]": a memory store of this process (ur_kvstore_mem_name; tests);
+ *     all looked up in the scheme table of kvstore_url.c, where a build without the driver
  *     says so (UR_EUNSUPPORTED);
  *   - any other "scheme://..." is refused (UR_EINVAL, exit 2), never a local directory.
  * Keys of an object-store handle are relative to the prefix, as for a directory. */
 
 /* Kinds of location. */
-typedef enum { UR_LOC_LOCAL = 0, UR_LOC_S3 = 1, UR_LOC_GCS = 2 } ur_kvstore_loc_kind;
+typedef enum {
+    UR_LOC_LOCAL = 0,
+    UR_LOC_S3 = 1,
+    UR_LOC_GCS = 2,
+    UR_LOC_MEM = 3
+} ur_kvstore_loc_kind;
 
 /* Classify `location`; UR_EINVAL (naming it) for an unknown "scheme://" or a malformed URL
  * ("s3://" without a bucket). Returns the kind (>= 0) or a negative code. */

@@ -5,7 +5,7 @@
  * published. So before writing anything a run creates `S/unroll-claim.txt` (S: the first unit,
  * `<checkpoint_dir>/0` or `base/0`) with the store's conditional create (ur_kvstore_create):
  *
- *   unroll single-process run, pid <pid> on <host>, started <UTC time>
+ *   unroll single-process run, pid <pid> on <host>, started <UTC time>, attempt <64-bit hex>
  *   <the run's identity: its run text, ur_plan_multi_run_text>
  *
  * Whoever's create fails did not start: it is refused (UR_EIO, exit 3, as a locked local

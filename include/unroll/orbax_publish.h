@@ -71,6 +71,18 @@ const char *ur_orbax_publish_dest(const ur_orbax_publish *p);
  * created are removed, and the earlier units stay as they were. */
 int ur_orbax_publish_commit(ur_orbax_publish *p, const volatile sig_atomic_t *cancel, ur_err *err);
 
+/* When ur_orbax_publish_commit fails, fn(ctx) runs before the staging directory is removed:
+ * a caller that moved finished units into it from a place of its own (orbax_share.c: a
+ * multi-process run's merged step) takes them back there, so a rerun publishes them instead
+ * of finding them gone. */
+void ur_orbax_publish_on_failure(ur_orbax_publish *p, void (*fn)(void *ctx), void *ctx);
+
+/* Clear what a run killed after its publication left beside C (its lock file, its staging
+ * directory), as ur_orbax_publish_begin does before a run: for a rerun that finds the run
+ * published and has nothing to publish. A run holding the lock is left alone. */
+void ur_orbax_publish_tidy(const char *dest, const char *const *units, size_t n_units,
+                           const char *const *inputs, size_t n_inputs);
+
 /* Give up: remove the staging directory (if it is still ours), the directories this run
  * created and the lock file, release the lock. NULL-safe. */
 void ur_orbax_publish_abort(ur_orbax_publish *p);

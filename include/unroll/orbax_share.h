@@ -58,6 +58,9 @@
 typedef struct ur_orbax_share ur_orbax_share;
 
 #define UR_ORBAX_SHARE_SUFFIX ".unroll-multi"
+/* The run's text, kept in the published first unit ("0" or "base/0"), as in an object store
+ * (orbax_share_remote.h). */
+#define UR_ORBAX_SHARE_RUN_KEPT "unroll-run.txt"
 #define UR_ORBAX_SHARE_MAX 65536
 
 /* When the run texts `have` (the staged run's) and `want` (this process's) differ in the
@@ -82,6 +85,10 @@ int ur_orbax_share_open(ur_orbax_share **out, const char *dest, int count, int i
 int ur_orbax_share_open_units(ur_orbax_share **out, const char *dest, const char *const *units,
                               size_t n_units, int count, int index, const char *run_text,
                               ur_err *err);
+
+/* 1 when the destination's first unit was published by this very run (its kept run text is
+ * this run's, and nothing is staged): a rerun of one of its processes has nothing to do. */
+int ur_orbax_share_published(const ur_orbax_share *s);
 
 /* Borrowed: where unit k is staged (a step directory for a step unit, else the file). */
 const char *ur_orbax_share_unit_path(const ur_orbax_share *s, size_t k);

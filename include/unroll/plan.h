@@ -78,6 +78,9 @@ typedef struct {
     int64_t num_pipeline_repeats; /* -1: pipeline_parallel_layers / (stages * lps) */
     int64_t pipeline_parallel_layers; /* -1: num_decoder_layers */
     int scan_layers_per_stage; /* false */
+    /* DeepSeek Engram: the layers built with an Engram (engram_layers, as listed) */
+    const int64_t *engram_layers;
+    size_t n_engram_layers;
 } ur_settings;
 
 /* Load `opts->config_path` with its base_config chain, the model file named by model_name
@@ -214,6 +217,10 @@ typedef struct {
     uint64_t bytes_in; /* all input array leaves */
     uint64_t bytes_read; /* kept input leaves */
     uint64_t bytes_out; /* output array leaves */
+    /* Of the dropped: model arrays the output's model has no place for (DeepSeek's Engram
+     * weights), and why; the run says so (a note), not only the dry run's plan. */
+    size_t leaves_left_out;
+    const char *left_out_why;
 } ur_plan_summary;
 
 typedef struct {
@@ -251,7 +258,8 @@ int ur_plan_scan_axis(const ur_plan_leaf *leaf, const ur_settings *s);
  * and expected length), a leaf of a block group outside layers_<j>/layer_<j> (j < K), a
  * layer count the blocks do not divide, an unrecognised layout, a pipeline_module the
  * pipeline settings do not fit; UR_EUNSUPPORTED: pipeline stacks of deepseek, gemma3/4,
- * deepseek4 or inhomogeneous cycles, engram chunks; UR_ENOMEM. */
+ * deepseek4 or inhomogeneous cycles; UR_EINVAL also: DeepSeek Engram chunks the config does not
+ * describe (engram_layers); UR_ENOMEM. */
 int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_settings *s,
                   ur_plan_input input, ur_err *err);
 void ur_plan_free(ur_plan *plan);

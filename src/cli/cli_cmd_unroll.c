@@ -10,6 +10,7 @@
 
 #include "unroll/alloc.h"
 #include "unroll/orbax_share.h"
+#include "unroll/phase.h"
 #include "unroll/plan_run.h"
 
 #include <errno.h>
@@ -238,6 +239,35 @@ typedef struct {
     const char *what;
 } progress;
 
+/* UNROLL_PHASES: where the time went (unroll/phase.h), seconds summed over threads; printed
+ * even with -q, since the benchmark asks for it. */
+static void print_phases(void)
+{
+    static const char *const names[UR_PHASE_N] = {"read+decode", "",       "cast",
+                                                  "encode",      "commit", "write"};
+    uint64_t wall[UR_PHASE_N], cpu[UR_PHASE_N];
+    if (!ur_phase_on()) {
+        return;
+    }
+    ur_phase_totals(wall, cpu);
+    /* the fused casts ran inside the read calls: count them as casting, not reading */
+    wall[UR_PHASE_READ] -= wall[UR_PHASE_CAST_FUSED] < wall[UR_PHASE_READ]
+                               ? wall[UR_PHASE_CAST_FUSED]
+                               : wall[UR_PHASE_READ];
+    cpu[UR_PHASE_READ] -= cpu[UR_PHASE_CAST_FUSED] < cpu[UR_PHASE_READ] ? cpu[UR_PHASE_CAST_FUSED]
+                                                                        : cpu[UR_PHASE_READ];
+    wall[UR_PHASE_CAST] += wall[UR_PHASE_CAST_FUSED];
+    cpu[UR_PHASE_CAST] += cpu[UR_PHASE_CAST_FUSED];
+    fprintf(stderr, "unroll: phases (thread seconds, wall/cpu):");
+    for (int p = 0; p < UR_PHASE_N; p++) {
+        if (p != UR_PHASE_CAST_FUSED) {
+            fprintf(stderr, " %s %.3f/%.3f", names[p], (double)wall[p] / 1e9,
+                    (double)cpu[p] / 1e9);
+        }
+    }
+    fprintf(stderr, "\n");
+}
+
 static double seconds_since(const struct timespec *t0)
 {
     struct timespec now;
@@ -402,6 +432,9 @@ static int run(const unroll_args *args, ur_err *err)
                 rep.dest, rep.total.tensors_out, rep.total.tensors_in,
                 (double)rep.total.bytes_in / 1073741824.0,
                 (double)rep.total.bytes_out / 1073741824.0, seconds_since(&t0), rep.total.threads);
+    }
+    if (rc == UR_OK) {
+        print_phases();
     }
     ur_plan_run_report_dispose(&rep);
     return rc;

@@ -104,5 +104,8 @@ int ur_kvstore_s3_open(ur_kvstore **out, const char *bucket, const char *prefix,
                        ur_err *err);
 int ur_kvstore_gcs_open(ur_kvstore **out, const char *bucket, const char *prefix, int writable,
                         ur_err *err);
+/* mem://<name>: a named memory store (kvstore_mem.c, tests) */
+int ur_kvstore_mem_open(ur_kvstore **out, const char *bucket, const char *prefix, int writable,
+                        ur_err *err);
 
 #endif

@@ -19,6 +19,8 @@ typedef struct {
 static const scheme_entry schemes[] = {
     {"s3", UR_LOC_S3, ur_kvstore_s3_open},
     {"gs", UR_LOC_GCS, ur_kvstore_gcs_open},
+    /* an object store in this process's memory (tests: the run protocol's fault injection) */
+    {"mem", UR_LOC_MEM, ur_kvstore_mem_open},
 };
 
 /* Length of the "scheme" in "scheme://", or 0 when `loc` does not start like a URL. */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,6 +33,22 @@ static void claim_free(ur_orbax_claim *c)
     }
 }
 
+/* A number drawn for each claim taken: the claim found at S is this attempt's own (a create
+ * retried after its answer was lost) only when it holds this number. pid, host and time
+ * alone do not tell: a container restarted in its pod has the same host name and often the
+ * same pid, and two attempts can start in one second. */
+static unsigned long long attempt_number(void)
+{
+    unsigned long long n = 0;
+    if (getrandom(&n, sizeof n, 0) != (ssize_t)sizeof n) {
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        n = ((unsigned long long)t.tv_sec << 30) ^ (unsigned long long)t.tv_nsec ^
+            ((unsigned long long)getpid() << 40);
+    }
+    return n;
+}
+
 /* Our claim's text: the holder line, then the identity. */
 static int claim_text(ur_buf *out, const char *identity, ur_err *err)
 {
@@ -42,8 +59,8 @@ static int claim_text(ur_buf *out, const char *identity, ur_err *err)
     if (gmtime_r(&now, &tm) != NULL) {
         strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     }
-    return ur_buf_printf(out, err, HOLDER_HEAD "%ld on %s, started %s\n%s", (long)getpid(), host,
-                         when, identity);
+    return ur_buf_printf(out, err, HOLDER_HEAD "%ld on %s, started %s, attempt %016llx\n%s",
+                         (long)getpid(), host, when, attempt_number(), identity);
 }
 
 /* 1 when the holder line `have` ("... pid <pid> on <host>, started ...") names a process
@@ -170,12 +187,14 @@ int ur_orbax_claim_release(ur_orbax_claim *c, ur_err *err)
             struct timespec wait = {0, RELEASE_WAIT_NS};
             nanosleep(&wait, NULL);
         }
-        rc = ur_kvstore_delete(c->kv, UR_ORBAX_CLAIM_NAME, err);
-        if (rc == UR_ENOTFOUND) {
-            rc = UR_OK;
-        }
-        if (rc < 0) {
-            ur_err_wrap(err, "deleting the run's claim %s/" UR_ORBAX_CLAIM_NAME, c->step);
+        int drc = ur_kvstore_delete(c->kv, UR_ORBAX_CLAIM_NAME, round == 0 ? err : NULL);
+        if (drc < 0 && drc != UR_ENOTFOUND) {
+            /* the first delete failing leaves the claim (the rerun takes it over); a later
+             * one only repeats a delete that was answered */
+            if (round == 0) {
+                rc = drc;
+                ur_err_wrap(err, "deleting the run's claim %s/" UR_ORBAX_CLAIM_NAME, c->step);
+            }
             break;
         }
         if (ur_kvstore_size(c->kv, UR_ORBAX_CLAIM_NAME, &size, NULL) == UR_ENOTFOUND) {

@@ -55,6 +55,8 @@ struct ur_orbax_publish {
     int have_staging;
     dev_t staging_dev;
     ino_t staging_ino;
+    void (*on_failure)(void *ctx); /* ur_orbax_publish_on_failure */
+    void *on_failure_ctx;
 };
 
 /* ---- canonical paths -------------------------------------------------------------------- */
@@ -563,6 +565,9 @@ int ur_orbax_publish_begin(ur_orbax_publish **out, const char *dest, const char 
     *out = p;
     return UR_OK;
 fail:
+    if (p->on_failure != NULL) {
+        p->on_failure(p->on_failure_ctx); /* units the caller moved in go back first */
+    }
     ur_orbax_publish_abort(p);
     return rc;
 }
@@ -600,6 +605,15 @@ void ur_orbax_publish_abort(ur_orbax_publish *p)
     release_lock(p);
     remove_created(p->parent, p->created_from);
     publish_free(p);
+}
+
+void ur_orbax_publish_tidy(const char *dest, const char *const *units, size_t n_units,
+                           const char *const *inputs, size_t n_inputs)
+{
+    ur_orbax_publish *p = NULL;
+    if (ur_orbax_publish_begin(&p, dest, units, n_units, inputs, n_inputs, NULL) == UR_OK) {
+        ur_orbax_publish_abort(p);
+    }
 }
 
 /* ---- publishing ------------------------------------------------------------------------- */
@@ -820,6 +834,12 @@ static int make_final_parent(unit *u, ur_err *err)
     return rc;
 }
 
+void ur_orbax_publish_on_failure(ur_orbax_publish *p, void (*fn)(void *ctx), void *ctx)
+{
+    p->on_failure = fn;
+    p->on_failure_ctx = ctx;
+}
+
 int ur_orbax_publish_commit(ur_orbax_publish *p, const volatile sig_atomic_t *cancel, ur_err *err)
 {
     size_t moved_n = 0;
@@ -879,6 +899,9 @@ int ur_orbax_publish_commit(ur_orbax_publish *p, const volatile sig_atomic_t *ca
     publish_free(p);
     return UR_OK;
 fail:
+    if (p->on_failure != NULL) {
+        p->on_failure(p->on_failure_ctx); /* units the caller moved in go back first */
+    }
     ur_orbax_publish_abort(p);
     return rc;
 }

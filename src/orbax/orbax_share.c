@@ -47,6 +47,7 @@ struct ur_orbax_share {
     char **staged;
     char *meta_dir; /* the current unit's: staging/shares/<index>[.u<k>] */
     size_t cur;
+    int published; /* C/<unit 0> holds this run's publication (ur_orbax_share_published) */
 };
 
 /* A unit that is a step directory ("0", "base/0", "loras/<id>/0"), not a file. */
@@ -315,6 +316,36 @@ static int recover_units(ur_orbax_share *s, int held, ur_err *err)
     return rc;
 }
 
+/* The run's text kept in its first unit once published (UR_ORBAX_SHARE_RUN_KEPT, as the
+ * object-store protocol keeps it): a rerun of one of its processes then finds its own
+ * publication instead of staging the run again. */
+static char *kept_run_path(const ur_orbax_share *s)
+{
+    return ur_path_joinf(s->dest, "%s/" UR_ORBAX_SHARE_RUN_KEPT, s->units[0]);
+}
+
+/* s->published = 1 when C's first unit was published by this run (its kept text is `text`);
+ * `scratch` is a buffer to read it into. */
+static int find_own_publication(ur_orbax_share *s, const char *text, ur_buf *scratch, ur_err *err)
+{
+    char *kept = kept_run_path(s);
+    int rc;
+    if (kept == NULL) {
+        return ur_err_oom(err);
+    }
+    ur_buf_reset(scratch);
+    rc = ur_fs_read_file(scratch, kept, 1 << 24, err);
+    if (rc == UR_ENOTFOUND) {
+        rc = UR_OK;
+    } else if (rc == UR_OK) {
+        s->published = scratch->len == strlen(text) &&
+                       memcmp(scratch->data, text, scratch->len) == 0;
+    }
+    ur_buf_reset(scratch);
+    ur_free(kept);
+    return rc;
+}
+
 /* run_text with one line "unit <name>" per unit of a run of several (none for the one "0"). */
 static int full_run_text(ur_buf *out, const char *run_text, const char *const *units,
                          size_t n_units, ur_err *err)
@@ -378,6 +409,12 @@ int ur_orbax_share_open_units(ur_orbax_share **out, const char *dest, const char
     ur_buf_init(&have, 0);
     ur_buf_init(&text, 0);
     rc = full_run_text(&text, run_text, units, n_units, err);
+    if (rc == UR_OK && !ur_fs_exists(s->staging)) {
+        rc = find_own_publication(s, (const char *)text.data, &have, err);
+        if (rc == UR_OK && s->published) {
+            goto out; /* a rerun of a process whose run is published: nothing to stage */
+        }
+    }
     if (rc == UR_OK) {
         rc = ur_fs_mkdirs(shares, err);
     }
@@ -407,6 +444,7 @@ int ur_orbax_share_open_units(ur_orbax_share **out, const char *dest, const char
                             s->staging, s->staging);
         }
     }
+out:
     ur_buf_dispose(&have);
     ur_buf_dispose(&text);
     ur_free(shares);
@@ -416,6 +454,11 @@ int ur_orbax_share_open_units(ur_orbax_share **out, const char *dest, const char
     }
     *out = s;
     return UR_OK;
+}
+
+int ur_orbax_share_published(const ur_orbax_share *s)
+{
+    return s->published;
 }
 
 int ur_orbax_share_open(ur_orbax_share **out, const char *dest, int count, int index,
@@ -664,6 +707,9 @@ static int claim(ur_orbax_share *s, int force, int *won, ur_err *err)
     /* the creator waits out a process that locked the fresh, still empty file for a moment
      * (it lets go, seeing it empty) */
     if (flock(fd, fresh ? LOCK_EX : LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK) { /* not "another process is finishing": nobody would */
+            rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot lock");
+        }
         close(fd); /* another process is finishing */
         goto out;
     }
@@ -902,6 +948,8 @@ static void remove_staging(const ur_orbax_share *s)
     snprintf(trash, strlen(s->dest) + 40, "%s.%ld.unroll-tmp", s->dest, (long)getpid());
     if (rename(s->staging, trash) == 0) {
         ur_fs_remove_tree(trash, &ignored); /* the claim goes with it */
+    } else {
+        ur_fs_remove_tree(s->staging, &ignored); /* the name is taken: in place, then */
     }
     ur_free(trash);
 }
@@ -915,6 +963,14 @@ static int journal_line(const ur_orbax_share *s, size_t k, const char *to, ur_bu
     }
     return ur_buf_printf(j, err, "%zu %llu %llu %s\n", k, (unsigned long long)st.st_dev,
                          (unsigned long long)st.st_ino, to);
+}
+
+/* A publication that failed after the units were moved into its staging directory: they
+ * come back (the journal says from where) before that directory is removed. */
+static void take_units_back(void *ctx)
+{
+    ur_err ignored;
+    (void)recover_units(ctx, 1, &ignored);
 }
 
 /* Move the finished units still staged (all of them, unless a killed finisher published some:
@@ -962,6 +1018,7 @@ static int publish(ur_orbax_share *s, const volatile sig_atomic_t *cancel, char 
         }
     }
     if (rc == UR_OK) {
+        ur_orbax_publish_on_failure(pub, take_units_back, s);
         rc = ur_orbax_publish_commit(pub, cancel, err);
         pub = NULL;
     }
@@ -997,6 +1054,20 @@ static int finish_unit(ur_orbax_share *s, size_t k, ur_err *err)
     return rc;
 }
 
+/* run.txt's text into the first unit's staged step, published with it (kept_run_path). */
+static int keep_run_text(const ur_orbax_share *s, ur_err *err)
+{
+    ur_buf text;
+    int rc;
+    ur_buf_init(&text, 0);
+    rc = read_run(s, &text, err);
+    if (rc == UR_OK) {
+        rc = ur_fs_write_file_in(s->staged[0], UR_ORBAX_SHARE_RUN_KEPT, text.data, text.len, err);
+    }
+    ur_buf_dispose(&text);
+    return rc;
+}
+
 static int finish(ur_orbax_share *s, const volatile sig_atomic_t *cancel, char **published_to,
                   ur_err *err)
 {
@@ -1021,7 +1092,13 @@ static int finish(ur_orbax_share *s, const volatile sig_atomic_t *cancel, char *
         ur_free(out);
     }
     if (rc == UR_OK && staged == 0) {
+        const char *inputs[1] = {s->input};
         *published_to = ur_strdup(s->dest);
+        /* the killed finisher's lock file and publication staging directory (first: its
+         * name may be the one remove_staging renames to, the pid of a container's process
+         * being the same on every run) */
+        ur_orbax_publish_tidy(s->dest, (const char *const *)s->units, s->n_units, inputs,
+                              ur_kvstore_location_is_remote(s->input) ? 0 : 1);
         remove_staging(s);
         return *published_to != NULL ? UR_OK : ur_err_oom(err);
     }
@@ -1029,6 +1106,9 @@ static int finish(ur_orbax_share *s, const volatile sig_atomic_t *cancel, char *
         if (is_step_unit(s->units[k]) && ur_fs_exists(s->staged[k])) {
             rc = finish_unit(s, k, err);
         }
+    }
+    if (rc == UR_OK && ur_fs_exists(s->staged[0])) {
+        rc = keep_run_text(s, err);
     }
     if (rc == UR_OK && cancel != NULL && *cancel) {
         rc = ur_err_set(err, UR_ECANCELED, "interrupted");

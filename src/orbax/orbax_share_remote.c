@@ -165,8 +165,9 @@ int ur_orbax_rshare_open(ur_orbax_rshare **out, const char *step, int count, int
                             "other arguments or another input (delete %s/ to convert again)",
                             s->step, s->step, s->step);
         }
-        if (rc == UR_OK && present(s->kv, RUN_KEY, &ignored) == 1) {
-            /* a finisher that died after the marker, before deleting the run's objects: they
+        if (rc == UR_OK) {
+            /* a finisher that died after the marker, or whose deletes failed, left some of
+             * the run's objects (any of them, run.txt or not: one listing finds them): they
              * go (best effort, as after a finish) */
             remove_run_objects(s);
         }

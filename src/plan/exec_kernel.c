@@ -4,6 +4,7 @@
 
 #include "unroll/alloc.h"
 #include "unroll/ckd.h"
+#include "unroll/phase.h"
 
 #include <string.h>
 
@@ -89,11 +90,16 @@ static int ensure_ix(ur_kern_out *o, size_t n, ur_err *err)
 static int encode(const ur_sink *sink, ur_sink_array *dst, const void *raw, ur_buf *out,
                   ur_err *err)
 {
+    ur_phase_mark m;
+    int rc;
     if (dst == NULL) {
         out->len = 0; /* a discarded slice (an UNSTACK output with an empty path): not written */
         return UR_OK;
     }
-    return sink->ops->encode_chunk(sink->self, dst, raw, out, err);
+    ur_phase_begin(&m);
+    rc = sink->ops->encode_chunk(sink->self, dst, raw, out, err);
+    ur_phase_end(UR_PHASE_ENCODE, &m);
+    return rc;
 }
 
 /* ---- decoding and splitting in one pass ----------------------------------------------------
@@ -222,7 +228,10 @@ static int fused_ready(void *ctx, size_t n, ur_err *err)
         r = f->rows;
     }
     if (r > f->done) {
+        ur_phase_mark m;
+        ur_phase_begin(&m);
         rc = fused_rows(f, f->done, r, err);
+        ur_phase_end(UR_PHASE_CAST_FUSED, &m);
         f->done = r;
     }
     return rc;
@@ -238,8 +247,11 @@ static int read_fused(ur_kern_worker *wk, const ur_kern_item *it, ur_kern_out *o
         rc = fused_prepare(wk, it, o, &f, err);
     }
     if (rc == UR_OK) {
+        ur_phase_mark m;
+        ur_phase_begin(&m);
         rc = ur_zarr_array_read_chunk_progressive(it->t->src, it->idx, wk->in.data, fused_ready,
                                                   &f, err);
+        ur_phase_end(UR_PHASE_READ, &m);
     }
     if (rc == UR_OK && f.done != f.rows) {
         rc = ur_err_set(err, UR_EINTERNAL, "split %llu of %llu rows", (unsigned long long)f.done,
@@ -281,8 +293,11 @@ static int produce_copy(ur_kern_worker *wk, const ur_kern_task *t, const ur_sink
     if (out_dt != in->dtype) {
         rc = ensure_size(&wk->out, t->out_chunk_bytes, err);
         if (rc == UR_OK) {
+            ur_phase_mark m;
+            ur_phase_begin(&m);
             rc = ur_tensor_cast_dense(wk->out.data, out_dt, wk->in.data, in->dtype,
                                       t->slab_bytes / ur_dtype_size(in->dtype), err);
+            ur_phase_end(UR_PHASE_CAST, &m);
         }
         if (rc < 0) {
             return rc;
@@ -375,7 +390,10 @@ static int produce_unstack(ur_kern_worker *wk, const ur_kern_item *it, const ur_
             o->ix[k] = (size_t)(base + g[n_ax - 1] + j);
         }
         if (rc == UR_OK) {
+            ur_phase_mark m;
+            ur_phase_begin(&m);
             rc = ur_tensor_unstack(dsts, (size_t)c[n_ax - 1], &v, last - (n_ax - 1), err);
+            ur_phase_end(UR_PHASE_CAST, &m);
         }
         /* next tuple of outer indices (odometer, last outer axis fastest) */
         for (int m = n_ax - 2; m >= 0; m--) {

@@ -7,6 +7,7 @@
 /* The rows, in the order they are tried: ROW(x) is the descriptor ur_family_x of
  * family_x.c. */
 #define UR_FAMILY_ROWS(ROW)                                                                       \
+    ROW(deepseek_engram) /* decoder_block deepseek, engram_layers */                              \
     ROW(deepseek)   /* decoder_block deepseek */                                                    \
     ROW(gemma3)     /* decoder_block gemma3 */                                                        \
     ROW(gemma4)     /* decoder_block gemma4 */                                                        \

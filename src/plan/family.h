@@ -116,6 +116,9 @@ void ur_plan__shape_format(const ur_plan_leaf *leaf, char *buf, size_t n);
 ur_plan_span ur_plan__leaf_span(const ur_plan_leaf *l, size_t from, size_t to);
 /* Make the item's action a DROP (a kept leaf turned out to be dropped). */
 void ur_plan__drop(ur_plan_walk *w, const ur_plan_item *it, const char *why);
+/* Drop it as a model array the unscanned model has no place for: counted in
+ * summary.leaves_left_out (with `why`), which the run reports. */
+void ur_plan__leave_out(ur_plan_walk *w, const ur_plan_item *it, const char *why);
 /* Make it an UNSTACK on `axis` (length n) of which only slice `keep` is written, to
  * prefix/path[st..rest)/path[rest + 1..en)/suffix (the component path[rest] left out); the
  * other slices are discarded (ur_plan_path.len 0). */
@@ -134,6 +137,14 @@ int ur_plan__copy_to_layer(ur_plan_walk *w, const ur_plan_item *it, const char *
  * for the C-order linear index lin < n_out, X the group's out_name ("layers" when NULL). */
 int ur_plan__unstack(ur_plan_walk *w, const ur_plan_item *it, int g, size_t rest, uint64_t n_out,
                      int64_t div, int64_t mul, int64_t add, ur_err *err);
+
+/* Make it an UNSTACK (an empty entry: a REPLICATE) on its layer axis (param_scan_axis, or
+ * axis 0 for a non-parameter variable, unless its spec names another), whose length must be
+ * nl: slice i to prefix/decoder/<out_name>_<first + i>/path[rest..en)/suffix. `stack` names
+ * the input stack decoder/<stack> in messages. UR_EINVAL / UR_ECORRUPT: no such axis, or
+ * another length. */
+int ur_plan__unstack_to(ur_plan_walk *w, const ur_plan_item *it, const char *stack, int64_t nl,
+                        const char *out_name, int64_t first, size_t rest, ur_err *err);
 
 /* ---- nested blocks (plan_nested.c): gemma4 and qwen3-next ---------------------------------- */
 

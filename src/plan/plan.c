@@ -454,8 +454,10 @@ void ur_plan__group_set(ur_plan_group *g, const char *name, int64_t n_layers, in
     g->out_name = out_name;
 }
 
-/* Stacks under decoder/ that no family but the pipeline one reads, refused before the groups
- * are set up: a pipeline stack when the config has no pipeline, DeepSeek engram chunks. */
+/* Stacks under decoder/ that the config's family does not read, refused before the groups
+ * are set up: a pipeline stack when the config has no pipeline; DeepSeek Engram chunks
+ * (dense_layers_<a>_<b>, moe_layers_engram_<k>, ...) when the config has no engram_layers
+ * (family_deepseek_engram.c reads them when it has). */
 static int refuse_foreign_stacks(const ur_plan_walk *w, ur_err *err)
 {
     const ur_settings *s = w->s;
@@ -469,11 +471,13 @@ static int refuse_foreign_stacks(const ur_plan_walk *w, ur_err *err)
             if (strcmp(l->path[c + 1], "pipeline_module") == 0) {
                 has_pipe = 1;
             }
-            if (strncmp(l->path[c + 1], "dense_layers_", 13) == 0 ||
-                strncmp(l->path[c + 1], "moe_layers_", 11) == 0) {
-                return ur_err_set(err, UR_EUNSUPPORTED,
-                                  "decoder/%s: DeepSeek engram layer chunks are not supported",
-                                  l->path[c + 1]);
+            if ((strncmp(l->path[c + 1], "dense_layers_", 13) == 0 ||
+                 strncmp(l->path[c + 1], "moe_layers_", 11) == 0) &&
+                (s->n_engram_layers == 0 || strcmp(s->decoder_block, "deepseek") != 0)) {
+                return ur_err_set(err, UR_EINVAL,
+                                  "decoder/%s: the checkpoint has DeepSeek Engram layer chunks "
+                                  "but the config has no engram_layers (decoder_block=%s)",
+                                  l->path[c + 1], s->decoder_block);
             }
         }
     }
@@ -577,6 +581,13 @@ void ur_plan__drop(ur_plan_walk *w, const ur_plan_item *it, const char *why)
     it->a->why = why;
     w->plan->summary.leaves_kept--;
     w->plan->summary.leaves_dropped++;
+}
+
+void ur_plan__leave_out(ur_plan_walk *w, const ur_plan_item *it, const char *why)
+{
+    ur_plan__drop(w, it, why);
+    w->plan->summary.leaves_left_out++;
+    w->plan->summary.left_out_why = why;
 }
 
 int ur_plan__copy_to_layer(ur_plan_walk *w, const ur_plan_item *it, const char *layer, size_t rest,
@@ -701,10 +712,10 @@ int ur_plan__mtp_unsupported(ur_plan_walk *w, const ur_plan_item *it, ur_err *er
                       w->s->decoder_block);
 }
 
-/* A leaf of scanned group `grp` with no layer axis. Rank 0: no scanned model stores one (the
- * scan adds the layer axis to every parameter), so the input is inconsistent. Otherwise
- * param_scan_axis (from the config) lies past the leaf's last axis. */
-static int no_layer_axis(const ur_plan_leaf *l, const ur_settings *s, const ur_plan_group *grp,
+/* A leaf of scanned stack decoder/<stack> with no layer axis. Rank 0: no scanned model stores
+ * one (the scan adds the layer axis to every parameter), so the input is inconsistent.
+ * Otherwise param_scan_axis (from the config) lies past the leaf's last axis. */
+static int no_layer_axis(const ur_plan_leaf *l, const ur_settings *s, const char *stack,
                          ur_err *err)
 {
     char name[512];
@@ -714,33 +725,29 @@ static int no_layer_axis(const ur_plan_leaf *l, const ur_settings *s, const ur_p
         return ur_err_set(err, UR_ECORRUPT,
                           "leaf '%s': rank-0 leaf under the scanned group decoder/%s has no "
                           "layer axis (a scanned model stacks every parameter of the group)",
-                          name, grp->name);
+                          name, stack);
     }
     ur_plan__shape_format(l, shape, sizeof shape);
     return ur_err_set(err, UR_EINVAL,
                       "leaf '%s' shape %s under the scanned group decoder/%s: no axis %lld "
                       "(param_scan_axis) to take the layers from",
-                      name, shape, grp->name, (long long)s->param_scan_axis);
+                      name, shape, stack, (long long)s->param_scan_axis);
 }
 
-/* A leaf decoder/<group>/[layers_<sub>/]R of a plain or block group: UNSTACK on its layer axis
- * (or REPLICATE an empty entry) into the group's output names, path[rest..en) kept. */
-static int group_leaf(ur_plan_walk *w, const ur_plan_item *it, int64_t sub, size_t rest,
-                      ur_err *err)
+/* A leaf decoder/<stack>/[layers_<sub>/]R of a stack of nl layers: UNSTACK on its layer axis
+ * (or REPLICATE an empty entry), slice i to decoder/<out_name>_<first + i * step>/R,
+ * R = path[rest..en). */
+static int stack_leaf(ur_plan_walk *w, const ur_plan_item *it, const char *stack, int64_t nl,
+                      const char *out_name, int64_t first, int64_t step, size_t rest, ur_err *err)
 {
     const ur_plan_leaf *l = it->l;
     ur_plan_action *a = it->a;
     ur_plan *plan = w->plan;
     const ur_settings *s = w->s;
-    ur_plan_group *grp = &plan->groups[it->g];
     int axis = it->aux ? aux_scan_axis(l, s) : ur_plan_scan_axis(l, s);
-    uint64_t nl = (uint64_t)grp->n_layers;
     int rc;
-    grp->present = 1;
-    grp->n_leaves++;
-    a->group = it->g;
     if (axis >= 0) {
-        if (l->shape[axis] != nl) {
+        if (l->shape[axis] != (uint64_t)nl) {
             char name[512];
             char shape[256];
             ur_plan__shape_format(l, shape, sizeof shape);
@@ -748,17 +755,15 @@ static int group_leaf(ur_plan_walk *w, const ur_plan_item *it, int64_t sub, size
              * layer axis and the group's other leaves have the expected count: a damaged
              * input. Otherwise the config does not fit it. */
             int damaged = spec_scan_axis(l, s) == axis &&
-                          sibling_has_length(w->leaves, w->n, l, it->st + 2, s, nl);
+                          sibling_has_length(w->leaves, w->n, l, it->st + 2, s, (uint64_t)nl);
             return ur_err_set(err, damaged ? UR_ECORRUPT : UR_EINVAL,
                               "leaf '%s' shape %s: axis %d has length %llu, expected %lld "
                               "(the layer count of decoder/%s)",
                               ur_plan_path_format(l->path, l->path_len, name, sizeof name), shape,
-                              axis, (unsigned long long)l->shape[axis], (long long)grp->n_layers,
-                              grp->name);
+                              axis, (unsigned long long)l->shape[axis], (long long)nl, stack);
         }
         a->kind = UR_PLAN_UNSTACK;
         a->axis = (size_t)axis;
-        grp->n_axis[axis]++;
         plan->summary.leaves_unstacked++;
         rc = add_bytes(&plan->summary.bytes_out, it->elems, ur_dtype_size(a->out_dtype), 1, err);
     } else if (l->dtype != UR_DT_INVALID) {
@@ -766,34 +771,29 @@ static int group_leaf(ur_plan_walk *w, const ur_plan_item *it, int64_t sub, size
          * group is stacked, and generate_param_only_checkpoint takes layer i with jnp.take on
          * that axis, which fails for an array without it. Copying it into every layer would
          * invent an answer MaxText never gives. */
-        return no_layer_axis(l, s, grp, err);
+        return no_layer_axis(l, s, stack, err);
     } else {
         /* an empty entry ({} or None): tree_map keeps it in every layer */
         a->kind = UR_PLAN_REPLICATE;
         plan->summary.leaves_replicated++;
-        rc = add_bytes(&plan->summary.bytes_out, it->elems, ur_dtype_size(a->out_dtype), nl, err);
+        rc = add_bytes(&plan->summary.bytes_out, it->elems, ur_dtype_size(a->out_dtype),
+                       (uint64_t)nl, err);
     }
     if (rc < 0) {
         return rc;
     }
-    rc = out_paths(plan, a, nl, err);
+    rc = out_paths(plan, a, (uint64_t)nl, err);
     if (rc < 0) {
         return rc;
     }
-    for (uint64_t li = 0; li < nl; li++) {
+    for (int64_t li = 0; li < nl; li++) {
         char layer[96];
         const char *mid[2] = {"decoder", layer};
         span parts[4] = {w->prefix,
                          {mid, 2, NULL},
                          ur_plan__leaf_span(l, rest, it->en),
                          w->suffix};
-        if (grp->out_name) {
-            long long idx = (long long)grp->first_out + (long long)li * (long long)grp->cycle +
-                            (long long)sub;
-            snprintf(layer, sizeof layer, "%s_%lld", grp->out_name, idx);
-        } else {
-            snprintf(layer, sizeof layer, "%s_%llu", grp->name, (unsigned long long)li);
-        }
+        snprintf(layer, sizeof layer, "%s_%lld", out_name, (long long)(first + li * step));
         rc = path_build(plan, &a->out[li], parts, 4, err);
         if (rc < 0) {
             return rc;
@@ -802,6 +802,34 @@ static int group_leaf(ur_plan_walk *w, const ur_plan_item *it, int64_t sub, size
     }
     plan->summary.leaves_out += (size_t)nl;
     return UR_OK;
+}
+
+int ur_plan__unstack_to(ur_plan_walk *w, const ur_plan_item *it, const char *stack, int64_t nl,
+                        const char *out_name, int64_t first, size_t rest, ur_err *err)
+{
+    it->a->group = -1;
+    return stack_leaf(w, it, stack, nl, out_name, first, 1, rest, err);
+}
+
+/* A leaf decoder/<group>/[layers_<sub>/]R of a plain or block group: UNSTACK on its layer axis
+ * (or REPLICATE an empty entry) into the group's output names, path[rest..en) kept. */
+static int group_leaf(ur_plan_walk *w, const ur_plan_item *it, int64_t sub, size_t rest,
+                      ur_err *err)
+{
+    ur_plan_group *grp = &w->plan->groups[it->g];
+    int rc;
+    grp->present = 1;
+    grp->n_leaves++;
+    it->a->group = it->g;
+    /* a plain group's layer i is <name>_<i>; a block's sub-layer `sub` of block b is
+     * <out_name>_<first_out + b * cycle + sub> */
+    rc = stack_leaf(w, it, grp->name, grp->n_layers, grp->out_name ? grp->out_name : grp->name,
+                    grp->out_name ? grp->first_out + sub : 0, grp->out_name ? grp->cycle : 1, rest,
+                    err);
+    if (rc == UR_OK && it->a->kind == UR_PLAN_UNSTACK) {
+        grp->n_axis[it->a->axis]++;
+    }
+    return rc;
 }
 
 /* A kept leaf whose model path is path[st..en): through the family's hook, then a group of

@@ -34,6 +34,7 @@ struct ur_config {
     char *checkpoint_dir;
     ur_axis_rule *rules;
     const char **mesh; /* storage for every rule's mesh names */
+    int64_t *engram_layers;
 };
 
 /* Keys unroll accepts although a MaxText base.yml may lack them: the NNX switches (absent
@@ -778,6 +779,37 @@ static int opt_int(const ur_config *cfg, const char *key, int64_t dflt, int64_t 
     return rc;
 }
 
+/* A list of ints (pydantic list[int], lax: each item as coerce_int); absent or null: empty.
+ * *out is owned by the caller (NULL when empty). */
+static int opt_int_list(const ur_config *cfg, const char *key, int64_t **out, size_t *n,
+                        ur_err *err)
+{
+    const ur_yval *v = ur_plan_yaml_get(cfg->root, key);
+    int64_t *a;
+    *out = NULL;
+    *n = 0;
+    if (!v || v->kind == UR_Y_NULL || (v->kind == UR_Y_LIST && v->n == 0)) {
+        return UR_OK;
+    }
+    if (v->kind != UR_Y_LIST) {
+        return bad_type(key, "a list of ints", v, err);
+    }
+    a = ur_calloc(v->n, sizeof *a);
+    if (!a) {
+        return ur_err_oom(err);
+    }
+    for (size_t i = 0; i < v->n; i++) {
+        int rc = coerce_int(key, v->vals[i], &a[i], err);
+        if (rc < 0) {
+            ur_free(a);
+            return rc;
+        }
+    }
+    *out = a;
+    *n = v->n;
+    return UR_OK;
+}
+
 /* ---- settings ----------------------------------------------------------------------------- */
 
 static int build_rules(ur_config *cfg, ur_err *err)
@@ -894,9 +926,11 @@ static int resolve_settings(ur_config *cfg, const ur_config_opts *opts, const ch
                       err)) ||
         (rc = opt_int(cfg, "num_pipeline_repeats", -1, &s->num_pipeline_repeats, err)) ||
         (rc = opt_int(cfg, "pipeline_parallel_layers", -1, &s->pipeline_parallel_layers, err)) ||
-        (rc = opt_bool(cfg, "scan_layers_per_stage", 0, &s->scan_layers_per_stage, err))) {
+        (rc = opt_bool(cfg, "scan_layers_per_stage", 0, &s->scan_layers_per_stage, err)) ||
+        (rc = opt_int_list(cfg, "engram_layers", &cfg->engram_layers, &s->n_engram_layers, err))) {
         return rc;
     }
+    s->engram_layers = cfg->engram_layers;
     if (s->model_name[0] == '\0') {
         s->model_name = "default";
     }
@@ -1011,6 +1045,7 @@ void ur_plan_config_free(ur_config *cfg)
     ur_free(cfg->checkpoint_dir);
     ur_free(cfg->rules);
     ur_free(cfg->mesh);
+    ur_free(cfg->engram_layers);
     ur_free(cfg);
 }
 

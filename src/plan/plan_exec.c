@@ -17,6 +17,7 @@
 
 #include "unroll/alloc.h"
 #include "unroll/ckd.h"
+#include "unroll/phase.h"
 
 #include <string.h>
 
@@ -258,7 +259,11 @@ static int read_slab(ur_sched *s, ur_kern_worker *wk, job *j, ur_err *err)
         return rc;
     }
     if (j->slot == NULL) {
-        return ur_zarr_array_read_chunk(t->src, j->it.idx, wk->in.data, err);
+        ur_phase_mark m;
+        ur_phase_begin(&m);
+        rc = ur_zarr_array_read_chunk(t->src, j->it.idx, wk->in.data, err);
+        ur_phase_end(UR_PHASE_READ, &m);
+        return rc;
     }
     rc = ur_sched_wait(s, slab_is_next, j);
     if (rc != UR_OK) {
@@ -269,7 +274,10 @@ static int read_slab(ur_sched *s, ur_kern_worker *wk, job *j, ur_err *err)
         rc = ur_zarr_chunk_stream_open(&j->slot->s, t->src, j->it.idx, err);
     }
     if (rc == UR_OK) {
+        ur_phase_mark m;
+        ur_phase_begin(&m);
         rc = ur_zarr_chunk_stream_read(j->slot->s, wk->in.data, t->slab_bytes, err);
+        ur_phase_end(UR_PHASE_READ, &m);
     }
     st.j = j;
     st.rc = rc;
@@ -439,8 +447,11 @@ static int commit(void *user, ur_sched *s, void *job_, ur_err *err)
             n_skipped++; /* a discarded slice */
             continue;
         }
+        ur_phase_mark m;
+        ur_phase_begin(&m);
         rc = r->sink->ops->write_chunk(r->sink->self, k->dst[j->out.ix[i]], out_idx, e->data,
                                        e->len, err);
+        ur_phase_end(UR_PHASE_COMMIT, &m);
     }
     if (rc == UR_OK) {
         ur_exec_stats *st = r->stats;

@@ -475,6 +475,13 @@ static int multi_run_lora(ur_run_report *rep, const ur_run_opts *o, const ur_set
         rc = ur_orbax_share_open_units(&sh, s->checkpoint_dir, u.units, u.n_units, count, index,
                                        (const char *)text.data, err);
     }
+    if (rc == UR_OK && ur_orbax_share_published(sh)) {
+        note(o, "%s/base/0 and loras/ are already published by this run: nothing to do",
+             s->checkpoint_dir);
+        ur_orbax_publish_tidy(s->checkpoint_dir, (const char *const *)u.units, u.n_units, inputs,
+                              n_inputs);
+        goto out;
+    }
     if (rc == UR_OK && ur_orbax_share_is_done(sh, index)) {
         note(o, "share %d of %d is already complete: not redone", index, count);
     } else if (rc == UR_OK) {
@@ -491,6 +498,7 @@ static int multi_run_lora(ur_run_report *rep, const ur_run_opts *o, const ur_set
             to = NULL;
         }
     }
+out:
     ur_free(to);
     ur_orbax_share_close(sh);
     ur_plan_lora_units_dispose(&u);
@@ -529,17 +537,20 @@ int ur_plan_multi_run(ur_run_report *rep, const ur_run_opts *o, const ur_setting
         rc = ur_orbax_share_open(&sh, s->checkpoint_dir, count, index, (const char *)text.data,
                                  err);
     }
-    if (rc == UR_OK && ur_orbax_share_is_done(sh, index)) {
+    if (rc == UR_OK && ur_orbax_share_published(sh)) {
+        note(o, "%s/0 is already published by this run: nothing to do", s->checkpoint_dir);
+        ur_orbax_publish_tidy(s->checkpoint_dir, (const char *const[]){"0"}, 1, inputs, n_inputs);
+    } else if (rc == UR_OK && ur_orbax_share_is_done(sh, index)) {
         note(o, "share %d of %d is already complete: not redone", index, count);
     } else if (rc == UR_OK) {
         char line[260];
         rc = run_my_share(sh, (const char *)text.data, rep, o, s, in_path, kind, NULL, NULL, line,
                           sizeof line, err);
     }
-    if (rc == UR_OK) {
+    if (rc == UR_OK && !ur_orbax_share_published(sh)) {
         rc = ur_orbax_share_finish(sh, o->cancel, &published, &missing, &to, err);
     }
-    if (rc == UR_OK) {
+    if (rc == UR_OK && !ur_orbax_share_published(sh)) {
         if (published) {
             note(o, "every share complete: merged and wrote %s/0", to);
             rep->dest = to;

@@ -165,6 +165,13 @@ int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *b
         ur_err_wrap(err, "%s", in_path);
         goto out;
     }
+    if (plan->summary.leaves_left_out > 0 && o->on_note != NULL) {
+        /* trained weights not written: said on every run, not only in the dry run's plan */
+        char line[512];
+        snprintf(line, sizeof line, "note: %s: %zu model leaves not written (%s)", what,
+                 plan->summary.leaves_left_out, plan->summary.left_out_why);
+        o->on_note(o->ctx, line);
+    }
     if (o->dry_run) {
         if (o->on_plan != NULL) {
             o->on_plan(o->ctx, what, plan, leaves.leaves);

@@ -11,6 +11,7 @@
     ROW(pipeline)   /* D/pipeline_module (+ layers_outside_pipeline) */                             \
     ROW(gemma4)     /* D/scanned_blocks/{local_layers,global_layer} */                                \
     ROW(qwen3_next) /* D/layers/{local_layers,global_layer} */                                    \
+    ROW(engram)     /* D/X_<a>_<b>, D/X_engram_<k> */                                                 \
     ROW(blocks)     /* D/X, D/X/layers_<j>, D/scanned_blocks, layers_remainder */
 
 #define DECLARE(x) extern const ur_verify_family ur_verify_family_##x;

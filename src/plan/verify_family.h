@@ -13,6 +13,8 @@
  *                             global_layer}), each with layers_remainder/local_layers
  *   verify_family_pipeline.c  pipeline stacks (pipeline_module + layers_outside_pipeline)
  *   verify_family_mtp.c       the multi-token-prediction layer, from a scanned MTP block
+ *   verify_family_engram.c    DeepSeek Engram: chunks X_<a>_<b> around unscanned
+ *                             X_engram_<k>, whose Engram weights the output does not carry
  *
  * chosen through the table in verify_family.c. A matcher is pure: it reads the two leaf
  * sets and returns a pairing (which input leaf, which index on which axes) that the core
@@ -79,6 +81,12 @@ typedef struct {
     int64_t n_out; /* output layers (max g + 1) */
     int64_t n;     /* scan length: (n_out - h - r) / k */
     int pipe;      /* D/layers_<g> come from a stack of their own (pipeline, nested blocks) */
+    /* DeepSeek Engram (verify_family_engram.c): the input's D/X_<a>_<b> and D/X_engram_<a>,
+     * read on first use, as (a, b, engram) triples; `low`: the smallest a */
+    int chunks_read;
+    size_t n_chunks;
+    int64_t *chunks;
+    int64_t low;
 } table;
 
 typedef struct {
@@ -147,6 +155,13 @@ int ur_verify_family_mtp__match(verifier *vf, const vleaf *o, vpair *out, ur_err
 /* 1 when input leaf v is a scanned MTP block's global layer that the output, which unrolled
  * that MTP layer, does not carry (not missing). */
 int ur_verify_family_mtp__not_carried(const verifier *vf, const vleaf *v);
+
+/* ---- DeepSeek Engram (verify_family_engram.c) ---------------------------------------------- */
+
+/* 1 when input leaf v is the Engram (D/X_engram_<k>/engram/... or .../engram_layer_norm/...) of
+ * an Engram layer that the output carries as D/X_<k - low> with no Engram under it: the
+ * unscanned model has none (not missing). UR_ENOMEM aside (then 0 and *err set). */
+int ur_verify_family_engram__not_carried(verifier *vf, const vleaf *v, ur_err *err);
 
 /* ---- what the core lends the families (plan_verify.c) ------------------------------------- */
 ur_verify_issue *ur_plan_verify__issue(verifier *vf, ur_verify_issue_kind kind, const char *leaf,

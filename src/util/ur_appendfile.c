@@ -8,6 +8,7 @@
 #include "unroll/appendfile.h"
 
 #include "unroll/alloc.h"
+#include "unroll/phase.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -87,7 +88,10 @@ static void *writer_main(void *arg)
             int skip = f->werr != 0; /* after a failure nothing more is written */
             pthread_mutex_unlock(&f->mu);
             if (!skip) {
+                ur_phase_mark m;
+                ur_phase_begin(&m);
                 e = write_block(f, p, n, off);
+                ur_phase_end(UR_PHASE_WRITE, &m);
             }
             pthread_mutex_lock(&f->mu);
             if (e != 0 && f->werr == 0) {

@@ -51,6 +51,12 @@ COMMON = [
 TINY = ["base_emb_dim=32", "base_num_query_heads=4", "base_num_kv_heads=2", "base_mlp_dim=64",
         "head_dim=8"]
 
+def _cache_root() -> pathlib.Path:
+    root = os.environ.get("UNROLL_MAXTEXT_CACHE") or os.path.join(
+        os.environ.get("UNROLL_FIXTURE_CACHE", "/tmp/unroll-fixtures"), "maxtext")
+    return pathlib.Path(root)
+
+
 # family -> model overrides (used for training, conversion and inference alike).
 FAMILIES = {
     "llama2": TINY + ["base_num_decoder_layers=2"],
@@ -104,10 +110,98 @@ FAMILIES["gemma4-mtp"] = [a for a in FAMILIES["gemma4"] if not a.startswith("bas
 MTP = {"deepseek-mtp", "gemma4-mtp"}
 MTP_DECODE_ERROR = "TypeError: 'NoneType' object is not callable"
 
+# DeepSeek Engram (engram_layers): 6 layers, 3 dense, Engram on layers 1 (dense) and 3 (MoE).
+# The scanned model (nnx_decoders.py _init_scanned_deepseek_engram) holds scanned chunks
+# decoder/dense_layers_0_0, dense_layers_2_2, moe_layers_4_5 (named by absolute layer index,
+# stacked on param_scan_axis) around unscanned decoder/dense_layers_engram_1 and
+# moe_layers_engram_3, the only layers built with a layer_idx and so the only ones with Engram
+# (engram/, engram_layer_norm/). The scan_layers=false model (_init_sequential_deepseek) is
+# decoder/dense_layers_<i>, moe_layers_<i - 3>, and builds no layer with a layer_idx: it has
+# no Engram at all. Engram needs a Hugging Face tokenizer (deepseek.py: AutoTokenizer
+# .from_pretrained(tokenizer_path)); hf_tokenizer() builds a 128-word one with `tokenizers`.
+ENGRAM_TOKENIZER_WORDS = 128
+
+
+def _tokenizer_dir() -> pathlib.Path:
+    return _cache_root() / f"hf-tokenizer-wordlevel-{ENGRAM_TOKENIZER_WORDS}"
+
+
+FAMILIES["deepseek-engram"] = [a for a in DEEPSEEK if not a.startswith(
+    ("base_num_decoder_layers=", "first_num_dense_layers="))] + [
+    "routed_bias=false", "base_num_decoder_layers=6", "first_num_dense_layers=3",
+    "mhc_expansion_rate=2",
+    "engram_layers=[1,3]", "engram_num_heads=2", "engram_head_dim=8",
+    "engram_vocab_bases=[31,37]", "tokenizer_type=huggingface", "hf_access_token=unused",
+    f"tokenizer_path={_tokenizer_dir()}"]
+# MaxText 0.2.5 cannot train it on CPU: CompressedTokenizer (engram.py) builds its lookup table
+# with jnp.array while the model is initialised inside a jit, and the training step then meets
+# the leaked tracer (UNTRAINABLE, asserted from the training log). The state converted is
+# therefore what MaxText's own code writes from its own modules (engram_state): the
+# scan_layers=true model initialised eagerly (outside any jit), saved as a param-only decode
+# checkpoint by generate_param_only_checkpoint's own _save_decode_checkpoint_nnx, and
+# converted from load_parameters_path. There the Engram layers' value projections are zeroed:
+# Engram's output is gate * value + conv(gate * value) (engram.py), exactly 0 with value = 0,
+# so the scanned model with Engram and the unscanned one without compute the same function and
+# their decodes compare every other weight.
+UNTRAINABLE = {"deepseek-engram": "jax.errors.UnexpectedTracerError: Encountered an unexpected "
+                                  "tracer."}
+# MaxEngine on the scanned model (decode(): the first line of what it raises)
+UNTRAINABLE_DECODE_ERROR = "UnexpectedTracerError: Encountered an unexpected tracer."
+ENGRAM_VALUE_PROJ = [f"decoder/{layer}/engram/value_proj/{p}"
+                     for layer in ("dense_layers_engram_1", "moe_layers_engram_3")
+                     for p in ("kernel", "bias")]
+
+
+def hf_tokenizer() -> pathlib.Path:
+    """A word-level Hugging Face tokenizer of ENGRAM_TOKENIZER_WORDS tokens (<pad>, <unk>, w2,
+    ...), built with the `tokenizers` package and saved as transformers' AutoTokenizer reads it,
+    once per cache (the training cache key names its path)."""
+    out = _tokenizer_dir()
+    if (out / "tokenizer.json").is_file():
+        return out
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    vocab = {"<pad>": 0, "<unk>": 1,
+             **{f"w{i}": i for i in range(2, ENGRAM_TOKENIZER_WORDS)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tmp = pathlib.Path(str(out) + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>"
+                            ).save_pretrained(str(tmp))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(tmp, out)
+    except OSError:  # another driver built it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 # llama4: blocks of 4 (inhomogeneous_layer_cycle_interval; every 4th layer without RoPE), MoE.
 FAMILIES["llama4"] = TINY + ["model_name=llama4-17b-16e", "override_model_config=true",
                              "base_num_decoder_layers=4", "num_experts=4", "num_experts_per_tok=1",
                              "base_moe_mlp_dim=16", "chunk_attn_window_size=8"]
+# Multimodal (use_multimodal=true): the model gains vision_encoder/ beside the decoder. Both
+# vision encoders (gemma3's Gemma3VisionEncoderLayer, llama4's Llama4VisionModel) build their
+# num_hidden_layers_for_vit layers as separate submodules (encoderblock_<i>, layers_<i>) whether
+# or not scan_layers is set (0.2.5 has no scanned vision encoder), so only the decoder is
+# scanned. train.py compiles its step ahead with get_shaped_batch's dummy image, but the
+# synthetic batches are text only (no "images"; the step passes images only when the batch has
+# them): the vision encoder is saved, not run. Tiny vision towers: 2 layers of width 16.
+VIT = ["use_multimodal=true", "hidden_size_for_vit=16", "num_hidden_layers_for_vit=2",
+       "num_attention_heads_for_vit=2"]
+# gemma3: that dummy image is 896 x 896 whatever image_size_for_vit says
+# (processor_gemma3.get_dummy_image_shape_for_init_gemma3), so the model keeps its 896: with
+# 224 the ahead compile fails (TypeError: add got incompatible shapes for broadcasting:
+# (1, 256, 16), (1, 4096, 16), the position embedding against the patches).
+FAMILIES["gemma3-multimodal"] = FAMILIES["gemma3"] + VIT + ["intermediate_size_for_vit=32"]
+# llama4: pixel shuffle (ratio 0.5) turns hidden x 4 channels into the projector's input.
+FAMILIES["llama4-multimodal"] = FAMILIES["llama4"] + VIT + [
+    "intermediate_size_for_vit=64", "projector_input_dim_for_vit=16",
+    "projector_output_dim_for_vit=16", "vision_output_dim_for_vit=16"]
+
+MULTIMODAL = {"gemma3-multimodal", "llama4-multimodal"}
+
 # gpt-oss: blocks of 2 (sliding, full attention), MoE with biases, attention sinks.
 FAMILIES["gpt-oss"] = TINY + ["model_name=gpt-oss-20b", "override_model_config=true",
                               "base_num_decoder_layers=4", "num_experts=4", "num_experts_per_tok=2",
@@ -229,16 +323,12 @@ LORA_PRETRAIN = TINY + ["base_num_decoder_layers=2", "lora.enable_lora=true", "l
 ALL = {**FAMILIES, **PENDING, "lora-pretrain": LORA_PRETRAIN}
 
 
-def _cache_root() -> pathlib.Path:
-    root = os.environ.get("UNROLL_MAXTEXT_CACHE") or os.path.join(
-        os.environ.get("UNROLL_FIXTURE_CACHE", "/tmp/unroll-fixtures"), "maxtext")
-    return pathlib.Path(root)
-
-
 def train(family: str) -> pathlib.Path:
     """The family's scanned training state at step 1 (trained once, then cached)."""
     par, devices = PARALLEL.get(family, ([], 1))
     args = ALL[family] + par + COMMON
+    if f"tokenizer_path={_tokenizer_dir()}" in args:
+        hf_tokenizer()
     key = hashlib.sha256(json.dumps([maxtext.__version__, args, TRAIN_FORMAT]).encode()
                          ).hexdigest()[:16]
     done = _cache_root() / f"{family}-{maxtext.__version__}-{key}"
@@ -273,8 +363,76 @@ def host_devices_flags(devices: int) -> str:
             "--xla_cpu_collective_call_terminate_timeout_seconds=1200")
 
 
+def train_attempt(family: str) -> dict:
+    """What MaxText's training of an UNTRAINABLE family does: {rc, error: the last exception
+    line of its log}, run once per package version and overrides, then cached."""
+    par, devices = PARALLEL.get(family, ([], 1))
+    args = ALL[family] + par + COMMON
+    key = hashlib.sha256(json.dumps([maxtext.__version__, args, TRAIN_FORMAT]).encode()
+                         ).hexdigest()[:16]
+    result = _cache_root() / "train-attempts" / f"{family}-{maxtext.__version__}-{key}.json"
+    if result.is_file():
+        return json.loads(result.read_text())
+    hf_tokenizer()
+    tmp = _cache_root() / "train-attempts" / f"{family}-{key}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    cmd = [sys.executable, "-m", "maxtext.trainers.pre_train.train", BASE_YML,
+           f"run_name={tmp.name}", f"base_output_directory={tmp}", *args]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    errors = [ln for ln in p.stderr.splitlines() if re.match(r"^[\w.]+(Error|Exception): ", ln)]
+    out = {"rc": p.returncode, "error": errors[-1][:500] if errors else "",
+           "checkpoints": sorted(str(q.relative_to(tmp)) for q in tmp.rglob("items"))}
+    result.write_text(json.dumps(out))
+    shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def engram_state(family: str, zero: bool = True) -> pathlib.Path:
+    """The scanned param-only checkpoint of an UNTRAINABLE family (its items directory), as
+    MaxText writes one: the scan_layers=true model initialised eagerly by MaxText's own
+    get_nnx_create_model_fn, ENGRAM_VALUE_PROJ set to zero, saved by
+    generate_param_only_checkpoint._save_decode_checkpoint_nnx (bf16, {value} leaves, step 0)
+    through MaxText's checkpoint manager (zero=False: as initialised). Cached like the
+    training."""
+    zeroed = ENGRAM_VALUE_PROJ if zero else []
+    key = hashlib.sha256(json.dumps([maxtext.__version__, ALL[family], COMMON, zeroed]
+                                    ).encode()).hexdigest()[:16]
+    done = _cache_root() / f"{family}-state-{maxtext.__version__}-{key}"
+    items = done / "0" / "items"
+    if items.is_dir():
+        return items
+    hf_tokenizer()
+    import types
+    import jax.numpy as jnp
+    from flax import nnx
+    from maxtext.common import checkpointing
+    from maxtext.utils import generate_param_only_checkpoint as gpoc
+    from maxtext.utils import model_creation_utils
+    cfg = _config(family, "scan_layers=true")
+    model = model_creation_utils.get_nnx_create_model_fn(cfg)()
+    params = nnx.state(model, nnx.Param)
+    for key_path in zeroed:
+        node = params
+        for k in key_path.split("/"):
+            node = node[k]
+        node.set_value(jnp.zeros_like(node.get_value()))
+    nnx.update(model, params)
+    tmp = pathlib.Path(str(done) + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    manager = checkpointing.create_orbax_checkpoint_manager(
+        str(tmp) + "/", True, False, 1, use_ocdbt=cfg.checkpoint_storage_use_ocdbt,
+        use_zarr3=cfg.checkpoint_storage_use_zarr3)
+    gpoc._save_decode_checkpoint_nnx(cfg, types.SimpleNamespace(model=model), manager)
+    if not (tmp / "0" / "items").is_dir():
+        raise SystemExit(f"saving the {family} state wrote no {tmp}/0/items")
+    os.replace(tmp, done)
+    return items
+
+
 def run_unroll(family: str, items: pathlib.Path, out: pathlib.Path, name: str, *extra: str) -> dict:
-    cmd = [os.environ["UNROLL_BIN"], BASE_YML, f"load_full_state_path={items}",
+    source = "load_parameters_path" if family in UNTRAINABLE else "load_full_state_path"
+    cmd = [os.environ["UNROLL_BIN"], BASE_YML, f"{source}={items}",
            f"base_output_directory={out}", f"run_name={name}", *ALL[family],
            *PARALLEL.get(family, ([], 1))[0], *extra]
     t0 = time.monotonic()
@@ -294,6 +452,8 @@ def run_unroll(family: str, items: pathlib.Path, out: pathlib.Path, name: str, *
 #   fails               it exits non-zero (MAXTEXT_ERRORS: the last exception line);
 #   drops-aux           its output equals unroll's but for the trained non-parameter variables
 #                       (DeepSeek's router bias, a MoEBiasVar), which it leaves out.
+#   untrainable         MaxText cannot train the family (UNTRAINABLE), so there is no training
+#                       state for its converter, which reads only load_full_state_path.
 MAXTEXT_OUTCOME = {
     "llama2": "valid", "deepseek": "valid", "fsdp-tensor": "valid",
     "gemma3": "structure-mismatch", "llama4": "structure-mismatch",
@@ -302,6 +462,7 @@ MAXTEXT_OUTCOME = {
     "pipeline": "fails", "pipeline-remainder": "fails", "deepseek-pipeline": "fails",
     "gemma4": "fails", "deepseek4": "fails",
     "deepseek-routed-bias": "drops-aux",
+    "deepseek-engram": "untrainable",
 }
 
 
@@ -384,7 +545,7 @@ FORWARD_TOKENS = [[1, 17, 42, 99, 5, 63, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16],
                   [3, 4, 5, 6, 70, 71, 72, 73, 100, 101, 102, 103, 2, 1, 0, 127]]
 
 
-def forward(family: str, path: str, *extra: str) -> list:
+def forward_pretrained(family: str, path: str, *extra: str) -> list:
     """MaxText's own forward pass (Transformer.__call__, training mode, no dropout, no KV
     cache) of FORWARD_TOKENS through the model from_pretrained builds from the param-only
     checkpoint at `path` with the family's keys and `extra`: its logits."""
@@ -412,8 +573,9 @@ def pipeline_forward(family: str, items: pathlib.Path, work: pathlib.Path, unrol
     the comparison can fail, from a copy of unroll's output with the first and last layers of
     the pipelined group swapped."""
     import orbax.checkpoint as ocp
-    facts = {"pipelined": forward(family, pipelined_params(items, work), *PARALLEL[family][0]),
-             "unrolled": forward(family, unrolled)}
+    facts = {"pipelined": forward_pretrained(family, pipelined_params(items, work),
+                                          *PARALLEL[family][0]),
+             "unrolled": forward_pretrained(family, unrolled)}
     ck = ocp.PyTreeCheckpointer()
     tree = ck.restore(unrolled)
     x = "moe_layers" if family.startswith("deepseek") else "layers"
@@ -424,7 +586,7 @@ def pipeline_forward(family: str, items: pathlib.Path, work: pathlib.Path, unrol
     ck.save(str(step / "items"), tree, force=True)
     shutil.copyfile(pathlib.Path(unrolled).parent / "_CHECKPOINT_METADATA",
                     step / "_CHECKPOINT_METADATA")
-    facts["swapped"] = forward(family, str(step / "items"))
+    facts["swapped"] = forward_pretrained(family, str(step / "items"))
     facts["swapped_layers"] = [f"{x}_0", f"{x}_{last}"]
     facts["verify_swapped"] = run_verify(family, items, str(step / "items"))
     # and one without the last layer (the others back in place)
@@ -453,6 +615,8 @@ def _put(tree: dict, p: list, value) -> None:
 def mesh_axes_used(items: pathlib.Path) -> dict:
     """{mesh axis: number of the training state's arrays sharded over it} (Orbax _sharding)."""
     used: dict = {}
+    if not (items / "_sharding").is_file():
+        return used
     for v in json.loads((items / "_sharding").read_text()).values():
         v = json.loads(v) if isinstance(v, str) else v
         names = set()
@@ -589,6 +753,50 @@ def model_tree(family: str, scanned: bool = False) -> dict:
     return flat
 
 
+def vision_facts(family: str, items: pathlib.Path, unrolled: str) -> dict:
+    """The vision encoder through the conversion: its {path: shape} in the scan_layers=true
+    model (the scan_layers=false one is model_tree's) and in the training state, and which of the
+    unscanned output's vision leaves differ from the trained values cast to bfloat16 (what
+    generate_param_only_checkpoint writes), bit for bit."""
+    import jax.numpy as jnp
+    import numpy as np
+    import orbax.checkpoint as ocp
+    ck = ocp.PyTreeCheckpointer()
+    trained = _flat(ck.restore(str(items))["params"]["params"]["vision_encoder"])
+    out = {k[:-len("/value")]: v for k, v in
+           _flat(ck.restore(unrolled)["vision_encoder"]).items()}
+    differ = sorted(k for k in set(trained) | set(out)
+                    if k not in trained or k not in out or
+                    np.asarray(out[k]).dtype != jnp.bfloat16 or
+                    np.asarray(out[k]).tobytes() != np.asarray(trained[k]).astype(jnp.bfloat16).tobytes())
+    scanned = {k: v for k, v in model_tree(family, True).items() if k.startswith("vision_encoder/")}
+    return {"scanned_model": scanned, "trained": {k: list(np.shape(v)) for k, v in trained.items()},
+            "trained_dtypes": sorted({str(np.asarray(v).dtype) for v in trained.values()}),
+            "compared": len(set(trained) & set(out)), "differ": differ}
+
+
+def image_decodes(family: str, unrolled: str, scanned: str) -> dict:
+    """MaxEngine decodes with an image, on CPU: a prompt with 3 image placeholder tokens, whose
+    places the first 3 of the image's soft tokens take (multimodal utils merge_mm_embeddings),
+    and a fixed random image (gemma3: one 896 x 896 image; llama4: 2 tiles of 336 x 336, both
+    valid), from both outputs; and, from the unscanned one, the prefill with another image, which
+    must change the logits (the vision encoder's weights reach them)."""
+    import numpy as np
+    if family.startswith("gemma3"):
+        from maxtext.multimodal.processor_gemma3 import GEMMA_TOKEN_PLACEHOLDER as placeholder
+        shape, masks = (896, 896, 3), None
+    else:
+        from maxtext.multimodal.processor_llama4 import LLAMA4_PATCH_TOKEN as placeholder
+        shape, masks = (2, 3, 336, 336), np.ones((2,), np.int32)
+    image = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    other = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    prompt = [1, 17, placeholder, placeholder, placeholder, 42]
+    return {"unrolled": decode(family, unrolled, False, prompt=prompt, images=image, image_masks=masks),
+            "scanned": decode(family, scanned, True, prompt=prompt, images=image, image_masks=masks),
+            "other_image": decode(family, unrolled, False, prompt=prompt, images=other,
+                                  image_masks=masks, n_steps=0)}
+
+
 def trained_aux(items: pathlib.Path) -> dict:
     """{model path: values} of the training state's non-parameter variables (nnx_aux/model/P,
     RNG state left out)."""
@@ -633,8 +841,10 @@ def _token(result) -> int:
     return int(result.data[0, result.tokens_idx[0]])
 
 
-def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4) -> dict:
-    """Greedy decode of fixed token ids from a param-only checkpoint through MaxEngine."""
+def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4,
+           prompt: list | None = None, images=None, image_masks=None) -> dict:
+    """Greedy decode of fixed token ids (and images, for a multimodal model) from a param-only
+    checkpoint through MaxEngine."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -658,10 +868,13 @@ def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4)
     aux = {k: np.asarray(v, np.float32).tolist()
            for k, v in _flat(nnx.to_pure_dict(engine._nnx_rest_state)).items()
            if "rngs" not in k.split("/")}
-    prompt = [1, 17, 42, 99, 5, 63]
+    prompt = prompt or [1, 17, 42, 99, 5, 63]
+    image_args = {} if images is None else {"images": jnp.asarray(images)}
+    if image_masks is not None:
+        image_args["image_masks"] = jnp.asarray(image_masks)
     padded = jnp.array(prompt + [0] * (cfg.max_prefill_predict_length - len(prompt)), dtype=jnp.int32)
     prefix, first = engine.prefill(params=params, padded_tokens=padded, true_length=len(prompt),
-                                   rng=jax.random.PRNGKey(1))
+                                   rng=jax.random.PRNGKey(1), **image_args)
     logits = [np.asarray(prefix["logits"], np.float32).reshape(-1).tolist()]
     state = engine.init_decode_state(jax.random.PRNGKey(2))
     state = engine.insert(prefix, state, slot=0)
@@ -671,6 +884,36 @@ def decode(family: str, path: str, scanned: bool, *extra: str, n_steps: int = 4)
         tokens.append(_token(res))
         logits.append(np.asarray(state["logits"][0], np.float32).reshape(-1).tolist())
     return {"tokens": tokens, "logits": logits, "aux": aux, "scan_layers": cfg.scan_layers}
+
+
+def forward(family: str, path: str, scanned: bool) -> dict:
+    """Logits of MaxText's own model (train mode, no cache, no jit around it: what MaxEngine
+    cannot run for UNTRAINABLE, see there) on fixed token ids, its parameters restored from a
+    param-only checkpoint ({value} leaves) by real Orbax. The model is built eagerly by
+    get_nnx_create_model_fn, every nnx.Param then set from the checkpoint leaf of its path, so
+    that a leaf missing from the checkpoint fails here."""
+    import jax.numpy as jnp
+    import numpy as np
+    import orbax.checkpoint as ocp
+    from flax import nnx
+    from maxtext.utils import model_creation_utils
+    cfg = _config(family, f"scan_layers={str(scanned).lower()}", "dtype=float32")
+    model = model_creation_utils.get_nnx_create_model_fn(cfg)()
+    stored = _flat(ocp.PyTreeCheckpointer().restore(path))
+    params = nnx.state(model, nnx.Param)
+    n = 0
+    for key_path, var in nnx.to_flat_state(params):
+        key = "/".join(str(k) for k in key_path) + "/value"
+        var.set_value(jnp.asarray(stored[key], var.get_value().dtype))
+        n += 1
+    nnx.update(model, params)
+    tokens = jnp.array([[1, 17, 42, 99, 5, 63, 7, 11, 2, 30, 64, 90, 3, 8, 120, 77]], jnp.int32)
+    logits = model(decoder_input_tokens=tokens,
+                   decoder_positions=jnp.arange(tokens.shape[1], dtype=jnp.int32)[None],
+                   decoder_segment_ids=jnp.ones_like(tokens), enable_dropout=False)
+    logits = np.asarray(logits[0] if isinstance(logits, tuple) else logits, np.float32)
+    return {"logits": logits.reshape(-1).tolist(), "argmax": logits.argmax(-1).reshape(-1).tolist(),
+            "params_set": n, "params_stored": len(stored)}
 
 
 def _attempt(fn, *args, **kwargs) -> dict:
@@ -773,7 +1016,15 @@ def main() -> None:
         # needs the devices it was saved from; the decodes then run fsdp over them alike
         os.environ["XLA_FLAGS"] = host_devices_flags(devices)
     facts: dict = {"family": family, "maxtext": maxtext.__version__}
-    items = edited(family, train(family))
+    if family in UNTRAINABLE:
+        facts["train_attempt"] = train_attempt(family)
+        items = engram_state(family)
+        facts["scanned_tree"] = checkpoint_tree(str(items))
+        # the same checkpoint under a config without engram_layers: refused (exit 2)
+        facts["refused"] = run_unroll(family, items, work, "refused", "force_unroll=true",
+                                      "engram_layers=[]")
+    else:
+        items = edited(family, train(family))
     facts["train"] = str(items)
     facts["trained_aux"] = trained_aux(items)
     facts["mesh_axes_used"] = mesh_axes_used(items)
@@ -786,9 +1037,11 @@ def main() -> None:
         facts["scanned"] = run_unroll(family, items, work, "scanned", "force_unroll=false")
     if facts["unrolled"]["rc"] == 0:
         facts["verify"] = run_verify(family, items, facts["unrolled"]["path"])
-    if facts["unrolled"]["rc"] == 0 and family in MAXTEXT_OUTCOME:
+    if facts["unrolled"]["rc"] == 0 and family in MAXTEXT_OUTCOME and family not in UNTRAINABLE:
         facts["maxtext"] = maxtext_facts(family, items, facts["unrolled"]["path"])
     facts["model_tree"] = model_tree(family)
+    if family in MULTIMODAL and facts["unrolled"]["rc"] == 0:
+        facts["vision"] = vision_facts(family, items, facts["unrolled"]["path"])
     # the main model alone where MaxText cannot decode with the MTP block (MTP above)
     main_only = ("mtp_num_layers=0",) if family in MTP else ()
     if family in MTP:
@@ -801,14 +1054,28 @@ def main() -> None:
             facts["decode_mtp"]["unrolled"] = _attempt(
                 decode, family, facts["unrolled"]["path"], False, n_steps=1)
         facts["decode_unrolled"] = decode(family, facts["unrolled"]["path"], False, *main_only)
+        if family in UNTRAINABLE:
+            facts["forward_unrolled"] = forward(family, facts["unrolled"]["path"], False)
     if facts["scanned"]["rc"] == 0:
         facts["scanned_metadata"] = checkpoint_metadata(facts["scanned"]["path"])
         if family in MTP:
             facts["decode_mtp"]["scanned"] = _attempt(
                 decode, family, facts["scanned"]["path"], True, n_steps=1)
-        facts["decode_scanned"] = decode(family, facts["scanned"]["path"], True, *main_only)
+        if family in UNTRAINABLE:
+            # MaxEngine meets the same leaked tracer; the reference is the forward pass of the
+            # scanned model on the state MaxText wrote (UNTRAINABLE)
+            facts["decode_scanned"] = _attempt(decode, family, facts["scanned"]["path"], True)
+            facts["forward_scanned"] = forward(family, str(items), True)
+            # what the Engram computes, which the unscanned model cannot: the same model with
+            # its value projections as initialised
+            facts["forward_scanned_engram"] = forward(family, str(engram_state(family, False)),
+                                                      True)
+        else:
+            facts["decode_scanned"] = decode(family, facts["scanned"]["path"], True, *main_only)
+    if family in MULTIMODAL and facts["unrolled"]["rc"] == 0 and facts["scanned"]["rc"] == 0:
+        facts["decode_image"] = image_decodes(family, facts["unrolled"]["path"], facts["scanned"]["path"])
     if family in PIPELINE and facts["unrolled"]["rc"] == 0:
-        facts["forward"] = pipeline_forward(family, items, work, facts["unrolled"]["path"])
+        facts["pipeline_forward"] = pipeline_forward(family, items, work, facts["unrolled"]["path"])
     facts["variants"] = {}
     for name, keys in VARIANTS.get(family, {}).items():
         v = run_unroll(family, items, work, name, "force_unroll=true", *keys)

@@ -871,6 +871,59 @@ static void test_plan__gemma3_blocks_and_remainder(void **state)
     assert_non_null(strstr(err.msg, "missing decoder/layers_remainder"));
 }
 
+/* use_multimodal=true: MaxText 0.2.5 builds the vision encoder's layers as separate submodules
+ * whether or not scan_layers is set, so vision_encoder/ is copied whole, even where a layer is
+ * named layers_<j> (llama4's Llama4VisionEncoder_0) and an axis has the block count. */
+static void test_plan__vision_encoder_copied(void **state)
+{
+    static const char *const j0[] = {"decoder/layers_0/mlp/wi_0/kernel/value",
+                                     "decoder/layers_4/mlp/wi_0/kernel/value"};
+    static const char *const g5[] = {"decoder/layers_5/mlp/wo/kernel/value"};
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    (void)state;
+    s.decoder_block = "llama4";
+    s.num_decoder_layers = 8; /* 2 blocks of 4 */
+    s.inhomogeneous_layer_cycle_interval = 4;
+    ts.n = 0;
+    add(&ts, "params/params/decoder/layers/layers_0/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,2,16",
+        NULL);
+    add(&ts,
+        "params/params/vision_encoder/Llama4VisionModel_0/Llama4VisionEncoder_0/layers_1/"
+        "self_attention_vision/query/kernel",
+        UR_DT_FLOAT32, "16,2,8", NULL);
+    add(&ts, "params/params/vision_encoder/Llama4VisionModel_0/positional_embedding_vlm",
+        UR_DT_FLOAT32, "577,16", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_out(plan, 0, j0, 2);
+    expect_copy(plan, 1,
+                "vision_encoder/Llama4VisionModel_0/Llama4VisionEncoder_0/layers_1/"
+                "self_attention_vision/query/kernel/value");
+    assert_int_equal(plan->actions[1].out_dtype, UR_DT_BFLOAT16);
+    expect_copy(plan, 2, "vision_encoder/Llama4VisionModel_0/positional_embedding_vlm/value");
+    ur_plan_free(plan);
+    /* gemma3, 7 layers: a block of 6 and a remainder of 1; encoderblock_<i> beside them */
+    s.decoder_block = "gemma3";
+    s.num_decoder_layers = 7;
+    s.inhomogeneous_layer_cycle_interval = 0;
+    ts.n = 0;
+    add(&ts, "params/params/decoder/layers/layers_5/mlp/wo/kernel", UR_DT_FLOAT32, "4,1,6", NULL);
+    add(&ts, "params/params/decoder/layers_remainder/layers_0/mlp/wo/kernel", UR_DT_FLOAT32, "4,6",
+        NULL);
+    add(&ts,
+        "params/params/vision_encoder/Gemma3VisionEncoderLayer_0/Transformer/encoderblock_1/"
+        "MlpBlockViT_0/Dense_0/kernel",
+        UR_DT_FLOAT32, "16,1", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_out(plan, 0, g5, 1);
+    expect_copy(plan, 1, "decoder/layers_6/mlp/wo/kernel/value");
+    expect_copy(plan, 2,
+                "vision_encoder/Gemma3VisionEncoderLayer_0/Transformer/encoderblock_1/"
+                "MlpBlockViT_0/Dense_0/kernel/value");
+    ur_plan_free(plan);
+}
+
 static void test_plan__deepseek4_hash_layers_and_blocks(void **state)
 {
     static const char *const b1[] = {"decoder/layers_2/attn/wq/value",
@@ -1297,6 +1350,150 @@ static void test_plan__mtp_layer(void **state)
     ur_plan_free(plan);
 }
 
+/* DeepSeek Engram: scanned chunks named by absolute layer index around unscanned Engram layers
+ * (6 layers, 3 dense, Engram on 1 and 3), into the scan_layers=false model's dense_layers_<i>
+ * and moe_layers_<i - 3>, the Engram weights dropped (that model has none). */
+static const int64_t k_engram_layers[] = {1, 3};
+
+static ur_settings engram_settings(void)
+{
+    ur_settings s = base_settings();
+    s.decoder_block = "deepseek";
+    s.num_decoder_layers = 6;
+    s.first_num_dense_layers = 3;
+    s.engram_layers = k_engram_layers;
+    s.n_engram_layers = 2;
+    s.pure_nnx = 0;
+    return s;
+}
+
+static void engram_tree(tset *ts)
+{
+    ts->n = 0;
+    add(ts, "params/params/decoder/dense_layers_0_0/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,1,16",
+        NULL);
+    add(ts, "params/params/decoder/dense_layers_engram_1/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,16",
+        NULL);
+    add(ts, "params/params/decoder/dense_layers_engram_1/engram/value_proj/kernel", UR_DT_FLOAT32,
+        "32,6", NULL);
+    add(ts, "params/params/decoder/dense_layers_engram_1/engram_layer_norm/scale", UR_DT_FLOAT32,
+        "6", NULL);
+    add(ts, "params/params/decoder/dense_layers_2_2/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,1,16",
+        NULL);
+    add(ts, "params/params/decoder/moe_layers_engram_3/self_attention/wq_a/kernel", UR_DT_FLOAT32,
+        "6,8", NULL);
+    add(ts, "params/params/decoder/moe_layers_4_5/self_attention/wq_a/kernel", UR_DT_FLOAT32,
+        "6,2,8", NULL);
+    add(ts, "params/params/decoder/decoder_norm/scale", UR_DT_FLOAT32, "6", NULL);
+    add(ts, "opt_state/0/count", UR_DT_INT32, "", NULL);
+}
+
+static void test_plan__deepseek_engram(void **state)
+{
+    tset ts;
+    ur_settings s = engram_settings();
+    ur_plan *plan;
+    const char *why;
+    (void)state;
+    engram_tree(&ts);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_FULL_STATE);
+    assert_int_equal(plan->n_groups, 0);
+    expect_unstack(plan, 0, 1, 1, "params/params/decoder/dense_layers_0/mlp/wi_0/kernel",
+                   "params/params/decoder/dense_layers_0/mlp/wi_0/kernel");
+    expect_copy(plan, 1, "params/params/decoder/dense_layers_1/mlp/wi_0/kernel");
+    why = plan->actions[2].why;
+    assert_non_null(why);
+    assert_non_null(strstr(why, "no Engram"));
+    expect_drop(plan, 2, why);
+    expect_drop(plan, 3, why);
+    expect_unstack(plan, 4, 1, 1, "params/params/decoder/dense_layers_2/mlp/wi_0/kernel",
+                   "params/params/decoder/dense_layers_2/mlp/wi_0/kernel");
+    /* the MoE names restart at 0: layer 3 is moe_layers_0, the chunk 4..5 moe_layers_1..2 */
+    expect_copy(plan, 5, "params/params/decoder/moe_layers_0/self_attention/wq_a/kernel");
+    expect_unstack(plan, 6, 1, 2, "params/params/decoder/moe_layers_1/self_attention/wq_a/kernel",
+                   "params/params/decoder/moe_layers_2/self_attention/wq_a/kernel");
+    expect_copy(plan, 7, "params/params/decoder/decoder_norm/scale");
+    assert_int_equal(plan->summary.leaves_dropped, 3);
+    /* of which the two Engram arrays are left out (the run says so), the optimizer not */
+    assert_int_equal(plan->summary.leaves_left_out, 2);
+    assert_ptr_equal(plan->summary.left_out_why, why);
+    ur_plan_free(plan);
+    /* param_scan_axis 0: the chunk's first axis */
+    s.param_scan_axis = 0;
+    ts.t[0].shape[0] = ts.t[4].shape[0] = 1;
+    ts.t[0].shape[1] = ts.t[4].shape[1] = 6;
+    ts.t[6].shape[0] = 2;
+    ts.t[6].shape[1] = 6;
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_FULL_STATE);
+    expect_unstack(plan, 6, 0, 2, "params/params/decoder/moe_layers_1/self_attention/wq_a/kernel",
+                   "params/params/decoder/moe_layers_2/self_attention/wq_a/kernel");
+    ur_plan_free(plan);
+    /* not converted: a scanned param-only output keeps the chunks */
+    s = engram_settings();
+    s.force_unroll = 0;
+    engram_tree(&ts);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_FULL_STATE);
+    expect_copy(plan, 6, "params/params/decoder/moe_layers_4_5/self_attention/wq_a/kernel");
+    expect_copy(plan, 2, "params/params/decoder/dense_layers_engram_1/engram/value_proj/kernel");
+    ur_plan_free(plan);
+}
+
+static void test_plan__deepseek_engram_errors(void **state)
+{
+    tset ts;
+    ur_settings s = engram_settings();
+    ur_err err;
+    static const int64_t other[] = {3};
+    (void)state;
+    /* a chunk length the config does not give */
+    engram_tree(&ts);
+    ts.t[6].shape[1] = 3;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "expected 2"));
+    assert_non_null(strstr(err.msg, "moe_layers_4_5"));
+    /* a chunk MaxText does not build for these engram_layers */
+    s.engram_layers = other;
+    s.n_engram_layers = 1;
+    engram_tree(&ts);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "decoder/dense_layers_0_0: not a layer stack"));
+    assert_non_null(strstr(err.msg, "engram_layers=[3]"));
+    /* a chunk or an Engram layer missing */
+    s = engram_settings();
+    engram_tree(&ts);
+    ts.t[4] = ts.t[8];
+    ts.n = 8;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "missing decoder/dense_layers_2_2"));
+    engram_tree(&ts);
+    ts.t[5] = ts.t[8];
+    ts.n = 8;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "missing decoder/moe_layers_engram_3"));
+    /* the plain DeepSeek groups under an Engram config */
+    ts.n = 0;
+    add(&ts, "params/params/decoder/dense_layers/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,3,16", NULL);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "decoder/dense_layers: not a layer stack"));
+    /* names that only look like chunks */
+    ts.n = 0;
+    add(&ts, "params/params/decoder/dense_layers_2_0/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,3,16",
+        NULL);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "not a layer stack"));
+    ts.n = 0;
+    add(&ts, "params/params/decoder/dense_layers_00_0/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,1,16",
+        NULL);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "dense_layers_00_0: not a layer stack"));
+    /* first_num_dense_layers past the layers */
+    s.first_num_dense_layers = 7;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "first_num_dense_layers=7"));
+}
+
+/* Engram chunks under a config without engram_layers: the config does not describe the
+ * checkpoint (exit 2), whatever the decoder block. */
 static void test_plan__unsupported_stacks(void **state)
 {
     tset ts;
@@ -1307,8 +1504,13 @@ static void test_plan__unsupported_stacks(void **state)
     s.decoder_block = "deepseek";
     add(&ts, "params/params/decoder/dense_layers_0_2/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,3,16",
         NULL);
-    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EUNSUPPORTED);
-    assert_non_null(strstr(err.msg, "engram"));
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "decoder/dense_layers_0_2: the checkpoint has DeepSeek "
+                                    "Engram layer chunks but the config has no engram_layers"));
+    s = engram_settings();
+    s.decoder_block = "llama2";
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "no engram_layers (decoder_block=llama2)"));
 }
 
 int main(void)
@@ -1332,6 +1534,7 @@ int main(void)
         cmocka_unit_test(test_plan__oom_loop),
         cmocka_unit_test(test_plan__inhomogeneous_cycle),
         cmocka_unit_test(test_plan__gemma3_blocks_and_remainder),
+        cmocka_unit_test(test_plan__vision_encoder_copied),
         cmocka_unit_test(test_plan__deepseek4_hash_layers_and_blocks),
         cmocka_unit_test(test_plan__pipeline_stacks),
         cmocka_unit_test(test_plan__pipeline_deepseek),
@@ -1339,6 +1542,8 @@ int main(void)
         cmocka_unit_test(test_plan__gemma4_nested_blocks),
         cmocka_unit_test(test_plan__mtp_layer),
         cmocka_unit_test(test_plan__qwen3_next_nested_blocks),
+        cmocka_unit_test(test_plan__deepseek_engram),
+        cmocka_unit_test(test_plan__deepseek_engram_errors),
         cmocka_unit_test(test_plan__unsupported_stacks),
     };
     return cmocka_run_group_tests_name("plan", tests, NULL, NULL);

@@ -213,6 +213,41 @@ static void test_verify_family__blocks_and_gemma3_remainder(void **state)
     stop(&f);
 }
 
+/* use_multimodal=true: vision_encoder/ is not scanned (MaxText 0.2.5 has no scanned vision
+ * encoder), so its leaves pair with themselves whole, even llama4's layers_<j> with an axis of
+ * the block count beside a scanned decoder block */
+static void test_verify_family__vision_encoder_whole(void **state)
+{
+    static const char *const vit =
+        "params/params/vision_encoder/Llama4VisionModel_0/"
+        "Llama4VisionEncoder_0/layers_1/self_attention_vision/query/kernel";
+    static fixture f;
+    vpair p;
+    char name[96];
+    (void)state;
+    memset(&f, 0, sizeof f);
+    for (int j = 0; j < 4; j++) {
+        snprintf(name, sizeof name, "params/params/decoder/layers/layers_%d/mlp/wo", j);
+        add(&f.in, name, "4,2,6");
+    }
+    add(&f.in, vit, "16,2,8");
+    for (int g = 0; g < 8; g++) {
+        snprintf(name, sizeof name, "params/params/decoder/layers_%d/mlp/wo", g);
+        add(&f.out, name, "4,6");
+    }
+    add(&f.out, vit, "16,2,8");
+    start(&f);
+    p = pair_of(&f, vit + strlen("params/params/"));
+    assert_int_equal(p.kind, VPAIR_LAYER);
+    assert_int_equal(p.tbl, -1);
+    expect_src(&p, vit + strlen("params/params/"));
+    /* the decoder beside it: layer 5 = block 1, sub-layer 1 */
+    p = pair_of(&f, "decoder/layers_5/mlp/wo");
+    expect_src(&p, "decoder/layers/layers_1/mlp/wo");
+    assert_int_equal(p.layer, 1);
+    stop(&f);
+}
+
 /* deepseek4: one unscanned hash layer, then scanned_blocks of 2 */
 static void test_verify_family__deepseek4_hash_layers(void **state)
 {
@@ -486,6 +521,80 @@ static void test_verify_family__mtp_layer(void **state)
     stop(&f);
 }
 
+/* DeepSeek Engram: chunks X_<a>_<b> (absolute indices) around unscanned X_engram_<k>; the
+ * output's X_<g> counts from the kind's first layer; the Engram weights are not carried. */
+static void test_verify_family__deepseek_engram(void **state)
+{
+    static fixture f;
+    vpair p;
+    ur_err err;
+    (void)state;
+    memset(&f, 0, sizeof f);
+    add(&f.in, "params/params/decoder/dense_layers_0_0/mlp/wi", "8,1,16");
+    add(&f.in, "params/params/decoder/dense_layers_engram_1/mlp/wi", "8,16");
+    add(&f.in, "params/params/decoder/dense_layers_engram_1/engram/value_proj/kernel", "32,8");
+    add(&f.in, "params/params/decoder/dense_layers_engram_1/engram_layer_norm/scale", "8");
+    add(&f.in, "params/params/decoder/dense_layers_2_2/mlp/wi", "8,1,16");
+    add(&f.in, "params/params/decoder/moe_layers_engram_3/attn/q", "8,4");
+    add(&f.in, "params/params/decoder/moe_layers_engram_3/engram/short_conv/conv/kernel",
+        "4,1,16");
+    add(&f.in, "params/params/decoder/moe_layers_4_5/attn/q", "8,2,4");
+    for (int i = 0; i < 3; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "params/params/decoder/dense_layers_%d/mlp/wi", i);
+        add(&f.out, name, "8,16");
+        snprintf(name, sizeof name, "params/params/decoder/moe_layers_%d/attn/q", i);
+        add(&f.out, name, "8,4");
+    }
+    start(&f);
+    p = pair_of(&f, "decoder/dense_layers_0/mlp/wi");
+    expect_slices(&p, "decoder/dense_layers_0_0/mlp/wi", 1, (int[]){1}, (int64_t[]){0}, 0, 1);
+    p = pair_of(&f, "decoder/dense_layers_1/mlp/wi");
+    assert_int_equal(p.kind, VPAIR_LAYER);
+    assert_int_equal(p.tbl, -1);
+    expect_src(&p, "decoder/dense_layers_engram_1/mlp/wi");
+    p = pair_of(&f, "decoder/dense_layers_2/mlp/wi");
+    expect_slices(&p, "decoder/dense_layers_2_2/mlp/wi", 1, (int[]){1}, (int64_t[]){0}, 0, 1);
+    /* MoE: layer 3 is moe_layers_0 (the Engram layer), 4 and 5 the chunk's slices 0 and 1 */
+    p = pair_of(&f, "decoder/moe_layers_0/attn/q");
+    assert_int_equal(p.kind, VPAIR_LAYER);
+    expect_src(&p, "decoder/moe_layers_engram_3/attn/q");
+    p = pair_of(&f, "decoder/moe_layers_2/attn/q");
+    expect_slices(&p, "decoder/moe_layers_4_5/attn/q", 1, (int[]){1}, (int64_t[]){1}, 1, 2);
+    assert_int_equal(layer_of(p.src, 0), 1); /* the report names moe_layers_1 for slice 0 */
+    /* the Engram weights: not carried; the layers' own weights are */
+    assert_int_equal(ur_verify_family_engram__not_carried(&f.vf, &f.vf.in.v[2], &err), 1);
+    assert_int_equal(ur_verify_family_engram__not_carried(&f.vf, &f.vf.in.v[3], &err), 1);
+    assert_int_equal(ur_verify_family_engram__not_carried(&f.vf, &f.vf.in.v[6], &err), 1);
+    assert_int_equal(ur_verify_family_engram__not_carried(&f.vf, &f.vf.in.v[1], &err), 0);
+    assert_int_equal(ur_verify_family_engram__not_carried(&f.vf, &f.vf.in.v[5], &err), 0);
+    stop(&f);
+    /* an output that lacks the Engram layer, or keeps some of its Engram: missing, not
+     * passed over */
+    memset(&f, 0, sizeof f);
+    add(&f.in, "params/params/decoder/dense_layers_engram_0/engram/value_proj/kernel", "32,8");
+    add(&f.in, "params/params/decoder/dense_layers_engram_0/mlp/wi", "8,16");
+    add(&f.out, "params/params/decoder/dense_layers_1/mlp/wi", "8,16");
+    start(&f);
+    assert_int_equal(ur_verify_family_engram__not_carried(&f.vf, &f.vf.in.v[0], &err), 0);
+    stop(&f);
+    memset(&f, 0, sizeof f);
+    add(&f.in, "params/params/decoder/dense_layers_engram_0/engram/value_proj/kernel", "32,8");
+    add(&f.in, "params/params/decoder/dense_layers_engram_0/engram/value_proj/bias", "8");
+    add(&f.out, "params/params/decoder/dense_layers_0/engram/value_proj/bias", "8");
+    start(&f);
+    assert_int_equal(ur_verify_family_engram__not_carried(&f.vf, &f.vf.in.v[0], &err), 0);
+    stop(&f);
+    /* a chunk of the wrong length for the output's shape: unmatched */
+    memset(&f, 0, sizeof f);
+    add(&f.in, "params/params/decoder/moe_layers_4_5/attn/q", "8,3,4");
+    add(&f.out, "params/params/decoder/moe_layers_0/attn/q", "8,4");
+    start(&f);
+    p = pair_of(&f, "decoder/moe_layers_0/attn/q");
+    assert_int_equal(p.kind, VPAIR_NONE);
+    stop(&f);
+}
+
 static void test_verify_family__issues_kept_in_leaf_order(void **state)
 {
     static const uint64_t keys[] = {4, 6, 3, 6, 9, 5, 2};
@@ -516,6 +625,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_verify_family__plain_and_deepseek_groups),
         cmocka_unit_test(test_verify_family__blocks_and_gemma3_remainder),
+        cmocka_unit_test(test_verify_family__vision_encoder_whole),
         cmocka_unit_test(test_verify_family__deepseek4_hash_layers),
         cmocka_unit_test(test_verify_family__gemma4_head_dims),
         cmocka_unit_test(test_verify_family__gemma4_wrong_head_dim_unmatched),
@@ -524,6 +634,7 @@ int main(void)
         cmocka_unit_test(test_verify_family__pipeline_scanned_stage),
         cmocka_unit_test(test_verify_family__pipeline_deepseek),
         cmocka_unit_test(test_verify_family__mtp_layer),
+        cmocka_unit_test(test_verify_family__deepseek_engram),
         cmocka_unit_test(test_verify_family__issues_kept_in_leaf_order),
     };
     return cmocka_run_group_tests_name("verify_family", tests, NULL, NULL);
