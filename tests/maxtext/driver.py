@@ -356,8 +356,8 @@ def train(family: str) -> pathlib.Path:
 def host_devices_flags(devices: int) -> str:
     """XLA_FLAGS for `devices` forced host devices. Their collectives are threads that meet in
     a rendezvous, which XLA aborts the process for after 40 s by default
-    (xla_cpu_collective_call_terminate_timeout_seconds): deepseek-pipeline's forward passes
-    were aborted so once on a loaded machine (load 7 on 2 cores)."""
+    (xla_cpu_collective_call_terminate_timeout_seconds); on a loaded machine (load 7 on 2
+    cores) one program's threads can take longer than that to arrive."""
     return (f"--xla_force_host_platform_device_count={devices} "
             "--xla_cpu_collective_call_warn_stuck_timeout_seconds=300 "
             "--xla_cpu_collective_call_terminate_timeout_seconds=1200")
@@ -552,6 +552,7 @@ def forward_pretrained(family: str, path: str, *extra: str) -> list:
     import jax.numpy as jnp
     import numpy as np
     from flax import linen as nn
+    from flax import nnx
     from maxtext.utils import model_creation_utils
     cfg = _config(family, f"load_parameters_path={path}", "weight_dtype=bfloat16", "dtype=float32",
                   *extra)
@@ -559,9 +560,12 @@ def forward_pretrained(family: str, path: str, *extra: str) -> list:
     model, mesh = model_creation_utils.from_pretrained(cfg)
     tokens = jnp.array(FORWARD_TOKENS, jnp.int32)
     positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
+    # one jitted program: run eagerly, each op is a program of its own, and the 2 host
+    # devices' threads can meet different programs' collectives (XLA's cross_module
+    # rendezvous), which hung or aborted ("only 1 of them arrived") now and then
+    call = nnx.jit(lambda m, t, p, s: m(t, p, decoder_segment_ids=s, enable_dropout=False))
     with mesh, nn.partitioning.axis_rules(cfg.logical_axis_rules):
-        out = model(tokens, positions, decoder_segment_ids=jnp.ones_like(tokens),
-                    enable_dropout=False)
+        out = call(model, tokens, positions, jnp.ones_like(tokens))
     return np.asarray(out[0] if isinstance(out, tuple) else out, np.float32).tolist()
 
 
