@@ -232,7 +232,7 @@ typedef struct {
     size_t n_extras;
     ur_plan_extra *extras;
     size_t n_groups;
-    ur_plan_group groups[2];
+    ur_plan_group groups[3]; /* the most: pipelined DeepSeek (stack, dense, MoE outside) */
     ur_plan_summary summary;
     ur_pool pool; /* the output paths: their arrays and components */
 } ur_plan;

@@ -133,8 +133,8 @@ int ur_plan__mtp_layer(const ur_plan_leaf *l, size_t st, size_t en, size_t *rest
 int ur_plan__copy_to_layer(ur_plan_walk *w, const ur_plan_item *it, const char *layer, size_t rest,
                            ur_err *err);
 /* Make it an UNSTACK over it->a->axes[0..n_axes) (set by the caller) of group g:
- * out[lin] = prefix/decoder/layers_<(lin / div) * mul + lin % div + add>/path[rest..en)/suffix
- * for the C-order linear index lin < n_out. */
+ * out[lin] = prefix/decoder/<X>_<(lin / div) * mul + lin % div + add>/path[rest..en)/suffix
+ * for the C-order linear index lin < n_out, X the group's out_name ("layers" when NULL). */
 int ur_plan__unstack(ur_plan_walk *w, const ur_plan_item *it, int g, size_t rest, uint64_t n_out,
                      int64_t div, int64_t mul, int64_t add, ur_err *err);
 

@@ -26,4 +26,5 @@ const ur_plan_family ur_family_deepseek = {
     .name = "deepseek",
     .applies = applies,
     .setup = setup,
+    .pipelinable = 1, /* its MoE layers (family_pipeline.c) */
 };

@@ -1,17 +1,21 @@
 /* Pipeline parallelism (scan_layers and force_unroll with ici_pipeline_parallelism *
  * dcn_pipeline_parallelism = stages > 1), as MaxText's types.py derives it
  * (using_pipeline_parallelism, pipeline_parallel_layers, num_pipeline_repeats) and
- * nnx_decoders.py _init_pipeline_generic builds it: decoder/pipeline_module holds the first
- * P = pipeline_parallel_layers layers, decoder/layers_outside_pipeline the rest (run after the
- * pipeline; a plain group whose output names start at P).
+ * nnx_decoders.py _init_pipeline_layers builds it. decoder/pipeline_module holds
+ * P = pipeline_parallel_layers layers; the others are plain scanned groups:
+ *   - the plain family (_init_pipeline_generic): the stack holds layers 0..P-1, and
+ *     decoder/layers_outside_pipeline the rest (run after the pipeline), output names from P;
+ *   - DeepSeek (_init_pipeline_deepseek; P defaults to the MoE layers): decoder/dense_layers,
+ *     then decoder/moe_layers_outside_pipeline (the first M - P of the M MoE layers), both run
+ *     before the pipeline (nnx_decoders.py __call__, get_layers), and the stack holds MoE
+ *     layers M - P..M-1; the unpipelined model names them dense_layers_<i>, moe_layers_<i>.
  *
  * A leaf decoder/pipeline_module/layers/<stage>/R has shape [repeats (when > 1), stages, ...];
  * <stage> is the layer itself (layers_per_stage 1), scanned_layers/ (scan_layers_per_stage: a
  * layers_per_stage axis at param_scan_axis of the stage leaf) or layers_<j>/. The C-order
- * linear index over those layer axes is the global layer (pipeline.py: repeat_ids index axis
- * 0, stages axis 1; a microbatch runs stages 0..S-1 of repeat 0, then of repeat 1, ...):
- * layer (r * stages + s) * layers_per_stage + j -> decoder/layers_<layer>/R. Only the plain
- * family is pipelined (its descriptor says pipelinable). */
+ * linear index over those layer axes is the pipelined layer (pipeline.py: repeat_ids index
+ * axis 0, stages axis 1; a microbatch runs stages 0..S-1 of repeat 0, then of repeat 1, ...):
+ * layer (r * stages + s) * layers_per_stage + j of the stack. */
 #include "family.h"
 
 #include <string.h>
@@ -28,12 +32,47 @@ static int applies(const ur_settings *s)
            (s->ici_pipeline_parallelism > 1 || s->dcn_pipeline_parallelism > 1);
 }
 
+/* The groups besides the stack (group 0, P layers): DeepSeek's dense layers and MoE layers
+ * outside the pipeline, which come first; the plain family's layers after it. */
+static int setup_groups(ur_plan_walk *w, int64_t p, ur_err *err)
+{
+    const ur_settings *s = w->s;
+    ur_plan *plan = w->plan;
+    int64_t nl = s->num_decoder_layers;
+    int64_t moe = nl - s->first_num_dense_layers;
+    plan->n_groups = 1;
+    if (strcmp(s->decoder_block, "deepseek") != 0) {
+        ur_plan__group_set(&plan->groups[0], "pipeline_module", p, 1, 0, "layers");
+        if (nl > p) {
+            plan->n_groups = 2;
+            ur_plan__group_set(&plan->groups[1], "layers_outside_pipeline", nl - p, 1, p,
+                               "layers");
+        }
+        return UR_OK;
+    }
+    if (moe < 0 || p > moe) {
+        return ur_err_set(err, UR_EINVAL,
+                          "pipeline_parallel_layers=%lld: DeepSeek pipelines only its MoE layers "
+                          "(num_decoder_layers=%lld - first_num_dense_layers=%lld)",
+                          (long long)p, (long long)nl, (long long)s->first_num_dense_layers);
+    }
+    ur_plan__group_set(&plan->groups[0], "pipeline_module", p, 1, moe - p, "moe_layers");
+    ur_plan__group_set(&plan->groups[1], "dense_layers", s->first_num_dense_layers, 1, 0, NULL);
+    plan->n_groups = 2;
+    if (moe > p) {
+        plan->n_groups = 3;
+        ur_plan__group_set(&plan->groups[2], "moe_layers_outside_pipeline", moe - p, 1, 0,
+                           "moe_layers");
+    }
+    return UR_OK;
+}
+
 static int setup(ur_plan_walk *w, ur_err *err)
 {
     pipe_state *ps = UR_FAMILY_STATE(pipe_state, w);
     const ur_settings *s = w->s;
-    ur_plan *plan = w->plan;
     int64_t nl = s->num_decoder_layers;
+    int deepseek = strcmp(s->decoder_block, "deepseek") == 0;
     int64_t st, lps, p, r;
     if (s->ici_pipeline_parallelism < 1 || s->dcn_pipeline_parallelism < 1) {
         return ur_err_set(err, UR_EINVAL,
@@ -56,7 +95,11 @@ static int setup(ur_plan_walk *w, ur_err *err)
         return ur_err_set(err, UR_EINVAL, "pipeline stages overflow");
     }
     lps = s->num_layers_per_pipeline_stage;
-    p = s->pipeline_parallel_layers == -1 ? nl : s->pipeline_parallel_layers;
+    /* types.py: -1 pipelines every layer, DeepSeek's MoE layers */
+    p = s->pipeline_parallel_layers;
+    if (p == -1) {
+        p = deepseek ? nl - s->first_num_dense_layers : nl;
+    }
     if (lps < 1 || lps > (1 << 20) || p < 1 || p > nl || p > (1 << 20)) {
         return ur_err_set(err, UR_EINVAL,
                           "num_layers_per_pipeline_stage=%lld, pipeline_parallel_layers=%lld "
@@ -78,17 +121,12 @@ static int setup(ur_plan_walk *w, ur_err *err)
     ps->repeats = r;
     ps->lps = lps;
     ps->scanned = lps > 1 && s->scan_layers_per_stage;
-    plan->n_groups = 1;
-    ur_plan__group_set(&plan->groups[0], "pipeline_module", p, 1, 0, "layers");
-    if (nl > p) {
-        plan->n_groups = 2;
-        ur_plan__group_set(&plan->groups[1], "layers_outside_pipeline", nl - p, 1, p, "layers");
-    }
-    return UR_OK;
+    return setup_groups(w, p, err);
 }
 
 /* A leaf of decoder/pipeline_module: UNSTACK over [repeats,] stages[, layers_per_stage], times
- * layers_per_stage plus j for the sequential stage's layers_<j>. */
+ * layers_per_stage plus j for the sequential stage's layers_<j>, from the stack's first output
+ * layer on. */
 static int pipe_leaf(ur_plan_walk *w, const ur_plan_item *it, ur_err *err)
 {
     const pipe_state *ps = UR_FAMILY_STATE(pipe_state, w);
@@ -167,10 +205,10 @@ static int pipe_leaf(ur_plan_walk *w, const ur_plan_item *it, ur_err *err)
         }
         n_out *= want[m];
     }
-    return ur_plan__unstack(w, it, 0, rest, n_out, 1, per, j, err);
+    return ur_plan__unstack(w, it, 0, rest, n_out, 1, per, w->plan->groups[0].first_out + j, err);
 }
 
-/* decoder/pipeline_module is the stack; decoder/layers_outside_pipeline a plain group */
+/* decoder/pipeline_module is the stack; the other groups are plain */
 static int leaf(ur_plan_walk *w, const ur_plan_item *it, int *done, ur_err *err)
 {
     if (it->g != 0) {

@@ -1,6 +1,6 @@
 /* The plain family (llama2, mistral, gemma, gemma2, qwen3, ... every decoder_block without a
  * descriptor of its own): one scanned group decoder/layers of num_decoder_layers; slice i of
- * decoder/layers/R is decoder/layers_<i>/R. The only family MaxText pipelines. */
+ * decoder/layers/R is decoder/layers_<i>/R. Pipelined with DeepSeek (family_pipeline.c). */
 #include "family.h"
 
 static int applies(const ur_settings *s)

@@ -631,7 +631,8 @@ int ur_plan__unstack(ur_plan_walk *w, const ur_plan_item *it, int g, size_t rest
                          ur_plan__leaf_span(it->l, rest, it->en),
                          w->suffix};
         int64_t gl = ((int64_t)li / div) * mul + (int64_t)li % div + add;
-        snprintf(layer, sizeof layer, "layers_%lld", (long long)gl);
+        snprintf(layer, sizeof layer, "%s_%lld", grp->out_name ? grp->out_name : "layers",
+                 (long long)gl);
         rc = path_build(plan, &a->out[li], parts, 4, err);
         if (rc < 0) {
             return rc;

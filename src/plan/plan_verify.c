@@ -1022,9 +1022,9 @@ static void report_missing(verifier *vf)
             }
             ur_plan_verify__join(v->comp, v->pdlen, head, sizeof head);
             ur_plan_verify__join(v->comp + v->rest, v->len - v->rest, tail, sizeof tail);
-            if (snprintf(oname, sizeof oname, "%.500s%slayers_%" PRId64 "/%.400s", head,
-                         v->pdlen ? "/" : "", (b / v->pdiv) * v->pmul + b % v->pdiv + v->padd,
-                         tail) < 0) {
+            if (snprintf(oname, sizeof oname, "%.500s%s%.40s_%" PRId64 "/%.400s", head,
+                         v->pdlen ? "/" : "", v->pname ? v->pname : "layers",
+                         (b / v->pdiv) * v->pmul + b % v->pdiv + v->padd, tail) < 0) {
                 oname[0] = '\0';
             }
             ur_plan_verify__issue(vf, UR_VERIFY_MISSING, oname, iname);

@@ -47,9 +47,11 @@ typedef struct {
     uint8_t *seen;    /* scanned: which layers were found in the output (table's n; in the
                     * set's pool) */
     int64_t n_slices; /* pipeline stack / nested / layers_outside_pipeline: slices in `seen` */
-    /* ... their output: comp[0..pdlen)/layers_<(slice / pdiv) * pmul + slice % pdiv + padd>/
-     * comp[rest..] (the family's layer-index formula, for the report of missing layers) */
+    /* ... their output: comp[0..pdlen)/<pname>_<(slice / pdiv) * pmul + slice % pdiv + padd>/
+     * comp[rest..] (the family's layer-index formula, for the report of missing layers;
+     * pname NULL: layers) */
     size_t pdlen;
+    const char *pname;
     int64_t pdiv, pmul, padd;
 } vleaf;
 

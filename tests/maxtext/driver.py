@@ -214,10 +214,22 @@ FAMILIES["olmo3"] = TINY + ["model_name=olmo3-7b", "override_model_config=true",
 # Pipeline parallelism: trained on 2 (forced host) devices with 2 stages of 1 layer, repeated
 # twice; the decode model is the plain one (llama2, 4 layers).
 FAMILIES["pipeline"] = TINY + ["base_num_decoder_layers=4"]
+FAMILIES["pipeline-remainder"] = TINY + ["base_num_decoder_layers=6"]
+FAMILIES["deepseek-pipeline"] = [a for a in DEEPSEEK if not a.startswith("base_num_decoder_layers=")] + [
+    "base_num_decoder_layers=5", "routed_bias=false"]
+PIPELINE = {"pipeline", "pipeline-remainder", "deepseek-pipeline"}
 # family -> (keys for training and conversion only, devices): how the state was trained. The
 # decode model runs unpipelined on one device.
-PARALLEL = {"pipeline": (["ici_pipeline_parallelism=2", "ici_fsdp_parallelism=1",
-                          "num_layers_per_pipeline_stage=1", "num_pipeline_microbatches=2"], 2),
+PIPE2 = ["ici_pipeline_parallelism=2", "ici_fsdp_parallelism=1", "num_layers_per_pipeline_stage=1",
+         "num_pipeline_microbatches=2"]
+PARALLEL = {"pipeline": (PIPE2, 2),
+            # 6 layers, the first 4 pipelined (2 stages, repeated twice), then a scanned group of
+            # 2 run after the pipeline (decoder/layers_outside_pipeline)
+            "pipeline-remainder": (PIPE2 + ["pipeline_parallel_layers=4"], 2),
+            # DeepSeek, 1 dense layer and 4 MoE layers: the dense layers and the first 2 MoE
+            # layers (decoder/moe_layers_outside_pipeline) run before the pipeline, which holds
+            # the last 2 MoE layers (2 stages of 1)
+            "deepseek-pipeline": (PIPE2 + ["pipeline_parallel_layers=2"], 2),
             "fsdp-tensor": (["ici_fsdp_parallelism=2", "ici_tensor_parallelism=2"], 4)}
 # 4-device fsdp x tensor sharding: every array saved in shards over a 2 x 2 mesh.
 FAMILIES["fsdp-tensor"] = TINY + ["base_num_decoder_layers=2"]
@@ -331,7 +343,7 @@ def train(family: str) -> pathlib.Path:
     log = tmp.parent / f"{tmp.name}.log"
     env = dict(os.environ)
     if devices > 1:
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+        env["XLA_FLAGS"] = host_devices_flags(devices)
     with open(log, "w") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
     if rc != 0 or not (tmp / "checkpoints" / "1" / "items").is_dir():
@@ -339,6 +351,16 @@ def train(family: str) -> pathlib.Path:
     os.replace(tmp, done)
     log.unlink()
     return items
+
+
+def host_devices_flags(devices: int) -> str:
+    """XLA_FLAGS for `devices` forced host devices. Their collectives are threads that meet in
+    a rendezvous, which XLA aborts the process for after 40 s by default
+    (xla_cpu_collective_call_terminate_timeout_seconds); on a loaded machine (load 7 on 2
+    cores) one program's threads can take longer than that to arrive."""
+    return (f"--xla_force_host_platform_device_count={devices} "
+            "--xla_cpu_collective_call_warn_stuck_timeout_seconds=300 "
+            "--xla_cpu_collective_call_terminate_timeout_seconds=1200")
 
 
 def train_attempt(family: str) -> dict:
@@ -437,7 +459,8 @@ MAXTEXT_OUTCOME = {
     "gemma3": "structure-mismatch", "llama4": "structure-mismatch",
     "gpt-oss": "structure-mismatch", "qwen3-next": "structure-mismatch",
     "olmo3": "structure-mismatch",
-    "pipeline": "fails", "gemma4": "fails", "deepseek4": "fails",
+    "pipeline": "fails", "pipeline-remainder": "fails", "deepseek-pipeline": "fails",
+    "gemma4": "fails", "deepseek4": "fails",
     "deepseek-routed-bias": "drops-aux",
     "deepseek-engram": "untrainable",
 }
@@ -459,28 +482,138 @@ def storage_kind(path: str) -> dict:
 def restack_pipeline(family: str, items: pathlib.Path, out: pathlib.Path) -> dict:
     """The reference for a pipeline-trained state, written here independently of unroll: the
     scanned param-only checkpoint of the plain model with the same values. A pipeline leaf
-    decoder/pipeline_module/layers/R is [repeats, stages, ...] and holds layer r * stages + s
-    (MaxText's pipeline runs stages 0..S-1 of repeat 0, then of repeat 1); the plain scanned
-    model holds decoder/layers/R with the layer axis at param_scan_axis (1). Cast to bfloat16."""
+    decoder/pipeline_module/layers/R is [repeats, stages, ...] (no repeats axis when there is
+    one repeat) and holds layer r * stages + s of the stack (MaxText's pipeline runs stages
+    0..S-1 of repeat 0, then of repeat 1); the plain scanned model holds decoder/layers/R (or
+    DeepSeek's decoder/moe_layers/R) with the layer axis at param_scan_axis (1). The layers
+    outside the pipeline are scanned groups with that axis already: decoder/
+    layers_outside_pipeline runs after the stack, DeepSeek's decoder/moe_layers_outside_pipeline
+    before it (nnx_decoders.py). Cast to bfloat16."""
     import jax.numpy as jnp
     import numpy as np
     import orbax.checkpoint as ocp
     ck = ocp.PyTreeCheckpointer()
     flat = _flat(ck.restore(str(items))["params"]["params"])
+    keys = dict(a.split("=", 1) for a in ALL[family] + PARALLEL[family][0])
+    deepseek = family.startswith("deepseek")
+    n_pipe = int(keys.get("pipeline_parallel_layers", -1))
+    if n_pipe == -1:  # types.py: every layer, DeepSeek's MoE layers
+        n_pipe = int(keys["base_num_decoder_layers"]) - int(keys.get("first_num_dense_layers", 0))
+    repeats = n_pipe // (int(keys["ici_pipeline_parallelism"]) *
+                         int(keys["num_layers_per_pipeline_stage"])) > 1
+    group = "moe_layers" if deepseek else "layers"
+    outside = "moe_layers_outside_pipeline" if deepseek else "layers_outside_pipeline"
+    parts: dict = {}  # R -> {"pipe": stack, "outside": group}
     tree: dict = {}
     for k, x in flat.items():
         x = np.asarray(x)
         p = k.split("/")
         if p[:3] == ["decoder", "pipeline_module", "layers"]:
-            x = np.moveaxis(x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), 0, 1)
-            p = ["decoder", "layers", *p[3:]]
-        node = tree
-        for c in p:
-            node = node.setdefault(c, {})
-        node["value"] = jnp.asarray(x, jnp.bfloat16)
+            lead = 2 if repeats else 1
+            x = np.moveaxis(x.reshape((int(np.prod(x.shape[:lead])),) + x.shape[lead:]), 0, 1)
+            parts.setdefault("/".join(p[3:]), {})["pipe"] = x
+            continue
+        if p[:2] == ["decoder", outside]:
+            parts.setdefault("/".join(p[2:]), {})["outside"] = x
+            continue
+        _put(tree, p, jnp.asarray(x, jnp.bfloat16))
+    for rest, d in parts.items():
+        order = [d.get("outside"), d["pipe"]] if deepseek else [d["pipe"], d.get("outside")]
+        x = np.concatenate([a for a in order if a is not None], axis=1)
+        _put(tree, ["decoder", group, *rest.split("/")], jnp.asarray(x, jnp.bfloat16))
     path = out / "restacked" / "items"
     ck.save(str(path), tree, force=True)
     return {"rc": 0, "stderr": "", "path": str(path)}
+
+
+def pipelined_params(items: pathlib.Path, out: pathlib.Path) -> str:
+    """The training state's parameters as they are (pipeline stack and all), cast to bfloat16
+    and written by Orbax as a param-only checkpoint: what the pipelined model loads."""
+    import jax.numpy as jnp
+    import orbax.checkpoint as ocp
+    ck = ocp.PyTreeCheckpointer()
+    tree: dict = {}
+    for k, x in _flat(ck.restore(str(items))["params"]["params"]).items():
+        _put(tree, k.split("/"), jnp.asarray(x, jnp.bfloat16))
+    path = out / "pipelined" / "items"
+    ck.save(str(path), tree, force=True)
+    return str(path)
+
+
+# Two rows (the pipelined model's global batch: 1 per device, 2 devices) of fixed token ids.
+FORWARD_TOKENS = [[1, 17, 42, 99, 5, 63, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16],
+                  [3, 4, 5, 6, 70, 71, 72, 73, 100, 101, 102, 103, 2, 1, 0, 127]]
+
+
+def forward_pretrained(family: str, path: str, *extra: str) -> list:
+    """MaxText's own forward pass (Transformer.__call__, training mode, no dropout, no KV
+    cache) of FORWARD_TOKENS through the model from_pretrained builds from the param-only
+    checkpoint at `path` with the family's keys and `extra`: its logits."""
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import linen as nn
+    from flax import nnx
+    from maxtext.utils import model_creation_utils
+    cfg = _config(family, f"load_parameters_path={path}", "weight_dtype=bfloat16", "dtype=float32",
+                  *extra)
+    cfg = model_creation_utils.verify_and_sync_scan_layers(cfg)
+    model, mesh = model_creation_utils.from_pretrained(cfg)
+    tokens = jnp.array(FORWARD_TOKENS, jnp.int32)
+    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
+    # one jitted program: run eagerly, each op is a program of its own, and the 2 host
+    # devices' threads can meet different programs' collectives (XLA's cross_module
+    # rendezvous), which hung or aborted ("only 1 of them arrived") now and then
+    call = nnx.jit(lambda m, t, p, s: m(t, p, decoder_segment_ids=s, enable_dropout=False))
+    with mesh, nn.partitioning.axis_rules(cfg.logical_axis_rules):
+        out = call(model, tokens, positions, jnp.ones_like(tokens))
+    return np.asarray(out[0] if isinstance(out, tuple) else out, np.float32).tolist()
+
+
+def pipeline_forward(family: str, items: pathlib.Path, work: pathlib.Path, unrolled: str) -> dict:
+    """The pipelined model itself as the oracle of the layer order: MaxText's forward pass
+    through the pipelined model (pipeline.py runs the stack, nnx_decoders.py the groups outside
+    it, on the 2 devices it was trained on) from the trained parameters as they are, and
+    through the unpipelined, unscanned model from unroll's output; and, as the control that
+    the comparison can fail, from a copy of unroll's output with the first and last layers of
+    the pipelined group swapped."""
+    import orbax.checkpoint as ocp
+    facts = {"pipelined": forward_pretrained(family, pipelined_params(items, work),
+                                          *PARALLEL[family][0]),
+             "unrolled": forward_pretrained(family, unrolled)}
+    ck = ocp.PyTreeCheckpointer()
+    tree = ck.restore(unrolled)
+    x = "moe_layers" if family.startswith("deepseek") else "layers"
+    d = tree["decoder"]
+    last = max(int(k.rsplit("_", 1)[1]) for k in d if re.fullmatch(x + r"_\d+", k))
+    d[f"{x}_0"], d[f"{x}_{last}"] = d[f"{x}_{last}"], d[f"{x}_0"]
+    step = work / "swapped" / "checkpoints" / "0"
+    ck.save(str(step / "items"), tree, force=True)
+    shutil.copyfile(pathlib.Path(unrolled).parent / "_CHECKPOINT_METADATA",
+                    step / "_CHECKPOINT_METADATA")
+    facts["swapped"] = forward_pretrained(family, str(step / "items"))
+    facts["swapped_layers"] = [f"{x}_0", f"{x}_{last}"]
+    facts["verify_swapped"] = run_verify(family, items, str(step / "items"))
+    # and one without the last layer (the others back in place)
+    d[f"{x}_0"] = d.pop(f"{x}_{last}")
+    ck.save(str(work / "missing" / "items"), tree, force=True)
+    facts["verify_missing"] = run_verify(family, items, str(work / "missing" / "items"))
+    return facts
+
+
+def run_verify(family: str, items: pathlib.Path, out: str) -> dict:
+    p = subprocess.run([os.environ["UNROLL_BIN"], "verify", str(items), out, BASE_YML,
+                        *ALL[family], *PARALLEL.get(family, ([], 1))[0]],
+                       capture_output=True, text=True)
+    # the report's first issues (in output-leaf order) and its summary line
+    return {"rc": p.returncode, "stdout": p.stdout[:3000] + p.stdout[-300:],
+            "stderr": p.stderr[-2000:]}
+
+
+def _put(tree: dict, p: list, value) -> None:
+    node = tree
+    for c in p:
+        node = node.setdefault(c, {})
+    node["value"] = value
 
 
 def mesh_axes_used(items: pathlib.Path) -> dict:
@@ -807,6 +940,13 @@ def mtp_subtree(tree: dict) -> dict:
     return out
 
 
+def trained_params(items: pathlib.Path) -> dict:
+    """{path: shape} of the training state's parameters (params/params)."""
+    import orbax.checkpoint as ocp
+    meta = ocp.PyTreeCheckpointer().metadata(str(items)).item_metadata.tree
+    return {k: list(v.shape) for k, v in _flat(meta["params"]["params"]).items()}
+
+
 def trained_mtp(items: pathlib.Path) -> dict:
     """{path: shape} of the training state's MTP block (params/params/mtp_block)."""
     import orbax.checkpoint as ocp
@@ -878,7 +1018,7 @@ def main() -> None:
     if devices > 1:
         # read when JAX first starts its backend (nothing has yet): restoring the training state
         # needs the devices it was saved from; the decodes then run fsdp over them alike
-        os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+        os.environ["XLA_FLAGS"] = host_devices_flags(devices)
     facts: dict = {"family": family, "maxtext": maxtext.__version__}
     if family in UNTRAINABLE:
         facts["train_attempt"] = train_attempt(family)
@@ -892,16 +1032,15 @@ def main() -> None:
     facts["train"] = str(items)
     facts["trained_aux"] = trained_aux(items)
     facts["mesh_axes_used"] = mesh_axes_used(items)
+    if family in PIPELINE:
+        facts["trained_tree"] = trained_params(items)
     facts["unrolled"] = run_unroll(family, items, work, "unrolled", "force_unroll=true")
-    if family == "pipeline":
+    if family in PIPELINE:
         facts["scanned"] = restack_pipeline(family, items, work)
     else:
         facts["scanned"] = run_unroll(family, items, work, "scanned", "force_unroll=false")
     if facts["unrolled"]["rc"] == 0:
-        p = subprocess.run([os.environ["UNROLL_BIN"], "verify", str(items), facts["unrolled"]["path"],
-                            BASE_YML, *ALL[family], *PARALLEL.get(family, ([], 1))[0]],
-                           capture_output=True, text=True)
-        facts["verify"] = {"rc": p.returncode, "stdout": p.stdout[-3000:], "stderr": p.stderr[-2000:]}
+        facts["verify"] = run_verify(family, items, facts["unrolled"]["path"])
     if facts["unrolled"]["rc"] == 0 and family in MAXTEXT_OUTCOME and family not in UNTRAINABLE:
         facts["maxtext"] = maxtext_facts(family, items, facts["unrolled"]["path"])
     facts["model_tree"] = model_tree(family)
@@ -939,6 +1078,8 @@ def main() -> None:
             facts["decode_scanned"] = decode(family, facts["scanned"]["path"], True, *main_only)
     if family in MULTIMODAL and facts["unrolled"]["rc"] == 0 and facts["scanned"]["rc"] == 0:
         facts["decode_image"] = image_decodes(family, facts["unrolled"]["path"], facts["scanned"]["path"])
+    if family in PIPELINE and facts["unrolled"]["rc"] == 0:
+        facts["pipeline_forward"] = pipeline_forward(family, items, work, facts["unrolled"]["path"])
     facts["variants"] = {}
     for name, keys in VARIANTS.get(family, {}).items():
         v = run_unroll(family, items, work, name, "force_unroll=true", *keys)

@@ -98,7 +98,7 @@ def test_family(family, tmp_path_factory):
     # the output says it is unscanned where MaxText reads it back (its scanned param-only
     # output, scanned), and MaxText's decode, given no scan_layers flag, took it from there
     assert f["unrolled_metadata"] == {"scan_layers": False}
-    if family != "pipeline":  # there the reference is the test's own restacked tree
+    if family not in driver.PIPELINE:  # there the reference is the test's own restacked tree
         assert f["scanned_metadata"] == {"scan_layers": True}
     if family in driver.UNTRAINABLE:
         _check_untrainable(family, f)
@@ -111,8 +111,9 @@ def test_family(family, tmp_path_factory):
     assert np.all(np.isfinite(a))
     np.testing.assert_allclose(a, b, rtol=0, atol=LOGITS_ATOL)
     # the parallel runs really are: arrays sharded over the mesh axes they name
-    if family == "pipeline":
+    if family in driver.PIPELINE:
         assert f["mesh_axes_used"].get("stage", 0) > 0, f["mesh_axes_used"]
+        _check_pipeline_groups(family, f)
     if family == "fsdp-tensor":
         assert f["mesh_axes_used"].get("fsdp", 0) > 0 and f["mesh_axes_used"].get("tensor", 0) > 0, \
             f["mesh_axes_used"]
@@ -135,6 +136,45 @@ def test_family(family, tmp_path_factory):
         assert v["maxtext"]["storage"] == v["storage"]
         assert v["maxtext"]["differences"] == {}
         assert v["maxtext"]["leaves_compared"] == len(model)
+
+
+# Each pipeline family's training state as MaxText 0.2.5 writes it: the leading axes of the
+# stack decoder/pipeline_module ([repeats, stages], or [stages] for one repeat) and the other
+# scanned groups with their layer counts (param_scan_axis 1).
+PIPELINE_STACK = {"pipeline": [2, 2], "pipeline-remainder": [2, 2], "deepseek-pipeline": [2]}
+PIPELINE_GROUPS = {"pipeline": {},
+                   "pipeline-remainder": {"layers_outside_pipeline": 2},
+                   "deepseek-pipeline": {"dense_layers": 1, "moe_layers_outside_pipeline": 2}}
+
+
+def _check_pipeline_groups(family: str, f: dict) -> None:
+    """The state really holds the layout the family names: a pipeline stack and, for the
+    remainder families, the groups outside it (so that the decodes above exercise them); and
+    the pipelined model's own forward pass gives the logits of the unscanned model from unroll's
+    output, where a copy of that output with two layers swapped does not (driver.
+    pipeline_forward)."""
+    groups: dict = {}
+    for k, v in f["trained_tree"].items():
+        p = k.split("/")
+        if p[0] == "decoder" and len(p) > 2:
+            if p[1] == "pipeline_module":
+                groups.setdefault(p[1], set()).add(tuple(v[:len(PIPELINE_STACK[family])]))
+            elif p[1] not in ("decoder_norm", "logits_dense"):
+                groups.setdefault(p[1], set()).add(v[1])
+    assert groups.pop("pipeline_module") == {tuple(PIPELINE_STACK[family])}
+    assert groups == {g: {n} for g, n in PIPELINE_GROUPS[family].items()}, groups
+    fw = f["pipeline_forward"]
+    pipelined, unrolled = np.asarray(fw["pipelined"]), np.asarray(fw["unrolled"])
+    assert pipelined.shape == (2, 16, 128) and np.all(np.isfinite(pipelined))
+    np.testing.assert_allclose(unrolled, pipelined, rtol=0, atol=LOGITS_ATOL)
+    assert np.abs(np.asarray(fw["swapped"]) - pipelined).max() > 100 * LOGITS_ATOL, \
+        f"swapping {fw['swapped_layers']} does not change the logits: the check cannot fail"
+    # unroll verify, the planner's oracle, catches the swap and a missing layer (exit 6), and
+    # names them in the output's own names
+    first, last = fw["swapped_layers"]
+    vs, vm = fw["verify_swapped"], fw["verify_missing"]
+    assert vs["rc"] == 6 and f"mismatch: leaf 'decoder/{first}/" in vs["stdout"], vs
+    assert vm["rc"] == 6 and f"missing: leaf 'decoder/{last}/" in vm["stdout"], vm
 
 
 def _check_untrainable(family: str, f: dict) -> None:
@@ -325,6 +365,10 @@ def test_maxtext_converter(family, tmp_path_factory):
 # and the groups of its output that are NaN throughout (the slices past the stacked blocks).
 MAXTEXT_ERRORS = {
     "pipeline": "ValueError: Missing layers in NNX state.model.decoder or state_mesh_shardings.",
+    "pipeline-remainder": "ValueError: Missing layers in NNX state.model.decoder or "
+                          "state_mesh_shardings.",
+    "deepseek-pipeline": "ValueError: Missing moe_layers in NNX state.model.decoder or "
+                         "state_mesh_shardings.",
     "gemma4": "ValueError: Missing layers in NNX state.model.decoder or state_mesh_shardings.",
     "deepseek4": "ValueError: Missing layers in NNX state.model.decoder or state_mesh_shardings.",
 }

@@ -54,11 +54,15 @@ static void test_family__pipeline_first_when_unrolled(void **state)
     /* not unrolled: the stacks are copied, the decoder_block family applies */
     s.force_unroll = 0;
     assert_ptr_equal(ur_family_find(&s), &ur_family_plain);
-    /* only the plain family is pipelined */
+    /* only the plain family and DeepSeek are pipelined */
     s = settings("gemma3", 1);
     assert_int_equal(ur_family_find_block(&s)->pipelinable, 0);
     s = settings("llama2", 1);
     assert_int_equal(ur_family_find_block(&s)->pipelinable, 1);
+    s = settings("deepseek", 1);
+    assert_int_equal(ur_family_find_block(&s)->pipelinable, 1);
+    s.ici_pipeline_parallelism = 2;
+    assert_ptr_equal(ur_family_find(&s), &ur_family_pipeline);
 }
 
 int main(void)

@@ -409,6 +409,25 @@ static void test_plan__nnx_aux_nested_refused(void **state)
         NULL);
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EUNSUPPORTED);
     assert_non_null(strstr(err.msg, "scanned_blocks/local_layers/gate/bias"));
+
+    /* pipelined DeepSeek's router bias (routed_bias=true), outside the stack as in it */
+    s.decoder_block = "deepseek";
+    s.num_decoder_layers = 3;
+    s.first_num_dense_layers = 1;
+    s.ici_pipeline_parallelism = 2;
+    s.dcn_pipeline_parallelism = 1;
+    s.num_layers_per_pipeline_stage = 1;
+    s.num_pipeline_repeats = -1;
+    s.pipeline_parallel_layers = -1;
+    ts.n = 0;
+    add(&ts, "params/params/decoder/dense_layers/mlp/wi", UR_DT_FLOAT32, "6,1,16", NULL);
+    add(&ts, "params/params/decoder/pipeline_module/layers/mlp/wi", UR_DT_FLOAT32, "2,6,16", NULL);
+    add(&ts, "opt_state/0/count", UR_DT_INT32, "", NULL);
+    add(&ts,
+        "nnx_aux/model/decoder/pipeline_module/layers/DeepSeekMoeBlock_0/MoeBlock_0/gate/bias",
+        UR_DT_FLOAT32, "2,4", NULL);
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "pipeline_module/layers/DeepSeekMoeBlock_0/MoeBlock_0/gate"));
 }
 
 static void nnx_legacy(tset *ts)
@@ -1010,6 +1029,64 @@ static void test_plan__pipeline_stacks(void **state)
     ur_plan_free(plan);
 }
 
+/* Pipelined DeepSeek (nnx_decoders.py _init_pipeline_deepseek): dense_layers, then the first
+ * MoE layers in moe_layers_outside_pipeline, both before the stack of the last MoE layers. */
+static void test_plan__pipeline_deepseek(void **state)
+{
+    char want[4][64];
+    const char *w[4];
+    tset ts;
+    ur_settings s = base_settings();
+    ur_plan *plan;
+    (void)state;
+    for (int k = 0; k < 4; k++) {
+        w[k] = want[k];
+    }
+    /* 1 dense + 6 MoE layers; 4 pipelined (S=2, R=2): MoE layers 2..5 <- (r * 2 + s) + 2 */
+    s.decoder_block = "deepseek";
+    s.num_decoder_layers = 7;
+    s.first_num_dense_layers = 1;
+    s.ici_pipeline_parallelism = 2;
+    s.dcn_pipeline_parallelism = 1;
+    s.num_layers_per_pipeline_stage = 1;
+    s.num_pipeline_repeats = -1;
+    s.pipeline_parallel_layers = 4;
+    ts.n = 0;
+    add(&ts, "params/params/decoder/pipeline_module/layers/mlp/wi_0/kernel", UR_DT_FLOAT32,
+        "2,2,6,16", NULL);
+    add(&ts, "params/params/decoder/moe_layers_outside_pipeline/mlp/wi_0/kernel", UR_DT_FLOAT32,
+        "6,2,16", NULL);
+    add(&ts, "params/params/decoder/dense_layers/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,1,16", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_axes(plan, 0, 2, 0, 1, 0);
+    for (int k = 0; k < 4; k++) {
+        snprintf(want[k], sizeof want[k], "decoder/moe_layers_%d/mlp/wi_0/kernel/value", 2 + k);
+    }
+    expect_out(plan, 0, w, 4);
+    assert_int_equal(plan->actions[1].axis, 1);
+    for (int k = 0; k < 2; k++) {
+        snprintf(want[k], sizeof want[k], "decoder/moe_layers_%d/mlp/wi_0/kernel/value", k);
+    }
+    expect_out(plan, 1, w, 2);
+    snprintf(want[0], sizeof want[0], "decoder/dense_layers_0/mlp/wi_0/kernel/value");
+    expect_out(plan, 2, w, 1);
+    ur_plan_free(plan);
+
+    /* pipeline_parallel_layers -1: every MoE layer (types.py), none outside */
+    s.num_decoder_layers = 5;
+    s.pipeline_parallel_layers = -1;
+    ts.n = 0;
+    add(&ts, "params/params/decoder/pipeline_module/layers/mlp/wi_0/kernel", UR_DT_FLOAT32,
+        "2,2,6,16", NULL);
+    add(&ts, "params/params/decoder/dense_layers/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,1,16", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    for (int k = 0; k < 4; k++) {
+        snprintf(want[k], sizeof want[k], "decoder/moe_layers_%d/mlp/wi_0/kernel/value", k);
+    }
+    expect_out(plan, 0, w, 4);
+    ur_plan_free(plan);
+}
+
 static void test_plan__pipeline_errors(void **state)
 {
     tset ts;
@@ -1043,9 +1120,15 @@ static void test_plan__pipeline_errors(void **state)
     s.scan_layers_per_stage = 1;
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "scanned_layers"));
-    /* pipelined deepseek / gemma4 are refused */
+    /* DeepSeek pipelines only its MoE layers; a pipelined gemma4 is refused */
     s.decoder_block = "deepseek";
-    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EUNSUPPORTED);
+    s.num_pipeline_repeats = -1;
+    s.num_layers_per_pipeline_stage = 1;
+    s.scan_layers_per_stage = 0;
+    s.first_num_dense_layers = 1;
+    s.pipeline_parallel_layers = 4;
+    assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "MoE layers"));
     s.decoder_block = "gemma4";
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EUNSUPPORTED);
 }
@@ -1454,6 +1537,7 @@ int main(void)
         cmocka_unit_test(test_plan__vision_encoder_copied),
         cmocka_unit_test(test_plan__deepseek4_hash_layers_and_blocks),
         cmocka_unit_test(test_plan__pipeline_stacks),
+        cmocka_unit_test(test_plan__pipeline_deepseek),
         cmocka_unit_test(test_plan__pipeline_errors),
         cmocka_unit_test(test_plan__gemma4_nested_blocks),
         cmocka_unit_test(test_plan__mtp_layer),

@@ -411,6 +411,42 @@ static void test_verify_family__pipeline_repeats_and_outside(void **state)
     stop(&f);
 }
 
+/* DeepSeek pipelined: dense_layers (a plain group, whatever the stack holds under the same
+ * name), moe_layers_outside_pipeline for MoE layers 0..1, then the [stages 2, ...] stack for
+ * MoE layers 2..3 */
+static void test_verify_family__pipeline_deepseek(void **state)
+{
+    static fixture f;
+    vpair p;
+    char name[96];
+    (void)state;
+    memset(&f, 0, sizeof f);
+    add(&f.in, "params/params/decoder/dense_layers/mlp/k", "8,1,16");
+    add(&f.in, "params/params/decoder/moe_layers_outside_pipeline/mlp/k", "8,2,16");
+    add(&f.in, "params/params/decoder/pipeline_module/layers/mlp/k", "2,8,16");
+    add(&f.out, "params/params/decoder/dense_layers_0/mlp/k", "8,16");
+    for (int g = 0; g < 4; g++) {
+        snprintf(name, sizeof name, "params/params/decoder/moe_layers_%d/mlp/k", g);
+        add(&f.out, name, "8,16");
+    }
+    start(&f);
+    p = pair_of(&f, "decoder/dense_layers_0/mlp/k");
+    assert_int_equal(p.kind, VPAIR_LAYER);
+    expect_src(&p, "decoder/dense_layers/mlp/k");
+    /* MoE layer 1 = outside layer 1 (outside layers run first) */
+    p = pair_of(&f, "decoder/moe_layers_1/mlp/k");
+    expect_slices(&p, "decoder/moe_layers_outside_pipeline/mlp/k", 1, (int[]){1}, (int64_t[]){1},
+                  1, 2);
+    assert_int_equal(layer_of(p.src, 1), 1);
+    assert_string_equal(p.src->pname, "moe_layers");
+    /* MoE layer 3 = stage 1 of the stack, the stack's layers from output index 2 */
+    p = pair_of(&f, "decoder/moe_layers_3/mlp/k");
+    expect_slices(&p, "decoder/pipeline_module/layers/mlp/k", 1, (int[]){0}, (int64_t[]){1}, 1, 2);
+    assert_int_equal(layer_of(p.src, 1), 3);
+    assert_string_equal(p.src->pname, "moe_layers");
+    stop(&f);
+}
+
 /* pipeline with scan_layers_per_stage: [stages 3, ..., layers_per_stage 2 at param_scan_axis] */
 static void test_verify_family__pipeline_scanned_stage(void **state)
 {
@@ -596,6 +632,7 @@ int main(void)
         cmocka_unit_test(test_verify_family__qwen3_next_nested_remainder),
         cmocka_unit_test(test_verify_family__pipeline_repeats_and_outside),
         cmocka_unit_test(test_verify_family__pipeline_scanned_stage),
+        cmocka_unit_test(test_verify_family__pipeline_deepseek),
         cmocka_unit_test(test_verify_family__mtp_layer),
         cmocka_unit_test(test_verify_family__deepseek_engram),
         cmocka_unit_test(test_verify_family__issues_kept_in_leaf_order),
