@@ -359,7 +359,7 @@ static int run_all(const scenario *sc, int faulty, unsigned at, int once, unsign
 
 static unsigned checked_runs;
 
-/* Every operation in the native run (ctest); every 5th under AddressSanitizer (its pass runs
+/* Every operation in the native run (ctest); every 13th under AddressSanitizer (its pass runs
  * the whole suite again, ~3x slower), every 97th under valgrind (~50x). */
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1
@@ -389,7 +389,7 @@ static int wanted(const scenario *sc, int j, unsigned k, int once)
 static void fail_every_operation(const scenario *sc)
 {
     unsigned ops[MAX_PROCS] = {0};
-    unsigned stride = ur_test_under_valgrind() ? 97 : UNDER_ASAN ? 5 : 1;
+    unsigned stride = ur_test_under_valgrind() ? 97 : UNDER_ASAN ? 13 : 1;
     snapshot ref;
 
     marker = sc->lora ? CKDIR "base/0/commit_success.txt" : CKDIR "0/commit_success.txt";
