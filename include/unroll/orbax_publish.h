@@ -33,7 +33,8 @@
  *     either the earlier one or the new, complete one. With several units (LoRA), a failure
  *     or a cancellation while they are being moved puts back every unit already moved, so
  *     the destination holds all the earlier units or all the new ones. Only a crash or a
- *     SIGKILL in the middle of those few renames can leave a mix.
+ *     SIGKILL in the middle of those few renames can leave a mix. C itself, when missing, is
+ *     made just before the first rename: a kill between the two leaves C empty (no step).
  *   - The earlier units end up inside the staging directory, which is then removed. */
 #ifndef UNROLL_ORBAX_PUBLISH_H
 #define UNROLL_ORBAX_PUBLISH_H
