@@ -540,17 +540,19 @@ int ur_plan_multi_run(ur_run_report *rep, const ur_run_opts *o, const ur_setting
     if (rc == UR_OK && ur_orbax_share_published(sh)) {
         note(o, "%s/0 is already published by this run: nothing to do", s->checkpoint_dir);
         ur_orbax_publish_tidy(s->checkpoint_dir, (const char *const[]){"0"}, 1, inputs, n_inputs);
-    } else if (rc == UR_OK && ur_orbax_share_is_done(sh, index)) {
+        goto out;
+    }
+    if (rc == UR_OK && ur_orbax_share_is_done(sh, index)) {
         note(o, "share %d of %d is already complete: not redone", index, count);
     } else if (rc == UR_OK) {
         char line[260];
         rc = run_my_share(sh, (const char *)text.data, rep, o, s, in_path, kind, NULL, NULL, line,
                           sizeof line, err);
     }
-    if (rc == UR_OK && !ur_orbax_share_published(sh)) {
+    if (rc == UR_OK) {
         rc = ur_orbax_share_finish(sh, o->cancel, &published, &missing, &to, err);
     }
-    if (rc == UR_OK && !ur_orbax_share_published(sh)) {
+    if (rc == UR_OK) {
         if (published) {
             note(o, "every share complete: merged and wrote %s/0", to);
             rep->dest = to;
@@ -563,6 +565,7 @@ int ur_plan_multi_run(ur_run_report *rep, const ur_run_opts *o, const ur_setting
             note(o, "every share complete; another process is publishing");
         }
     }
+out:
     ur_free(to);
     ur_orbax_share_close(sh);
     ur_buf_dispose(&text);

@@ -161,11 +161,10 @@ static const char *marker = CKDIR "0/commit_success.txt";
 
 static int is_committed(void)
 {
-    snapshot now;
-    int found;
-    take_snapshot(&now);
-    found = lookup(&now, marker) != NULL;
-    snapshot_dispose(&now);
+    ur_kvstore *kv = open_dest();
+    uint64_t size;
+    int found = ur_kvstore_size(kv, marker, &size, NULL) == UR_OK;
+    close_dest(kv);
     return found;
 }
 
