@@ -42,21 +42,33 @@ vg=(valgrind -q --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,
     --errors-for-leak-kinds=definite,indirect,possible --track-origins=yes)
 # tests that size their work for a native run take a smaller case under valgrind
 export UNROLL_UNDER_VALGRIND=1
-n=0
-while IFS= read -r exe; do
+# One valgrind per core: each executable's report goes to its own file, printed on failure.
+vg_one() {
+  local exe=$1 name args=() log
   name=$(basename "$exe")
-  args=()
   if [[ $name == fuzz_replay_* ]]; then
     args=("$root/tests/fuzz/corpora/${name#fuzz_replay_}")
   fi
-  n=$((n + 1))
-  if ! (cd "$(dirname "$exe")" && "${vg[@]}" "$exe" "${args[@]}" >/tmp/unroll-vg.$$ 2>&1); then
+  log=$(mktemp "${TMPDIR:-/tmp}/unroll-vg.XXXXXX")
+  if ! (cd "$(dirname "$exe")" && "${vg[@]}" "$exe" "${args[@]}" >"$log" 2>&1); then
     echo "valgrind: $name FAILED"
-    tail -40 /tmp/unroll-vg.$$
-    status=1
+    tail -40 "$log"
+    rm -f "$log"
+    return 1
   fi
-done < <(find "$build/tests" -type f -perm -u+x \( -name 'test_*' -o -name 'fuzz_replay_*' \) | sort)
-rm -f /tmp/unroll-vg.$$
+  rm -f "$log"
+}
+export -f vg_one
+export root
+vg_list=$(find "$build/tests" -type f -perm -u+x \( -name 'test_*' -o -name 'fuzz_replay_*' \) | sort)
+n=$(printf '%s\n' "$vg_list" | grep -c . || true)
+# vg is an array: hand it to the children as one quoted string
+VG_CMD=$(printf '%q ' "${vg[@]}")
+export VG_CMD
+if ! printf '%s\n' "$vg_list" | grep . |
+  xargs -d '\n' -P "$(nproc)" -n 1 bash -c 'eval "vg=($VG_CMD)"; vg_one "$1"' vg_one; then
+  status=1
+fi
 echo "== sanitize: valgrind ran $n executables"
 [ "$n" -gt 0 ] || status=1
 exit $status
