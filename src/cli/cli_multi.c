@@ -233,6 +233,15 @@ static void merge_usage(FILE *f)
           f);
 }
 
+/* 1 when the store at `location` has the directory protocol (unroll/orbax_share.h), which
+ * publishes by rename and keeps a claim alive with a lock; else the object-store one
+ * (unroll/orbax_share_remote.h), which needs neither. */
+static int by_rename_and_lock(const char *location)
+{
+    const unsigned need = UR_KV_CAN_RENAME | UR_KV_CAN_LOCK;
+    return (ur_kvstore_location_caps(location) & need) == need;
+}
+
 int cli_cmd_merge(int argc, char **argv)
 {
     const char *dir = NULL;
@@ -264,7 +273,7 @@ int cli_cmd_merge(int argc, char **argv)
     signal(SIGINT, on_merge_signal);
     signal(SIGTERM, on_merge_signal);
     signal(SIGHUP, on_merge_signal);
-    remote = ur_kvstore_location_is_remote(dir);
+    remote = !by_rename_and_lock(dir);
     if (ocdbt) {
         rc = merge_ocdbt_only(dir, &err);
     } else if (remote) { /* a run into an object store: unroll/orbax_share_remote.h */
@@ -295,7 +304,7 @@ int cli_multi_show_status(const char *path)
     ur_err err;
     int rc, is_staging;
 
-    if (ur_kvstore_location_is_remote(path)) {
+    if (!by_rename_and_lock(path)) {
         int in_store = 0;
         ur_err_clear(&err);
         ur_buf_init(&out, 0);

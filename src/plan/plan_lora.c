@@ -77,7 +77,7 @@ static int list_loras(const char *adapters, char ***ids_out, size_t *n_out, ur_e
     size_t n = 0, cap = 0;
     int rc = UR_OK;
 
-    if (ur_kvstore_location_is_remote(adapters)) {
+    if ((ur_kvstore_location_caps(adapters) & UR_KV_IS_PATH) == 0) {
         id_list l = {0};
         rc = list_loras_remote(adapters, &l, err);
         ids = l.ids;
