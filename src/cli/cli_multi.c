@@ -128,7 +128,7 @@ static int list_process_dirs(const char *dir, char ***names_out, size_t *n_out, 
         return ur_err_set_os(err, UR_EIO, errno, dir, "cannot open directory");
     }
     while ((e = readdir(d)) != NULL) {
-        char *end;
+        char *end, **nn;
         long i;
         if (strncmp(e->d_name, "ocdbt.process_", 14) != 0) {
             continue;
@@ -138,15 +138,12 @@ static int list_process_dirs(const char *dir, char ***names_out, size_t *n_out, 
         if (errno != 0 || *end != '\0' || end == e->d_name + 14 || i < 0) {
             continue;
         }
-        if (n == cap) {
-            char **nn = ur_realloc(names, (cap ? cap * 2 : 16) * sizeof *nn);
-            if (nn == NULL) {
-                rc = ur_err_oom(err);
-                break;
-            }
-            names = nn;
-            cap = cap ? cap * 2 : 16;
+        nn = ur_grow(names, &cap, n, sizeof *nn, 16);
+        if (nn == NULL) {
+            rc = ur_err_oom(err);
+            break;
         }
+        names = nn;
         names[n] = ur_strdup(e->d_name);
         if (names[n] == NULL) {
             rc = ur_err_oom(err);

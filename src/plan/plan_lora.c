@@ -23,15 +23,11 @@ typedef struct {
 
 static int add_id(id_list *l, const char *id, size_t len)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 8;
-        char **p = ur_realloc(l->ids, cap * sizeof *p);
-        if (p == NULL) {
-            return UR_ENOMEM;
-        }
-        l->ids = p;
-        l->cap = cap;
+    char **p = ur_grow(l->ids, &l->cap, l->n, sizeof *p, 8);
+    if (p == NULL) {
+        return UR_ENOMEM;
     }
+    l->ids = p;
     l->ids[l->n] = ur_strndup(id, len);
     if (l->ids[l->n] == NULL) {
         return UR_ENOMEM;
@@ -73,7 +69,7 @@ static int list_loras(const char *adapters, char ***ids_out, size_t *n_out, ur_e
 {
     DIR *d;
     struct dirent *e;
-    char **ids = NULL;
+    char **ids = NULL, **p;
     size_t n = 0, cap = 0;
     int rc = UR_OK;
 
@@ -101,15 +97,12 @@ static int list_loras(const char *adapters, char ***ids_out, size_t *n_out, ur_e
         if (!has) {
             continue;
         }
-        if (n == cap) {
-            char **p = ur_realloc(ids, (cap ? cap * 2 : 8) * sizeof *p);
-            if (p == NULL) {
-                rc = ur_err_oom(err);
-                break;
-            }
-            ids = p;
-            cap = cap ? cap * 2 : 8;
+        p = ur_grow(ids, &cap, n, sizeof *p, 8);
+        if (p == NULL) {
+            rc = ur_err_oom(err);
+            break;
         }
+        ids = p;
         ids[n] = ur_strdup(e->d_name);
         if (ids[n] == NULL) {
             rc = ur_err_oom(err);
