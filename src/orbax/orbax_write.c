@@ -1033,7 +1033,6 @@ int ur_orbax_writer_commit(ur_orbax_writer *w, ur_err *err)
 {
     ur_buf b;
     ur_buf_init(&b, 0);
-    char *parent = NULL;
     int rc = UR_OK;
     for (size_t i = 0; i < w->n_arrays; i++) {
         ur_zarr_array_close(w->arrays[i]);
@@ -1085,19 +1084,8 @@ int ur_orbax_writer_commit(ur_orbax_writer *w, ur_err *err)
     ur_kvstore_close(w->item_kv);
     ur_kvstore_close(w->step_kv);
     w->item_kv = w->step_kv = NULL;
-    if (rename(w->tmp_dir, w->final_dir) != 0) {
-        rc = ur_err_set_os(err, UR_EIO, errno, w->final_dir, "cannot rename %s into place",
-                           w->tmp_dir);
-        goto out;
-    }
-    parent = ur_path_join(w->final_dir, "..");
-    if (parent == NULL) {
-        rc = ur_err_oom(err);
-        goto out;
-    }
-    rc = ur_fs_fsync_dir(parent, err);
+    rc = ur_fs_rename_into_place(w->tmp_dir, w->final_dir, err);
 out:
-    ur_free(parent);
     ur_buf_dispose(&b);
     if (rc < 0) {
         ur_orbax_writer_abort(w);
