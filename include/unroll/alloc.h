@@ -15,6 +15,10 @@ void ur_free(void *p);
  * elements the first time) and *cap updated. NULL when out of memory or when the size would
  * overflow; items and *cap are then unchanged (the caller still owns items). */
 void *ur_grow(void *items, size_t *cap, size_t n, size_t size, size_t first);
+/* As ur_grow, with room for `need` elements: items itself while need <= *cap, else the array
+ * moved into exactly `need` elements (scratch sized for the largest use so far) and *cap
+ * updated. NULL when out of memory or when the size would overflow (items, *cap unchanged). */
+void *ur_grow_to(void *items, size_t *cap, size_t need, size_t size);
 /* Copy of a NUL-terminated string, or NULL when out of memory. */
 char *ur_strdup(const char *s);
 /* Copy of the first n bytes of s plus a NUL, or NULL when out of memory. */

@@ -109,6 +109,15 @@ int ur_fs_mkdirs(const char *path, ur_err *err);
 int ur_fs_mkdirs_under(const char *root, const char *path, ur_err *err);
 /* fsync a directory so a rename or create inside it is durable. */
 int ur_fs_fsync_dir(const char *path, ur_err *err);
+/* rename(from, to), then fsync of to's parent directory, so the new name is durable (the
+ * publication of a finished directory). UR_EIO naming `to` when the rename fails. */
+int ur_fs_rename_into_place(const char *from, const char *to, ur_err *err);
+/* Called with the name of each entry of a directory but "." and "..", in readdir's order. A
+ * nonzero return stops the listing and is returned by ur_fs_list_names. */
+typedef int (*ur_fs_name_fn)(void *ctx, const char *name);
+/* One level of the directory `path`, for callers that walk a local directory by name. When it
+ * cannot be opened: UR_ENOTFOUND (not there) or UR_EIO, naming path, "cannot open <what>". */
+int ur_fs_list_names(const char *path, const char *what, ur_fs_name_fn fn, void *ctx, ur_err *err);
 /* A new private directory $TMPDIR/<stem>.XXXXXX (/tmp without TMPDIR), for a run's local
  * scratch; *out is ur_free'd by the caller (after ur_fs_remove_tree). `what` names it in errors.
  */

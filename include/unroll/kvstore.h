@@ -220,7 +220,29 @@ typedef enum {
  * ("s3://" without a bucket). Returns the kind (>= 0) or a negative code. */
 int ur_kvstore_location_kind(const char *location, ur_err *err);
 
-/* 1 when `location` names an object store (s3:// or gs://), else 0. No validation. */
+/* What the store at a location can do, so that a caller asks for the capability it needs
+ * instead of "is it remote?" (ur_kvstore_location_caps; a column of kvstore_url.c's table). */
+enum {
+    /* A value or a directory moves to another key in one atomic step: a result is published
+     * by rename (unroll/orbax_publish.h), a share's staging directory is renamed away. */
+    UR_KV_CAN_RENAME = 1,
+    /* A lock held by a live process and dropped when it dies (flock): a claim stays alive
+     * while its holder runs, and a rerun can take over a dead one's. */
+    UR_KV_CAN_LOCK = 2,
+    /* The location is a path of this machine's file system: it resolves (realpath), two
+     * locations overlap by path, and its values' versions (mtime, inode) hold here only. */
+    UR_KV_IS_PATH = 4,
+    /* Each operation is a request over the network: more workers keep more in flight. */
+    UR_KV_NETWORK = 8,
+};
+
+/* The UR_KV_* flags of the store `location` names: a local path's file store has RENAME,
+ * LOCK and IS_PATH; s3:// and gs:// NETWORK only; mem:// none; an unknown "scheme://"
+ * (which ur_kvstore_location_kind refuses) none. No validation. */
+unsigned ur_kvstore_location_caps(const char *location);
+
+/* 1 when `location` names a store of the scheme table (s3://, gs://, mem://), else 0. No
+ * validation. Prefer ur_kvstore_location_caps and the capability meant. */
 int ur_kvstore_location_is_remote(const char *location);
 
 /* Open the store at `location` (see above). writable: 1 to write (a directory is created; an

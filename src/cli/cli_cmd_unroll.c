@@ -9,6 +9,7 @@
 #include "cli.h"
 
 #include "unroll/alloc.h"
+#include "unroll/clock.h"
 #include "unroll/orbax_share.h"
 #include "unroll/phase.h"
 #include "unroll/plan_run.h"
@@ -234,7 +235,7 @@ static int parse_args(unroll_args *a, int argc, char **argv)
 /* ---- progress ------------------------------------------------------------------------- */
 
 typedef struct {
-    struct timespec start;
+    double start; /* ur_clock_mono_s() */
     double last;
     const char *what;
 } progress;
@@ -268,13 +269,6 @@ static void print_phases(void)
     fprintf(stderr, "\n");
 }
 
-static double seconds_since(const struct timespec *t0)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) * 1e-9;
-}
-
 /* A rate, and from it an ETA, mean something only once the run has gone on for a while
  * and done a part of the work: the first chunks include opening files and warming caches
  * (an early line read "0.8 MiB/s ETA 5122s"). Until then the line shows bytes only. */
@@ -285,7 +279,7 @@ static double seconds_since(const struct timespec *t0)
 static void begin_progress(void *ctx, const char *what)
 {
     progress *p = ctx;
-    clock_gettime(CLOCK_MONOTONIC, &p->start);
+    p->start = ur_clock_mono_s();
     p->last = -1.0;
     p->what = what;
 }
@@ -293,7 +287,7 @@ static void begin_progress(void *ctx, const char *what)
 static void show_progress(void *ctx, uint64_t done, uint64_t total)
 {
     progress *p = ctx;
-    double t = seconds_since(&p->start);
+    double t = ur_clock_mono_s() - p->start;
     double rate;
     if (t - p->last < 0.2 && done < total) {
         return;
@@ -395,12 +389,11 @@ static int run(const unroll_args *args, ur_err *err)
     ur_run_opts ro;
     ur_run_report rep;
     progress prog;
-    struct timespec t0;
+    double t0 = ur_clock_mono_s();
     int rc;
 
     memset(&ro, 0, sizeof ro);
     memset(&prog, 0, sizeof prog);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     ro.config.config_path = args->config;
     ro.config.overrides = args->overrides;
     ro.config.n_overrides = args->n_overrides;
@@ -431,7 +424,8 @@ static int run(const unroll_args *args, ur_err *err)
                 "%.2f s, %d threads\n",
                 rep.dest, rep.total.tensors_out, rep.total.tensors_in,
                 (double)rep.total.bytes_in / 1073741824.0,
-                (double)rep.total.bytes_out / 1073741824.0, seconds_since(&t0), rep.total.threads);
+                (double)rep.total.bytes_out / 1073741824.0, ur_clock_mono_s() - t0,
+                rep.total.threads);
     }
     if (rc == UR_OK) {
         print_phases();

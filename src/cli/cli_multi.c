@@ -11,7 +11,6 @@
 #include "unroll/orbax_share.h"
 #include "unroll/orbax_share_remote.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -114,48 +113,52 @@ int cli_multi_resolve(int opt_count, int opt_index, int *count, int *index, cons
     return -1;
 }
 
+typedef struct {
+    char **names;
+    size_t n, cap;
+    long max;
+} process_dirs;
+
+/* ur_fs_list_names callback: the names `ocdbt.process_<i>`, the largest i in max. */
+static int collect_process_dir(void *ctx, const char *name)
+{
+    process_dirs *p = ctx;
+    char *end, **nn;
+    long i;
+    if (strncmp(name, "ocdbt.process_", 14) != 0) {
+        return 0;
+    }
+    errno = 0;
+    i = strtol(name + 14, &end, 10);
+    if (errno != 0 || *end != '\0' || end == name + 14 || i < 0) {
+        return 0;
+    }
+    nn = ur_grow(p->names, &p->cap, p->n, sizeof *nn, 16);
+    if (nn == NULL) {
+        return UR_ENOMEM;
+    }
+    p->names = nn;
+    p->names[p->n] = ur_strdup(name);
+    if (p->names[p->n] == NULL) {
+        return UR_ENOMEM;
+    }
+    p->n++;
+    p->max = i > p->max ? i : p->max;
+    return 0;
+}
+
 /* `ocdbt.process_<i>` subdirectories of dir, sorted by i. */
 static int list_process_dirs(const char *dir, char ***names_out, size_t *n_out, ur_err *err)
 {
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    long max = -1;
-    int rc = UR_OK;
+    process_dirs p = {NULL, 0, 0, -1};
+    int rc = ur_fs_list_names(dir, "directory", collect_process_dir, &p, err);
+    char **names = p.names;
+    size_t n = p.n;
+    long max = p.max;
 
-    if (d == NULL) {
-        return ur_err_set_os(err, UR_EIO, errno, dir, "cannot open directory");
+    if (rc == UR_ENOMEM) {
+        rc = ur_err_oom(err);
     }
-    while ((e = readdir(d)) != NULL) {
-        char *end;
-        long i;
-        if (strncmp(e->d_name, "ocdbt.process_", 14) != 0) {
-            continue;
-        }
-        errno = 0;
-        i = strtol(e->d_name + 14, &end, 10);
-        if (errno != 0 || *end != '\0' || end == e->d_name + 14 || i < 0) {
-            continue;
-        }
-        if (n == cap) {
-            char **nn = ur_realloc(names, (cap ? cap * 2 : 16) * sizeof *nn);
-            if (nn == NULL) {
-                rc = ur_err_oom(err);
-                break;
-            }
-            names = nn;
-            cap = cap ? cap * 2 : 16;
-        }
-        names[n] = ur_strdup(e->d_name);
-        if (names[n] == NULL) {
-            rc = ur_err_oom(err);
-            break;
-        }
-        n++;
-        max = i > max ? i : max;
-    }
-    closedir(d);
     /* numeric order */
     for (size_t a = 1; a < n; a++) {
         for (size_t b = a;
@@ -233,6 +236,15 @@ static void merge_usage(FILE *f)
           f);
 }
 
+/* 1 when the store at `location` has the directory protocol (unroll/orbax_share.h), which
+ * publishes by rename and keeps a claim alive with a lock; else the object-store one
+ * (unroll/orbax_share_remote.h), which needs neither. */
+static int by_rename_and_lock(const char *location)
+{
+    const unsigned need = UR_KV_CAN_RENAME | UR_KV_CAN_LOCK;
+    return (ur_kvstore_location_caps(location) & need) == need;
+}
+
 int cli_cmd_merge(int argc, char **argv)
 {
     const char *dir = NULL;
@@ -264,7 +276,7 @@ int cli_cmd_merge(int argc, char **argv)
     signal(SIGINT, on_merge_signal);
     signal(SIGTERM, on_merge_signal);
     signal(SIGHUP, on_merge_signal);
-    remote = ur_kvstore_location_is_remote(dir);
+    remote = !by_rename_and_lock(dir);
     if (ocdbt) {
         rc = merge_ocdbt_only(dir, &err);
     } else if (remote) { /* a run into an object store: unroll/orbax_share_remote.h */
@@ -295,7 +307,7 @@ int cli_multi_show_status(const char *path)
     ur_err err;
     int rc, is_staging;
 
-    if (ur_kvstore_location_is_remote(path)) {
+    if (!by_rename_and_lock(path)) {
         int in_store = 0;
         ur_err_clear(&err);
         ur_buf_init(&out, 0);

@@ -13,14 +13,19 @@
 typedef struct {
     const char *scheme;
     ur_kvstore_loc_kind kind;
+    unsigned caps;                  /* UR_KV_* (unroll/kvstore.h) */
     ur_kvstore_remote_open_fn open; /* NULL: not built into this binary */
 } scheme_entry;
 
+/* A local path (no scheme): the file store, a directory of this machine. */
+#define LOCAL_CAPS (UR_KV_CAN_RENAME | UR_KV_CAN_LOCK | UR_KV_IS_PATH)
+
 static const scheme_entry schemes[] = {
-    {"s3", UR_LOC_S3, ur_kvstore_s3_open},
-    {"gs", UR_LOC_GCS, ur_kvstore_gcs_open},
-    /* an object store in this process's memory (tests: the run protocol's fault injection) */
-    {"mem", UR_LOC_MEM, ur_kvstore_mem_open},
+    {"s3", UR_LOC_S3, UR_KV_NETWORK, ur_kvstore_s3_open},
+    {"gs", UR_LOC_GCS, UR_KV_NETWORK, ur_kvstore_gcs_open},
+    /* an object store in this process's memory (tests: the run protocol's fault injection);
+     * no rename and no lock, as a bucket, so it takes the object-store paths */
+    {"mem", UR_LOC_MEM, 0, ur_kvstore_mem_open},
 };
 
 /* Length of the "scheme" in "scheme://", or 0 when `loc` does not start like a URL. */
@@ -49,6 +54,17 @@ int ur_kvstore_location_is_remote(const char *location)
 {
     size_t n = scheme_len(location);
     return n > 0 && find_scheme(location, n) != NULL;
+}
+
+unsigned ur_kvstore_location_caps(const char *location)
+{
+    size_t n = scheme_len(location);
+    const scheme_entry *e;
+    if (n == 0) {
+        return LOCAL_CAPS;
+    }
+    e = find_scheme(location, n);
+    return e != NULL ? e->caps : 0;
 }
 
 int ur_kvstore_location_kind(const char *location, ur_err *err)

@@ -5,6 +5,7 @@
 
 #include "unroll/alloc.h"
 #include "unroll/buf.h"
+#include "unroll/clock.h"
 #include "unroll/kvstore.h"
 
 #include <errno.h>
@@ -41,9 +42,8 @@ static unsigned long long attempt_number(void)
 {
     unsigned long long n = 0;
     if (getrandom(&n, sizeof n, 0) != (ssize_t)sizeof n) {
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        n = ((unsigned long long)t.tv_sec << 30) ^ (unsigned long long)t.tv_nsec ^
+        int64_t ns = ur_clock_now_ns();
+        n = ((unsigned long long)(ns / 1000000000) << 30) ^ (unsigned long long)(ns % 1000000000) ^
             ((unsigned long long)getpid() << 40);
     }
     return n;
@@ -53,7 +53,7 @@ static unsigned long long attempt_number(void)
 static int claim_text(ur_buf *out, const char *identity, ur_err *err)
 {
     char host[256] = "", when[32] = "?";
-    time_t now = time(NULL);
+    time_t now = ur_clock_now_s();
     struct tm tm;
     (void)gethostname(host, sizeof host - 1);
     if (gmtime_r(&now, &tm) != NULL) {

@@ -983,7 +983,7 @@ static int publish(ur_orbax_share *s, const volatile sig_atomic_t *cancel, char 
     size_t *which = ur_calloc(s->n_units, sizeof *which), n = 0;
     const char *inputs[1] = {s->input};
     /* the overlap rules concern local paths (an object-store input cannot be under C) */
-    size_t n_inputs = ur_kvstore_location_is_remote(s->input) ? 0 : 1;
+    size_t n_inputs = (ur_kvstore_location_caps(s->input) & UR_KV_IS_PATH) != 0 ? 1 : 0;
     ur_orbax_publish *pub = NULL;
     ur_buf j;
     int rc = units != NULL && which != NULL ? UR_OK : ur_err_oom(err);
@@ -1098,7 +1098,7 @@ static int finish(ur_orbax_share *s, const volatile sig_atomic_t *cancel, char *
          * name may be the one remove_staging renames to, the pid of a container's process
          * being the same on every run) */
         ur_orbax_publish_tidy(s->dest, (const char *const *)s->units, s->n_units, inputs,
-                              ur_kvstore_location_is_remote(s->input) ? 0 : 1);
+                              (ur_kvstore_location_caps(s->input) & UR_KV_IS_PATH) != 0 ? 1 : 0);
         remove_staging(s);
         return *published_to != NULL ? UR_OK : ur_err_oom(err);
     }

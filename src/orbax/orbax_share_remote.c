@@ -37,7 +37,7 @@ struct ur_orbax_rshare {
      * (S is its first unit, base/0) and the units below it; n_units 0: the one step S. */
     char *root;
     char **units;
-    size_t n_units;
+    size_t n_units, cap_units;
     char *run_text; /* run.txt's text (NULL: not known) */
     ur_kvstore *kv;
     int count, index;
@@ -710,7 +710,7 @@ static int units_from_run(ur_orbax_rshare *s, const char *text, ur_err *err)
         const char *nl = strchr(p, '\n');
         size_t len = nl != NULL ? (size_t)(nl - p) : strlen(p);
         if (len > 5 && strncmp(p, "unit ", 5) == 0) {
-            char **more = ur_realloc(s->units, (s->n_units + 1) * sizeof *more);
+            char **more = ur_grow(s->units, &s->cap_units, s->n_units, sizeof *more, 4);
             if (more == NULL) {
                 return ur_err_oom(err);
             }
@@ -911,6 +911,7 @@ int ur_orbax_rshare_open_units(ur_orbax_rshare **out, const char *checkpoint_dir
         s->root = root;
         root = NULL;
         s->units = ur_calloc(n_units, sizeof *s->units);
+        s->cap_units = n_units;
         rc = s->units != NULL ? UR_OK : ur_err_oom(err);
         for (size_t k = 0; k < n_units && rc == UR_OK; k++) {
             s->units[k] = ur_strdup(units[k]);
@@ -931,9 +932,10 @@ int ur_orbax_rshare_open_units(ur_orbax_rshare **out, const char *checkpoint_dir
             opened->root = s->root;
             opened->units = s->units;
             opened->n_units = s->n_units;
+            opened->cap_units = s->cap_units;
             s->root = NULL;
             s->units = NULL;
-            s->n_units = 0;
+            s->n_units = s->cap_units = 0;
             *out = opened;
         }
     }

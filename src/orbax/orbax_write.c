@@ -409,15 +409,11 @@ static int add_leaf(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth, 
                       : ur_err_set(err, UR_EINVAL, "leaf %.*s added twice", (int)w->scratch.len,
                                    (const char *)w->scratch.data);
     }
-    if (w->n_leaves == w->cap_leaves) {
-        size_t cap = w->cap_leaves ? w->cap_leaves * 2 : 16;
-        wleaf *nl = ur_realloc(w->leaves, cap * sizeof(*nl));
-        if (nl == NULL) {
-            return ur_err_oom(err);
-        }
-        w->leaves = nl;
-        w->cap_leaves = cap;
+    wleaf *nl = ur_grow(w->leaves, &w->cap_leaves, w->n_leaves, sizeof(*nl), 16);
+    if (nl == NULL) {
+        return ur_err_oom(err);
     }
+    w->leaves = nl;
     wleaf *l = &w->leaves[w->n_leaves];
     memset(l, 0, sizeof(*l));
     l->prefix = prefix;
@@ -445,36 +441,29 @@ static const char *leaf_name(ur_orbax_writer *w, const wleaf *l, ur_err *err)
 
 static int keep_array(ur_orbax_writer *w, ur_zarr_array *arr, ur_err *err)
 {
-    if (w->n_arrays == w->cap_arrays) {
-        size_t cap = w->cap_arrays ? w->cap_arrays * 2 : 16;
-        ur_zarr_array **na = ur_realloc(w->arrays, cap * sizeof(*na));
-        if (na == NULL) {
-            return ur_err_oom(err);
-        }
-        w->arrays = na;
-        w->cap_arrays = cap;
+    ur_zarr_array **na = ur_grow(w->arrays, &w->cap_arrays, w->n_arrays, sizeof(*na), 16);
+    if (na == NULL) {
+        return ur_err_oom(err);
     }
+    w->arrays = na;
     w->arrays[w->n_arrays++] = arr;
     return UR_OK;
 }
 
 int ur_orbax_writer_reserve(ur_orbax_writer *w, size_t n, ur_err *err)
 {
-    size_t cap;
     wleaf *nl;
-    if (n > SIZE_MAX / sizeof(*nl) - w->n_leaves) {
+    if (n > SIZE_MAX - w->n_leaves) {
         return ur_err_oom(err);
     }
-    cap = w->n_leaves + n;
-    if (cap <= w->cap_leaves) {
+    if (w->n_leaves + n <= w->cap_leaves) {
         return UR_OK;
     }
-    nl = ur_realloc(w->leaves, cap * sizeof(*nl));
+    nl = ur_grow_to(w->leaves, &w->cap_leaves, w->n_leaves + n, sizeof(*nl));
     if (nl == NULL) {
-        return ur_err_oom(err);
+        return ur_err_oom(err); /* also when the size overflows */
     }
     w->leaves = nl;
-    w->cap_leaves = cap;
     return UR_OK;
 }
 
@@ -1044,7 +1033,6 @@ int ur_orbax_writer_commit(ur_orbax_writer *w, ur_err *err)
 {
     ur_buf b;
     ur_buf_init(&b, 0);
-    char *parent = NULL;
     int rc = UR_OK;
     for (size_t i = 0; i < w->n_arrays; i++) {
         ur_zarr_array_close(w->arrays[i]);
@@ -1096,19 +1084,8 @@ int ur_orbax_writer_commit(ur_orbax_writer *w, ur_err *err)
     ur_kvstore_close(w->item_kv);
     ur_kvstore_close(w->step_kv);
     w->item_kv = w->step_kv = NULL;
-    if (rename(w->tmp_dir, w->final_dir) != 0) {
-        rc = ur_err_set_os(err, UR_EIO, errno, w->final_dir, "cannot rename %s into place",
-                           w->tmp_dir);
-        goto out;
-    }
-    parent = ur_path_join(w->final_dir, "..");
-    if (parent == NULL) {
-        rc = ur_err_oom(err);
-        goto out;
-    }
-    rc = ur_fs_fsync_dir(parent, err);
+    rc = ur_fs_rename_into_place(w->tmp_dir, w->final_dir, err);
 out:
-    ur_free(parent);
     ur_buf_dispose(&b);
     if (rc < 0) {
         ur_orbax_writer_abort(w);

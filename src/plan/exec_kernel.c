@@ -39,15 +39,15 @@ void ur_kern_describe(const ur_kern_task *t, uint64_t rel, ur_kern_item *it)
 static int ensure_enc(ur_kern_out *o, size_t n, ur_err *err)
 {
     if (n > o->cap_enc) {
-        ur_buf *e = ur_realloc(o->enc, n * sizeof *e);
+        size_t had = o->cap_enc;
+        ur_buf *e = ur_grow_to(o->enc, &o->cap_enc, n, sizeof *e);
         if (e == NULL) {
             return ur_err_oom(err);
         }
-        for (size_t i = o->cap_enc; i < n; i++) {
+        for (size_t i = had; i < n; i++) {
             ur_buf_init(&e[i], 0);
         }
         o->enc = e;
-        o->cap_enc = n;
     }
     for (size_t i = 0; i < n; i++) {
         ur_buf_reset(&o->enc[i]);
@@ -62,24 +62,10 @@ static int ensure_size(ur_buf *b, size_t n, ur_err *err)
     return ur_buf_reserve(b, n, err);
 }
 
-/* `arr` (of *cap elements of `size` bytes) grown to hold at least n: arr itself, a new
- * block (*cap updated), or NULL when out of memory (arr is then untouched) - or when arr is
- * NULL and n is 0. */
-static void *grow(void *arr, size_t *cap, size_t n, size_t size)
-{
-    void *p = arr;
-    if (n > *cap) {
-        p = ur_realloc(arr, n * size);
-        if (p != NULL) {
-            *cap = n;
-        }
-    }
-    return p;
-}
-
 static int ensure_ix(ur_kern_out *o, size_t n, ur_err *err)
 {
-    size_t *ix = grow(o->ix, &o->cap_ix, n, sizeof *ix);
+    /* NULL also when ix is NULL and n is 0 (ur_grow_to gives items back) */
+    size_t *ix = ur_grow_to(o->ix, &o->cap_ix, n, sizeof *ix);
     if (ix == NULL && n > 0) {
         return ur_err_oom(err);
     }
@@ -129,7 +115,7 @@ int ur_kern_fusable(const ur_kern_item *it)
 
 static int ensure_views(ur_kern_worker *wk, size_t n, ur_err *err)
 {
-    ur_tensor_view *v = grow(wk->views, &wk->cap_views, n, sizeof *v);
+    ur_tensor_view *v = ur_grow_to(wk->views, &wk->cap_views, n, sizeof *v);
     if (v == NULL && n > 0) {
         return ur_err_oom(err);
     }

@@ -12,6 +12,7 @@
 #include "plan_yaml.h"
 
 #include "unroll/alloc.h"
+#include "unroll/clock.h"
 #include "unroll/fs.h"
 #include "unroll/plan.h"
 
@@ -972,7 +973,7 @@ static int resolve_settings(ur_config *cfg, const ur_config_opts *opts, const ch
         } else {
             char date[64];
             struct tm tmv;
-            time_t t = opts->now ? (time_t)opts->now : time(NULL);
+            time_t t = opts->now ? (time_t)opts->now : ur_clock_now_s();
             size_t n;
             if (!localtime_r(&t, &tmv)) {
                 return ur_err_set(err, UR_EINTERNAL, "localtime failed");

@@ -129,7 +129,8 @@ int ur_plan_input_ident(ur_buf *out, const char *location, const char *tag, int 
     int rc;
     memset(&l, 0, sizeof l);
     ur_buf_init(&l.lines, 0);
-    l.portable = portable && !ur_kvstore_location_is_remote(location);
+    /* only a path's versions (mtime, inode) differ between machines' copies */
+    l.portable = portable && (ur_kvstore_location_caps(location) & UR_KV_IS_PATH) != 0;
     l.err = err;
     rc = ur_kvstore_open_url(&kv, location, 0, err);
     if (rc == UR_OK) {

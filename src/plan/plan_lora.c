@@ -6,8 +6,6 @@
 #include "unroll/kvstore.h"
 #include "unroll/plan_run.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,19 +17,16 @@ static int cmp_str(const void *a, const void *b)
 typedef struct {
     char **ids;
     size_t n, cap;
+    const char *dir; /* a local listing's directory */
 } id_list;
 
 static int add_id(id_list *l, const char *id, size_t len)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 8;
-        char **p = ur_realloc(l->ids, cap * sizeof *p);
-        if (p == NULL) {
-            return UR_ENOMEM;
-        }
-        l->ids = p;
-        l->cap = cap;
+    char **p = ur_grow(l->ids, &l->cap, l->n, sizeof *p, 8);
+    if (p == NULL) {
+        return UR_ENOMEM;
     }
+    l->ids = p;
     l->ids[l->n] = ur_strndup(id, len);
     if (l->ids[l->n] == NULL) {
         return UR_ENOMEM;
@@ -68,65 +63,44 @@ static int list_loras_remote(const char *adapters, id_list *l, ur_err *err)
     return rc;
 }
 
+/* ur_fs_list_names callback: <id> when `<dir>/<id>/adapter_config.json` is there. */
+static int collect_local_id(void *ctx, const char *name)
+{
+    id_list *l = ctx;
+    char *cfg;
+    int has;
+    if (name[0] == '.') {
+        return 0;
+    }
+    cfg = ur_path_joinf(l->dir, "%s/adapter_config.json", name);
+    has = cfg != NULL && ur_fs_exists(cfg);
+    ur_free(cfg);
+    return has ? add_id(l, name, strlen(name)) : 0;
+}
+
 /* The ids of `<adapters>/<id>/` holding adapter_config.json, sorted. */
 static int list_loras(const char *adapters, char ***ids_out, size_t *n_out, ur_err *err)
 {
-    DIR *d;
-    struct dirent *e;
-    char **ids = NULL;
-    size_t n = 0, cap = 0;
-    int rc = UR_OK;
+    id_list l = {0};
+    int rc;
 
-    if (ur_kvstore_location_is_remote(adapters)) {
-        id_list l = {0};
+    if ((ur_kvstore_location_caps(adapters) & UR_KV_IS_PATH) == 0) {
         rc = list_loras_remote(adapters, &l, err);
-        ids = l.ids;
-        n = l.n;
-        goto done;
-    }
-    d = opendir(adapters);
-    if (d == NULL) {
-        return ur_err_set_os(err, errno == ENOENT ? UR_ENOTFOUND : UR_EIO, errno, adapters,
-                             "cannot open the LoRA adapters directory");
-    }
-    while ((e = readdir(d)) != NULL) {
-        char *cfg;
-        int has;
-        if (e->d_name[0] == '.') {
-            continue;
-        }
-        cfg = ur_path_joinf(adapters, "%s/adapter_config.json", e->d_name);
-        has = cfg != NULL && ur_fs_exists(cfg);
-        ur_free(cfg);
-        if (!has) {
-            continue;
-        }
-        if (n == cap) {
-            char **p = ur_realloc(ids, (cap ? cap * 2 : 8) * sizeof *p);
-            if (p == NULL) {
-                rc = ur_err_oom(err);
-                break;
-            }
-            ids = p;
-            cap = cap ? cap * 2 : 8;
-        }
-        ids[n] = ur_strdup(e->d_name);
-        if (ids[n] == NULL) {
+    } else {
+        l.dir = adapters;
+        rc = ur_fs_list_names(adapters, "the LoRA adapters directory", collect_local_id, &l, err);
+        if (rc == UR_ENOMEM) {
             rc = ur_err_oom(err);
-            break;
         }
-        n++;
     }
-    closedir(d);
-done:
-    if (rc == UR_OK && n == 0) {
+    if (rc == UR_OK && l.n == 0) {
         rc = ur_err_set_os(err, UR_ENOTFOUND, 0, adapters,
                            "no LoRA adapter (<id>/adapter_config.json) found");
     } else if (rc == UR_OK) {
-        qsort(ids, n, sizeof *ids, cmp_str);
+        qsort(l.ids, l.n, sizeof *l.ids, cmp_str);
     }
-    *ids_out = ids;
-    *n_out = n;
+    *ids_out = l.ids;
+    *n_out = l.n;
     return rc;
 }
 

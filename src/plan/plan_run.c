@@ -228,7 +228,7 @@ int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *b
     eo.threads = o->threads;
     /* From an object store each worker waits on one request at a time: more workers keep
      * more requests in flight (the HTTP layer caps them, UNROLL_HTTP_MAX_IN_FLIGHT). */
-    if (eo.threads == 0 && ur_kvstore_location_is_remote(in_path)) {
+    if (eo.threads == 0 && (ur_kvstore_location_caps(in_path) & UR_KV_NETWORK) != 0) {
         eo.threads = REMOTE_THREADS;
     }
     eo.memory_limit = o->memory_limit;
@@ -317,8 +317,8 @@ static int copy_local_file(const char *from, const char *to, ur_err *err)
 
 int ur_plan_run_copy_file(const char *from, const char *to, ur_err *err)
 {
-    return ur_kvstore_location_is_remote(from) ? copy_remote_file(from, to, err)
-                                               : copy_local_file(from, to, err);
+    return (ur_kvstore_location_caps(from) & UR_KV_IS_PATH) != 0 ? copy_local_file(from, to, err)
+                                                                 : copy_remote_file(from, to, err);
 }
 
 /* Each adapter `<adapters>/<id>/0/items` into the staged unit 1 + 2i, its adapter_config.json
@@ -416,7 +416,7 @@ static int overlaps(const char *in, const char *checkpoint_dir, const char *unit
 {
     char *dest;
     int hit;
-    if (!ur_kvstore_location_is_remote(in)) {
+    if ((ur_kvstore_location_caps(in) & UR_KV_IS_PATH) != 0) {
         return 0; /* "" (no adapters) or local: the local overlap rules apply */
     }
     dest = remote_unit(checkpoint_dir, unit);
@@ -615,17 +615,17 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
     remote_out = rc != UR_LOC_LOCAL;
     out_dir = s->checkpoint_dir;
     /* the overlap rules of orbax_publish.h concern local paths */
-    if (!ur_kvstore_location_is_remote(in_path)) {
+    if ((ur_kvstore_location_caps(in_path) & UR_KV_IS_PATH) != 0) {
         inputs[n_inputs++] = in_path;
     }
     if (s->lora_input_adapters_path[0] != '\0' &&
-        !ur_kvstore_location_is_remote(s->lora_input_adapters_path)) {
+        (ur_kvstore_location_caps(s->lora_input_adapters_path) & UR_KV_IS_PATH) != 0) {
         inputs[n_inputs++] = s->lora_input_adapters_path;
     }
     if (ur_plan_multi_wanted(o, s)) {
         /* a share of a multi-process run, or a resumable one (plan_multi.c); an input on an
          * object store is read from there, each process reading its share's chunks */
-        if (ur_kvstore_location_is_remote(s->lora_input_adapters_path)) {
+        if ((ur_kvstore_location_caps(s->lora_input_adapters_path) & UR_KV_IS_PATH) == 0) {
             rc = ur_err_set(err, UR_EUNSUPPORTED,
                             "%s: a multi-process or resumable run (--process-count, --resume) "
                             "reads LoRA adapters from a local directory only, not s3:// or gs://",

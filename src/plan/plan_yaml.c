@@ -92,19 +92,14 @@ void ur_plan_yaml_free(ur_yval *v)
 
 static int reserve(ur_yval *c, ur_err *err)
 {
-    size_t cap;
-    ur_yval **vals;
-    if (c->n < c->cap) {
-        return UR_OK;
-    }
-    cap = c->cap ? c->cap * 2 : 8;
-    vals = ur_realloc(c->vals, cap * sizeof *vals);
+    size_t cap = c->cap, cap_keys = c->cap; /* vals and keys have the one room c->cap */
+    ur_yval **vals = ur_grow(c->vals, &cap, c->n, sizeof *vals, 8);
     if (!vals) {
         return ur_err_oom(err);
     }
     c->vals = vals;
     if (c->kind == UR_Y_MAP) {
-        char **keys = ur_realloc(c->keys, cap * sizeof *keys);
+        char **keys = ur_grow(c->keys, &cap_keys, c->n, sizeof *keys, 8);
         if (!keys) {
             return ur_err_oom(err);
         }

@@ -41,16 +41,12 @@ int ur_verify_family_blocks__table(verifier *vf, const char *const *q, size_t dl
             return UR_OK;
         }
     }
-    if (vf->n_tables == vf->cap_tables) {
-        size_t cap = vf->cap_tables ? vf->cap_tables * 2 : 8;
-        table *p = ur_realloc(vf->tables, cap * sizeof *p);
-        if (p == NULL) {
-            ur_free(dkey);
-            return ur_err_oom(err);
-        }
-        vf->tables = p;
-        vf->cap_tables = cap;
+    t = ur_grow(vf->tables, &vf->cap_tables, vf->n_tables, sizeof *t, 8);
+    if (t == NULL) {
+        ur_free(dkey);
+        return ur_err_oom(err);
     }
+    vf->tables = t;
     t = &vf->tables[vf->n_tables];
     memset(t, 0, sizeof *t);
     t->dkey = dkey;

@@ -58,6 +58,7 @@ static int read_chunks(verifier *vf, table *t, const char *const *q, size_t dlen
         const vleaf *v = &vf->in.v[i];
         int64_t a, b;
         int engram, known = 0;
+        int64_t *p;
         if (!ur_plan_verify__has_prefix(v, q, dlen) || v->len <= dlen + 1 ||
             !chunk_name(v->comp[dlen], t->x, xl, &a, &b, &engram)) {
             continue;
@@ -69,15 +70,11 @@ static int read_chunks(verifier *vf, table *t, const char *const *q, size_t dlen
         if (known) {
             continue;
         }
-        if (t->n_chunks == cap) {
-            size_t nc = cap ? cap * 2 : 8;
-            int64_t *p = ur_realloc(t->chunks, nc * 3 * sizeof *p);
-            if (p == NULL) {
-                return ur_err_oom(err);
-            }
-            t->chunks = p;
-            cap = nc;
+        p = ur_grow(t->chunks, &cap, t->n_chunks, 3 * sizeof *p, 8); /* (a, b, engram) */
+        if (p == NULL) {
+            return ur_err_oom(err);
         }
+        t->chunks = p;
         t->chunks[3 * t->n_chunks] = a;
         t->chunks[3 * t->n_chunks + 1] = b;
         t->chunks[3 * t->n_chunks + 2] = engram;

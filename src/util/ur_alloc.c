@@ -94,6 +94,23 @@ void *ur_grow(void *items, size_t *cap, size_t n, size_t size, size_t first)
     return p;
 }
 
+void *ur_grow_to(void *items, size_t *cap, size_t need, size_t size)
+{
+    size_t bytes;
+    void *p;
+    if (need <= *cap) {
+        return items;
+    }
+    if (ur_ckd_mul(&bytes, need, size)) {
+        return NULL;
+    }
+    p = ur_realloc(items, bytes);
+    if (p != NULL) {
+        *cap = need;
+    }
+    return p;
+}
+
 void ur_free(void *p)
 {
     free(p);

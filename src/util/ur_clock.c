@@ -6,13 +6,42 @@
 #include <stdlib.h>
 #include <time.h>
 
-int64_t ur_clock_now_ns(void)
+static int64_t clock_ns(clockid_t id)
 {
     struct timespec ts;
-    if (clock_gettime(CLOCK_REALTIME, &ts) != 0) {
+    if (clock_gettime(id, &ts) != 0) {
         return 0;
     }
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t ur_clock_now_ns(void)
+{
+    return clock_ns(CLOCK_REALTIME);
+}
+
+time_t ur_clock_now_s(void)
+{
+    return time(NULL);
+}
+
+int64_t ur_clock_mono_ns(void)
+{
+    return clock_ns(CLOCK_MONOTONIC);
+}
+
+double ur_clock_mono_s(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) {
+        return 0.0;
+    }
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int64_t ur_clock_thread_cpu_ns(void)
+{
+    return clock_ns(CLOCK_THREAD_CPUTIME_ID);
 }
 
 /* The reproducible-builds convention: a decimal count of seconds, nothing else; anything

@@ -696,6 +696,37 @@ int ur_fs_make_named_temp_dir(char **out, const char *name, int *created, const 
     return UR_OK;
 }
 
+int ur_fs_rename_into_place(const char *from, const char *to, ur_err *err)
+{
+    char *parent;
+    int rc;
+    if (rename(from, to) != 0) {
+        return ur_err_set_os(err, UR_EIO, errno, to, "cannot rename %s into place", from);
+    }
+    parent = ur_path_join(to, "..");
+    rc = parent != NULL ? ur_fs_fsync_dir(parent, err) : ur_err_oom(err);
+    ur_free(parent);
+    return rc;
+}
+
+int ur_fs_list_names(const char *path, const char *what, ur_fs_name_fn fn, void *ctx, ur_err *err)
+{
+    DIR *d = opendir(path);
+    const struct dirent *e;
+    int rc = 0;
+    if (d == NULL) {
+        return ur_err_set_os(err, errno == ENOENT ? UR_ENOTFOUND : UR_EIO, errno, path,
+                             "cannot open %s", what);
+    }
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            rc = fn(ctx, e->d_name);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
 int ur_fs_remove_tree(const char *path, ur_err *err)
 {
     struct stat st;

@@ -3,6 +3,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "unroll/phase.h"
 
+#include "unroll/clock.h"
+
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,22 +25,13 @@ int ur_phase_on(void)
     return s == 2;
 }
 
-static int64_t clock_ns(clockid_t id)
-{
-    struct timespec ts;
-    if (clock_gettime(id, &ts) != 0) {
-        return 0;
-    }
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 void ur_phase_begin(ur_phase_mark *m)
 {
     if (!ur_phase_on()) {
         return;
     }
-    m->wall_ns = clock_ns(CLOCK_MONOTONIC);
-    m->cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    m->wall_ns = ur_clock_mono_ns();
+    m->cpu_ns = ur_clock_thread_cpu_ns();
 }
 
 static uint64_t since(int64_t now, int64_t then)
@@ -51,9 +44,9 @@ void ur_phase_end(ur_phase p, const ur_phase_mark *m)
     if (!ur_phase_on() || p < 0 || p >= UR_PHASE_N) {
         return;
     }
-    atomic_fetch_add_explicit(&wall_sum[p], since(clock_ns(CLOCK_MONOTONIC), m->wall_ns),
+    atomic_fetch_add_explicit(&wall_sum[p], since(ur_clock_mono_ns(), m->wall_ns),
                               memory_order_relaxed);
-    atomic_fetch_add_explicit(&cpu_sum[p], since(clock_ns(CLOCK_THREAD_CPUTIME_ID), m->cpu_ns),
+    atomic_fetch_add_explicit(&cpu_sum[p], since(ur_clock_thread_cpu_ns(), m->cpu_ns),
                               memory_order_relaxed);
 }
 

@@ -18,6 +18,7 @@
 #include "gcs_impl.h"
 
 #include "unroll/alloc.h"
+#include "unroll/clock.h"
 #include "unroll/fs.h"
 #include "unroll/json.h"
 
@@ -269,7 +270,7 @@ static int form_body(gcs_auth *a, ur_buf *body, ur_err *err)
         ur_buf jwt;
         ur_buf_init(&jwt, 0);
         rc = ur_gcs_jwt_sign(&jwt, a->key_pem, a->key_id, a->email, SCOPE_RW, a->token_uri,
-                             (int64_t)time(NULL), err);
+                             (int64_t)ur_clock_now_s(), err);
         if (rc < 0) {
             ur_err_set_where(err, a->file);
         }
@@ -324,7 +325,7 @@ static int take_token(gcs_auth *a, const ur_buf *body, const char *what, ur_err 
         if (secs < 0 || secs > 86400.0 * 366) {
             secs = 3600.0;
         }
-        a->expiry = time(NULL) + (time_t)secs;
+        a->expiry = ur_clock_now_s() + (time_t)secs;
     }
     cJSON_Delete(j);
     return rc;
@@ -396,7 +397,7 @@ int ur_gcs_auth_header(gcs_auth *a, char *line, size_t n, ur_err *err)
         return UR_OK;
     }
     pthread_mutex_lock(&a->mu);
-    if (a->token[0] == '\0' || time(NULL) + REFRESH_MARGIN_S >= a->expiry) {
+    if (a->token[0] == '\0' || ur_clock_now_s() + REFRESH_MARGIN_S >= a->expiry) {
         a->token[0] = '\0';
         rc = fetch_token(a, err);
     }

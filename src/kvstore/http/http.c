@@ -9,6 +9,7 @@
 #include "unroll/http.h"
 
 #include "unroll/alloc.h"
+#include "unroll/clock.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
@@ -315,13 +316,6 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *ud)
     return n;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static size_t on_header(char *p, size_t size, size_t nmemb, void *ud)
 {
     attempt *a = ud;
@@ -375,7 +369,7 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
     if (a->answered || a->first_byte_s == 0) {
         return 0;
     }
-    t = now_s();
+    t = ur_clock_mono_s();
     if (ulnow != a->ul_last) {
         a->ul_last = ulnow;
         a->wait_from = t;
@@ -501,7 +495,6 @@ static int retryable_status(long st)
 static uint64_t backoff_ms(const ur_http *h, unsigned attempt_no)
 {
     uint64_t cap = h->o.backoff_base_ms, ms;
-    struct timespec now;
     for (unsigned i = 0; i < attempt_no && cap < h->o.backoff_max_ms; i++) {
         cap *= 2;
     }
@@ -509,9 +502,9 @@ static uint64_t backoff_ms(const ur_http *h, unsigned attempt_no)
         cap = h->o.backoff_max_ms;
     }
     /* full jitter: uniform in [0, cap]; the seed mixes the clock and the attempt */
-    clock_gettime(CLOCK_MONOTONIC, &now);
     {
-        uint64_t x = (uint64_t)now.tv_nsec * 0x9E3779B97F4A7C15ull + attempt_no;
+        uint64_t x = (uint64_t)(ur_clock_mono_ns() % 1000000000) * 0x9E3779B97F4A7C15ull +
+                     attempt_no;
         x ^= x >> 33;
         x *= 0xff51afd7ed558ccdull;
         x ^= x >> 33;
@@ -630,7 +623,7 @@ int ur_http_perform(ur_http *h, const ur_http_req *req, long *status_out, ur_err
     ur_buf_init(&a.errbody, 0);
     ur_buf_init(&a.headers, 0);
     a.first_byte_s = h->o.first_byte_s;
-    start = now_s();
+    start = ur_clock_mono_s();
     for (;;) {
         ur_http_headers hs = {NULL};
         int retry = 0;
@@ -641,7 +634,7 @@ int ur_http_perform(ur_http *h, const ur_http_req *req, long *status_out, ur_err
         a.answered = 0;
         a.no_answer = 0;
         a.ul_last = 0;
-        a.wait_from = now_s();
+        a.wait_from = ur_clock_mono_s();
         ur_buf_reset(&a.errbody);
         ur_buf_reset(&a.headers);
         if (req->out != NULL) {
@@ -693,11 +686,11 @@ int ur_http_perform(ur_http *h, const ur_http_req *req, long *status_out, ur_err
         if (retry && tries <= h->o.retries) {
             wait_ms = backoff_ms(h, tries - 1);
             /* no retry that would start past the deadline */
-            retry = now_s() - start + (double)wait_ms / 1000.0 < (double)h->o.deadline_s;
+            retry = ur_clock_mono_s() - start + (double)wait_ms / 1000.0 < (double)h->o.deadline_s;
         }
         if (!retry || tries > h->o.retries) {
             char scrubbed[2100];
-            double took = now_s() - start;
+            double took = ur_clock_mono_s() - start;
             ur_http_redact((const char *)a.errbody.data, a.errbody.len, scrubbed, sizeof scrubbed);
             body_summary(scrubbed, strlen(scrubbed), summary, sizeof summary);
             if (a.no_answer) {

@@ -95,17 +95,19 @@ static int close_data_file(ocdbt_writer *w, ur_err *err)
 /* Room for one more entry in files / file_base. */
 static int grow_files(ocdbt_writer *w, ur_err *err)
 {
-    char **files = ur_realloc(w->files, (w->n_files + 1) * sizeof *files);
+    size_t cap = w->cap_files, cap_base = w->cap_files;
+    char **files = ur_grow(w->files, &cap, w->n_files, sizeof *files, 16);
     size_t *base;
     if (files == NULL) {
         return ur_err_oom(err);
     }
     w->files = files;
-    base = ur_realloc(w->file_base, (w->n_files + 1) * sizeof *base);
+    base = ur_grow(w->file_base, &cap_base, w->n_files, sizeof *base, 16);
     if (base == NULL) {
-        return ur_err_oom(err);
+        return ur_err_oom(err); /* files has the room, file_base not: cap_files stays */
     }
     w->file_base = base;
+    w->cap_files = cap;
     return UR_OK;
 }
 
@@ -551,6 +553,8 @@ int ur_ocdbt_write__adopt(ur_kvstore *kv, const ur_ocdbt_manifest *m, ur_err *er
     if (w->vers == NULL || w->vnodes == NULL) {
         return ur_err_oom(err);
     }
+    w->cap_vers = m->n_versions;
+    w->cap_vnodes = m->n_vnodes ? m->n_vnodes : 1;
     w->config = m->config;
     for (size_t i = 0; i < m->n_versions && rc == UR_OK; i++) {
         uint32_t f = 0;

@@ -59,7 +59,7 @@ typedef struct {
     size_t n, cap;
     char **files; /* "d/<32 hex>", or base + relative path of a file referred to */
     size_t *file_base; /* length of each file's base path (0 for the writer's own) */
-    size_t n_files;
+    size_t n_files, cap_files; /* cap_files: the room of files and of file_base */
     ur_strmap ext_files; /* every file's path (own and referred-to) -> index in files */
     ur_kvstore_writer *cur; /* the data file being appended to, or NULL */
     size_t cur_index;   /* its index in files (files referred to may come after it) */
@@ -74,9 +74,9 @@ typedef struct {
      * latest version's tree is the base the entries e[] are merged into at the next commit
      * (e[] holds only what was written since). */
     ur_ocdbt_version *vers;
-    size_t n_vers;
+    size_t n_vers, cap_vers;
     ur_ocdbt_vnode_ref *vnodes;
-    size_t n_vnodes;
+    size_t n_vnodes, cap_vnodes;
     wbytes *tmp; /* bytes that live for one commit (keys read back from the base tree) */
 } ocdbt_writer;
 

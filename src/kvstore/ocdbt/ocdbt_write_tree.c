@@ -51,22 +51,21 @@ static int scratch_ready(wscratch *s, const ocdbt_writer *w, size_t n, ur_err *e
 {
     size_t nf = w->n_files + 1;
     if (n > s->enc_cap) {
-        ur_ocdbt_btree_enc_entry *e = ur_realloc(s->enc, n * sizeof *e);
+        ur_ocdbt_btree_enc_entry *e = ur_grow_to(s->enc, &s->enc_cap, n, sizeof *e);
         if (e == NULL) {
             return ur_err_oom(err);
         }
         s->enc = e;
-        s->enc_cap = n;
     }
     if (nf > s->files_cap) {
-        size_t cap = nf * 2;
-        uint8_t *u = ur_realloc(s->used, cap);
+        size_t cap = s->files_cap, cap_map = s->files_cap;
+        uint8_t *u = ur_grow_to(s->used, &cap, nf * 2, 1);
         uint32_t *m;
         if (u == NULL) {
             return ur_err_oom(err);
         }
         s->used = u;
-        m = ur_realloc(s->map, cap * sizeof *m);
+        m = ur_grow_to(s->map, &cap_map, nf * 2, sizeof *m);
         if (m == NULL) {
             return ur_err_oom(err);
         }
@@ -457,12 +456,11 @@ static int merge_leaf(wupdate *u, const ur_ocdbt_btree_node *n, size_t lo, size_
     int rc = UR_OK;
 
     if (need > u->merged_cap) {
-        wentry *m = ur_realloc(u->merged, need * sizeof *m);
+        wentry *m = ur_grow_to(u->merged, &u->merged_cap, need, sizeof *m);
         if (m == NULL) {
             return ur_err_oom(err);
         }
         u->merged = m;
-        u->merged_cap = need;
     }
     while ((i < n->n || j < hi) && rc == UR_OK) {
         int c = 1; /* > 0: the new entry first; 0: it replaces the old one; < 0: the old */

@@ -194,7 +194,7 @@ static int new_vnodes(ocdbt_writer *w, ur_ocdbt_reader *r, const ur_ocdbt_vnode_
         }
     }
     if (rc == UR_OK) {
-        ur_ocdbt_vnode_ref *v = ur_realloc(w->vnodes, (k ? k : 1) * sizeof *v);
+        ur_ocdbt_vnode_ref *v = ur_grow_to(w->vnodes, &w->cap_vnodes, k ? k : 1, sizeof *v);
         if (v == NULL) {
             return ur_err_oom(err);
         }
@@ -238,7 +238,7 @@ int ur_ocdbt_write__append_version(ocdbt_writer *w, ur_ocdbt_reader *r, ur_ocdbt
         }
         w->n_vers = 0;
     }
-    vs = ur_realloc(w->vers, (w->n_vers + 1) * sizeof *vs);
+    vs = ur_grow(w->vers, &w->cap_vers, w->n_vers, sizeof *vs, 8);
     if (vs == NULL) {
         return ur_err_oom(err);
     }

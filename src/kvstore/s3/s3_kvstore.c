@@ -14,6 +14,7 @@
 #include "s3_impl.h"
 
 #include "unroll/alloc.h"
+#include "unroll/clock.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -86,7 +87,7 @@ static int auth(void *ctx, const ur_http_req *req, ur_http_headers *hs, ur_err *
         return UR_OK;
     }
     return ur_s3__sign(&sc->s->cfg.creds, sc->s->cfg.region, sc->method, sc->s->host,
-                       sc->canon_uri, sc->query, sc->payload_hash, time(NULL), hs, err);
+                       sc->canon_uri, sc->query, sc->payload_hash, ur_clock_now_s(), hs, err);
 }
 
 /* The object name of `key` ("" key: the prefix itself, for listings). */

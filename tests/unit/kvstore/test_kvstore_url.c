@@ -28,6 +28,28 @@ static void test_kvstore_url__kinds(void **state)
     assert_int_equal(ur_kvstore_location_is_remote("dir"), 0);
 }
 
+/* The capability table: only a local path renames, locks and resolves; object stores are
+ * reached over the network; the memory store and unknown schemes can do none of it. */
+static void test_kvstore_url__caps(void **state)
+{
+    const unsigned local = UR_KV_CAN_RENAME | UR_KV_CAN_LOCK | UR_KV_IS_PATH;
+    (void)state;
+    assert_int_equal(ur_kvstore_location_caps("ckpt/items"), local);
+    assert_int_equal(ur_kvstore_location_caps("/abs/gs:/x"), local);
+    assert_int_equal(ur_kvstore_location_caps(""), local);
+    assert_int_equal(ur_kvstore_location_caps("s3://b/p"), UR_KV_NETWORK);
+    assert_int_equal(ur_kvstore_location_caps("gs://b"), UR_KV_NETWORK);
+    assert_int_equal(ur_kvstore_location_caps("mem://faults/out"), 0);
+    assert_int_equal(ur_kvstore_location_caps("gcs://b/out"), 0);
+    assert_int_equal(ur_kvstore_location_caps("ftp://b"), 0);
+    /* a location is remote exactly when its scheme is in the table, i.e. when it is no path */
+    static const char *const locs[] = {"dir", "s3://b", "gs://b/x", "mem://m", "./s3:/x"};
+    for (size_t i = 0; i < sizeof locs / sizeof locs[0]; i++) {
+        assert_int_equal(ur_kvstore_location_is_remote(locs[i]),
+                         (ur_kvstore_location_caps(locs[i]) & UR_KV_IS_PATH) == 0);
+    }
+}
+
 static void test_kvstore_url__unknown_scheme_opens_nothing(void **state)
 {
     ur_kvstore *kv = NULL;
@@ -142,6 +164,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kvstore_url__kinds),
+        cmocka_unit_test(test_kvstore_url__caps),
         cmocka_unit_test(test_kvstore_url__unknown_scheme_opens_nothing),
         cmocka_unit_test(test_kvstore_url__local_path_is_the_file_store),
         cmocka_unit_test(test_kvstore_url__s3_config_from_environment),

@@ -1,4 +1,5 @@
-/* ur_grow: the one way a growing array gets room for one more element. */
+/* ur_grow: the one way a growing array gets room for one more element; ur_grow_to, for room
+ * for n (scratch sized for the largest use so far). */
 #include "ur_test.h"
 
 #include "unroll/alloc.h"
@@ -61,12 +62,41 @@ static void test_ur_grow__size_overflow_is_refused(void **state)
     assert_int_equal(cap, 0);
 }
 
+static void test_ur_grow__to_exact_room_only_when_short(void **state)
+{
+    size_t cap = 0;
+    int *v = ur_grow_to(NULL, &cap, 0, sizeof *v), *g;
+    (void)state;
+    assert_null(v); /* no room asked for, none made */
+    assert_int_equal(cap, 0);
+    v = ur_grow_to(NULL, &cap, 5, sizeof *v);
+    assert_non_null(v);
+    assert_int_equal(cap, 5);
+    v[4] = 9;
+    assert_ptr_equal(ur_grow_to(v, &cap, 3, sizeof *v), v); /* never shrinks */
+    assert_int_equal(cap, 5);
+    g = ur_grow_to(v, &cap, 11, sizeof *v);
+    assert_non_null(g);
+    assert_int_equal(cap, 11);
+    assert_int_equal(g[4], 9);
+    v = g;
+    ur_alloc_fail_after(0);
+    assert_null(ur_grow_to(v, &cap, 12, sizeof *v));
+    ur_alloc_fail_after(-1);
+    assert_int_equal(cap, 11);
+    assert_null(ur_grow_to(v, &cap, SIZE_MAX / 2, sizeof *v)); /* bytes would overflow */
+    assert_int_equal(cap, 11);
+    assert_int_equal(v[4], 9);
+    ur_free(v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ur_grow__first_then_doubles),
         cmocka_unit_test(test_ur_grow__out_of_memory_leaves_the_array),
         cmocka_unit_test(test_ur_grow__size_overflow_is_refused),
+        cmocka_unit_test(test_ur_grow__to_exact_room_only_when_short),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

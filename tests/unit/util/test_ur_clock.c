@@ -1,10 +1,12 @@
-/* ur_clock: the wall clock, and the recorded timestamps that SOURCE_DATE_EPOCH fixes. */
+/* ur_clock: the wall clock, the recorded timestamps that SOURCE_DATE_EPOCH fixes, and the
+ * monotonic and CPU clocks of durations. */
 #define _POSIX_C_SOURCE 200809L
 #include "ur_test.h"
 
 #include "unroll/clock.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 static void test_ur_clock__stamp_is_now_without_source_date_epoch(void **state)
 {
@@ -47,12 +49,38 @@ static void test_ur_clock__malformed_source_date_epoch_is_ignored(void **state)
     unsetenv("SOURCE_DATE_EPOCH");
 }
 
+/* The other readings: seconds agree with the nanoseconds, the monotonic clock moves forward
+ * over a 20 ms sleep (by about that much), and SOURCE_DATE_EPOCH changes none of them. */
+static void test_ur_clock__durations_and_seconds(void **state)
+{
+    struct timespec pause = {0, 20000000};
+    (void)state;
+    setenv("SOURCE_DATE_EPOCH", "1", 1);
+    time_t s = ur_clock_now_s();
+    int64_t ns = ur_clock_now_ns();
+    assert_true(s > 1600000000);
+    assert_true(ns / 1000000000 - s <= 1 && ns / 1000000000 >= s);
+    int64_t m0 = ur_clock_mono_ns();
+    double s0 = ur_clock_mono_s();
+    int64_t cpu = ur_clock_thread_cpu_ns();
+    assert_true(m0 > 0);
+    assert_true(s0 * 1e9 - (double)m0 > -1e6 && s0 * 1e9 - (double)m0 < 1e8);
+    assert_true(cpu > 0);
+    nanosleep(&pause, NULL);
+    double took = ur_clock_mono_s() - s0;
+    assert_true(took >= 0.019 && took < 5.0);
+    assert_true(ur_clock_mono_ns() - m0 >= 19000000);
+    assert_true(ur_clock_thread_cpu_ns() >= cpu);
+    unsetenv("SOURCE_DATE_EPOCH");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ur_clock__stamp_is_now_without_source_date_epoch),
         cmocka_unit_test(test_ur_clock__source_date_epoch_fixes_the_stamp),
         cmocka_unit_test(test_ur_clock__malformed_source_date_epoch_is_ignored),
+        cmocka_unit_test(test_ur_clock__durations_and_seconds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -398,6 +398,51 @@ static void test_ur_fs__copy_keeps_permissions(void **state)
     ur_free(dir);
 }
 
+/* ur_fs_list_names callback: counts the names, stops (returning 7) at "stop". */
+static int count_name(void *ctx, const char *name)
+{
+    int *n = ctx;
+    assert_true(strcmp(name, ".") != 0 && strcmp(name, "..") != 0);
+    (*n)++;
+    return strcmp(name, "stop") == 0 ? 7 : 0;
+}
+
+/* Every name but "." and "..", a stop returned as is, a missing directory UR_ENOTFOUND with
+ * its path and what it is; a rename into place moves the directory whole. */
+static void test_ur_fs__list_names_and_rename_into_place(void **state)
+{
+    char *dir = ur_path_join(scratch, "l"), *a = ur_path_join(scratch, "l/a");
+    char *b = ur_path_join(scratch, "l/b"), *moved = ur_path_join(scratch, "moved");
+    char *stop = ur_path_join(scratch, "l/a/stop");
+    int n = 0;
+    ur_err err;
+    (void)state;
+    assert_int_equal(ur_fs_mkdirs(a, NULL), UR_OK);
+    assert_int_equal(ur_fs_write_file(b, "x", 1, NULL), UR_OK);
+    assert_int_equal(ur_fs_list_names(dir, "the test directory", count_name, &n, &err), UR_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(ur_fs_write_file(stop, "", 0, NULL), UR_OK);
+    n = 0;
+    assert_int_equal(ur_fs_list_names(a, "the test directory", count_name, &n, &err), 7);
+    assert_int_equal(n, 1);
+    assert_int_equal(ur_fs_rename_into_place(dir, moved, &err), UR_OK);
+    assert_false(ur_fs_exists(dir));
+    assert_int_equal(ur_fs_list_names(dir, "the test directory", count_name, &n, &err),
+                     UR_ENOTFOUND);
+    assert_non_null(strstr(err.where, "/l"));
+    assert_non_null(strstr(err.msg, "cannot open the test directory"));
+    assert_int_equal(ur_fs_rename_into_place(dir, moved, &err), UR_EIO);
+    assert_non_null(strstr(err.msg, "into place"));
+    n = 0;
+    assert_int_equal(ur_fs_list_names(moved, "the test directory", count_name, &n, &err), UR_OK);
+    assert_int_equal(n, 2);
+    ur_free(stop);
+    ur_free(moved);
+    ur_free(b);
+    ur_free(a);
+    ur_free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -411,6 +456,7 @@ int main(void)
         cmocka_unit_test(test_ur_fs__open_beneath),
         cmocka_unit_test(test_ur_fs__read_file_refuses_special_files),
         cmocka_unit_test(test_ur_fs__copy_keeps_permissions),
+        cmocka_unit_test(test_ur_fs__list_names_and_rename_into_place),
     };
     return cmocka_run_group_tests_name("ur_fs", tests, setup, teardown);
 }
