@@ -135,8 +135,7 @@ static ur_plan_input unit_kind(const ur_job *j, size_t k)
     return k == 0 ? j->kind : UR_PLAN_INPUT_LORA;
 }
 
-/* Whether unit k is a step directory (the others are adapter configs). */
-static int is_step_unit(size_t k)
+int ur_job_is_step_unit(size_t k)
 {
     return k == 0 || k % 2 == 1;
 }
@@ -248,8 +247,8 @@ static int convert_share(void *d, const ur_job_share_ops *ops, const ur_job *j, 
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (size_t k = 0; bytes != NULL && u->n_units > 1 && k < u->n_units && rc == UR_OK; k++) {
-        char *in = is_step_unit(k) ? unit_input(j, k) : NULL;
-        if (is_step_unit(k)) {
+        char *in = ur_job_is_step_unit(k) ? unit_input(j, k) : NULL;
+        if (ur_job_is_step_unit(k)) {
             rc = in != NULL ? unit_bytes(in, unit_kind(j, k), j->s, &bytes[k], err)
                             : ur_err_oom(err);
             total += bytes[k];
@@ -257,14 +256,14 @@ static int convert_share(void *d, const ur_job_share_ops *ops, const ur_job *j, 
         ur_free(in);
     }
     for (size_t k = 0; bytes != NULL && k < u->n_units && rc == UR_OK; k++) {
-        if (is_step_unit(k)) {
+        if (ur_job_is_step_unit(k)) {
             rc = convert_unit(d, ops, j, k, before, u->n_units > 1 ? (total > 0 ? total : 1) : 0,
                               rep, err);
             before += bytes[k];
         }
     }
     for (size_t k = 0; k < u->n_units && rc == UR_OK; k++) {
-        if (!is_step_unit(k)) {
+        if (!ur_job_is_step_unit(k)) {
             rc = stage_adapter_config(ops->unit_path(d, k), j, k, err);
         }
     }

@@ -40,6 +40,10 @@ int ur_job_text(ur_buf *out, const ur_job *j, int portable, ur_err *err);
 /* A line told through o->on_note. */
 void ur_job_note(const ur_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Whether unit k of j->units is a step directory (the base, an adapter's step), not a file
+ * (an adapter_config.json): units are "base/0", then per adapter its step and its config. */
+int ur_job_is_step_unit(size_t k);
+
 /* Length of `url` without its trailing slashes (keeping "/" itself). */
 size_t ur_job_trimmed_len(const char *url);
 

@@ -235,8 +235,8 @@ static int upload_units(bucket_job *bj, const char *summary, ur_err *err)
     int rc = dirs != NULL && metas != NULL ? UR_OK : ur_err_oom(err);
     for (size_t k = 0; dirs != NULL && metas != NULL && rc == UR_OK && k < n; k++) {
         const char *at = ur_orbax_share_unit_path(bj->local.sh, k);
-        int step = k == 0 || k % 2 == 1;
-        dirs[k] = step ? ur_path_joinf(at, "items/ocdbt.process_%d", j->index) : ur_strdup(at);
+        dirs[k] = ur_job_is_step_unit(k) ? ur_path_joinf(at, "items/ocdbt.process_%d", j->index)
+                                         : ur_strdup(at);
         metas[k] = k == 0
                        ? ur_path_joinf(bj->root, "checkpoints" UR_ORBAX_SHARE_SUFFIX "/shares/%d",
                                        j->index)

@@ -1,5 +1,5 @@
-/* What plan_run.c, plan_multi.c and plan_job*.c share (not installed): one conversion, whole or a share of
- * a multi-process run. */
+/* What plan_run.c, plan_multi.c and plan_job*.c share (not installed): one conversion, whole or
+ * a share of a multi-process run. */
 #ifndef UR_PLAN_RUN_IMPL_H
 #define UR_PLAN_RUN_IMPL_H
 
