@@ -107,6 +107,9 @@ int ur_orbax_share_unit_begin(ur_orbax_share *s, size_t k, const char **meta_dir
 /* Whether this process's part of unit k is committed (a rerun skips it). */
 int ur_orbax_share_unit_is_done(const ur_orbax_share *s, size_t k);
 int ur_orbax_share_unit_mark_done(ur_orbax_share *s, size_t k, ur_err *err);
+/* Forget that unit k is committed: its tree was replaced by an older one (plan_job_bucket.c,
+ * a share's progress fetched from the store), to be continued. */
+int ur_orbax_share_unit_undo(ur_orbax_share *s, size_t k, ur_err *err);
 
 /* Whether share i is complete. */
 int ur_orbax_share_is_done(const ur_orbax_share *s, int i);

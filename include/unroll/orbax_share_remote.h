@@ -22,8 +22,8 @@
  * top-level manifest and no marker.
  *
  * Each share converts locally first ($TMPDIR, a tree named after the run and the index that a
- * rerun on the same machine continues from its last commit: plan_multi.c), and its progress is
- * kept in the store too (ur_orbax_rprogress), so that a rerun on another machine (a preempted
+ * rerun on the same machine continues from its last commit: plan_job_bucket.c), and its progress
+ * is kept in the store too (ur_orbax_rprogress), so that a rerun on another machine (a preempted
  * VM replaced, an empty $TMPDIR) continues from the last commit as well:
  *
  *   S/unroll-multi/shares/<i>.progress  the resume point ("next_item <n>"), share i's

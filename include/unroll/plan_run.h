@@ -11,9 +11,10 @@
  *        staged Orbax writer
  *     -> ur_orbax_publish_commit: every unit moves into place, or none.
  *   A share of a multi-process run (process_count > 1) or a resumable run (resume, or a
- *   run staged for the destination) goes instead through unroll/orbax_share.h
- *   (src/plan/plan_multi.c): this process's share into the staging directory the processes
- *   share, marked done, and the last share to finish merges and publishes.
+ *   run staged for the destination) goes instead through unroll/orbax_share.h or
+ *   unroll/orbax_share_remote.h (src/plan/plan_job.c, one driver for both): this process's
+ *   share into the staging the processes share, marked done, and the last share to finish
+ *   merges and publishes.
  *
  * Nothing here prints: a dry run hands each plan to a callback. */
 #ifndef UNROLL_PLAN_RUN_H

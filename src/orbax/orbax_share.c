@@ -559,7 +559,7 @@ static int lock_share(ur_orbax_share *s, ur_err *err)
 int ur_orbax_share_lock(ur_orbax_share *s, ur_err *err)
 {
     char *p = done_path(s, s->index);
-    /* held already when the caller took it before replacing the share's tree (plan_multi.c) */
+    /* held already when the caller took it before replacing its tree (plan_job_bucket.c) */
     int rc = p == NULL ? ur_err_oom(err) : s->share_fd >= 0 ? UR_OK : lock_share(s, err);
     if (rc == UR_OK) {
         rc = ur_fs_remove_tree(p, err);
@@ -585,6 +585,14 @@ int ur_orbax_share_unit_mark_done(ur_orbax_share *s, size_t k, ur_err *err)
     }
     ur_free(p);
     ur_free(dir);
+    return rc;
+}
+
+int ur_orbax_share_unit_undo(ur_orbax_share *s, size_t k, ur_err *err)
+{
+    char *p = unit_file(s, k, ".unit-done");
+    int rc = p != NULL ? ur_fs_remove_tree(p, err) : ur_err_oom(err);
+    ur_free(p);
     return rc;
 }
 

@@ -3,7 +3,7 @@
  * all of them published at once (include/unroll/plan_run.h, unroll/orbax_publish.h). */
 #include "unroll/plan_run.h"
 
-#include "plan_run_impl.h"
+#include "plan_job.h"
 
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
@@ -56,7 +56,6 @@ static int check_cancel(const ur_run_opts *o, ur_err *err)
 
 typedef struct {
     ur_orbax_writer *w;
-    ur_orbax_share *share;
     const ur_run_share *sh;
 } share_piece_ctx;
 
@@ -66,10 +65,7 @@ static int share_piece(void *ctx, uint64_t next_item, ur_err *err)
     share_piece_ctx *p = ctx;
     int rc = ur_orbax_writer_snapshot(p->w, err);
     if (rc == UR_OK) {
-        rc = ur_orbax_share_save_progress(p->share, next_item, err);
-    }
-    if (rc == UR_OK && p->sh->on_commit != NULL) {
-        rc = p->sh->on_commit(p->sh->commit_ctx, next_item, err);
+        rc = p->sh->save_progress(p->sh->progress_ctx, next_item, err);
     }
     return rc;
 }
@@ -237,7 +233,6 @@ int ur_plan_run_convert(const char *in_path, const char *step_dir, const char *b
     eo.progress_ctx = o->ctx;
     if (sh != NULL) {
         piece.w = w;
-        piece.share = sh->share;
         piece.sh = sh;
         share_opts(sh, NULL, &eo, &piece);
     }
@@ -623,20 +618,22 @@ int ur_plan_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
         inputs[n_inputs++] = s->lora_input_adapters_path;
     }
     if (ur_plan_multi_wanted(o, s)) {
-        /* a share of a multi-process run, or a resumable one (plan_multi.c); an input on an
+        /* a share of a multi-process run, or a resumable one (plan_job.c); an input on an
          * object store is read from there, each process reading its share's chunks */
         if ((ur_kvstore_location_caps(s->lora_input_adapters_path) & UR_KV_IS_PATH) == 0) {
             rc = ur_err_set(err, UR_EUNSUPPORTED,
                             "%s: a multi-process or resumable run (--process-count, --resume) "
                             "reads LoRA adapters from a local directory only, not s3:// or gs://",
                             s->lora_input_adapters_path);
-        } else if (remote_out) {
-            rc = check_remote_overlap(s, in_path, (const char *const[]){"0"}, 1, err);
-            if (rc == UR_OK) {
-                rc = ur_plan_multi_run_remote(rep, o, s, in_path, kind, err);
-            }
         } else {
-            rc = ur_plan_multi_run(rep, o, s, in_path, kind, inputs, n_inputs, err);
+            /* where the run is staged and published: chosen here, once (plan_job.h) */
+            rc = remote_out ? check_remote_overlap(s, in_path, (const char *const[]){"0"}, 1, err)
+                            : UR_OK;
+            if (rc == UR_OK) {
+                rc = ur_plan_job_run(rep, o, s, in_path, kind,
+                                     remote_out ? &ur_job_bucket_ops : &ur_job_dir_ops, inputs,
+                                     n_inputs, err);
+            }
         }
         goto out;
     }

@@ -1,5 +1,5 @@
-/* What plan_run.c and plan_multi.c share (not installed): one conversion, whole or a share of
- * a multi-process run. */
+/* What plan_run.c, plan_multi.c and plan_job*.c share (not installed): one conversion, whole or
+ * a share of a multi-process run. */
 #ifndef UR_PLAN_RUN_IMPL_H
 #define UR_PLAN_RUN_IMPL_H
 
@@ -8,7 +8,6 @@
 
 /* A share's part in a conversion. */
 typedef struct ur_run_share {
-    ur_orbax_share *share;
     int count, index;      /* process count and this process's index */
     const char *meta_dir;  /* where the writer puts the share's metadata (borrowed) */
     uint64_t resume_from;  /* continued from this work item (0: afresh) */
@@ -17,10 +16,10 @@ typedef struct ur_run_share {
     /* A run of several units (LoRA) cut as one (ur_exec_opts.share_before, share_total; 0:
      * this unit alone) */
     uint64_t share_before, share_total;
-    /* Called after each commit of the share's database and its local resume point (NULL:
-     * nothing more): an object-store share's progress uploaded (plan_multi.c) */
-    int (*on_commit)(void *ctx, uint64_t next_item, ur_err *err);
-    void *commit_ctx;
+    /* Called after each commit of the share's database: it holds every work item before
+     * next_item (the resume point recorded, and sent on for an object store: plan_job.h) */
+    int (*save_progress)(void *ctx, uint64_t next_item, ur_err *err);
+    void *progress_ctx;
 } ur_run_share;
 
 /* `in_path` converted into the step directory `step_dir`, created below `below` (NULL: the
@@ -39,20 +38,6 @@ int ur_plan_run_copy_file(const char *from, const char *to, ur_err *err);
 /* Whether the run is a share (not in a dry run): process_count > 1, resume, or a run staged
  * for s->checkpoint_dir. */
 int ur_plan_multi_wanted(const ur_run_opts *o, const ur_settings *s);
-
-/* Run this process's share of the conversion of `in_path` (a local directory, or s3:// or
- * gs://: each process then reads its share's chunks from there) into a local checkpoint_dir,
- * mark it done and, when it is the last, merge and publish (rep->dest then set). `inputs`: the
- * local paths the destination must not overlap. */
-int ur_plan_multi_run(ur_run_report *rep, const ur_run_opts *o, const ur_settings *s,
-                      const char *in_path, ur_plan_input kind, const char *const *inputs,
-                      size_t n_inputs, ur_err *err);
-
-/* As ur_plan_multi_run for an output on an object store (s3://, gs://):
- * unroll/orbax_share_remote.h; also a single-process --resume run (share 0 of 1). The input
- * may be local or on an object store; the caller has checked the two do not overlap. */
-int ur_plan_multi_run_remote(ur_run_report *rep, const ur_run_opts *o, const ur_settings *s,
-                             const char *in_path, ur_plan_input kind, ur_err *err);
 
 /* The identity of the input at `location` (a local directory or an object-store location), as
  * lines appended to out (plan_ident.c): every value's size and version from one listing, and
