@@ -11,14 +11,16 @@ under /usr/bin/time -v, one after the other:
   gs->local      unroll reading gs://, writing a local directory;
   gs->gs         unroll reading and writing gs://;
   floor          TensorStore's OCDBT-on-gcs kvstore reading every parameter value (raw bytes,
-                 no decoding) with 32 requests in flight, as unroll allows;
+                 no decoding) with 32 requests in flight, as unroll allows (gs->local's base);
+  floor r+w      the same GETs, then PUTs of as many bytes as gs->local's output in objects of
+                 64 MiB, 16 at once (s3_bench.FLOOR_RW): gs->gs's base;
   upload         TensorStore's gcs driver writing the files of the gs->local output to the
                  bucket, all at once (one request per object, as TensorStore does): what the
                  emulator takes to store the bytes gs->gs uploads (not a ratio's base);
   reference      bench/reference_unroll.py run --input gs://...: MaxText's pipeline (Orbax
                  restore of the full state from the bucket, jnp.take per layer, bf16, Orbax
                  save to a local directory).
-Prints a table with each row's ratio to the floor and writes <workdir>/gcs_results.json."""
+Prints a table with each row's ratio to both floors and writes <workdir>/gcs_results.json."""
 from __future__ import annotations
 
 import argparse

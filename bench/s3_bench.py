@@ -13,13 +13,16 @@ checkpoint once with TensorStore's s3 driver, then times under /usr/bin/time -v:
   s3->s3         unroll reading and writing s3://;
   floor          TensorStore's OCDBT-on-s3 kvstore reading every parameter value (raw bytes,
                  no decoding) with the same number of requests in flight as unroll (32): the
-                 network floor for the bytes unroll must fetch;
+                 network floor for the bytes unroll must fetch (s3->local's base);
+  floor r+w      the same GETs, then PUTs of as many bytes as s3->local's output (what s3->s3
+                 uploads), random, in objects of 64 MiB (unroll's part size), 16 at once
+                 (unroll's upload threads): the floor for s3->s3 (FLOOR_RW);
   reference      bench/reference_unroll.py run --input s3://...: MaxText's pipeline (Orbax
                  restore of the full state from the bucket: TensorStore's s3 driver for the
                  arrays, etils.epath + s3fs for the metadata; jnp.take per layer, bf16, Orbax
                  save to a local directory). Its output is then compared with unroll's
                  s3->local output bit for bit (reference_unroll.py compare, not timed).
-Prints a table with each row's ratio to the floor and writes <workdir>/s3_results.json; exit
+Prints a table with each row's ratio to both floors and writes <workdir>/s3_results.json; exit
 status 1 if a run failed or the two outputs differ."""
 from __future__ import annotations
 
