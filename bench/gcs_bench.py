@@ -11,14 +11,16 @@ under /usr/bin/time -v, one after the other:
   gs->local      unroll reading gs://, writing a local directory;
   gs->gs         unroll reading and writing gs://;
   floor          TensorStore's OCDBT-on-gcs kvstore reading every parameter value (raw bytes,
-                 no decoding) with 32 requests in flight, as unroll allows;
+                 no decoding) with 32 requests in flight, as unroll allows (gs->local's base);
+  floor r+w      the same GETs, then PUTs of as many bytes as gs->local's output in objects of
+                 64 MiB, 16 at once (s3_bench.FLOOR_RW): gs->gs's base;
   upload         TensorStore's gcs driver writing the files of the gs->local output to the
                  bucket, all at once (one request per object, as TensorStore does): what the
                  emulator takes to store the bytes gs->gs uploads (not a ratio's base);
   reference      bench/reference_unroll.py run --input gs://...: MaxText's pipeline (Orbax
                  restore of the full state from the bucket, jnp.take per layer, bf16, Orbax
                  save to a local directory).
-Prints a table with each row's ratio to the floor and writes <workdir>/gcs_results.json."""
+Prints a table with each row's ratio to both floors and writes <workdir>/gcs_results.json."""
 from __future__ import annotations
 
 import argparse
@@ -33,7 +35,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "interop"))
 sys.path.insert(0, str(ROOT / "bench"))
 from gcs_servers import FakeGcs  # noqa: E402
-from s3_bench import checkpoint_and_workdir, parse_with_common, timed  # noqa: E402
+from s3_bench import (FLOOR_RW, PUT_INFLIGHT, PUT_PIECE, checkpoint_and_workdir,  # noqa: E402
+                      floor_phases, parse_with_common, print_table, timed, tree_bytes)
 
 BUCKET = "unroll-bench"
 
@@ -121,6 +124,12 @@ def main():
         rows.append(timed("floor (TensorStore ranged GETs)",
                           [sys.executable, "-c", FLOOR, BUCKET,
                            f"in/checkpoints/{meta['step']}/items", "32"], env, work))
+        base = {"driver": "gcs", "bucket": BUCKET, "path": f"in/checkpoints/{meta['step']}/items/"}
+        rows.append(timed("floor r+w (GETs, then PUTs of the output's bytes)",
+                          [sys.executable, "-c", FLOOR_RW, json.dumps(base), "32",
+                           str(tree_bytes(work / "out-gslocal")), str(PUT_PIECE),
+                           str(PUT_INFLIGHT), "floor-put/"], env, work))
+        rows[-1]["phases"] = floor_phases(work, rows[-1])
         if not a.no_reference:
             rows.append(timed("reference gs->local (Orbax, jnp.take)",
                               [sys.executable, str(ROOT / "bench" / "reference_unroll.py"),
@@ -129,12 +138,7 @@ def main():
                                "--base-output-directory", str(work / "out-ref"),
                                "--run-name", "bench", "--times", str(work / "ref_times.json")],
                               env, work))
-    floor = next(r["wall_s"] for r in rows if r["tool"].startswith("floor"))
-    print(f"{'tool':48} {'wall s':>7} {'x floor':>8} {'CPU s':>7} {'peak RSS MiB':>13} status")
-    for r in rows:
-        r["x_floor"] = round(r["wall_s"] / floor, 2) if floor else None
-        print(f"{r['tool']:48} {r['wall_s']:7.2f} {r['x_floor']:8.2f} {r['cpu_s']:7.2f} "
-              f"{r['peak_rss_mib']:13.1f} {r['rc']}")
+    print_table(rows, 50, {"gs->local": "read", "gs->gs": "r+w"})
     ref = [r for r in rows if r["tool"].startswith("reference")]
     gs_local = next(r for r in rows if r["tool"] == "gs->local")
     if ref and gs_local["wall_s"] > 0:

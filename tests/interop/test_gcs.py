@@ -125,7 +125,7 @@ def test_large_write_is_a_resumable_upload(gcs, emu, tmp_path):
     src = tmp_path / "big"
     src.write_bytes(data)
     with GateProxy(gcs.url, token=None) as proxy:
-        # Up to one resumable piece (UR_GCS_CHUNK_DEFAULT, 128 MiB) goes up in one request.
+        # Up to one resumable piece (UR_GCS_CHUNK_DEFAULT, 512 MiB) goes up in one request.
         tool(clean_env(UNROLL_GCS_ENDPOINT=proxy.url, HOME=tmp_path), "put",
              f"gs://{BUCKET}/t4", "one", src)
         assert proxy.requests == 1
