@@ -241,10 +241,6 @@ enum {
  * (which ur_kvstore_location_kind refuses) none. No validation. */
 unsigned ur_kvstore_location_caps(const char *location);
 
-/* 1 when `location` names a store of the scheme table (s3://, gs://, mem://), else 0. No
- * validation. Prefer ur_kvstore_location_caps and the capability meant. */
-int ur_kvstore_location_is_remote(const char *location);
-
 /* Open the store at `location` (see above). writable: 1 to write (a directory is created; an
  * object-store prefix needs no creation), 0 to read. UR_ENOTFOUND: a local directory that is
  * not there. */

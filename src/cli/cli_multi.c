@@ -1,7 +1,7 @@
 /* Multi-process conversion on the command line: which process this is (options, or the
  * environment of the launcher), `unroll merge`, and the state of a staged run for `ls` and
- * `inspect`. What identifies the run (run.txt) and the run itself: src/plan/plan_multi.c, plan_job.c.
- * The protocol itself: unroll/orbax_share.h. */
+ * `inspect`. What identifies the run (run.txt) and the run itself: src/plan/plan_multi.c,
+ * plan_job.c. The protocol itself: unroll/orbax_share.h. */
 #include "cli.h"
 
 #include "unroll/alloc.h"

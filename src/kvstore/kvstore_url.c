@@ -50,12 +50,6 @@ static const scheme_entry *find_scheme(const char *loc, size_t n)
     return NULL;
 }
 
-int ur_kvstore_location_is_remote(const char *location)
-{
-    size_t n = scheme_len(location);
-    return n > 0 && find_scheme(location, n) != NULL;
-}
-
 unsigned ur_kvstore_location_caps(const char *location)
 {
     size_t n = scheme_len(location);

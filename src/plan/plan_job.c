@@ -4,6 +4,7 @@
 #include "plan_job.h"
 
 #include "unroll/alloc.h"
+#include "unroll/clock.h"
 #include "unroll/fs.h"
 
 #include <errno.h>
@@ -11,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 void ur_job_note(const ur_job *j, const char *fmt, ...)
 {
@@ -68,13 +68,6 @@ int ur_job_text(ur_buf *out, const ur_job *j, int portable, ur_err *err)
         out->len--;
     }
     return rc;
-}
-
-static double seconds_since(const struct timespec *t0)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) * 1e-9;
 }
 
 /* What every process of a run must be given alike, local or object-store output. */
@@ -241,11 +234,11 @@ static int convert_share(void *d, const ur_job_share_ops *ops, const ur_job *j, 
     const ur_plan_units *u = &j->units;
     const ur_run_opts *o = j->o;
     uint64_t *bytes = ur_calloc(u->n_units, sizeof *bytes), total = 0, before = 0;
-    struct timespec t0;
+    double t0;
     char summary[256];
     int rc = bytes != NULL ? UR_OK : ur_err_oom(err);
 
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    t0 = ur_clock_mono_s();
     for (size_t k = 0; bytes != NULL && u->n_units > 1 && k < u->n_units && rc == UR_OK; k++) {
         char *in = ur_job_is_step_unit(k) ? unit_input(j, k) : NULL;
         if (ur_job_is_step_unit(k)) {
@@ -279,7 +272,7 @@ static int convert_share(void *d, const ur_job_share_ops *ops, const ur_job *j, 
              rep->total.all_bytes
                  ? 100.0 * (double)rep->total.share_bytes / (double)rep->total.all_bytes
                  : 100.0,
-             seconds_since(&t0), rep->total.threads,
+             ur_clock_mono_s() - t0, rep->total.threads,
              o->process_source != NULL ? o->process_source : "single process");
     /* the marker keeps the summary as one line */
     snprintf(line, line_size, "%s\n", summary);

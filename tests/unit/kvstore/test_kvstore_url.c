@@ -23,9 +23,6 @@ static void test_kvstore_url__kinds(void **state)
     assert_non_null(strstr(err.msg, "gcs://"));
     assert_int_equal(ur_kvstore_location_kind("s3://", &err), UR_EINVAL);
     assert_int_equal(ur_kvstore_location_kind("s3:///key", &err), UR_EINVAL);
-    assert_int_equal(ur_kvstore_location_is_remote("s3://b"), 1);
-    assert_int_equal(ur_kvstore_location_is_remote("ftp://b"), 0);
-    assert_int_equal(ur_kvstore_location_is_remote("dir"), 0);
 }
 
 /* The capability table: only a local path renames, locks and resolves; object stores are
@@ -42,12 +39,7 @@ static void test_kvstore_url__caps(void **state)
     assert_int_equal(ur_kvstore_location_caps("mem://faults/out"), 0);
     assert_int_equal(ur_kvstore_location_caps("gcs://b/out"), 0);
     assert_int_equal(ur_kvstore_location_caps("ftp://b"), 0);
-    /* a location is remote exactly when its scheme is in the table, i.e. when it is no path */
-    static const char *const locs[] = {"dir", "s3://b", "gs://b/x", "mem://m", "./s3:/x"};
-    for (size_t i = 0; i < sizeof locs / sizeof locs[0]; i++) {
-        assert_int_equal(ur_kvstore_location_is_remote(locs[i]),
-                         (ur_kvstore_location_caps(locs[i]) & UR_KV_IS_PATH) == 0);
-    }
+    assert_int_equal(ur_kvstore_location_caps("./s3:/x"), local);
 }
 
 static void test_kvstore_url__unknown_scheme_opens_nothing(void **state)
