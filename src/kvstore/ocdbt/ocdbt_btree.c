@@ -266,7 +266,7 @@ static int keep_values(ur_ocdbt_btree_node *node, body_win *w, ur_err *err)
 {
     ur_strmap seen;
     ur_pool kept;
-    size_t at;
+    size_t at, last_off = 0, last_len = 0; /* the last value held once, when last_len > 0 */
     int rc = UR_OK;
 
     ur_strmap_init(&seen);
@@ -292,8 +292,16 @@ static int keep_values(ur_ocdbt_btree_node *node, body_win *w, ur_err *err)
         at = node->values.len;
         if (len >= SHARED_VALUE_MIN) {
             size_t first = 0;
+            /* Orbax's arrays of a shape come one after the other with the same zarr.json:
+             * compared with the last one before it is hashed */
+            if (len == last_len && memcmp(v, node->values.data + last_off, len) == 0) {
+                e->value_off = (uint32_t)last_off;
+                continue;
+            }
             if (ur_strmap_get(&seen, (const char *)v, len, &first) == 1) {
                 e->value_off = (uint32_t)first;
+                last_off = first;
+                last_len = len;
                 continue;
             }
             uint8_t *copy = ur_pool_alloc(&kept, len, err);
@@ -306,6 +314,10 @@ static int keep_values(ur_ocdbt_btree_node *node, body_win *w, ur_err *err)
         }
         if (rc == UR_OK) {
             rc = ur_buf_append(&node->values, v, len, err);
+        }
+        if (rc == UR_OK && len >= SHARED_VALUE_MIN) {
+            last_off = at;
+            last_len = len;
         }
         e->value_off = (uint32_t)at; /* <= the body's length, < UR_OCDBT_MAX_DECODED */
     }
