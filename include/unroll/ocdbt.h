@@ -85,6 +85,11 @@ int ur_kvstore_open_auto(ur_kvstore **out, const char *dir, ur_err *err);
  * never more than its max_held_inline_bytes. */
 uint64_t ur_ocdbt_writer_held_bytes(const ur_kvstore *kv);
 
+/* Make room in a writer from ur_ocdbt_create for `n` more keys (a no-op for another kvstore):
+ * its table of keys written is otherwise grown by doubling, up to twice what it holds, and
+ * copied while it grows. More or fewer keys may be written all the same. UR_ENOMEM. */
+int ur_ocdbt_writer_reserve(ur_kvstore *kv, size_t n, ur_err *err);
+
 /* Add to a writer from ur_ocdbt_create a key whose value is `length` bytes at `offset` of a
  * file that is not the writer's own: its path below the database is base + rel (base ends in
  * '/', e.g. "ocdbt.process_3/"). Nothing is copied; the file must stay. */

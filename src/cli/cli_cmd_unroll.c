@@ -446,6 +446,7 @@ int cli_cmd_unroll(int argc, char **argv)
     status = parse_args(&args, argc, argv);
     if (status < 0) {
         catch_signals();
+        ur_alloc_one_heap(); /* before the run starts its threads */
         status = run(&args, &err) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
         if (status != CLI_EXIT_OK && interrupted) {
             /* whatever failed after the signal failed because of it */

@@ -464,6 +464,11 @@ int ur_orbax_writer_reserve(ur_orbax_writer *w, size_t n, ur_err *err)
         return ur_err_oom(err); /* also when the size overflows */
     }
     w->leaves = nl;
+    /* every array leaf writes its metadata and, most often with many leaves (small arrays),
+     * one chunk: two keys a leaf, held by the OCDBT writer until the commit */
+    if (w->opts.use_ocdbt && n <= SIZE_MAX / 2) {
+        return ur_ocdbt_writer_reserve(w->kv, 2 * n, err);
+    }
     return UR_OK;
 }
 

@@ -145,6 +145,13 @@ char *ur_strdup(const char *s)
 #define UR_TRIM_GLIBC 1
 #endif
 
+void ur_alloc_one_heap(void)
+{
+#if defined(__GLIBC__) && UR_TRIM_GLIBC
+    (void)mallopt(M_ARENA_MAX, 1);
+#endif
+}
+
 void ur_alloc_trim(void)
 {
 #if defined(__GLIBC__) && UR_TRIM_GLIBC

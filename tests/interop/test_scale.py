@@ -21,7 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "tests" / "data" / "example" / "unroll.yml"
 SMALL, LARGE = 2000, 8000
 SLACK_S = 0.3
-UNROLL_RSS_PER_METADATA = 11
+UNROLL_RSS_PER_METADATA = 10
 VERIFY_RSS_PER_METADATA = 15
 
 

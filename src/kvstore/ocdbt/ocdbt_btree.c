@@ -21,6 +21,7 @@
 #include "ocdbt_format.h"
 
 #include "unroll/alloc.h"
+#include "unroll/pool.h"
 #include "unroll/strmap.h"
 
 #include <string.h>
@@ -172,12 +173,8 @@ static int decode_leaf(ur_ocdbt_btree_node *node, ur_rd *rd, ur_err *err)
             return ur_err_set_at(err, UR_ECORRUPT, at, "btree node: inline value of %llu bytes",
                                  (unsigned long long)node->e[i].value_len);
         }
-        node->e[i].value_off = (uint32_t)rd->pos; /* < UR_OCDBT_MAX_DECODED */
-        if (ur_rd_bytes(rd, (size_t)node->e[i].value_len) == NULL) {
-            return ur_rd_check(rd, "btree leaf values", err);
-        }
     }
-    return UR_OK;
+    return UR_OK; /* the inline values follow: keep_values */
 }
 
 static int decode_interior(ur_ocdbt_btree_node *node, ur_rd *rd, ur_err *err)
@@ -224,53 +221,210 @@ static int decode_interior(ur_ocdbt_btree_node *node, ur_rd *rd, ur_err *err)
 
 /* Values this long or longer are held once however many keys have them (as the writer does). */
 #define SHARED_VALUE_MIN 64
+/* The first piece of a streamed body asked for: the columns before the inline values are
+ * decoded from it, or from twice as much when they do not fit, and so on. */
+#define FRONT_FIRST ((size_t)1 << 20)
+/* Body bytes asked for at a time while the inline values are read. */
+#define VALUES_PIECE ((size_t)256 << 10)
 
-/* Copy the inline values out of `body` into node->values (value_off then points there), each
- * distinct one of SHARED_VALUE_MIN bytes or more once. Two passes: the first numbers the
- * distinct values in order, so the buffer is allocated once at its size and a value is copied
- * when its offset is the buffer's end. */
-static int keep_values(ur_ocdbt_btree_node *node, const uint8_t *body, ur_err *err)
+/* The body as it is read: b->data[0..len) holds body bytes [base, base + len), `pos` the next
+ * one to read; src (NULL when b holds the whole body) hands out the rest. */
+typedef struct {
+    ur_buf *b;
+    ur_ocdbt_body_src *src;
+    size_t base, pos;
+} body_win;
+
+/* At least `n` unread bytes in the window, unless the body ends first (then fewer). */
+static int win_need(body_win *w, size_t n, ur_err *err)
+{
+    size_t have = w->b->len - w->pos;
+    if (have >= n || w->src == NULL || w->src->done) {
+        return UR_OK;
+    }
+    if (w->pos > 0) { /* what was read goes: the window holds a piece, not the body */
+        memmove(w->b->data, w->b->data + w->pos, have);
+        w->b->len = have;
+        w->base += w->pos;
+        w->pos = 0;
+    }
+    while (w->b->len < n && !w->src->done) {
+        size_t want = n - w->b->len < VALUES_PIECE ? VALUES_PIECE : n - w->b->len;
+        int rc = ur_ocdbt_codec_src_read(w->src, w->b, want, err);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    return UR_OK;
+}
+
+/* Copy the inline values, read from the window in entry order, into node->values (value_off
+ * then points there), each distinct one of SHARED_VALUE_MIN bytes or more once; then the body
+ * must end. The distinct values are looked up in copies of their own (`kept`), so the body
+ * need not stay. */
+static int keep_values(ur_ocdbt_btree_node *node, body_win *w, ur_err *err)
 {
     ur_strmap seen;
-    size_t total = 0, at;
+    ur_pool kept;
+    size_t at, last_off = 0, last_len = 0; /* the last value held once, when last_len > 0 */
     int rc = UR_OK;
 
     ur_strmap_init(&seen);
-    for (size_t i = 0; i < node->n && node->height == 0; i++) {
-        const ur_ocdbt_btree_entry *e = &node->e[i];
+    ur_pool_init(&kept);
+    for (size_t i = 0; i < node->n && node->height == 0 && rc == UR_OK; i++) {
+        ur_ocdbt_btree_entry *e = &node->e[i];
+        size_t len = (size_t)e->value_len; /* <= UR_OCDBT_MAX_INLINE_VALUE */
+        const uint8_t *v;
         if (e->indirect) {
             continue;
         }
-        if (e->value_len >= SHARED_VALUE_MIN) {
-            rc = ur_strmap_put(&seen, (const char *)body + e->value_off, (size_t)e->value_len,
-                               total, NULL, err);
+        rc = win_need(w, len, err);
+        if (rc < 0) {
+            break;
+        }
+        if (w->b->len - w->pos < len) {
+            rc = ur_err_set_at(err, UR_ECORRUPT, w->base + w->pos,
+                               "btree leaf values: truncated or malformed");
+            break;
+        }
+        v = w->b->data + w->pos;
+        w->pos += len;
+        at = node->values.len;
+        if (len >= SHARED_VALUE_MIN) {
+            size_t first = 0;
+            /* Orbax's arrays of a shape come one after the other with the same zarr.json:
+             * compared with the last one before it is hashed */
+            if (len == last_len && memcmp(v, node->values.data + last_off, len) == 0) {
+                e->value_off = (uint32_t)last_off;
+                continue;
+            }
+            if (ur_strmap_get(&seen, (const char *)v, len, &first) == 1) {
+                e->value_off = (uint32_t)first;
+                last_off = first;
+                last_len = len;
+                continue;
+            }
+            uint8_t *copy = ur_pool_alloc(&kept, len, err);
+            if (copy == NULL) {
+                rc = UR_ENOMEM;
+                break;
+            }
+            memcpy(copy, v, len);
+            rc = ur_strmap_put(&seen, (const char *)copy, len, at, NULL, err);
+        }
+        if (rc == UR_OK) {
+            rc = ur_buf_append(&node->values, v, len, err);
+        }
+        if (rc == UR_OK && len >= SHARED_VALUE_MIN) {
+            last_off = at;
+            last_len = len;
+        }
+        e->value_off = (uint32_t)at; /* <= the body's length, < UR_OCDBT_MAX_DECODED */
+    }
+    if (rc == UR_OK) {
+        rc = win_need(w, 1, err);
+    }
+    if (rc == UR_OK && w->b->len > w->pos) { /* count what is left, as ur_rd_finish says it */
+        size_t left = w->b->len - w->pos, trail_at = w->base + w->pos;
+        while (rc == UR_OK && w->src != NULL && !w->src->done) {
+            w->b->len = 0;
+            rc = ur_ocdbt_codec_src_read(w->src, w->b, VALUES_PIECE, err);
+            left += w->b->len;
+        }
+        if (rc == UR_OK) {
+            rc = ur_err_set_at(err, UR_ECORRUPT, trail_at,
+                               "btree node: %zu unexpected trailing bytes", left);
+        }
+    }
+    if (rc == UR_OK && node->values.cap - node->values.len > 65536) {
+        ur_buf_fit(&node->values); /* grown by doubling */
+    }
+    ur_pool_dispose(&kept);
+    ur_strmap_dispose(&seen);
+    return rc;
+}
+
+/* Decode the columns before the inline values from b[0..len) (a leaf) or the whole node (an
+ * interior one); *end_out: where they end. */
+static int decode_front(ur_ocdbt_btree_node *node, const ur_buf *b, const char *transitive,
+                        size_t tlen, size_t *end_out, ur_err *err)
+{
+    ur_rd rd;
+    uint32_t num;
+    size_t at;
+    int rc;
+
+    memset(node, 0, sizeof *node);
+    ur_rd_init(&rd, b->data, b->len);
+    node->height = ur_rd_u8(&rd);
+    rc = ur_rd_check(&rd, "btree node", err);
+    if (rc == UR_OK) {
+        rc = ur_ocdbt_table_decode(&node->table, &rd, transitive, tlen, err);
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    at = rd.pos;
+    num = ur_rd_varint32(&rd);
+    if (rd.failed) {
+        return ur_rd_check(&rd, "btree node", err);
+    }
+    if (num == 0 || num > UR_OCDBT_MAX_NODE_ENTRIES || num > ur_rd_remaining(&rd)) {
+        return ur_err_set_at(err, UR_ECORRUPT, at, "btree node: invalid entry count %u", num);
+    }
+    node->n = num;
+    node->e = ur_calloc(node->n, sizeof *node->e);
+    if (node->e == NULL) {
+        return ur_err_oom(err);
+    }
+    rc = node->height == 0 ? decode_leaf(node, &rd, err) : decode_interior(node, &rd, err);
+    *end_out = rd.pos;
+    return rc;
+}
+
+/* Decode from *b, the whole body (src NULL) or its first bytes with src handing out the
+ * rest: the columns before the values from a prefix of the body that holds them (doubled
+ * until it does; bytes found corrupt before the body is whole are decoded again with more of
+ * it, so errors are those of the whole body), then the values through a window. Frees *b. */
+static int decode_body(ur_ocdbt_btree_node *node, ur_buf *b, ur_ocdbt_body_src *src,
+                       const char *transitive, size_t tlen, ur_err *err)
+{
+    size_t want = FRONT_FIRST, end = 0;
+    body_win w;
+    int rc;
+
+    memset(node, 0, sizeof *node);
+    for (;;) {
+        if (src != NULL && b->len < want) {
+            rc = ur_ocdbt_codec_src_read(src, b, want - b->len, err);
             if (rc < 0) {
                 goto out;
             }
-            if (rc == 1) {
-                continue; /* seen before */
-            }
         }
-        total += (size_t)e->value_len; /* <= the body's length: no overflow */
+        if (b->len > UINT32_MAX) { /* entries hold 32-bit offsets; readers cap a body at 1 GiB */
+            rc = ur_err_set(err, UR_ECORRUPT, "btree node: body of %zu bytes", b->len);
+            goto out;
+        }
+        rc = decode_front(node, b, transitive, tlen, &end, err);
+        if (rc != UR_ECORRUPT || src == NULL || src->done) {
+            break;
+        }
+        ur_ocdbt_btree_dispose(node);
+        want = b->len * 2;
     }
-    rc = total > 0 ? ur_buf_reserve_exact(&node->values, total, err) : UR_OK;
-    for (size_t i = 0; i < node->n && node->height == 0 && rc == UR_OK; i++) {
-        ur_ocdbt_btree_entry *e = &node->e[i];
-        const uint8_t *v = body + e->value_off;
-        if (e->indirect) {
-            continue;
-        }
-        at = node->values.len;
-        if (e->value_len >= SHARED_VALUE_MIN) {
-            (void)ur_strmap_get(&seen, (const char *)v, (size_t)e->value_len, &at);
-        }
-        if (at == node->values.len) {
-            rc = ur_buf_append(&node->values, v, (size_t)e->value_len, err);
-        }
-        e->value_off = (uint32_t)at; /* <= the body's length */
+    if (rc < 0) {
+        goto out;
     }
+    w.b = b;
+    w.src = src;
+    w.base = 0;
+    w.pos = end;
+    rc = keep_values(node, &w, err);
 out:
-    ur_strmap_dispose(&seen);
+    ur_buf_dispose(b);
+    if (rc < 0) {
+        ur_ocdbt_btree_dispose(node);
+    }
     return rc;
 }
 
@@ -278,55 +432,16 @@ int ur_ocdbt_btree_decode(ur_ocdbt_btree_node *node, ur_buf *body, const char *t
                           size_t tlen, ur_err *err)
 {
     ur_buf b = *body;
-    ur_rd rd;
-    uint32_t num;
-    size_t at;
-    int rc;
-
-    memset(node, 0, sizeof *node);
     ur_buf_init(body, 0);
-    if (b.len > UINT32_MAX) { /* entries hold 32-bit offsets; readers cap a body at 1 GiB */
-        rc = ur_err_set(err, UR_ECORRUPT, "btree node: body of %zu bytes", b.len);
-        goto out;
-    }
-    ur_rd_init(&rd, b.data, b.len);
-    node->height = ur_rd_u8(&rd);
-    rc = ur_rd_check(&rd, "btree node", err);
-    if (rc == UR_OK) {
-        rc = ur_ocdbt_table_decode(&node->table, &rd, transitive, tlen, err);
-    }
-    if (rc < 0) {
-        goto out;
-    }
-    at = rd.pos;
-    num = ur_rd_varint32(&rd);
-    if (rd.failed) {
-        rc = ur_rd_check(&rd, "btree node", err);
-        goto out;
-    }
-    if (num == 0 || num > UR_OCDBT_MAX_NODE_ENTRIES || num > ur_rd_remaining(&rd)) {
-        rc = ur_err_set_at(err, UR_ECORRUPT, at, "btree node: invalid entry count %u", num);
-        goto out;
-    }
-    node->n = num;
-    node->e = ur_calloc(node->n, sizeof *node->e);
-    if (node->e == NULL) {
-        rc = ur_err_oom(err);
-        goto out;
-    }
-    rc = node->height == 0 ? decode_leaf(node, &rd, err) : decode_interior(node, &rd, err);
-    if (rc == UR_OK) {
-        rc = ur_rd_finish(&rd, "btree node", err);
-    }
-    if (rc == UR_OK) {
-        rc = keep_values(node, b.data, err);
-    }
-out:
-    ur_buf_dispose(&b);
-    if (rc < 0) {
-        ur_ocdbt_btree_dispose(node);
-    }
-    return rc;
+    return decode_body(node, &b, NULL, transitive, tlen, err);
+}
+
+int ur_ocdbt_btree_decode_src(ur_ocdbt_btree_node *node, ur_ocdbt_body_src *src,
+                              const char *transitive, size_t tlen, ur_err *err)
+{
+    ur_buf b;
+    ur_buf_init(&b, 0);
+    return decode_body(node, &b, src, transitive, tlen, err);
 }
 
 static size_t lcp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn)

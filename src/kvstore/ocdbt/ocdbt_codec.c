@@ -27,14 +27,11 @@ uint16_t ur_ocdbt_codec_varint16(ur_rd *rd)
     return (uint16_t)v;
 }
 
-static int decompress(ur_buf *body, const uint8_t *p, size_t n, size_t at, const char *what,
-                      ur_err *err)
+/* The payload p[0..n) at offset `at` of the object must be exactly one zstd frame. */
+static int check_frame(const uint8_t *p, size_t n, size_t at, const char *what, ur_err *err)
 {
     static const uint8_t zstd_magic[4] = {0x28, 0xb5, 0x2f, 0xfd};
-    size_t frame, rc;
-    ZSTD_DCtx *dctx = NULL;
-    ZSTD_inBuffer in = {p, n, 0};
-    int ret = UR_OK;
+    size_t frame;
 
     if (n < 4 || memcmp(p, zstd_magic, 4) != 0) {
         return ur_err_set_at(err, UR_ECORRUPT, at, "%s: payload is not a zstd frame", what);
@@ -48,6 +45,20 @@ static int decompress(ur_buf *body, const uint8_t *p, size_t n, size_t at, const
         return ur_err_set_at(err, UR_ECORRUPT, at + frame,
                              "%s: %zu bytes after the zstd frame (exactly one frame expected)",
                              what, n - frame);
+    }
+    return UR_OK;
+}
+
+static int decompress(ur_buf *body, const uint8_t *p, size_t n, size_t at, const char *what,
+                      ur_err *err)
+{
+    size_t rc;
+    ZSTD_DCtx *dctx = NULL;
+    ZSTD_inBuffer in = {p, n, 0};
+    int ret = check_frame(p, n, at, what, err);
+
+    if (ret < 0) {
+        return ret;
     }
     /* The size the frame declares (TensorStore's frames do): reserved exactly, where growing
      * by doubling would hold up to twice a large node. Only a hint, taken when plausible
@@ -115,15 +126,15 @@ out:
     return ret;
 }
 
-int ur_ocdbt_codec_decode(ur_buf *body, const uint8_t *p, size_t n, uint32_t magic,
-                          const char *what, int *compressed_out, ur_err *err)
+/* Check the envelope of p[0..n); where its payload starts and its format (0 raw, 1 zstd). */
+static int check_envelope(const uint8_t *p, size_t n, uint32_t magic, const char *what,
+                          size_t *payload_out, uint32_t *format_out, ur_err *err)
 {
     ur_rd rd;
     uint32_t got_magic, version, format, crc_stored, crc;
     uint64_t length;
     size_t payload_at;
 
-    ur_buf_reset(body);
     if (n < 16) {
         return ur_err_set_at(err, UR_ECORRUPT, 0, "%s: %zu bytes is too short for an object", what,
                              n);
@@ -165,6 +176,23 @@ int ur_ocdbt_codec_decode(ur_buf *body, const uint8_t *p, size_t n, uint32_t mag
                              "%s: CRC-32C mismatch (stored 0x%08x, computed 0x%08x)", what,
                              crc_stored, crc);
     }
+    *payload_out = payload_at;
+    *format_out = format;
+    return UR_OK;
+}
+
+int ur_ocdbt_codec_decode(ur_buf *body, const uint8_t *p, size_t n, uint32_t magic,
+                          const char *what, int *compressed_out, ur_err *err)
+{
+    size_t payload_at = 0;
+    uint32_t format = 0;
+    int rc;
+
+    ur_buf_reset(body);
+    rc = check_envelope(p, n, magic, what, &payload_at, &format, err);
+    if (rc < 0) {
+        return rc;
+    }
     if (compressed_out != NULL) {
         *compressed_out = (int)format;
     }
@@ -172,6 +200,118 @@ int ur_ocdbt_codec_decode(ur_buf *body, const uint8_t *p, size_t n, uint32_t mag
         return ur_buf_append(body, p + payload_at, n - 4 - payload_at, err);
     }
     return decompress(body, p + payload_at, n - 4 - payload_at, payload_at, what, err);
+}
+
+int ur_ocdbt_codec_open_src(ur_ocdbt_body_src *src, const uint8_t *p, size_t n, uint32_t magic,
+                            const char *what, int *compressed_out, ur_err *err)
+{
+    size_t payload_at = 0;
+    uint32_t format = 0;
+    int rc;
+
+    memset(src, 0, sizeof *src);
+    src->what = what;
+    rc = check_envelope(p, n, magic, what, &payload_at, &format, err);
+    if (rc < 0) {
+        return rc;
+    }
+    if (compressed_out != NULL) {
+        *compressed_out = (int)format;
+    }
+    src->p = p + payload_at;
+    src->n = n - 4 - payload_at;
+    src->at = payload_at;
+    if (format == 0) {
+        src->done = src->n == 0;
+        return UR_OK;
+    }
+    rc = check_frame(src->p, src->n, payload_at, what, err);
+    if (rc < 0) {
+        return rc;
+    }
+    /* a hint for the pieces' buffers, taken when plausible (as in decompress) */
+    unsigned long long declared = ZSTD_getFrameContentSize(src->p, src->n);
+    if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared != ZSTD_CONTENTSIZE_ERROR &&
+        declared <= UR_OCDBT_MAX_DECODED && declared / 256 <= src->n) {
+        src->hint = (size_t)declared;
+    }
+    src->dctx = ZSTD_createDCtx();
+    return src->dctx != NULL ? UR_OK : ur_err_oom(err);
+}
+
+static int src_read(ur_ocdbt_body_src *src, ur_buf *out, size_t want, ur_err *err)
+{
+    int rc;
+
+    if (src->done || want == 0) {
+        return UR_OK;
+    }
+    if (src->dctx == NULL) { /* raw: the rest of the payload, up to want */
+        size_t k = src->n - src->in_pos < want ? src->n - src->in_pos : want;
+        rc = ur_buf_append(out, src->p + src->in_pos, k, err);
+        if (rc == UR_OK) {
+            src->in_pos += k;
+            src->produced += k;
+            src->done = src->in_pos == src->n;
+        }
+        return rc;
+    }
+    if (src->produced + want > UR_OCDBT_MAX_DECODED) {
+        want = UR_OCDBT_MAX_DECODED - src->produced;
+        if (want == 0) { /* the frame goes on past the cap */
+            return ur_err_set_at(err, UR_ECORRUPT, src->at, "%s: decompressed body over %zu bytes",
+                                 src->what, UR_OCDBT_MAX_DECODED);
+        }
+    }
+    while (want > 0 && !src->done) {
+        /* no more room than the declared size asks (one byte over, so that a frame longer
+         * than it declares fails in zstd, not here) */
+        size_t room = want;
+        if (src->hint > 0 && src->hint >= src->produced && src->hint - src->produced < room) {
+            room = src->hint - src->produced + 1;
+        }
+        rc = ur_buf_reserve(out, room, err);
+        if (rc < 0) {
+            return rc;
+        }
+        ZSTD_inBuffer in = {src->p, src->n, src->in_pos};
+        ZSTD_outBuffer o = {out->data + out->len, room, 0};
+        size_t z = ZSTD_decompressStream(src->dctx, &o, &in);
+        out->len += o.pos;
+        src->produced += o.pos;
+        want -= o.pos;
+        src->in_pos = in.pos;
+        if (ZSTD_isError(z)) {
+            return ur_err_set_at(err, UR_ECORRUPT, src->at + in.pos, "%s: zstd: %s", src->what,
+                                 ZSTD_getErrorName(z));
+        }
+        if (z == 0) { /* frame complete: one frame is the whole payload (checked at open) */
+            src->done = 1;
+        } else if (in.pos == in.size && o.pos < o.size) {
+            return ur_err_set_at(err, UR_ECORRUPT, src->at + src->n, "%s: truncated zstd frame",
+                                 src->what);
+        }
+    }
+    if (src->done && src->in_pos != src->n) {
+        return ur_err_set_at(err, UR_ECORRUPT, src->at + src->in_pos,
+                             "%s: bytes after the zstd frame", src->what);
+    }
+    return UR_OK;
+}
+
+int ur_ocdbt_codec_src_read(ur_ocdbt_body_src *src, ur_buf *out, size_t want, ur_err *err)
+{
+    int rc = src_read(src, out, want, err);
+    src->failed |= rc < 0;
+    return rc;
+}
+
+void ur_ocdbt_codec_src_dispose(ur_ocdbt_body_src *src)
+{
+    if (src->dctx != NULL) {
+        ZSTD_freeDCtx(src->dctx);
+        src->dctx = NULL;
+    }
 }
 
 int ur_ocdbt_codec_encode(ur_buf *out, uint32_t magic, const uint8_t *body, size_t n, int compress,

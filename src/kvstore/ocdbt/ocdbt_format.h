@@ -42,6 +42,33 @@
  * must be exactly one frame with nothing after it. `what` names the object in messages. */
 int ur_ocdbt_codec_decode(ur_buf *body, const uint8_t *p, size_t n, uint32_t magic,
                           const char *what, int *compressed_out, ur_err *err);
+/* A body handed out piece by piece (ur_ocdbt_codec_open_src): the envelope is checked whole
+ * when it is opened, a zstd payload decompressed as the pieces are asked for, so a large node
+ * (Orbax writes a checkpoint's tree as one node of 60 MB) is never held whole. Borrows the
+ * object's bytes. */
+typedef struct ur_ocdbt_body_src {
+    const uint8_t *p; /* the payload */
+    size_t n;
+    size_t at;        /* the payload's offset in the object, for messages */
+    size_t in_pos;    /* payload bytes consumed */
+    size_t produced;  /* body bytes handed out */
+    size_t hint;      /* the body's size as the zstd frame declares it; 0 when unknown */
+    void *dctx;       /* ZSTD_DCtx for a compressed payload, else NULL */
+    int done;         /* the whole body has been handed out */
+    int failed;       /* a read failed: its error's offset is in the object, not the body */
+    const char *what;
+} ur_ocdbt_body_src;
+
+/* Check the envelope as ur_ocdbt_codec_decode does (and that a zstd payload is one whole
+ * frame) and set *src up to hand out its body; `p` must outlive *src. UR_ECORRUPT, UR_ENOMEM. */
+int ur_ocdbt_codec_open_src(ur_ocdbt_body_src *src, const uint8_t *p, size_t n, uint32_t magic,
+                            const char *what, int *compressed_out, ur_err *err);
+/* Append up to `want` (> 0) more bytes of the body to `out`; fewer only when the body ends
+ * (src->done is then set). UR_ECORRUPT (a bad zstd stream, a body over UR_OCDBT_MAX_DECODED),
+ * UR_ENOMEM. */
+int ur_ocdbt_codec_src_read(ur_ocdbt_body_src *src, ur_buf *out, size_t want, ur_err *err);
+/* Free what *src holds (not the object's bytes). */
+void ur_ocdbt_codec_src_dispose(ur_ocdbt_body_src *src);
 /* Append an envelope around `body` to `out`: zstd level `level` when `compress`. */
 int ur_ocdbt_codec_encode(ur_buf *out, uint32_t magic, const uint8_t *body, size_t n, int compress,
                           int level, ur_err *err);
@@ -194,6 +221,11 @@ typedef struct ur_ocdbt_btree_node {
  * and frees it: what the node keeps is copied out (keys, entries, inline values). */
 int ur_ocdbt_btree_decode(ur_ocdbt_btree_node *node, ur_buf *body, const char *transitive,
                           size_t tlen, ur_err *err);
+/* The same from a body handed out piece by piece: only the columns before the inline values
+ * and one value at a time are held, not the body. Same results and errors as the above on
+ * the whole body. */
+int ur_ocdbt_btree_decode_src(ur_ocdbt_btree_node *node, ur_ocdbt_body_src *src,
+                              const char *transitive, size_t tlen, ur_err *err);
 void ur_ocdbt_btree_dispose(ur_ocdbt_btree_node *node);
 
 /* Entry for the encoder: key relative to the node's implicit prefix. */

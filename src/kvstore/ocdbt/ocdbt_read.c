@@ -136,6 +136,57 @@ static void locate(ur_ocdbt_reader *r, ur_err *err, const char *rel, uint64_t of
     ur_free(path);
 }
 
+/* Read the B+tree node at [off, off+len) of `rel` into *node, its body decompressed piece by
+ * piece as it is decoded (Orbax writes a checkpoint's tree as one node of 60 MB: only the
+ * columns before the inline values and a window over them are held, beside the compressed
+ * object). */
+static int read_btree_node(ur_ocdbt_reader *r, const ur_ocdbt_file_id *file, uint64_t off,
+                           uint64_t len, ur_ocdbt_btree_node *node, ur_err *err)
+{
+    ur_ocdbt_body_src src;
+    ur_buf raw;
+    int rc, compressed = 0;
+
+    memset(&src, 0, sizeof src);
+    ur_buf_init(&raw, 0);
+    if (len < 16 || len > MAX_OBJECT) {
+        rc = ur_err_set_at(err, UR_ECORRUPT, 0, "btree node: invalid length %llu",
+                           (unsigned long long)len);
+        locate(r, err, file->path, off, len, 0, 0);
+        return rc;
+    }
+    rc = ur_buf_reserve(&raw, (size_t)len, err);
+    if (rc == UR_OK) {
+        rc = read_file_range(r, file->path, off, (size_t)len, raw.data, err);
+        if (rc == UR_ECORRUPT) {
+            ur_err_wrap(err, "btree node [%llu, +%llu)", (unsigned long long)off,
+                        (unsigned long long)len);
+        }
+        if (rc < 0) {
+            goto out;
+        }
+    }
+    if (rc == UR_OK) {
+        raw.len = (size_t)len;
+        rc = ur_ocdbt_codec_open_src(&src, raw.data, raw.len, UR_OCDBT_MAGIC_BTREE, "btree node",
+                                     &compressed, err);
+        if (rc < 0) {
+            locate(r, err, file->path, off, len, 0, 0);
+            goto out;
+        }
+        rc = ur_ocdbt_btree_decode_src(node, &src, file->path, file->base_len, err);
+        if (rc < 0) {
+            /* a failed decompression says where in the object, a failed decode where in
+             * the body */
+            locate(r, err, file->path, off, len, !src.failed, compressed);
+        }
+    }
+out:
+    ur_ocdbt_codec_src_dispose(&src);
+    ur_buf_dispose(&raw);
+    return rc;
+}
+
 /* Read the object at ref of `file` and check its envelope; body in `body`. */
 static int read_object(ur_ocdbt_reader *r, const char *rel, uint64_t off, uint64_t len,
                        uint32_t magic, const char *what, ur_buf *body, int *compressed,
@@ -274,11 +325,9 @@ int ur_ocdbt_read__btree_node(ur_ocdbt_reader *r, const ur_ocdbt_file_id *file,
                               ur_err *err)
 {
     ur_ocdbt_cnode *c = cache_find(r, file->path, ref->offset);
-    ur_buf body;
-    int rc, compressed = 0;
+    int rc;
 
     if (c == NULL) {
-        ur_buf_init(&body, 0);
         c = ur_calloc(1, sizeof *c);
         if (c == NULL) {
             return ur_err_oom(err);
@@ -290,15 +339,7 @@ int ur_ocdbt_read__btree_node(ur_ocdbt_reader *r, const ur_ocdbt_file_id *file,
         }
         c->offset = ref->offset;
         c->refs = 1;
-        rc = read_object(r, file->path, ref->offset, ref->length, UR_OCDBT_MAGIC_BTREE,
-                         "btree node", &body, &compressed, err);
-        if (rc == UR_OK) {
-            rc = ur_ocdbt_btree_decode(&c->node, &body, file->path, file->base_len, err);
-            if (rc < 0) {
-                locate(r, err, file->path, ref->offset, ref->length, 1, compressed);
-            }
-        }
-        ur_buf_dispose(&body);
+        rc = read_btree_node(r, file, ref->offset, ref->length, &c->node, err);
         if (rc < 0) {
             cnode_free(c);
             return rc;
@@ -623,7 +664,7 @@ typedef struct {
     ur_kvstore_list_fn fn;
     void *ctx;
     ur_buf key; /* the current node's implicit prefix, then scratch */
-    int stop;   /* past the prefix range: no more keys can match */
+    int stop; /* past the prefix range: no more keys can match */
 } list_state;
 
 /* Compare full key (key.data[0..base) + k) with the wanted prefix, truncated to its length:

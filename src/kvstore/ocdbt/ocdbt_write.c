@@ -15,6 +15,7 @@
 #include "ocdbt_write_impl.h" /* OCDBT is a kvstore driver: it fills in the vtable */
 
 #include "unroll/alloc.h"
+#include "unroll/ckd.h"
 #include "unroll/fs.h"
 #include "unroll/ocdbt.h"
 #include "unroll/strmap.h"
@@ -599,6 +600,26 @@ static void w_close(ur_kvstore *kv)
         ur_kvstore_close(w->store);
     }
     ur_free(w);
+}
+
+int ur_ocdbt_writer_reserve(ur_kvstore *kv, size_t n, ur_err *err)
+{
+    ocdbt_writer *w = (ocdbt_writer *)kv;
+    size_t cap;
+    wentry *e;
+
+    if (kv == NULL || kv->ops != &writer_ops || w->committed) {
+        return UR_OK;
+    }
+    if (ur_ckd_add(&cap, w->n, n) || cap > UINT32_MAX) {
+        return ur_err_oom(err);
+    }
+    e = ur_grow_to(w->e, &w->cap, cap, sizeof *e);
+    if (e == NULL) {
+        return ur_err_oom(err); /* also when the size overflows */
+    }
+    w->e = e;
+    return UR_OK;
 }
 
 uint64_t ur_ocdbt_writer_held_bytes(const ur_kvstore *kv)

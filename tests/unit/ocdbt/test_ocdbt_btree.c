@@ -231,6 +231,153 @@ static void test_ocdbt_btree__table_edge_cases(void **state)
     ur_buf_dispose(&b);
 }
 
+/* A leaf of `n` entries like Orbax's one-node trees: "<i>/c" with a short distinct value
+ * and "<i>/zarr.json" with one of three 100-byte values, every 7th chunk indirect. */
+static void encode_big_leaf(ur_buf *body, size_t n)
+{
+    static char pd[] = "d/0123";
+    ur_ocdbt_file_id f[1] = {{pd, 6, 0}};
+    ur_ocdbt_table t = {1, f};
+    ur_ocdbt_btree_enc_entry *e = ur_calloc(n, sizeof *e);
+    char *keys = ur_malloc(n * 24), *small = ur_malloc(n * 12), big[3][100];
+    assert_non_null(e);
+    assert_non_null(keys);
+    assert_non_null(small);
+    for (int k = 0; k < 3; k++) {
+        memset(big[k], 'a' + k, sizeof big[k]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        char *key = keys + 24 * i;
+        int len = snprintf(key, 24, "p.%07zu/%s", i / 2, i % 2 ? "zarr.json" : "c");
+        e[i].key = (const uint8_t *)key;
+        e[i].key_len = (size_t)len;
+        if (i % 2) {
+            e[i].value = (const uint8_t *)big[(i / 2) % 3];
+            e[i].value_len = sizeof big[0];
+        } else if (i % 14 == 0) {
+            e[i].indirect = 1;
+            e[i].ref = (ur_ocdbt_ref){0, i, 10};
+            e[i].value_len = 10;
+        } else {
+            snprintf(small + 12 * i, 12, "v%09zu", i);
+            e[i].value = (const uint8_t *)small + 12 * i;
+            e[i].value_len = 10;
+        }
+    }
+    assert_int_equal(ur_ocdbt_btree_encode(body, 0, &t, e, n, NULL), UR_OK);
+    ur_free(e);
+    ur_free(keys);
+    ur_free(small);
+}
+
+/* Decode `obj` (an envelope) from its body read piece by piece; its error in *err. */
+static int decode_streamed(ur_ocdbt_btree_node *node, const ur_buf *obj, ur_err *err)
+{
+    ur_ocdbt_body_src src;
+    int rc = ur_ocdbt_codec_open_src(&src, obj->data, obj->len, UR_OCDBT_MAGIC_BTREE, "btree node",
+                                     NULL, err);
+    if (rc == UR_OK) {
+        rc = ur_ocdbt_btree_decode_src(node, &src, "", 0, err);
+    }
+    ur_ocdbt_codec_src_dispose(&src);
+    return rc;
+}
+
+static void assert_same_node(const ur_ocdbt_btree_node *a, const ur_ocdbt_btree_node *b)
+{
+    assert_int_equal(a->height, b->height);
+    assert_int_equal(a->n, b->n);
+    assert_int_equal(a->values.len, b->values.len);
+    for (size_t i = 0; i < a->n; i++) {
+        assert_int_equal(a->e[i].key_len, b->e[i].key_len);
+        assert_memory_equal(a->keys + a->e[i].key_off, b->keys + b->e[i].key_off, a->e[i].key_len);
+        assert_int_equal(a->e[i].indirect, b->e[i].indirect);
+        assert_int_equal(a->e[i].value_len, b->e[i].value_len);
+        if (a->e[i].indirect) {
+            assert_int_equal(a->e[i].ref.offset, b->e[i].ref.offset);
+        } else {
+            assert_int_equal(a->e[i].value_off, b->e[i].value_off);
+        }
+    }
+    assert_memory_equal(a->values.data, b->values.data, a->values.len);
+}
+
+/* A node decoded from its body read piece by piece (raw and zstd, a body of several MB whose
+ * columns before the values do not fit the first piece) is the node decoded from the whole
+ * body; a body cut short or with bytes after it fails the same way both ways. */
+static void test_ocdbt_btree__streamed_decode_is_the_whole_decode(void **state)
+{
+    ur_ocdbt_btree_node whole, streamed;
+    ur_buf body, copy, obj;
+    ur_err e1, e2;
+    (void)state;
+
+    ur_buf_init(&body, 0);
+    encode_big_leaf(&body, 200000); /* keys and columns ~3 MB, values ~1.3 MB */
+    assert_true(body.len > ((size_t)4 << 20));
+    for (int z = 0; z < 2; z++) {
+        ur_buf_init(&copy, 0);
+        ur_buf_init(&obj, 0);
+        assert_int_equal(ur_buf_append(&copy, body.data, body.len, NULL), UR_OK);
+        assert_int_equal(ur_ocdbt_btree_decode(&whole, &copy, "", 0, NULL), UR_OK);
+        assert_int_equal(
+            ur_ocdbt_codec_encode(&obj, UR_OCDBT_MAGIC_BTREE, body.data, body.len, z, 1, NULL),
+            UR_OK);
+        assert_int_equal(decode_streamed(&streamed, &obj, NULL), UR_OK);
+        assert_int_equal(whole.n, 200000);
+        assert_true(whole.values.len < 200000 * 10); /* the 100-byte values held once */
+        assert_same_node(&whole, &streamed);
+        ur_ocdbt_btree_dispose(&whole);
+        ur_ocdbt_btree_dispose(&streamed);
+        ur_buf_dispose(&obj);
+    }
+    /* cut in the columns, in the values, one byte short; then three bytes too many */
+    size_t cuts[] = {100, body.len / 2, body.len - 700000, body.len - 1, body.len + 3};
+    for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+        for (int z = 0; z < 2; z++) {
+            ur_buf_init(&copy, 0);
+            ur_buf_init(&obj, 0);
+            assert_int_equal(ur_buf_append(&copy, body.data, body.len, NULL), UR_OK);
+            assert_int_equal(ur_buf_append(&copy, "xyz", 3, NULL), UR_OK);
+            copy.len = cuts[c];
+            assert_int_equal(
+                ur_ocdbt_codec_encode(&obj, UR_OCDBT_MAGIC_BTREE, copy.data, copy.len, z, 1, NULL),
+                UR_OK);
+            assert_int_equal(ur_ocdbt_btree_decode(&whole, &copy, "", 0, &e1), UR_ECORRUPT);
+            assert_int_equal(decode_streamed(&streamed, &obj, &e2), UR_ECORRUPT);
+            assert_string_equal(e1.msg, e2.msg);
+            assert_int_equal(e1.offset, e2.offset);
+            ur_buf_dispose(&obj);
+        }
+    }
+    assert_non_null(strstr(e2.msg, "3 unexpected trailing bytes"));
+    ur_buf_dispose(&body);
+}
+
+/* Every allocation of a streamed decode may fail: UR_ENOMEM, nothing leaked, then success. */
+static void test_ocdbt_btree__streamed_decode_oom(void **state)
+{
+    ur_ocdbt_btree_node node;
+    ur_buf body, obj;
+    int rc = UR_ENOMEM;
+    (void)state;
+    ur_buf_init(&body, 0);
+    ur_buf_init(&obj, 0);
+    encode_big_leaf(&body, 40);
+    assert_int_equal(
+        ur_ocdbt_codec_encode(&obj, UR_OCDBT_MAGIC_BTREE, body.data, body.len, 1, 1, NULL), UR_OK);
+    for (long n = 0; rc == UR_ENOMEM && n < 200; n++) {
+        ur_alloc_fail_after(n);
+        rc = decode_streamed(&node, &obj, NULL);
+        ur_alloc_fail_after(-1);
+    }
+    assert_int_equal(rc, UR_OK);
+    assert_int_equal(node.n, 40);
+    ur_ocdbt_btree_dispose(&node);
+    ur_buf_dispose(&body);
+    ur_buf_dispose(&obj);
+}
+
 static void test_ocdbt_btree__oom(void **state)
 {
     ur_ocdbt_btree_node node;
@@ -262,6 +409,8 @@ int main(void)
         cmocka_unit_test(test_ocdbt_btree__key_order),
         cmocka_unit_test(test_ocdbt_btree__table_edge_cases),
         cmocka_unit_test(test_ocdbt_btree__oom),
+        cmocka_unit_test(test_ocdbt_btree__streamed_decode_is_the_whole_decode),
+        cmocka_unit_test(test_ocdbt_btree__streamed_decode_oom),
     };
     return cmocka_run_group_tests_name("ocdbt_btree", tests, NULL, NULL);
 }
