@@ -72,6 +72,8 @@ typedef struct {
     size_t arrays_compared; /* output arrays whose values were compared */
     uint64_t elements; /* elements compared */
     uint64_t elements_bad; /* elements that differ */
+    uint64_t chunks_decoded; /* input chunks decoded (each once per group of output leaves that
+                              * come from it: src/plan/verify_compare.h) */
     size_t n_issues_total; /* every issue found */
     size_t n_issues; /* kept (first ones) */
     ur_verify_issue *issues; /* owned; ur_plan_verify_report_dispose */
