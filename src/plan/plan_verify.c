@@ -635,7 +635,7 @@ static int worth_grouping(const ur_orbax_leaf *i, int nfix, const int *fax)
     for (int m = 0; m < nfix; m++) {
         if (fax[m] >= 0 && fax[m] < i->rank) {
             across *= i->chunk_shape[fax[m]] < i->shape[fax[m]] ? i->chunk_shape[fax[m]]
-                                                                 : i->shape[fax[m]];
+                                                                : i->shape[fax[m]];
         }
     }
     return across > 1 && ne >= GROUP_BYTES / ur_dtype_size(i->dtype);

@@ -98,7 +98,7 @@ static void place_of(const ur_zarr_info *io, const uint64_t *gi, uint64_t at[2])
     for (int d = 0; d < io->rank; d++) {
         uint64_t qd = gi[d] / io->chunk_shape[d], lo = qd * io->chunk_shape[d];
         uint64_t n = io->shape[d] - lo < io->chunk_shape[d] ? io->shape[d] - lo
-                                                              : io->chunk_shape[d];
+                                                            : io->chunk_shape[d];
         q = q * io->grid[d] + qd;
         e = e * n + (gi[d] - lo);
     }
@@ -349,7 +349,7 @@ static int compare_group(ur_vcmp *c, boxes *bx, const ur_vcmp_group *g, ur_vcmp_
             rem /= ii->grid[d];
             cs[d] = idx[d] * ii->chunk_shape[d];
             cc[d] = ii->shape[d] - cs[d] < ii->chunk_shape[d] ? ii->shape[d] - cs[d]
-                                                               : ii->chunk_shape[d];
+                                                              : ii->chunk_shape[d];
         }
         for (size_t k = 0; k < g->n && first == g->n; k++) {
             first = member_in_chunk(&g->m[k], cs, cc) ? k : first;
