@@ -64,6 +64,9 @@ typedef struct {
      * config's num_decoder_layers); 0: not checked. */
     int64_t num_decoder_layers;
     size_t max_issues; /* issues kept in the report (0: 20); all are counted */
+    /* Input bytes decoded at a time per thread when the output's chunks allow it (0: 16 MiB;
+     * src/plan/verify_compare.h); smaller in tests, to cut chunks into pieces. */
+    uint64_t piece_bytes;
 } ur_verify_opts;
 
 typedef struct {

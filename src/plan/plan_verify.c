@@ -591,18 +591,31 @@ static uint64_t chunk_elements(const ur_orbax_leaf *l)
     return nel;
 }
 
-/* The buffers a comparison of output leaf `o` from input leaf `i` holds (verify_compare.c):
- * a decoded input chunk, and an output chunk with the input's values for it and their cast
- * (UINT64_MAX when a leaf does not say its chunks). */
-static uint64_t compare_bytes(const ur_orbax_leaf *o, const ur_orbax_leaf *i, ur_dtype want)
+/* The buffers a comparison of output leaf `o` (index fidx on the nfix axes fax of input leaf
+ * `i`) holds (verify_compare.c): a piece of an input chunk, at most UR_VCMP_PIECE_BYTES
+ * unless the output's chunks in it are larger, and an output chunk with the input's values
+ * for it and their cast (UINT64_MAX when a leaf does not say its chunks). */
+static uint64_t compare_bytes(const ur_orbax_leaf *o, const ur_orbax_leaf *i, int nfix,
+                              const int *fax, ur_dtype want)
 {
-    uint64_t ne_o = chunk_elements(o), ne_i = chunk_elements(i), a, b;
-    uint64_t per = 2 * (uint64_t)ur_dtype_size(want) + ur_dtype_size(i->dtype);
-    if (ne_o == UINT64_MAX || ne_i == UINT64_MAX || ur_ckd_mul64(&a, ne_o, per) ||
-        ur_ckd_mul64(&b, ne_i, ur_dtype_size(i->dtype)) || ur_ckd_add64(&a, a, b)) {
+    uint64_t ne_o = chunk_elements(o), ne_i = chunk_elements(i), across = 1, a, piece;
+    uint64_t isz = ur_dtype_size(i->dtype), per = 2 * (uint64_t)ur_dtype_size(want) + isz;
+    if (ne_o == UINT64_MAX || ne_i == UINT64_MAX) {
         return UINT64_MAX;
     }
-    return a;
+    for (int m = 0; m < nfix; m++) {
+        if (fax[m] >= 0 && fax[m] < i->rank) {
+            across *= i->chunk_shape[fax[m]] < i->shape[fax[m]] ? i->chunk_shape[fax[m]]
+                                                                : i->shape[fax[m]];
+        }
+    }
+    if (ur_ckd_mul64(&a, ne_o, per) || ur_ckd_mul64(&piece, ne_o, across) ||
+        ur_ckd_mul64(&piece, piece, isz) || ur_ckd_mul64(&ne_i, ne_i, isz)) {
+        return UINT64_MAX;
+    }
+    piece = piece > UR_VCMP_PIECE_BYTES ? piece : UR_VCMP_PIECE_BYTES;
+    piece = piece < ne_i ? piece : ne_i;
+    return ur_ckd_add64(&a, a, piece) ? UINT64_MAX : a;
 }
 
 /* Below this many bytes in a decoded input chunk, the output leaves sliced from it are
@@ -664,7 +677,7 @@ static int pend_flush(verifier *vf, size_t p, ur_err *err)
     grp.n = g->n;
     grp.m = g->m;
     for (size_t k = 0; k < g->n; k++) {
-        uint64_t b = compare_bytes(g->m[k].o, grp.i, grp.want);
+        uint64_t b = compare_bytes(g->m[k].o, grp.i, g->m[k].nfix, g->m[k].fax, grp.want);
         bytes = b > bytes ? b : bytes;
     }
     grp.exclusive = bytes >= UR_VCMP_EXCLUSIVE_BYTES;
@@ -759,7 +772,8 @@ static int compare_values(verifier *vf, const vleaf *o, const vleaf *i, int nfix
     grp.want = out_dtype_of(i);
     grp.n = 1;
     grp.m = &m;
-    grp.exclusive = compare_bytes(o->leaf, i->leaf, grp.want) >= UR_VCMP_EXCLUSIVE_BYTES;
+    grp.exclusive = compare_bytes(o->leaf, i->leaf, nfix, fax, grp.want) >=
+                    UR_VCMP_EXCLUSIVE_BYTES;
     return ur_vcmp_submit(vf->cmp, &grp, err);
 }
 
@@ -1257,7 +1271,8 @@ static int verifier_init(verifier *vf, ur_orbax_ckpt *in_ck, ur_orbax_ckpt *out_
     vf->out_ck = out_ck;
     vf->opts = opts;
     vf->rep = rep;
-    rc = ur_vcmp_create(&vf->cmp, in_ck, out_ck, helpers, apply_compare, vf, err);
+    rc = ur_vcmp_create(&vf->cmp, in_ck, out_ck, helpers, opts->piece_bytes, apply_compare, vf,
+                        err);
     if (rc == UR_OK) {
         rc = vset_build(&vf->in, in, 0, vf, err);
     }

@@ -49,7 +49,8 @@ struct ur_vcmp {
     uint64_t tail; /* next place to fill */
     int end;       /* no more jobs: helpers leave once the queue is empty */
     int failed;    /* a job handed back failed: the rest are not applied */
-    uint64_t decoded; /* input chunks decoded by the jobs handed back */
+    uint64_t decoded;     /* input chunks decoded by the jobs handed back */
+    uint64_t piece_bytes; /* see choose_piece */
     pthread_t *tids;
     int n_tids;
     boxes mine; /* the submitting thread's */
@@ -223,13 +224,15 @@ static int member_in_chunk(const ur_vcmp_member *m, const uint64_t *cs, const ui
     return 1;
 }
 
-/* Member m against its part of the decoded input chunk (box cs, cc of the input; bx->bi in
- * the chunk's full shape), one output chunk of that part at a time. When the output's
- * chunks split the input's (as unroll writes them), each output chunk is read once over the
- * whole group; one that straddles input chunks is read once per input chunk it meets. */
-static int compare_in_chunk(boxes *bx, const ur_vcmp_group *g, const ur_vcmp_member *m,
-                            ur_zarr_array *ao, const ur_zarr_info *ii, const uint64_t *cs,
-                            const uint64_t *cc, ur_vcmp_result *res, ur_err *err)
+/* Member m against its part of a piece of an input chunk: the box [bs, bs+bc) of the
+ * input, decoded into bx->bi in a buffer of shape bshape (the piece's full shape, its first
+ * element at bs), one output chunk of that part at a time. When the output's chunks split
+ * the pieces (as unroll writes them: see choose_piece), each output chunk is read once over
+ * the whole group; one that straddles pieces is read once per piece it meets. */
+static int compare_in_piece(boxes *bx, const ur_vcmp_group *g, const ur_vcmp_member *m,
+                            ur_zarr_array *ao, int irank, const uint64_t *bshape,
+                            const uint64_t *bs, const uint64_t *bc, ur_vcmp_result *res,
+                            ur_err *err)
 {
     const ur_zarr_info *io = ur_zarr_array_info(ao);
     size_t isz = ur_dtype_size(g->i->dtype), osz = ur_dtype_size(g->want);
@@ -237,18 +240,18 @@ static int compare_in_chunk(boxes *bx, const ur_vcmp_group *g, const ur_vcmp_mem
     uint64_t nq[UR_MAX_RANK], ostride[UR_MAX_RANK], base = 0, total = 1, s = 1;
     int rc;
 
-    for (int d = ii->rank - 1; d >= 0; d--) {
-        st[d] = s; /* the decoded chunk's strides, in elements */
-        s *= ii->chunk_shape[d];
+    for (int d = irank - 1; d >= 0; d--) {
+        st[d] = s; /* the buffer's strides, in elements */
+        s *= bshape[d];
     }
-    for (int d = 0, k = 0, f = 0; d < ii->rank; d++) {
+    for (int d = 0, k = 0, f = 0; d < irank; d++) {
         if (f < m->nfix && d == m->fax[f]) {
-            base += ((uint64_t)m->fidx[f] - cs[d]) * st[d];
+            base += ((uint64_t)m->fidx[f] - bs[d]) * st[d];
             f++;
             continue;
         }
-        rs[k] = cs[d];
-        re[k] = cs[d] + cc[d];
+        rs[k] = bs[d];
+        re[k] = bs[d] + bc[d];
         q0[k] = rs[k] / io->chunk_shape[k];
         nq[k] = (re[k] - 1) / io->chunk_shape[k] + 1 - q0[k];
         ostride[k] = st[d];
@@ -256,13 +259,18 @@ static int compare_in_chunk(boxes *bx, const ur_vcmp_group *g, const ur_vcmp_mem
         k++;
     }
     for (uint64_t t = 0; t < total; t++) {
-        uint64_t start[UR_MAX_RANK], count[UR_MAX_RANK], rem = t, nel = 1, off = base;
+        uint64_t start[UR_MAX_RANK], count[UR_MAX_RANK], qidx[UR_MAX_RANK];
+        uint64_t rem = t, nel = 1, off = base;
         size_t bytes_o, bytes_i;
         const unsigned char *exp;
+        int whole = 1; /* the box is a whole output chunk inside the array */
         for (int k = io->rank - 1; k >= 0; k--) {
-            uint64_t lo = (q0[k] + rem % nq[k]) * io->chunk_shape[k];
-            uint64_t hi = lo + io->chunk_shape[k];
+            uint64_t lo, hi;
+            qidx[k] = q0[k] + rem % nq[k];
             rem /= nq[k];
+            lo = qidx[k] * io->chunk_shape[k];
+            hi = lo + io->chunk_shape[k];
+            whole &= lo >= rs[k] && hi <= re[k];
             lo = lo > rs[k] ? lo : rs[k];
             hi = hi < re[k] ? hi : re[k];
             start[k] = lo;
@@ -281,7 +289,9 @@ static int compare_in_chunk(boxes *bx, const ur_vcmp_group *g, const ur_vcmp_mem
             (rc = ur_buf_reserve(&bx->be, bytes_o, err)) < 0) {
             return rc;
         }
-        rc = ur_zarr_array_read_box(ao, start, count, bx->bo.data, err);
+        /* a whole chunk is decoded in place; a part goes through read_box's chunk buffer */
+        rc = whole ? ur_zarr_array_read_chunk(ao, qidx, bx->bo.data, err)
+                   : ur_zarr_array_read_box(ao, start, count, bx->bo.data, err);
         if (rc < 0) {
             return rc;
         }
@@ -303,12 +313,134 @@ static int compare_in_chunk(boxes *bx, const ur_vcmp_group *g, const ur_vcmp_mem
     return UR_OK;
 }
 
+/* How an input chunk is read: in pieces of its decoded stream (C order), each `e` indices
+ * on axis k, the whole chunk on the axes after k and one index on those before (k -1: the
+ * whole chunk, rank 0). As large as piece_bytes allows, but never cutting an output chunk
+ * of a member (members in[m] != 0) where it can be helped: the outer axes are cut only where every
+ * output chunk is one index thick, axis k at multiples of the largest output chunk. */
+static void choose_piece(const ur_vcmp_group *g, ur_zarr_array *const *ao, const uint8_t *in,
+                         const ur_zarr_info *ii, uint64_t piece_bytes, int *k_out, uint64_t *e_out)
+{
+    uint64_t u[UR_MAX_RANK], tail[UR_MAX_RANK + 1], budget;
+    int k;
+
+    if (ii->rank == 0) {
+        *k_out = -1;
+        *e_out = 1;
+        return;
+    }
+    for (int d = 0; d < ii->rank; d++) {
+        u[d] = 1;
+    }
+    for (size_t m = 0; m < g->n; m++) {
+        const ur_zarr_info *io = ur_zarr_array_info(ao[m]);
+        if (!in[m]) {
+            continue;
+        }
+        for (int d = 0, j = 0, f = 0; d < ii->rank; d++) {
+            if (f < g->m[m].nfix && d == g->m[m].fax[f]) {
+                f++;
+            } else {
+                uint64_t c = io->chunk_shape[j] < io->shape[j] ? io->chunk_shape[j] : io->shape[j];
+                u[d] = c > u[d] ? c : u[d];
+                j++;
+            }
+        }
+    }
+    tail[ii->rank] = 1;
+    for (int d = ii->rank - 1; d >= 0; d--) {
+        tail[d] = tail[d + 1] * ii->chunk_shape[d]; /* <= the chunk's elements */
+    }
+    budget = piece_bytes / ur_dtype_size(ii->dtype);
+    budget = budget ? budget : 1;
+    for (k = 0; k + 1 < ii->rank && u[k] == 1 && tail[k + 1] > budget; k++) {
+        /* the rows of axis k are still too large, and it can be cut anywhere */
+    }
+    if (u[k] > ii->chunk_shape[k]) {
+        u[k] = ii->chunk_shape[k];
+    }
+    *k_out = k;
+    *e_out = budget / tail[k + 1] / u[k] * u[k];
+    if (*e_out < u[k]) {
+        *e_out = u[k]; /* an output chunk is larger than the budget */
+    }
+    if (*e_out > ii->chunk_shape[k]) {
+        *e_out = ii->chunk_shape[k];
+    }
+}
+
+/* Compare the members in[m] != 0 against input chunk idx (box cs, cc inside the array),
+ * decoded once, piece by piece (choose_piece). */
+static int compare_chunk(ur_vcmp *c, boxes *bx, const ur_vcmp_group *g, ur_zarr_array *ai,
+                         ur_zarr_array *const *ao, const uint8_t *in, const uint64_t *idx,
+                         const uint64_t *cs, const uint64_t *cc, ur_vcmp_result *res, size_t *who,
+                         ur_err *err)
+{
+    const ur_zarr_info *ii = ur_zarr_array_info(ai);
+    ur_zarr_chunk_stream *s = NULL;
+    uint64_t bshape[UR_MAX_RANK], pos[UR_MAX_RANK] = {0}, e;
+    size_t isz = ur_dtype_size(ii->dtype), bytes;
+    int k, rc;
+
+    choose_piece(g, ao, in, ii, c->piece_bytes, &k, &e);
+    rc = ur_zarr_chunk_stream_open(&s, ai, idx, err);
+    for (;;) {
+        uint64_t bs[UR_MAX_RANK], bc[UR_MAX_RANK], n = 1;
+        int inside = 1;
+        if (rc < 0) {
+            break;
+        }
+        /* the piece at pos: its full shape (in the stream) and its box inside the array */
+        for (int d = 0; d < ii->rank; d++) {
+            uint64_t ext = d < k ? 1
+                           : d == k
+                               ? (ii->chunk_shape[d] - pos[d] < e ? ii->chunk_shape[d] - pos[d]
+                                                                  : e)
+                               : ii->chunk_shape[d];
+            bshape[d] = ext;
+            n *= ext;
+            bs[d] = cs[d] + pos[d];
+            inside &= pos[d] < cc[d];
+            bc[d] = cc[d] - (inside ? pos[d] : 0);
+            bc[d] = bc[d] < ext ? bc[d] : ext;
+        }
+        bytes = (size_t)n * isz; /* <= chunk_bytes */
+        ur_buf_reset(&bx->bi);
+        rc = ur_buf_reserve(&bx->bi, bytes, err);
+        if (rc == UR_OK) {
+            rc = ur_zarr_chunk_stream_read(s, bx->bi.data, bytes, err);
+        }
+        for (size_t m = 0; rc == UR_OK && inside && m < g->n; m++) {
+            if (in[m] && member_in_chunk(&g->m[m], bs, bc)) {
+                *who = m;
+                rc = compare_in_piece(bx, g, &g->m[m], ao[m], ii->rank, bshape, bs, bc, &res[m],
+                                      err);
+            }
+        }
+        /* the next piece: axis k by e, then the axes before it one by one */
+        if (rc < 0 || k < 0) {
+            break;
+        }
+        pos[k] += e;
+        for (int d = k; d > 0 && pos[d] >= ii->chunk_shape[d]; d--) {
+            pos[d] = 0;
+            pos[d - 1]++;
+        }
+        if (pos[0] >= ii->chunk_shape[0]) {
+            break;
+        }
+    }
+    ur_zarr_chunk_stream_close(s);
+    return rc;
+}
+
 /* Compare a group input chunk by input chunk: each chunk that some member takes a slice of
  * is decoded once, and every such member compared against it (*decoded: the chunks). */
 static int compare_group(ur_vcmp *c, boxes *bx, const ur_vcmp_group *g, ur_vcmp_result *res,
                          uint64_t *decoded, ur_err *err)
 {
     ur_zarr_array *ai = NULL, *one = NULL, **ao;
+    uint8_t one_in = 0, *in;
     const ur_zarr_info *ii;
     size_t who = 0; /* the member an error is reported for */
     int rc = UR_OK;
@@ -316,7 +448,8 @@ static int compare_group(ur_vcmp *c, boxes *bx, const ur_vcmp_group *g, ur_vcmp_
     *decoded = 0;
     memset(res, 0, g->n * sizeof *res);
     ao = g->n > 1 ? ur_calloc(g->n, sizeof *ao) : &one;
-    if (ao == NULL) {
+    in = g->n > 1 ? ur_calloc(g->n, 1) : &one_in;
+    if (ao == NULL || in == NULL) {
         rc = ur_err_oom(err);
         goto out;
     }
@@ -336,11 +469,6 @@ static int compare_group(ur_vcmp *c, boxes *bx, const ur_vcmp_group *g, ur_vcmp_
         who = k;
         rc = check_member(g, &g->m[k], ii, ur_zarr_array_info(ao[k]), err);
     }
-    if (rc == UR_OK) {
-        who = 0;
-        ur_buf_reset(&bx->bi);
-        rc = ur_buf_reserve(&bx->bi, ii->chunk_bytes, err);
-    }
     for (uint64_t ch = 0; rc == UR_OK && ch < ii->chunk_count; ch++) {
         uint64_t idx[UR_MAX_RANK], cs[UR_MAX_RANK], cc[UR_MAX_RANK], rem = ch;
         size_t first = g->n;
@@ -351,24 +479,16 @@ static int compare_group(ur_vcmp *c, boxes *bx, const ur_vcmp_group *g, ur_vcmp_
             cc[d] = ii->shape[d] - cs[d] < ii->chunk_shape[d] ? ii->shape[d] - cs[d]
                                                               : ii->chunk_shape[d];
         }
-        for (size_t k = 0; k < g->n && first == g->n; k++) {
-            first = member_in_chunk(&g->m[k], cs, cc) ? k : first;
+        for (size_t k = 0; k < g->n; k++) {
+            in[k] = (uint8_t)member_in_chunk(&g->m[k], cs, cc);
+            first = in[k] && first == g->n ? k : first;
         }
         if (first == g->n) {
             continue; /* no member takes a slice of it */
         }
         who = first;
-        rc = ur_zarr_array_read_chunk(ai, idx, bx->bi.data, err);
-        if (rc < 0) {
-            break;
-        }
+        rc = compare_chunk(c, bx, g, ai, ao, in, idx, cs, cc, res, &who, err);
         (*decoded)++;
-        for (size_t k = first; rc == UR_OK && k < g->n; k++) {
-            if (member_in_chunk(&g->m[k], cs, cc)) {
-                who = k;
-                rc = compare_in_chunk(bx, g, &g->m[k], ao[k], ii, cs, cc, &res[k], err);
-            }
-        }
     }
 out:
     if (ao != NULL) {
@@ -378,6 +498,9 @@ out:
         if (ao != &one) {
             ur_free(ao);
         }
+    }
+    if (in != &one_in) {
+        ur_free(in);
     }
     ur_zarr_array_close(ai);
     if (rc < 0) {
@@ -526,7 +649,7 @@ static void help_or_wait(ur_vcmp *c)
 }
 
 int ur_vcmp_create(ur_vcmp **out_cmp, ur_orbax_ckpt *in, ur_orbax_ckpt *out, int helpers,
-                   ur_vcmp_apply_fn apply, void *ctx, ur_err *err)
+                   uint64_t piece_bytes, ur_vcmp_apply_fn apply, void *ctx, ur_err *err)
 {
     ur_vcmp *c = ur_calloc(1, sizeof *c);
     if (c == NULL) {
@@ -534,6 +657,7 @@ int ur_vcmp_create(ur_vcmp **out_cmp, ur_orbax_ckpt *in, ur_orbax_ckpt *out, int
     }
     c->in = in;
     c->out = out;
+    c->piece_bytes = piece_bytes ? piece_bytes : UR_VCMP_PIECE_BYTES;
     c->apply = apply;
     c->ctx = ctx;
     boxes_init(&c->mine);

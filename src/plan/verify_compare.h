@@ -4,11 +4,12 @@
  *
  * A comparison is a group: one input leaf and the output leaves that come from it (the
  * layers of a stacked leaf, or one output leaf). It is driven by the input's chunks: each
- * input chunk is decoded once, whole, and every member whose slice lies in it is compared
- * there, output chunk by output chunk. A stacked leaf whose chunks hold all its layers (one
- * device shard of Orbax) was decoded once per layer when each output leaf read its own input
- * box: 19 times at 19 layers. Memory: one decoded input chunk per thread, plus one output
- * chunk and its expected values.
+ * input chunk is decoded once, as a stream, piece by piece (UR_VCMP_PIECE_BYTES, or the
+ * output chunks of every member in it when those are larger), and every member whose slice
+ * lies in a piece is compared there, output chunk by output chunk. A stacked leaf whose
+ * chunks hold all its layers (one device shard of Orbax: up to 2 GiB) was decoded once per
+ * layer when each output leaf read its own input box: 19 times at 19 layers. Memory per
+ * thread: one piece of an input chunk, one output chunk and its expected values.
  *
  * The matching thread submits groups in the order it finds them; helper threads run them
  * concurrently (the submitting thread too, when every place in the queue is taken); their
@@ -48,7 +49,9 @@ typedef struct {
     int exclusive;
 } ur_vcmp_group;
 
-#define UR_VCMP_EXCLUSIVE_BYTES ((uint64_t)16 << 20)
+#define UR_VCMP_EXCLUSIVE_BYTES ((uint64_t)32 << 20)
+/* Input bytes a piece of a chunk holds, where the output's chunks allow it. */
+#define UR_VCMP_PIECE_BYTES ((uint64_t)16 << 20)
 
 typedef struct {
     uint64_t elements, elements_bad;
@@ -66,9 +69,9 @@ typedef struct ur_vcmp ur_vcmp;
 typedef void (*ur_vcmp_apply_fn)(void *ctx, size_t tag, const ur_vcmp_result *res);
 
 /* A comparer of arrays of `in` and `out` with `helpers` helper threads (0: every comparison
- * runs in submit). */
+ * runs in submit), decoding input chunks in pieces of piece_bytes (0: UR_VCMP_PIECE_BYTES). */
 int ur_vcmp_create(ur_vcmp **out_cmp, ur_orbax_ckpt *in, ur_orbax_ckpt *out, int helpers,
-                   ur_vcmp_apply_fn apply, void *ctx, ur_err *err);
+                   uint64_t piece_bytes, ur_vcmp_apply_fn apply, void *ctx, ur_err *err);
 /* Queue one group (copied, names included). A negative code: an earlier comparison failed
  * (the first one's error), or this one when it ran here; submit no more then. */
 int ur_vcmp_submit(ur_vcmp *c, const ur_vcmp_group *g, ur_err *err);

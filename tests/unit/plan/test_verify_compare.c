@@ -1,9 +1,10 @@
 /* `unroll verify`'s value comparison by input chunk (src/plan/verify_compare.c) on C-written
  * checkpoints: a stacked fp32 leaf [A, L, B] whose chunks hold every layer, and its L
- * unrolled bf16 layers with output chunks that split the input's. Each input chunk must be
- * decoded once for all the layers, and a difference in one layer's part of a shared chunk
- * must be reported for that layer, at its index, the first issues in output-leaf order and,
- * within a leaf, in output-chunk order (what comparing output chunk by output chunk gave). */
+ * unrolled bf16 layers with output chunks that split the input's, read whole or in pieces
+ * cut on either axis. Each input chunk must be decoded once for all the layers, and a difference
+ * in one layer's part of a shared chunk must be reported for that layer, at its index, the first
+ * issues in output-leaf order and, within a leaf, in output-chunk order (what comparing output
+ * chunk by output chunk gave). */
 #define _POSIX_C_SOURCE 200809L
 #include "ur_test.h"
 
@@ -12,7 +13,15 @@
 #include "unroll/orbax.h"
 #include "unroll/plan_verify.h"
 
-enum { A = 128, L = 4, B = 256, IN_CHUNK_B = 128, OUT_CHUNK_A = 64 };
+enum { A = 128, L = 4, B = 256, IN_CHUNK_B = 128 };
+
+/* The ways of reading the input tried on each case: the output's chunk rows on axis A and
+ * verify's piece size (0: the default, the whole 256 KiB chunk at once). 16 KiB: pieces of
+ * 64 rows (an output chunk's); 1 KiB with one-row output chunks: pieces of one row and two
+ * layers, cut on the layer axis. */
+static const struct {
+    uint64_t out_chunk_a, piece_bytes;
+} ways[] = {{64, 0}, {64, 16 << 10}, {1, 1 << 10}, {1, 0}};
 
 static char scratch[256];
 
@@ -82,14 +91,15 @@ typedef struct {
     uint64_t a, b;
 } change;
 
-/* The output: params/params/decoder/layers_<l>/w [A, B] bf16, chunks [OUT_CHUNK_A,
- * IN_CHUNK_B] (four per layer, two in each input chunk), with the changes applied. */
-static void write_output(const char *step_dir, const change *ch, size_t n_ch)
+/* The output: params/params/decoder/layers_<l>/w [A, B] bf16, chunks [oa, IN_CHUNK_B]
+ * (several in each input chunk), with the changes applied. */
+static void write_output(const char *step_dir, uint64_t oa, const change *ch, size_t n_ch)
 {
-    static const uint64_t shape[2] = {A, B}, chunk[2] = {OUT_CHUNK_A, IN_CHUNK_B};
+    static const uint64_t shape[2] = {A, B};
+    const uint64_t chunk[2] = {oa, IN_CHUNK_B};
     ur_orbax_writer *w = NULL;
     ur_orbax_write_opts o;
-    uint16_t *buf = ur_malloc((size_t)OUT_CHUNK_A * IN_CHUNK_B * sizeof *buf);
+    uint16_t *buf = ur_malloc((size_t)oa * IN_CHUNK_B * sizeof *buf);
     ur_err err;
 
     assert_non_null(buf);
@@ -104,10 +114,10 @@ static void write_output(const char *step_dir, const change *ch, size_t n_ch)
         assert_int_equal(ur_orbax_writer_add_array(w, path, 5, UR_DT_BFLOAT16, 2, shape, chunk,
                                                    NULL, &arr, &err),
                          UR_OK);
-        for (uint64_t ca = 0; ca < A / OUT_CHUNK_A; ca++) {
+        for (uint64_t ca = 0; ca < A / oa; ca++) {
             for (uint64_t cb = 0; cb < B / IN_CHUNK_B; cb++) {
                 uint64_t idx[2] = {ca, cb}, e = 0;
-                for (uint64_t a = ca * OUT_CHUNK_A; a < (ca + 1) * OUT_CHUNK_A; a++) {
+                for (uint64_t a = ca * oa; a < (ca + 1) * oa; a++) {
                     for (uint64_t b = cb * IN_CHUNK_B; b < (cb + 1) * IN_CHUNK_B; b++) {
                         uint16_t v = bf16_of(value_at(a, l, b));
                         for (size_t k = 0; k < n_ch; k++) {
@@ -126,8 +136,9 @@ static void write_output(const char *step_dir, const change *ch, size_t n_ch)
     assert_int_equal(ur_orbax_writer_commit(w, &err), UR_OK);
 }
 
-/* Verify a fresh output with the given changes against the input. */
-static void run_verify(const change *ch, size_t n_ch, ur_verify_report *rep)
+/* Verify a fresh output with the given changes against the input, read the way ways[w]
+ * says. */
+static void run_verify(size_t w, const change *ch, size_t n_ch, ur_verify_report *rep)
 {
     char in_items[320], out_step[300], out_items[320];
     ur_orbax_ckpt *in = NULL, *out = NULL;
@@ -138,11 +149,12 @@ static void run_verify(const change *ch, size_t n_ch, ur_verify_report *rep)
     snprintf(in_items, sizeof in_items, "%s/in/0/items", scratch);
     snprintf(out_step, sizeof out_step, "%s/out%d", scratch, run++);
     snprintf(out_items, sizeof out_items, "%s/items", out_step);
-    write_output(out_step, ch, n_ch);
+    write_output(out_step, ways[w].out_chunk_a, ch, n_ch);
     assert_int_equal(ur_orbax_ckpt_open(&in, in_items, 0, &err), UR_OK);
     assert_int_equal(ur_orbax_ckpt_open(&out, out_items, 0, &err), UR_OK);
     ur_plan_verify_opts_init(&opts);
     opts.num_decoder_layers = L;
+    opts.piece_bytes = ways[w].piece_bytes;
     if (ur_plan_verify_run(rep, in, out, &opts, &err) != UR_OK) {
         fail_msg("verify: %s", err.msg);
     }
@@ -152,35 +164,39 @@ static void run_verify(const change *ch, size_t n_ch, ur_verify_report *rep)
 
 static void test_verify_compare__each_input_chunk_decoded_once(void **state)
 {
-    ur_verify_report rep;
     (void)state;
-    run_verify(NULL, 0, &rep);
-    assert_int_equal(rep.n_issues_total, 0);
-    assert_int_equal(rep.arrays_compared, L);
-    assert_int_equal(rep.elements, (uint64_t)L * A * B);
-    /* two input chunks, each holding all L layers: decoded once each, not once per layer */
-    assert_int_equal(rep.chunks_decoded, B / IN_CHUNK_B);
-    ur_plan_verify_report_dispose(&rep);
+    for (size_t w = 0; w < sizeof ways / sizeof ways[0]; w++) {
+        ur_verify_report rep;
+        run_verify(w, NULL, 0, &rep);
+        assert_int_equal(rep.n_issues_total, 0);
+        assert_int_equal(rep.arrays_compared, L);
+        assert_int_equal(rep.elements, (uint64_t)L * A * B);
+        /* two input chunks, each holding all L layers: decoded once each, not once a layer */
+        assert_int_equal(rep.chunks_decoded, B / IN_CHUNK_B);
+        ur_plan_verify_report_dispose(&rep);
+    }
 }
 
 static void test_verify_compare__difference_in_one_layer_of_a_shared_chunk(void **state)
 {
     /* layer 2, in the second input chunk, which every layer shares */
     const change ch[] = {{2, 5, 200}};
-    ur_verify_report rep;
     (void)state;
-    run_verify(ch, 1, &rep);
-    assert_int_equal(rep.n_issues_total, 1);
-    assert_int_equal(rep.elements_bad, 1);
-    assert_int_equal(rep.n_issues, 1);
-    assert_int_equal(rep.issues[0].kind, UR_VERIFY_VALUE);
-    assert_string_equal(rep.issues[0].leaf, "decoder/layers_2/w");
-    assert_non_null(strstr(rep.issues[0].source, "decoder/layers/w[layer 2"));
-    assert_int_equal(rep.issues[0].rank, 2);
-    assert_int_equal(rep.issues[0].index[0], 5);
-    assert_int_equal(rep.issues[0].index[1], 200);
-    assert_int_equal(rep.chunks_decoded, B / IN_CHUNK_B);
-    ur_plan_verify_report_dispose(&rep);
+    for (size_t w = 0; w < sizeof ways / sizeof ways[0]; w++) {
+        ur_verify_report rep;
+        run_verify(w, ch, 1, &rep);
+        assert_int_equal(rep.n_issues_total, 1);
+        assert_int_equal(rep.elements_bad, 1);
+        assert_int_equal(rep.n_issues, 1);
+        assert_int_equal(rep.issues[0].kind, UR_VERIFY_VALUE);
+        assert_string_equal(rep.issues[0].leaf, "decoder/layers_2/w");
+        assert_non_null(strstr(rep.issues[0].source, "decoder/layers/w[layer 2"));
+        assert_int_equal(rep.issues[0].rank, 2);
+        assert_int_equal(rep.issues[0].index[0], 5);
+        assert_int_equal(rep.issues[0].index[1], 200);
+        assert_int_equal(rep.chunks_decoded, B / IN_CHUNK_B);
+        ur_plan_verify_report_dispose(&rep);
+    }
 }
 
 static void test_verify_compare__issues_in_leaf_then_output_chunk_order(void **state)
@@ -189,23 +205,25 @@ static void test_verify_compare__issues_in_leaf_then_output_chunk_order(void **s
      * before [5, 200] (input chunk 1, output chunk 1). Reported in output-leaf order, and
      * within a leaf in output-chunk order: layer 1's [5, 200], [100, 10], then layer 3's. */
     const change ch[] = {{3, 0, 0}, {1, 100, 10}, {1, 5, 200}};
-    ur_verify_report rep;
     (void)state;
-    run_verify(ch, 3, &rep);
-    assert_int_equal(rep.n_issues_total, 2); /* one per leaf that differs */
-    assert_int_equal(rep.elements_bad, 3);
-    assert_int_equal(rep.n_issues, 3);
-    assert_string_equal(rep.issues[0].leaf, "decoder/layers_1/w");
-    assert_int_equal(rep.issues[0].index[0], 5);
-    assert_int_equal(rep.issues[0].index[1], 200);
-    assert_string_equal(rep.issues[1].leaf, "decoder/layers_1/w");
-    assert_int_equal(rep.issues[1].index[0], 100);
-    assert_int_equal(rep.issues[1].index[1], 10);
-    assert_string_equal(rep.issues[2].leaf, "decoder/layers_3/w");
-    assert_int_equal(rep.issues[2].index[0], 0);
-    assert_int_equal(rep.issues[2].index[1], 0);
-    assert_int_equal(rep.chunks_decoded, B / IN_CHUNK_B);
-    ur_plan_verify_report_dispose(&rep);
+    for (size_t w = 0; w < sizeof ways / sizeof ways[0]; w++) {
+        ur_verify_report rep;
+        run_verify(w, ch, 3, &rep);
+        assert_int_equal(rep.n_issues_total, 2); /* one per leaf that differs */
+        assert_int_equal(rep.elements_bad, 3);
+        assert_int_equal(rep.n_issues, 3);
+        assert_string_equal(rep.issues[0].leaf, "decoder/layers_1/w");
+        assert_int_equal(rep.issues[0].index[0], 5);
+        assert_int_equal(rep.issues[0].index[1], 200);
+        assert_string_equal(rep.issues[1].leaf, "decoder/layers_1/w");
+        assert_int_equal(rep.issues[1].index[0], 100);
+        assert_int_equal(rep.issues[1].index[1], 10);
+        assert_string_equal(rep.issues[2].leaf, "decoder/layers_3/w");
+        assert_int_equal(rep.issues[2].index[0], 0);
+        assert_int_equal(rep.issues[2].index[1], 0);
+        assert_int_equal(rep.chunks_decoded, B / IN_CHUNK_B);
+        ur_plan_verify_report_dispose(&rep);
+    }
 }
 
 static int setup(void **state)
