@@ -593,13 +593,13 @@ static uint64_t chunk_elements(const ur_orbax_leaf *l)
 
 /* The buffers a comparison of output leaf `o` (index fidx on the nfix axes fax of input leaf
  * `i`) holds (verify_compare.c): a piece of an input chunk, at most UR_VCMP_PIECE_BYTES
- * unless the output's chunks in it are larger, and an output chunk with the input's values
- * for it and their cast (UINT64_MAX when a leaf does not say its chunks). */
+ * unless the output's chunks in it are larger, and an output chunk with what it must hold
+ * (UINT64_MAX when a leaf does not say its chunks). */
 static uint64_t compare_bytes(const ur_orbax_leaf *o, const ur_orbax_leaf *i, int nfix,
                               const int *fax, ur_dtype want)
 {
     uint64_t ne_o = chunk_elements(o), ne_i = chunk_elements(i), across = 1, a, piece;
-    uint64_t isz = ur_dtype_size(i->dtype), per = 2 * (uint64_t)ur_dtype_size(want) + isz;
+    uint64_t isz = ur_dtype_size(i->dtype), per = 2 * (uint64_t)ur_dtype_size(want);
     if (ne_o == UINT64_MAX || ne_i == UINT64_MAX) {
         return UINT64_MAX;
     }

@@ -15,8 +15,8 @@
  * finds the next pairs; each holds its two names (~2 KB) and its issues (~4 KB). */
 #define QUEUE 64
 
-/* The buffers of one thread: a decoded input chunk, an output box, the input's values for
- * it, and their cast. */
+/* The buffers of one thread: a piece of an input chunk, an output box, what it must hold,
+ * and a strided row of the input. */
 typedef struct {
     ur_buf bi, bo, bg, be;
 } boxes;
@@ -159,32 +159,50 @@ static void note_differences(const ur_vcmp_member *m, ur_dtype want, const ur_za
     }
 }
 
-/* Copy the elements of a box (count[0..rank), C order) out of a decoded chunk: the box's
- * first element at `base`, stride[k] elements between neighbours on box axis k. */
-static void gather(unsigned char *dst, const unsigned char *chunk, size_t sz, uint64_t base,
-                   int rank, const uint64_t *count, const uint64_t *stride)
+/* What the output box (count[0..rank), C order) must hold, into dst: the input's elements
+ * in the decoded piece (the box's first at element `base`, stride[k] elements between
+ * neighbours on box axis k) cast to `want`, row by row; a strided row is gathered into
+ * `row` first (its last axis is not the input's last). */
+static int expected_values(unsigned char *dst, ur_dtype want, const unsigned char *piece,
+                           ur_dtype have, ur_buf *row, uint64_t base, int rank,
+                           const uint64_t *count, const uint64_t *stride, ur_err *err)
 {
     uint64_t pos[UR_MAX_RANK] = {0};
     uint64_t inner = rank > 0 ? count[rank - 1] : 1, s = rank > 0 ? stride[rank - 1] : 1;
+    size_t isz = ur_dtype_size(have), osz = ur_dtype_size(want);
+    int rc;
+
+    if (s != 1) {
+        ur_buf_reset(row);
+        if ((rc = ur_buf_reserve(row, (size_t)inner * isz, err)) < 0) {
+            return rc;
+        }
+    }
     for (;;) {
+        const unsigned char *src;
         uint64_t off = base;
         int k;
         for (k = 0; k + 1 < rank; k++) {
             off += pos[k] * stride[k];
         }
-        if (s == 1) {
-            memcpy(dst, chunk + off * sz, (size_t)inner * sz);
-        } else {
+        src = piece + off * isz;
+        if (s != 1) {
             for (uint64_t e = 0; e < inner; e++) {
-                memcpy(dst + e * sz, chunk + (off + e * s) * sz, sz);
+                memcpy(row->data + e * isz, piece + (off + e * s) * isz, isz);
             }
+            src = row->data;
         }
-        dst += inner * sz;
+        if (want == have) {
+            memcpy(dst, src, (size_t)inner * isz);
+        } else if ((rc = ur_tensor_cast_dense(dst, want, src, have, (size_t)inner, err)) < 0) {
+            return rc;
+        }
+        dst += inner * osz;
         for (k = rank - 2; k >= 0 && ++pos[k] == count[k]; k--) {
             pos[k] = 0;
         }
         if (k < 0) {
-            return;
+            return UR_OK;
         }
     }
 }
@@ -235,7 +253,7 @@ static int compare_in_piece(boxes *bx, const ur_vcmp_group *g, const ur_vcmp_mem
                             ur_err *err)
 {
     const ur_zarr_info *io = ur_zarr_array_info(ao);
-    size_t isz = ur_dtype_size(g->i->dtype), osz = ur_dtype_size(g->want);
+    size_t osz = ur_dtype_size(g->want);
     uint64_t st[UR_MAX_RANK], rs[UR_MAX_RANK], re[UR_MAX_RANK], q0[UR_MAX_RANK];
     uint64_t nq[UR_MAX_RANK], ostride[UR_MAX_RANK], base = 0, total = 1, s = 1;
     int rc;
@@ -261,7 +279,7 @@ static int compare_in_piece(boxes *bx, const ur_vcmp_group *g, const ur_vcmp_mem
     for (uint64_t t = 0; t < total; t++) {
         uint64_t start[UR_MAX_RANK], count[UR_MAX_RANK], qidx[UR_MAX_RANK];
         uint64_t rem = t, nel = 1, off = base;
-        size_t bytes_o, bytes_i;
+        size_t bytes_o;
         const unsigned char *exp;
         int whole = 1; /* the box is a whole output chunk inside the array */
         for (int k = io->rank - 1; k >= 0; k--) {
@@ -278,33 +296,26 @@ static int compare_in_piece(boxes *bx, const ur_vcmp_group *g, const ur_vcmp_mem
             nel *= count[k];
             off += (lo - rs[k]) * ostride[k];
         }
-        if (ur_ckd_mul(&bytes_o, (size_t)nel, osz) || ur_ckd_mul(&bytes_i, (size_t)nel, isz)) {
+        if (ur_ckd_mul(&bytes_o, (size_t)nel, osz)) {
             return ur_err_set(err, UR_ECORRUPT, "chunk size overflows");
         }
         ur_buf_reset(&bx->bo);
-        ur_buf_reset(&bx->bg);
         ur_buf_reset(&bx->be);
         if ((rc = ur_buf_reserve(&bx->bo, bytes_o, err)) < 0 ||
-            (rc = ur_buf_reserve(&bx->bg, bytes_i, err)) < 0 ||
             (rc = ur_buf_reserve(&bx->be, bytes_o, err)) < 0) {
             return rc;
         }
         /* a whole chunk is decoded in place; a part goes through read_box's chunk buffer */
         rc = whole ? ur_zarr_array_read_chunk(ao, qidx, bx->bo.data, err)
                    : ur_zarr_array_read_box(ao, start, count, bx->bo.data, err);
+        if (rc == UR_OK) {
+            rc = expected_values(bx->be.data, g->want, bx->bi.data, g->i->dtype, &bx->bg, off,
+                                 io->rank, count, ostride, err);
+        }
         if (rc < 0) {
             return rc;
         }
-        gather(bx->bg.data, bx->bi.data, isz, off, io->rank, count, ostride);
-        exp = bx->bg.data;
-        if (g->want != g->i->dtype) {
-            rc = ur_tensor_cast_dense(bx->be.data, g->want, bx->bg.data, g->i->dtype, (size_t)nel,
-                                      err);
-            if (rc < 0) {
-                return rc;
-            }
-            exp = bx->be.data;
-        }
+        exp = bx->be.data;
         res->elements += nel;
         if (memcmp(exp, bx->bo.data, bytes_o) != 0) {
             note_differences(m, g->want, io, res, exp, bx->bo.data, nel, osz, start, count);
@@ -380,10 +391,12 @@ static int compare_chunk(ur_vcmp *c, boxes *bx, const ur_vcmp_group *g, ur_zarr_
     ur_zarr_chunk_stream *s = NULL;
     uint64_t bshape[UR_MAX_RANK], pos[UR_MAX_RANK] = {0}, e;
     size_t isz = ur_dtype_size(ii->dtype), bytes;
-    int k, rc;
+    int k, rc, whole;
 
     choose_piece(g, ao, in, ii, c->piece_bytes, &k, &e);
-    rc = ur_zarr_chunk_stream_open(&s, ai, idx, err);
+    whole = k <= 0 && e == (k < 0 ? 1 : ii->chunk_shape[0]);
+    /* one piece: decoded in one call (a stream's set-up costs more than a small chunk) */
+    rc = whole ? UR_OK : ur_zarr_chunk_stream_open(&s, ai, idx, err);
     for (;;) {
         uint64_t bs[UR_MAX_RANK], bc[UR_MAX_RANK], n = 1;
         int inside = 1;
@@ -408,7 +421,8 @@ static int compare_chunk(ur_vcmp *c, boxes *bx, const ur_vcmp_group *g, ur_zarr_
         ur_buf_reset(&bx->bi);
         rc = ur_buf_reserve(&bx->bi, bytes, err);
         if (rc == UR_OK) {
-            rc = ur_zarr_chunk_stream_read(s, bx->bi.data, bytes, err);
+            rc = whole ? ur_zarr_array_read_chunk(ai, idx, bx->bi.data, err)
+                       : ur_zarr_chunk_stream_read(s, bx->bi.data, bytes, err);
         }
         for (size_t m = 0; rc == UR_OK && inside && m < g->n; m++) {
             if (in[m] && member_in_chunk(&g->m[m], bs, bc)) {
