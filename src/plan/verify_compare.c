@@ -172,6 +172,9 @@ static int expected_values(unsigned char *dst, ur_dtype want, const unsigned cha
     size_t isz = ur_dtype_size(have), osz = ur_dtype_size(want);
     int rc;
 
+    if (rank < 0 || rank > UR_MAX_RANK) {
+        return ur_err_set(err, UR_EINTERNAL, "rank %d", rank);
+    }
     if (s != 1) {
         ur_buf_reset(row);
         if ((rc = ur_buf_reserve(row, (size_t)inner * isz, err)) < 0) {
@@ -254,8 +257,9 @@ static int compare_in_piece(boxes *bx, const ur_vcmp_group *g, const ur_vcmp_mem
 {
     const ur_zarr_info *io = ur_zarr_array_info(ao);
     size_t osz = ur_dtype_size(g->want);
-    uint64_t st[UR_MAX_RANK], rs[UR_MAX_RANK], re[UR_MAX_RANK], q0[UR_MAX_RANK];
-    uint64_t nq[UR_MAX_RANK], ostride[UR_MAX_RANK], base = 0, total = 1, s = 1;
+    uint64_t st[UR_MAX_RANK] = {0}, rs[UR_MAX_RANK] = {0}, re[UR_MAX_RANK] = {0};
+    uint64_t q0[UR_MAX_RANK] = {0}, nq[UR_MAX_RANK] = {0}, ostride[UR_MAX_RANK] = {0};
+    uint64_t base = 0, total = 1, s = 1;
     int rc;
 
     for (int d = irank - 1; d >= 0; d--) {
@@ -277,7 +281,7 @@ static int compare_in_piece(boxes *bx, const ur_vcmp_group *g, const ur_vcmp_mem
         k++;
     }
     for (uint64_t t = 0; t < total; t++) {
-        uint64_t start[UR_MAX_RANK], count[UR_MAX_RANK], qidx[UR_MAX_RANK];
+        uint64_t start[UR_MAX_RANK] = {0}, count[UR_MAX_RANK] = {0}, qidx[UR_MAX_RANK] = {0};
         uint64_t rem = t, nel = 1, off = base;
         size_t bytes_o;
         const unsigned char *exp;
@@ -332,7 +336,7 @@ static int compare_in_piece(boxes *bx, const ur_vcmp_group *g, const ur_vcmp_mem
 static void choose_piece(const ur_vcmp_group *g, ur_zarr_array *const *ao, const uint8_t *in,
                          const ur_zarr_info *ii, uint64_t piece_bytes, int *k_out, uint64_t *e_out)
 {
-    uint64_t u[UR_MAX_RANK], tail[UR_MAX_RANK + 1], budget;
+    uint64_t u[UR_MAX_RANK] = {0}, tail[UR_MAX_RANK + 1] = {0}, budget, row;
     int k;
 
     if (ii->rank == 0) {
@@ -370,8 +374,10 @@ static void choose_piece(const ur_vcmp_group *g, ur_zarr_array *const *ao, const
     if (u[k] > ii->chunk_shape[k]) {
         u[k] = ii->chunk_shape[k];
     }
+    u[k] = u[k] ? u[k] : 1;
+    row = tail[k + 1] ? tail[k + 1] : 1; /* chunk_shape entries are >= 1 */
     *k_out = k;
-    *e_out = budget / tail[k + 1] / u[k] * u[k];
+    *e_out = budget / row / u[k] * u[k];
     if (*e_out < u[k]) {
         *e_out = u[k]; /* an output chunk is larger than the budget */
     }
@@ -398,7 +404,7 @@ static int compare_chunk(ur_vcmp *c, boxes *bx, const ur_vcmp_group *g, ur_zarr_
     /* one piece: decoded in one call (a stream's set-up costs more than a small chunk) */
     rc = whole ? UR_OK : ur_zarr_chunk_stream_open(&s, ai, idx, err);
     for (;;) {
-        uint64_t bs[UR_MAX_RANK], bc[UR_MAX_RANK], n = 1;
+        uint64_t bs[UR_MAX_RANK] = {0}, bc[UR_MAX_RANK] = {0}, n = 1;
         int inside = 1;
         if (rc < 0) {
             break;
@@ -484,7 +490,7 @@ static int compare_group(ur_vcmp *c, boxes *bx, const ur_vcmp_group *g, ur_vcmp_
         rc = check_member(g, &g->m[k], ii, ur_zarr_array_info(ao[k]), err);
     }
     for (uint64_t ch = 0; rc == UR_OK && ch < ii->chunk_count; ch++) {
-        uint64_t idx[UR_MAX_RANK], cs[UR_MAX_RANK], cc[UR_MAX_RANK], rem = ch;
+        uint64_t idx[UR_MAX_RANK] = {0}, cs[UR_MAX_RANK] = {0}, cc[UR_MAX_RANK] = {0}, rem = ch;
         size_t first = g->n;
         for (int d = ii->rank - 1; d >= 0; d--) {
             idx[d] = rem % ii->grid[d];
