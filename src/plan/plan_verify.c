@@ -716,19 +716,19 @@ static int pend_add(verifier *vf, const vleaf *i, const ur_vcmp_member *m, int64
                                                                      : MAX_MEMBERS;
     }
     if (g->n == g->cap) {
-        size_t cap = g->cap ? 2 * g->cap : 8;
-        ur_vcmp_member *nm = ur_realloc(g->m, cap * sizeof *nm);
+        size_t cap_m = g->cap, cap_n = g->cap;
+        ur_vcmp_member *nm = ur_grow(g->m, &cap_m, g->n, sizeof *nm, 8);
         char **nn;
         if (nm == NULL) {
             return ur_err_oom(err);
         }
         g->m = nm;
-        nn = ur_realloc(g->names, cap * sizeof *nn);
+        nn = ur_grow(g->names, &cap_n, g->n, sizeof *nn, 8);
         if (nn == NULL) {
             return ur_err_oom(err);
         }
         g->names = nn;
-        g->cap = cap;
+        g->cap = cap_m < cap_n ? cap_m : cap_n;
     }
     names = ur_malloc(lo + ls);
     if (names == NULL) {
