@@ -64,6 +64,9 @@ typedef struct {
      * config's num_decoder_layers); 0: not checked. */
     int64_t num_decoder_layers;
     size_t max_issues; /* issues kept in the report (0: 20); all are counted */
+    /* Input bytes decoded at a time per thread when the output's chunks allow it (0: 16 MiB;
+     * src/plan/verify_compare.h); smaller in tests, to cut chunks into pieces. */
+    uint64_t piece_bytes;
 } ur_verify_opts;
 
 typedef struct {
@@ -72,6 +75,8 @@ typedef struct {
     size_t arrays_compared; /* output arrays whose values were compared */
     uint64_t elements; /* elements compared */
     uint64_t elements_bad; /* elements that differ */
+    uint64_t chunks_decoded; /* input chunks decoded (each once per group of output leaves that
+                              * come from it: src/plan/verify_compare.h) */
     size_t n_issues_total; /* every issue found */
     size_t n_issues; /* kept (first ones) */
     ur_verify_issue *issues; /* owned; ur_plan_verify_report_dispose */

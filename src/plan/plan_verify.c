@@ -575,43 +575,206 @@ static ur_dtype out_dtype_of(const vleaf *i)
     return i->aux ? i->leaf->dtype : cast_of(i->leaf->dtype);
 }
 
-/* The buffers one comparison of output leaf `o` holds: an output chunk, the input's box
- * and its cast (UINT64_MAX when the leaf does not say its chunks). */
-static uint64_t compare_bytes(const ur_orbax_leaf *o, ur_dtype want, ur_dtype in)
+/* The elements of one chunk of leaf l (UINT64_MAX when the leaf does not say its chunks). */
+static uint64_t chunk_elements(const ur_orbax_leaf *l)
 {
-    uint64_t nel = 1, per = 2 * (uint64_t)ur_dtype_size(want) + ur_dtype_size(in), bytes;
-    if (o->rank > 0 && (o->chunk_shape == NULL || o->shape == NULL)) {
+    uint64_t nel = 1;
+    if (l->rank > 0 && (l->chunk_shape == NULL || l->shape == NULL)) {
         return UINT64_MAX;
     }
-    for (int d = 0; d < o->rank; d++) {
-        uint64_t c = o->chunk_shape[d] < o->shape[d] ? o->chunk_shape[d] : o->shape[d];
+    for (int d = 0; d < l->rank; d++) {
+        uint64_t c = l->chunk_shape[d] < l->shape[d] ? l->chunk_shape[d] : l->shape[d];
         if (ur_ckd_mul64(&nel, nel, c)) {
             return UINT64_MAX;
         }
     }
-    return ur_ckd_mul64(&bytes, nel, per) ? UINT64_MAX : bytes;
+    return nel;
+}
+
+/* The buffers a comparison of output leaf `o` (index fidx on the nfix axes fax of input leaf
+ * `i`) holds (verify_compare.c): a piece of an input chunk, at most UR_VCMP_PIECE_BYTES
+ * unless the output's chunks in it are larger, and an output chunk with what it must hold
+ * (UINT64_MAX when a leaf does not say its chunks). */
+static uint64_t compare_bytes(const ur_orbax_leaf *o, const ur_orbax_leaf *i, int nfix,
+                              const int *fax, ur_dtype want)
+{
+    uint64_t ne_o = chunk_elements(o), ne_i = chunk_elements(i), across = 1, a, piece;
+    uint64_t isz = ur_dtype_size(i->dtype), per = 2 * (uint64_t)ur_dtype_size(want);
+    if (ne_o == UINT64_MAX || ne_i == UINT64_MAX) {
+        return UINT64_MAX;
+    }
+    for (int m = 0; m < nfix; m++) {
+        if (fax[m] >= 0 && fax[m] < i->rank) {
+            across *= i->chunk_shape[fax[m]] < i->shape[fax[m]] ? i->chunk_shape[fax[m]]
+                                                                : i->shape[fax[m]];
+        }
+    }
+    if (ur_ckd_mul64(&a, ne_o, per) || ur_ckd_mul64(&piece, ne_o, across) ||
+        ur_ckd_mul64(&piece, piece, isz) || ur_ckd_mul64(&ne_i, ne_i, isz)) {
+        return UINT64_MAX;
+    }
+    piece = piece > UR_VCMP_PIECE_BYTES ? piece : UR_VCMP_PIECE_BYTES;
+    piece = piece < ne_i ? piece : ne_i;
+    return ur_ckd_add64(&a, a, piece) ? UINT64_MAX : a;
+}
+
+/* Below this many bytes in a decoded input chunk, the output leaves sliced from it are
+ * compared one by one, each decoding the chunks it needs (a few microseconds each), rather
+ * than held back for their group: 100,000 small leaves keep no records. */
+#define GROUP_BYTES ((uint64_t)256 << 10)
+/* Groups held back at once (the oldest is compared when one more comes), and members in one
+ * group (a larger one is compared in parts, each decoding the chunks again). */
+#define MAX_PENDING 64
+#define MAX_MEMBERS 256
+
+/* The output leaves taken so far from one input leaf, held back until all its slices are
+ * found: its chunks are then decoded once for all of them (verify_compare.h). */
+struct vpend {
+    const vleaf *src;
+    size_t expect; /* members that complete it */
+    size_t n, cap;
+    ur_vcmp_member *m;
+    char **names; /* each member's two names, in one ur_malloc */
+};
+
+/* Whether leaf i's chunks hold several slices on axes fax[0..nfix) and are worth decoding
+ * once for all of them. */
+static int worth_grouping(const ur_orbax_leaf *i, int nfix, const int *fax)
+{
+    uint64_t ne = chunk_elements(i), across = 1;
+    if (ne == UINT64_MAX) {
+        return 1;
+    }
+    for (int m = 0; m < nfix; m++) {
+        if (fax[m] >= 0 && fax[m] < i->rank) {
+            across *= i->chunk_shape[fax[m]] < i->shape[fax[m]] ? i->chunk_shape[fax[m]]
+                                                                : i->shape[fax[m]];
+        }
+    }
+    return across > 1 && ne >= GROUP_BYTES / ur_dtype_size(i->dtype);
+}
+
+static void pend_dispose(struct vpend *p)
+{
+    for (size_t k = 0; k < p->n; k++) {
+        ur_free(p->names[k]);
+    }
+    ur_free(p->m);
+    ur_free(p->names);
+    memset(p, 0, sizeof *p);
+}
+
+/* Compare held-back group p now (and forget it). */
+static int pend_flush(verifier *vf, size_t p, ur_err *err)
+{
+    struct vpend *g = &vf->pend[p];
+    ur_vcmp_group grp;
+    uint64_t bytes = 0;
+    int rc;
+    memset(&grp, 0, sizeof grp);
+    grp.i = g->src->leaf;
+    grp.want = out_dtype_of(g->src);
+    grp.n = g->n;
+    grp.m = g->m;
+    for (size_t k = 0; k < g->n; k++) {
+        uint64_t b = compare_bytes(g->m[k].o, grp.i, g->m[k].nfix, g->m[k].fax, grp.want);
+        bytes = b > bytes ? b : bytes;
+    }
+    grp.exclusive = bytes >= UR_VCMP_EXCLUSIVE_BYTES;
+    rc = ur_vcmp_submit(vf->cmp, &grp, err);
+    pend_dispose(g);
+    memmove(&vf->pend[p], &vf->pend[p + 1], (vf->n_pend - p - 1) * sizeof *vf->pend);
+    vf->n_pend--;
+    return rc;
+}
+
+/* Hold member m (from input leaf i, which has n_slices slices) back for i's group. */
+static int pend_add(verifier *vf, const vleaf *i, const ur_vcmp_member *m, int64_t n_slices,
+                    ur_err *err)
+{
+    struct vpend *g = NULL;
+    size_t lo = strlen(m->oname) + 1, ls = strlen(m->src) + 1;
+    char *names;
+    int rc;
+    for (size_t p = 0; p < vf->n_pend && g == NULL; p++) {
+        g = vf->pend[p].src == i ? &vf->pend[p] : NULL;
+    }
+    if (g == NULL) {
+        if (vf->n_pend == MAX_PENDING && (rc = pend_flush(vf, 0, err)) < 0) {
+            return rc;
+        }
+        if (vf->pend == NULL) {
+            vf->pend = ur_calloc(MAX_PENDING, sizeof *vf->pend);
+            if (vf->pend == NULL) {
+                return ur_err_oom(err);
+            }
+        }
+        g = &vf->pend[vf->n_pend++];
+        memset(g, 0, sizeof *g);
+        g->src = i;
+        g->expect = n_slices > 0 && (uint64_t)n_slices < MAX_MEMBERS ? (size_t)n_slices
+                                                                     : MAX_MEMBERS;
+    }
+    if (g->n == g->cap) {
+        size_t cap_m = g->cap, cap_n = g->cap;
+        ur_vcmp_member *nm = ur_grow(g->m, &cap_m, g->n, sizeof *nm, 8);
+        char **nn;
+        if (nm == NULL) {
+            return ur_err_oom(err);
+        }
+        g->m = nm;
+        nn = ur_grow(g->names, &cap_n, g->n, sizeof *nn, 8);
+        if (nn == NULL) {
+            return ur_err_oom(err);
+        }
+        g->names = nn;
+        g->cap = cap_m < cap_n ? cap_m : cap_n;
+    }
+    names = ur_malloc(lo + ls);
+    if (names == NULL) {
+        return ur_err_oom(err);
+    }
+    memcpy(names, m->oname, lo);
+    memcpy(names + lo, m->src, ls);
+    g->names[g->n] = names;
+    g->m[g->n] = *m;
+    g->m[g->n].oname = names;
+    g->m[g->n].src = names + lo;
+    g->n++;
+    return g->n >= g->expect ? pend_flush(vf, (size_t)(g - vf->pend), err) : UR_OK;
 }
 
 /* Output leaf `o` against input leaf `i` (index fidx[m] taken on axis fax[m] for m < nfix,
- * fax increasing; nfix 0: whole), compared on the verifier's comparer (verify_compare.h);
- * its result comes back to apply_compare. */
+ * fax increasing; nfix 0: whole; n_slices: the slices of i that output leaves take),
+ * compared on the verifier's comparer (verify_compare.h), now or with the other slices of
+ * i; its result comes back to apply_compare. */
 static int compare_values(verifier *vf, const vleaf *o, const vleaf *i, int nfix, const int *fax,
-                          const int64_t *fidx, const char *oname, const char *src, ur_err *err)
+                          const int64_t *fidx, int64_t n_slices, const char *oname,
+                          const char *src, ur_err *err)
 {
-    ur_vcmp_req q;
-    memset(&q, 0, sizeof q);
-    q.o = o->leaf;
-    q.i = i->leaf;
-    q.want = out_dtype_of(i);
-    q.nfix = nfix;
-    for (int m = 0; m < nfix && m < UR_VCMP_MAX_FIX; m++) {
-        q.fax[m] = fax[m];
-        q.fidx[m] = fidx[m];
+    ur_vcmp_member m;
+    ur_vcmp_group grp;
+    memset(&m, 0, sizeof m);
+    m.o = o->leaf;
+    m.nfix = nfix;
+    for (int k = 0; k < nfix && k < UR_VCMP_MAX_FIX; k++) {
+        m.fax[k] = fax[k];
+        m.fidx[k] = fidx[k];
     }
-    q.oname = oname;
-    q.src = src;
-    q.exclusive = compare_bytes(o->leaf, q.want, i->leaf->dtype) >= UR_VCMP_EXCLUSIVE_BYTES;
-    return ur_vcmp_submit(vf->cmp, (size_t)vf->issue_key, &q, err);
+    m.oname = oname;
+    m.src = src;
+    m.tag = (size_t)vf->issue_key;
+    if (nfix > 0 && worth_grouping(i->leaf, nfix, fax)) {
+        return pend_add(vf, i, &m, n_slices, err);
+    }
+    memset(&grp, 0, sizeof grp);
+    grp.i = i->leaf;
+    grp.want = out_dtype_of(i);
+    grp.n = 1;
+    grp.m = &m;
+    grp.exclusive = compare_bytes(o->leaf, i->leaf, nfix, fax, grp.want) >=
+                    UR_VCMP_EXCLUSIVE_BYTES;
+    return ur_vcmp_submit(vf->cmp, &grp, err);
 }
 
 /* A comparison's result, in the report (on the matching thread, in output-leaf order). */
@@ -797,7 +960,8 @@ static int check_pair(verifier *vf, const vleaf *o, vleaf *i, int tbl, int64_t l
         }
         return UR_OK;
     }
-    return compare_values(vf, o, i, axis >= 0 ? 1 : 0, &axis, &layer, oname, src, err);
+    return compare_values(vf, o, i, axis >= 0 ? 1 : 0, &axis, &layer, t != NULL ? t->n : 0, oname,
+                          src, err);
 }
 
 /* ---- slices (pipeline stacks, nested blocks) ---------------------------------------------- */
@@ -884,7 +1048,7 @@ static int check_slices(verifier *vf, const vleaf *o, vleaf *i, int nfix, const 
         }
         return UR_OK;
     }
-    return compare_values(vf, o, i, nfix, fax, fidx, oname, src, err);
+    return compare_values(vf, o, i, nfix, fax, fidx, n_slices, oname, src, err);
 }
 
 /* The axis a of input leaf i (rank o + n) such that removing axes a..a+n-1 leaves o's shape;
@@ -1107,7 +1271,8 @@ static int verifier_init(verifier *vf, ur_orbax_ckpt *in_ck, ur_orbax_ckpt *out_
     vf->out_ck = out_ck;
     vf->opts = opts;
     vf->rep = rep;
-    rc = ur_vcmp_create(&vf->cmp, in_ck, out_ck, helpers, apply_compare, vf, err);
+    rc = ur_vcmp_create(&vf->cmp, in_ck, out_ck, helpers, opts->piece_bytes, apply_compare, vf,
+                        err);
     if (rc == UR_OK) {
         rc = vset_build(&vf->in, in, 0, vf, err);
     }
@@ -1143,6 +1308,10 @@ void ur_plan_verify__dispose(verifier *vf)
     }
     ur_free(vf->tables);
     ur_free(vf->scratch);
+    for (size_t p = 0; p < vf->n_pend; p++) {
+        pend_dispose(&vf->pend[p]);
+    }
+    ur_free(vf->pend);
     ur_vcmp_free(vf->cmp);
     ur_free(vf->issue_keys);
     memset(vf, 0, sizeof *vf);
@@ -1177,6 +1346,9 @@ int ur_plan_verify_run(ur_verify_report *rep, ur_orbax_ckpt *in, ur_orbax_ckpt *
         vf.issue_key = 2 * (uint64_t)(i + 1); /* after set-up's issues; +1: its values' */
         rc = match_output(&vf, &vf.out.v[i], err);
     }
+    while (rc == UR_OK && vf.n_pend > 0) {
+        rc = pend_flush(&vf, 0, err); /* groups with slices missing */
+    }
     if (rc == UR_OK) {
         rc = ur_vcmp_finish(vf.cmp, err);
     } else {
@@ -1187,6 +1359,7 @@ int ur_plan_verify_run(ur_verify_report *rep, ur_orbax_ckpt *in, ur_orbax_ckpt *
             rc = first.code < 0 ? first.code : UR_EINTERNAL;
         }
     }
+    rep->chunks_decoded = ur_vcmp_chunks_decoded(vf.cmp);
     if (rc < 0) {
         goto done;
     }

@@ -97,6 +97,10 @@ typedef struct {
     const ur_verify_opts *opts;
     ur_verify_report *rep;
     struct ur_vcmp *cmp; /* the value comparisons (verify_compare.h) */
+    /* Output leaves held back until the other slices of their input leaf are found, so that
+     * its chunks are decoded once for all (plan_verify.c compare_values). */
+    struct vpend *pend;
+    size_t n_pend;
     /* The report keeps the first issues in output-leaf order, whatever order they are
      * found in (a leaf's values are compared on another thread while later leaves are
      * matched): each kept issue's key, and the key of the issues being found now. */
