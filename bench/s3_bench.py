@@ -97,7 +97,7 @@ print(json.dumps({"values": len(keys), "bytes_read": total, "read_s": round(t1 -
 '''
 
 PUT_PIECE = 64 << 20  # the floor's objects: unroll's S3 part size (UR_S3_PART_DEFAULT)
-PUT_INFLIGHT = 16  # unroll's upload threads for a remote output (plan_run.c remote_finish)
+PUT_INFLIGHT = 16  # unroll's upload threads for a remote output (job_run.c remote_finish)
 
 
 def tree_bytes(root: pathlib.Path) -> int:

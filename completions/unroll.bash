@@ -1,6 +1,6 @@
 # bash completion for unroll(1). Installed as share/bash-completion/completions/unroll.
 # Subcommands and options; after the config file, the MaxText keys unroll honours as key=.
-# The key list is checked against the man page and src/plan by tests/cli/test_manpage.py.
+# The key list is checked against the man page and src/config by tests/cli/test_manpage.py.
 
 _unroll_keys="load_full_state_path load_parameters_path base_output_directory run_name
 model_name force_unroll scan_layers param_scan_axis pure_nnx enable_nnx

@@ -69,7 +69,7 @@ int ur_kvstore_list(ur_kvstore *kv, const char *prefix, ur_kvstore_list_fn fn, v
 
 /* Called once per key under the prefix, in key order, with the value's size and its version:
  * a short text (no spaces) that changes whenever the value may have changed, so that a run can
- * tell whether what it read is still there (the run identity, src/plan/plan_ident.c):
+ * tell whether what it read is still there (the run identity, src/job/job_ident.c):
  *   - the file store: "<mtime s>.<mtime ns>:<inode>" of the file (lstat), so a file rewritten
  *     or replaced, even with the same size, has another version;
  *   - S3: the object's ETag (quotes dropped), from the listing itself;
@@ -224,7 +224,7 @@ int ur_kvstore_location_kind(const char *location, ur_err *err);
  * instead of "is it remote?" (ur_kvstore_location_caps; a column of kvstore_url.c's table). */
 enum {
     /* A value or a directory moves to another key in one atomic step: a result is published
-     * by rename (unroll/orbax_publish.h), a share's staging directory is renamed away. */
+     * by rename (unroll/job_publish.h), a share's staging directory is renamed away. */
     UR_KV_CAN_RENAME = 1,
     /* A lock held by a live process and dropped when it dies (flock): a claim stays alive
      * while its holder runs, and a rerun can take over a dead one's. */

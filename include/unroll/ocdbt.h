@@ -40,7 +40,7 @@ typedef struct ur_ocdbt_write_opts {
     /* Called for each data file the writer is done with before its commit (it rolled over
      * to a new one), once the file is closed: `dir` the database directory, `name` the
      * file's "d/<32 hex>". The writer never reads the file again, so the callee may move it
-     * elsewhere and remove it (an object-store output streams it, see orbax_stream.h). Files
+     * elsewhere and remove it (an object-store output streams it, see job_stream.h). Files
      * finished during the commit (they hold the B-tree) are not handed over. A negative
      * return fails the write with it. NULL: none. (The Orbax writer calls it too, for each
      * chunk file of a plain-zarr output: `dir` the item directory, `name` the chunk's key.) */

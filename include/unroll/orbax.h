@@ -163,6 +163,14 @@ const char *ur_orbax_ckpt_custom_metadata(const ur_orbax_ckpt *ck);
 /* `_CHECKPOINT_METADATA`, or NULL when the file is absent. */
 const ur_orbax_step_meta *ur_orbax_ckpt_step_meta(const ur_orbax_ckpt *ck);
 
+/* `_CHECKPOINT_METADATA` as Orbax writes it; `custom_metadata_json` NULL means {}. */
+int ur_orbax_ckpt_meta_emit(ur_buf *out, const ur_orbax_step_meta *m, ur_err *err);
+
+/* A share's custom_metadata (ur_orbax_writer_set_custom_metadata), beside its _METADATA in
+ * shares/<i>/: the finisher records share 0's (checked the same in every share) in
+ * _CHECKPOINT_METADATA. */
+#define UR_ORBAX_CUSTOM_METADATA_FILE "custom_metadata.json"
+
 size_t ur_orbax_ckpt_leaf_count(const ur_orbax_ckpt *ck);
 /* Borrowed; i < leaf_count. */
 const ur_orbax_leaf *ur_orbax_ckpt_leaf(const ur_orbax_ckpt *ck, size_t i);
@@ -201,7 +209,7 @@ typedef struct ur_orbax_write_opts {
      * same conversion gives the same bytes whatever its staging directory is called. NULL:
      * step_dir. Borrowed; used by create only. */
     const char *published_as;
-    /* Share mode (one process of a multi-process run, unroll/orbax_share.h): >= 0 makes the
+    /* Share mode (one process of a multi-process run, unroll/job_share.h): >= 0 makes the
      * writer write only the database `<step_dir>/<item>/ocdbt.process_<share_index>/` (a
      * leftover one of the same share is removed; nothing else in step_dir is touched), and
      * its commit writes that database, then _METADATA, _sharding and array_metadatas.json

@@ -1,14 +1,14 @@
-/* The plan layer: MaxText's configuration read the way MaxText's pyconfig reads it, and the
- * mapping from the leaves of an input checkpoint to the leaves of the param-only output
- * (which leaves are dropped, copied, or unstacked along their layer axis into one leaf per
- * layer), as MaxText's generate_param_only_checkpoint.py with force_unroll=true does it
- * (docs/maxtext-checkpoints.md §3, §6).
+/* The plan (src/maxtext/): the mapping from the leaves of an input checkpoint to the leaves of the
+ * param-only output (which leaves are dropped, copied, or unstacked along their layer axis into
+ * one leaf per layer), as MaxText's generate_param_only_checkpoint.py with force_unroll=true does
+ * it (docs/maxtext-checkpoints.md §3, §6).
  *
- * No I/O happens here except reading the YAML config files; the plan is a pure function of
- * the input's leaf list and the settings. */
+ * No I/O happens here: the plan is a pure function of the input's leaf list and the
+ * settings (unroll/config.h). */
 #ifndef UNROLL_PLAN_H
 #define UNROLL_PLAN_H
 
+#include "unroll/config.h"
 #include "unroll/dtype.h"
 #include "unroll/err.h"
 #include "unroll/pool.h"
@@ -16,94 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- configuration (src/plan/plan_config.c) -------------------------------------------- */
-
-typedef struct ur_config ur_config; /* opaque: the merged config tree */
-
-typedef struct {
-    const char *config_path;      /* the YAML config, e.g. .../configs/base.yml */
-    const char *const *overrides; /* "key=value" strings, value parsed as YAML */
-    size_t n_overrides;
-    /* Environment as "NAME=value" strings, NULL-terminated, or NULL for none. Read for
-     * M_<KEY> overrides (as pyconfig does) and JOBSET_NAME (default run_name). */
-    const char *const *envp;
-    /* Directory that "maxtext_output" (the default base_output_directory) is relative to;
-     * NULL: the current directory. */
-    const char *cwd;
-    /* Seconds since the epoch for the default run_name "<model_name>_<YYYY-MM-DD-HH-MM>"
-     * (local time); 0: now. */
-    int64_t now;
-} ur_config_opts;
-
-/* One logical_axis_rules entry: logical axis name -> mesh axes (possibly none). */
-typedef struct {
-    const char *name;
-    const char *const *mesh;
-    size_t n_mesh;
-} ur_axis_rule;
-
-/* The resolved values of the keys unroll honours (strings borrowed from the config, never
- * NULL: "" when unset). Derived values are computed as MaxText's types.py computes them. */
-typedef struct {
-    const char *load_full_state_path;
-    const char *load_parameters_path;
-    const char *lora_input_adapters_path;
-    const char *base_output_directory; /* "" -> abspath("maxtext_output") */
-    const char *run_name;              /* "" -> $JOBSET_NAME or <model_name>_<date> */
-    const char *checkpoint_dir;        /* <base_output_directory>/<run_name>/checkpoints/ */
-    const char *model_name;
-    const char *decoder_block;
-    int force_unroll;
-    int scan_layers;
-    int pure_nnx;   /* absent from base.yml (NNX-only MaxText): 1 */
-    int enable_nnx; /* absent from base.yml: 1 */
-    int enable_checkpointing;
-    int use_ocdbt; /* checkpoint_storage_use_ocdbt */
-    int use_zarr3; /* checkpoint_storage_use_zarr3 */
-    int64_t target_data_file_size; /* checkpoint_storage_target_data_file_size_bytes */
-    int64_t param_scan_axis;
-    int64_t global_parameter_scale;
-    int64_t base_num_decoder_layers;
-    int64_t num_decoder_layers; /* 2^(floor(log2(scale)) / 3) * base_num_decoder_layers */
-    int64_t first_num_dense_layers;
-    const ur_axis_rule *axis_rules; /* logical_axis_rules after MaxText's merge by name */
-    size_t n_axis_rules;
-    /* K sub-layers per scanned block (llama4, gpt-oss, olmo3, qwen3-next, envy); 0 or 1: none */
-    int64_t inhomogeneous_layer_cycle_interval;
-    int64_t first_num_hash_layers; /* deepseek4: unscanned layers before scanned_blocks */
-    /* pipeline parallelism (raw config values; ur_plan_build derives as types.py does) */
-    int64_t ici_pipeline_parallelism; /* 1 */
-    int64_t dcn_pipeline_parallelism; /* 1 */
-    int64_t num_layers_per_pipeline_stage; /* 1 */
-    int64_t num_pipeline_repeats; /* -1: pipeline_parallel_layers / (stages * lps) */
-    int64_t pipeline_parallel_layers; /* -1: num_decoder_layers */
-    int scan_layers_per_stage; /* false */
-    /* DeepSeek Engram: the layers built with an Engram (engram_layers, as listed) */
-    const int64_t *engram_layers;
-    size_t n_engram_layers;
-} ur_settings;
-
-/* Load `opts->config_path` with its base_config chain, the model file named by model_name
- * (models/<name>.yml next to the config, else in ../models/) and the overrides, then resolve
- * the settings. The result is owned by the caller (ur_plan_config_free).
- * UR_EINVAL: bad YAML, unknown key (the message names it), a key set differently in the
- * model file and on the command line (unless override_model_config=true), a value of the
- * wrong type, an invalid combination; UR_EIO: a file could not be read; UR_ENOMEM. */
-int ur_plan_config_load(ur_config **out, const ur_config_opts *opts, ur_err *err);
-void ur_plan_config_free(ur_config *cfg);
-
-/* The resolved settings, borrowed from cfg. */
-const ur_settings *ur_plan_config_settings(const ur_config *cfg);
-
-/* Typed getters for any top-level key of the merged config, coercing as pydantic's lax
- * mode does (e.g. 1 -> true, "16" -> 16, 2 -> 2.0). UR_ENOTFOUND: no such key;
- * UR_EINVAL: the value does not convert (message names the key). A null string is NULL. */
-int ur_plan_config_get_str(const ur_config *cfg, const char *key, const char **out, ur_err *err);
-int ur_plan_config_get_bool(const ur_config *cfg, const char *key, int *out, ur_err *err);
-int ur_plan_config_get_int(const ur_config *cfg, const char *key, int64_t *out, ur_err *err);
-int ur_plan_config_get_float(const ur_config *cfg, const char *key, double *out, ur_err *err);
-
-/* ---- plan (src/plan/plan.c) ----------------------------------------------------------- */
+/* ---- plan (src/maxtext/plan.c) ----------------------------------------------------------- */
 
 typedef enum {
     UR_PLAN_INPUT_FULL_STATE, /* load_full_state_path: a training state with opt_state */
@@ -195,7 +108,7 @@ typedef enum {
     UR_PLAN_LAYOUT_LORA_NNX /* params/... adapter (single-nested) */
 } ur_plan_layout;
 
-/* A scanned group decoder/<name>, as a layout family (src/plan/family_*.c) sets it up.
+/* A scanned group decoder/<name>, as a layout family (src/maxtext/family_*.c) sets it up.
  * Plain (cycle 1): slice i of a leaf decoder/<name>/R is
  * decoder/<name>_<i>/R. Blocks of `cycle` = K sub-layers (decoder/<name>/layers_<j>/R or
  * .../layer_<j>/R): slice b of sub-layer j is decoder/<out_name>_<first_out + b*K + j>/R. */
@@ -250,9 +163,9 @@ int ur_plan_scan_axis(const ur_plan_leaf *leaf, const ur_settings *s);
  * gemma4 -> scanned_blocks/{local_layers (block axis at param_scan_axis, the nested scan's 5
  * local layers right after it), global_layer} (block b: layers 6b..6b+4, 6b+5) +
  * layers_remainder/local_layers (N % 6); pipeline parallelism (ici * dcn pipeline > 1) ->
- * decoder/pipeline_module + layers_outside_pipeline (src/plan/family_pipeline.c);
+ * decoder/pipeline_module + layers_outside_pipeline (src/maxtext/family_pipeline.c);
  * inhomogeneous_layer_cycle_interval K > 1 -> blocks of K in decoder/layers; else layers.
- * Each family is a descriptor of its own, src/plan/family_<name>.c, chosen in family.c.
+ * Each family is a descriptor of its own, src/maxtext/family_<name>.c, chosen in family.c.
  * UR_EINVAL: a full-state input without opt_state, a missing layer group, a leaf whose
  * layer axis length differs from its group's layer count (message names leaf, shape, axis
  * and expected length), a leaf of a block group outside layers_<j>/layer_<j> (j < K), a

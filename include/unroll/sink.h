@@ -1,4 +1,4 @@
-/* An output sink: where the executor (unroll/plan_exec.h) puts the arrays it makes, whatever
+/* An output sink: where the executor (unroll/exec.h) puts the arrays it makes, whatever
  * the output format. The Orbax writer is one (ur_orbax_sink_new, unroll/orbax.h); a new output
  * format is a new implementation of this table and nothing else.
  *

@@ -1,6 +1,6 @@
 /* `unroll path/to/base.yml key=value ...`: the MaxText-style conversion.
  *
- * Parses the command line, catches the stop signals, calls ur_plan_run (unroll/plan_run.h:
+ * Parses the command line, catches the stop signals, calls ur_job_run (unroll/job.h:
  * the config read as MaxText's pyconfig reads it, the plan, the run into a staging
  * directory, the publication of every unit at once), prints the plans of a dry run, the
  * progress and the summary, and maps an error to an exit status. */
@@ -10,9 +10,9 @@
 
 #include "unroll/alloc.h"
 #include "unroll/clock.h"
-#include "unroll/orbax_share.h"
+#include "unroll/job.h"
+#include "unroll/job_share.h"
 #include "unroll/phase.h"
-#include "unroll/plan_run.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -204,7 +204,7 @@ static int parse_args(unroll_args *a, int argc, char **argv)
             errno = 0;
             n = strtol(v, &end, 10);
             if (errno != 0 || end == v || *end != '\0' || n < (is_count ? 1 : 0) ||
-                n >= UR_ORBAX_SHARE_MAX) {
+                n >= UR_JOB_SHARE_MAX) {
                 return cli_usage_error("%s: '%s' is not a process %s", s, v,
                                        is_count ? "count (1-65535)" : "index (0-65534)");
             }
@@ -417,7 +417,7 @@ static int run(const unroll_args *args, ur_err *err)
         ro.on_begin = begin_progress;
         ro.progress = show_progress;
     }
-    rc = ur_plan_run(&rep, &ro, err);
+    rc = ur_job_run(&rep, &ro, err);
     if (rc == UR_OK && !args->quiet && !args->dry_run && !rep.share) {
         fprintf(stderr,
                 "unroll: wrote %s/: %zu tensors from %zu, %.3f GiB read, %.3f GiB written, "
@@ -430,7 +430,7 @@ static int run(const unroll_args *args, ur_err *err)
     if (rc == UR_OK) {
         print_phases();
     }
-    ur_plan_run_report_dispose(&rep);
+    ur_job_run_report_dispose(&rep);
     return rc;
 }
 

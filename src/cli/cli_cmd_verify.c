@@ -1,13 +1,13 @@
 /* `unroll verify <scanned> <unrolled> [config.yml] [key=value ...]`: check an unrolled
- * checkpoint against the scanned one it was made from (include/unroll/plan_verify.h).
+ * checkpoint against the scanned one it was made from (include/unroll/verify.h).
  * Exit 0 when every leaf matches, CLI_EXIT_VERIFY when something differs, is missing or is
  * extra; the other statuses as for any command. */
 #include "cli.h"
 
 #include "unroll/alloc.h"
+#include "unroll/job.h"
 #include "unroll/orbax.h"
-#include "unroll/plan_run.h"
-#include "unroll/plan_verify.h"
+#include "unroll/verify.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -132,22 +132,22 @@ int cli_cmd_verify(int argc, char **argv)
         ur_free(a.overrides);
         return status;
     }
-    ur_plan_verify_opts_init(&vo);
+    ur_verify_opts_init(&vo);
     vo.max_issues = a.max_issues;
-    rc = ur_plan_verify_config_read(&vo, a.config, a.overrides, a.n_overrides,
-                                    (const char *const *)environ, &err);
+    rc = ur_verify_config_read(&vo, a.config, a.overrides, a.n_overrides,
+                               (const char *const *)environ, &err);
     if (rc == UR_OK) {
         rc = open_both(&in, &out, &a, &err);
     }
     if (rc == UR_OK) {
-        rc = ur_plan_verify_run(&rep, in, out, &vo, &err);
+        rc = ur_verify_run(&rep, in, out, &vo, &err);
     }
     if (rc < 0) {
         status = cli_fail(&err);
     } else {
         char line[2048];
         for (size_t i = 0; i < rep.n_issues; i++) {
-            printf("%s\n", ur_plan_verify_issue_format(&rep.issues[i], line, sizeof line));
+            printf("%s\n", ur_verify_issue_format(&rep.issues[i], line, sizeof line));
         }
         if (rep.n_issues_total > rep.n_issues) {
             printf("... %zu more issues\n", rep.n_issues_total - rep.n_issues);
@@ -163,11 +163,11 @@ int cli_cmd_verify(int argc, char **argv)
         if (rep.n_issues_total) {
             fprintf(stderr, "unroll: verify: %zu issue%s (first: %s)\n", rep.n_issues_total,
                     rep.n_issues_total == 1 ? "" : "s",
-                    rep.n_issues ? ur_plan_verify_issue_format(&rep.issues[0], line, sizeof line)
+                    rep.n_issues ? ur_verify_issue_format(&rep.issues[0], line, sizeof line)
                                  : "?");
         }
     }
-    ur_plan_verify_report_dispose(&rep);
+    ur_verify_report_dispose(&rep);
     ur_orbax_ckpt_close(out);
     ur_orbax_ckpt_close(in);
     ur_free(a.overrides);

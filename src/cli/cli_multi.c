@@ -1,15 +1,15 @@
 /* Multi-process conversion on the command line: which process this is (options, or the
  * environment of the launcher), `unroll merge`, and the state of a staged run for `ls` and
- * `inspect`. What identifies the run (run.txt) and the run itself: src/plan/plan_multi.c,
- * plan_job.c. The protocol itself: unroll/orbax_share.h. */
+ * `inspect`. What identifies the run (run.txt) and the run itself: src/job/job_multi.c,
+ * job_shares.c. The protocol itself: unroll/job_share.h. */
 #include "cli.h"
 
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
+#include "unroll/job_share.h"
+#include "unroll/job_share_remote.h"
 #include "unroll/kvstore.h"
 #include "unroll/ocdbt.h"
-#include "unroll/orbax_share.h"
-#include "unroll/orbax_share_remote.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -95,7 +95,7 @@ int cli_multi_resolve(int opt_count, int opt_index, int *count, int *index, cons
             return cli_usage_error("--process-count %d but %s=%ld", opt_count, launchers[i].count,
                                    n);
         }
-        if (ix < origin || ix - origin >= n || n > UR_ORBAX_SHARE_MAX) {
+        if (ix < origin || ix - origin >= n || n > UR_JOB_SHARE_MAX) {
             return cli_usage_error("%s=%ld is not an index of %ld processes", launchers[i].index,
                                    ix, n);
         }
@@ -236,9 +236,9 @@ static void merge_usage(FILE *f)
           f);
 }
 
-/* 1 when the store at `location` has the directory protocol (unroll/orbax_share.h), which
+/* 1 when the store at `location` has the directory protocol (unroll/job_share.h), which
  * publishes by rename and keeps a claim alive with a lock; else the object-store one
- * (unroll/orbax_share_remote.h), which needs neither. */
+ * (unroll/job_share_remote.h), which needs neither. */
 static int by_rename_and_lock(const char *location)
 {
     const unsigned need = UR_KV_CAN_RENAME | UR_KV_CAN_LOCK;
@@ -279,10 +279,10 @@ int cli_cmd_merge(int argc, char **argv)
     remote = !by_rename_and_lock(dir);
     if (ocdbt) {
         rc = merge_ocdbt_only(dir, &err);
-    } else if (remote) { /* a run into an object store: unroll/orbax_share_remote.h */
-        rc = ur_orbax_rshare_merge(dir, &merge_interrupted, &to, &err);
+    } else if (remote) { /* a run into an object store: unroll/job_share_remote.h */
+        rc = ur_job_rshare_merge(dir, &merge_interrupted, &to, &err);
     } else {
-        rc = ur_orbax_share_merge(dir, &merge_interrupted, &to, &err);
+        rc = ur_job_share_merge(dir, &merge_interrupted, &to, &err);
     }
     if (rc < 0) {
         ur_free(to);
@@ -301,7 +301,7 @@ int cli_cmd_merge(int argc, char **argv)
 
 int cli_multi_show_status(const char *path)
 {
-    size_t n = strlen(path), sl = strlen(UR_ORBAX_SHARE_SUFFIX);
+    size_t n = strlen(path), sl = strlen(UR_JOB_SHARE_SUFFIX);
     char *staged;
     ur_buf out;
     ur_err err;
@@ -311,7 +311,7 @@ int cli_multi_show_status(const char *path)
         int in_store = 0;
         ur_err_clear(&err);
         ur_buf_init(&out, 0);
-        rc = ur_orbax_rshare_status(path, &out, &in_store, &err);
+        rc = ur_job_rshare_status(path, &out, &in_store, &err);
         if (rc == UR_OK && in_store) {
             fwrite(out.data, 1, out.len, stdout);
         }
@@ -326,13 +326,13 @@ int cli_multi_show_status(const char *path)
     while (n > 1 && path[n - 1] == '/') {
         n--;
     }
-    is_staging = n > sl && memcmp(path + n - sl, UR_ORBAX_SHARE_SUFFIX, sl) == 0;
+    is_staging = n > sl && memcmp(path + n - sl, UR_JOB_SHARE_SUFFIX, sl) == 0;
     staged = ur_malloc(n + sl + 1);
     if (staged == NULL) {
         return -1;
     }
     memcpy(staged, path, n);
-    memcpy(staged + n, UR_ORBAX_SHARE_SUFFIX, sl + 1);
+    memcpy(staged + n, UR_JOB_SHARE_SUFFIX, sl + 1);
     /* a staging directory, or a destination not written yet whose run is staged */
     if (!(is_staging && ur_fs_is_dir(path)) && !(ur_fs_is_dir(staged) && !ur_fs_exists(path))) {
         ur_free(staged);
@@ -341,7 +341,7 @@ int cli_multi_show_status(const char *path)
     ur_free(staged);
     ur_err_clear(&err);
     ur_buf_init(&out, 0);
-    rc = ur_orbax_share_status(path, &out, &err);
+    rc = ur_job_share_status(path, &out, &err);
     if (rc == UR_OK) {
         fwrite(out.data, 1, out.len, stdout);
     }

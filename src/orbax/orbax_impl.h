@@ -188,12 +188,6 @@ typedef struct ur_orbax_step_meta_doc {
 
 int ur_orbax_ckpt_meta_parse(ur_orbax_step_meta_doc **out, const char *json, size_t len,
                              ur_err *err);
-/* Emit as Orbax writes it; `custom_metadata_json` NULL means {}. */
-/* A share's custom_metadata (ur_orbax_writer_set_custom_metadata), beside its _METADATA in
- * shares/<i>/: the finisher records share 0's (checked the same in every share) in
- * _CHECKPOINT_METADATA. */
-#define UR_ORBAX_SHARE_CUSTOM_METADATA "custom_metadata.json"
-int ur_orbax_ckpt_meta_emit(ur_buf *out, const ur_orbax_step_meta *m, ur_err *err);
 void ur_orbax_ckpt_meta_free(ur_orbax_step_meta_doc *d);
 
 typedef struct ur_orbax_array_meta {

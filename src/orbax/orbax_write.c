@@ -982,7 +982,7 @@ static int write_commit_marker(ur_kvstore *kv, const char *published_as, ur_err 
 }
 
 /* A share ends here: its database first, then its metadata, which the finisher takes as the
- * sign of a complete share (unroll/orbax_share.h). */
+ * sign of a complete share (unroll/job_share.h). */
 static int commit_share(ur_orbax_writer *w, ur_err *err)
 {
     item_meta im;
@@ -1000,7 +1000,7 @@ static int commit_share(ur_orbax_writer *w, ur_err *err)
         rc = write_item_metadata(w, &im, meta, err);
     }
     if (rc == UR_OK && w->custom_metadata != NULL) { /* the finisher's _CHECKPOINT_METADATA */
-        rc = ur_kvstore_write(meta, UR_ORBAX_SHARE_CUSTOM_METADATA, w->custom_metadata,
+        rc = ur_kvstore_write(meta, UR_ORBAX_CUSTOM_METADATA_FILE, w->custom_metadata,
                               strlen(w->custom_metadata), err);
     }
     if (rc == UR_OK) {

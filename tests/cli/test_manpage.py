@@ -96,7 +96,7 @@ def test_config_keys_match_completions_and_the_parser():
     zsh = (ROOT / "completions" / "_unroll").read_text()
     zsh_keys = set(re.search(r"_unroll_keys=\(([^)]*)\)", zsh).group(1).split())
     assert bash_keys == keys and zsh_keys == keys, (bash_keys ^ keys, zsh_keys ^ keys)
-    parser = "".join(p.read_text() for p in (ROOT / "src" / "plan").glob("*.c"))
+    parser = "".join(p.read_text() for p in (p for d in ("config", "maxtext") for p in (ROOT / "src" / d).glob("*.c")))
     for k in keys:
         assert f'"{k}"' in parser, k
     # and every key the help names is documented

@@ -169,9 +169,9 @@ def test_claim_of_a_killed_run(unroll_bin, big, single, other, s3, tmp_path):
 
 
 def _gdb_kill_at_upload(gdb, args, env, tmp_path):
-    """Run `args` under gdb until the final upload starts (ur_orbax_upload), then kill it."""
+    """Run `args` under gdb until the final upload starts (ur_job_upload), then kill it."""
     script = tmp_path / "gdb-upload.cmds"
-    script.write_text("set pagination off\nset confirm off\nbreak ur_orbax_upload\nrun\nkill\n")
+    script.write_text("set pagination off\nset confirm off\nbreak ur_job_upload\nrun\nkill\n")
     env = dict(env)
     env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":detect_leaks=0").lstrip(":")
     res = subprocess.run([gdb, "-q", "-batch", "-x", str(script), "--args", *args],

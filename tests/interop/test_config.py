@@ -1,13 +1,13 @@
 """The C config loader over MaxText's own configs (from the `maxtext` wheel on PyPI).
 
-Each case runs the test-only program `plan_tool config <config.yml> key=value ...` and compares
+Each case runs the test-only program `config_tool config <config.yml> key=value ...` and compares
 the merged config it prints with a reference computed here the way
 src/maxtext/configs/pyconfig.py computes it (OmegaConf's YAML loader = PyYAML SafeLoader + an
 extra float resolver - timestamps; base_config chains; model file merge with conflict check;
 logical_axis_rules merged by rule name; "none" -> None), and the derived settings with
 types.py's rules.
 
-Environment: UNROLL_BUILD_DIR (default /work/main/build or <repo>/build) for plan_tool,
+Environment: UNROLL_BUILD_DIR (default /work/main/build or <repo>/build) for config_tool,
 UNROLL_FIXTURE_CACHE for the downloaded configs (tests/interop/get_maxtext_configs.sh).
 """
 import json
@@ -29,16 +29,16 @@ def _build_dir() -> pathlib.Path:
     if env:
         return pathlib.Path(env)
     for cand in (pathlib.Path("/work/main/build"), ROOT / "build"):
-        if (cand / "tests" / "unit" / "plan" / "plan_tool").is_file():
+        if (cand / "tests" / "unit" / "config" / "config_tool").is_file():
             return cand
     return ROOT / "build"
 
 
 @pytest.fixture(scope="session")
-def plan_tool() -> pathlib.Path:
-    path = _build_dir() / "tests" / "unit" / "plan" / "plan_tool"
+def config_tool() -> pathlib.Path:
+    path = _build_dir() / "tests" / "unit" / "config" / "config_tool"
     if not path.is_file():
-        pytest.fail(f"plan_tool not found at {path}: build the plan layer's tests first")
+        pytest.fail(f"config_tool not found at {path}: build the config room's tests first")
     return path
 
 
@@ -188,14 +188,14 @@ def _same(a, b):
     return a == b
 
 
-def run_tool(plan_tool, config, *overrides, cwd=None):
-    return subprocess.run([str(plan_tool), "config", str(config), *overrides],
+def run_tool(config_tool, config, *overrides, cwd=None):
+    return subprocess.run([str(config_tool), "config", str(config), *overrides],
                           capture_output=True, text=True, cwd=cwd,
                           env={k: v for k, v in os.environ.items() if not k.startswith("M_")})
 
 
-def load_ok(plan_tool, config, *overrides, cwd=None):
-    res = run_tool(plan_tool, config, *overrides, cwd=cwd)
+def load_ok(config_tool, config, *overrides, cwd=None):
+    res = run_tool(config_tool, config, *overrides, cwd=cwd)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
 
@@ -210,9 +210,9 @@ def assert_config_matches(got, want):
 
 # ---- tests --------------------------------------------------------------------------------
 
-def test_base_yml_loads_as_pyconfig_reads_it(plan_tool, configs, tmp_path):
+def test_base_yml_loads_as_pyconfig_reads_it(config_tool, configs, tmp_path):
     base = configs / "base.yml"
-    got = load_ok(plan_tool, base, cwd=tmp_path)
+    got = load_ok(config_tool, base, cwd=tmp_path)
     with_cwd = os.getcwd()
     try:
         os.chdir(tmp_path)
@@ -236,10 +236,10 @@ def test_base_yml_loads_as_pyconfig_reads_it(plan_tool, configs, tmp_path):
 
 
 @pytest.mark.parametrize("model", _model_files())
-def test_every_model_file(plan_tool, configs, model, tmp_path):
+def test_every_model_file(config_tool, configs, model, tmp_path):
     base = configs / "base.yml"
     args = [f"model_name={model}", "force_unroll=true", "base_output_directory=/o", "run_name=r"]
-    got = load_ok(plan_tool, base, *args)
+    got = load_ok(config_tool, base, *args)
     want = reference(base, args)
     assert_config_matches(got["config"], want)
     s = got["settings"]
@@ -254,20 +254,20 @@ def test_every_model_file(plan_tool, configs, model, tmp_path):
         for r in want["logical_axis_rules"]]
 
 
-def test_configs_with_base_config_chains(plan_tool, configs):
+def test_configs_with_base_config_chains(config_tool, configs):
     chained = [p for p in sorted(configs.rglob("*.yml"))
                if "models" not in p.relative_to(configs).parts
                and re.search(r"^base_config:", p.read_text(), re.M)]
     assert len(chained) > 10
     for path in chained:
         args = ["base_output_directory=/o", "run_name=r"]
-        res = run_tool(plan_tool, path, *args)
+        res = run_tool(config_tool, path, *args)
         assert res.returncode == 0, f"{path}: {res.stderr}"
         assert_config_matches(json.loads(res.stdout)["config"], reference(path, args))
 
 
-def test_yaml_typed_overrides(plan_tool, configs):
-    got = load_ok(plan_tool, configs / "base.yml", "learning_rate=1e-3", "param_scan_axis=0",
+def test_yaml_typed_overrides(config_tool, configs):
+    got = load_ok(config_tool, configs / "base.yml", "learning_rate=1e-3", "param_scan_axis=0",
                   "scan_layers=False", "run_name='007'", "mesh_axes=[data, fsdp]",
                   "load_full_state_path=gs://b/c/5/items", "global_parameter_scale=8",
                   "base_output_directory=/o")
@@ -282,28 +282,28 @@ def test_yaml_typed_overrides(plan_tool, configs):
     assert s["checkpoint_dir"] == "/o/007/checkpoints/"
 
 
-def test_unknown_key_exits_2_naming_it(plan_tool, configs):
-    res = run_tool(plan_tool, configs / "base.yml", "force_unroll=true", "no_such_key_x=1")
+def test_unknown_key_exits_2_naming_it(config_tool, configs):
+    res = run_tool(config_tool, configs / "base.yml", "force_unroll=true", "no_such_key_x=1")
     assert res.returncode == 2
     assert "'no_such_key_x'" in res.stderr
 
 
-def test_model_file_conflict(plan_tool, configs):
+def test_model_file_conflict(config_tool, configs):
     base = configs / "base.yml"
     model = _load(configs / "models" / "llama2-7b.yml")
     emb = model["base_emb_dim"]
-    res = run_tool(plan_tool, base, "model_name=llama2-7b", f"base_emb_dim={emb + 1}")
+    res = run_tool(config_tool, base, "model_name=llama2-7b", f"base_emb_dim={emb + 1}")
     assert res.returncode == 2
     assert "base_emb_dim" in res.stderr and "override_model_config" in res.stderr
     # the same value is no conflict; override_model_config lets the command line win
-    load_ok(plan_tool, base, "model_name=llama2-7b", f"base_emb_dim={emb}")
-    got = load_ok(plan_tool, base, "model_name=llama2-7b", "override_model_config=true",
+    load_ok(config_tool, base, "model_name=llama2-7b", f"base_emb_dim={emb}")
+    got = load_ok(config_tool, base, "model_name=llama2-7b", "override_model_config=true",
                   f"base_emb_dim={emb + 1}", "base_num_decoder_layers=2")
     assert got["config"]["base_emb_dim"] == emb + 1
     assert got["settings"]["num_decoder_layers"] == 2
 
 
-def test_invalid_combinations_exit_2(plan_tool, configs):
+def test_invalid_combinations_exit_2(config_tool, configs):
     base = configs / "base.yml"
     for args, needle in [
         (["load_full_state_path=a", "load_parameters_path=b"], "At most one of"),
@@ -311,6 +311,6 @@ def test_invalid_combinations_exit_2(plan_tool, configs):
         (["model_name=no-such-model"], "no-such-model"),
         (["force_unroll=maybe"], "force_unroll"),
     ]:
-        res = run_tool(plan_tool, base, *args)
+        res = run_tool(config_tool, base, *args)
         assert res.returncode == 2, (args, res.stderr)
         assert needle in res.stderr, (args, res.stderr)

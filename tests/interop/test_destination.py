@@ -250,7 +250,7 @@ def test_second_run_to_a_locked_destination(linen, single_run, fixture_cache, un
         + f" 2>'{tmp_path}/b.err'; echo $? >'{tmp_path}/b.rc'\n"
         + f"ls -a '{out}/run' >'{tmp_path}/b.ls'\n")
     status, text = _gdb(_args(unroll_bin, linen, out),
-                        "break ur_plan_exec_run\nrun\n"
+                        "break ur_exec_run\nrun\n"
                         f"shell sh '{b_script}'\n"
                         "delete\ncontinue\n", tmp_path)
     assert status == 0, text
@@ -313,7 +313,7 @@ def test_incomplete_staged_tree_is_not_published(linen, single_run, unroll_bin, 
     ckpt = out / "run" / "checkpoints"
     before = _tree_hash(ckpt)
     status, text = _gdb(_args(unroll_bin, linen, out),
-                        "break ur_orbax_publish_commit\nrun\n"
+                        "break ur_job_publish_commit\nrun\n"
                         f"shell {damage} '{out}'/run/checkpoints.*.unroll-tmp/0/{what}\n"
                         "delete\ncontinue\n", tmp_path)
     assert status == 3, text
@@ -336,7 +336,7 @@ def test_signal_mid_run(linen, unroll_bin, tmp_path, sig):
     ckpt = out / "run" / "checkpoints"
     before = _tree_hash(ckpt)
     status, text = _gdb(_args(unroll_bin, linen, out),
-                        f"break ur_plan_exec_run\nrun\ndelete\nsignal {sig.name}\n", tmp_path)
+                        f"break ur_exec_run\nrun\ndelete\nsignal {sig.name}\n", tmp_path)
     assert status == 128 + sig, text
     lines = _unroll_lines(text)
     assert len(lines) == 1 and sig.name in lines[0], text

@@ -234,7 +234,7 @@ def test_multi_process_with_adapters_in_a_bucket_is_refused(unroll_bin, make_fix
 
 
 # ------------------------------------------------------------------------------------------
-# Several processes into s3:// (unroll/orbax_share_remote.h, a run of several units)
+# Several processes into s3:// (unroll/job_share_remote.h, a run of several units)
 
 
 def _share_args(unroll_bin, base, lora, out, n, i):
@@ -296,13 +296,13 @@ def test_s3_unfinished_share_then_finisher_killed_and_rerun(unroll_bin, make_fix
     r = subprocess.run([str(unroll_bin), "merge", f"{out}/run/checkpoints"], env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 3 and "process index 1" in r.stderr, r.stderr
-    # the marker branch of the upload (orbax_upload.c put_one): 2 units' items and step markers
+    # the marker branch of the upload (job_upload.c put_one): 2 units' items and step markers
     # each, then base/0's items marker and its own: killed at base/0's own
     markers = 2 * len(step_units(lora))
-    src = pathlib.Path(__file__).resolve().parents[2] / "src" / "orbax" / "orbax_upload.c"
+    src = pathlib.Path(__file__).resolve().parents[2] / "src" / "orbax" / "job_upload.c"
     line = next(n for n, text in enumerate(src.read_text().splitlines(), 1)
                 if "Checkpoint commit was successful to" in text)
-    gdb_kill_at(_share_args(unroll_bin, base, lora, out, 2, 1), f"orbax_upload.c:{line}",
+    gdb_kill_at(_share_args(unroll_bin, base, lora, out, 2, 1), f"job_upload.c:{line}",
                 tmp_path, env, hit=markers)
     keys = s3.list(S3_BUCKET, prefix)
     assert "loras/adapter_all/0/commit_success.txt" in keys, keys

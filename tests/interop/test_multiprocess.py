@@ -1,4 +1,4 @@
-"""One conversion shared by several processes (unroll/orbax_share.h, docs/multi-process.md).
+"""One conversion shared by several processes (unroll/job_share.h, docs/multi-process.md).
 
 The oracle for the layout is Orbax itself: per-process OCDBT databases written by TensorStore
 with Orbax's own specs (`ocdbt.process_<i>/`), merged by Orbax's
@@ -384,7 +384,7 @@ def test_finisher_killed_while_publishing_is_recovered(unroll_bin, big, single, 
     last = _args(unroll_bin, big, tmp_path, ["--process-count", N, "--process-index", N - 1])
     script = tmp_path / "gdb.cmds"
     script.write_text("set pagination off\nset confirm off\n"
-                      "break ur_orbax_publish_commit\nrun\nkill\n")
+                      "break ur_job_publish_commit\nrun\nkill\n")
     env = _env()
     env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":detect_leaks=0").lstrip(":")
     res = subprocess.run([gdb, "-q", "-batch", "-x", str(script), "--args",

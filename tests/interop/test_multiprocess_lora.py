@@ -135,7 +135,7 @@ def test_killed_process_rerun_only_its_index(unroll_bin, fixtures, single, tmp_p
     _share(unroll_bin, fixtures, tmp_path, 2, 0)
     ckpt = tmp_path / "run" / "checkpoints"
     args = _share_args(unroll_bin, fixtures, tmp_path, 2, 1)
-    gdb_kill_at(args, "ur_orbax_share_unit_mark_done", tmp_path, hit=2)
+    gdb_kill_at(args, "ur_job_share_unit_mark_done", tmp_path, hit=2)
     shares = tmp_path / "run" / "checkpoints.unroll-multi" / "shares"
     assert (shares / "1.unit-done").exists() and not (shares / "1.u1.unit-done").exists()
     assert not ckpt.exists()
@@ -162,7 +162,7 @@ def test_unfinished_share_publishes_nothing_then_merge(unroll_bin, fixtures, sin
     assert r.returncode == 3, r.stderr
     assert "process index 1" in r.stderr
     assert not ckpt.exists()
-    gdb_kill_at(_share_args(unroll_bin, fixtures, tmp_path, 3, 1), "ur_orbax_share_finish",
+    gdb_kill_at(_share_args(unroll_bin, fixtures, tmp_path, 3, 1), "ur_job_share_finish",
                  tmp_path)
     assert not ckpt.exists()
     r = subprocess.run([str(unroll_bin), "merge", str(ckpt)], capture_output=True, text=True)
@@ -181,7 +181,7 @@ def test_finisher_killed_mid_publication_rerun_finishes(unroll_bin, fixtures, si
     gdb = shutil.which("gdb")
     assert gdb is not None
     script = tmp_path / "gdb.cmds"
-    script.write_text("set pagination off\nset confirm off\nbreak ur_orbax_publish_commit\n"
+    script.write_text("set pagination off\nset confirm off\nbreak ur_job_publish_commit\n"
                       "run\nbreak renameat2\ncontinue\ncontinue\nkill\n")
     env = _env()
     res = subprocess.run([gdb, "-q", "-batch", "-x", str(script), "--args",

@@ -1,4 +1,4 @@
-"""A multi-process conversion into an object store (unroll/orbax_share_remote.h): each process
+"""A multi-process conversion into an object store (unroll/job_share_remote.h): each process
 writes its share under the final step prefix, the finisher is the process whose conditional
 create of the claim object succeeds, and the top-level manifest, metadata and commit marker go
 up last. Against a real S3 server (SeaweedFS) and fake-gcs-server. The oracle as in
@@ -184,12 +184,12 @@ def test_finisher_killed_mid_upload_rerun_of_its_index_publishes(unroll_bin, big
     last = _args(unroll_bin, big, f"s3://{BUCKET}/{out}",
                  ["-j1", "--process-count", 2, "--process-index", 1])
     # the write of a commit marker in put_one; the second one is the step's own
-    src = ROOT / "src" / "orbax" / "orbax_upload.c"
+    src = ROOT / "src" / "orbax" / "job_upload.c"
     line = next(n for n, text in enumerate(src.read_text().splitlines(), 1)
                 if "ur_kvstore_write(j->dst, it->key, text.data" in text)
     script = tmp_path / "gdb.cmds"
     script.write_text("set pagination off\nset confirm off\n"
-                      f"break orbax_upload.c:{line}\nignore 1 1\nrun\nkill\n")
+                      f"break job_upload.c:{line}\nignore 1 1\nrun\nkill\n")
     env = s3.env()
     env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":detect_leaks=0").lstrip(":")
     res = subprocess.run([gdb, "-q", "-batch", "-x", str(script), "--args", *last],
@@ -467,9 +467,9 @@ def test_resume_into_s3_killed_and_rerun(unroll_bin, big, single, s3, tmp_path):
     gdb = _gdb()
     out = _out()
     args = _args(unroll_bin, big, f"s3://{BUCKET}/{out}", ["-j1", "--resume"])
-    _gdb_kill_at(gdb, "ur_orbax_rshare_upload", args, env, tmp_path)
+    _gdb_kill_at(gdb, "ur_job_rshare_upload", args, env, tmp_path)
     assert not [k for k in _step_keys(s3, out) if k.startswith("items/")]
-    said = _gdb_kill_at(gdb, "ur_orbax_rshare_finish", [a for a in args if a != "-q"], env,
+    said = _gdb_kill_at(gdb, "ur_job_rshare_finish", [a for a in args if a != "-q"], env,
                         tmp_path)
     assert "converted by an earlier attempt, not redone" in said, said
     keys = _step_keys(s3, out)
@@ -536,13 +536,13 @@ def _machines(tmp_path):
 
 
 def _gdb_kill_after_saves(gdb, args, env, tmp_path, saves, then=""):
-    """Run `args` under gdb; on the call of ur_orbax_rprogress_save after `saves` complete
+    """Run `args` under gdb; on the call of ur_job_rprogress_save after `saves` complete
     ones (the share's progress in the bucket saved that many times), optionally run to the
     breakpoint `then` too, and kill it there."""
     script = tmp_path / "gdb-saves.cmds"
     more = f"break {then}\ncontinue\n" if then else ""
     script.write_text("set pagination off\nset confirm off\nset breakpoint pending off\n"
-                      f"break ur_orbax_rprogress_save\nignore 1 {saves}\nrun\n{more}kill\n")
+                      f"break ur_job_rprogress_save\nignore 1 {saves}\nrun\n{more}kill\n")
     env = dict(env)
     env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":detect_leaks=0").lstrip(":")
     res = subprocess.run([gdb, "-q", "-batch", "-x", str(script), "--args", *args],
@@ -578,7 +578,7 @@ def test_share_into_s3_killed_continues_on_another_machine(unroll_bin, big, sing
     empty TMPDIR), it fetches the share's database as of the mark and continues from the
     mark's work item (not redoing the committed pieces), and the published output is the
     single-process one. On the binary before the progress was kept in the bucket: no
-    ur_orbax_rprogress_save to stop at, and a rerun elsewhere redid the whole share."""
+    ur_job_rprogress_save to stop at, and a rerun elsewhere redid the whole share."""
     gdb = _gdb()
     out = _out()
     first, second = _machines(tmp_path)

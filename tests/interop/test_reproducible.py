@@ -136,7 +136,7 @@ def test_bucket_destination_twice_gives_identical_objects(unroll_bin, s3, tmp_pa
     prefix = out[len(f"s3://{BUCKET}/"):] + "/run/checkpoints"
     # the HTTP defaults' timeouts, not the fixture's 3 s: an attempt abandoned after 3 s on a
     # loaded server can still be applied by it later (a known defect for the claim: see
-    # orbax_claim.c), which is not what this test is about
+    # job_claim.c), which is not what this test is about
     env = s3.env(SOURCE_DATE_EPOCH=str(EPOCH), UNROLL_HTTP_TIMEOUT_S="20")
     trees = []
     for i, extra in enumerate((["-j1"], ["-j2", "--replace"])):

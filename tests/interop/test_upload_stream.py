@@ -1,5 +1,5 @@
 """An OCDBT output to an object store is not staged whole on local disk: each data file goes up
-as soon as the writer moves on to the next one, and leaves the disk (unroll/orbax_stream.h).
+as soon as the writer moves on to the next one, and leaves the disk (unroll/job_stream.h).
 Watched from outside: the bytes unroll holds under $TMPDIR (where it stages; files, and files
 open whose names are gone) are sampled during the run and must stay well below the output's
 size; the output must still restore (unroll verify

@@ -1,0 +1,100 @@
+/* A conversion as a library function: what `unroll base.yml key=value ...` does between
+ * parsing its arguments and printing, so that the command line only parses, calls one
+ * function, prints and maps the error to an exit status (STYLE §4, libgit2's library /
+ * front-end split; `unroll verify`'s function is in unroll/verify.h).
+ *
+ *   config (ur_config_load) -> ur_job_run_input: which checkpoint, which kind
+ *     -> the units to publish (the step "0", or "base/0" + per LoRA adapter "loras/<id>/0"
+ *        and its adapter_config.json: ur_plan_lora_*)
+ *     -> per unit: open the checkpoint, its leaves as the plan sees them
+ *        (ur_plan_orbax_leaves), ur_plan_build, ur_fs_space_check, ur_exec_run into a
+ *        staged Orbax writer
+ *     -> ur_job_publish_commit: every unit moves into place, or none.
+ *   A share of a multi-process run (process_count > 1) or a resumable run (resume, or a
+ *   run staged for the destination) goes instead through unroll/job_share.h or
+ *   unroll/job_share_remote.h (src/job/job_shares.c, one driver for both): this process's
+ *   share into the staging the processes share, marked done, and the last share to finish
+ *   merges and publishes.
+ *
+ * Nothing here prints: a dry run hands each plan to a callback. */
+#ifndef UNROLL_JOB_H
+#define UNROLL_JOB_H
+
+#include "unroll/err.h"
+#include "unroll/exec.h"
+#include "unroll/orbax.h"
+#include "unroll/plan.h"
+#include "unroll/plan_orbax.h"
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- one conversion (src/job/job_run.c) ------------------------------------------------ */
+
+typedef struct ur_run_opts {
+    ur_config_opts config;       /* the config and its overrides, loaded by the run */
+    int dry_run;                 /* build and report the plans, check the destination, write
+                  * nothing */
+    int replace;                 /* an object-store destination's objects are deleted first
+                  * (without it, a destination holding objects is refused) */
+    int threads;                 /* ur_exec_opts.threads (0: one per core; 16 when reading
+                  * from an object store) */
+    uint64_t memory_limit;       /* ur_exec_opts.memory_limit */
+    /* When set and *cancel becomes nonzero, the run stops at its next chunk or unit, removes
+     * what it staged, publishes nothing and fails with "interrupted". */
+    const volatile sig_atomic_t *cancel;
+    /* Dry run: called with each plan, the base's ("base") first, then each adapter's
+     * ("lora <id>"); `leaves` are the plan's input leaves, index for index. */
+    void (*on_plan)(void *ctx, const char *what, const ur_plan *plan, const ur_plan_leaf *leaves);
+    /* Called as each unit's conversion starts, then as its chunks are written (`progress`
+     * as ur_exec_opts.progress). */
+    void (*on_begin)(void *ctx, const char *what);
+    void (*progress)(void *ctx, uint64_t bytes_done, uint64_t bytes_total);
+    /* Multi-process runs (unroll/job_share.h): with process_count > 1 this process
+     * converts share process_index; `resume` runs one process the same way (share 0 of 1),
+     * so a killed run rerun with the same arguments continues. A run already staged for the
+     * destination is continued whatever `resume` says. Local inputs only (LoRA adapters too);
+     * run_name must be set. Ignored in a dry run. */
+    int process_count; /* 0 or 1: one process */
+    int process_index;
+    const char *process_source; /* where the index came from (for the share's summary) */
+    int resume;
+    uint64_t commit_every; /* a share's database is snapshotted every so many bytes of input
+                            * (its resume point); 0: UR_RUN_COMMIT_EVERY */
+    /* A share's state as it changes (skipped as complete, continued from a resume point,
+     * complete, published or waiting for others): one line without newline. */
+    void (*on_note)(void *ctx, const char *line);
+    void *ctx; /* for the callbacks */
+    /* Set by ur_job_run itself, not by its callers: where each OCDBT data file finished
+     * during a conversion goes (ur_ocdbt_write_opts.on_data_file), with its path and its key
+     * below checkpoint_dir ("0/items/d/<hex>"); an object-store output streams them
+     * (unroll/job_stream.h). */
+    int (*on_data_file)(void *ctx, const char *path, const char *key, ur_err *err);
+    void *data_file_ctx;
+} ur_run_opts;
+
+#define UR_RUN_COMMIT_EVERY ((uint64_t)1 << 30)
+
+typedef struct ur_run_report {
+    ur_exec_stats total; /* summed over the units (threads: the last unit's) */
+    char *dest;          /* the checkpoint directory published into (owned; NULL in a dry run) */
+    /* The run was a share (multi-process or resumable): its state went to on_note, and dest
+     * is NULL unless this process published. */
+    int share;
+} ur_run_report;
+
+/* Load the config, convert the checkpoint it names (and its LoRA adapters) and publish the
+ * result under its checkpoint_dir (unroll/job_publish.h). On failure nothing is published
+ * and the destination is as it was. The report is filled on success; dispose it either way.
+ * Errors: UR_EINVAL (settings, overlap), UR_EIO, UR_ECORRUPT, UR_EUNSUPPORTED, UR_ENOMEM. */
+int ur_job_run(ur_run_report *rep, const ur_run_opts *opts, ur_err *err);
+void ur_job_run_report_dispose(ur_run_report *rep);
+
+/* The input the settings name: load_full_state_path (a training state) or
+ * load_parameters_path (param-only). UR_EINVAL for both or neither, and for
+ * enable_checkpointing=false unless `dry_run` (MaxText would write nothing). */
+int ur_job_run_input(const char **path_out, ur_plan_input *kind_out, const ur_settings *s,
+                     int dry_run, ur_err *err);
+
+#endif
