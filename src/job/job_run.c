@@ -607,8 +607,11 @@ int ur_job_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
     if (rc < 0) {
         goto out;
     }
-    remote_out = rc != UR_LOC_LOCAL;
     out_dir = s->checkpoint_dir;
+    /* a store that can rename and lock (a directory) publishes by renames under a lock; any
+     * other is published by an ordered upload: the site follows the store's capabilities */
+    remote_out = (ur_kvstore_location_caps(out_dir) & (UR_KV_CAN_RENAME | UR_KV_CAN_LOCK)) !=
+                 (UR_KV_CAN_RENAME | UR_KV_CAN_LOCK);
     /* the overlap rules of job_publish.h concern local paths */
     if ((ur_kvstore_location_caps(in_path) & UR_KV_IS_PATH) != 0) {
         inputs[n_inputs++] = in_path;
