@@ -299,7 +299,7 @@ def test_s3_unfinished_share_then_finisher_killed_and_rerun(unroll_bin, make_fix
     # the marker branch of the upload (job_upload.c put_one): 2 units' items and step markers
     # each, then base/0's items marker and its own: killed at base/0's own
     markers = 2 * len(step_units(lora))
-    src = pathlib.Path(__file__).resolve().parents[2] / "src" / "orbax" / "job_upload.c"
+    src = pathlib.Path(__file__).resolve().parents[2] / "src" / "job" / "job_upload.c"
     line = next(n for n, text in enumerate(src.read_text().splitlines(), 1)
                 if "Checkpoint commit was successful to" in text)
     gdb_kill_at(_share_args(unroll_bin, base, lora, out, 2, 1), f"job_upload.c:{line}",

@@ -184,7 +184,7 @@ def test_finisher_killed_mid_upload_rerun_of_its_index_publishes(unroll_bin, big
     last = _args(unroll_bin, big, f"s3://{BUCKET}/{out}",
                  ["-j1", "--process-count", 2, "--process-index", 1])
     # the write of a commit marker in put_one; the second one is the step's own
-    src = ROOT / "src" / "orbax" / "job_upload.c"
+    src = ROOT / "src" / "job" / "job_upload.c"
     line = next(n for n, text in enumerate(src.read_text().splitlines(), 1)
                 if "ur_kvstore_write(j->dst, it->key, text.data" in text)
     script = tmp_path / "gdb.cmds"
