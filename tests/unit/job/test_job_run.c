@@ -1,6 +1,6 @@
-/* plan_run, plan_orbax, plan_lora, plan_verify_config: the commands as library functions
- * (include/unroll/job.h), on the example checkpoint in tests/data/example and on
- * adapter directories made in a scratch directory. */
+/* job_run, plan_orbax, plan_lora, verify_config: a run and what it reads, as library
+ * functions (include/unroll/job.h, plan_orbax.h, verify.h), on the example checkpoint in
+ * tests/data/example and on adapter directories made in a scratch directory. */
 #define _POSIX_C_SOURCE 200809L
 #include "ur_test.h"
 
