@@ -10,14 +10,14 @@
 
 #include <stddef.h>
 
-/* ---- the Orbax checkpoint as the plan sees it (src/maxtext/plan_orbax.c) --------------------- */
+/* ---- the Orbax checkpoint as the plan sees it (src/maxtext/plan_orbax.c) -------------------- */
 
 typedef struct ur_plan_leaves {
-    ur_plan_leaf *leaves;    /* one per checkpoint leaf, index for index */
+    ur_plan_leaf *leaves; /* one per checkpoint leaf, index for index */
     size_t n;
-    const char **comps_;     /* every leaf's key components, back to back (borrowed strings) */
-    unsigned char *seqs_;    /* ... and which of them are list indices */
-    const char **specs_;     /* the partition specs, rank entries per leaf that has one */
+    const char **comps_; /* every leaf's key components, back to back (borrowed strings) */
+    unsigned char *seqs_; /* ... and which of them are list indices */
+    const char **specs_; /* the partition specs, rank entries per leaf that has one */
 } ur_plan_leaves;
 
 /* The leaves of `ck` (paths, dtypes, shapes, placeholders, partition specs). The strings are
@@ -33,7 +33,7 @@ void ur_plan_orbax_leaves_dispose(ur_plan_leaves *l);
  * free with ur_free. UR_ECORRUPT (the input's is not a JSON object), UR_ENOMEM. */
 int ur_plan_orbax_custom_metadata(char **out, const ur_orbax_ckpt *ck, int scanned, ur_err *err);
 
-/* ---- the LoRA adapters directory (src/maxtext/plan_lora.c) ----------------------------------- */
+/* ---- the LoRA adapters directory (src/maxtext/plan_lora.c) ---------------------------------- */
 
 /* What a run writes, relative to the checkpoint directory: without adapters the step "0";
  * with them "base/0", then per adapter (sorted by id) "loras/<id>/0" and
