@@ -91,6 +91,12 @@ typedef struct ur_run_report {
 int ur_job_run(ur_run_report *rep, const ur_run_opts *opts, ur_err *err);
 void ur_job_run_report_dispose(ur_run_report *rep);
 
+/* 1 when a run into `checkpoint_dir` is staged and published by renames under a lock (the
+ * directory protocol, unroll/job_share.h: the store can rename and lock), 0 when by an ordered
+ * upload (unroll/job_share_remote.h). The one place the choice is made: `unroll` and
+ * `unroll merge` / `status` alike. */
+int ur_job_run_by_rename(const char *checkpoint_dir);
+
 /* The input the settings name: load_full_state_path (a training state) or
  * load_parameters_path (param-only). UR_EINVAL for both or neither, and for
  * enable_checkpointing=false unless `dry_run` (MaxText would write nothing). */

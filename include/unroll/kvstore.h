@@ -241,6 +241,9 @@ enum {
  * (which ur_kvstore_location_kind refuses) none. No validation. */
 unsigned ur_kvstore_location_caps(const char *location);
 
+/* 1 when the store `location` names has every flag of `caps` (UR_KV_*), else 0. */
+int ur_kvstore_location_can(const char *location, unsigned caps);
+
 /* Open the store at `location` (see above). writable: 1 to write (a directory is created; an
  * object-store prefix needs no creation), 0 to read. UR_ENOTFOUND: a local directory that is
  * not there. */

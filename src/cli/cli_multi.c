@@ -6,6 +6,7 @@
 
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
+#include "unroll/job.h"
 #include "unroll/job_share.h"
 #include "unroll/job_share_remote.h"
 #include "unroll/kvstore.h"
@@ -236,15 +237,6 @@ static void merge_usage(FILE *f)
           f);
 }
 
-/* 1 when the store at `location` has the directory protocol (unroll/job_share.h), which
- * publishes by rename and keeps a claim alive with a lock; else the object-store one
- * (unroll/job_share_remote.h), which needs neither. */
-static int by_rename_and_lock(const char *location)
-{
-    const unsigned need = UR_KV_CAN_RENAME | UR_KV_CAN_LOCK;
-    return (ur_kvstore_location_caps(location) & need) == need;
-}
-
 int cli_cmd_merge(int argc, char **argv)
 {
     const char *dir = NULL;
@@ -276,7 +268,7 @@ int cli_cmd_merge(int argc, char **argv)
     signal(SIGINT, on_merge_signal);
     signal(SIGTERM, on_merge_signal);
     signal(SIGHUP, on_merge_signal);
-    remote = !by_rename_and_lock(dir);
+    remote = !ur_job_run_by_rename(dir);
     if (ocdbt) {
         rc = merge_ocdbt_only(dir, &err);
     } else if (remote) { /* a run into an object store: unroll/job_share_remote.h */
@@ -307,7 +299,7 @@ int cli_multi_show_status(const char *path)
     ur_err err;
     int rc, is_staging;
 
-    if (!by_rename_and_lock(path)) {
+    if (!ur_job_run_by_rename(path)) {
         int in_store = 0;
         ur_err_clear(&err);
         ur_buf_init(&out, 0);

@@ -130,7 +130,7 @@ int ur_job_input_ident(ur_buf *out, const char *location, const char *tag, int p
     memset(&l, 0, sizeof l);
     ur_buf_init(&l.lines, 0);
     /* only a path's versions (mtime, inode) differ between machines' copies */
-    l.portable = portable && (ur_kvstore_location_caps(location) & UR_KV_IS_PATH) != 0;
+    l.portable = portable && ur_kvstore_location_can(location, UR_KV_IS_PATH);
     l.err = err;
     rc = ur_kvstore_open_url(&kv, location, 0, err);
     if (rc == UR_OK) {

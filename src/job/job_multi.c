@@ -20,7 +20,7 @@ static int input_identity(ur_buf *out, char in_real[PATH_MAX], const char *input
                           ur_err *err)
 {
     int rc = UR_OK;
-    if (!(ur_kvstore_location_caps(input) & UR_KV_IS_PATH)) {
+    if (!ur_kvstore_location_can(input, UR_KV_IS_PATH)) {
         size_t n = strlen(input);
         while (n > 1 && input[n - 1] == '/') {
             n--;

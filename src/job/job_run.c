@@ -224,7 +224,7 @@ int ur_job_run_convert(const char *in_path, const char *step_dir, const char *be
     eo.threads = o->threads;
     /* From an object store each worker waits on one request at a time: more workers keep
      * more requests in flight (the HTTP layer caps them, UNROLL_HTTP_MAX_IN_FLIGHT). */
-    if (eo.threads == 0 && (ur_kvstore_location_caps(in_path) & UR_KV_NETWORK) != 0) {
+    if (eo.threads == 0 && ur_kvstore_location_can(in_path, UR_KV_NETWORK)) {
         eo.threads = REMOTE_THREADS;
     }
     eo.memory_limit = o->memory_limit;
@@ -312,8 +312,8 @@ static int copy_local_file(const char *from, const char *to, ur_err *err)
 
 int ur_job_run_copy_file(const char *from, const char *to, ur_err *err)
 {
-    return (ur_kvstore_location_caps(from) & UR_KV_IS_PATH) != 0 ? copy_local_file(from, to, err)
-                                                                 : copy_remote_file(from, to, err);
+    return ur_kvstore_location_can(from, UR_KV_IS_PATH) ? copy_local_file(from, to, err)
+                                                        : copy_remote_file(from, to, err);
 }
 
 /* Each adapter `<adapters>/<id>/0/items` into the staged unit 1 + 2i, its adapter_config.json
@@ -411,7 +411,7 @@ static int overlaps(const char *in, const char *checkpoint_dir, const char *unit
 {
     char *dest;
     int hit;
-    if ((ur_kvstore_location_caps(in) & UR_KV_IS_PATH) != 0) {
+    if (ur_kvstore_location_can(in, UR_KV_IS_PATH)) {
         return 0; /* "" (no adapters) or local: the local overlap rules apply */
     }
     dest = remote_unit(checkpoint_dir, unit);
@@ -574,6 +574,12 @@ void ur_job_run_report_dispose(ur_run_report *rep)
     rep->dest = NULL;
 }
 
+int ur_job_run_by_rename(const char *checkpoint_dir)
+{
+    /* the site follows the store's capabilities, never its scheme */
+    return ur_kvstore_location_can(checkpoint_dir, UR_KV_CAN_RENAME | UR_KV_CAN_LOCK);
+}
+
 int ur_job_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
 {
     ur_config *cfg = NULL;
@@ -608,22 +614,19 @@ int ur_job_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
         goto out;
     }
     out_dir = s->checkpoint_dir;
-    /* a store that can rename and lock (a directory) publishes by renames under a lock; any
-     * other is published by an ordered upload: the site follows the store's capabilities */
-    remote_out = (ur_kvstore_location_caps(out_dir) & (UR_KV_CAN_RENAME | UR_KV_CAN_LOCK)) !=
-                 (UR_KV_CAN_RENAME | UR_KV_CAN_LOCK);
+    remote_out = !ur_job_run_by_rename(out_dir);
     /* the overlap rules of job_publish.h concern local paths */
-    if ((ur_kvstore_location_caps(in_path) & UR_KV_IS_PATH) != 0) {
+    if (ur_kvstore_location_can(in_path, UR_KV_IS_PATH)) {
         inputs[n_inputs++] = in_path;
     }
     if (s->lora_input_adapters_path[0] != '\0' &&
-        (ur_kvstore_location_caps(s->lora_input_adapters_path) & UR_KV_IS_PATH) != 0) {
+        ur_kvstore_location_can(s->lora_input_adapters_path, UR_KV_IS_PATH)) {
         inputs[n_inputs++] = s->lora_input_adapters_path;
     }
     if (ur_job_multi_wanted(o, s)) {
         /* a share of a multi-process run, or a resumable one (job_shares.c); an input on an
          * object store is read from there, each process reading its share's chunks */
-        if ((ur_kvstore_location_caps(s->lora_input_adapters_path) & UR_KV_IS_PATH) == 0) {
+        if (!ur_kvstore_location_can(s->lora_input_adapters_path, UR_KV_IS_PATH)) {
             rc = ur_err_set(err, UR_EUNSUPPORTED,
                             "%s: a multi-process or resumable run (--process-count, --resume) "
                             "reads LoRA adapters from a local directory only, not s3:// or gs://",

@@ -990,7 +990,7 @@ static int publish(ur_job_share *s, const volatile sig_atomic_t *cancel, char **
     size_t *which = ur_calloc(s->n_units, sizeof *which), n = 0;
     const char *inputs[1] = {s->input};
     /* the overlap rules concern local paths (an object-store input cannot be under C) */
-    size_t n_inputs = (ur_kvstore_location_caps(s->input) & UR_KV_IS_PATH) != 0 ? 1 : 0;
+    size_t n_inputs = ur_kvstore_location_can(s->input, UR_KV_IS_PATH) ? 1 : 0;
     ur_job_publish *pub = NULL;
     ur_buf j;
     int rc = units != NULL && which != NULL ? UR_OK : ur_err_oom(err);
@@ -1105,7 +1105,7 @@ static int finish(ur_job_share *s, const volatile sig_atomic_t *cancel, char **p
          * name may be the one remove_staging renames to, the pid of a container's process
          * being the same on every run) */
         ur_job_publish_tidy(s->dest, (const char *const *)s->units, s->n_units, inputs,
-                            (ur_kvstore_location_caps(s->input) & UR_KV_IS_PATH) != 0 ? 1 : 0);
+                            ur_kvstore_location_can(s->input, UR_KV_IS_PATH) ? 1 : 0);
         remove_staging(s);
         return *published_to != NULL ? UR_OK : ur_err_oom(err);
     }

@@ -61,6 +61,11 @@ unsigned ur_kvstore_location_caps(const char *location)
     return e != NULL ? e->caps : 0;
 }
 
+int ur_kvstore_location_can(const char *location, unsigned caps)
+{
+    return (ur_kvstore_location_caps(location) & caps) == caps;
+}
+
 int ur_kvstore_location_kind(const char *location, ur_err *err)
 {
     size_t n = scheme_len(location);

@@ -84,7 +84,7 @@ static int list_loras(const char *adapters, char ***ids_out, size_t *n_out, ur_e
     id_list l = {0};
     int rc;
 
-    if ((ur_kvstore_location_caps(adapters) & UR_KV_IS_PATH) == 0) {
+    if (!ur_kvstore_location_can(adapters, UR_KV_IS_PATH)) {
         rc = list_loras_remote(adapters, &l, err);
     } else {
         l.dir = adapters;
