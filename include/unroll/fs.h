@@ -11,6 +11,9 @@
 
 /* "a" + "b" -> "a/b" (no doubled '/'); a new string the caller frees with ur_free. */
 char *ur_path_join(const char *a, const char *b);
+/* Length of `path` without its trailing slashes, keeping "/" itself (a location or URL
+ * too: "s3://b/p/" -> "s3://b/p"). */
+size_t ur_path_trimmed_len(const char *path);
 /* Like ur_path_join with printf formatting of the second part. */
 char *ur_path_joinf(const char *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

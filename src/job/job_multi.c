@@ -21,10 +21,7 @@ static int input_identity(ur_buf *out, char in_real[PATH_MAX], const char *input
 {
     int rc = UR_OK;
     if (!ur_kvstore_location_can(input, UR_KV_IS_PATH)) {
-        size_t n = strlen(input);
-        while (n > 1 && input[n - 1] == '/') {
-            n--;
-        }
+        size_t n = ur_path_trimmed_len(input);
         if (n >= PATH_MAX) {
             return ur_err_set(err, UR_EINVAL, "%s: the input location is too long", input);
         }

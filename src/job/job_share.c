@@ -128,15 +128,12 @@ static int share_new(ur_job_share **out, const char *dest, const char *const *un
                      size_t n_units, ur_err *err)
 {
     ur_job_share *s = ur_calloc(1, sizeof *s);
-    size_t n = strlen(dest);
+    size_t n = ur_path_trimmed_len(dest);
     if (s == NULL) {
         return ur_err_oom(err);
     }
     s->claim_fd = -1;
     s->share_fd = -1;
-    while (n > 1 && dest[n - 1] == '/') {
-        n--;
-    }
     s->dest = ur_strndup(dest, n);
     s->staging = ur_malloc(n + sizeof UR_JOB_SHARE_SUFFIX);
     if (s->staging != NULL) {
@@ -1209,12 +1206,9 @@ static int open_staged(ur_job_share **out, const char *path, ur_err *err)
     ur_job_share *s = NULL;
     ur_buf run;
     char *dest, *count = NULL;
-    size_t n = strlen(path), sl = strlen(UR_JOB_SHARE_SUFFIX);
+    size_t n = ur_path_trimmed_len(path), sl = strlen(UR_JOB_SHARE_SUFFIX);
     int rc;
 
-    while (n > 1 && path[n - 1] == '/') {
-        n--;
-    }
     if (n > sl && memcmp(path + n - sl, UR_JOB_SHARE_SUFFIX, sl) == 0) {
         n -= sl;
     }

@@ -26,15 +26,6 @@ void ur_job_note(const ur_job *j, const char *fmt, ...)
     j->o->on_note(j->o->ctx, line);
 }
 
-size_t ur_job_trimmed_len(const char *url)
-{
-    size_t n = strlen(url);
-    while (n > 1 && url[n - 1] == '/') {
-        n--;
-    }
-    return n;
-}
-
 /* The slab budget of a share: the same in every process of a run, whatever its thread
  * count, since the output chunking follows it. */
 static uint64_t share_slab_budget(const ur_run_opts *o)
@@ -291,13 +282,13 @@ static void note_finish(const ur_job *j, int published, int took_over, int missi
         ur_job_note(j,
                     "every share complete: took over the finish an earlier attempt of process "
                     "index %d left, merged and wrote %.*s/%s",
-                    j->index, (int)ur_job_trimmed_len(to), to, j->what);
+                    j->index, (int)ur_path_trimmed_len(to), to, j->what);
     } else if (published) {
         ur_job_note(j, "every share complete: merged and wrote %.*s/%s",
-                    (int)ur_job_trimmed_len(to), to, j->what);
+                    (int)ur_path_trimmed_len(to), to, j->what);
     } else if (missing > 0) {
         ur_job_note(j, "%d of %d shares still to complete; the last one publishes %.*s/%s",
-                    missing, j->count, (int)ur_job_trimmed_len(dest), dest, j->what);
+                    missing, j->count, (int)ur_path_trimmed_len(dest), dest, j->what);
     } else {
         ur_job_note(j, "every share complete; another process is publishing");
     }
@@ -339,7 +330,7 @@ int ur_job_shares_run(ur_run_report *rep, const ur_run_opts *o, const ur_setting
     }
     if (rc == UR_OK && published) {
         ur_job_note(&j, "%.*s/%s %s already published by this run: nothing to do",
-                    (int)ur_job_trimmed_len(s->checkpoint_dir), s->checkpoint_dir, j.what,
+                    (int)ur_path_trimmed_len(s->checkpoint_dir), s->checkpoint_dir, j.what,
                     j.units.n_units > 1 ? "are" : "is");
         goto out;
     }

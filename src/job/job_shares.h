@@ -44,9 +44,6 @@ void ur_job_note(const ur_job *j, const char *fmt, ...) __attribute__((format(pr
  * (an adapter_config.json): units are "base/0", then per adapter its step and its config. */
 int ur_job_is_step_unit(size_t k);
 
-/* Length of `url` without its trailing slashes (keeping "/" itself). */
-size_t ur_job_trimmed_len(const char *url);
-
 /* Where a run is staged and published. `d` is the implementation's state (open to close). */
 typedef struct ur_job_site {
     /* Join or start the run at j->s->checkpoint_dir as process j->index of j->count; `j` is

@@ -84,7 +84,7 @@ static int share_scratch(char **root, int *named, const ur_buf *local_text,
     ur_err ignored;
     snprintf(name, sizeof name, "unroll-share-%08x%08x-%d",
              ur_crc32c(0, local_text->data, local_text->len),
-             ur_crc32c(0, checkpoint_dir, ur_job_trimmed_len(checkpoint_dir)), index);
+             ur_crc32c(0, checkpoint_dir, ur_path_trimmed_len(checkpoint_dir)), index);
     *named = ur_fs_make_named_temp_dir(root, name, &created, "the share's staging directory",
                                        &ignored) == UR_OK;
     return *named ? UR_OK
@@ -262,7 +262,7 @@ static int bucket_send(void *d, const char *summary, ur_err *err)
     const ur_job *j = bj->j;
     int rc;
     ur_job_note(j, "share %d of %d: uploading it to %.*s", j->index, j->count,
-                (int)ur_job_trimmed_len(j->s->checkpoint_dir), j->s->checkpoint_dir);
+                (int)ur_path_trimmed_len(j->s->checkpoint_dir), j->s->checkpoint_dir);
     rc = bj->prog != NULL
              ? ur_job_rshare_upload(bj->rs, bj->prog, bj->db, bj->meta, summary, j->o->cancel, err)
              : upload_units(bj, summary, err);

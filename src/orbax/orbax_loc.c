@@ -25,10 +25,7 @@ static int stop_at_first_key(void *ctx, const char *key, uint64_t size);
 
 char *ur_orbax__parent_dir(const char *path)
 {
-    size_t n = strlen(path);
-    while (n > 1 && path[n - 1] == '/') {
-        n--;
-    }
+    size_t n = ur_path_trimmed_len(path);
     while (n > 0 && path[n - 1] != '/') {
         n--;
     }

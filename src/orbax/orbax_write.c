@@ -198,10 +198,7 @@ int ur_orbax_writer_create(ur_orbax_writer **out, const char *step_dir,
         goto fail;
     }
     {
-        size_t n = strlen(step_dir);
-        while (n > 1 && step_dir[n - 1] == '/') {
-            n--;
-        }
+        size_t n = ur_path_trimmed_len(step_dir);
         w->final_dir = ur_strndup(step_dir, n);
         w->published_as = ur_strdup(w->opts.published_as != NULL ? w->opts.published_as
                                                                  : w->final_dir);

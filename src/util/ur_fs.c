@@ -29,6 +29,15 @@
 #define UR_HAVE_OPENAT2_H 0
 #endif
 
+size_t ur_path_trimmed_len(const char *path)
+{
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') {
+        n--;
+    }
+    return n;
+}
+
 char *ur_path_join(const char *a, const char *b)
 {
     size_t la = strlen(a), lb;
@@ -605,11 +614,8 @@ int ur_fs_mkdirs(const char *path, ur_err *err)
 
 int ur_fs_mkdirs_under(const char *root, const char *path, ur_err *err)
 {
-    size_t n = strlen(root);
+    size_t n = ur_path_trimmed_len(root);
     char *p;
-    while (n > 1 && root[n - 1] == '/') {
-        n--;
-    }
     if (strncmp(path, root, n) != 0 || (path[n] != '/' && path[n] != '\0')) {
         return ur_err_set(err, UR_EINTERNAL, "%s is not inside %.*s", path, (int)n, root);
     }

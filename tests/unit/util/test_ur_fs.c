@@ -41,6 +41,18 @@ static void test_ur_fs__path_join(void **state)
     ur_free(p);
 }
 
+/* Trailing slashes off, "/" and "" kept as they are, URLs alike. */
+static void test_ur_fs__path_trimmed_len(void **state)
+{
+    (void)state;
+    assert_int_equal(ur_path_trimmed_len("a/b//"), 3);
+    assert_int_equal(ur_path_trimmed_len("a/b"), 3);
+    assert_int_equal(ur_path_trimmed_len("///"), 1);
+    assert_int_equal(ur_path_trimmed_len("/"), 1);
+    assert_int_equal(ur_path_trimmed_len(""), 0);
+    assert_int_equal(ur_path_trimmed_len("s3://b/p/"), 8);
+}
+
 static void test_ur_fs__write_read_and_limits(void **state)
 {
     char *dir = ur_path_join(scratch, "x/y/z");
@@ -447,6 +459,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ur_fs__path_join),
+        cmocka_unit_test(test_ur_fs__path_trimmed_len),
         cmocka_unit_test(test_ur_fs__write_read_and_limits),
         cmocka_unit_test(test_ur_fs__missing_file_is_not_found_with_path),
         cmocka_unit_test(test_ur_fs__remove_tree),
