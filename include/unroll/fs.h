@@ -131,6 +131,12 @@ int ur_fs_make_temp_dir(char **out, const char *stem, const char *what, ur_err *
  * (else UR_EIO: the caller falls back to ur_fs_make_temp_dir). *out as for that function. */
 int ur_fs_make_named_temp_dir(char **out, const char *name, int *created, const char *what,
                               ur_err *err);
+/* Take an exclusive advisory lock (flock) on the file `path`, created when absent, without
+ * waiting: *fd_out is the descriptor that holds it (close it to let go), or -1 when another
+ * open file holds it, or when the file was unlinked or replaced as it was locked (its holder
+ * removed it: what was locked is no longer the lock at that name). UR_ENOTFOUND when the
+ * directory holding `path` is gone; UR_EIO naming path for any other failure. */
+int ur_fs_lock_try(const char *path, int *fd_out, ur_err *err);
 /* rm -rf; a missing path is not an error. Never follows symlinks out of the tree. */
 int ur_fs_remove_tree(const char *path, ur_err *err);
 /* 1 when path exists (any type), 0 when not. */

@@ -7,8 +7,11 @@
  * into place by rename):
  *
  *   run.txt                       what the run is (arguments, input identity, process count);
- *                                 created once, exclusively (link(2) of a complete temporary
- *                                 file); a process whose run.txt differs is refused
+ *                                 created once (the file store's conditional create: link(2)
+ *                                 of a complete temporary file); a process whose run.txt
+ *                                 differs is refused
+ *   started                       when the run started (_CHECKPOINT_METADATA), created by the
+ *                                 process that created run.txt
  *   step/items/ocdbt.process_<i>/ share i's database (every output array's zarr metadata and
  *                                 the chunks of its share)
  *   shares/<i>/                   share i's _METADATA, _sharding, array_metadatas.json,
@@ -17,9 +20,15 @@
  *                                 (saved after each commit of it, a new OCDBT
  *                                 generation of the database: resume point)
  *   shares/<i>.done               share i is complete (written last, atomically)
- *   finish.claim                  the finisher: created with O_EXCL by the process that sees
- *                                 every share done, and flock'ed while it finishes (a claim
- *                                 whose holder died is taken over)
+ *   finish.lock                   flock'ed by the process that sees every share done, from
+ *                                 before its claim to its end: held, a live process finishes
+ *   finish.claim                  the finisher, created (conditional create) under that lock;
+ *                                 a claim found by the next holder of the lock is a dead
+ *                                 finisher's, and is taken over
+ *
+ * run.txt, started, shares/<i>.done and finish.claim are the run's ledger, written by the same
+ * code for a directory and for an object store (src/job/job_ledger.h, over the file store on
+ * the staging directory); so is the finished step (src/job/job_finish.h).
  *
  * The finish: merge the shares' databases into the top-level one (ur_ocdbt_merge: Orbax's
  * layout, values referred to through "ocdbt.process_<i>/"), check every share's metadata is

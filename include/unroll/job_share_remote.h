@@ -12,6 +12,12 @@
  *   S/unroll-multi/shares/<i>.done     share i is complete (written after all of the above)
  *   S/unroll-multi/finish.claim        the finisher: the process whose conditional create of it
  *                                      succeeds, once it sees every share done
+ *   S/unroll-multi/started             when the run started (_CHECKPOINT_METADATA), created by
+ *                                      the process that created run.txt
+ *
+ * S/unroll-multi/ is the run's ledger, written by the same code as a directory's
+ * (src/job/job_ledger.h), and the finished step is built by the same code too
+ * (src/job/job_finish.h), in a local directory, then uploaded.
  *
  * The finish (the claim's winner, or `unroll merge`): check every share's metadata is the same,
  * merge the shares' databases (read from the store) into the top-level one in a local

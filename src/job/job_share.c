@@ -3,6 +3,9 @@
  * publication). See include/unroll/job_share.h. */
 #define _GNU_SOURCE /* gethostname in older glibc headers */
 
+#include "job_finish.h"
+#include "job_ledger.h"
+
 #include "unroll/alloc.h"
 #include "unroll/clock.h"
 #include "unroll/fs.h"
@@ -23,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CLAIM_GRACE_MS 300 /* see creator_gone */
+#define FINISH_LOCK "finish.lock" /* held by the finisher (finish_enter) */
 #define PUBLISHING_FILE "publishing.txt"
 
 #define STANDARD_HANDLER                                                                          \
@@ -36,8 +39,9 @@ struct ur_job_share {
     char *step;     /* unit 0's staged step: staging/step, or staging/units/base/0 */
     char *items;    /* step/items */
     char *input;    /* from run.txt's "input " line */
+    ur_kvstore *kv; /* the staging directory: the run's ledger (job_ledger.h) */
     int count, index;
-    int claim_fd;
+    int finish_fd; /* FINISH_LOCK, held while this process claims and finishes */
     int share_fd; /* shares/<index>.lock, held while this share runs */
     /* The units (one, "0", or LoRA's: ur_job_share_open_units), where each is staged
      * (staging/step for the one "0", else staging/units/<unit>), and the one being converted
@@ -62,9 +66,10 @@ void ur_job_share_close(ur_job_share *s)
     if (s == NULL) {
         return;
     }
-    if (s->claim_fd >= 0) {
-        close(s->claim_fd); /* releases the flock */
+    if (s->finish_fd >= 0) {
+        close(s->finish_fd); /* releases the flock */
     }
+    ur_kvstore_close(s->kv);
     if (s->share_fd >= 0) {
         close(s->share_fd);
     }
@@ -81,21 +86,6 @@ void ur_job_share_close(ur_job_share *s)
     ur_free(s->meta_dir);
     ur_free(s->input);
     ur_free(s);
-}
-
-/* The value of the line "<key> <value>" in text, ur_free it; NULL when absent. */
-static char *line_value(const char *text, const char *key)
-{
-    size_t kl = strlen(key);
-    for (const char *p = text; p != NULL && *p != '\0';) {
-        const char *nl = strchr(p, '\n');
-        size_t n = nl != NULL ? (size_t)(nl - p) : strlen(p);
-        if (n > kl && strncmp(p, key, kl) == 0 && p[kl] == ' ') {
-            return ur_strndup(p + kl + 1, n - kl - 1);
-        }
-        p = nl != NULL ? nl + 1 : NULL;
-    }
-    return NULL;
 }
 
 /* The units of a staged run: run.txt's "unit <name>" lines, in order; none: the one "0". */
@@ -124,6 +114,23 @@ static int set_units(ur_job_share *s, const char *const *units, size_t n_units)
     return UR_OK;
 }
 
+/* The units a staged run's text names, in place of the one "0" that share_new set. */
+static int replace_units(ur_job_share *s, const ur_job_run_info *info, ur_err *err)
+{
+    for (size_t k = 0; k < s->n_units; k++) {
+        ur_free(s->units[k]);
+        ur_free(s->staged[k]);
+    }
+    ur_free(s->units);
+    ur_free(s->staged);
+    s->units = NULL;
+    s->staged = NULL;
+    s->n_units = 0;
+    return set_units(s, (const char *const *)info->units, info->n_units) == UR_OK
+               ? UR_OK
+               : ur_err_oom(err);
+}
+
 static int share_new(ur_job_share **out, const char *dest, const char *const *units,
                      size_t n_units, ur_err *err)
 {
@@ -132,7 +139,7 @@ static int share_new(ur_job_share **out, const char *dest, const char *const *un
     if (s == NULL) {
         return ur_err_oom(err);
     }
-    s->claim_fd = -1;
+    s->finish_fd = -1;
     s->share_fd = -1;
     s->dest = ur_strndup(dest, n);
     s->staging = ur_malloc(n + sizeof UR_JOB_SHARE_SUFFIX);
@@ -154,51 +161,14 @@ static int share_new(ur_job_share **out, const char *dest, const char *const *un
     return UR_OK;
 }
 
-/* Read run.txt of the staging directory into out. */
+/* Read run.txt of the staging directory into out, NUL-terminated. */
 static int read_run(const ur_job_share *s, ur_buf *out, ur_err *err)
 {
-    char *path = ur_path_join(s->staging, "run.txt");
-    int rc = path != NULL ? ur_fs_read_file(out, path, (size_t)16 << 20, err) : ur_err_oom(err);
-    ur_free(path);
-    if (rc == UR_OK) {
-        rc = ur_buf_append(out, "", 1, err); /* NUL-terminated */
-        out->len--;
-    }
-    return rc;
-}
-
-/* Create run.txt holding `text`, exclusively: a complete temporary file linked to the name,
- * so a reader never sees it half written and only one process creates it. *created = 1 when
- * this call did; otherwise the existing run.txt was left alone. */
-static int create_run(const ur_job_share *s, const char *text, int *created, ur_err *err)
-{
-    char host[64] = "";
-    char *tmp, *path = ur_path_join(s->staging, "run.txt");
-    int rc;
-
-    gethostname(host, sizeof host - 1);
-    tmp = ur_path_joinf(s->staging, "run.txt.%s.%ld.tmp", host, (long)getpid());
-    if (path == NULL || tmp == NULL) {
-        ur_free(path);
-        ur_free(tmp);
-        return ur_err_oom(err);
-    }
-    *created = 0;
-    rc = ur_fs_write_file(tmp, text, strlen(text), err);
-    if (rc == UR_OK) {
-        if (link(tmp, path) == 0) {
-            *created = 1;
-        } else if (errno != EEXIST) {
-            rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot create");
-        }
-    }
-    unlink(tmp);
-    if (rc == UR_OK) {
-        rc = ur_fs_fsync_dir(s->staging, err);
-    }
-    ur_free(path);
-    ur_free(tmp);
-    return rc;
+    int found = 0, rc = ur_job_ledger_run_read(s->kv, out, &found, err);
+    return rc == UR_OK && !found
+               ? ur_err_set(err, UR_ENOTFOUND,
+                            "%s/" UR_JOB_LEDGER_RUN ": not there (not a staged run)", s->staging)
+               : rc;
 }
 
 /* staging/publishing.txt, the publication's journal, written (and synced) before publish()
@@ -272,19 +242,23 @@ static int recover_line(ur_job_share *s, const char *line, ur_err *err)
  * rest (the units in C already stay: a unit whose staged path is gone is published) instead
  * of re-creating empty units that lack every other share's database. Only when no finisher is
  * alive (finish.claim not locked, or `held`: this process holds it). */
+static int finish_enter(void *ctx, int *busy, ur_err *err);
+
 static int recover_units(ur_job_share *s, int held, ur_err *err)
 {
-    char *note = publishing_path(s), *claim_path = ur_path_join(s->staging, "finish.claim");
+    char *note = publishing_path(s);
     ur_buf text;
-    int fd = -1, rc = UR_OK;
+    int busy = 0, rc = UR_OK;
 
     ur_buf_init(&text, 0);
-    if (note == NULL || claim_path == NULL) {
+    if (note == NULL) {
         rc = ur_err_oom(err);
     } else if (ur_fs_exists(note)) {
-        fd = held ? -1 : open(claim_path, O_RDWR | O_CLOEXEC);
-        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0) {
-            rc = ur_err_set(err, UR_EIO, "%s: another process is publishing this run", claim_path);
+        rc = held ? UR_OK : finish_enter(s, &busy, err);
+        if (rc == UR_OK && busy) {
+            rc = ur_err_set(err, UR_EIO,
+                            "%s/" FINISH_LOCK ": another process is publishing this run",
+                            s->staging);
         }
         if (rc == UR_OK) {
             rc = ur_fs_read_file(&text, note, 1 << 20, err);
@@ -304,12 +278,12 @@ static int recover_units(ur_job_share *s, int held, ur_err *err)
             rc = ur_fs_fsync_dir(s->staging, err);
         }
     }
-    if (fd >= 0) {
-        close(fd);
+    if (!held && s->finish_fd >= 0) {
+        close(s->finish_fd); /* taken for the recovery only */
+        s->finish_fd = -1;
     }
     ur_buf_dispose(&text);
     ur_free(note);
-    ur_free(claim_path);
     return rc;
 }
 
@@ -396,7 +370,7 @@ int ur_job_share_open_units(ur_job_share **out, const char *dest, const char *co
     }
     s->count = count;
     s->index = index;
-    s->input = line_value(run_text, "input");
+    s->input = ur_job_run_text_input(run_text);
     shares = ur_path_join(s->staging, "shares");
     if (s->input == NULL || shares == NULL) {
         ur_free(shares);
@@ -416,13 +390,20 @@ int ur_job_share_open_units(ur_job_share **out, const char *dest, const char *co
         rc = ur_fs_mkdirs(shares, err);
     }
     if (rc == UR_OK) {
+        rc = ur_kvstore_file_open(&s->kv, s->staging, 1, err);
+    }
+    if (rc == UR_OK) {
         rc = recover_units(s, 0, err);
     }
     if (rc == UR_OK) {
         rc = make_units(s, err);
     }
     if (rc == UR_OK) {
-        rc = create_run(s, (const char *)text.data, &created, err);
+        rc = ur_job_ledger_run_create(s->kv, (const char *)text.data, &created, err);
+    }
+    if (rc == UR_OK && created) { /* the run starts now (_CHECKPOINT_METADATA) */
+        int64_t started;
+        rc = ur_job_ledger_started(s->kv, s->staging, &started, err);
     }
     if (rc == UR_OK && !created) {
         char what[512];
@@ -464,17 +445,11 @@ int ur_job_share_open(ur_job_share **out, const char *dest, int count, int index
     return ur_job_share_open_units(out, dest, NULL, 0, count, index, run_text, err);
 }
 
-static char *done_path(const ur_job_share *s, int i)
-{
-    return ur_path_joinf(s->staging, "shares/%d.done", i);
-}
-
 int ur_job_share_is_done(const ur_job_share *s, int i)
 {
-    char *p = done_path(s, i);
-    int done = p != NULL && ur_fs_exists(p);
-    ur_free(p);
-    return done;
+    int done = 0;
+    ur_err ignored;
+    return ur_job_ledger_is_done(s->kv, i, &done, NULL, &ignored) == UR_OK && done;
 }
 
 const char *ur_job_share_step(const ur_job_share *s)
@@ -536,18 +511,9 @@ uint64_t ur_job_share_saved_progress(const ur_job_share *s)
 static int lock_share(ur_job_share *s, ur_err *err)
 {
     char *p = ur_path_joinf(s->staging, "shares/%d.lock", s->index);
-    int fd, rc = UR_OK;
-    if (p == NULL) {
-        return ur_err_oom(err);
-    }
-    fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = ur_err_set_os(err, UR_EIO, errno, p, "cannot open");
-    } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        close(fd);
+    int rc = p != NULL ? ur_fs_lock_try(p, &s->share_fd, err) : ur_err_oom(err);
+    if (rc == UR_OK && s->share_fd < 0) {
         rc = ur_err_set(err, UR_EIO, "%s: share %d is being run by another process", p, s->index);
-    } else {
-        s->share_fd = fd;
     }
     ur_free(p);
     return rc;
@@ -555,14 +521,9 @@ static int lock_share(ur_job_share *s, ur_err *err)
 
 int ur_job_share_lock(ur_job_share *s, ur_err *err)
 {
-    char *p = done_path(s, s->index);
     /* held already when the caller took it before replacing its tree (job_site_bucket.c) */
-    int rc = p == NULL ? ur_err_oom(err) : s->share_fd >= 0 ? UR_OK : lock_share(s, err);
-    if (rc == UR_OK) {
-        rc = ur_fs_remove_tree(p, err);
-    }
-    ur_free(p);
-    return rc;
+    int rc = s->share_fd >= 0 ? UR_OK : lock_share(s, err);
+    return rc == UR_OK ? ur_job_ledger_clear_done(s->kv, s->index, err) : rc;
 }
 
 int ur_job_share_unit_is_done(const ur_job_share *s, size_t k)
@@ -648,294 +609,42 @@ int ur_job_share_save_progress(ur_job_share *s, uint64_t next_item, ur_err *err)
 
 int ur_job_share_mark_done(ur_job_share *s, const char *summary, ur_err *err)
 {
-    char *p = done_path(s, s->index), *tmp = NULL, *dir = NULL;
-    int rc = UR_OK;
-    if (p != NULL) {
-        tmp = ur_path_joinf(s->staging, "shares/%d.done.tmp", s->index);
-        dir = ur_path_join(s->staging, "shares");
+    return ur_job_ledger_mark_done(s->kv, s->index, summary, err);
+}
+
+/* The finisher's liveness in a directory (job_ledger.h): FINISH_LOCK, taken before the claim
+ * and held until the process ends, so a claim found while holding it is a dead finisher's. */
+static int finish_enter(void *ctx, int *busy, ur_err *err)
+{
+    ur_job_share *s = ctx;
+    char *p;
+    int rc;
+    *busy = 0;
+    if (s->finish_fd >= 0) {
+        return UR_OK;
     }
-    if (p == NULL || tmp == NULL || dir == NULL) {
-        rc = ur_err_oom(err);
-    }
-    if (rc == UR_OK) {
-        rc = ur_fs_write_file(tmp, summary, strlen(summary), err);
-    }
-    if (rc == UR_OK && rename(tmp, p) != 0) {
-        rc = ur_err_set_os(err, UR_EIO, errno, p, "cannot rename %s into place", tmp);
-    }
-    if (rc == UR_OK) {
-        rc = ur_fs_fsync_dir(dir, err);
-    }
+    p = ur_path_join(s->staging, FINISH_LOCK);
+    rc = p != NULL ? ur_fs_lock_try(p, &s->finish_fd, err) : ur_err_oom(err);
+    /* the staging directory gone: the finisher that held the lock published and removed it */
+    *busy = rc == UR_ENOTFOUND || (rc == UR_OK && s->finish_fd < 0);
     ur_free(p);
-    ur_free(tmp);
-    ur_free(dir);
-    return rc;
+    return rc == UR_ENOTFOUND ? UR_OK : rc;
 }
 
-/* The exclusive claim of the finish: finish.claim created with O_EXCL (the first process
- * to see every share done) and flock'ed for as long as it finishes. A claim file whose lock
- * can be taken belongs to a finisher that died: taken over when it names its holder (the
- * holder writes its name only once locked), or when `force` (unroll merge). */
-/* An empty claim file whose lock this process holds: its creator is between its exclusive
- * create and its lock (a moment), or was killed there and will never finish. Let go, give it
- * CLAIM_GRACE_MS, and lock again: 1 (locked again: the creator is gone, take the claim over)
- * or 0 (the creator took its lock: it finishes). */
-static int creator_gone(int fd)
+static int finish_holder_dead(void *ctx, const char *have)
 {
-    struct timespec grace = {0, CLAIM_GRACE_MS * 1000000L};
-    (void)flock(fd, LOCK_UN);
-    nanosleep(&grace, NULL);
-    return flock(fd, LOCK_EX | LOCK_NB) == 0;
+    (void)ctx;
+    (void)have;
+    return 1; /* its holder would hold FINISH_LOCK, which this process holds */
 }
 
-static int claim(ur_job_share *s, int force, int *won, ur_err *err)
+static int claim(ur_job_share *s, int *won, ur_err *err)
 {
-    char *path = ur_path_join(s->staging, "finish.claim");
-    char who[128], host[64] = "";
-    struct stat st;
-    int fd, rc = UR_OK, fresh = 1;
-
-    *won = 0;
-    if (path == NULL) {
-        return ur_err_oom(err);
-    }
-    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0 && errno == EEXIST) {
-        fresh = 0;
-        fd = open(path, O_RDWR | O_CLOEXEC);
-    }
-    if (fd < 0) {
-        rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot open");
-        goto out;
-    }
-    /* the creator waits out a process that locked the fresh, still empty file for a moment
-     * (it lets go, seeing it empty) */
-    if (flock(fd, fresh ? LOCK_EX : LOCK_EX | LOCK_NB) != 0) {
-        if (errno != EWOULDBLOCK) { /* not "another process is finishing": nobody would */
-            rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot lock");
-        }
-        close(fd); /* another process is finishing */
-        goto out;
-    }
-    if (fresh && (fstat(fd, &st) != 0 || st.st_nlink == 0 || st.st_size > 0)) {
-        close(fd); /* while it waited, the claim was taken over (its creator seemed dead) */
-        goto out;
-    }
-    if (!fresh && !force && (fstat(fd, &st) != 0 || st.st_size == 0) && !creator_gone(fd)) {
-        close(fd); /* just created by another process, which now holds it */
-        goto out;
-    }
-    gethostname(host, sizeof host - 1);
-    snprintf(who, sizeof who, "pid %ld on %s\n", (long)getpid(), host);
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, who, strlen(who), 0) < 0) {
-        rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot write");
-        close(fd);
-        goto out;
-    }
-    s->claim_fd = fd;
-    *won = 1;
-out:
-    ur_free(path);
-    return rc;
-}
-
-/* Read share i's metadata file `name` of unit k, staging/shares/<i>[.u<k>]/<name> (absent:
- * empty, *present = 0). */
-static int read_share_file(const ur_job_share *s, size_t k, int i, const char *name, ur_buf *out,
-                           int *present, ur_err *err)
-{
-    char *p = k == 0 ? ur_path_joinf(s->staging, "shares/%d/%s", i, name)
-                     : ur_path_joinf(s->staging, "shares/%d.u%zu/%s", i, k, name);
-    int rc = UR_OK;
-    out->len = 0;
-    if (p == NULL) {
-        return ur_err_oom(err);
-    }
-    *present = ur_fs_exists(p);
-    if (*present) {
-        rc = ur_fs_read_file(out, p, MAX_META, err);
-    }
-    ur_free(p);
-    return rc;
-}
-
-/* Every share's metadata must be share 0's (the same plan), which is returned. */
-static int same_metadata(const ur_job_share *s, size_t k, const char *name, ur_buf *first,
-                         int *present, ur_err *err)
-{
-    ur_buf other;
-    int rc = read_share_file(s, k, 0, name, first, present, err), has = 0;
-    ur_buf_init(&other, 0);
-    for (int i = 1; i < s->count && rc == UR_OK; i++) {
-        rc = read_share_file(s, k, i, name, &other, &has, err);
-        if (rc == UR_OK && (has != *present || other.len != first->len ||
-                            memcmp(other.data, first->data, first->len) != 0)) {
-            rc = ur_err_set(err, UR_ECORRUPT,
-                            "%s/shares/%d: %s of %s differs from share 0's: the shares come "
-                            "from different plans",
-                            s->staging, i, name, s->units[k]);
-        }
-    }
-    ur_buf_dispose(&other);
-    return rc;
-}
-
-/* What an earlier finisher that died may have left in unit k's step. */
-static int clear_finish(const ur_job_share *s, size_t k, const char *items, ur_err *err)
-{
-    static const char *const item_files[] = {
-        "manifest.ocdbt",  "manifest.ocdbt.partial", "d", "_METADATA", "_sharding",
-        "array_metadatas", "commit_success.txt"};
-    static const char *const step_files[] = {"_CHECKPOINT_METADATA", "commit_success.txt"};
-    int rc = UR_OK;
-    for (size_t i = 0; i < sizeof item_files / sizeof *item_files && rc == UR_OK; i++) {
-        char *p = ur_path_join(items, item_files[i]);
-        rc = p != NULL ? ur_fs_remove_tree(p, err) : ur_err_oom(err);
-        ur_free(p);
-    }
-    for (size_t i = 0; i < sizeof step_files / sizeof *step_files && rc == UR_OK; i++) {
-        char *p = ur_path_join(s->staged[k], step_files[i]);
-        rc = p != NULL ? ur_fs_remove_tree(p, err) : ur_err_oom(err);
-        ur_free(p);
-    }
-    return rc;
-}
-
-static int merge_databases(const ur_job_share *s, const char *items, ur_err *err)
-{
-    char **names = ur_calloc((size_t)s->count, sizeof *names);
-    ur_ocdbt_write_opts o;
-    int rc = names != NULL ? UR_OK : ur_err_oom(err);
-
-    for (int i = 0; i < s->count && rc == UR_OK; i++) {
-        char *m;
-        names[i] = ur_malloc(32);
-        if (names[i] == NULL) {
-            rc = ur_err_oom(err);
-            break;
-        }
-        snprintf(names[i], 32, "ocdbt.process_%d", i);
-        m = ur_path_joinf(items, "%s/manifest.ocdbt", names[i]);
-        if (m == NULL) {
-            rc = ur_err_oom(err);
-        } else if (!ur_fs_exists(m)) {
-            rc = ur_err_set(err, UR_EIO, "%s: share %d has no database", m, i);
-        }
-        ur_free(m);
-    }
-    if (rc == UR_OK) {
-        ur_ocdbt_write_opts_init(&o);
-        o.seed = 0x756e726f6c6c00ffull; /* the same shares give the same bytes */
-        rc = ur_ocdbt_merge(items, (const char *const *)names, (size_t)s->count, &o, err);
-    }
-    for (int i = 0; names != NULL && i < s->count; i++) {
-        ur_free(names[i]);
-    }
-    ur_free(names);
-    return rc;
-}
-
-/* Unit k's top-level metadata from share 0's (checked equal in every share). */
-static int write_item_metadata(const ur_job_share *s, size_t k, const char *items, ur_err *err)
-{
-    ur_buf b;
-    int present = 0, rc;
-    char *dir = NULL;
-
-    ur_buf_init(&b, 0);
-    rc = same_metadata(s, k, "_METADATA", &b, &present, err);
-    if (rc == UR_OK && !present) {
-        rc = ur_err_set(err, UR_EIO, "%s/shares/0: the _METADATA of %s is missing", s->staging,
-                        s->units[k]);
-    }
-    if (rc == UR_OK) {
-        rc = ur_fs_write_file_in(items, "_METADATA", b.data, b.len, err);
-    }
-    if (rc == UR_OK) {
-        rc = same_metadata(s, k, "_sharding", &b, &present, err);
-    }
-    if (rc == UR_OK && present) {
-        rc = ur_fs_write_file_in(items, "_sharding", b.data, b.len, err);
-    }
-    if (rc == UR_OK) {
-        rc = same_metadata(s, k, "array_metadatas.json", &b, &present, err);
-    }
-    if (rc == UR_OK && present) {
-        dir = ur_path_join(items, "array_metadatas");
-        rc = dir != NULL ? ur_fs_mkdirs(dir, err) : ur_err_oom(err);
-        if (rc == UR_OK) {
-            rc = ur_fs_write_file_in(dir, "process_0", b.data, b.len, err);
-        }
-        if (rc == UR_OK) {
-            rc = ur_fs_fsync_dir(dir, err);
-        }
-    }
-    ur_free(dir);
-    ur_buf_dispose(&b);
-    return rc;
-}
-
-/* commit_success.txt in items and step, _CHECKPOINT_METADATA in step, as Orbax's
- * CheckpointManager writes them for step 0 (unit k's step). */
-static int write_step_metadata(const ur_job_share *s, size_t k, const char *items, ur_err *err)
-{
-    const char *step = s->staged[k];
-    const char *item_names[1] = {"items"};
-    const char *handlers[1] = {STANDARD_HANDLER};
-    ur_orbax_step_meta sm;
-    struct stat st;
-    ur_buf b, custom;
-    char *run = ur_path_join(s->staging, "run.txt");
-    int rc, has_custom = 0;
-
-    ur_buf_init(&b, 0);
-    ur_buf_init(&custom, 0);
-    memset(&sm, 0, sizeof sm);
-    sm.n_item_handlers = 1;
-    sm.item_names = item_names;
-    sm.item_handlers = handlers;
-    sm.has_init_timestamp = 1;
-    /* the run started when its first process created run.txt */
-    if (!ur_clock_fixed_ns(&sm.init_timestamp_nsecs)) {
-        sm.init_timestamp_nsecs = run != NULL && stat(run, &st) == 0
-                                      ? (int64_t)st.st_mtim.tv_sec * 1000000000 +
-                                            st.st_mtim.tv_nsec
-                                      : ur_clock_now_ns();
-    }
-    sm.has_commit_timestamp = 1;
-    sm.commit_timestamp_nsecs = ur_clock_stamp_ns();
-    rc = same_metadata(s, k, UR_ORBAX_CUSTOM_METADATA_FILE, &custom, &has_custom, err);
-    if (rc == UR_OK && has_custom) { /* absent: a share of an older unroll, {} as it wrote */
-        rc = ur_buf_append_byte(&custom, '\0', err);
-        sm.custom_metadata_json = (const char *)custom.data;
-    }
-    if (rc == UR_OK) {
-        rc = ur_buf_printf(&b, err, "Checkpoint commit was successful to %s/%s", s->dest,
-                           s->units[k]);
-    }
-    if (rc == UR_OK) {
-        rc = ur_fs_write_file_in(items, "commit_success.txt", b.data, b.len, err);
-    }
-    if (rc == UR_OK) {
-        rc = ur_fs_write_file_in(step, "commit_success.txt", b.data, b.len, err);
-    }
-    if (rc == UR_OK) {
-        ur_buf_reset(&b);
-        rc = ur_orbax_ckpt_meta_emit(&b, &sm, err);
-    }
-    if (rc == UR_OK) {
-        rc = ur_fs_write_file_in(step, "_CHECKPOINT_METADATA", b.data, b.len, err);
-    }
-    if (rc == UR_OK) {
-        rc = ur_fs_fsync_dir(items, err);
-    }
-    if (rc == UR_OK) {
-        rc = ur_fs_fsync_dir(step, err);
-    }
-    ur_free(run);
-    ur_buf_dispose(&b);
-    ur_buf_dispose(&custom);
-    return rc;
+    ur_job_liveness live = {finish_enter, finish_holder_dead, s};
+    char who[256];
+    int took_over = 0;
+    ur_job_ledger_who(who, sizeof who, s->index, s->count);
+    return ur_job_ledger_claim(s->kv, who, &live, won, &took_over, err);
 }
 
 /* Remove the staging directory of a published run: first renamed, in one step, to the name
@@ -1040,35 +749,28 @@ static int publish(ur_job_share *s, const volatile sig_atomic_t *cancel, char **
     return rc;
 }
 
-/* Unit k's top-level database and metadata (an earlier finisher's leftovers cleared first). */
-static int finish_unit(ur_job_share *s, size_t k, ur_err *err)
+/* Unit k's finished step where it is staged (job_finish.h); the first unit keeps the run's
+ * text. */
+static int finish_unit(ur_job_share *s, size_t k, int64_t started, const char *run_text,
+                       ur_err *err)
 {
-    char *items = ur_path_join(s->staged[k], "items");
-    int rc = items != NULL ? clear_finish(s, k, items, err) : ur_err_oom(err);
-    if (rc == UR_OK) {
-        rc = write_item_metadata(s, k, items, err); /* first: it checks the shares agree */
-    }
-    if (rc == UR_OK) {
-        rc = merge_databases(s, items, err);
-    }
-    if (rc == UR_OK) {
-        rc = write_step_metadata(s, k, items, err);
-    }
-    ur_free(items);
-    return rc;
-}
-
-/* run.txt's text into the first unit's staged step, published with it (kept_run_path). */
-static int keep_run_text(const ur_job_share *s, ur_err *err)
-{
-    ur_buf text;
+    ur_job_finish_unit u;
+    char *to = ur_path_join(s->dest, s->units[k]);
     int rc;
-    ur_buf_init(&text, 0);
-    rc = read_run(s, &text, err);
-    if (rc == UR_OK) {
-        rc = ur_fs_write_file_in(s->staged[0], UR_JOB_SHARE_RUN_KEPT, text.data, text.len, err);
+    if (to == NULL) {
+        return ur_err_oom(err);
     }
-    ur_buf_dispose(&text);
+    memset(&u, 0, sizeof u);
+    u.ledger = s->kv;
+    u.where = s->staging;
+    u.count = s->count;
+    u.k = k;
+    u.unit = s->units[k];
+    u.published_as = to;
+    u.init_ns = started;
+    u.run_text = k == 0 ? run_text : NULL;
+    rc = ur_job_finish_build(&u, s->staged[k], err);
+    ur_free(to);
     return rc;
 }
 
@@ -1076,6 +778,8 @@ static int finish(ur_job_share *s, const volatile sig_atomic_t *cancel, char **p
                   ur_err *err)
 {
     size_t staged = 0;
+    int64_t started = 0;
+    ur_buf run;
     int rc = recover_units(s, 1, err);
     for (size_t k = 0; k < s->n_units && rc == UR_OK; k++) {
         char *out;
@@ -1106,14 +810,19 @@ static int finish(ur_job_share *s, const volatile sig_atomic_t *cancel, char **p
         remove_staging(s);
         return *published_to != NULL ? UR_OK : ur_err_oom(err);
     }
+    ur_buf_init(&run, 0);
+    if (rc == UR_OK) {
+        rc = read_run(s, &run, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_job_ledger_started(s->kv, s->staging, &started, err);
+    }
     for (size_t k = 0; k < s->n_units && rc == UR_OK; k++) {
         if (is_step_unit(s->units[k]) && ur_fs_exists(s->staged[k])) {
-            rc = finish_unit(s, k, err);
+            rc = finish_unit(s, k, started, (const char *)run.data, err);
         }
     }
-    if (rc == UR_OK && ur_fs_exists(s->staged[0])) {
-        rc = keep_run_text(s, err);
-    }
+    ur_buf_dispose(&run);
     if (rc == UR_OK && cancel != NULL && *cancel) {
         rc = ur_err_set(err, UR_ECANCELED, "interrupted");
     }
@@ -1123,34 +832,16 @@ static int finish(ur_job_share *s, const volatile sig_atomic_t *cancel, char **p
     return rc;
 }
 
-static int count_missing(const ur_job_share *s, ur_buf *names, ur_err *err)
-{
-    int missing = 0, rc = UR_OK;
-    for (int i = 0; i < s->count; i++) {
-        if (!ur_job_share_is_done(s, i)) {
-            missing++;
-            if (names != NULL && missing <= 16) {
-                rc = ur_buf_printf(names, err, "%s%d", missing > 1 ? ", " : "", i);
-            }
-        }
-    }
-    if (names != NULL && missing > 16 && rc == UR_OK) {
-        rc = ur_buf_printf(names, err, ", ...");
-    }
-    return rc < 0 ? rc : missing;
-}
-
 int ur_job_share_finish(ur_job_share *s, const volatile sig_atomic_t *cancel, int *published,
                         int *missing, char **published_to, ur_err *err)
 {
-    int won = 0, rc;
+    int won = 0, rc = ur_job_ledger_missing(s->kv, s->count, NULL, missing, err);
     *published = 0;
     *published_to = NULL;
-    *missing = count_missing(s, NULL, err);
-    if (*missing != 0) {
-        return UR_OK;
+    if (rc < 0 || *missing != 0) {
+        return rc;
     }
-    rc = claim(s, 0, &won, err);
+    rc = claim(s, &won, err);
     if (rc < 0 || !won) {
         return rc;
     }
@@ -1159,53 +850,14 @@ int ur_job_share_finish(ur_job_share *s, const volatile sig_atomic_t *cancel, in
     return rc;
 }
 
-/* The units named by run.txt's "unit <name>" lines (none: the one "0"), in place of the
- * ones share_new set. */
-static int units_from_run(ur_job_share *s, const char *text, ur_err *err)
-{
-    char **units = NULL;
-    size_t n = 0, cap = 0;
-    int rc = UR_OK;
-    for (const char *p = text; p != NULL && *p != '\0' && rc == UR_OK;) {
-        const char *nl = strchr(p, '\n');
-        size_t len = nl != NULL ? (size_t)(nl - p) : strlen(p);
-        if (len > 5 && strncmp(p, "unit ", 5) == 0) {
-            char **more = ur_grow(units, &cap, n, sizeof *more, 8);
-            if (more == NULL) {
-                rc = ur_err_oom(err);
-                break;
-            }
-            units = more;
-            units[n] = ur_strndup(p + 5, len - 5);
-            rc = units[n++] != NULL ? UR_OK : ur_err_oom(err);
-        }
-        p = nl != NULL ? nl + 1 : NULL;
-    }
-    if (rc == UR_OK && n > 0) {
-        for (size_t k = 0; k < s->n_units; k++) {
-            ur_free(s->units[k]);
-            ur_free(s->staged[k]);
-        }
-        ur_free(s->units);
-        ur_free(s->staged);
-        s->units = NULL;
-        s->staged = NULL;
-        s->n_units = 0;
-        rc = set_units(s, (const char *const *)units, n) == UR_OK ? UR_OK : ur_err_oom(err);
-    }
-    for (size_t k = 0; k < n; k++) {
-        ur_free(units[k]);
-    }
-    ur_free(units);
-    return rc;
-}
-
-/* Open a staged run from its run.txt (path: C or its staging directory). */
+/* Open a staged run from its run.txt (path: C or its staging directory), as `unroll merge`
+ * or status (process index -1: no share of its own). */
 static int open_staged(ur_job_share **out, const char *path, ur_err *err)
 {
     ur_job_share *s = NULL;
+    ur_job_run_info info;
     ur_buf run;
-    char *dest, *count = NULL;
+    char *dest;
     size_t n = ur_path_trimmed_len(path), sl = strlen(UR_JOB_SHARE_SUFFIX);
     int rc;
 
@@ -1221,27 +873,30 @@ static int open_staged(ur_job_share **out, const char *path, ur_err *err)
     if (rc < 0) {
         return rc;
     }
+    s->index = -1;
+    memset(&info, 0, sizeof info);
     ur_buf_init(&run, 0);
     if (!ur_fs_is_dir(s->staging)) {
         rc = ur_err_set(err, UR_EINVAL, "%s: no multi-process run is staged there", s->staging);
     } else {
+        rc = ur_kvstore_file_open(&s->kv, s->staging, 1, err);
+    }
+    if (rc == UR_OK) {
         rc = read_run(s, &run, err);
     }
     if (rc == UR_OK) {
-        char *end = NULL;
-        long c;
-        count = line_value((const char *)run.data, "processes");
-        s->input = line_value((const char *)run.data, "input");
-        c = count != NULL ? strtol(count, &end, 10) : 0;
-        if (s->input == NULL || count == NULL || *end != '\0' || c < 1 || c > UR_JOB_SHARE_MAX) {
-            rc = ur_err_set(err, UR_ECORRUPT, "%s/run.txt: no process count or input", s->staging);
-        }
-        s->count = (int)c;
+        rc = ur_job_run_info_parse(&info, (const char *)run.data, s->staging, err);
+    }
+    if (rc == UR_OK && info.input == NULL) {
+        rc = ur_err_set(err, UR_ECORRUPT, "%s/run.txt: no input", s->staging);
     }
     if (rc == UR_OK) {
-        rc = units_from_run(s, (const char *)run.data, err);
+        s->count = info.count;
+        s->input = info.input;
+        info.input = NULL;
+        rc = info.n_units == 0 ? UR_OK : replace_units(s, &info, err);
     }
-    ur_free(count);
+    ur_job_run_info_dispose(&info);
     ur_buf_dispose(&run);
     if (rc < 0) {
         ur_job_share_close(s);
@@ -1256,16 +911,15 @@ int ur_job_share_merge(const char *path, const volatile sig_atomic_t *cancel, ch
 {
     ur_job_share *s = NULL;
     ur_buf names;
-    int rc = open_staged(&s, path, err), won = 0, missing;
+    int rc = open_staged(&s, path, err), won = 0, missing = 0;
 
     *published_to = NULL;
     if (rc < 0) {
         return rc;
     }
     ur_buf_init(&names, 0);
-    missing = count_missing(s, &names, err);
-    rc = missing < 0 ? missing : UR_OK;
-    if (missing > 0) {
+    rc = ur_job_ledger_missing(s->kv, s->count, &names, &missing, err);
+    if (rc == UR_OK && missing > 0) {
         ur_buf_append(&names, "", 1, err);
         rc = ur_err_set(err, UR_EIO,
                         "%s: %d of %d shares are not complete (process index %s): rerun them "
@@ -1273,10 +927,10 @@ int ur_job_share_merge(const char *path, const volatile sig_atomic_t *cancel, ch
                         s->staging, missing, s->count, (const char *)names.data);
     }
     if (rc == UR_OK) {
-        rc = claim(s, 1, &won, err);
+        rc = claim(s, &won, err);
     }
     if (rc == UR_OK && !won) {
-        rc = ur_err_set(err, UR_EIO, "%s/finish.claim: another process is finishing this run",
+        rc = ur_err_set(err, UR_EIO, "%s/" FINISH_LOCK ": another process is finishing this run",
                         s->staging);
     }
     if (rc == UR_OK) {
@@ -1290,41 +944,10 @@ int ur_job_share_merge(const char *path, const volatile sig_atomic_t *cancel, ch
 int ur_job_share_status(const char *path, ur_buf *out, ur_err *err)
 {
     ur_job_share *s = NULL;
-    ur_buf summary;
-    int rc = open_staged(&s, path, err), done = 0;
-
-    if (rc < 0) {
-        return rc;
-    }
-    ur_buf_init(&summary, 0);
-    for (int i = 0; i < s->count && rc == UR_OK; i++) {
-        char *p = done_path(s, i);
-        if (p == NULL) {
-            rc = ur_err_oom(err);
-            break;
-        }
-        if (ur_fs_exists(p)) {
-            done++;
-            rc = ur_fs_read_file(&summary, p, 4096, err);
-            while (rc == UR_OK && summary.len > 0 && summary.data[summary.len - 1] == '\n') {
-                summary.len--;
-            }
-            if (rc == UR_OK) {
-                rc = ur_buf_printf(out, err, "share %d: complete: %.*s\n", i, (int)summary.len,
-                                   (const char *)summary.data);
-            }
-        } else {
-            rc = ur_buf_printf(out, err, "share %d: not complete\n", i);
-        }
-        ur_free(p);
-    }
+    int rc = open_staged(&s, path, err);
     if (rc == UR_OK) {
-        rc = ur_buf_printf(out, err,
-                           "%d of %d shares complete; %s: not a checkpoint until the last "
-                           "share (or unroll merge) publishes it\n",
-                           done, s->count, s->staging);
+        rc = ur_job_ledger_status(s->kv, s->count, s->staging, out, err);
     }
-    ur_buf_dispose(&summary);
     ur_job_share_close(s);
     return rc;
 }

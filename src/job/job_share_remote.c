@@ -4,6 +4,9 @@
  * include/unroll/job_share_remote.h. */
 #define _GNU_SOURCE /* gethostname */
 
+#include "job_finish.h"
+#include "job_ledger.h"
+
 #include "unroll/alloc.h"
 #include "unroll/clock.h"
 #include "unroll/fs.h"
@@ -25,7 +28,6 @@
 #define STANDARD_HANDLER                                                                          \
     "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
 #define RUN_KEY UR_JOB_RSHARE_DIR "/run.txt"
-#define CLAIM_KEY UR_JOB_RSHARE_DIR "/finish.claim"
 /* The run's identity kept beside the published step (a file: Orbax takes only the step's
  * directories for items), so that a rerun with other arguments is refused after publication. */
 #define RUN_KEPT_KEY UR_JOB_RSHARE_RUN_KEPT
@@ -40,6 +42,7 @@ struct ur_job_rshare {
     size_t n_units, cap_units;
     char *run_text; /* run.txt's text (NULL: not known) */
     ur_kvstore *kv;
+    ur_kvstore *ledger; /* S/unroll-multi/: the run's ledger (job_ledger.h) */
     int count, index;
     int took_over; /* the finish was taken over from a dead attempt of this index */
 };
@@ -57,6 +60,7 @@ void ur_job_rshare_close(ur_job_rshare *s)
         }
         ur_free(s->units);
         ur_free(s->root);
+        ur_kvstore_close(s->ledger);
         ur_kvstore_close(s->kv);
         ur_free(s->run_text);
         ur_free(s->step);
@@ -77,6 +81,9 @@ static int rshare_new(ur_job_rshare **out, const char *step, ur_err *err)
     }
     s->step = ur_strndup(step, n);
     rc = s->step != NULL ? ur_kvstore_open_url(&s->kv, s->step, 1, err) : ur_err_oom(err);
+    if (rc == UR_OK) {
+        rc = ur_kvstore_prefix_open(&s->ledger, s->kv, UR_JOB_RSHARE_DIR "/", 0, err);
+    }
     if (rc < 0) {
         ur_job_rshare_close(s);
         return rc;
@@ -191,8 +198,9 @@ int ur_job_rshare_open(ur_job_rshare **out, const char *step, int count, int ind
                         s->step, c.n, c.n == 1 ? "" : "s", c.first);
     }
     if (rc == UR_OK) {
-        rc = ur_kvstore_create(s->kv, RUN_KEY, run_text, strlen(run_text), err);
-        if (rc == UR_OK && present(s->kv, UR_JOB_CLAIM_NAME, &ignored) == 1) {
+        int created = 0;
+        rc = ur_job_ledger_run_create(s->ledger, run_text, &created, err);
+        if (rc == UR_OK && created && present(s->kv, UR_JOB_CLAIM_NAME, &ignored) == 1) {
             /* a single-process run claimed S between the listing and the create (it looks
              * for run.txt after its claim, so one of the two sees the other) */
             (void)ur_kvstore_delete(s->kv, RUN_KEY, &ignored);
@@ -202,9 +210,15 @@ int ur_job_rshare_open(ur_job_rshare **out, const char *step, int count, int ind
                 ")",
                 s->step, s->step);
         }
-        if (rc == UR_EEXIST) {
+        if (rc == UR_OK && created) { /* the run starts now (_CHECKPOINT_METADATA) */
+            int64_t started;
+            char where[1024];
+            snprintf(where, sizeof where, "%s/" UR_JOB_RSHARE_DIR, s->step);
+            rc = ur_job_ledger_started(s->ledger, where, &started, err);
+        }
+        if (rc == UR_OK && !created) {
             char what[512];
-            rc = read_opt(s->kv, RUN_KEY, &have, &found, err);
+            rc = ur_job_ledger_run_read(s->ledger, &have, &found, err);
             if (rc == UR_OK && found && strcmp((const char *)have.data, run_text) != 0 &&
                 ur_job_run_change((const char *)have.data, run_text, what, sizeof what)) {
                 rc = ur_err_set(err, UR_EINVAL,
@@ -233,12 +247,7 @@ out:
 
 int ur_job_rshare_is_done(ur_job_rshare *s, int i, int *done, ur_err *err)
 {
-    char key[64];
-    int rc;
-    snprintf(key, sizeof key, UR_JOB_RSHARE_DIR "/shares/%d.done", i);
-    rc = present(s->kv, key, err);
-    *done = rc == 1;
-    return rc < 0 ? rc : UR_OK;
+    return ur_job_ledger_is_done(s->ledger, i, done, NULL, err);
 }
 
 int ur_job_rshare_upload(ur_job_rshare *s, ur_job_rprogress *progress, const char *db_dir,
@@ -248,15 +257,13 @@ int ur_job_rshare_upload(ur_job_rshare *s, ur_job_rprogress *progress, const cha
     ur_job_upload_opts uo;
     char *db_url = ur_path_joinf(s->step, "items/ocdbt.process_%d", s->index);
     char *meta_url = ur_path_joinf(s->step, UR_JOB_RSHARE_DIR "/shares/%d", s->index);
-    char key[64];
     int rc = db_url != NULL && meta_url != NULL ? UR_OK : ur_err_oom(err);
 
     memset(&uo, 0, sizeof uo);
     uo.replace = 1; /* what a killed attempt of this share left */
     uo.threads = 16;
-    snprintf(key, sizeof key, UR_JOB_RSHARE_DIR "/shares/%d.done", s->index);
     if (rc == UR_OK) {
-        rc = ur_kvstore_delete(s->kv, key, err);
+        rc = ur_job_ledger_clear_done(s->ledger, s->index, err);
     }
     if (rc == UR_OK && progress != NULL) {
         rc = ur_job_rprogress_upload(progress, db_dir, meta_dir, 1, cancel, err);
@@ -267,29 +274,10 @@ int ur_job_rshare_upload(ur_job_rshare *s, ur_job_rprogress *progress, const cha
         }
     }
     if (rc == UR_OK) {
-        rc = ur_kvstore_write(s->kv, key, summary, strlen(summary), err);
+        rc = ur_job_ledger_mark_done(s->ledger, s->index, summary, err);
     }
     ur_free(db_url);
     ur_free(meta_url);
-    return rc;
-}
-
-static int count_missing(ur_job_rshare *s, ur_buf *names, int *missing, ur_err *err)
-{
-    int rc = UR_OK;
-    *missing = 0;
-    for (int i = 0; i < s->count && rc == UR_OK; i++) {
-        int done = 0;
-        rc = ur_job_rshare_is_done(s, i, &done, err);
-        if (rc == UR_OK && !done) {
-            (*missing)++;
-            if (names != NULL && *missing <= 16) {
-                rc = ur_buf_printf(names, err, "%s%d", *missing > 1 ? ", " : "", i);
-            } else if (names != NULL && *missing == 17) {
-                rc = ur_buf_printf(names, err, ", ...");
-            }
-        }
-    }
     return rc;
 }
 
@@ -304,163 +292,45 @@ static void meta_key(char *key, size_t size, size_t k, int i, const char *name)
     }
 }
 
-/* Share 0's metadata file `name` of unit k (checked the same in every share) into `first`
- * (*has0: whether share 0 has it). */
-static int share0_metadata(ur_job_rshare *s, size_t k, const char *name, ur_buf *first, int *has0,
-                           ur_err *err)
-{
-    ur_buf other;
-    char key[300];
-    int rc, has = 0;
-    ur_buf_init(&other, 0);
-    meta_key(key, sizeof key, k, 0, name);
-    rc = read_opt(s->kv, key, first, has0, err);
-    for (int i = 1; i < s->count && rc == UR_OK; i++) {
-        meta_key(key, sizeof key, k, i, name);
-        rc = read_opt(s->kv, key, &other, &has, err);
-        if (rc == UR_OK && (has != *has0 || other.len != first->len ||
-                            memcmp(other.data, first->data, first->len) != 0)) {
-            rc = ur_err_set(err, UR_ECORRUPT,
-                            "%s/%s differs from share 0's: the shares come from different plans",
-                            s->step, key);
-        }
-    }
-    ur_buf_dispose(&other);
-    return rc;
-}
-
-/* Share 0's metadata file `name` of unit k (checked the same in every share) into local
- * `items`. */
-static int same_metadata(ur_job_rshare *s, size_t k, const char *name, const char *items,
-                         const char *as, int required, ur_err *err)
-{
-    ur_buf first;
-    char key[300];
-    int rc, has0 = 0;
-    ur_buf_init(&first, 0);
-    rc = share0_metadata(s, k, name, &first, &has0, err);
-    if (rc == UR_OK && required && !has0) {
-        meta_key(key, sizeof key, k, 0, name);
-        rc = ur_err_set(err, UR_EIO, "%s/%s is missing", s->step, key);
-    }
-    if (rc == UR_OK && has0) {
-        rc = ur_fs_write_file_in(items, as, first.data, first.len, err);
-    }
-    ur_buf_dispose(&first);
-    return rc;
-}
-
 /* Where unit k is in the store: S for the first (or only) unit, else root/<unit>. */
 static char *unit_url(const ur_job_rshare *s, size_t k)
 {
     return k == 0 ? ur_strdup(s->step) : ur_path_join(s->root, s->units[k]);
 }
 
-/* The top-level database of local `items`: unit k's shares' databases merged, read from the
- * store. */
-static int merge_from_store(ur_job_rshare *s, size_t k, const char *items, ur_err *err)
+/* Unit k's finished step built in the local directory `step_dir` (job_finish.h), its shares'
+ * databases read from the store. */
+static int finish_tree(ur_job_rshare *s, size_t k, int64_t started, const char *step_dir,
+                       ur_err *err)
 {
-    char *at = unit_url(s, k);
+    char *at = unit_url(s, k), where[1024];
     ur_kvstore **bases = ur_calloc((size_t)s->count, sizeof *bases);
-    char **names = ur_calloc((size_t)s->count, sizeof *names);
-    ur_ocdbt_write_opts o;
-    int rc = bases != NULL && names != NULL && at != NULL ? UR_OK : ur_err_oom(err);
+    ur_job_finish_unit u;
+    int rc = bases != NULL && at != NULL ? UR_OK : ur_err_oom(err);
     for (int i = 0; i < s->count && rc == UR_OK; i++) {
         char *url = ur_path_joinf(at, "items/ocdbt.process_%d", i);
-        names[i] = ur_malloc(32);
-        if (url == NULL || names[i] == NULL) {
-            rc = ur_err_oom(err);
-        } else {
-            snprintf(names[i], 32, "ocdbt.process_%d", i);
-            rc = ur_kvstore_open_url(&bases[i], url, 0, err);
-        }
+        rc = url != NULL ? ur_kvstore_open_url(&bases[i], url, 0, err) : ur_err_oom(err);
         ur_free(url);
     }
     if (rc == UR_OK) {
-        ur_ocdbt_write_opts_init(&o);
-        o.seed = 0x756e726f6c6c00ffull; /* as the local finish: the same shares, the same bytes */
-        rc = ur_ocdbt_merge_from(items, bases, (const char *const *)names, (size_t)s->count, &o,
-                                 err);
+        snprintf(where, sizeof where, "%s/" UR_JOB_RSHARE_DIR, s->step);
+        memset(&u, 0, sizeof u);
+        u.ledger = s->ledger;
+        u.where = where;
+        u.count = s->count;
+        u.k = k;
+        u.unit = s->n_units > 0 ? s->units[k] : "0";
+        u.dbs = bases;
+        u.published_as = at;
+        u.init_ns = started;
+        u.run_text = k == 0 ? s->run_text : NULL;
+        rc = ur_job_finish_build(&u, step_dir, err);
     }
-    for (int i = 0; i < s->count; i++) {
-        if (bases != NULL) {
-            ur_kvstore_close(bases[i]);
-        }
-        if (names != NULL) {
-            ur_free(names[i]);
-        }
+    for (int i = 0; bases != NULL && i < s->count; i++) {
+        ur_kvstore_close(bases[i]);
     }
     ur_free(bases);
-    ur_free(names);
     ur_free(at);
-    return rc;
-}
-
-/* The local tree of the finish in `step_dir`: items/ (top-level database and metadata) and the
- * step's own files, as the local finish writes them (job_share.c). */
-static int build_finish_tree(ur_job_rshare *s, size_t k, const char *step_dir, ur_err *err)
-{
-    const char *item_names[1] = {"items"};
-    const char *handlers[1] = {STANDARD_HANDLER};
-    char *items = ur_path_join(step_dir, "items"), *am = NULL;
-    ur_orbax_step_meta sm;
-    ur_buf b, custom;
-    int rc = items != NULL ? ur_fs_mkdirs(items, err) : ur_err_oom(err), has_custom = 0;
-
-    ur_buf_init(&b, 0);
-    ur_buf_init(&custom, 0);
-    if (rc == UR_OK) {
-        am = ur_path_join(items, "array_metadatas");
-        rc = am != NULL ? ur_fs_mkdirs(am, err) : ur_err_oom(err);
-    }
-    /* first: it checks the shares agree */
-    if (rc == UR_OK) {
-        rc = same_metadata(s, k, "_METADATA", items, "_METADATA", 1, err);
-    }
-    if (rc == UR_OK) {
-        rc = same_metadata(s, k, "_sharding", items, "_sharding", 0, err);
-    }
-    if (rc == UR_OK) {
-        rc = same_metadata(s, k, "array_metadatas.json", items, "array_metadatas/process_0", 0,
-                           err);
-    }
-    if (rc == UR_OK) {
-        rc = merge_from_store(s, k, items, err);
-    }
-    if (rc == UR_OK && k == 0 && s->run_text != NULL) { /* uploaded before the markers */
-        rc = ur_fs_write_file_in(step_dir, RUN_KEPT_KEY, s->run_text, strlen(s->run_text), err);
-    }
-    if (rc == UR_OK) { /* the upload writes the markers' text (the final location) */
-        rc = ur_fs_write_file_in(items, "commit_success.txt", "", 0, err);
-    }
-    if (rc == UR_OK) {
-        rc = ur_fs_write_file_in(step_dir, "commit_success.txt", "", 0, err);
-    }
-    if (rc == UR_OK) {
-        rc = share0_metadata(s, k, UR_ORBAX_CUSTOM_METADATA_FILE, &custom, &has_custom, err);
-    }
-    if (rc == UR_OK && has_custom) { /* absent: a share of an older unroll, {} as it wrote */
-        rc = ur_buf_append_byte(&custom, '\0', err);
-    }
-    if (rc == UR_OK) {
-        memset(&sm, 0, sizeof sm);
-        sm.custom_metadata_json = has_custom ? (const char *)custom.data : NULL;
-        sm.n_item_handlers = 1;
-        sm.item_names = item_names;
-        sm.item_handlers = handlers;
-        sm.has_init_timestamp = 1;
-        sm.init_timestamp_nsecs = ur_clock_stamp_ns();
-        sm.has_commit_timestamp = 1;
-        sm.commit_timestamp_nsecs = sm.init_timestamp_nsecs;
-        rc = ur_orbax_ckpt_meta_emit(&b, &sm, err);
-    }
-    if (rc == UR_OK) {
-        rc = ur_fs_write_file_in(step_dir, "_CHECKPOINT_METADATA", b.data, b.len, err);
-    }
-    ur_buf_dispose(&b);
-    ur_buf_dispose(&custom);
-    ur_free(am);
-    ur_free(items);
     return rc;
 }
 
@@ -522,8 +392,8 @@ static int upload_finish(const char *from, const char *to, const ur_job_rshare *
  * then all of them uploaded in one upload below the checkpoint directory: every unit's data
  * before any manifest, every marker last, S's own (the first unit's) at the very end
  * (unroll/job_upload.h), so S's marker says the whole set is there. */
-static int finish_units(ur_job_rshare *s, const char *root, const volatile sig_atomic_t *cancel,
-                        ur_err *err)
+static int finish_units(ur_job_rshare *s, const char *root, int64_t started,
+                        const volatile sig_atomic_t *cancel, ur_err *err)
 {
     char *ckpt = ur_path_join(root, "checkpoints");
     ur_buf b;
@@ -535,7 +405,7 @@ static int finish_units(ur_job_rshare *s, const char *root, const volatile sig_a
         if (local == NULL) {
             rc = ur_err_oom(err);
         } else if (is_step_unit(s->units[k])) {
-            rc = build_finish_tree(s, k, local, err);
+            rc = finish_tree(s, k, started, local, err);
         } else {
             char key[1024];
             int found = 0;
@@ -565,19 +435,24 @@ static int finish_units(ur_job_rshare *s, const char *root, const volatile sig_a
 
 static int finish(ur_job_rshare *s, const volatile sig_atomic_t *cancel, ur_err *err)
 {
-    char *root = NULL;
-    char *step_dir = NULL;
-    int rc = ur_fs_make_temp_dir(&root, "unroll-finish", "the finish's directory", err);
+    char *root = NULL, *step_dir = NULL, where[1024];
+    int64_t started = 0;
+    int rc;
 
+    snprintf(where, sizeof where, "%s/" UR_JOB_RSHARE_DIR, s->step);
+    rc = ur_job_ledger_started(s->ledger, where, &started, err);
+    if (rc == UR_OK) {
+        rc = ur_fs_make_temp_dir(&root, "unroll-finish", "the finish's directory", err);
+    }
     if (rc < 0) {
         return rc;
     }
     if (s->n_units > 0) {
-        rc = finish_units(s, root, cancel, err);
+        rc = finish_units(s, root, started, cancel, err);
         goto out;
     }
     step_dir = ur_path_join(root, "step");
-    rc = step_dir != NULL ? build_finish_tree(s, 0, step_dir, err) : ur_err_oom(err);
+    rc = step_dir != NULL ? finish_tree(s, 0, started, step_dir, err) : ur_err_oom(err);
     if (rc == UR_OK) {
         rc = upload_finish(step_dir, s->step, NULL, cancel, err);
     }
@@ -591,60 +466,42 @@ out:
     return rc;
 }
 
-/* Whether claim text `have` names process index `index` of `count` (its first line starts
- * "process <index> of <count>,"). */
-static int claim_names(const char *have, int index, int count)
+/* The liveness of an object store's finisher (job_ledger.h): no lock tells a dead process
+ * from a live one, so a claim naming this very process index is an earlier attempt of it, dead
+ * since (a process index runs once at a time: a rerun is what Slurm or Kubernetes does after a
+ * failure); `unroll merge` (index -1) takes any claim over (run it once no finisher is alive). */
+static int claim_holder_dead(void *ctx, const char *have)
 {
+    const ur_job_rshare *s = ctx;
     char head[48];
-    int n = snprintf(head, sizeof head, "process %d of %d,", index, count);
+    int n;
+    if (s->index < 0) {
+        return 1;
+    }
+    n = snprintf(head, sizeof head, "process %d of %d,", s->index, s->count);
     return strncmp(have, head, (size_t)n) == 0;
 }
 
-/* `with_own_index`: a claim that names this process index is an earlier attempt of this very
- * process, dead since (a process index runs once at a time: a rerun is what Slurm or Kubernetes
- * does after a failure), and is taken over. */
-static int claim(ur_job_rshare *s, int with_own_index, int *won, ur_err *err)
+static int claim(ur_job_rshare *s, int *won, ur_err *err)
 {
-    char who[200], host[64] = "";
-    int rc;
-    gethostname(host, sizeof host - 1);
-    if (s->index >= 0) {
-        snprintf(who, sizeof who, "process %d of %d, pid %ld on %s, started %lld\n", s->index,
-                 s->count, (long)getpid(), host, (long long)(ur_clock_now_ns() / 1000000000));
-    } else {
-        snprintf(who, sizeof who, "unroll merge, pid %ld on %s, started %lld\n", (long)getpid(),
-                 host, (long long)(ur_clock_now_ns() / 1000000000));
-    }
-    rc = ur_kvstore_create(s->kv, CLAIM_KEY, who, strlen(who), err);
-    *won = rc == UR_OK;
-    if (rc == UR_EEXIST) {
-        /* a create retried after its answer was lost finds its own object: ours if it holds
-         * our name */
-        ur_buf have;
-        int found = 0;
-        ur_buf_init(&have, 0);
-        rc = read_opt(s->kv, CLAIM_KEY, &have, &found, err);
-        *won = rc == UR_OK && found && strcmp((const char *)have.data, who) == 0;
-        if (rc == UR_OK && found && !*won && with_own_index &&
-            claim_names((const char *)have.data, s->index, s->count)) {
-            /* our name in the claim, for the next one to find */
-            rc = ur_kvstore_write(s->kv, CLAIM_KEY, who, strlen(who), err);
-            *won = s->took_over = rc == UR_OK;
-        }
-        ur_buf_dispose(&have);
-    }
+    ur_job_liveness live = {NULL, claim_holder_dead, s};
+    char who[256];
+    int took_over = 0, rc;
+    ur_job_ledger_who(who, sizeof who, s->index, s->count);
+    rc = ur_job_ledger_claim(s->ledger, who, &live, won, &took_over, err);
+    s->took_over = took_over;
     return rc;
 }
 
 int ur_job_rshare_finish(ur_job_rshare *s, const volatile sig_atomic_t *cancel, int *published,
                          int *missing, ur_err *err)
 {
-    int won = 0, rc = count_missing(s, NULL, missing, err);
+    int won = 0, rc = ur_job_ledger_missing(s->ledger, s->count, NULL, missing, err);
     *published = 0;
     if (rc < 0 || *missing > 0) {
         return rc;
     }
-    rc = claim(s, 1, &won, err);
+    rc = claim(s, &won, err);
     if (rc < 0 || !won) {
         return rc;
     }
@@ -682,16 +539,22 @@ static int open_staged_one(ur_job_rshare **out, const char *checkpoint_dir, int 
     }
     s->index = -1; /* not a process of the run: `unroll merge` or ls */
     ur_buf_init(&run, 0);
-    rc = read_opt(s->kv, RUN_KEY, &run, found, err);
+    rc = ur_job_ledger_run_read(s->ledger, &run, found, err);
     if (rc == UR_OK && *found) {
-        const char *p = strstr((const char *)run.data, "\nprocesses ");
-        long c = p != NULL ? strtol(p + 11, NULL, 10) : 0;
-        if (c < 1 || c > UR_JOB_SHARE_MAX) {
-            rc = ur_err_set(err, UR_ECORRUPT, "%s/%s: no process count", s->step, RUN_KEY);
+        ur_job_run_info info;
+        char where[1024];
+        snprintf(where, sizeof where, "%s/" UR_JOB_RSHARE_DIR, s->step);
+        rc = ur_job_run_info_parse(&info, (const char *)run.data, where, err);
+        if (rc == UR_OK) { /* the units: a LoRA run's (none: the one step) */
+            s->count = info.count;
+            s->units = info.units;
+            s->n_units = s->cap_units = info.n_units;
+            info.units = NULL;
+            info.n_units = 0;
+            ur_job_run_info_dispose(&info);
+            s->run_text = ur_strdup((const char *)run.data);
+            rc = s->run_text != NULL ? UR_OK : ur_err_oom(err);
         }
-        s->count = (int)c;
-        s->run_text = rc == UR_OK ? ur_strdup((const char *)run.data) : NULL;
-        rc = rc == UR_OK && s->run_text == NULL ? ur_err_oom(err) : rc;
     }
     ur_buf_dispose(&run);
     if (rc < 0) {
@@ -699,29 +562,6 @@ static int open_staged_one(ur_job_rshare **out, const char *checkpoint_dir, int 
         return rc;
     }
     *out = s;
-    return UR_OK;
-}
-
-/* The units named by run.txt's "unit <name>" lines (a LoRA run's); none: the one step. */
-static int units_from_run(ur_job_rshare *s, const char *text, ur_err *err)
-{
-    for (const char *p = text; p != NULL && *p != '\0';) {
-        const char *nl = strchr(p, '\n');
-        size_t len = nl != NULL ? (size_t)(nl - p) : strlen(p);
-        if (len > 5 && strncmp(p, "unit ", 5) == 0) {
-            char **more = ur_grow(s->units, &s->cap_units, s->n_units, sizeof *more, 4);
-            if (more == NULL) {
-                return ur_err_oom(err);
-            }
-            s->units = more;
-            s->units[s->n_units] = ur_strndup(p + 5, len - 5);
-            if (s->units[s->n_units] == NULL) {
-                return ur_err_oom(err);
-            }
-            s->n_units++;
-        }
-        p = nl != NULL ? nl + 1 : NULL;
-    }
     return UR_OK;
 }
 
@@ -747,8 +587,7 @@ static int open_staged(ur_job_rshare **out, const char *checkpoint_dir, int *fou
         rc = open_staged_one(out, base, found, err);
     }
     if (rc == UR_OK && *found) {
-        rc = units_from_run(*out, (*out)->run_text, err);
-        if (rc == UR_OK && (*out)->n_units > 0) {
+        if ((*out)->n_units > 0) {
             size_t sl = strlen((*out)->step), ul = strlen((*out)->units[0]);
             (*out)->root = sl > ul + 1 ? ur_strndup((*out)->step, sl - ul - 1) : NULL;
             rc = (*out)->root != NULL ? UR_OK : ur_err_oom(err);
@@ -765,8 +604,7 @@ static int open_staged(ur_job_rshare **out, const char *checkpoint_dir, int *fou
 int ur_job_rshare_status(const char *checkpoint_dir, ur_buf *out, int *staged, ur_err *err)
 {
     ur_job_rshare *s = NULL;
-    ur_buf summary;
-    int found = 0, done = 0, rc = open_staged(&s, checkpoint_dir, &found, err);
+    int found = 0, rc = open_staged(&s, checkpoint_dir, &found, err);
 
     *staged = 0;
     if (rc < 0) {
@@ -777,30 +615,9 @@ int ur_job_rshare_status(const char *checkpoint_dir, ur_buf *out, int *staged, u
         *staged = rc == 0;
         rc = rc < 0 ? rc : UR_OK;
     }
-    ur_buf_init(&summary, 0);
-    for (int i = 0; *staged && i < s->count && rc == UR_OK; i++) {
-        char key[64];
-        int has = 0;
-        snprintf(key, sizeof key, UR_JOB_RSHARE_DIR "/shares/%d.done", i);
-        rc = read_opt(s->kv, key, &summary, &has, err);
-        while (rc == UR_OK && summary.len > 0 && summary.data[summary.len - 1] == '\n') {
-            summary.len--;
-        }
-        if (rc == UR_OK && has) {
-            done++;
-            rc = ur_buf_printf(out, err, "share %d: complete: %.*s\n", i, (int)summary.len,
-                               (const char *)summary.data);
-        } else if (rc == UR_OK) {
-            rc = ur_buf_printf(out, err, "share %d: not complete\n", i);
-        }
-    }
     if (rc == UR_OK && *staged) {
-        rc = ur_buf_printf(out, err,
-                           "%d of %d shares complete; %s: not a checkpoint until the last "
-                           "share (or unroll merge) publishes it\n",
-                           done, s->count, s->step);
+        rc = ur_job_ledger_status(s->ledger, s->count, s->step, out, err);
     }
-    ur_buf_dispose(&summary);
     ur_job_rshare_close(s);
     return rc;
 }
@@ -823,7 +640,7 @@ int ur_job_rshare_merge(const char *checkpoint_dir, const volatile sig_atomic_t 
                         s->step, RUN_KEY);
     }
     if (rc == UR_OK) {
-        rc = count_missing(s, &names, &missing, err);
+        rc = ur_job_ledger_missing(s->ledger, s->count, &names, &missing, err);
     }
     if (rc == UR_OK && missing > 0) {
         ur_buf_append(&names, "", 1, err);
@@ -833,7 +650,7 @@ int ur_job_rshare_merge(const char *checkpoint_dir, const volatile sig_atomic_t 
                         s->step, missing, s->count, (const char *)names.data);
     }
     if (rc == UR_OK) {
-        rc = claim(s, 0, &won, err); /* a claim left by a finisher that died is taken over */
+        rc = claim(s, &won, err); /* a claim left by a finisher that died is taken over */
     }
     if (rc == UR_OK) {
         rc = finish(s, cancel, err);
@@ -958,8 +775,7 @@ int ur_job_rshare_upload_units(ur_job_rshare *s, const char *const *dirs,
     uo.replace = 1; /* what a killed attempt of this share left */
     uo.threads = 16;
     ur_buf_init(&b, 0);
-    snprintf(key, sizeof key, UR_JOB_RSHARE_DIR "/shares/%d.done", s->index);
-    rc = ur_kvstore_delete(s->kv, key, err);
+    rc = ur_job_ledger_clear_done(s->ledger, s->index, err);
     for (size_t k = 0; k < s->n_units && rc == UR_OK; k++) {
         if (is_step_unit(s->units[k])) {
             char *at = unit_url(s, k), *db = NULL, *meta = NULL;
@@ -986,9 +802,8 @@ int ur_job_rshare_upload_units(ur_job_rshare *s, const char *const *dirs,
             }
         }
     }
-    snprintf(key, sizeof key, UR_JOB_RSHARE_DIR "/shares/%d.done", s->index);
     if (rc == UR_OK) {
-        rc = ur_kvstore_write(s->kv, key, summary, strlen(summary), err);
+        rc = ur_job_ledger_mark_done(s->ledger, s->index, summary, err);
     }
     ur_buf_dispose(&b);
     return rc;

@@ -562,15 +562,44 @@ static int open_parent_beneath(file_store *fs, const char *key, int *dfd_out,
     return UR_OK;
 }
 
-/* The conditional create (kvstore.h): O_CREAT | O_EXCL, which also fails on a symbolic link
- * at the name; written and fsynced, with its directory. A failed write removes the file, so
- * the key stays free for the next attempt. */
+/* A complete temporary file beside the key's name, for f_create to link into place: written
+ * and fsynced. *tmp (the name in dfd) is filled in; the file is removed on failure. */
+static int create_temp(int dfd, const char *base, const char *path, const void *data, size_t n,
+                       char *tmp, size_t tmp_size, ur_err *err)
+{
+    static unsigned seq; /* names apart the creates of one process's threads */
+    int fd, rc;
+    snprintf(tmp, tmp_size, ".%.64s.%ld.%u.create", base, (long)getpid(),
+             __atomic_fetch_add(&seq, 1u, __ATOMIC_RELAXED));
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        return ur_err_set_os(err, UR_EIO, errno, path, "cannot create a temporary file for");
+    }
+    rc = ur_fs_write_full(fd, data, n, path, err);
+    if (rc == UR_OK && fsync(fd) != 0) {
+        rc = ur_err_set_os(err, UR_EIO, errno, path, "fsync failed");
+    }
+    if (close(fd) != 0 && rc == UR_OK) {
+        rc = ur_err_set_os(err, UR_EIO, errno, path, "close failed");
+    }
+    if (rc < 0) {
+        (void)unlinkat(dfd, tmp, 0);
+    }
+    return rc;
+}
+
+/* The conditional create (kvstore.h): a complete temporary file linked to the name (link(2)
+ * fails when the name exists, a symbolic link included, and is never followed), so a reader
+ * never sees the value half written and of several processes exactly one creates it; then the
+ * directory is fsynced. A file system without hard links gets O_CREAT | O_EXCL and the write
+ * (a reader may then see the value empty for a moment). A failed write removes what it made,
+ * so the key stays free for the next attempt. */
 static int f_create(ur_kvstore *kv, const char *key, const void *data, size_t n, ur_err *err)
 {
     file_store *fs = (file_store *)kv;
-    char *path = NULL;
-    const char *base;
-    int dfd = -1, fd, rc;
+    char *path = NULL, tmp[128];
+    const char *base = NULL;
+    int dfd = -1, fd, rc, e;
 
     if (!fs->writable || fs->committed) {
         return ur_err_set(err, UR_EINTERNAL, "%s: store is not open for writing", kv->desc);
@@ -579,21 +608,36 @@ static int f_create(ur_kvstore *kv, const char *key, const void *data, size_t n,
     if (rc == UR_OK) {
         rc = open_parent_beneath(fs, key, &dfd, &base, err);
     }
+    if (rc == UR_OK) {
+        rc = create_temp(dfd, base, path, data, n, tmp, sizeof tmp, err);
+    }
     if (rc < 0) {
         goto out;
     }
-    fd = openat(dfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = errno == EEXIST ? ur_err_set_os(err, UR_EEXIST, EEXIST, path, "already exists")
-                             : ur_err_set_os(err, UR_EIO, errno, path, "cannot create");
+    e = linkat(dfd, tmp, dfd, base, 0) == 0 ? 0 : errno;
+    (void)unlinkat(dfd, tmp, 0);
+    if (e == EEXIST) {
+        rc = ur_err_set_os(err, UR_EEXIST, EEXIST, path, "already exists");
         goto out;
     }
-    rc = ur_fs_write_full(fd, data, n, path, err);
-    if (rc == UR_OK && fsync(fd) != 0) {
-        rc = ur_err_set_os(err, UR_EIO, errno, path, "fsync failed");
+    if (e != 0 && e != EPERM && e != ENOTSUP && e != EOPNOTSUPP && e != EMLINK) {
+        rc = ur_err_set_os(err, UR_EIO, e, path, "cannot create");
+        goto out;
     }
-    if (close(fd) != 0 && rc == UR_OK) {
-        rc = ur_err_set_os(err, UR_EIO, errno, path, "close failed");
+    if (e != 0) { /* no hard links here */
+        fd = openat(dfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            rc = errno == EEXIST ? ur_err_set_os(err, UR_EEXIST, EEXIST, path, "already exists")
+                                 : ur_err_set_os(err, UR_EIO, errno, path, "cannot create");
+            goto out;
+        }
+        rc = ur_fs_write_full(fd, data, n, path, err);
+        if (rc == UR_OK && fsync(fd) != 0) {
+            rc = ur_err_set_os(err, UR_EIO, errno, path, "fsync failed");
+        }
+        if (close(fd) != 0 && rc == UR_OK) {
+            rc = ur_err_set_os(err, UR_EIO, errno, path, "close failed");
+        }
     }
     if (rc == UR_OK && fsync(dfd) != 0) {
         rc = ur_err_set_os(err, UR_EIO, errno, path, "fsync of the directory failed");

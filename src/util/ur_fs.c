@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -713,6 +714,30 @@ int ur_fs_rename_into_place(const char *from, const char *to, ur_err *err)
     rc = parent != NULL ? ur_fs_fsync_dir(parent, err) : ur_err_oom(err);
     ur_free(parent);
     return rc;
+}
+
+int ur_fs_lock_try(const char *path, int *fd_out, ur_err *err)
+{
+    struct stat held, named;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    *fd_out = -1;
+    if (fd < 0) {
+        return ur_err_set_os(err, errno == ENOENT ? UR_ENOTFOUND : UR_EIO, errno, path,
+                             "cannot open the lock file");
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(fd);
+        return e == EWOULDBLOCK ? UR_OK : ur_err_set_os(err, UR_EIO, e, path, "cannot lock");
+    }
+    /* its holder may have unlinked it (a run that removed its directory) as we opened it */
+    if (fstat(fd, &held) != 0 || stat(path, &named) != 0 || held.st_dev != named.st_dev ||
+        held.st_ino != named.st_ino) {
+        close(fd);
+        return UR_OK;
+    }
+    *fd_out = fd;
+    return UR_OK;
 }
 
 int ur_fs_list_names(const char *path, const char *what, ur_fs_name_fn fn, void *ctx, ur_err *err)

@@ -280,11 +280,11 @@ def test_merge_command_finishes(unroll_bin, big, single, tmp_path):
         subprocess.run(_args(unroll_bin, big, out2, ["--process-count", N,
                                                     "--process-index", i]),
                        check=True, env=_env())
-    # the last share completes while another process holds the claim (locked: alive), which
-    # then goes away without finishing
+    # the last share completes while another process is finishing (it holds finish.lock, so
+    # it is alive), which then goes away without finishing
     staging = out2 / "run" / "checkpoints.unroll-multi"
-    with open(staging / "finish.claim", "w") as claim:
-        fcntl.flock(claim, fcntl.LOCK_EX)
+    with open(staging / "finish.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         subprocess.run(_args(unroll_bin, big, out2, ["--process-count", N,
                                                     "--process-index", N - 1]),
                        check=True, env=_env())
@@ -354,9 +354,9 @@ def test_finisher_killed_is_taken_over(unroll_bin, big, single, tmp_path):
 
 
 def test_finisher_killed_right_after_claiming_is_taken_over(unroll_bin, big, single, tmp_path):
-    """The finisher dies between its exclusive create of finish.claim and writing its name
-    into it (an empty claim, unlocked): the next process to find every share done waits a
-    moment, then takes the finish over. (It used to leave it to "another process", exit 0,
+    """The finisher dies with an empty finish.claim (a file system without hard links creates
+    it, then writes its name; finish.lock free): the next process to find every share done
+    takes the finish over. (It used to leave it to "another process", exit 0,
     and nothing was ever published: what the SIGKILL test hit now and then.)"""
     for i in range(N - 1):
         subprocess.run(_args(unroll_bin, big, tmp_path, ["--process-count", N,

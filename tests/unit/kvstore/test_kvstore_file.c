@@ -283,6 +283,13 @@ static void test_kvstore_file__links_and_special_files(void **state)
     ur_free(root);
 }
 
+static int count_name(void *ctx, const char *name)
+{
+    (void)name;
+    (*(int *)ctx)++;
+    return 0;
+}
+
 /* The conditional create: the first create wins and a second leaves the value alone; a
  * symbolic link at the name counts as present and its target is not written; a link on the way
  * is refused, so nothing is created outside the root. */
@@ -294,6 +301,7 @@ static void test_kvstore_file__create_if_absent(void **state)
     ur_kvstore *kv = NULL;
     ur_err err;
     ur_buf b;
+    int names = 0;
     (void)state;
     assert_int_equal(ur_kvstore_file_open(&kv, root, 1, &err), UR_OK);
     assert_int_equal(ur_kvstore_create(kv, "run/finish.claim", "one", 3, &err), UR_OK);
@@ -303,6 +311,11 @@ static void test_kvstore_file__create_if_absent(void **state)
     assert_int_equal(ur_kvstore_read(kv, "run/finish.claim", &b, &err), UR_OK);
     assert_int_equal(b.len, 3);
     assert_memory_equal(b.data, "one", 3);
+    /* written whole under a temporary name, then linked: none of those names is left */
+    p = ur_path_join(root, "run");
+    assert_int_equal(ur_fs_list_names(p, "run", count_name, &names, &err), 0);
+    assert_int_equal(names, 1);
+    ur_free(p);
     /* an empty value is a value */
     assert_int_equal(ur_kvstore_create(kv, "empty", "", 0, &err), UR_OK);
     assert_int_equal(ur_kvstore_create(kv, "empty", "x", 1, &err), UR_EEXIST);

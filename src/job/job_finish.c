@@ -1,0 +1,243 @@
+/* The finished step of one unit of a shared run, built from its shares. See job_finish.h. */
+#include "job_finish.h"
+
+#include "unroll/alloc.h"
+#include "unroll/buf.h"
+#include "unroll/clock.h"
+#include "unroll/fs.h"
+#include "unroll/job_share.h"
+#include "unroll/ocdbt.h"
+#include "unroll/orbax.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define STANDARD_HANDLER                                                                          \
+    "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
+#define MAX_META ((size_t)1 << 30)
+#define MERGE_SEED 0x756e726f6c6c00ffull /* the same shares give the same bytes */
+
+/* The key of share i's metadata file `name` in the ledger: shares/<i>/ for the first unit,
+ * shares/<i>.u<k>/ for unit k of a run of several. */
+static void meta_key(char *key, size_t size, size_t k, int i, const char *name)
+{
+    if (k == 0) {
+        snprintf(key, size, "shares/%d/%s", i, name);
+    } else {
+        snprintf(key, size, "shares/%d.u%zu/%s", i, k, name);
+    }
+}
+
+/* Read `key` of kv into out (reset first); *found = 0 when absent. */
+static int read_opt(ur_kvstore *kv, const char *key, ur_buf *out, int *found, ur_err *err)
+{
+    int rc;
+    ur_buf_reset(out);
+    out->limit = MAX_META;
+    rc = ur_kvstore_read(kv, key, out, err);
+    *found = rc == UR_OK;
+    if (rc == UR_ENOTFOUND) {
+        ur_buf_reset(out);
+        rc = UR_OK;
+    }
+    return rc;
+}
+
+/* Share 0's metadata file `name` (checked the same in every share) into `first`; *has0:
+ * whether share 0 has it (every share then must). */
+static int share0_metadata(const ur_job_finish_unit *u, const char *name, ur_buf *first, int *has0,
+                           ur_err *err)
+{
+    ur_buf other;
+    char key[300];
+    int rc, has = 0;
+    ur_buf_init(&other, 0);
+    meta_key(key, sizeof key, u->k, 0, name);
+    rc = read_opt(u->ledger, key, first, has0, err);
+    for (int i = 1; i < u->count && rc == UR_OK; i++) {
+        meta_key(key, sizeof key, u->k, i, name);
+        rc = read_opt(u->ledger, key, &other, &has, err);
+        if (rc == UR_OK && (has != *has0 || other.len != first->len ||
+                            memcmp(other.data, first->data, first->len) != 0)) {
+            rc = ur_err_set(err, UR_ECORRUPT,
+                            "%s/%s: %s of %s differs from share 0's: the shares come from "
+                            "different plans",
+                            u->where, key, name, u->unit);
+        }
+    }
+    ur_buf_dispose(&other);
+    return rc;
+}
+
+/* Share 0's metadata file `name` (checked) written to `as` of the step; `required`: its
+ * absence is an error. */
+static int copy_metadata(const ur_job_finish_unit *u, ur_kvstore *step, const char *name,
+                         const char *as, int required, ur_err *err)
+{
+    ur_buf first;
+    char key[300];
+    int has0 = 0, rc;
+    ur_buf_init(&first, 0);
+    rc = share0_metadata(u, name, &first, &has0, err);
+    if (rc == UR_OK && required && !has0) {
+        meta_key(key, sizeof key, u->k, 0, name);
+        rc = ur_err_set(err, UR_EIO, "%s/%s: the %s of %s is missing", u->where, key, name,
+                        u->unit);
+    }
+    if (rc == UR_OK && has0) {
+        rc = ur_kvstore_write(step, as, first.data, first.len, err);
+    }
+    ur_buf_dispose(&first);
+    return rc;
+}
+
+static int collect_key(void *ctx, const char *key, uint64_t size)
+{
+    (void)size;
+    return ur_buf_append(ctx, key, strlen(key) + 1, NULL) == UR_OK ? 0 : UR_ENOMEM;
+}
+
+/* What an earlier finish that died may have left in the step: every key but the shares'
+ * databases (and the run's text, rewritten below). */
+static int clear_earlier_finish(ur_kvstore *step, ur_err *err)
+{
+    ur_buf keys;
+    int rc;
+    ur_buf_init(&keys, 0);
+    rc = ur_kvstore_list(step, "", collect_key, &keys, err);
+    for (size_t at = 0; rc == UR_OK && at < keys.len;) {
+        const char *key = (const char *)keys.data + at;
+        if (strncmp(key, "items/ocdbt.process_", 20) != 0) {
+            rc = ur_kvstore_delete(step, key, err);
+        }
+        at += strlen(key) + 1;
+    }
+    ur_buf_dispose(&keys);
+    return rc == UR_ENOMEM ? ur_err_oom(err) : rc;
+}
+
+/* The directory of a file store, for messages ("file:<dir>" as it describes itself). */
+static const char *step_dir_of(const ur_kvstore *step)
+{
+    const char *d = ur_kvstore_describe(step);
+    return strncmp(d, "file:", 5) == 0 ? d + 5 : d;
+}
+
+/* items/: the shares' databases merged into the top-level one. */
+static int merge(const ur_job_finish_unit *u, ur_kvstore *step, const char *items, ur_err *err)
+{
+    char **names = ur_calloc((size_t)u->count, sizeof *names);
+    ur_ocdbt_write_opts o;
+    int rc = names != NULL ? UR_OK : ur_err_oom(err);
+
+    for (int i = 0; i < u->count && rc == UR_OK; i++) {
+        names[i] = ur_malloc(32);
+        if (names[i] == NULL) {
+            rc = ur_err_oom(err);
+            break;
+        }
+        snprintf(names[i], 32, "ocdbt.process_%d", i);
+        if (u->dbs == NULL) { /* in the step: each share's committed database is there */
+            char key[64];
+            uint64_t size;
+            snprintf(key, sizeof key, "items/%s/manifest.ocdbt", names[i]);
+            rc = ur_kvstore_size(step, key, &size, err);
+            if (rc == UR_ENOTFOUND) {
+                rc = ur_err_set(err, UR_EIO, "%s/%s: share %d has no database", step_dir_of(step),
+                                key, i);
+            }
+        }
+    }
+    if (rc == UR_OK) {
+        ur_ocdbt_write_opts_init(&o);
+        o.seed = MERGE_SEED;
+        rc = ur_ocdbt_merge_from(items, u->dbs, (const char *const *)names, (size_t)u->count, &o,
+                                 err);
+    }
+    for (int i = 0; names != NULL && i < u->count; i++) {
+        ur_free(names[i]);
+    }
+    ur_free(names);
+    return rc;
+}
+
+/* The commit markers and _CHECKPOINT_METADATA, as Orbax's CheckpointManager writes them. */
+static int write_step_files(const ur_job_finish_unit *u, ur_kvstore *step, ur_err *err)
+{
+    const char *item_names[1] = {"items"};
+    const char *handlers[1] = {STANDARD_HANDLER};
+    ur_orbax_step_meta sm;
+    ur_buf b, custom;
+    int rc, has_custom = 0;
+
+    ur_buf_init(&b, 0);
+    ur_buf_init(&custom, 0);
+    rc = share0_metadata(u, UR_ORBAX_CUSTOM_METADATA_FILE, &custom, &has_custom, err);
+    if (rc == UR_OK && has_custom) { /* absent: a share of an older unroll, {} as it wrote */
+        rc = ur_buf_append_byte(&custom, '\0', err);
+    }
+    if (rc == UR_OK && u->run_text != NULL) {
+        rc = ur_kvstore_write(step, UR_JOB_SHARE_RUN_KEPT, u->run_text, strlen(u->run_text), err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_printf(&b, err, "Checkpoint commit was successful to %s", u->published_as);
+    }
+    if (rc == UR_OK) {
+        rc = ur_kvstore_write(step, "items/commit_success.txt", b.data, b.len, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_kvstore_write(step, "commit_success.txt", b.data, b.len, err);
+    }
+    if (rc == UR_OK) {
+        memset(&sm, 0, sizeof sm);
+        sm.custom_metadata_json = has_custom ? (const char *)custom.data : NULL;
+        sm.n_item_handlers = 1;
+        sm.item_names = item_names;
+        sm.item_handlers = handlers;
+        sm.has_init_timestamp = 1;
+        sm.init_timestamp_nsecs = u->init_ns;
+        sm.has_commit_timestamp = 1;
+        sm.commit_timestamp_nsecs = ur_clock_stamp_ns();
+        ur_buf_reset(&b);
+        rc = ur_orbax_ckpt_meta_emit(&b, &sm, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_kvstore_write(step, "_CHECKPOINT_METADATA", b.data, b.len, err);
+    }
+    ur_buf_dispose(&b);
+    ur_buf_dispose(&custom);
+    return rc;
+}
+
+int ur_job_finish_build(const ur_job_finish_unit *u, const char *step_dir, ur_err *err)
+{
+    ur_kvstore *step = NULL;
+    char *items = ur_path_join(step_dir, "items");
+    int rc = items != NULL ? ur_kvstore_file_open(&step, step_dir, 1, err) : ur_err_oom(err);
+    if (rc == UR_OK) {
+        rc = clear_earlier_finish(step, err);
+    }
+    /* first: it checks the shares agree */
+    if (rc == UR_OK) {
+        rc = copy_metadata(u, step, "_METADATA", "items/_METADATA", 1, err);
+    }
+    if (rc == UR_OK) {
+        rc = copy_metadata(u, step, "_sharding", "items/_sharding", 0, err);
+    }
+    if (rc == UR_OK) {
+        rc = copy_metadata(u, step, "array_metadatas.json", "items/array_metadatas/process_0", 0,
+                           err);
+    }
+    if (rc == UR_OK) {
+        rc = merge(u, step, items, err);
+    }
+    if (rc == UR_OK) {
+        rc = write_step_files(u, step, err);
+    }
+    if (rc == UR_OK) { /* durable before it is published */
+        rc = ur_kvstore_commit(step, err);
+    }
+    ur_kvstore_close(step);
+    ur_free(items);
+    return rc;
+}
