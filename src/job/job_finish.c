@@ -1,6 +1,8 @@
 /* The finished step of one unit of a shared run, built from its shares. See job_finish.h. */
 #include "job_finish.h"
 
+#include "job_ledger.h"
+
 #include "unroll/alloc.h"
 #include "unroll/buf.h"
 #include "unroll/clock.h"
@@ -240,4 +242,111 @@ int ur_job_finish_build(const ur_job_finish_unit *u, const char *step_dir, ur_er
     ur_kvstore_close(step);
     ur_free(items);
     return rc;
+}
+
+int ur_job_finish_is_step(const char *unit)
+{
+    const char *slash = strrchr(unit, '/');
+    return strcmp(slash != NULL ? slash + 1 : unit, "0") == 0;
+}
+
+/* The shares' databases of a unit in the store `at` (items/ocdbt.process_<i>/), opened for
+ * reading into dbs[count]. */
+static int open_shares(ur_kvstore **dbs, int count, const char *at, ur_err *err)
+{
+    int rc = UR_OK;
+    for (int i = 0; i < count && rc == UR_OK; i++) {
+        char *url = ur_path_joinf(at, "items/ocdbt.process_%d", i);
+        rc = url != NULL ? ur_kvstore_open_url(&dbs[i], url, 0, err) : ur_err_oom(err);
+        ur_free(url);
+    }
+    return rc;
+}
+
+/* A file unit (an adapter's config), the one copy the shares put in the ledger, to `path`. */
+static int fetch_file_unit(ur_kvstore *ledger, const char *where, const char *unit,
+                           const char *path, ur_err *err)
+{
+    char *key = ur_path_join("units", unit), *dir = NULL;
+    ur_buf b;
+    int found = 0, rc = key != NULL ? UR_OK : ur_err_oom(err);
+    ur_buf_init(&b, 0);
+    if (rc == UR_OK) {
+        rc = read_opt(ledger, key, &b, &found, err);
+    }
+    if (rc == UR_OK && !found) {
+        rc = ur_err_set(err, UR_EIO, "%s/%s is missing", where, key);
+    }
+    if (rc == UR_OK) {
+        dir = ur_strndup(path, (size_t)(strrchr(path, '/') - path));
+        rc = dir != NULL ? ur_fs_mkdirs(dir, err) : ur_err_oom(err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_fs_write_file(path, b.data, b.len, err);
+    }
+    ur_buf_dispose(&b);
+    ur_free(dir);
+    ur_free(key);
+    return rc;
+}
+
+/* Unit k of the run built where the publisher says. */
+static int finish_one(ur_job_finish_unit *u, const ur_job_publisher *pub, ur_err *err)
+{
+    const char *dir = NULL, *shares_at = NULL, *as = NULL;
+    ur_kvstore **dbs = NULL;
+    int skip = 0, rc = pub->unit(pub->ctx, u->k, &dir, &shares_at, &as, &skip, err);
+    if (rc < 0 || skip) {
+        return rc;
+    }
+    if (!ur_job_finish_is_step(u->unit)) {
+        return fetch_file_unit(u->ledger, u->where, u->unit, dir, err);
+    }
+    if (shares_at != NULL) {
+        dbs = ur_calloc((size_t)u->count, sizeof *dbs);
+        rc = dbs != NULL ? open_shares(dbs, u->count, shares_at, err) : ur_err_oom(err);
+    }
+    if (rc == UR_OK) {
+        u->dbs = dbs;
+        u->published_as = as;
+        rc = ur_job_finish_build(u, dir, err);
+    }
+    for (int i = 0; dbs != NULL && i < u->count; i++) {
+        ur_kvstore_close(dbs[i]);
+    }
+    ur_free(dbs);
+    return rc;
+}
+
+int ur_job_finish_run(ur_kvstore *ledger, const char *where, int count, const char *const *units,
+                      size_t n_units, const ur_job_publisher *pub,
+                      const volatile sig_atomic_t *cancel, ur_err *err)
+{
+    ur_job_finish_unit u;
+    ur_buf run;
+    int found = 0, rc;
+
+    memset(&u, 0, sizeof u);
+    u.ledger = ledger;
+    u.where = where;
+    u.count = count;
+    ur_buf_init(&run, 0);
+    rc = ur_job_ledger_started(ledger, where, &u.init_ns, err);
+    if (rc == UR_OK) {
+        rc = ur_job_ledger_run_read(ledger, &run, &found, err);
+    }
+    if (rc == UR_OK && !found) {
+        rc = ur_err_set(err, UR_EIO, "%s/" UR_JOB_LEDGER_RUN " is missing", where);
+    }
+    for (size_t k = 0; k < n_units && rc == UR_OK; k++) {
+        u.k = k;
+        u.unit = units[k];
+        u.run_text = k == 0 ? (const char *)run.data : NULL;
+        rc = finish_one(&u, pub, err);
+    }
+    ur_buf_dispose(&run);
+    if (rc == UR_OK && cancel != NULL && *cancel) {
+        rc = ur_err_set(err, UR_ECANCELED, "interrupted");
+    }
+    return rc == UR_OK ? pub->commit(pub->ctx, cancel, err) : rc;
 }

@@ -29,10 +29,6 @@
 #define FINISH_LOCK "finish.lock" /* held by the finisher (finish_enter) */
 #define PUBLISHING_FILE "publishing.txt"
 
-#define STANDARD_HANDLER                                                                          \
-    "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
-#define MAX_META ((size_t)1 << 30)
-
 struct ur_job_share {
     char *dest;     /* C, as given (trailing '/' removed) */
     char *staging;  /* <C>.unroll-multi */
@@ -52,14 +48,9 @@ struct ur_job_share {
     char *meta_dir; /* the current unit's: staging/shares/<index>[.u<k>] */
     size_t cur;
     int published; /* C/<unit 0> holds this run's publication (ur_job_share_published) */
+    char *unit_as;      /* the finish: where the unit being built is published */
+    char *published_to; /* the finish: C's canonical path, once publish() knows it */
 };
-
-/* A unit that is a step directory ("0", "base/0", "loras/<id>/0"), not a file. */
-static int is_step_unit(const char *unit)
-{
-    const char *slash = strrchr(unit, '/');
-    return strcmp(slash != NULL ? slash + 1 : unit, "0") == 0;
-}
 
 void ur_job_share_close(ur_job_share *s)
 {
@@ -85,6 +76,8 @@ void ur_job_share_close(ur_job_share *s)
     ur_free(s->items);
     ur_free(s->meta_dir);
     ur_free(s->input);
+    ur_free(s->unit_as);
+    ur_free(s->published_to);
     ur_free(s);
 }
 
@@ -341,7 +334,7 @@ static int make_units(ur_job_share *s, ur_err *err)
         return UR_OK; /* finish() publishes the rest, or says it is published */
     }
     for (size_t k = 0; k < s->n_units && rc == UR_OK; k++) {
-        char *dir = is_step_unit(s->units[k])
+        char *dir = ur_job_finish_is_step(s->units[k])
                         ? ur_path_join(s->staged[k], "items")
                         : ur_strndup(s->staged[k],
                                      (size_t)(strrchr(s->staged[k], '/') - s->staged[k]));
@@ -749,37 +742,33 @@ static int publish(ur_job_share *s, const volatile sig_atomic_t *cancel, char **
     return rc;
 }
 
-/* Unit k's finished step where it is staged (job_finish.h); the first unit keeps the run's
- * text. */
-static int finish_unit(ur_job_share *s, size_t k, int64_t started, const char *run_text,
-                       ur_err *err)
+/* The directory's publisher (job_finish.h): each unit built where the shares staged it, then
+ * all of them published by rename (publish). */
+static int dir_unit(void *ctx, size_t k, const char **dir, const char **shares_at, const char **as,
+                    int *skip, ur_err *err)
 {
-    ur_job_finish_unit u;
-    char *to = ur_path_join(s->dest, s->units[k]);
-    int rc;
-    if (to == NULL) {
-        return ur_err_oom(err);
-    }
-    memset(&u, 0, sizeof u);
-    u.ledger = s->kv;
-    u.where = s->staging;
-    u.count = s->count;
-    u.k = k;
-    u.unit = s->units[k];
-    u.published_as = to;
-    u.init_ns = started;
-    u.run_text = k == 0 ? run_text : NULL;
-    rc = ur_job_finish_build(&u, s->staged[k], err);
-    ur_free(to);
-    return rc;
+    ur_job_share *s = ctx;
+    /* a unit gone from the staging directory was published by a finisher killed since; a file
+     * unit is staged in place by the shares */
+    *skip = !ur_fs_exists(s->staged[k]) || !ur_job_finish_is_step(s->units[k]);
+    *dir = s->staged[k];
+    *shares_at = NULL;
+    ur_free(s->unit_as);
+    s->unit_as = ur_path_join(s->dest, s->units[k]);
+    *as = s->unit_as;
+    return s->unit_as != NULL ? UR_OK : ur_err_oom(err);
+}
+
+static int dir_commit(void *ctx, const volatile sig_atomic_t *cancel, ur_err *err)
+{
+    ur_job_share *s = ctx;
+    return publish(s, cancel, &s->published_to, err);
 }
 
 static int finish(ur_job_share *s, const volatile sig_atomic_t *cancel, char **published_to,
                   ur_err *err)
 {
     size_t staged = 0;
-    int64_t started = 0;
-    ur_buf run;
     int rc = recover_units(s, 1, err);
     for (size_t k = 0; k < s->n_units && rc == UR_OK; k++) {
         char *out;
@@ -810,24 +799,12 @@ static int finish(ur_job_share *s, const volatile sig_atomic_t *cancel, char **p
         remove_staging(s);
         return *published_to != NULL ? UR_OK : ur_err_oom(err);
     }
-    ur_buf_init(&run, 0);
     if (rc == UR_OK) {
-        rc = read_run(s, &run, err);
-    }
-    if (rc == UR_OK) {
-        rc = ur_job_ledger_started(s->kv, s->staging, &started, err);
-    }
-    for (size_t k = 0; k < s->n_units && rc == UR_OK; k++) {
-        if (is_step_unit(s->units[k]) && ur_fs_exists(s->staged[k])) {
-            rc = finish_unit(s, k, started, (const char *)run.data, err);
-        }
-    }
-    ur_buf_dispose(&run);
-    if (rc == UR_OK && cancel != NULL && *cancel) {
-        rc = ur_err_set(err, UR_ECANCELED, "interrupted");
-    }
-    if (rc == UR_OK) {
-        rc = publish(s, cancel, published_to, err);
+        ur_job_publisher pub = {dir_unit, dir_commit, s};
+        rc = ur_job_finish_run(s->kv, s->staging, s->count, (const char *const *)s->units,
+                               s->n_units, &pub, cancel, err);
+        *published_to = s->published_to;
+        s->published_to = NULL;
     }
     return rc;
 }

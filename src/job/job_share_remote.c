@@ -25,8 +25,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define STANDARD_HANDLER                                                                          \
-    "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
 #define RUN_KEY UR_JOB_RSHARE_DIR "/run.txt"
 /* The run's identity kept beside the published step (a file: Orbax takes only the step's
  * directories for items), so that a rerun with other arguments is refused after publication. */
@@ -298,42 +296,6 @@ static char *unit_url(const ur_job_rshare *s, size_t k)
     return k == 0 ? ur_strdup(s->step) : ur_path_join(s->root, s->units[k]);
 }
 
-/* Unit k's finished step built in the local directory `step_dir` (job_finish.h), its shares'
- * databases read from the store. */
-static int finish_tree(ur_job_rshare *s, size_t k, int64_t started, const char *step_dir,
-                       ur_err *err)
-{
-    char *at = unit_url(s, k), where[1024];
-    ur_kvstore **bases = ur_calloc((size_t)s->count, sizeof *bases);
-    ur_job_finish_unit u;
-    int rc = bases != NULL && at != NULL ? UR_OK : ur_err_oom(err);
-    for (int i = 0; i < s->count && rc == UR_OK; i++) {
-        char *url = ur_path_joinf(at, "items/ocdbt.process_%d", i);
-        rc = url != NULL ? ur_kvstore_open_url(&bases[i], url, 0, err) : ur_err_oom(err);
-        ur_free(url);
-    }
-    if (rc == UR_OK) {
-        snprintf(where, sizeof where, "%s/" UR_JOB_RSHARE_DIR, s->step);
-        memset(&u, 0, sizeof u);
-        u.ledger = s->ledger;
-        u.where = where;
-        u.count = s->count;
-        u.k = k;
-        u.unit = s->n_units > 0 ? s->units[k] : "0";
-        u.dbs = bases;
-        u.published_as = at;
-        u.init_ns = started;
-        u.run_text = k == 0 ? s->run_text : NULL;
-        rc = ur_job_finish_build(&u, step_dir, err);
-    }
-    for (int i = 0; bases != NULL && i < s->count; i++) {
-        ur_kvstore_close(bases[i]);
-    }
-    ur_free(bases);
-    ur_free(at);
-    return rc;
-}
-
 static int collect_run_key(void *ctx, const char *key, uint64_t size)
 {
     ur_buf *keys = ctx;
@@ -361,13 +323,6 @@ static void unit_file_key(char *key, size_t size, const ur_job_rshare *s, size_t
     snprintf(key, size, UR_JOB_RSHARE_DIR "/units/%s", s->units[k]);
 }
 
-/* A unit that is a step directory ("base/0", "loras/<id>/0"), not a file. */
-static int is_step_unit(const char *unit)
-{
-    const char *slash = strrchr(unit, '/');
-    return strcmp(slash != NULL ? slash + 1 : unit, "0") == 0;
-}
-
 /* The finish's local tree `from` uploaded under `to`, beside the shares' databases (with the
  * units of a run of several, `units_of` non-NULL), unless the run was interrupted first. */
 static int upload_finish(const char *from, const char *to, const ur_job_rshare *units_of,
@@ -387,81 +342,65 @@ static int upload_finish(const char *from, const char *to, const ur_job_rshare *
     return ur_job_upload(from, to, &uo, cancel, err);
 }
 
-/* The finish of a run of several units: each step unit's tree built in local `root`/ckpt/<unit>
- * (its shares merged from the store), each file unit fetched from where the shares staged it,
- * then all of them uploaded in one upload below the checkpoint directory: every unit's data
- * before any manifest, every marker last, S's own (the first unit's) at the very end
- * (unroll/job_upload.h), so S's marker says the whole set is there. */
-static int finish_units(ur_job_rshare *s, const char *root, int64_t started,
-                        const volatile sig_atomic_t *cancel, ur_err *err)
-{
-    char *ckpt = ur_path_join(root, "checkpoints");
-    ur_buf b;
-    int rc = ckpt != NULL ? UR_OK : ur_err_oom(err);
+/* The object store's publisher (job_finish.h): each unit built in the local tree `root` (the
+ * one step in root/step; a run of several units in root/checkpoints/<unit>), its shares'
+ * databases read from the store, then everything uploaded in one upload below the checkpoint
+ * directory: every unit's data before any manifest, every marker last, S's own (the first
+ * unit's) at the very end (unroll/job_upload.h), so S's marker says the whole set is there. */
+typedef struct {
+    ur_job_rshare *s;
+    const char *root;
+    char *dir, *as; /* the unit's, for the last call */
+} bucket_pub;
 
-    ur_buf_init(&b, 0);
-    for (size_t k = 0; k < s->n_units && rc == UR_OK; k++) {
-        char *local = ur_path_join(ckpt, s->units[k]);
-        if (local == NULL) {
-            rc = ur_err_oom(err);
-        } else if (is_step_unit(s->units[k])) {
-            rc = finish_tree(s, k, started, local, err);
-        } else {
-            char key[1024];
-            int found = 0;
-            unit_file_key(key, sizeof key, s, k);
-            rc = read_opt(s->kv, key, &b, &found, err);
-            if (rc == UR_OK && !found) {
-                rc = ur_err_set(err, UR_EIO, "%s/%s is missing", s->step, key);
-            }
-            if (rc == UR_OK) {
-                char *dir = ur_strndup(local, (size_t)(strrchr(local, '/') - local));
-                rc = dir != NULL ? ur_fs_mkdirs(dir, err) : ur_err_oom(err);
-                ur_free(dir);
-            }
-            if (rc == UR_OK) {
-                rc = ur_fs_write_file(local, b.data, b.len, err);
-            }
-        }
-        ur_free(local);
-    }
+static int bucket_unit(void *ctx, size_t k, const char **dir, const char **shares_at,
+                       const char **as, int *skip, ur_err *err)
+{
+    bucket_pub *b = ctx;
+    ur_free(b->dir);
+    ur_free(b->as);
+    b->dir = b->s->n_units == 0 ? ur_path_join(b->root, "step")
+                                : ur_path_joinf(b->root, "checkpoints/%s", b->s->units[k]);
+    b->as = unit_url(b->s, k);
+    *dir = b->dir;
+    *as = *shares_at = b->as;
+    *skip = 0;
+    return b->dir != NULL && b->as != NULL ? UR_OK : ur_err_oom(err);
+}
+
+static int bucket_commit(void *ctx, const volatile sig_atomic_t *cancel, ur_err *err)
+{
+    bucket_pub *b = ctx;
+    char *from = ur_path_join(b->root, b->s->n_units == 0 ? "step" : "checkpoints");
+    int rc = from == NULL         ? ur_err_oom(err)
+             : b->s->n_units == 0 ? upload_finish(from, b->s->step, NULL, cancel, err)
+                                  : upload_finish(from, b->s->root, b->s, cancel, err);
     if (rc == UR_OK) {
-        rc = upload_finish(ckpt, s->root, s, cancel, err);
+        remove_run_objects(b->s);
     }
-    ur_buf_dispose(&b);
-    ur_free(ckpt);
+    ur_free(from);
     return rc;
 }
 
 static int finish(ur_job_rshare *s, const volatile sig_atomic_t *cancel, ur_err *err)
 {
-    char *root = NULL, *step_dir = NULL, where[1024];
-    int64_t started = 0;
-    int rc;
+    static const char *const one[1] = {"0"};
+    char *root = NULL, where[1024];
+    bucket_pub b = {s, NULL, NULL, NULL};
+    ur_job_publisher pub = {bucket_unit, bucket_commit, &b};
+    int rc = ur_fs_make_temp_dir(&root, "unroll-finish", "the finish's directory", err);
 
-    snprintf(where, sizeof where, "%s/" UR_JOB_RSHARE_DIR, s->step);
-    rc = ur_job_ledger_started(s->ledger, where, &started, err);
-    if (rc == UR_OK) {
-        rc = ur_fs_make_temp_dir(&root, "unroll-finish", "the finish's directory", err);
-    }
     if (rc < 0) {
         return rc;
     }
-    if (s->n_units > 0) {
-        rc = finish_units(s, root, started, cancel, err);
-        goto out;
-    }
-    step_dir = ur_path_join(root, "step");
-    rc = step_dir != NULL ? finish_tree(s, 0, started, step_dir, err) : ur_err_oom(err);
-    if (rc == UR_OK) {
-        rc = upload_finish(step_dir, s->step, NULL, cancel, err);
-    }
-out:
-    if (rc == UR_OK) {
-        remove_run_objects(s);
-    }
+    b.root = root;
+    snprintf(where, sizeof where, "%s/" UR_JOB_RSHARE_DIR, s->step);
+    rc = ur_job_finish_run(s->ledger, where, s->count,
+                           s->n_units > 0 ? (const char *const *)s->units : one,
+                           s->n_units > 0 ? s->n_units : 1, &pub, cancel, err);
     (void)ur_fs_remove_tree(root, NULL);
-    ur_free(step_dir);
+    ur_free(b.dir);
+    ur_free(b.as);
     ur_free(root);
     return rc;
 }
@@ -682,7 +621,7 @@ static int refuse_held_units(ur_job_rshare *s, ur_err *err)
             break;
         }
         memcpy(prefix, s->units[k], len);
-        prefix[len] = is_step_unit(s->units[k]) ? '/' : '\0';
+        prefix[len] = ur_job_finish_is_step(s->units[k]) ? '/' : '\0';
         prefix[len + 1] = '\0';
         rc = ur_kvstore_list(kv, prefix, count_objects, &c, err);
         ur_free(prefix);
@@ -777,7 +716,7 @@ int ur_job_rshare_upload_units(ur_job_rshare *s, const char *const *dirs,
     ur_buf_init(&b, 0);
     rc = ur_job_ledger_clear_done(s->ledger, s->index, err);
     for (size_t k = 0; k < s->n_units && rc == UR_OK; k++) {
-        if (is_step_unit(s->units[k])) {
+        if (ur_job_finish_is_step(s->units[k])) {
             char *at = unit_url(s, k), *db = NULL, *meta = NULL;
             char mk[64];
             meta_key(mk, sizeof mk, k, s->index, "");
