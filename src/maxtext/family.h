@@ -119,8 +119,8 @@ typedef struct {
 
 typedef struct ur_plan_family {
     const char *name;
-    /* The config keys it declares (NULL-terminated; NULL: none): keys no other family
-     * declares, which it reads, and other files may read too (declared extern above). */
+    /* The config keys it owns (NULL-terminated; NULL: none). A key has one owner; another
+     * file that reads it names it through its extern declaration above. */
     const ur_family_key *const *keys;
     /* 1: this family is the config's layout */
     int (*applies)(const ur_settings *s, const ur_family_keys *k);
