@@ -58,22 +58,13 @@ typedef struct {
     int64_t global_parameter_scale;
     int64_t base_num_decoder_layers;
     int64_t num_decoder_layers; /* 2^(floor(log2(scale)) / 3) * base_num_decoder_layers */
-    int64_t first_num_dense_layers;
     const ur_axis_rule *axis_rules; /* logical_axis_rules after MaxText's merge by name */
     size_t n_axis_rules;
-    /* K sub-layers per scanned block (llama4, gpt-oss, olmo3, qwen3-next, envy); 0 or 1: none */
-    int64_t inhomogeneous_layer_cycle_interval;
-    int64_t first_num_hash_layers; /* deepseek4: unscanned layers before scanned_blocks */
-    /* pipeline parallelism (raw config values; ur_plan_build derives as types.py does) */
-    int64_t ici_pipeline_parallelism; /* 1 */
-    int64_t dcn_pipeline_parallelism; /* 1 */
-    int64_t num_layers_per_pipeline_stage; /* 1 */
-    int64_t num_pipeline_repeats; /* -1: pipeline_parallel_layers / (stages * lps) */
-    int64_t pipeline_parallel_layers; /* -1: num_decoder_layers */
-    int scan_layers_per_stage; /* false */
-    /* DeepSeek Engram: the layers built with an Engram (engram_layers, as listed) */
-    const int64_t *engram_layers;
-    size_t n_engram_layers;
+    /* The config these settings were resolved from, for the keys only some layout families
+     * read (first_num_dense_layers, the pipeline keys, ...): each family declares and types
+     * its own (src/maxtext/family_<name>.c) and reads them with the getters below. NULL in
+     * settings made by hand: every such key at its default. */
+    const ur_config *config;
 } ur_settings;
 
 /* Load `opts->config_path` with its base_config chain, the model file named by model_name
@@ -95,5 +86,11 @@ int ur_config_get_str(const ur_config *cfg, const char *key, const char **out, u
 int ur_config_get_bool(const ur_config *cfg, const char *key, int *out, ur_err *err);
 int ur_config_get_int(const ur_config *cfg, const char *key, int64_t *out, ur_err *err);
 int ur_config_get_float(const ur_config *cfg, const char *key, double *out, ur_err *err);
+/* A list of ints (pydantic list[int], lax: each item as ur_config_get_int coerces it); a
+ * null or empty list: *out NULL, *n 0. *out is owned by the caller (ur_free). UR_ENOTFOUND:
+ * no such key; UR_EINVAL: not a list, or an item that does not convert (message names the
+ * key); UR_ENOMEM. */
+int ur_config_get_int_list(const ur_config *cfg, const char *key, int64_t **out, size_t *n,
+                           ur_err *err);
 
 #endif

@@ -172,9 +172,16 @@ int ur_plan_scan_axis(const ur_plan_leaf *leaf, const ur_settings *s);
  * layer count the blocks do not divide, an unrecognised layout, a pipeline_module the
  * pipeline settings do not fit; UR_EUNSUPPORTED: pipeline stacks of deepseek, gemma3/4,
  * deepseek4 or inhomogeneous cycles; UR_EINVAL also: DeepSeek Engram chunks the config does not
- * describe (engram_layers); UR_ENOMEM. */
+ * describe (engram_layers), a family's config key of s->config (ur_plan_validate_keys) of the
+ * wrong type or out of range (message names the key); UR_ENOMEM. */
 int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_settings *s,
                   ur_plan_input input, ur_err *err);
+/* The config keys only some layout families read (first_num_dense_layers, the pipeline keys,
+ * engram_layers, ...: each family declares its own, src/maxtext/family_<name>.c), read from
+ * s->config and checked as ur_plan_build checks them, for a caller that wants a bad value
+ * refused right after ur_config_load, before any I/O. UR_EINVAL: a value of the wrong type
+ * or out of range (message names the key); UR_ENOMEM. */
+int ur_plan_validate_keys(const ur_settings *s, ur_err *err);
 void ur_plan_free(ur_plan *plan);
 
 /* "a/b/c" for a path, into buf (truncated to n). Returns buf. */

@@ -35,7 +35,6 @@ struct ur_config {
     char *checkpoint_dir;
     ur_axis_rule *rules;
     const char **mesh; /* storage for every rule's mesh names */
-    int64_t *engram_layers;
 };
 
 /* Keys unroll accepts although a MaxText base.yml may lack them: the NNX switches (absent
@@ -780,16 +779,18 @@ static int opt_int(const ur_config *cfg, const char *key, int64_t dflt, int64_t 
     return rc;
 }
 
-/* A list of ints (pydantic list[int], lax: each item as coerce_int); absent or null: empty.
- * *out is owned by the caller (NULL when empty). */
-static int opt_int_list(const ur_config *cfg, const char *key, int64_t **out, size_t *n,
-                        ur_err *err)
+int ur_config_get_int_list(const ur_config *cfg, const char *key, int64_t **out, size_t *n,
+                           ur_err *err)
 {
-    const ur_yval *v = ur_config_yaml_get(cfg->root, key);
+    const ur_yval *v;
     int64_t *a;
-    *out = NULL;
-    *n = 0;
-    if (!v || v->kind == UR_Y_NULL || (v->kind == UR_Y_LIST && v->n == 0)) {
+    int rc = get_key(cfg, key, &v, err);
+    if (rc < 0) {
+        return rc;
+    }
+    if (v->kind == UR_Y_NULL || (v->kind == UR_Y_LIST && v->n == 0)) {
+        *out = NULL;
+        *n = 0;
         return UR_OK;
     }
     if (v->kind != UR_Y_LIST) {
@@ -800,7 +801,7 @@ static int opt_int_list(const ur_config *cfg, const char *key, int64_t **out, si
         return ur_err_oom(err);
     }
     for (size_t i = 0; i < v->n; i++) {
-        int rc = coerce_int(key, v->vals[i], &a[i], err);
+        rc = coerce_int(key, v->vals[i], &a[i], err);
         if (rc < 0) {
             ur_free(a);
             return rc;
@@ -916,32 +917,16 @@ static int resolve_settings(ur_config *cfg, const ur_config_opts *opts, const ch
                       &s->target_data_file_size, err)) ||
         (rc = opt_int(cfg, "param_scan_axis", 1, &s->param_scan_axis, err)) ||
         (rc = opt_int(cfg, "global_parameter_scale", 1, &s->global_parameter_scale, err)) ||
-        (rc = opt_int(cfg, "base_num_decoder_layers", 16, &s->base_num_decoder_layers, err)) ||
-        (rc = opt_int(cfg, "first_num_dense_layers", 0, &s->first_num_dense_layers, err)) ||
-        (rc = opt_int(cfg, "inhomogeneous_layer_cycle_interval", 1,
-                      &s->inhomogeneous_layer_cycle_interval, err)) ||
-        (rc = opt_int(cfg, "first_num_hash_layers", 0, &s->first_num_hash_layers, err)) ||
-        (rc = opt_int(cfg, "ici_pipeline_parallelism", 1, &s->ici_pipeline_parallelism, err)) ||
-        (rc = opt_int(cfg, "dcn_pipeline_parallelism", 1, &s->dcn_pipeline_parallelism, err)) ||
-        (rc = opt_int(cfg, "num_layers_per_pipeline_stage", 1, &s->num_layers_per_pipeline_stage,
-                      err)) ||
-        (rc = opt_int(cfg, "num_pipeline_repeats", -1, &s->num_pipeline_repeats, err)) ||
-        (rc = opt_int(cfg, "pipeline_parallel_layers", -1, &s->pipeline_parallel_layers, err)) ||
-        (rc = opt_bool(cfg, "scan_layers_per_stage", 0, &s->scan_layers_per_stage, err)) ||
-        (rc = opt_int_list(cfg, "engram_layers", &cfg->engram_layers, &s->n_engram_layers, err))) {
+        (rc = opt_int(cfg, "base_num_decoder_layers", 16, &s->base_num_decoder_layers, err))) {
         return rc;
     }
-    s->engram_layers = cfg->engram_layers;
+    /* keys only some layout families read are theirs to type and check (src/maxtext/) */
+    s->config = cfg;
     if (s->model_name[0] == '\0') {
         s->model_name = "default";
     }
     if (s->decoder_block[0] == '\0') {
         s->decoder_block = "llama2";
-    }
-    if (s->first_num_dense_layers < 0) {
-        return ur_err_set(err, UR_EINVAL,
-                          "config key 'first_num_dense_layers': must be >= 0 (got %lld)",
-                          (long long)s->first_num_dense_layers);
     }
     if (s->load_parameters_path[0] && s->load_full_state_path[0]) {
         return ur_err_set(err, UR_EINVAL,
@@ -1046,7 +1031,6 @@ void ur_config_free(ur_config *cfg)
     ur_free(cfg->checkpoint_dir);
     ur_free(cfg->rules);
     ur_free(cfg->mesh);
-    ur_free(cfg->engram_layers);
     ur_free(cfg);
 }
 

@@ -3,6 +3,9 @@
  *
  * A family is one descriptor in a file of its own, src/maxtext/family_<name>.c, listed once in
  * the table of src/maxtext/family.c (first row whose `applies` is true wins). It says:
+ *   - the config keys it reads that are nobody else's (`keys`: first_num_dense_layers, the
+ *     pipeline keys, ...), typed and checked once per plan (ur_family_keys_resolve), so that
+ *     a family's key lives in its own file and not in the public ur_settings;
  *   - which configs it is (`applies`: decoder_block, inhomogeneous_layer_cycle_interval, ...);
  *   - its scanned groups (`setup`: ur_plan_group name decoder/<name>, layer count, and the
  *     scanned -> unscanned name mapping: decoder/<name>/R slice i ->
@@ -17,7 +20,59 @@
 #ifndef UNROLL_PLAN_FAMILY_H
 #define UNROLL_PLAN_FAMILY_H
 
+#include "unroll/config.h"
 #include "unroll/plan.h"
+
+/* ---- the families' own config keys (declared in family_<name>.c, resolved in family.c) ---- */
+
+typedef enum {
+    UR_FAMILY_KEY_INT,     /* ur_config_get_int */
+    UR_FAMILY_KEY_BOOL,    /* ur_config_get_bool, read as 0 or 1 */
+    UR_FAMILY_KEY_INT_LIST /* ur_config_get_int_list; absent or null: empty */
+} ur_family_key_type;
+
+/* One config key a family reads. The object is the key's identity: a family reads its value
+ * with ur_family_int(w->k, &its_key); a key another file reads too is declared extern below. */
+typedef struct {
+    const char *name;
+    ur_family_key_type type;
+    int64_t dflt; /* absent from the config (INT, BOOL): MaxText's default (types.py) */
+    int64_t min;  /* INT: a smaller value is refused, the message naming the key */
+} ur_family_key;
+
+#define UR_FAMILY_MAX_KEYS 32
+
+/* The values of every family's keys for one config (whichever family it turns out to be, so
+ * that a bad value is refused for any config, as pydantic refuses it). */
+typedef struct {
+    size_t n;
+    struct {
+        const ur_family_key *key;
+        int64_t v;     /* INT, BOOL */
+        int64_t *list; /* INT_LIST: owned, n_list items (NULL when empty) */
+        size_t n_list;
+    } e[UR_FAMILY_MAX_KEYS];
+} ur_family_keys;
+
+/* Every key of the table's families (and the pipeline's) from cfg, each at its default when
+ * cfg is NULL or lacks it. Disposed with ur_family_keys_dispose, also after a failure.
+ * UR_EINVAL: a value of the wrong type or below the key's min (message names the key);
+ * UR_ENOMEM. */
+int ur_family_keys_resolve(ur_family_keys *out, const ur_config *cfg, ur_err *err);
+void ur_family_keys_dispose(ur_family_keys *k);
+/* The value of an INT or BOOL key (asserts that some family declares it). */
+int64_t ur_family_int(const ur_family_keys *k, const ur_family_key *key);
+/* The items of an INT_LIST key, borrowed from k; *n their count. */
+const int64_t *ur_family_list(const ur_family_keys *k, const ur_family_key *key, size_t *n);
+/* Set an INT or BOOL key's value (the unit tests' way to a config). */
+void ur_family_keys_set(ur_family_keys *k, const ur_family_key *key, int64_t v);
+
+/* The keys read outside the file that declares them. */
+extern const ur_family_key ur_key_first_num_dense_layers;             /* family_deepseek.c */
+extern const ur_family_key ur_key_inhomogeneous_layer_cycle_interval; /* family_cycle.c */
+extern const ur_family_key ur_key_engram_layers;            /* family_deepseek_engram.c */
+extern const ur_family_key ur_key_ici_pipeline_parallelism; /* family_pipeline.c */
+extern const ur_family_key ur_key_dcn_pipeline_parallelism; /* family_pipeline.c */
 
 /* Components of a key path, with their list-index marks (NULL: all dict keys). */
 typedef struct {
@@ -30,6 +85,7 @@ typedef struct {
 typedef struct {
     ur_plan *plan;
     const ur_settings *s;
+    const ur_family_keys *k; /* the families' own keys of the config */
     const ur_plan_leaf *leaves;
     size_t n;
     int lora;
@@ -63,8 +119,11 @@ typedef struct {
 
 typedef struct ur_plan_family {
     const char *name;
+    /* The config keys it owns (NULL-terminated; NULL: none). A key has one owner; another
+     * file that reads it names it through its extern declaration above. */
+    const ur_family_key *const *keys;
     /* 1: this family is the config's layout */
-    int (*applies)(const ur_settings *s);
+    int (*applies)(const ur_settings *s, const ur_family_keys *k);
     /* Set plan->groups / n_groups (and the family state). UR_EINVAL / UR_EUNSUPPORTED: a
      * config the family cannot unroll (message names the keys). */
     int (*setup)(ur_plan_walk *w, ur_err *err);
@@ -94,9 +153,9 @@ typedef struct ur_plan_family {
 
 /* The family of the config: the pipeline layout when unrolling with pipeline parallelism,
  * else the first row of the table that applies (the plain family applies to everything). */
-const ur_plan_family *ur_family_find(const ur_settings *s);
+const ur_plan_family *ur_family_find(const ur_settings *s, const ur_family_keys *k);
 /* The decoder_block family, pipeline aside. */
-const ur_plan_family *ur_family_find_block(const ur_settings *s);
+const ur_plan_family *ur_family_find_block(const ur_settings *s, const ur_family_keys *k);
 
 /* The pipeline layout (family_pipeline.c), tried before the table's rows. The others are
  * named only by their row in family.c. */
@@ -105,7 +164,7 @@ extern const ur_plan_family ur_family_pipeline;
 /* ---- what the walk lends the families (plan.c) -------------------------------------------- */
 
 /* The cycle interval K (1 when unset or 1). */
-int64_t ur_plan__cycle(const ur_settings *s);
+int64_t ur_plan__cycle(const ur_family_keys *k);
 void ur_plan__group_set(ur_plan_group *g, const char *name, int64_t n_layers, int64_t cycle,
                         int64_t first_out, const char *out_name);
 /* "layers_<j>" or "layer_<j>" with j < k: 1 and *j. */

@@ -4,17 +4,25 @@
  * K: MaxText's scan would drop the rest. */
 #include "family.h"
 
+#include <stdint.h>
 #include <string.h>
 
-static int applies(const ur_settings *s)
+/* Read by the Qwen3-Next and pipeline families and the walk too (family.h). */
+const ur_family_key ur_key_inhomogeneous_layer_cycle_interval = {
+    "inhomogeneous_layer_cycle_interval", UR_FAMILY_KEY_INT, 1, INT64_MIN};
+
+static const ur_family_key *const k_keys[] = {&ur_key_inhomogeneous_layer_cycle_interval, NULL};
+
+static int applies(const ur_settings *s, const ur_family_keys *k)
 {
-    return ur_plan__cycle(s) > 1;
+    (void)s;
+    return ur_plan__cycle(k) > 1;
 }
 
 static int setup(ur_plan_walk *w, ur_err *err)
 {
     int64_t nl = w->s->num_decoder_layers;
-    int64_t k = ur_plan__cycle(w->s);
+    int64_t k = ur_plan__cycle(w->k);
     w->plan->n_groups = 1;
     ur_plan__group_set(&w->plan->groups[0], "layers", nl / k, k, 0, "layers");
     if (nl % k != 0 && w->plan->unrolled) {
@@ -46,6 +54,7 @@ static int mtp_leaf(ur_plan_walk *w, const ur_plan_item *it, size_t rest, int *d
 
 const ur_plan_family ur_family_cycle = {
     .name = "cycle",
+    .keys = k_keys,
     .applies = applies,
     .setup = setup,
     .mtp_leaf = mtp_leaf,

@@ -3,17 +3,24 @@
  * sub-layers: block b, sub-layer layers_<j> -> decoder/layers_<H + 2b + j>. */
 #include "family.h"
 
+#include <stdint.h>
 #include <string.h>
 
-static int applies(const ur_settings *s)
+static const ur_family_key k_first_num_hash_layers = {"first_num_hash_layers", UR_FAMILY_KEY_INT,
+                                                      0, INT64_MIN};
+
+static const ur_family_key *const k_keys[] = {&k_first_num_hash_layers, NULL};
+
+static int applies(const ur_settings *s, const ur_family_keys *k)
 {
+    (void)k;
     return strcmp(s->decoder_block, "deepseek4") == 0;
 }
 
 static int setup(ur_plan_walk *w, ur_err *err)
 {
     int64_t nl = w->s->num_decoder_layers;
-    int64_t h = w->s->first_num_hash_layers;
+    int64_t h = ur_family_int(w->k, &k_first_num_hash_layers);
     if (h < 0 || h > nl) {
         return ur_err_set(err, UR_EINVAL,
                           "first_num_hash_layers=%lld does not fit num_decoder_layers=%lld",
@@ -41,6 +48,7 @@ static int mtp_leaf(ur_plan_walk *w, const ur_plan_item *it, size_t rest, int *d
 
 const ur_plan_family ur_family_deepseek4 = {
     .name = "deepseek4",
+    .keys = k_keys,
     .applies = applies,
     .setup = setup,
     .mtp_leaf = mtp_leaf,

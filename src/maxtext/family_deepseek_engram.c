@@ -17,6 +17,7 @@
 #include "family.h"
 
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -24,15 +25,39 @@ static const char k_engram_dropped[] =
     "Engram: MaxText's scan_layers=false DeepSeek model builds no Engram (its layers get no "
     "layer_idx), so it has no place for these weights";
 
-static int applies(const ur_settings *s)
+/* The layers built with an Engram, as listed (pydantic list[int]); the walk reads it too, to
+ * refuse Engram chunks under a config without it (family.h). */
+const ur_family_key ur_key_engram_layers = {"engram_layers", UR_FAMILY_KEY_INT_LIST, 0, INT64_MIN};
+
+static const ur_family_key *const k_keys[] = {&ur_key_engram_layers, NULL};
+
+/* What this file reads of the config: engram_layers, D and N. */
+typedef struct {
+    const int64_t *layers;
+    size_t n;
+    int64_t dense, nl;
+} engram_cfg;
+
+static engram_cfg engram_cfg_of(const ur_plan_walk *w)
 {
-    return strcmp(s->decoder_block, "deepseek") == 0 && s->n_engram_layers > 0;
+    engram_cfg e;
+    e.layers = ur_family_list(w->k, &ur_key_engram_layers, &e.n);
+    e.dense = ur_family_int(w->k, &ur_key_first_num_dense_layers);
+    e.nl = w->s->num_decoder_layers;
+    return e;
 }
 
-static int is_engram(const ur_settings *s, int64_t k)
+static int applies(const ur_settings *s, const ur_family_keys *k)
 {
-    for (size_t i = 0; i < s->n_engram_layers; i++) {
-        if (s->engram_layers[i] == k) {
+    size_t n;
+    (void)ur_family_list(k, &ur_key_engram_layers, &n);
+    return strcmp(s->decoder_block, "deepseek") == 0 && n > 0;
+}
+
+static int is_engram(const engram_cfg *e, int64_t k)
+{
+    for (size_t i = 0; i < e->n; i++) {
+        if (e->layers[i] == k) {
             return 1;
         }
     }
@@ -45,37 +70,36 @@ typedef struct {
     int64_t lo, hi;
 } kind;
 
-static kind kind_of(const ur_settings *s, int moe)
+static kind kind_of(const engram_cfg *e, int moe)
 {
-    kind k = {moe ? "moe_layers" : "dense_layers", moe ? s->first_num_dense_layers : 0,
-              moe ? s->num_decoder_layers : s->first_num_dense_layers};
+    kind k = {moe ? "moe_layers" : "dense_layers", moe ? e->dense : 0, moe ? e->nl : e->dense};
     return k;
 }
 
 /* _find_next_boundary: the next Engram layer after `cur`, or the end of the kind. */
-static int64_t next_boundary(const ur_settings *s, int64_t cur, int64_t end)
+static int64_t next_boundary(const engram_cfg *e, int64_t cur, int64_t end)
 {
     int64_t b = end;
-    for (size_t i = 0; i < s->n_engram_layers; i++) {
-        if (s->engram_layers[i] > cur && s->engram_layers[i] < b) {
-            b = s->engram_layers[i];
+    for (size_t i = 0; i < e->n; i++) {
+        if (e->layers[i] > cur && e->layers[i] < b) {
+            b = e->layers[i];
         }
     }
     return b;
 }
 
 /* 1 when MaxText builds [a, b] as one chunk (a == b and *engram: the Engram layer a). */
-static int built(const ur_settings *s, const kind *kd, int64_t a, int64_t b, int engram)
+static int built(const engram_cfg *e, const kind *kd, int64_t a, int64_t b, int engram)
 {
     int64_t cur = kd->lo;
     while (cur < kd->hi) {
-        if (is_engram(s, cur)) {
+        if (is_engram(e, cur)) {
             if (engram && a == cur && b == cur) {
                 return 1;
             }
             cur++;
         } else {
-            int64_t nb = next_boundary(s, cur, kd->hi);
+            int64_t nb = next_boundary(e, cur, kd->hi);
             if (!engram && a == cur && b == nb - 1) {
                 return 1;
             }
@@ -118,49 +142,50 @@ static int parse_chunk(const char *c, int64_t *a, int64_t *b, int *engram)
 
 static int not_built(const ur_plan_walk *w, const char *name, ur_err *err)
 {
-    const ur_settings *s = w->s;
+    engram_cfg ec = engram_cfg_of(w);
+    const engram_cfg *e = &ec;
     char list[256];
     size_t n = 0;
     list[0] = '\0';
-    for (size_t i = 0; i < s->n_engram_layers && n < sizeof list; i++) {
-        int m = snprintf(list + n, sizeof list - n, "%s%" PRId64, i ? "," : "",
-                         s->engram_layers[i]);
+    for (size_t i = 0; i < e->n && n < sizeof list; i++) {
+        int m = snprintf(list + n, sizeof list - n, "%s%" PRId64, i ? "," : "", e->layers[i]);
         n += m > 0 ? (size_t)m : 0;
     }
     return ur_err_set(err, UR_EINVAL,
                       "decoder/%s: not a layer stack MaxText builds for engram_layers=[%.200s], "
                       "first_num_dense_layers=%lld, num_decoder_layers=%lld",
-                      name, list, (long long)s->first_num_dense_layers,
-                      (long long)s->num_decoder_layers);
+                      name, list, (long long)e->dense, (long long)e->nl);
 }
 
 static int setup(ur_plan_walk *w, ur_err *err)
 {
-    const ur_settings *s = w->s;
+    engram_cfg ec = engram_cfg_of(w);
+    const engram_cfg *e = &ec;
     w->plan->n_groups = 0;
-    if (w->plan->unrolled && s->first_num_dense_layers > s->num_decoder_layers) {
+    if (w->plan->unrolled && e->dense > e->nl) {
         return ur_err_set(err, UR_EINVAL,
                           "first_num_dense_layers=%lld is more than num_decoder_layers=%lld",
-                          (long long)s->first_num_dense_layers, (long long)s->num_decoder_layers);
+                          (long long)e->dense, (long long)e->nl);
     }
     return UR_OK;
 }
 
 static int leaf(ur_plan_walk *w, const ur_plan_item *it, int *done, ur_err *err)
 {
-    const ur_settings *s = w->s;
+    engram_cfg ec = engram_cfg_of(w);
+    const engram_cfg *e = &ec;
     const char *name = it->l->path[it->st + 1];
     char out[64];
     int64_t a, b;
     int engram;
     for (int moe = 0; moe < 2; moe++) {
-        kind kd = kind_of(s, moe);
+        kind kd = kind_of(e, moe);
         size_t kl = strlen(kd.name);
         if (strncmp(name, kd.name, kl) != 0 || (name[kl] != '\0' && name[kl] != '_')) {
             continue;
         }
         if (name[kl] == '\0' || !parse_chunk(name + kl + 1, &a, &b, &engram) ||
-            !built(s, &kd, a, b, engram)) {
+            !built(e, &kd, a, b, engram)) {
             return not_built(w, name, err);
         }
         *done = 1;
@@ -197,17 +222,18 @@ static int present(const ur_plan_walk *w, const char *name)
  * (generate_param_only_checkpoint's "Missing" check). */
 static int finish(ur_plan_walk *w, ur_err *err)
 {
-    const ur_settings *s = w->s;
+    engram_cfg ec = engram_cfg_of(w);
+    const engram_cfg *e = &ec;
     if (!w->plan->unrolled || w->lora) {
         return UR_OK;
     }
     for (int moe = 0; moe < 2; moe++) {
-        kind kd = kind_of(s, moe);
+        kind kd = kind_of(e, moe);
         int64_t cur = kd.lo;
         while (cur < kd.hi) {
             char name[96];
-            int64_t nb = is_engram(s, cur) ? cur + 1 : next_boundary(s, cur, kd.hi);
-            if (is_engram(s, cur)) {
+            int64_t nb = is_engram(e, cur) ? cur + 1 : next_boundary(e, cur, kd.hi);
+            if (is_engram(e, cur)) {
                 snprintf(name, sizeof name, "%s_engram_%" PRId64, kd.name, cur);
             } else {
                 snprintf(name, sizeof name, "%s_%" PRId64 "_%" PRId64, kd.name, cur, nb - 1);
@@ -227,6 +253,7 @@ static int finish(ur_plan_walk *w, ur_err *err)
 
 const ur_plan_family ur_family_deepseek_engram = {
     .name = "deepseek-engram",
+    .keys = k_keys,
     .applies = applies,
     .setup = setup,
     .leaf = leaf,

@@ -13,8 +13,9 @@ typedef struct {
 } gemma3_state;
 UR_FAMILY_STATE_FITS(gemma3_state);
 
-static int applies(const ur_settings *s)
+static int applies(const ur_settings *s, const ur_family_keys *k)
 {
+    (void)k;
     return strcmp(s->decoder_block, "gemma3") == 0;
 }
 

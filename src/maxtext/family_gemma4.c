@@ -8,8 +8,9 @@
 
 #include <string.h>
 
-static int applies(const ur_settings *s)
+static int applies(const ur_settings *s, const ur_family_keys *k)
 {
+    (void)k;
     return strcmp(s->decoder_block, "gemma4") == 0;
 }
 

@@ -18,7 +18,32 @@
  * layer (r * stages + s) * layers_per_stage + j of the stack. */
 #include "family.h"
 
+#include <stdint.h>
 #include <string.h>
+
+/* Raw config values, derived in setup as types.py derives them; the parallelism ones are read
+ * by the walk's messages too (family.h). */
+const ur_family_key ur_key_ici_pipeline_parallelism = {"ici_pipeline_parallelism",
+                                                       UR_FAMILY_KEY_INT, 1, INT64_MIN};
+const ur_family_key ur_key_dcn_pipeline_parallelism = {"dcn_pipeline_parallelism",
+                                                       UR_FAMILY_KEY_INT, 1, INT64_MIN};
+static const ur_family_key k_layers_per_stage = {"num_layers_per_pipeline_stage",
+                                                 UR_FAMILY_KEY_INT, 1, INT64_MIN};
+/* -1: pipeline_parallel_layers / (stages * layers per stage) */
+static const ur_family_key k_repeats = {"num_pipeline_repeats", UR_FAMILY_KEY_INT, -1, INT64_MIN};
+/* -1: num_decoder_layers (DeepSeek: its MoE layers) */
+static const ur_family_key k_parallel_layers = {"pipeline_parallel_layers", UR_FAMILY_KEY_INT, -1,
+                                                INT64_MIN};
+static const ur_family_key k_scan_per_stage = {"scan_layers_per_stage", UR_FAMILY_KEY_BOOL, 0,
+                                               INT64_MIN};
+
+static const ur_family_key *const k_keys[] = {&ur_key_ici_pipeline_parallelism,
+                                              &ur_key_dcn_pipeline_parallelism,
+                                              &k_layers_per_stage,
+                                              &k_repeats,
+                                              &k_parallel_layers,
+                                              &k_scan_per_stage,
+                                              NULL};
 
 typedef struct {
     int64_t repeats, stages, lps;
@@ -26,10 +51,11 @@ typedef struct {
 } pipe_state;
 UR_FAMILY_STATE_FITS(pipe_state);
 
-static int applies(const ur_settings *s)
+static int applies(const ur_settings *s, const ur_family_keys *k)
 {
     return s->scan_layers && s->force_unroll &&
-           (s->ici_pipeline_parallelism > 1 || s->dcn_pipeline_parallelism > 1);
+           (ur_family_int(k, &ur_key_ici_pipeline_parallelism) > 1 ||
+            ur_family_int(k, &ur_key_dcn_pipeline_parallelism) > 1);
 }
 
 /* The groups besides the stack (group 0, P layers): DeepSeek's dense layers and MoE layers
@@ -39,7 +65,8 @@ static int setup_groups(ur_plan_walk *w, int64_t p, ur_err *err)
     const ur_settings *s = w->s;
     ur_plan *plan = w->plan;
     int64_t nl = s->num_decoder_layers;
-    int64_t moe = nl - s->first_num_dense_layers;
+    int64_t d = ur_family_int(w->k, &ur_key_first_num_dense_layers);
+    int64_t moe = nl - d;
     plan->n_groups = 1;
     if (strcmp(s->decoder_block, "deepseek") != 0) {
         ur_plan__group_set(&plan->groups[0], "pipeline_module", p, 1, 0, "layers");
@@ -54,10 +81,10 @@ static int setup_groups(ur_plan_walk *w, int64_t p, ur_err *err)
         return ur_err_set(err, UR_EINVAL,
                           "pipeline_parallel_layers=%lld: DeepSeek pipelines only its MoE layers "
                           "(num_decoder_layers=%lld - first_num_dense_layers=%lld)",
-                          (long long)p, (long long)nl, (long long)s->first_num_dense_layers);
+                          (long long)p, (long long)nl, (long long)d);
     }
     ur_plan__group_set(&plan->groups[0], "pipeline_module", p, 1, moe - p, "moe_layers");
-    ur_plan__group_set(&plan->groups[1], "dense_layers", s->first_num_dense_layers, 1, 0, NULL);
+    ur_plan__group_set(&plan->groups[1], "dense_layers", d, 1, 0, NULL);
     plan->n_groups = 2;
     if (moe > p) {
         plan->n_groups = 3;
@@ -73,32 +100,32 @@ static int setup(ur_plan_walk *w, ur_err *err)
     const ur_settings *s = w->s;
     int64_t nl = s->num_decoder_layers;
     int deepseek = strcmp(s->decoder_block, "deepseek") == 0;
+    int64_t ici = ur_family_int(w->k, &ur_key_ici_pipeline_parallelism);
+    int64_t dcn = ur_family_int(w->k, &ur_key_dcn_pipeline_parallelism);
+    int64_t repeats = ur_family_int(w->k, &k_repeats);
     int64_t st, lps, p, r;
-    if (s->ici_pipeline_parallelism < 1 || s->dcn_pipeline_parallelism < 1) {
+    if (ici < 1 || dcn < 1) {
         return ur_err_set(err, UR_EINVAL,
                           "ici_pipeline_parallelism=%lld, dcn_pipeline_parallelism=%lld: must "
                           "be >= 1",
-                          (long long)s->ici_pipeline_parallelism,
-                          (long long)s->dcn_pipeline_parallelism);
+                          (long long)ici, (long long)dcn);
     }
-    if (!ur_family_find_block(s)->pipelinable) {
+    if (!ur_family_find_block(s, w->k)->pipelinable) {
         return ur_err_set(err, UR_EUNSUPPORTED,
                           "pipeline-parallel checkpoint with decoder_block %s%s: unrolling its "
                           "pipeline stacks is not supported",
                           s->decoder_block,
-                          s->inhomogeneous_layer_cycle_interval > 1
-                              ? " and inhomogeneous_layer_cycle_interval > 1"
-                              : "");
+                          ur_plan__cycle(w->k) > 1 ? " and inhomogeneous_layer_cycle_interval > 1"
+                                                   : "");
     }
-    if (__builtin_mul_overflow(s->ici_pipeline_parallelism, s->dcn_pipeline_parallelism, &st) ||
-        st > (1 << 20)) {
+    if (__builtin_mul_overflow(ici, dcn, &st) || st > (1 << 20)) {
         return ur_err_set(err, UR_EINVAL, "pipeline stages overflow");
     }
-    lps = s->num_layers_per_pipeline_stage;
+    lps = ur_family_int(w->k, &k_layers_per_stage);
     /* types.py: -1 pipelines every layer, DeepSeek's MoE layers */
-    p = s->pipeline_parallel_layers;
+    p = ur_family_int(w->k, &k_parallel_layers);
     if (p == -1) {
-        p = deepseek ? nl - s->first_num_dense_layers : nl;
+        p = deepseek ? nl - ur_family_int(w->k, &ur_key_first_num_dense_layers) : nl;
     }
     if (lps < 1 || lps > (1 << 20) || p < 1 || p > nl || p > (1 << 20)) {
         return ur_err_set(err, UR_EINVAL,
@@ -106,7 +133,7 @@ static int setup(ur_plan_walk *w, ur_err *err)
                           "do not fit num_decoder_layers=%lld",
                           (long long)lps, (long long)p, (long long)nl);
     }
-    r = s->num_pipeline_repeats;
+    r = repeats;
     if (r == -1) {
         r = p / (st * lps);
     }
@@ -114,13 +141,12 @@ static int setup(ur_plan_walk *w, ur_err *err)
         return ur_err_set(err, UR_EINVAL,
                           "pipeline stages (%lld) x repeats (%lld) x layers per stage (%lld) "
                           "must equal pipeline_parallel_layers (%lld)",
-                          (long long)st, (long long)s->num_pipeline_repeats, (long long)lps,
-                          (long long)p);
+                          (long long)st, (long long)repeats, (long long)lps, (long long)p);
     }
     ps->stages = st;
     ps->repeats = r;
     ps->lps = lps;
-    ps->scanned = lps > 1 && s->scan_layers_per_stage;
+    ps->scanned = lps > 1 && ur_family_int(w->k, &k_scan_per_stage);
     return setup_groups(w, p, err);
 }
 
@@ -220,6 +246,7 @@ static int leaf(ur_plan_walk *w, const ur_plan_item *it, int *done, ur_err *err)
 
 const ur_plan_family ur_family_pipeline = {
     .name = "pipeline",
+    .keys = k_keys,
     .applies = applies,
     .setup = setup,
     .leaf = leaf,

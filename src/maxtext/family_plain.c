@@ -3,9 +3,10 @@
  * decoder/layers/R is decoder/layers_<i>/R. Pipelined with DeepSeek (family_pipeline.c). */
 #include "family.h"
 
-static int applies(const ur_settings *s)
+static int applies(const ur_settings *s, const ur_family_keys *k)
 {
     (void)s;
+    (void)k;
     return 1;
 }
 

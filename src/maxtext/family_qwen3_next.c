@@ -8,16 +8,16 @@
 
 #include <string.h>
 
-static int applies(const ur_settings *s)
+static int applies(const ur_settings *s, const ur_family_keys *k)
 {
-    return ur_plan__cycle(s) > 1 && strcmp(s->decoder_block, "qwen3_next") == 0;
+    return ur_plan__cycle(k) > 1 && strcmp(s->decoder_block, "qwen3_next") == 0;
 }
 
 static int setup(ur_plan_walk *w, ur_err *err)
 {
     ur_plan_nested_state *st = UR_FAMILY_STATE(ur_plan_nested_state, w);
     int64_t nl = w->s->num_decoder_layers;
-    int64_t k = ur_plan__cycle(w->s);
+    int64_t k = ur_plan__cycle(w->k);
     w->plan->n_groups = 1;
     ur_plan__group_set(&w->plan->groups[0], "layers", nl / k, k, 0, "layers");
     st->n_remainder = nl % k;

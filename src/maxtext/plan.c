@@ -439,9 +439,10 @@ int ur_plan__sub_layer(const char *c, int64_t k, int64_t *j)
     return 1;
 }
 
-int64_t ur_plan__cycle(const ur_settings *s)
+int64_t ur_plan__cycle(const ur_family_keys *k)
 {
-    return s->inhomogeneous_layer_cycle_interval > 1 ? s->inhomogeneous_layer_cycle_interval : 1;
+    int64_t c = ur_family_int(k, &ur_key_inhomogeneous_layer_cycle_interval);
+    return c > 1 ? c : 1;
 }
 
 void ur_plan__group_set(ur_plan_group *g, const char *name, int64_t n_layers, int64_t cycle,
@@ -461,7 +462,9 @@ void ur_plan__group_set(ur_plan_group *g, const char *name, int64_t n_layers, in
 static int refuse_foreign_stacks(const ur_plan_walk *w, ur_err *err)
 {
     const ur_settings *s = w->s;
+    size_t n_engram = 0;
     int has_pipe = 0;
+    (void)ur_family_list(w->k, &ur_key_engram_layers, &n_engram);
     for (size_t i = 0; i < w->n && w->plan->unrolled; i++) {
         const ur_plan_leaf *l = &w->leaves[i];
         for (size_t c = 0; c + 1 < l->path_len; c++) {
@@ -473,7 +476,7 @@ static int refuse_foreign_stacks(const ur_plan_walk *w, ur_err *err)
             }
             if ((strncmp(l->path[c + 1], "dense_layers_", 13) == 0 ||
                  strncmp(l->path[c + 1], "moe_layers_", 11) == 0) &&
-                (s->n_engram_layers == 0 || strcmp(s->decoder_block, "deepseek") != 0)) {
+                (n_engram == 0 || strcmp(s->decoder_block, "deepseek") != 0)) {
                 return ur_err_set(err, UR_EINVAL,
                                   "decoder/%s: the checkpoint has DeepSeek Engram layer chunks "
                                   "but the config has no engram_layers (decoder_block=%s)",
@@ -486,14 +489,15 @@ static int refuse_foreign_stacks(const ur_plan_walk *w, ur_err *err)
                           "the checkpoint has a pipeline stack (decoder/pipeline_module) but the "
                           "config has no pipeline parallelism (ici_pipeline_parallelism=%lld, "
                           "dcn_pipeline_parallelism=%lld)",
-                          (long long)s->ici_pipeline_parallelism,
-                          (long long)s->dcn_pipeline_parallelism);
+                          (long long)ur_family_int(w->k, &ur_key_ici_pipeline_parallelism),
+                          (long long)ur_family_int(w->k, &ur_key_dcn_pipeline_parallelism));
     }
     return UR_OK;
 }
 
 /* Layer counts a family's formula gave that no checkpoint can have. */
-static int check_group_counts(const ur_plan *plan, const ur_settings *s, ur_err *err)
+static int check_group_counts(const ur_plan *plan, const ur_settings *s, const ur_family_keys *k,
+                              ur_err *err)
 {
     for (size_t g = 0; g < plan->n_groups; g++) {
         if (plan->unrolled && plan->groups[g].n_layers > (1 << 20)) {
@@ -506,7 +510,7 @@ static int check_group_counts(const ur_plan *plan, const ur_settings *s, ur_err 
                               "first_num_dense_layers=%lld)",
                               plan->groups[g].name, (long long)plan->groups[g].n_layers,
                               (long long)s->num_decoder_layers,
-                              (long long)s->first_num_dense_layers);
+                              (long long)ur_family_int(k, &ur_key_first_num_dense_layers));
         }
     }
     return UR_OK;
@@ -527,7 +531,7 @@ static int setup_groups(ur_plan_walk *w, const ur_plan_family *fam, ur_err *err)
     if (rc < 0 || fam->pipeline) {
         return rc;
     }
-    return check_group_counts(w->plan, w->s, err);
+    return check_group_counts(w->plan, w->s, w->k, err);
 }
 
 /* 1 when another array leaf sharing l's first `depth` key components has length `nl` on
@@ -1027,18 +1031,34 @@ static int add_linen_extras(ur_plan *plan, ur_err *err)
     return UR_OK;
 }
 
+int ur_plan_validate_keys(const ur_settings *s, ur_err *err)
+{
+    ur_family_keys k;
+    int rc = ur_family_keys_resolve(&k, s->config, err);
+    ur_family_keys_dispose(&k);
+    return rc;
+}
+
 int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_settings *s,
                   ur_plan_input input, ur_err *err)
 {
-    const ur_plan_family *fam = ur_family_find(s);
+    const ur_plan_family *fam;
+    ur_family_keys keys;
     ur_plan_walk w;
     ur_plan *plan = NULL;
     int rc;
 
     memset(&w, 0, sizeof w);
+    /* the families' own keys, typed and checked once for the whole walk */
+    rc = ur_family_keys_resolve(&keys, s->config, err);
+    if (rc < 0) {
+        goto out;
+    }
+    fam = ur_family_find(s, &keys);
     plan = ur_calloc(1, sizeof *plan);
     if (!plan) {
-        return ur_err_oom(err);
+        rc = ur_err_oom(err);
+        goto out;
     }
     ur_pool_init(&plan->pool);
     plan->actions = ur_calloc(n ? n : 1, sizeof *plan->actions);
@@ -1048,6 +1068,7 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
     }
     w.plan = plan;
     w.s = s;
+    w.k = &keys;
     w.leaves = leaves;
     w.n = n;
     w.lora = input == UR_PLAN_INPUT_LORA;
@@ -1091,5 +1112,6 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
     rc = UR_OK;
 out:
     ur_plan_free(plan);
+    ur_family_keys_dispose(&keys);
     return rc;
 }

@@ -2,7 +2,9 @@
  *
  *   config_tool config <config.yml> [key=value ...]
  *
- * prints {"config": <merged config>, "settings": <resolved settings>} as JSON on stdout.
+ * prints {"config": <merged config>, "settings": <resolved settings>} as JSON on stdout. The
+ * layout families' own keys are checked as the planner checks them (ur_plan_validate_keys),
+ * and first_num_dense_layers, one of them, is printed among the settings as the config has it.
  * On failure it prints "error: <message>" on stderr and exits 2 for a bad configuration
  * (UR_EINVAL, as MaxText's pyconfig exits 2), 3 for I/O errors, 1 otherwise. */
 #include "config/config_impl.h"
@@ -28,9 +30,14 @@ static int emit_str(ur_buf *b, const char *key, const char *v, ur_err *err)
     return rc == UR_OK ? ur_buf_append_str(b, ", ", err) : rc;
 }
 
-static int emit_settings(ur_buf *b, const ur_settings *s, ur_err *err)
+static int emit_settings(ur_buf *b, const ur_config *cfg, const ur_settings *s, ur_err *err)
 {
-    int rc = ur_buf_append_str(b, "{", err);
+    int64_t dense = 0; /* MaxText's default when the config lacks it */
+    int rc = ur_config_get_int(cfg, "first_num_dense_layers", &dense, err);
+    rc = rc == UR_ENOTFOUND ? UR_OK : rc;
+    if (rc == UR_OK) {
+        rc = ur_buf_append_str(b, "{", err);
+    }
     if (rc == UR_OK) {
         rc = emit_str(b, "load_full_state_path", s->load_full_state_path, err);
     }
@@ -71,7 +78,7 @@ static int emit_settings(ur_buf *b, const ur_settings *s, ur_err *err)
             s->use_zarr3 ? "true" : "false", (long long)s->target_data_file_size,
             (long long)s->param_scan_axis, (long long)s->global_parameter_scale,
             (long long)s->base_num_decoder_layers, (long long)s->num_decoder_layers,
-            (long long)s->first_num_dense_layers);
+            (long long)dense);
     }
     for (size_t i = 0; rc == UR_OK && i < s->n_axis_rules; i++) {
         const ur_axis_rule *r = &s->axis_rules[i];
@@ -120,8 +127,12 @@ int main(int argc, char **argv)
     opts.n_overrides = (size_t)(argc - 3);
     opts.envp = (const char *const *)environ;
     rc = ur_config_load(&cfg, &opts, &err);
+    if (rc == UR_OK) {
+        rc = ur_plan_validate_keys(ur_config_settings(cfg), &err);
+    }
     if (rc < 0) {
         fprintf(stderr, "error: %s\n", err.msg);
+        ur_config_free(cfg);
         return exit_status(rc);
     }
     ur_buf_init(&b, 0);
@@ -133,7 +144,7 @@ int main(int argc, char **argv)
         rc = ur_buf_append_str(&b, ", \"settings\": ", &err);
     }
     if (rc == UR_OK) {
-        rc = emit_settings(&b, ur_config_settings(cfg), &err);
+        rc = emit_settings(&b, cfg, ur_config_settings(cfg), &err);
     }
     if (rc == UR_OK) {
         rc = ur_buf_append_str(&b, "}\n", &err);

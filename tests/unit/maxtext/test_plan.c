@@ -2,11 +2,13 @@
 #include "ur_test.h"
 
 #include "unroll/alloc.h"
+#include "unroll/config.h"
 #include "unroll/plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAXL 32
 
@@ -32,6 +34,111 @@ static const ur_axis_rule k_rules[] = {
     {"circular_repeats", NULL, 0},
     {"embed", k_fsdp, 1},
 };
+
+/* ---- the layout families' config keys ---------------------------------------------------- */
+
+/* Each family declares and reads its own keys (src/maxtext/family_<name>.c) from the config the
+ * settings came from, s->config. A test sets one with set_key(&s, "key=value"): a config is
+ * loaded from k_family_yml with the overrides s's config had plus this one (the key replaced),
+ * and s points at it. The configs live until the group's teardown. */
+#define MAX_CFGS 160
+#define MAX_OV 12
+
+typedef struct {
+    ur_config *cfg;
+    char ov[MAX_OV][96];
+    size_t n;
+} tcfg;
+
+static tcfg g_cfgs[MAX_CFGS];
+static size_t g_n_cfgs;
+static char g_dir[64];
+static char g_yml[128];
+
+/* The families' keys at MaxText's defaults (base.yml): an override must name a config key. */
+static const char k_family_yml[] = "decoder_block: \"llama2\"\n"
+                                   "first_num_dense_layers: 0\n"
+                                   "inhomogeneous_layer_cycle_interval: 1\n"
+                                   "first_num_hash_layers: 0\n"
+                                   "ici_pipeline_parallelism: 1\n"
+                                   "dcn_pipeline_parallelism: 1\n"
+                                   "num_layers_per_pipeline_stage: 1\n"
+                                   "num_pipeline_repeats: -1\n"
+                                   "pipeline_parallel_layers: -1\n"
+                                   "scan_layers_per_stage: false\n"
+                                   "engram_layers: []\n";
+
+static int group_setup(void **state)
+{
+    FILE *f;
+    (void)state;
+    ur_test_scratch_dir(g_dir, sizeof g_dir, "plan");
+    snprintf(g_yml, sizeof g_yml, "%s/base.yml", g_dir);
+    f = fopen(g_yml, "w");
+    if (f == NULL || fputs(k_family_yml, f) < 0 || fclose(f) != 0) {
+        return -1;
+    }
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < g_n_cfgs; i++) {
+        ur_config_free(g_cfgs[i].cfg);
+    }
+    g_n_cfgs = 0;
+    remove(g_yml);
+    rmdir(g_dir);
+    return 0;
+}
+
+/* A config of k_family_yml with the overrides s's config had and `kv`; UR_OK and s->config
+ * set, or the load's error. */
+static int load_key(ur_settings *s, const char *kv, ur_err *err)
+{
+    tcfg *c = &g_cfgs[g_n_cfgs];
+    const char *ov[MAX_OV];
+    size_t klen = strcspn(kv, "=");
+    ur_config_opts o;
+    int rc;
+    assert_true(g_n_cfgs < MAX_CFGS);
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < g_n_cfgs && s->config != NULL; i++) {
+        if (g_cfgs[i].cfg == s->config) {
+            for (size_t j = 0; j < g_cfgs[i].n; j++) {
+                if (strncmp(g_cfgs[i].ov[j], kv, klen + 1) != 0) {
+                    snprintf(c->ov[c->n++], sizeof c->ov[0], "%s", g_cfgs[i].ov[j]);
+                }
+            }
+        }
+    }
+    assert_true(c->n < MAX_OV);
+    snprintf(c->ov[c->n++], sizeof c->ov[0], "%s", kv);
+    for (size_t j = 0; j < c->n; j++) {
+        ov[j] = c->ov[j];
+    }
+    memset(&o, 0, sizeof o);
+    o.config_path = g_yml;
+    o.overrides = ov;
+    o.n_overrides = c->n;
+    o.cwd = "/tmp";
+    o.now = 1700000000;
+    rc = ur_config_load(&c->cfg, &o, err);
+    if (rc == UR_OK) {
+        s->config = c->cfg;
+        g_n_cfgs++;
+    }
+    return rc;
+}
+
+static void set_key(ur_settings *s, const char *kv)
+{
+    ur_err err;
+    if (load_key(s, kv, &err) != UR_OK) {
+        fail_msg("config with %s: %s", kv, err.msg);
+    }
+}
 
 static ur_settings base_settings(void)
 {
@@ -413,12 +520,12 @@ static void test_plan__nnx_aux_nested_refused(void **state)
     /* pipelined DeepSeek's router bias (routed_bias=true), outside the stack as in it */
     s.decoder_block = "deepseek";
     s.num_decoder_layers = 3;
-    s.first_num_dense_layers = 1;
-    s.ici_pipeline_parallelism = 2;
-    s.dcn_pipeline_parallelism = 1;
-    s.num_layers_per_pipeline_stage = 1;
-    s.num_pipeline_repeats = -1;
-    s.pipeline_parallel_layers = -1;
+    set_key(&s, "first_num_dense_layers=1");
+    set_key(&s, "ici_pipeline_parallelism=2");
+    set_key(&s, "dcn_pipeline_parallelism=1");
+    set_key(&s, "num_layers_per_pipeline_stage=1");
+    set_key(&s, "num_pipeline_repeats=-1");
+    set_key(&s, "pipeline_parallel_layers=-1");
     ts.n = 0;
     add(&ts, "params/params/decoder/dense_layers/mlp/wi", UR_DT_FLOAT32, "6,1,16", NULL);
     add(&ts, "params/params/decoder/pipeline_module/layers/mlp/wi", UR_DT_FLOAT32, "2,6,16", NULL);
@@ -627,7 +734,7 @@ static void test_plan__deepseek_groups(void **state)
     (void)state;
     s.decoder_block = "deepseek";
     s.num_decoder_layers = 5;
-    s.first_num_dense_layers = 2;
+    set_key(&s, "first_num_dense_layers=2");
     s.pure_nnx = 0;
     ts.n = 0;
     add(&ts, "params/params/decoder/dense_layers/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,2,16", NULL);
@@ -731,7 +838,7 @@ static void test_plan__unrecognised_layout(void **state)
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_LORA, &err), UR_EINVAL);
     s.num_decoder_layers = 1;
     s.decoder_block = "deepseek";
-    s.first_num_dense_layers = 2;
+    set_key(&s, "first_num_dense_layers=2");
     linen_full_state(&ts);
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "-1 layers"));
@@ -796,7 +903,7 @@ static void test_plan__inhomogeneous_cycle(void **state)
     /* llama4: K = 4, 8 layers -> 2 blocks; block b of layers_<j> is layer b*4 + j */
     s.decoder_block = "llama4";
     s.num_decoder_layers = 8;
-    s.inhomogeneous_layer_cycle_interval = 4;
+    set_key(&s, "inhomogeneous_layer_cycle_interval=4");
     ts.n = 0;
     add(&ts, "params/params/decoder/layers/layers_1/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,2,16",
         NULL);
@@ -813,16 +920,16 @@ static void test_plan__inhomogeneous_cycle(void **state)
     assert_int_equal(plan->groups[0].cycle, 4);
     ur_plan_free(plan);
     /* K unknown (1): the block axis has 2, not 8 -> error naming the leaf, never NaN slices */
-    s.inhomogeneous_layer_cycle_interval = 1;
+    set_key(&s, "inhomogeneous_layer_cycle_interval=1");
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "decoder/layers/layers_1/mlp"));
     assert_non_null(strstr(err.msg, "expected 8"));
     /* N not a multiple of K */
-    s.inhomogeneous_layer_cycle_interval = 3;
+    set_key(&s, "inhomogeneous_layer_cycle_interval=3");
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "not a multiple"));
     /* a sub-layer index >= K (layers_3 with K = 2; 4 layers -> 2 blocks) */
-    s.inhomogeneous_layer_cycle_interval = 2;
+    set_key(&s, "inhomogeneous_layer_cycle_interval=2");
     s.num_decoder_layers = 4;
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "layers_<j> or layer_<j>"));
@@ -830,7 +937,7 @@ static void test_plan__inhomogeneous_cycle(void **state)
     ts.n = 0;
     add(&ts, "params/params/decoder/layers/layer_2/attn/scale", UR_DT_BFLOAT16, "6,3", NULL);
     s.decoder_block = "qwen3_next";
-    s.inhomogeneous_layer_cycle_interval = 3;
+    set_key(&s, "inhomogeneous_layer_cycle_interval=3");
     s.num_decoder_layers = 9;
     plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
     expect_out(plan, 0, q2, 3);
@@ -885,7 +992,7 @@ static void test_plan__vision_encoder_copied(void **state)
     (void)state;
     s.decoder_block = "llama4";
     s.num_decoder_layers = 8; /* 2 blocks of 4 */
-    s.inhomogeneous_layer_cycle_interval = 4;
+    set_key(&s, "inhomogeneous_layer_cycle_interval=4");
     ts.n = 0;
     add(&ts, "params/params/decoder/layers/layers_0/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,2,16",
         NULL);
@@ -906,7 +1013,7 @@ static void test_plan__vision_encoder_copied(void **state)
     /* gemma3, 7 layers: a block of 6 and a remainder of 1; encoderblock_<i> beside them */
     s.decoder_block = "gemma3";
     s.num_decoder_layers = 7;
-    s.inhomogeneous_layer_cycle_interval = 0;
+    set_key(&s, "inhomogeneous_layer_cycle_interval=0");
     ts.n = 0;
     add(&ts, "params/params/decoder/layers/layers_5/mlp/wo/kernel", UR_DT_FLOAT32, "4,1,6", NULL);
     add(&ts, "params/params/decoder/layers_remainder/layers_0/mlp/wo/kernel", UR_DT_FLOAT32, "4,6",
@@ -934,7 +1041,7 @@ static void test_plan__deepseek4_hash_layers_and_blocks(void **state)
     (void)state;
     s.decoder_block = "deepseek4";
     s.num_decoder_layers = 5;
-    s.first_num_hash_layers = 1;
+    set_key(&s, "first_num_hash_layers=1");
     ts.n = 0;
     add(&ts, "params/params/decoder/layers_0/attn/wq", UR_DT_FLOAT32, "4,6", NULL);
     add(&ts, "params/params/decoder/scanned_blocks/layers_1/attn/wq", UR_DT_FLOAT32, "4,2,6",
@@ -970,12 +1077,12 @@ static void test_plan__pipeline_stacks(void **state)
         w[k] = want[k];
     }
     /* R=2, S=2, lps=3 scanned: [R, S, E, lps, M], axes {0, 1, 3}; 2 layers outside */
-    s.ici_pipeline_parallelism = 2;
-    s.dcn_pipeline_parallelism = 1;
-    s.num_layers_per_pipeline_stage = 3;
-    s.num_pipeline_repeats = -1;
-    s.pipeline_parallel_layers = 12;
-    s.scan_layers_per_stage = 1;
+    set_key(&s, "ici_pipeline_parallelism=2");
+    set_key(&s, "dcn_pipeline_parallelism=1");
+    set_key(&s, "num_layers_per_pipeline_stage=3");
+    set_key(&s, "num_pipeline_repeats=-1");
+    set_key(&s, "pipeline_parallel_layers=12");
+    set_key(&s, "scan_layers_per_stage=1");
     s.num_decoder_layers = 14;
     ts.n = 0;
     add(&ts, "decoder/pipeline_module/layers/scanned_layers/mlp/wi_0/kernel/value", UR_DT_FLOAT32,
@@ -999,10 +1106,10 @@ static void test_plan__pipeline_stacks(void **state)
     ur_plan_free(plan);
 
     /* no repeats (R=1), one layer per stage: [S, ...] on axis 0 */
-    s.num_layers_per_pipeline_stage = 1;
-    s.scan_layers_per_stage = 0;
-    s.pipeline_parallel_layers = -1;
-    s.num_pipeline_repeats = -1;
+    set_key(&s, "num_layers_per_pipeline_stage=1");
+    set_key(&s, "scan_layers_per_stage=0");
+    set_key(&s, "pipeline_parallel_layers=-1");
+    set_key(&s, "num_pipeline_repeats=-1");
     s.num_decoder_layers = 2;
     ts.n = 0;
     add(&ts, "params/params/decoder/pipeline_module/layers/mlp/wi_0/kernel", UR_DT_FLOAT32,
@@ -1015,7 +1122,7 @@ static void test_plan__pipeline_stacks(void **state)
     ur_plan_free(plan);
 
     /* sequential stage of 2 (layers_<j>), R=2, S=2: out[r*S + s] = layers_<(r*S+s)*2 + j> */
-    s.num_layers_per_pipeline_stage = 2;
+    set_key(&s, "num_layers_per_pipeline_stage=2");
     s.num_decoder_layers = 8;
     ts.n = 0;
     add(&ts, "decoder/pipeline_module/layers/layers_1/attn/wq/value", UR_DT_FLOAT32, "2,2,6,4",
@@ -1045,12 +1152,12 @@ static void test_plan__pipeline_deepseek(void **state)
     /* 1 dense + 6 MoE layers; 4 pipelined (S=2, R=2): MoE layers 2..5 <- (r * 2 + s) + 2 */
     s.decoder_block = "deepseek";
     s.num_decoder_layers = 7;
-    s.first_num_dense_layers = 1;
-    s.ici_pipeline_parallelism = 2;
-    s.dcn_pipeline_parallelism = 1;
-    s.num_layers_per_pipeline_stage = 1;
-    s.num_pipeline_repeats = -1;
-    s.pipeline_parallel_layers = 4;
+    set_key(&s, "first_num_dense_layers=1");
+    set_key(&s, "ici_pipeline_parallelism=2");
+    set_key(&s, "dcn_pipeline_parallelism=1");
+    set_key(&s, "num_layers_per_pipeline_stage=1");
+    set_key(&s, "num_pipeline_repeats=-1");
+    set_key(&s, "pipeline_parallel_layers=4");
     ts.n = 0;
     add(&ts, "params/params/decoder/pipeline_module/layers/mlp/wi_0/kernel", UR_DT_FLOAT32,
         "2,2,6,16", NULL);
@@ -1074,7 +1181,7 @@ static void test_plan__pipeline_deepseek(void **state)
 
     /* pipeline_parallel_layers -1: every MoE layer (types.py), none outside */
     s.num_decoder_layers = 5;
-    s.pipeline_parallel_layers = -1;
+    set_key(&s, "pipeline_parallel_layers=-1");
     ts.n = 0;
     add(&ts, "params/params/decoder/pipeline_module/layers/mlp/wi_0/kernel", UR_DT_FLOAT32,
         "2,2,6,16", NULL);
@@ -1100,33 +1207,33 @@ static void test_plan__pipeline_errors(void **state)
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "pipeline_module"));
     /* 4 layers, S=2, lps=1 -> R=2: fits; S=4 -> R=1 but the leaf has [2, 2]: shape error */
-    s.ici_pipeline_parallelism = 2;
-    s.dcn_pipeline_parallelism = 1;
-    s.num_layers_per_pipeline_stage = 1;
-    s.num_pipeline_repeats = -1;
-    s.pipeline_parallel_layers = -1;
+    set_key(&s, "ici_pipeline_parallelism=2");
+    set_key(&s, "dcn_pipeline_parallelism=1");
+    set_key(&s, "num_layers_per_pipeline_stage=1");
+    set_key(&s, "num_pipeline_repeats=-1");
+    set_key(&s, "pipeline_parallel_layers=-1");
     ur_plan_free(build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS));
-    s.ici_pipeline_parallelism = 4;
+    set_key(&s, "ici_pipeline_parallelism=4");
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "expected 4"));
     /* stages x repeats x lps must equal the pipelined layers */
-    s.ici_pipeline_parallelism = 3;
+    set_key(&s, "ici_pipeline_parallelism=3");
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "must equal"));
     /* a scanned stage must be under scanned_layers */
-    s.ici_pipeline_parallelism = 2;
-    s.num_layers_per_pipeline_stage = 2;
-    s.num_pipeline_repeats = 1;
-    s.scan_layers_per_stage = 1;
+    set_key(&s, "ici_pipeline_parallelism=2");
+    set_key(&s, "num_layers_per_pipeline_stage=2");
+    set_key(&s, "num_pipeline_repeats=1");
+    set_key(&s, "scan_layers_per_stage=1");
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "scanned_layers"));
     /* DeepSeek pipelines only its MoE layers; a pipelined gemma4 is refused */
     s.decoder_block = "deepseek";
-    s.num_pipeline_repeats = -1;
-    s.num_layers_per_pipeline_stage = 1;
-    s.scan_layers_per_stage = 0;
-    s.first_num_dense_layers = 1;
-    s.pipeline_parallel_layers = 4;
+    set_key(&s, "num_pipeline_repeats=-1");
+    set_key(&s, "num_layers_per_pipeline_stage=1");
+    set_key(&s, "scan_layers_per_stage=0");
+    set_key(&s, "first_num_dense_layers=1");
+    set_key(&s, "pipeline_parallel_layers=4");
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "MoE layers"));
     s.decoder_block = "gemma4";
@@ -1149,7 +1256,7 @@ static void test_plan__qwen3_next_nested_blocks(void **state)
         w[k] = want[k];
     }
     s.decoder_block = "qwen3_next";
-    s.inhomogeneous_layer_cycle_interval = 4;
+    set_key(&s, "inhomogeneous_layer_cycle_interval=4");
     s.num_decoder_layers = 10; /* 2 blocks + 2 remainder layers */
     ts.n = 0;
     add(&ts, "decoder/layers/local_layers/mlp/wi/value", UR_DT_FLOAT32, "6,2,3,16", NULL);
@@ -1259,7 +1366,7 @@ static void test_plan__mtp_layer(void **state)
     (void)state;
     s.decoder_block = "deepseek";
     s.num_decoder_layers = 2;
-    s.first_num_dense_layers = 1;
+    set_key(&s, "first_num_dense_layers=1");
     ts.n = 0;
     add(&ts, "decoder/dense_layers/mlp/wi/value", UR_DT_FLOAT32, "6,1,16", NULL);
     add(&ts, "decoder/moe_layers/mlp/wi/value", UR_DT_FLOAT32, "6,1,16", NULL);
@@ -1325,7 +1432,7 @@ static void test_plan__mtp_layer(void **state)
 
     /* gpt-oss: MaxText cannot build its unscanned MTP layer */
     s.decoder_block = "gpt_oss";
-    s.inhomogeneous_layer_cycle_interval = 2;
+    set_key(&s, "inhomogeneous_layer_cycle_interval=2");
     s.num_decoder_layers = 2;
     ts.n = 0;
     add(&ts, "decoder/layers/layers_0/mlp/wi/value", UR_DT_FLOAT32, "6,1,16", NULL);
@@ -1353,16 +1460,13 @@ static void test_plan__mtp_layer(void **state)
 /* DeepSeek Engram: scanned chunks named by absolute layer index around unscanned Engram layers
  * (6 layers, 3 dense, Engram on 1 and 3), into the scan_layers=false model's dense_layers_<i>
  * and moe_layers_<i - 3>, the Engram weights dropped (that model has none). */
-static const int64_t k_engram_layers[] = {1, 3};
-
 static ur_settings engram_settings(void)
 {
     ur_settings s = base_settings();
     s.decoder_block = "deepseek";
     s.num_decoder_layers = 6;
-    s.first_num_dense_layers = 3;
-    s.engram_layers = k_engram_layers;
-    s.n_engram_layers = 2;
+    set_key(&s, "first_num_dense_layers=3");
+    set_key(&s, "engram_layers=[1, 3]");
     s.pure_nnx = 0;
     return s;
 }
@@ -1443,7 +1547,6 @@ static void test_plan__deepseek_engram_errors(void **state)
     tset ts;
     ur_settings s = engram_settings();
     ur_err err;
-    static const int64_t other[] = {3};
     (void)state;
     /* a chunk length the config does not give */
     engram_tree(&ts);
@@ -1452,8 +1555,7 @@ static void test_plan__deepseek_engram_errors(void **state)
     assert_non_null(strstr(err.msg, "expected 2"));
     assert_non_null(strstr(err.msg, "moe_layers_4_5"));
     /* a chunk MaxText does not build for these engram_layers */
-    s.engram_layers = other;
-    s.n_engram_layers = 1;
+    set_key(&s, "engram_layers=[3]");
     engram_tree(&ts);
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_FULL_STATE, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "decoder/dense_layers_0_0: not a layer stack"));
@@ -1487,7 +1589,7 @@ static void test_plan__deepseek_engram_errors(void **state)
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "dense_layers_00_0: not a layer stack"));
     /* first_num_dense_layers past the layers */
-    s.first_num_dense_layers = 7;
+    set_key(&s, "first_num_dense_layers=7");
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "first_num_dense_layers=7"));
 }
@@ -1511,6 +1613,58 @@ static void test_plan__unsupported_stacks(void **state)
     s.decoder_block = "llama2";
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "no engram_layers (decoder_block=llama2)"));
+}
+
+/* A family's key is typed and checked by the planner (the config loads: the key is one of
+ * its keys), whichever family the config turns out to be; the message names the key. A key
+ * no config has is refused by the load, as before. */
+static void test_plan__family_keys_checked(void **state)
+{
+    static const struct {
+        const char *kv, *msg;
+    } k_bad[] = {
+        {"first_num_dense_layers=abc",
+         "config key 'first_num_dense_layers': expected an int, got str 'abc'"},
+        {"first_num_dense_layers=-1",
+         "config key 'first_num_dense_layers': must be >= 0 (got -1)"},
+        {"engram_layers=[1, x]", "config key 'engram_layers': expected an int, got str 'x'"},
+        {"engram_layers=5", "config key 'engram_layers': expected a list of ints, got int"},
+        {"scan_layers_per_stage=maybe", "config key 'scan_layers_per_stage': expected a bool"},
+        {"first_num_hash_layers=1.5", "config key 'first_num_hash_layers': expected an int"},
+        {"ici_pipeline_parallelism=null",
+         "config key 'ici_pipeline_parallelism': expected an int"},
+    };
+    tset ts;
+    ur_err err;
+    (void)state;
+    for (size_t i = 0; i < sizeof k_bad / sizeof k_bad[0]; i++) {
+        ur_settings s = base_settings(); /* llama2: none of these is its family's */
+        ts.n = 0;
+        add(&ts, "params/params/decoder/layers/mlp/wi_0/kernel", UR_DT_FLOAT32, "16,4,16", NULL);
+        assert_int_equal(load_key(&s, k_bad[i].kv, &err), UR_OK);
+        assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
+        if (!strstr(err.msg, k_bad[i].msg)) {
+            fail_msg("%s: '%s' lacks '%s'", k_bad[i].kv, err.msg, k_bad[i].msg);
+        }
+        memset(&err, 0, sizeof err);
+        assert_int_equal(ur_plan_validate_keys(&s, &err), UR_EINVAL);
+        assert_non_null(strstr(err.msg, k_bad[i].msg));
+    }
+    /* good values pass, and so does a config-less settings (every key at its default) */
+    {
+        ur_settings s = base_settings();
+        assert_int_equal(ur_plan_validate_keys(&s, &err), UR_OK);
+        set_key(&s, "first_num_dense_layers='2'");
+        set_key(&s, "engram_layers=null");
+        assert_int_equal(ur_plan_validate_keys(&s, &err), UR_OK);
+    }
+    /* a key no family (and no config) has: the load refuses it, naming it */
+    {
+        ur_settings s = base_settings();
+        assert_int_equal(load_key(&s, "first_num_sparse_layers=1", &err), UR_EINVAL);
+        assert_non_null(strstr(err.msg, "unknown config key 'first_num_sparse_layers'"));
+        assert_null(s.config);
+    }
 }
 
 int main(void)
@@ -1545,6 +1699,7 @@ int main(void)
         cmocka_unit_test(test_plan__deepseek_engram),
         cmocka_unit_test(test_plan__deepseek_engram_errors),
         cmocka_unit_test(test_plan__unsupported_stacks),
+        cmocka_unit_test(test_plan__family_keys_checked),
     };
-    return cmocka_run_group_tests_name("plan", tests, NULL, NULL);
+    return cmocka_run_group_tests_name("plan", tests, group_setup, group_teardown);
 }
