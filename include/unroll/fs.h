@@ -112,6 +112,13 @@ int ur_fs_mkdirs(const char *path, ur_err *err);
 int ur_fs_mkdirs_under(const char *root, const char *path, ur_err *err);
 /* fsync a directory so a rename or create inside it is durable. */
 int ur_fs_fsync_dir(const char *path, ur_err *err);
+/* rename(from, to) (not made durable: see ur_fs_rename_into_place). UR_EIO naming `from`
+ * and `to` when it fails (UR_ENOTFOUND when `from` is not there). */
+int ur_fs_rename(const char *from, const char *to, ur_err *err);
+/* The identity of what `path` names itself (lstat: a link is not followed), which a rename
+ * keeps: its device and inode. UR_ENOTFOUND when nothing is there. */
+int ur_fs_identity(const char *path, unsigned long long *dev, unsigned long long *ino,
+                   ur_err *err);
 /* rename(from, to), then fsync of to's parent directory, so the new name is durable (the
  * publication of a finished directory). UR_EIO naming `to` when the rename fails. */
 int ur_fs_rename_into_place(const char *from, const char *to, ur_err *err);

@@ -605,6 +605,11 @@ int ur_job_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
         goto out;
     }
     s = ur_config_settings(cfg);
+    /* the families' own keys, refused as the others are: before any I/O */
+    rc = ur_plan_validate_keys(s, err);
+    if (rc < 0) {
+        goto out;
+    }
     rc = ur_job_run_input(&in_path, &kind, s, o->dry_run, err);
     if (rc < 0) {
         goto out;

@@ -1,7 +1,7 @@
 /* A conversion shared by several processes: the staging directory, the shares' completion
  * markers, the exclusive claim of the finish, and the finish itself (merge + metadata +
  * publication). See include/unroll/job_share.h. */
-#define _GNU_SOURCE /* gethostname in older glibc headers */
+#define _POSIX_C_SOURCE 200809L
 
 #include "job_finish.h"
 #include "job_ledger.h"
@@ -16,14 +16,10 @@
 #include "unroll/orbax.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define FINISH_LOCK "finish.lock" /* held by the finisher (finish_enter) */
@@ -184,9 +180,9 @@ static int units_taken(const ur_job_share *s)
 
 static int same_inode(const char *path, unsigned long long dev, unsigned long long ino)
 {
-    struct stat st;
-    return lstat(path, &st) == 0 && (unsigned long long)st.st_dev == dev &&
-           (unsigned long long)st.st_ino == ino;
+    unsigned long long d = 0, i = 0;
+    ur_err ignored;
+    return ur_fs_identity(path, &d, &i, &ignored) == UR_OK && d == dev && i == ino;
 }
 
 /* One decimal field of a journal line and the spaces after it; false when there is none (a
@@ -222,10 +218,7 @@ static int recover_line(ur_job_share *s, const char *line, ur_err *err)
                           line);
     }
     if (!same_inode(s->staged[k], dev, ino) && same_inode(where, dev, ino)) {
-        if (rename(where, s->staged[k]) != 0) {
-            return ur_err_set_os(err, UR_EIO, errno, where,
-                                 "cannot move the finished unit back to %s", s->staged[k]);
-        }
+        return ur_fs_rename(where, s->staged[k], err); /* the finished unit back */
     }
     return UR_OK;
 }
@@ -592,8 +585,8 @@ int ur_job_share_save_progress(ur_job_share *s, uint64_t next_item, ur_err *err)
     if (rc == UR_OK) {
         rc = ur_fs_write_file(tmp, text, strlen(text), err);
     }
-    if (rc == UR_OK && rename(tmp, p) != 0) {
-        rc = ur_err_set_os(err, UR_EIO, errno, p, "cannot rename %s into place", tmp);
+    if (rc == UR_OK) {
+        rc = ur_fs_rename(tmp, p, err);
     }
     ur_free(p);
     ur_free(tmp);
@@ -652,7 +645,7 @@ static void remove_staging(const ur_job_share *s)
         return;
     }
     snprintf(trash, strlen(s->dest) + 40, "%s.%ld.unroll-tmp", s->dest, (long)getpid());
-    if (rename(s->staging, trash) == 0) {
+    if (ur_fs_rename(s->staging, trash, &ignored) == UR_OK) {
         ur_fs_remove_tree(trash, &ignored); /* the claim goes with it */
     } else {
         ur_fs_remove_tree(s->staging, &ignored); /* the name is taken: in place, then */
@@ -663,12 +656,9 @@ static void remove_staging(const ur_job_share *s)
 /* The journal line of unit k: its identity and where it goes first. */
 static int journal_line(const ur_job_share *s, size_t k, const char *to, ur_buf *j, ur_err *err)
 {
-    struct stat st;
-    if (lstat(s->staged[k], &st) != 0) {
-        return ur_err_set_os(err, UR_EIO, errno, s->staged[k], "cannot stat");
-    }
-    return ur_buf_printf(j, err, "%zu %llu %llu %s\n", k, (unsigned long long)st.st_dev,
-                         (unsigned long long)st.st_ino, to);
+    unsigned long long dev = 0, ino = 0;
+    int rc = ur_fs_identity(s->staged[k], &dev, &ino, err);
+    return rc == UR_OK ? ur_buf_printf(j, err, "%zu %llu %llu %s\n", k, dev, ino, to) : rc;
 }
 
 /* A publication that failed after the units were moved into its staging directory: they
@@ -718,10 +708,7 @@ static int publish(ur_job_share *s, const volatile sig_atomic_t *cancel, char **
         rc = ur_fs_fsync_dir(s->staging, err);
     }
     for (size_t i = 0; i < n && rc == UR_OK; i++) {
-        if (rename(s->staged[which[i]], ur_job_publish_staged(pub, i)) != 0) {
-            rc = ur_err_set_os(err, UR_EIO, errno, s->staged[which[i]], "cannot move to %s",
-                               ur_job_publish_staged(pub, i));
-        }
+        rc = ur_fs_rename(s->staged[which[i]], ur_job_publish_staged(pub, i), err);
     }
     if (rc == UR_OK) {
         ur_job_publish_on_failure(pub, take_units_back, s);

@@ -161,8 +161,8 @@ static int stage_adapter_config(const char *to, const ur_job *j, size_t k, ur_er
     if (rc == UR_OK && !ur_fs_exists(to)) {
         snprintf(tmp, strlen(to) + 32, "%s.%d.tmp", to, j->index);
         rc = ur_job_run_copy_file(from, tmp, err);
-        if (rc == UR_OK && rename(tmp, to) != 0) {
-            rc = ur_err_set_os(err, UR_EIO, errno, to, "cannot rename %s into place", tmp);
+        if (rc == UR_OK) {
+            rc = ur_fs_rename(tmp, to, err);
         }
     }
     ur_free(from);

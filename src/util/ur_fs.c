@@ -703,6 +703,27 @@ int ur_fs_make_named_temp_dir(char **out, const char *name, int *created, const 
     return UR_OK;
 }
 
+int ur_fs_rename(const char *from, const char *to, ur_err *err)
+{
+    if (rename(from, to) != 0) {
+        return ur_err_set_os(err, errno == ENOENT ? UR_ENOTFOUND : UR_EIO, errno, from,
+                             "cannot move to %s", to);
+    }
+    return UR_OK;
+}
+
+int ur_fs_identity(const char *path, unsigned long long *dev, unsigned long long *ino, ur_err *err)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        return ur_err_set_os(err, errno == ENOENT ? UR_ENOTFOUND : UR_EIO, errno, path,
+                             "cannot stat");
+    }
+    *dev = (unsigned long long)st.st_dev;
+    *ino = (unsigned long long)st.st_ino;
+    return UR_OK;
+}
+
 int ur_fs_rename_into_place(const char *from, const char *to, ur_err *err)
 {
     char *parent;
