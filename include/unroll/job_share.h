@@ -139,6 +139,13 @@ int ur_job_share_save_progress(ur_job_share *s, uint64_t next_item, ur_err *err)
 
 /* The resume point save_progress recorded for the current unit (0: none). */
 uint64_t ur_job_share_saved_progress(const ur_job_share *s);
+/* The same for unit k, and its recording (job_site_bucket.c: a unit's progress fetched from the
+ * store, to be continued by ur_job_share_unit_begin). */
+uint64_t ur_job_share_unit_saved_progress(const ur_job_share *s, size_t k);
+int ur_job_share_unit_save_progress(ur_job_share *s, size_t k, uint64_t next_item, ur_err *err);
+/* Where this process's share of step unit k keeps its metadata (shares/<index>[.u<k>]);
+ * ur_free it. */
+char *ur_job_share_unit_meta_dir(const ur_job_share *s, size_t k);
 
 /* Mark this process's share complete (after its writer committed); `summary` (one line) is
  * kept in the marker. */

@@ -86,6 +86,11 @@ int ur_job_rshare_is_done(ur_job_rshare *s, int i, int *done, ur_err *err);
 typedef struct ur_job_rprogress ur_job_rprogress;
 
 int ur_job_rprogress_open(ur_job_rprogress **out, const char *step, int index, ur_err *err);
+/* As ur_job_rprogress_open for step unit k of a run of several (LoRA): the database at
+ * `unit_at` (the unit's location: S itself for k = 0), the metadata and the mark under S's
+ * unroll-multi/shares/<index>.u<k> (unit k > 0), as the local staging names them. */
+int ur_job_rprogress_open_unit(ur_job_rprogress **out, const char *step, const char *unit_at,
+                               int index, size_t k, ur_err *err);
 void ur_job_rprogress_close(ur_job_rprogress *p);
 
 /* The store's mark: *next_item = its resume point (0: none), and the data files it lists are
@@ -143,10 +148,13 @@ int ur_job_rshare_open_units(ur_job_rshare **out, const char *checkpoint_dir,
                              const char *run_text, int *published, ur_err *err);
 
 /* Upload this process's complete share of every unit: dirs[k] the local database of step unit
- * k (meta_dirs[k] its metadata), or the local file of file unit k; then the done marker. */
+ * k (meta_dirs[k] its metadata), or the local file of file unit k; then the done marker. With
+ * progress[k] (step unit k's, read), over what it uploaded (ur_job_rprogress_upload with
+ * prune); without, objects a killed earlier attempt left are replaced. */
 int ur_job_rshare_upload_units(ur_job_rshare *s, const char *const *dirs,
-                               const char *const *meta_dirs, const char *summary,
-                               const volatile sig_atomic_t *cancel, ur_err *err);
+                               const char *const *meta_dirs, ur_job_rprogress *const *progress,
+                               const char *summary, const volatile sig_atomic_t *cancel,
+                               ur_err *err);
 
 /* `unroll merge` of a run staged in an object store: `checkpoint_dir` (or the step S itself).
  * Refused (UR_EIO naming them) when shares are missing; otherwise finished, whoever holds the

@@ -455,17 +455,21 @@ static char *unit_file(const ur_job_share *s, size_t k, const char *what)
                   : ur_path_joinf(s->staging, "shares/%d.u%zu%s", s->index, k, what);
 }
 
-static char *progress_path(const ur_job_share *s)
+char *ur_job_share_unit_meta_dir(const ur_job_share *s, size_t k)
 {
-    return unit_file(s, s->cur, ".progress");
+    return unit_file(s, k, "");
 }
 
-/* The saved resume point of the current unit, 0 when none (or unreadable: the unit is then
- * redone). */
-static uint64_t saved_progress(const ur_job_share *s)
+static char *progress_path(const ur_job_share *s, size_t k)
 {
-    char *p = progress_path(s),
-         *db = ur_path_joinf(s->staged[s->cur], "items/ocdbt.process_%d/manifest.ocdbt", s->index);
+    return unit_file(s, k, ".progress");
+}
+
+/* The saved resume point of unit k, 0 when none (or unreadable: the unit is then redone). */
+static uint64_t saved_progress(const ur_job_share *s, size_t k)
+{
+    char *p = progress_path(s, k),
+         *db = ur_path_joinf(s->staged[k], "items/ocdbt.process_%d/manifest.ocdbt", s->index);
     uint64_t v = 0;
     ur_buf b;
     ur_err ignored;
@@ -489,7 +493,12 @@ static uint64_t saved_progress(const ur_job_share *s)
 
 uint64_t ur_job_share_saved_progress(const ur_job_share *s)
 {
-    return saved_progress(s);
+    return saved_progress(s, s->cur);
+}
+
+uint64_t ur_job_share_unit_saved_progress(const ur_job_share *s, size_t k)
+{
+    return saved_progress(s, k);
 }
 
 /* Hold shares/<index>.lock while the share runs: the same index started twice (a launcher
@@ -548,12 +557,12 @@ int ur_job_share_unit_begin(ur_job_share *s, size_t k, const char **meta_dir,
     ur_free(s->meta_dir);
     s->cur = k;
     s->meta_dir = unit_file(s, k, "");
-    prog = progress_path(s);
+    prog = progress_path(s, k);
     if (s->meta_dir == NULL || prog == NULL) {
         ur_free(prog);
         return ur_err_oom(err);
     }
-    *resume_from = saved_progress(s);
+    *resume_from = saved_progress(s, k);
     if (*resume_from == 0) {
         rc = ur_fs_remove_tree(prog, err);
         if (rc == UR_OK) {
@@ -578,7 +587,12 @@ int ur_job_share_begin(ur_job_share *s, const char **meta_dir, uint64_t *resume_
 
 int ur_job_share_save_progress(ur_job_share *s, uint64_t next_item, ur_err *err)
 {
-    char *p = progress_path(s), *tmp = unit_file(s, s->cur, ".progress.tmp");
+    return ur_job_share_unit_save_progress(s, s->cur, next_item, err);
+}
+
+int ur_job_share_unit_save_progress(ur_job_share *s, size_t k, uint64_t next_item, ur_err *err)
+{
+    char *p = progress_path(s, k), *tmp = unit_file(s, k, ".progress.tmp");
     char text[64];
     int rc = p != NULL && tmp != NULL ? UR_OK : ur_err_oom(err);
     snprintf(text, sizeof text, "next_item %llu\n", (unsigned long long)next_item);

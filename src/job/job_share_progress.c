@@ -62,6 +62,13 @@ void ur_job_rprogress_close(ur_job_rprogress *p)
 
 int ur_job_rprogress_open(ur_job_rprogress **out, const char *step, int index, ur_err *err)
 {
+    return ur_job_rprogress_open_unit(out, step, step, index, 0, err);
+}
+
+int ur_job_rprogress_open_unit(ur_job_rprogress **out, const char *step, const char *unit_at,
+                               int index, size_t k, ur_err *err)
+{
+    char share[48];
     ur_job_rprogress *p = ur_calloc(1, sizeof *p);
     int rc;
     if (p == NULL) {
@@ -69,10 +76,15 @@ int ur_job_rprogress_open(ur_job_rprogress **out, const char *step, int index, u
     }
     ur_strmap_init(&p->by_name);
     ur_buf_init(&p->manifest, MAX_MARK);
-    p->db_url = ur_path_joinf(step, "items/ocdbt.process_%d", index);
-    p->meta_key = ur_path_joinf(UR_JOB_RSHARE_DIR, "shares/%d/", index);
-    p->mark_key = ur_path_joinf(UR_JOB_RSHARE_DIR, "shares/%d.progress", index);
-    p->meta_url = ur_path_joinf(step, UR_JOB_RSHARE_DIR "/shares/%d", index);
+    if (k == 0) {
+        snprintf(share, sizeof share, "%d", index);
+    } else {
+        snprintf(share, sizeof share, "%d.u%zu", index, k);
+    }
+    p->db_url = ur_path_joinf(unit_at, "items/ocdbt.process_%d", index);
+    p->meta_key = ur_path_joinf(UR_JOB_RSHARE_DIR, "shares/%s/", share);
+    p->mark_key = ur_path_joinf(UR_JOB_RSHARE_DIR, "shares/%s.progress", share);
+    p->meta_url = ur_path_joinf(step, UR_JOB_RSHARE_DIR "/shares/%s", share);
     rc = p->db_url != NULL && p->meta_key != NULL && p->mark_key != NULL && p->meta_url != NULL
              ? ur_kvstore_open_url(&p->kv, step, 1, err)
              : ur_err_oom(err);

@@ -702,8 +702,9 @@ int ur_job_rshare_open_units(ur_job_rshare **out, const char *checkpoint_dir,
 }
 
 int ur_job_rshare_upload_units(ur_job_rshare *s, const char *const *dirs,
-                               const char *const *meta_dirs, const char *summary,
-                               const volatile sig_atomic_t *cancel, ur_err *err)
+                               const char *const *meta_dirs, ur_job_rprogress *const *progress,
+                               const char *summary, const volatile sig_atomic_t *cancel,
+                               ur_err *err)
 {
     ur_job_upload_opts uo;
     ur_buf b;
@@ -716,7 +717,9 @@ int ur_job_rshare_upload_units(ur_job_rshare *s, const char *const *dirs,
     ur_buf_init(&b, 0);
     rc = ur_job_ledger_clear_done(s->ledger, s->index, err);
     for (size_t k = 0; k < s->n_units && rc == UR_OK; k++) {
-        if (ur_job_finish_is_step(s->units[k])) {
+        if (ur_job_finish_is_step(s->units[k]) && progress != NULL && progress[k] != NULL) {
+            rc = ur_job_rprogress_upload(progress[k], dirs[k], meta_dirs[k], 1, cancel, err);
+        } else if (ur_job_finish_is_step(s->units[k])) {
             char *at = unit_url(s, k), *db = NULL, *meta = NULL;
             char mk[64];
             meta_key(mk, sizeof mk, k, s->index, "");

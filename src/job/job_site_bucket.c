@@ -17,12 +17,12 @@ typedef struct {
     ur_job_local local; /* first: the local tree's unit steps (ur_job_local_*) */
     const ur_job *j;
     ur_job_rshare *rs;
-    ur_job_rprogress *prog; /* a one-unit run's progress in the store (else NULL) */
+    ur_job_rprogress *prog; /* the current step unit's progress in the store (else NULL) */
     char *step;               /* the first unit's prefix S */
     ur_buf store_text;        /* the run's text in the store (portable) */
     char *root;               /* the private local tree (NULL: none, or removed) */
     int named;                /* a rerun on this machine finds `root` (kept after a failure) */
-    char *db, *meta;          /* a one-unit run's local database and metadata */
+    char *db, *meta;          /* the current step unit's local database and metadata */
 } bucket_job;
 
 static int bucket_open(void **d, const ur_job *j, int *published, ur_err *err)
@@ -113,14 +113,39 @@ static int done_summary(const bucket_job *bj, char *line, size_t line_size, ur_e
     return rc;
 }
 
-/* When the store's progress mark of the share is further along than the local tree (a rerun
- * on another machine, or after a rerun there): the local tree is replaced by the store's
- * database and metadata as of the mark, and continued from it. */
-static int take_stored_progress(bucket_job *bj, uint64_t stored, ur_err *err)
+/* Step unit k's progress in the store (bj->prog), with the local paths it mirrors (bj->db,
+ * bj->meta); its mark's resume point into *stored. */
+static int open_unit_progress(bucket_job *bj, size_t k, uint64_t *stored, ur_err *err)
+{
+    const ur_job *j = bj->j;
+    ur_job_share *sh = bj->local.sh;
+    char *at = ur_path_join(j->s->checkpoint_dir, j->units.units[k]);
+    int rc;
+    ur_job_rprogress_close(bj->prog);
+    bj->prog = NULL;
+    ur_free(bj->db);
+    ur_free(bj->meta);
+    bj->db = ur_path_joinf(ur_job_share_unit_path(sh, k), "items/ocdbt.process_%d", j->index);
+    bj->meta = ur_job_share_unit_meta_dir(sh, k);
+    rc = at != NULL && bj->db != NULL && bj->meta != NULL
+             ? ur_job_rprogress_open_unit(&bj->prog, bj->step, k == 0 ? bj->step : at, j->index, k,
+                                          err)
+             : ur_err_oom(err);
+    if (rc == UR_OK) {
+        rc = ur_job_rprogress_read(bj->prog, stored, err);
+    }
+    ur_free(at);
+    return rc;
+}
+
+/* When the store's progress mark of step unit k is further along than the local tree (a rerun
+ * on another machine, or after a rerun there): the unit's local tree is replaced by the
+ * store's database and metadata as of the mark, and continued from it. */
+static int take_stored_progress(bucket_job *bj, size_t k, uint64_t stored, ur_err *err)
 {
     ur_job_share *sh = bj->local.sh;
     int rc;
-    if (stored <= ur_job_share_saved_progress(sh)) {
+    if (stored <= ur_job_share_unit_saved_progress(sh, k)) {
         return UR_OK;
     }
     /* the share's lock first: another attempt of it running on this machine keeps its tree */
@@ -133,19 +158,27 @@ static int take_stored_progress(bucket_job *bj, uint64_t stored, ur_err *err)
     }
     /* a killed attempt may have committed the unit whole here: it is continued as fetched */
     if (rc == UR_OK) {
-        rc = ur_job_share_unit_undo(sh, 0, err);
+        rc = ur_job_share_unit_undo(sh, k, err);
     }
     if (rc == UR_OK) {
         rc = ur_job_rprogress_fetch(bj->prog, bj->db, bj->meta, err);
     }
     if (rc == UR_OK) {
-        rc = ur_job_share_save_progress(sh, stored, err);
+        rc = ur_job_share_unit_save_progress(sh, k, stored, err);
     }
     if (rc == UR_OK) {
-        ur_job_note(bj->j,
-                    "share %d of %d: fetched its progress from the store (work items before "
-                    "%llu)",
-                    bj->j->index, bj->j->count, (unsigned long long)stored);
+        const ur_job *j = bj->j;
+        if (j->units.n_units == 1) {
+            ur_job_note(j,
+                        "share %d of %d: fetched its progress from the store (work items "
+                        "before %llu)",
+                        j->index, j->count, (unsigned long long)stored);
+        } else {
+            ur_job_note(j,
+                        "share %d of %d: fetched the progress of %s from the store (work items "
+                        "before %llu)",
+                        j->index, j->count, j->units.units[k], (unsigned long long)stored);
+        }
     }
     return rc;
 }
@@ -181,20 +214,12 @@ static int bucket_take(void *d, int *converted, char *line, size_t line_size, ur
                                            j->index, (const char *)text.data, err)
                  : ur_err_oom(err);
     }
-    /* a one-unit run's progress is also in the store (ur_job_rprogress) */
+    /* a one-unit run's progress is also in the store (ur_job_rprogress; a run of several
+     * units: as each begins, bucket_unit_begin) */
     if (rc == UR_OK && u->n_units == 1) {
-        bj->db = ur_path_joinf(
-            bj->root, "checkpoints" UR_JOB_SHARE_SUFFIX "/step/items/ocdbt.process_%d", j->index);
-        bj->meta = ur_path_joinf(bj->root, "checkpoints" UR_JOB_SHARE_SUFFIX "/shares/%d",
-                                 j->index);
-        rc = bj->db != NULL && bj->meta != NULL
-                 ? ur_job_rprogress_open(&bj->prog, bj->step, j->index, err)
-                 : ur_err_oom(err);
-        if (rc == UR_OK) {
-            rc = ur_job_rprogress_read(bj->prog, &stored, err);
-        }
+        rc = open_unit_progress(bj, 0, &stored, err);
         if (rc == UR_OK && !ur_job_share_is_done(bj->local.sh, j->index)) {
-            rc = take_stored_progress(bj, stored, err);
+            rc = take_stored_progress(bj, 0, stored, err);
         }
     }
     if (rc == UR_OK && ur_job_share_is_done(bj->local.sh, j->index)) {
@@ -207,6 +232,23 @@ static int bucket_take(void *d, int *converted, char *line, size_t line_size, ur
     ur_buf_dispose(&text);
     ur_free(dest);
     return rc;
+}
+
+/* A run of several units: step unit k continued from the store's progress of it when that is
+ * further along than the local tree (a rerun on a replacement machine). */
+static int bucket_unit_begin(void *d, size_t k, const char **step_dir, const char **meta_dir,
+                             uint64_t *resume_from, ur_err *err)
+{
+    bucket_job *bj = d;
+    uint64_t stored = 0;
+    int rc = UR_OK;
+    if (bj->j->units.n_units > 1) {
+        rc = open_unit_progress(bj, k, &stored, err);
+        if (rc == UR_OK) {
+            rc = take_stored_progress(bj, k, stored, err);
+        }
+    }
+    return rc == UR_OK ? ur_job_local_unit_begin(d, k, step_dir, meta_dir, resume_from, err) : rc;
 }
 
 static int bucket_save_progress(void *d, uint64_t next_item, ur_err *err)
@@ -224,13 +266,23 @@ static int bucket_mark_done(void *d, const char *summary, ur_err *err)
     return ur_job_share_mark_done(((bucket_job *)d)->local.sh, summary, err);
 }
 
-/* Upload every unit's share (a several-unit run: ur_job_rshare_upload_units). */
+/* Upload every unit's share (a several-unit run: ur_job_rshare_upload_units), over what each
+ * step unit's progress uploaded. */
 static int upload_units(bucket_job *bj, const char *summary, ur_err *err)
 {
     const ur_job *j = bj->j;
     size_t n = j->units.n_units;
     char **dirs = ur_calloc(n, sizeof *dirs), **metas = ur_calloc(n, sizeof *metas);
-    int rc = dirs != NULL && metas != NULL ? UR_OK : ur_err_oom(err);
+    ur_job_rprogress **progress = ur_calloc(n, sizeof *progress);
+    int rc = dirs != NULL && metas != NULL && progress != NULL ? UR_OK : ur_err_oom(err);
+    for (size_t k = 0; rc == UR_OK && k < n; k++) {
+        uint64_t stored = 0;
+        if (ur_job_is_step_unit(k)) {
+            rc = open_unit_progress(bj, k, &stored, err);
+            progress[k] = bj->prog; /* owned here now */
+            bj->prog = NULL;
+        }
+    }
     for (size_t k = 0; dirs != NULL && metas != NULL && rc == UR_OK && k < n; k++) {
         const char *at = ur_job_share_unit_path(bj->local.sh, k);
         dirs[k] = ur_job_is_step_unit(k) ? ur_path_joinf(at, "items/ocdbt.process_%d", j->index)
@@ -244,8 +296,13 @@ static int upload_units(bucket_job *bj, const char *summary, ur_err *err)
     }
     if (rc == UR_OK) {
         rc = ur_job_rshare_upload_units(bj->rs, (const char *const *)dirs,
-                                        (const char *const *)metas, summary, j->o->cancel, err);
+                                        (const char *const *)metas, progress, summary,
+                                        j->o->cancel, err);
     }
+    for (size_t k = 0; progress != NULL && k < n; k++) {
+        ur_job_rprogress_close(progress[k]);
+    }
+    ur_free(progress);
     for (size_t k = 0; k < n; k++) {
         ur_free(dirs != NULL ? dirs[k] : NULL);
         ur_free(metas != NULL ? metas[k] : NULL);
@@ -263,7 +320,7 @@ static int bucket_send(void *d, const char *summary, ur_err *err)
     int rc;
     ur_job_note(j, "share %d of %d: uploading it to %.*s", j->index, j->count,
                 (int)ur_path_trimmed_len(j->s->checkpoint_dir), j->s->checkpoint_dir);
-    rc = bj->prog != NULL
+    rc = j->units.n_units == 1
              ? ur_job_rshare_upload(bj->rs, bj->prog, bj->db, bj->meta, summary, j->o->cancel, err)
              : upload_units(bj, summary, err);
     if (rc == UR_OK) {
@@ -316,7 +373,7 @@ const ur_job_site ur_job_site_bucket = {
     .is_done = bucket_is_done,
     .take = bucket_take,
     .unit_is_done = ur_job_local_unit_is_done,
-    .unit_begin = ur_job_local_unit_begin,
+    .unit_begin = bucket_unit_begin,
     .save_progress = bucket_save_progress,
     .unit_done = ur_job_local_unit_done,
     .unit_path = ur_job_local_unit_path,

@@ -313,6 +313,35 @@ def test_s3_unfinished_share_then_finisher_killed_and_rerun(unroll_bin, make_fix
     _check_multi_s3(s3, out, base, lora, 2, tmp_path, single)
 
 
+def test_s3_share_killed_continues_on_another_machine(unroll_bin, make_fixture, s3, single,
+                                                     tmp_path):
+    """A LoRA share into the bucket keeps each step unit's progress there, as a single step's
+    share does: killed once its base's progress was uploaded and rerun with an empty TMPDIR
+    ("another machine"), it fetches the base's database as of the mark instead of converting
+    it again, and the published output is exact. (Before: a LoRA share's progress was local
+    only, and a rerun elsewhere redid the whole share.)"""
+    import subprocess
+    from test_multiprocess_lora import gdb_kill_at
+    base, lora = _fixtures(make_fixture)
+    out = s3_fresh("multimove")
+    first, second = tmp_path / "m1", tmp_path / "m2"
+    first.mkdir()
+    second.mkdir()
+    r = subprocess.run(_share_args(unroll_bin, base, lora, out, 2, 0),
+                       env=s3.env(TMPDIR=str(first)), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    # small commits: the base's progress is uploaded before the adapters are converted
+    args = _share_args(unroll_bin, base, lora, out, 2, 1) + ["--commit-every", "1K"]
+    gdb_kill_at(args, "ur_job_rprogress_save", tmp_path, s3.env(TMPDIR=str(first)), hit=2)
+    r = subprocess.run([str(a) for a in args if a != "-q"], env=s3.env(TMPDIR=str(second)),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "fetched the progress of base/0 from the store" in r.stderr, r.stderr
+    _check_multi_s3(s3, out, base, lora, 2, tmp_path, single)
+    assert not list(second.iterdir())
+
+
 def test_s3_multi_process_unit_holding_objects_is_refused(unroll_bin, make_fixture, s3,
                                                           tmp_path):
     """An adapter unit that already holds an object when the run starts is refused (exit 2,
