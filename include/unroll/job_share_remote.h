@@ -34,7 +34,9 @@
  *
  *   S/unroll-multi/shares/<i>.progress  the resume point ("next_item <n>"), share i's
  *                                       manifest as of it (base64) and every data file of
- *                                       its database as of it (name, size, CRC-32C)
+ *                                       its database as of it (name, size, CRC-32C); in a
+ *                                       run of several units, step unit k > 0's is
+ *                                       shares/<i>.u<k>.progress
  *
  * At each commit of the share's database the share uploads its new data files, then its
  * manifest, then its metadata, then this mark; a rerun that has no local tree as far along

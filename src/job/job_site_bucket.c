@@ -1,7 +1,7 @@
 /* ur_job_site_bucket (job_shares.h): a run into an object store (s3://, gs://), its objects under
  * the first unit's prefix (unroll/job_share_remote.h). The share converts in a private local
- * tree (a local ur_job_share in $TMPDIR that a rerun on this machine continues), a one-unit
- * run's progress uploaded at each commit (a rerun elsewhere continues from it too), and the
+ * tree (a local ur_job_share in $TMPDIR that a rerun on this machine continues), each step
+ * unit's progress uploaded at each commit (a rerun elsewhere continues from it too), and the
  * complete share is uploaded. */
 #include "job_shares.h"
 
