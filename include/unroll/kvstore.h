@@ -23,6 +23,12 @@ typedef struct ur_kvstore ur_kvstore;
  * `out->limit` caps the size (UR_ECORRUPT beyond it). */
 int ur_kvstore_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err);
 
+/* The value of `key`, if any, in `out` (emptied first), with a NUL after it that `out->len`
+ * does not count (a text value reads as a C string); `limit` caps its size as out->limit
+ * does. *found = 0, and UR_OK, when there is no such key. */
+int ur_kvstore_read_opt(ur_kvstore *kv, const char *key, size_t limit, ur_buf *out, int *found,
+                        ur_err *err);
+
 /* Read `len` bytes at `offset` of the value into dst. UR_ECORRUPT when the value is shorter. */
 int ur_kvstore_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len, void *dst,
                           ur_err *err);

@@ -30,21 +30,6 @@ static void meta_key(char *key, size_t size, size_t k, int i, const char *name)
     }
 }
 
-/* Read `key` of kv into out (reset first); *found = 0 when absent. */
-static int read_opt(ur_kvstore *kv, const char *key, ur_buf *out, int *found, ur_err *err)
-{
-    int rc;
-    ur_buf_reset(out);
-    out->limit = MAX_META;
-    rc = ur_kvstore_read(kv, key, out, err);
-    *found = rc == UR_OK;
-    if (rc == UR_ENOTFOUND) {
-        ur_buf_reset(out);
-        rc = UR_OK;
-    }
-    return rc;
-}
-
 /* Share 0's metadata file `name` (checked the same in every share) into `first`; *has0:
  * whether share 0 has it (every share then must). */
 static int share0_metadata(const ur_job_finish_unit *u, const char *name, ur_buf *first, int *has0,
@@ -55,10 +40,10 @@ static int share0_metadata(const ur_job_finish_unit *u, const char *name, ur_buf
     int rc, has = 0;
     ur_buf_init(&other, 0);
     meta_key(key, sizeof key, u->k, 0, name);
-    rc = read_opt(u->ledger, key, first, has0, err);
+    rc = ur_kvstore_read_opt(u->ledger, key, MAX_META, first, has0, err);
     for (int i = 1; i < u->count && rc == UR_OK; i++) {
         meta_key(key, sizeof key, u->k, i, name);
-        rc = read_opt(u->ledger, key, &other, &has, err);
+        rc = ur_kvstore_read_opt(u->ledger, key, MAX_META, &other, &has, err);
         if (rc == UR_OK && (has != *has0 || other.len != first->len ||
                             memcmp(other.data, first->data, first->len) != 0)) {
             rc = ur_err_set(err, UR_ECORRUPT,
@@ -272,7 +257,7 @@ static int fetch_file_unit(ur_kvstore *ledger, const char *where, const char *un
     int found = 0, rc = key != NULL ? UR_OK : ur_err_oom(err);
     ur_buf_init(&b, 0);
     if (rc == UR_OK) {
-        rc = read_opt(ledger, key, &b, &found, err);
+        rc = ur_kvstore_read_opt(ledger, key, MAX_META, &b, &found, err);
     }
     if (rc == UR_OK && !found) {
         rc = ur_err_set(err, UR_EIO, "%s/%s is missing", where, key);

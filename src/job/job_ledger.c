@@ -95,26 +95,6 @@ char *ur_job_run_text_input(const char *text)
     return input;
 }
 
-/* Read `key` NUL-terminated into out (reset first); *found = 0 (and UR_OK) when absent. */
-static int read_opt(ur_kvstore *kv, const char *key, size_t limit, ur_buf *out, int *found,
-                    ur_err *err)
-{
-    int rc;
-    ur_buf_reset(out);
-    out->limit = limit;
-    rc = ur_kvstore_read(kv, key, out, err);
-    *found = rc == UR_OK;
-    if (rc == UR_ENOTFOUND) {
-        ur_buf_reset(out);
-        return UR_OK;
-    }
-    if (rc == UR_OK) {
-        rc = ur_buf_append(out, "", 1, err);
-        out->len--;
-    }
-    return rc;
-}
-
 int ur_job_ledger_run_create(ur_kvstore *kv, const char *text, int *created, ur_err *err)
 {
     int rc = ur_kvstore_create(kv, UR_JOB_LEDGER_RUN, text, strlen(text), err);
@@ -124,7 +104,7 @@ int ur_job_ledger_run_create(ur_kvstore *kv, const char *text, int *created, ur_
 
 int ur_job_ledger_run_read(ur_kvstore *kv, ur_buf *out, int *found, ur_err *err)
 {
-    return read_opt(kv, UR_JOB_LEDGER_RUN, MAX_RUN_TEXT, out, found, err);
+    return ur_kvstore_read_opt(kv, UR_JOB_LEDGER_RUN, MAX_RUN_TEXT, out, found, err);
 }
 
 int ur_job_ledger_started(ur_kvstore *kv, const char *where, int64_t *ns, ur_err *err)
@@ -143,7 +123,7 @@ int ur_job_ledger_started(ur_kvstore *kv, const char *where, int64_t *ns, ur_err
         return rc;
     }
     ur_buf_init(&have, 0);
-    rc = read_opt(kv, "started", 64, &have, &found, err);
+    rc = ur_kvstore_read_opt(kv, "started", 64, &have, &found, err);
     v = rc == UR_OK && found ? strtoll((const char *)have.data, &end, 10) : 0;
     if (rc == UR_OK && found &&
         (end == (const char *)have.data || (*end != '\n' && *end != '\0') || v <= 0)) {
@@ -168,7 +148,7 @@ int ur_job_ledger_is_done(ur_kvstore *kv, int i, int *done, ur_buf *summary, ur_
     int rc;
     done_key(key, sizeof key, i);
     if (summary != NULL) {
-        rc = read_opt(kv, key, MAX_SUMMARY, summary, done, err);
+        rc = ur_kvstore_read_opt(kv, key, MAX_SUMMARY, summary, done, err);
         while (rc == UR_OK && summary->len > 0 && summary->data[summary->len - 1] == '\n') {
             summary->data[--summary->len] = '\0';
         }
@@ -281,7 +261,7 @@ int ur_job_ledger_claim(ur_kvstore *kv, const char *who, const ur_job_liveness *
         return rc;
     }
     ur_buf_init(&have, 0);
-    rc = read_opt(kv, UR_JOB_LEDGER_CLAIM, MAX_CLAIM, &have, &found, err);
+    rc = ur_kvstore_read_opt(kv, UR_JOB_LEDGER_CLAIM, MAX_CLAIM, &have, &found, err);
     if (rc == UR_OK && found && strcmp((const char *)have.data, who) == 0) {
         *won = 1; /* our own create, retried after its answer was lost */
     } else if (rc == UR_OK && live->holder_dead(live->ctx, found ? (const char *)have.data : "")) {

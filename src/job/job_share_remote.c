@@ -98,25 +98,6 @@ static int present(ur_kvstore *kv, const char *key, ur_err *err)
     return rc == UR_OK ? 1 : rc == UR_ENOTFOUND ? 0 : rc;
 }
 
-/* Read `key` NUL-terminated into out; *found = 0 (and UR_OK) when absent. */
-static int read_opt(ur_kvstore *kv, const char *key, ur_buf *out, int *found, ur_err *err)
-{
-    int rc;
-    ur_buf_reset(out);
-    out->limit = MAX_META;
-    rc = ur_kvstore_read(kv, key, out, err);
-    *found = rc == UR_OK;
-    if (rc == UR_ENOTFOUND) {
-        ur_buf_reset(out);
-        return UR_OK;
-    }
-    if (rc == UR_OK) {
-        rc = ur_buf_append(out, "", 1, err);
-        out->len--;
-    }
-    return rc;
-}
-
 typedef struct {
     size_t n;
     int run;
@@ -163,7 +144,7 @@ int ur_job_rshare_open(ur_job_rshare **out, const char *step, int count, int ind
     if (rc == 1) {
         /* published: by this run, or (its identity kept beside it differs) by another */
         *published = 1;
-        rc = read_opt(s->kv, RUN_KEPT_KEY, &have, &found, err);
+        rc = ur_kvstore_read_opt(s->kv, RUN_KEPT_KEY, MAX_META, &have, &found, err);
         if (rc == UR_OK && found && strcmp((const char *)have.data, run_text) != 0) {
             rc = ur_err_set(err, UR_EINVAL,
                             "%s/" RUN_KEPT_KEY ": %s was published by a multi-process run with "

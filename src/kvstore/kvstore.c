@@ -19,6 +19,25 @@ int ur_kvstore_read(ur_kvstore *kv, const char *key, ur_buf *out, ur_err *err)
     return kv->ops->read ? kv->ops->read(kv, key, out, err) : unsupported(kv, "read", err);
 }
 
+int ur_kvstore_read_opt(ur_kvstore *kv, const char *key, size_t limit, ur_buf *out, int *found,
+                        ur_err *err)
+{
+    int rc;
+    ur_buf_reset(out);
+    out->limit = limit;
+    rc = ur_kvstore_read(kv, key, out, err);
+    *found = rc == UR_OK;
+    if (rc == UR_ENOTFOUND) {
+        ur_buf_reset(out);
+        return UR_OK;
+    }
+    if (rc == UR_OK) {
+        rc = ur_buf_append(out, "", 1, err);
+        out->len--;
+    }
+    return rc;
+}
+
 int ur_kvstore_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len, void *dst,
                           ur_err *err)
 {
