@@ -166,6 +166,12 @@ const ur_orbax_step_meta *ur_orbax_ckpt_step_meta(const ur_orbax_ckpt *ck);
 /* `_CHECKPOINT_METADATA` as Orbax writes it; `custom_metadata_json` NULL means {}. */
 int ur_orbax_ckpt_meta_emit(ur_buf *out, const ur_orbax_step_meta *m, ur_err *err);
 
+/* `_CHECKPOINT_METADATA` of a step of one item `item_name` saved by Orbax's
+ * StandardCheckpointHandler (what unroll writes): started at init_ns, committed now
+ * (ur_clock_stamp_ns); custom_metadata_json as above. */
+int ur_orbax_ckpt_meta_emit_standard(ur_buf *out, const char *item_name, int64_t init_ns,
+                                     const char *custom_metadata_json, ur_err *err);
+
 /* A share's custom_metadata (ur_orbax_writer_set_custom_metadata), beside its _METADATA in
  * shares/<i>/: the finisher records share 0's (checked the same in every share) in
  * _CHECKPOINT_METADATA. */

@@ -14,8 +14,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define STANDARD_HANDLER                                                                          \
-    "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
 #define MAX_META ((size_t)1 << 30)
 #define MERGE_SEED 0x756e726f6c6c00ffull /* the same shares give the same bytes */
 
@@ -151,9 +149,6 @@ static int merge(const ur_job_finish_unit *u, ur_kvstore *step, const char *item
 /* The commit markers and _CHECKPOINT_METADATA, as Orbax's CheckpointManager writes them. */
 static int write_step_files(const ur_job_finish_unit *u, ur_kvstore *step, ur_err *err)
 {
-    const char *item_names[1] = {"items"};
-    const char *handlers[1] = {STANDARD_HANDLER};
-    ur_orbax_step_meta sm;
     ur_buf b, custom;
     int rc, has_custom = 0;
 
@@ -176,17 +171,9 @@ static int write_step_files(const ur_job_finish_unit *u, ur_kvstore *step, ur_er
         rc = ur_kvstore_write(step, "commit_success.txt", b.data, b.len, err);
     }
     if (rc == UR_OK) {
-        memset(&sm, 0, sizeof sm);
-        sm.custom_metadata_json = has_custom ? (const char *)custom.data : NULL;
-        sm.n_item_handlers = 1;
-        sm.item_names = item_names;
-        sm.item_handlers = handlers;
-        sm.has_init_timestamp = 1;
-        sm.init_timestamp_nsecs = u->init_ns;
-        sm.has_commit_timestamp = 1;
-        sm.commit_timestamp_nsecs = ur_clock_stamp_ns();
         ur_buf_reset(&b);
-        rc = ur_orbax_ckpt_meta_emit(&b, &sm, err);
+        rc = ur_orbax_ckpt_meta_emit_standard(&b, "items", u->init_ns,
+                                              has_custom ? (const char *)custom.data : NULL, err);
     }
     if (rc == UR_OK) {
         rc = ur_kvstore_write(step, "_CHECKPOINT_METADATA", b.data, b.len, err);

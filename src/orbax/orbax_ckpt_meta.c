@@ -13,6 +13,7 @@
 #include "orbax_impl.h"
 
 #include "unroll/alloc.h"
+#include "unroll/clock.h"
 #include "unroll/json.h"
 
 #include <stdio.h>
@@ -149,6 +150,25 @@ out:
     cJSON_Delete(root);
     ur_orbax_ckpt_meta_free(d);
     return rc;
+}
+
+int ur_orbax_ckpt_meta_emit_standard(ur_buf *out, const char *item_name, int64_t init_ns,
+                                     const char *custom_metadata_json, ur_err *err)
+{
+    const char *item_names[1] = {item_name};
+    const char *handlers[1] = {
+        "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"};
+    ur_orbax_step_meta sm;
+    memset(&sm, 0, sizeof sm);
+    sm.n_item_handlers = 1;
+    sm.item_names = item_names;
+    sm.item_handlers = handlers;
+    sm.has_init_timestamp = 1;
+    sm.init_timestamp_nsecs = init_ns;
+    sm.has_commit_timestamp = 1;
+    sm.commit_timestamp_nsecs = ur_clock_stamp_ns();
+    sm.custom_metadata_json = custom_metadata_json;
+    return ur_orbax_ckpt_meta_emit(out, &sm, err);
 }
 
 int ur_orbax_ckpt_meta_emit(ur_buf *out, const ur_orbax_step_meta *m, ur_err *err)

@@ -16,8 +16,6 @@
 #include <string.h>
 
 #define TMP_SUFFIX ".orbax-checkpoint-tmp"
-#define STANDARD_HANDLER                                                                          \
-    "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
 
 /* One leaf as the writer keeps it until the commit, which expands it into an
  * ur_orbax_leaf (names, key paths, sharding): a record of 48 bytes, not 200 plus its
@@ -1056,19 +1054,8 @@ int ur_orbax_writer_commit(ur_orbax_writer *w, ur_err *err)
         goto out;
     }
 
-    const char *item_names[1] = {w->opts.item_name};
-    const char *handlers[1] = {STANDARD_HANDLER};
-    ur_orbax_step_meta sm;
-    memset(&sm, 0, sizeof(sm));
-    sm.n_item_handlers = 1;
-    sm.item_names = item_names;
-    sm.item_handlers = handlers;
-    sm.has_init_timestamp = 1;
-    sm.init_timestamp_nsecs = w->init_ns;
-    sm.has_commit_timestamp = 1;
-    sm.commit_timestamp_nsecs = ur_clock_stamp_ns();
-    sm.custom_metadata_json = w->custom_metadata;
-    rc = ur_orbax_ckpt_meta_emit(&b, &sm, err);
+    rc = ur_orbax_ckpt_meta_emit_standard(&b, w->opts.item_name, w->init_ns, w->custom_metadata,
+                                          err);
     if (rc == UR_OK) {
         rc = write_json_file(w->step_kv, "_CHECKPOINT_METADATA", &b, err);
     }
