@@ -290,10 +290,12 @@ static int index_leaf(vset *s, size_t i, ur_err *err)
 {
     const vleaf *v = &s->v[i];
     size_t len = strlen(v->key);
-    uint32_t *slot = key_slot(s, v->key, len);
     int rc = UR_OK;
-    if (*slot == 0) { /* the first leaf of a path wins */
-        *slot = (uint32_t)i + 1;
+    if (s->by_key != NULL) {
+        uint32_t *slot = key_slot(s, v->key, len);
+        if (*slot == 0) { /* the first leaf of a path wins */
+            *slot = (uint32_t)i + 1;
+        }
     }
     for (size_t p = 0; rc >= 0 && p < len; p++) {
         if (v->key[p] == UR_VERIFY_SEP) {
@@ -320,12 +322,14 @@ static int vset_build(vset *s, const leaf_list *ll, int is_output, verifier *vf,
     if (n >= UINT32_MAX / 2) {
         return ur_err_set(err, UR_EUNSUPPORTED, "more than %u leaves", UINT32_MAX / 2);
     }
+    /* only input leaves are looked up by path (ur_verify__find_in); the output's are
+     * walked in order, and its nodes asked for (ur_verify__any_under) */
     s->by_key_cap = 64;
-    while (s->by_key_cap < 2 * n) {
+    while (!is_output && s->by_key_cap < 2 * n) {
         s->by_key_cap *= 2;
     }
-    s->by_key = ur_calloc(s->by_key_cap, sizeof *s->by_key);
-    if (s->v == NULL || s->comps == NULL || s->by_key == NULL) {
+    s->by_key = is_output ? NULL : ur_calloc(s->by_key_cap, sizeof *s->by_key);
+    if (s->v == NULL || s->comps == NULL || (!is_output && s->by_key == NULL)) {
         return ur_err_oom(err);
     }
     for (size_t i = 0; i < n; i++) {
