@@ -148,9 +148,6 @@ int cli_cmd_verify(int argc, char **argv)
     rc = ur_verify_config_read(&vo, a.config, a.overrides, a.n_overrides,
                                (const char *const *)environ, &err);
     if (rc == UR_OK) {
-        /* what lives until the report (both checkpoints' records, the leaf sets) among what
-         * each thread frees, in one heap rather than one per thread */
-        ur_alloc_one_heap();
         rc = open_both(&in, &out, &a, &err);
     }
     if (rc == UR_OK) {
