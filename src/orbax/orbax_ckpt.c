@@ -408,33 +408,40 @@ static int attach_sharding(ur_orbax_ckpt *ck, ur_err *err)
     if (ck->sharding != NULL) { /* every leaf has its copy: the look-up map is done */
         ur_strmap_dispose(&ck->sharding->index);
     }
-    return attach_array_meta(ck, err);
+    return UR_OK;
 }
 
-/* The leaves' copies of what they took from _sharding and array_metadatas go into the
- * checkpoint's arena, each distinct value once, and the two parses are freed (with 100,000
- * leaves: every param name twice more, a sharding and its strings per leaf). */
-static int keep_side(ur_orbax_ckpt *ck, ur_err *err)
+#define SIDE_SHARDING 1u   /* _sharding */
+#define SIDE_ARRAY_META 2u /* array_metadatas/process_0 */
+
+/* The leaves' copies of what they took from _sharding and array_metadatas (`what`: SIDE_*)
+ * go into the checkpoint's arena, each distinct value once, and those parses are freed (with
+ * 100,000 leaves: every param name twice more, a sharding and its strings per leaf). */
+static int keep_side(ur_orbax_ckpt *ck, unsigned what, ur_err *err)
 {
     ur_orbax_keep k;
     int rc = UR_OK;
     ur_orbax__keep_init(&k, &ck->arena);
     for (size_t i = 0; i < ck->n_leaves && rc == UR_OK; i++) {
         ur_orbax_leaf *l = &ck->leaves[i];
-        rc = ur_orbax__keep_sharding(&k, &l->sharding, err);
-        if (rc == UR_OK) {
+        if (what & SIDE_SHARDING) {
+            rc = ur_orbax__keep_sharding(&k, &l->sharding, err);
+        }
+        if (rc == UR_OK && (what & SIDE_ARRAY_META)) {
             rc = ur_orbax__keep_dims(&k, &l->array_meta_chunk_shape, l->array_meta_chunk_rank,
                                      err);
         }
-        if (rc == UR_OK) {
+        if (rc == UR_OK && (what & SIDE_ARRAY_META)) {
             rc = ur_orbax__keep_str(&k, &l->random_key_impl, err);
         }
     }
     ur_orbax__keep_dispose(&k);
-    if (rc == UR_OK) {
+    if (rc == UR_OK && (what & SIDE_SHARDING)) {
         ck->has_sharding_file = ck->sharding != NULL;
         ur_orbax_sharding_map_free(ck->sharding);
         ck->sharding = NULL;
+    }
+    if (rc == UR_OK && (what & SIDE_ARRAY_META)) {
         ur_orbax_array_meta_free(ck->array_meta);
         ck->array_meta = NULL;
     }
@@ -579,18 +586,21 @@ typedef struct {
     ur_orbax_array_meta_list *array_meta;
 } side_parse;
 
-static int parse_side(void *ctx, ur_err *err)
+/* The side files `what` (SIDE_*) read and parsed into p; an absent one stays NULL. */
+static int parse_side_files(side_parse *p, unsigned what, ur_err *err)
 {
-    side_parse *p = ctx;
     ur_buf b;
+    int rc = UR_OK;
     ur_buf_init(&b, 0);
-    int rc = read_optional(p->loc, &b, p->item_dir, "_sharding", err);
-    if (rc == UR_OK) {
-        rc = ur_orbax_sharding_parse(&p->sharding, (const char *)b.data, b.len, err);
-    } else if (rc == UR_ENOTFOUND) {
-        rc = UR_OK;
+    if (what & SIDE_SHARDING) {
+        rc = read_optional(p->loc, &b, p->item_dir, "_sharding", err);
+        if (rc == UR_OK) {
+            rc = ur_orbax_sharding_parse(&p->sharding, (const char *)b.data, b.len, err);
+        } else if (rc == UR_ENOTFOUND) {
+            rc = UR_OK;
+        }
     }
-    if (rc == UR_OK) {
+    if (rc == UR_OK && (what & SIDE_ARRAY_META)) {
         ur_buf_reset(&b);
         rc = read_optional(p->loc, &b, p->item_dir, "array_metadatas/process_0", err);
         if (rc == UR_OK) {
@@ -601,6 +611,40 @@ static int parse_side(void *ctx, ur_err *err)
     }
     ur_buf_dispose(&b);
     return rc;
+}
+
+static int parse_side(void *ctx, ur_err *err)
+{
+    return parse_side_files(ctx, SIDE_SHARDING | SIDE_ARRAY_META, err);
+}
+
+/* UR_ORBAX_OPEN_SIDE_AFTER: each side file read, parsed, attached to the leaves and kept,
+ * and its text and parse freed before the next is read (at 200,000 leaves, _sharding's
+ * parse alone is 45 MB). */
+static int side_one_at_a_time(ur_orbax_ckpt *ck, ur_err *err)
+{
+    side_parse side;
+    int rc;
+    memset(&side, 0, sizeof side);
+    side.loc = &ck->loc;
+    side.item_dir = ck->item_dir;
+    rc = parse_side_files(&side, SIDE_SHARDING, err);
+    ck->sharding = side.sharding;
+    if (rc == UR_OK) {
+        rc = attach_sharding(ck, err);
+    }
+    if (rc == UR_OK) {
+        rc = keep_side(ck, SIDE_SHARDING, err);
+    }
+    if (rc == UR_OK) {
+        ur_alloc_trim();
+        rc = parse_side_files(&side, SIDE_ARRAY_META, err);
+        ck->array_meta = side.array_meta;
+    }
+    if (rc == UR_OK) {
+        rc = attach_array_meta(ck, err);
+    }
+    return rc == UR_OK ? keep_side(ck, SIDE_ARRAY_META, err) : rc;
 }
 
 /* A file-exists question went unanswered while opening (ur_orbax_loc.failed): whatever the
@@ -642,7 +686,10 @@ int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur
     memset(&side, 0, sizeof side);
     side.loc = &ck->loc;
     side.item_dir = ck->item_dir;
-    ur_side_start(&side_run, parse_side, &side);
+    memset(&side_run, 0, sizeof side_run);
+    if (!(flags & UR_ORBAX_OPEN_SIDE_AFTER)) {
+        ur_side_start(&side_run, parse_side, &side);
+    }
     rc = read_optional(&ck->loc, &b, ck->item_dir, "_METADATA", err);
     if (rc == UR_ENOTFOUND) {
         rc = ur_err_set(err, UR_ECORRUPT,
@@ -667,7 +714,7 @@ int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur
         }
         rc = check_item_finalized(ck, err);
     }
-    int side_rc = ur_side_join(&side_run);
+    int side_rc = (flags & UR_ORBAX_OPEN_SIDE_AFTER) ? UR_OK : ur_side_join(&side_run);
     /* The text is parsed: give it back before the arrays' metadata is read (with 100,000
      * leaves, _METADATA is tens of MB and the B+tree node read next is larger). */
     ur_buf_dispose(&b);
@@ -691,9 +738,16 @@ int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur
         ur_err_wrap(err, "%s store", ck->use_ocdbt ? "OCDBT" : "file");
         goto out_where;
     }
-    rc = attach_sharding(ck, err);
-    if (rc == UR_OK) {
-        rc = keep_side(ck, err);
+    if (flags & UR_ORBAX_OPEN_SIDE_AFTER) {
+        rc = side_one_at_a_time(ck, err);
+    } else {
+        rc = attach_sharding(ck, err);
+        if (rc == UR_OK) {
+            rc = attach_array_meta(ck, err);
+        }
+        if (rc == UR_OK) {
+            rc = keep_side(ck, SIDE_SHARDING | SIDE_ARRAY_META, err);
+        }
     }
     if (rc == UR_OK) {
         rc = attach_strings(ck, err);

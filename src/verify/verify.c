@@ -286,14 +286,29 @@ static uint32_t *key_slot(const vset *s, const char *k, size_t n)
     }
 }
 
+/* 1 when the node just above key k[0..len) is not in s->nodes yet (each node is entered with
+ * every node above it, so the nearest one says for all). */
+static int has_new_node(const vset *s, const char *k, size_t len)
+{
+    size_t unused;
+    for (size_t p = len; p-- > 0;) {
+        if (k[p] == UR_VERIFY_SEP) {
+            return !ur_strmap_get(&s->nodes, k, p, &unused);
+        }
+    }
+    return 0;
+}
+
 static int index_leaf(vset *s, size_t i, ur_err *err)
 {
     const vleaf *v = &s->v[i];
     size_t len = strlen(v->key);
-    uint32_t *slot = key_slot(s, v->key, len);
     int rc = UR_OK;
-    if (*slot == 0) { /* the first leaf of a path wins */
-        *slot = (uint32_t)i + 1;
+    if (s->by_key != NULL) {
+        uint32_t *slot = key_slot(s, v->key, len);
+        if (*slot == 0) { /* the first leaf of a path wins */
+            *slot = (uint32_t)i + 1;
+        }
     }
     for (size_t p = 0; rc >= 0 && p < len; p++) {
         if (v->key[p] == UR_VERIFY_SEP) {
@@ -307,25 +322,30 @@ static int index_leaf(vset *s, size_t i, ur_err *err)
  * top-level step / opt_state leaves and `bad` the leaves outside the wrapper. */
 static int vset_build(vset *s, const leaf_list *ll, int is_output, verifier *vf, ur_err *err)
 {
-    size_t n = ll->n, total = 0, used = 0;
+    size_t n = ll->n, depth = 0;
     wrapping w = wrapping_of(ll);
     int irc;
     char name[1024];
 
     for (size_t i = 0; i < n; i++) {
-        total += list_leaf(ll, i)->depth;
+        size_t d = list_leaf(ll, i)->depth;
+        depth = d > depth ? d : depth;
     }
     s->v = ur_calloc(n ? n : 1, sizeof *s->v);
-    s->comps = ur_calloc(total ? total : 1, sizeof *s->comps);
+    /* a leaf's whole path, of which the set keeps the model path (in its pool: the wrapper's
+     * components, "params"/"params", were a third of every leaf's) */
+    s->comps = ur_calloc(depth ? depth : 1, sizeof *s->comps);
     if (n >= UINT32_MAX / 2) {
         return ur_err_set(err, UR_EUNSUPPORTED, "more than %u leaves", UINT32_MAX / 2);
     }
+    /* only input leaves are looked up by path (ur_verify__find_in); the output's are
+     * walked in order, and its nodes asked for (ur_verify__any_under) */
     s->by_key_cap = 64;
-    while (s->by_key_cap < 2 * n) {
+    while (!is_output && s->by_key_cap < 2 * n) {
         s->by_key_cap *= 2;
     }
-    s->by_key = ur_calloc(s->by_key_cap, sizeof *s->by_key);
-    if (s->v == NULL || s->comps == NULL || s->by_key == NULL) {
+    s->by_key = is_output ? NULL : ur_calloc(s->by_key_cap, sizeof *s->by_key);
+    if (s->v == NULL || s->comps == NULL || (!is_output && s->by_key == NULL)) {
         return ur_err_oom(err);
     }
     for (size_t i = 0; i < n; i++) {
@@ -334,7 +354,7 @@ static int vset_build(vset *s, const leaf_list *ll, int is_output, verifier *vf,
         int keep = 1, aux = 0;
         vleaf *v;
         for (size_t k = 0; k < l->depth; k++) {
-            s->comps[used + k] = l->path[k].key;
+            s->comps[k] = l->path[k].key;
             s->sep_inside |= strchr(l->path[k].key, UR_VERIFY_SEP) != NULL;
         }
         switch (w) {
@@ -378,7 +398,7 @@ static int vset_build(vset *s, const leaf_list *ll, int is_output, verifier *vf,
         if (!keep && is_output) {
             /* step = 0 and opt_state = {} beside a params wrapper (the Linen decode state) */
             int lin = w == WRAP_PARAMS2 || w == WRAP_PARAMS1;
-            ur_verify__join(s->comps + used, l->depth, name, sizeof name);
+            ur_verify__join(s->comps, l->depth, name, sizeof name);
             if (lin && l->depth == 1 && strcmp(l->path[0].key, "opt_state") == 0) {
                 if (l->value_type != UR_ORBAX_VALUE_EMPTY_DICT) {
                     ur_verify_issue *is = ur_verify__issue(vf, UR_VERIFY_KIND, name, NULL);
@@ -420,26 +440,37 @@ static int vset_build(vset *s, const leaf_list *ll, int is_output, verifier *vf,
             vf->rep->leaves_out++;
         }
         if (keep) {
+            const char **comp = ur_pool_alloc(&s->pool, (en - st) * sizeof *comp, err);
+            char *key;
+            if (comp == NULL) {
+                return ur_err_oom(err);
+            }
+            memcpy(comp, s->comps + st, (en - st) * sizeof *comp);
             v = &s->v[s->n++];
             v->leaf = l;
-            v->comp = s->comps + used + st;
+            v->comp = comp;
             v->len = en - st;
             v->first = st;
             v->aux = aux;
             v->table = -1;
             v->sub = -1;
-            char *key = ur_verify__key_of(v->comp, v->len);
-            v->key = key != NULL ? ur_pool_strndup(&s->pool, key, strlen(key), err) : NULL;
-            ur_free(key);
-            if (v->key == NULL) {
+            key = ur_verify__key_of(v->comp, v->len);
+            if (key == NULL) {
                 return ur_err_oom(err);
             }
-            irc = index_leaf(s, s->n - 1, err);
+            /* an output leaf's key only serves its set's nodes: kept when it brings one
+             * (its siblings share it), NULL otherwise */
+            if (!is_output || has_new_node(s, key, strlen(key))) {
+                v->key = ur_pool_strndup(&s->pool, key, strlen(key), err);
+                irc = v->key == NULL ? UR_ENOMEM : index_leaf(s, s->n - 1, err);
+            } else {
+                irc = UR_OK;
+            }
+            ur_free(key);
             if (irc < 0) {
                 return irc;
             }
         }
-        used += l->depth;
     }
     return UR_OK;
 }

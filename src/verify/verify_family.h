@@ -36,7 +36,8 @@ typedef struct {
     const char *const *comp; /* model path components */
     size_t len;
     size_t first; /* comp[0] is leaf->path[first] */
-    const char *key; /* components joined with UR_VERIFY_SEP (in the set's pool) */
+    const char *key; /* components joined with UR_VERIFY_SEP (in the set's pool); an output
+                      * leaf's only when it brought a node to its set, else NULL */
     /* input only */
     int aux;          /* a non-parameter variable (nnx_aux/model/P): kept in its dtype, and a
               * scan stacks it on axis 0 (see plan.c is_aux) */
@@ -58,15 +59,15 @@ typedef struct {
 typedef struct {
     vleaf *v;
     size_t n;
-    const char **comps; /* storage for every leaf's components */
+    const char **comps; /* scratch: the whole path of the leaf being entered */
     /* v[i].key -> i (the first leaf of a path): open addressing over i + 1 (0: empty), 4
      * bytes a slot, the keys compared where they are (a string map's 32-byte slots were 25 MB
-     * at 300,000 leaves) */
+     * at 300,000 leaves); the input's only (NULL in the output's set) */
     uint32_t *by_key;
     size_t by_key_cap; /* a power of two, at least twice n */
     ur_strmap nodes;    /* interior nodes: every proper prefix of a key (value unused) */
     int sep_inside;     /* a component holds the separator: keys are ambiguous, maps unused */
-    ur_pool pool;       /* the keys and `seen` flags */
+    ur_pool pool;       /* the leaves' model paths, keys and `seen` flags */
 } vset;
 
 /* The layers of output group D/X_<g>: where each g comes from in the input. */

@@ -81,10 +81,12 @@ static void write_small(const char *step_dir, int ocdbt, int zarr3)
     assert_int_equal(ur_orbax_writer_commit(w, &err), UR_OK);
 }
 
-static void roundtrip(int ocdbt, int zarr3)
+/* flags: ur_orbax_ckpt_open's (the side files read beside _METADATA or after it: the same
+ * leaves either way). */
+static void roundtrip(int ocdbt, int zarr3, unsigned flags)
 {
     char step[300];
-    snprintf(step, sizeof step, "%s/rt%d%d/0", tmpdir, ocdbt, zarr3);
+    snprintf(step, sizeof step, "%s/rt%d%d%u/0", tmpdir, ocdbt, zarr3, flags);
     write_small(step, ocdbt, zarr3);
     char tmp[340];
     snprintf(tmp, sizeof tmp, "%s.orbax-checkpoint-tmp", step);
@@ -92,7 +94,7 @@ static void roundtrip(int ocdbt, int zarr3)
 
     ur_err err;
     ur_orbax_ckpt *ck = NULL;
-    assert_int_equal(ur_orbax_ckpt_open(&ck, step, 0, &err), UR_OK);
+    assert_int_equal(ur_orbax_ckpt_open(&ck, step, flags, &err), UR_OK);
     assert_int_equal(ur_orbax_ckpt_use_ocdbt(ck), ocdbt);
     assert_int_equal(ur_orbax_ckpt_use_zarr3(ck), zarr3);
     assert_true(ur_orbax_ckpt_store_fill_value(ck));
@@ -122,6 +124,8 @@ static void roundtrip(int ocdbt, int zarr3)
     assert_int_equal(l->chunk_shape[0], 2);
     assert_int_equal(l->write_shape_rank, 2);
     assert_int_equal(l->array_meta_chunk_rank, 2);
+    assert_int_equal(l->array_meta_chunk_shape[0], 2);
+    assert_int_equal(l->array_meta_chunk_shape[1], 3);
     assert_string_equal(l->sharding.spec[0], "x");
     assert_string_equal(l->sharding.mesh_axis_names[0], "x");
     ur_zarr_array *arr = NULL;
@@ -162,10 +166,13 @@ static void roundtrip(int ocdbt, int zarr3)
 static void test_orbax_ckpt__roundtrip_layouts(void **state)
 {
     (void)state;
-    roundtrip(1, 1);
-    roundtrip(1, 0);
-    roundtrip(0, 1);
-    roundtrip(0, 0);
+    for (unsigned flags = 0; flags <= UR_ORBAX_OPEN_SIDE_AFTER;
+         flags += UR_ORBAX_OPEN_SIDE_AFTER) {
+        roundtrip(1, 1, flags);
+        roundtrip(1, 0, flags);
+        roundtrip(0, 1, flags);
+        roundtrip(0, 0, flags);
+    }
 }
 
 static void put_file(const char *dir, const char *name, const char *text)
@@ -176,16 +183,21 @@ static void put_file(const char *dir, const char *name, const char *text)
     ur_free(p);
 }
 
+/* With the side files read beside _METADATA and after it: one fault, the same error. */
 static void expect_open_fails(const char *step, int code, const char *needle)
 {
-    ur_orbax_ckpt *ck = NULL;
-    ur_err err;
-    ur_err_clear(&err);
-    int rc = ur_orbax_ckpt_open(&ck, step, 0, &err);
-    if (rc != code || strstr(err.msg, needle) == NULL) {
-        fail_msg("rc %d msg '%s' where '%s', expected '%s'", rc, err.msg, err.where, needle);
+    for (unsigned flags = 0; flags <= UR_ORBAX_OPEN_SIDE_AFTER;
+         flags += UR_ORBAX_OPEN_SIDE_AFTER) {
+        ur_orbax_ckpt *ck = NULL;
+        ur_err err;
+        ur_err_clear(&err);
+        int rc = ur_orbax_ckpt_open(&ck, step, flags, &err);
+        if (rc != code || strstr(err.msg, needle) == NULL) {
+            fail_msg("flags %u: rc %d msg '%s' where '%s', expected '%s'", flags, rc, err.msg,
+                     err.where, needle);
+        }
+        assert_null(ck);
     }
-    assert_null(ck);
 }
 
 static void test_orbax_ckpt__damaged(void **state)
@@ -334,20 +346,23 @@ static void test_orbax_ckpt__open_oom(void **state)
     char step[300];
     snprintf(step, sizeof step, "%s/oom/0", tmpdir);
     write_small(step, 1, 1);
-    for (long n = 0;; n++) {
-        ur_orbax_ckpt *ck = NULL;
-        ur_err err;
-        ur_alloc_fail_after(n);
-        int rc = ur_orbax_ckpt_open(&ck, step, 0, &err);
-        ur_alloc_fail_after(-1);
-        if (rc == UR_OK) {
-            assert_int_equal(ur_orbax_ckpt_leaf_count(ck), 4);
-            ur_orbax_ckpt_close(ck);
-            break;
+    for (unsigned flags = 0; flags <= UR_ORBAX_OPEN_SIDE_AFTER;
+         flags += UR_ORBAX_OPEN_SIDE_AFTER) {
+        for (long n = 0;; n++) {
+            ur_orbax_ckpt *ck = NULL;
+            ur_err err;
+            ur_alloc_fail_after(n);
+            int rc = ur_orbax_ckpt_open(&ck, step, flags, &err);
+            ur_alloc_fail_after(-1);
+            if (rc == UR_OK) {
+                assert_int_equal(ur_orbax_ckpt_leaf_count(ck), 4);
+                ur_orbax_ckpt_close(ck);
+                break;
+            }
+            assert_null(ck);
+            assert_int_equal(rc, UR_ENOMEM);
+            assert_true(n < 100000);
         }
-        assert_null(ck);
-        assert_int_equal(rc, UR_ENOMEM);
-        assert_true(n < 100000);
     }
 }
 
