@@ -144,6 +144,77 @@ int ur_fs_make_named_temp_dir(char **out, const char *name, int *created, const 
  * removed it: what was locked is no longer the lock at that name). UR_ENOTFOUND when the
  * directory holding `path` is gone; UR_EIO naming path for any other failure. */
 int ur_fs_lock_try(const char *path, int *fd_out, ur_err *err);
+/* ur_fs_lock_try for a lock that says who holds it. Once the lock is taken, the file's content
+ * becomes `holder` (say "pid 12 on host\n"). When another open file holds it, *fd_out is -1
+ * and `held_by` (n > 0 bytes) gets what that holder wrote, on one line (control characters as
+ * spaces; "holder not yet recorded" when it wrote nothing yet). When the file was unlinked or
+ * replaced as it was locked, *fd_out is -1 and held_by is "": try again. UR_ENOTFOUND when the
+ * directory holding `path` is gone; UR_EIO naming path for any other failure ("cannot open the
+ * lock file", "cannot lock", "cannot write the lock file"). */
+int ur_fs_lock_take(const char *path, const char *holder, int *fd_out, char *held_by, size_t n,
+                    ur_err *err);
+/* Let go of a lock taken by ur_fs_lock_take (fd >= 0): unlink `path` while still holding the
+ * lock, but only when the name still refers to the file locked on fd, then close fd. A run
+ * waiting on the old file then finds the name changed and tries again. fd < 0: nothing. */
+void ur_fs_lock_release(const char *path, int fd);
+/* Close a descriptor a helper here returned (a held directory); fd < 0: nothing. */
+void ur_fs_close(int fd);
+/* Create the directory `path` (mode 0755, its parent must exist) and keep it open, so its
+ * inode cannot be reused by another directory while *fd_out is held (close it with
+ * ur_fs_close): *dev and *ino are its identity, as ur_fs_identity gives it. A link is not
+ * followed. UR_EIO naming path: "cannot create <what>" (errno EEXIST when something is there
+ * already), or "cannot open <what>", after which the new directory is removed again. */
+int ur_fs_mkdir_held(const char *path, const char *what, int *fd_out, unsigned long long *dev,
+                     unsigned long long *ino, ur_err *err);
+/* Remove the directory `path` if it is empty: UR_OK when removed or not there; UR_EIO naming
+ * path ("cannot remove directory", errno ENOTEMPTY when it holds anything) otherwise. */
+int ur_fs_remove_empty_dir(const char *path, ur_err *err);
+/* What a path names itself (lstat: a symbolic link is UR_FS_OTHER, never followed). */
+typedef enum {
+    UR_FS_MISSING = 0, /* nothing there */
+    UR_FS_FILE,        /* a regular file */
+    UR_FS_DIR,         /* a directory */
+    UR_FS_OTHER        /* a link, FIFO, device or socket */
+} ur_fs_kind;
+/* *kind_out for `path`: UR_OK (UR_FS_MISSING when nothing is there, errno ENOENT); UR_EIO
+ * naming path ("cannot stat", with its errno: ENOTDIR below a file, EACCES...) otherwise. */
+int ur_fs_kind_of(ur_fs_kind *kind_out, const char *path, ur_err *err);
+/* The first head_n bytes and the last min(size, *tail_n) bytes of the regular file `path`
+ * (*tail_n becomes that count; *size_out is its size), without reading what lies between:
+ * the cheap check that a file was written whole. A link is not followed and the file is
+ * opened O_NONBLOCK, so a FIFO never blocks. UR_ENOTFOUND (absent) or UR_EIO naming path
+ * ("cannot open", "not a regular file", "read failed"); UR_ECORRUPT when it holds fewer
+ * than head_n bytes. */
+int ur_fs_read_ends(const char *path, void *head, size_t head_n, void *tail, size_t *tail_n,
+                    uint64_t *size_out, ur_err *err);
+/* How ur_fs_swap_in put `from` at `to`, for ur_fs_swap_back. */
+typedef enum {
+    UR_FS_MOVED_NOT = 0,
+    UR_FS_MOVED_EXCHANGED, /* what was at `to` is now at `from` */
+    UR_FS_MOVED_IN,        /* nothing was at `to` */
+    UR_FS_MOVED_ASIDE      /* no exchange on this file system: the earlier one is at `aside` */
+} ur_fs_moved;
+/* Put the new output `from` at `to` with no moment where `to` holds neither: an earlier
+ * output there is exchanged with it atomically (renameat2 RENAME_EXCHANGE: it is then at
+ * `from`); where the file system has no exchange, the earlier output is first renamed to
+ * `aside`, then `from` to `to` (and, when that fails, `aside` back). With nothing at `to`,
+ * `from` never replaces something that appeared there meanwhile (RENAME_NOREPLACE, where the
+ * file system has it). Nothing is made durable: fsync `to`'s parent (ur_fs_fsync_dir). *how
+ * says what was done, UR_FS_MOVED_NOT on failure: UR_EIO naming `to` ("cannot swap in the new
+ * output from <from>", "cannot move the earlier output aside", "cannot move the new output
+ * in"). */
+int ur_fs_swap_in(const char *from, const char *to, const char *aside, ur_fs_moved *how,
+                  ur_err *err);
+/* Undo ur_fs_swap_in (best effort: the same renames, reversed); *how becomes
+ * UR_FS_MOVED_NOT. */
+void ur_fs_swap_back(const char *from, const char *to, const char *aside, ur_fs_moved *how);
+/* The absolute canonical form of `path` in *out (ur_free it): its longest existing prefix
+ * resolved by realpath (symbolic links followed), the rest normalized lexically ("." dropped,
+ * ".." removes the last component, never above "/"). With resolve_last == 0 the last component
+ * itself is not resolved (a link there is what a rename would replace). A relative path is
+ * taken from the working directory. UR_EIO naming path ("cannot resolve a relative path",
+ * "cannot resolve"). */
+int ur_fs_canonical(char **out, const char *path, int resolve_last, ur_err *err);
 /* rm -rf; a missing path is not an error. Never follows symlinks out of the tree. */
 int ur_fs_remove_tree(const char *path, ur_err *err);
 /* 1 when path exists (any type), 0 when not. */

@@ -1,6 +1,6 @@
 /* Publishing a conversion's output unit by unit, under a lock: see unroll/job_publish.h
  * for the promises. Doc: orbax-layout.md §1.3-1.5 (what a step directory holds). */
-#define _GNU_SOURCE /* renameat2 (RENAME_EXCHANGE, RENAME_NOREPLACE) */
+#define _GNU_SOURCE /* gethostname */
 #include "unroll/job_publish.h"
 
 #include "unroll/alloc.h"
@@ -9,34 +9,21 @@
 #include "unroll/ocdbt.h"
 #include "unroll/orbax.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define LOCK_SUFFIX ".unroll-lock"
 #define STAGING_SUFFIX ".unroll-tmp"
 #define ASIDE_SUFFIX ".unroll-old"
 
-typedef enum {
-    MOVED_NOT = 0,
-    MOVED_EXCHANGED, /* the earlier unit is now at `staged` */
-    MOVED_IN,        /* there was no earlier unit */
-    MOVED_ASIDE      /* no exchange on this file system: the earlier unit is at `aside` */
-} moved;
-
 typedef struct {
     char *staged;  /* where the run writes it */
     char *final;   /* C/<rel>: where it is published */
     char *aside;   /* staged + ASIDE_SUFFIX */
     char *created; /* the outermost directory above `final` this run created, or NULL */
-    moved how;
+    ur_fs_moved how; /* EXCHANGED: the earlier unit is now at `staged`; ASIDE: at `aside` */
 } unit;
 
 struct ur_job_publish {
@@ -53,118 +40,13 @@ struct ur_job_publish {
     int lock_fd;
     int staging_fd; /* held open so that its inode cannot be reused by a new directory */
     int have_staging;
-    dev_t staging_dev;
-    ino_t staging_ino;
+    unsigned long long staging_dev;
+    unsigned long long staging_ino;
     void (*on_failure)(void *ctx); /* ur_job_publish_on_failure */
     void *on_failure_ctx;
 };
 
 /* ---- canonical paths -------------------------------------------------------------------- */
-
-/* Append the components of `rest` to the absolute path `out` lexically ("." dropped, ".."
- * removes the last component, never above "/"). `out` has room for strlen(out) +
- * strlen(rest) + 2 bytes. */
-static void append_lexical(char *out, const char *rest)
-{
-    const char *s = rest;
-    while (*s != '\0') {
-        const char *e = strchr(s, '/');
-        size_t n = e != NULL ? (size_t)(e - s) : strlen(s);
-        if (n == 0 || (n == 1 && s[0] == '.')) {
-            /* nothing */
-        } else if (n == 2 && s[0] == '.' && s[1] == '.') {
-            char *slash = strrchr(out, '/');
-            if (slash != NULL) {
-                slash[slash == out ? 1 : 0] = '\0';
-            }
-        } else {
-            size_t len = strlen(out);
-            if (len > 0 && out[len - 1] != '/') {
-                out[len++] = '/';
-            }
-            memcpy(out + len, s, n);
-            out[len + n] = '\0';
-        }
-        s += n;
-        if (*s == '/') {
-            s++;
-        }
-    }
-}
-
-/* The absolute canonical form of `path`: its longest existing prefix resolved by realpath
- * (symlinks followed), the rest normalized lexically. With resolve_last == 0 the last
- * component itself is not resolved (a symlink there is what a rename would replace). */
-static char *canonical(const char *path, int resolve_last, ur_err *err)
-{
-    char *abs = NULL, *out = NULL, *cut, *real;
-    char buf[PATH_MAX];
-    size_t n;
-
-    if (path[0] == '/') {
-        abs = ur_strdup(path);
-    } else {
-        if (getcwd(buf, sizeof buf) == NULL) {
-            ur_err_set_os(err, UR_EIO, errno, path, "cannot resolve a relative path");
-            return NULL;
-        }
-        abs = ur_path_join(buf, path);
-    }
-    if (abs == NULL) {
-        ur_err_oom(err);
-        return NULL;
-    }
-    n = strlen(abs);
-    while (n > 1 && abs[n - 1] == '/') {
-        abs[--n] = '\0';
-    }
-    if (!resolve_last) {
-        char *slash = strrchr(abs, '/');
-        const char *base = slash + 1;
-        if (slash != abs && strcmp(base, ".") != 0 && strcmp(base, "..") != 0) {
-            *slash = '\0';
-            out = canonical(abs, 1, err);
-            if (out != NULL) {
-                char *joined = ur_path_join(out, base);
-                ur_free(out);
-                out = joined;
-                if (out == NULL) {
-                    ur_err_oom(err);
-                }
-            }
-            ur_free(abs);
-            return out;
-        }
-    }
-    /* Cut components off the end until what is left resolves ("/" always does). */
-    cut = abs + n;
-    for (;;) {
-        char saved = *cut;
-        *cut = '\0';
-        real = realpath(cut == abs ? "/" : abs, buf);
-        *cut = saved;
-        if (real != NULL || cut == abs) {
-            break;
-        }
-        while (cut > abs && *--cut != '/') {
-        }
-    }
-    if (real == NULL) {
-        ur_err_set_os(err, UR_EIO, errno, path, "cannot resolve");
-        ur_free(abs);
-        return NULL;
-    }
-    n = strlen(real);
-    out = ur_malloc(n + strlen(cut) + 2);
-    if (out == NULL) {
-        ur_err_oom(err);
-    } else {
-        memcpy(out, real, n + 1);
-        append_lexical(out, cut);
-    }
-    ur_free(abs);
-    return out;
-}
 
 /* 1 when `a` is `b` or lies below it (both canonical). */
 static int inside(const char *a, const char *b)
@@ -196,9 +78,7 @@ static void publish_free(ur_job_publish *p)
     ur_free(p->lock_path);
     ur_free(p->staging);
     ur_free(p->created_from);
-    if (p->staging_fd >= 0) {
-        close(p->staging_fd);
-    }
+    ur_fs_close(p->staging_fd);
     ur_free(p);
 }
 
@@ -224,12 +104,13 @@ static int resolve(ur_job_publish *p, const char *dest, const char *const *units
 {
     const char *name;
     char *slash;
+    int rc;
 
     p->lock_fd = -1;
     p->staging_fd = -1;
-    p->dest = canonical(dest, 1, err);
-    if (p->dest == NULL) {
-        return err != NULL ? err->code : UR_EIO;
+    rc = ur_fs_canonical(&p->dest, dest, 1, err);
+    if (rc < 0) {
+        return rc;
     }
     slash = strrchr(p->dest, '/');
     name = slash + 1;
@@ -247,15 +128,15 @@ static int resolve(ur_job_publish *p, const char *dest, const char *const *units
     }
     p->cap_units = n_units;
     for (; p->n_inputs < n_inputs; p->n_inputs++) {
-        p->inputs[p->n_inputs] = canonical(inputs[p->n_inputs], 1, err);
-        if (p->inputs[p->n_inputs] == NULL) {
-            return err != NULL ? err->code : UR_EIO;
+        rc = ur_fs_canonical(&p->inputs[p->n_inputs], inputs[p->n_inputs], 1, err);
+        if (rc < 0) {
+            return rc;
         }
     }
     for (; p->n_units < n_units; p->n_units++) {
         unit *u = &p->units[p->n_units];
         char *joined;
-        int rc = check_rel(units[p->n_units], err);
+        rc = check_rel(units[p->n_units], err);
         if (rc < 0) {
             return rc;
         }
@@ -266,10 +147,10 @@ static int resolve(ur_job_publish *p, const char *dest, const char *const *units
             return ur_err_oom(err);
         }
         /* a symlinked directory on the way (say, loras/) counts where it points */
-        u->final = canonical(joined, 0, err);
+        rc = ur_fs_canonical(&u->final, joined, 0, err);
         ur_free(joined);
-        if (u->final == NULL) {
-            return err != NULL ? err->code : UR_EIO;
+        if (rc < 0) {
+            return rc;
         }
         u->aside = ur_malloc(strlen(u->staged) + sizeof ASIDE_SUFFIX);
         if (u->aside == NULL) {
@@ -346,7 +227,7 @@ static void remove_created(const char *path, const char *top)
     p = ur_strdup(path);
     while (p != NULL && inside(p, top)) {
         char *slash;
-        if (rmdir(p) != 0 && errno != ENOENT) {
+        if (ur_fs_remove_empty_dir(p, NULL) < 0) {
             break;
         }
         slash = strrchr(p, '/');
@@ -369,73 +250,41 @@ static char *dirname_of(const char *path)
 
 /* ---- the lock --------------------------------------------------------------------------- */
 
-/* What the lock file says about its holder, for the message of a run that finds it held. */
-static void read_holder(int fd, char *who, size_t n)
-{
-    ssize_t got = pread(fd, who, n - 1, 0);
-    size_t len = got > 0 ? (size_t)got : 0;
-    while (len > 0 && (who[len - 1] == '\n' || who[len - 1] == '\0')) {
-        len--;
-    }
-    who[len] = '\0';
-    for (size_t i = 0; i < len; i++) {
-        if (who[i] == '\n' || (unsigned char)who[i] < 0x20) {
-            who[i] = ' ';
-        }
-    }
-    if (len == 0) {
-        snprintf(who, n, "holder not yet recorded");
-    }
-}
-
 static int take_lock(ur_job_publish *p, ur_err *err)
 {
+    char me[256], host[128];
+
+    if (gethostname(host, sizeof host) != 0) {
+        snprintf(host, sizeof host, "?");
+    }
+    host[sizeof host - 1] = '\0';
+    snprintf(me, sizeof me, "pid %ld on %s\n", (long)getpid(), host);
     /* Each retry follows a holder that unlinked the file as we opened it: a few suffice. */
     for (int attempt = 0; attempt < 64; attempt++) {
-        struct stat held, named;
-        char who[256], host[128];
-        int fd = open(p->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-        if (fd < 0 && errno == ENOENT) {
+        char who[256];
+        int fd = -1, rc = ur_fs_lock_take(p->lock_path, me, &fd, who, sizeof who, err);
+        if (rc == UR_ENOTFOUND) {
             /* C's parent was removed by another run cleaning up after a failure */
-            int rc = ur_fs_mkdirs(p->parent, err);
+            rc = ur_fs_mkdirs(p->parent, err);
             if (rc < 0) {
                 return rc;
             }
             continue;
         }
-        if (fd < 0) {
-            return ur_err_set_os(err, UR_EIO, errno, p->lock_path, "cannot open the lock file");
+        if (rc < 0) {
+            return rc;
         }
-        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-            int e = errno;
-            if (e == EWOULDBLOCK) {
-                read_holder(fd, who, sizeof who);
-                close(fd);
-                return ur_err_set_os(err, UR_EIO, 0, p->lock_path,
-                                     "%s is being written by another unroll run (%s): "
-                                     "try again when it has finished",
-                                     p->dest, who);
-            }
-            close(fd);
-            return ur_err_set_os(err, UR_EIO, e, p->lock_path, "cannot lock");
+        if (fd >= 0) {
+            p->lock_fd = fd;
+            return UR_OK;
         }
-        if (fstat(fd, &held) != 0 || stat(p->lock_path, &named) != 0 ||
-            held.st_dev != named.st_dev || held.st_ino != named.st_ino) {
-            close(fd); /* its holder removed it: what we locked is no longer the lock */
-            continue;
+        if (who[0] != '\0') {
+            return ur_err_set_os(err, UR_EIO, 0, p->lock_path,
+                                 "%s is being written by another unroll run (%s): "
+                                 "try again when it has finished",
+                                 p->dest, who);
         }
-        if (gethostname(host, sizeof host) != 0) {
-            snprintf(host, sizeof host, "?");
-        }
-        host[sizeof host - 1] = '\0';
-        snprintf(who, sizeof who, "pid %ld on %s\n", (long)getpid(), host);
-        if (ftruncate(fd, 0) != 0 || pwrite(fd, who, strlen(who), 0) < 0) {
-            int e = errno;
-            close(fd);
-            return ur_err_set_os(err, UR_EIO, e, p->lock_path, "cannot write the lock file");
-        }
-        p->lock_fd = fd;
-        return UR_OK;
+        /* its holder removed it: what we locked is no longer the lock */
     }
     return ur_err_set_os(err, UR_EIO, 0, p->lock_path, "cannot take the lock");
 }
@@ -444,26 +293,19 @@ static int take_lock(ur_job_publish *p, ur_err *err)
  * then release it. A run waiting on the old file notices the path changed and retries. */
 static void release_lock(ur_job_publish *p)
 {
-    struct stat held, named;
-    if (p->lock_fd < 0) {
-        return;
-    }
-    if (fstat(p->lock_fd, &held) == 0 && stat(p->lock_path, &named) == 0 &&
-        held.st_dev == named.st_dev && held.st_ino == named.st_ino) {
-        (void)unlink(p->lock_path);
-    }
-    close(p->lock_fd);
+    ur_fs_lock_release(p->lock_path, p->lock_fd);
     p->lock_fd = -1;
 }
 
 /* ---- staging ---------------------------------------------------------------------------- */
 
-/* 1 when the staging path still names the directory this run created. */
+/* 1 when the staging path still names the directory this run created. Its identity alone
+ * tells: the directory is held open (staging_fd), so no other file can take its inode. */
 static int staging_is_ours(const ur_job_publish *p)
 {
-    struct stat st;
-    return p->have_staging && lstat(p->staging, &st) == 0 && S_ISDIR(st.st_mode) &&
-           st.st_dev == p->staging_dev && st.st_ino == p->staging_ino;
+    unsigned long long dev, ino;
+    return p->have_staging && ur_fs_identity(p->staging, &dev, &ino, NULL) == UR_OK &&
+           dev == p->staging_dev && ino == p->staging_ino;
 }
 
 /* `<name>.<digits>.unroll-tmp`: the staging directory of a run to the same destination. */
@@ -481,42 +323,45 @@ static int is_staging_name(const char *entry, const char *name)
     return k > 0 && strcmp(s + k, STAGING_SUFFIX) == 0;
 }
 
+typedef struct {
+    const ur_job_publish *p;
+    const char *name; /* C's name in its parent */
+} stale_walk;
+
+static int remove_if_stale(void *ctx, const char *entry)
+{
+    const stale_walk *w = ctx;
+    char *path;
+    int used = 0;
+    if (!is_staging_name(entry, w->name)) {
+        return 0;
+    }
+    path = ur_path_join(w->p->parent, entry);
+    if (path == NULL) {
+        return 1;
+    }
+    for (size_t j = 0; j < w->p->n_inputs; j++) {
+        used |= inside(w->p->inputs[j], path);
+    }
+    if (!used) { /* our own name too: a dead run with the same pid */
+        (void)ur_fs_remove_tree(path, NULL);
+    }
+    ur_free(path);
+    return 0;
+}
+
 /* Under the lock: staging directories of runs that died. Best effort: a leftover that cannot
  * be removed is no reason to fail this run. One an input lies in is kept. */
 static void remove_stale_staging(const ur_job_publish *p)
 {
-    const char *name = strrchr(p->dest, '/') + 1;
-    DIR *d = opendir(p->parent);
-    struct dirent *e;
-    if (d == NULL) {
-        return;
-    }
-    while ((e = readdir(d)) != NULL) {
-        char *path;
-        int used = 0;
-        if (!is_staging_name(e->d_name, name)) {
-            continue;
-        }
-        path = ur_path_join(p->parent, e->d_name);
-        if (path == NULL) {
-            break;
-        }
-        for (size_t j = 0; j < p->n_inputs; j++) {
-            used |= inside(p->inputs[j], path);
-        }
-        if (!used) { /* our own name too: a dead run with the same pid */
-            (void)ur_fs_remove_tree(path, NULL);
-        }
-        ur_free(path);
-    }
-    closedir(d);
+    stale_walk w = {p, strrchr(p->dest, '/') + 1};
+    (void)ur_fs_list_names(p->parent, "directory", remove_if_stale, &w, NULL);
 }
 
 int ur_job_publish_begin(ur_job_publish **out, const char *dest, const char *const *units,
                          size_t n_units, const char *const *inputs, size_t n_inputs, ur_err *err)
 {
     ur_job_publish *p = ur_calloc(1, sizeof *p);
-    struct stat st;
     int rc;
 
     *out = NULL;
@@ -541,19 +386,12 @@ int ur_job_publish_begin(ur_job_publish **out, const char *dest, const char *con
         goto fail;
     }
     remove_stale_staging(p);
-    if (mkdir(p->staging, 0755) != 0) {
-        rc = ur_err_set_os(err, UR_EIO, errno, p->staging, "cannot create the staging directory");
-        goto fail;
-    }
-    p->staging_fd = open(p->staging, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (p->staging_fd < 0 || fstat(p->staging_fd, &st) != 0) {
-        rc = ur_err_set_os(err, UR_EIO, errno, p->staging, "cannot open the staging directory");
-        (void)rmdir(p->staging);
+    rc = ur_fs_mkdir_held(p->staging, "the staging directory", &p->staging_fd, &p->staging_dev,
+                          &p->staging_ino, err);
+    if (rc < 0) {
         goto fail;
     }
     p->have_staging = 1;
-    p->staging_dev = st.st_dev;
-    p->staging_ino = st.st_ino;
     for (size_t i = 0; i < p->n_units; i++) {
         char *dir = dirname_of(p->units[i].staged);
         rc = dir != NULL ? ur_fs_mkdirs_under(p->staging, dir, err) : ur_err_oom(err);
@@ -621,10 +459,10 @@ void ur_job_publish_tidy(const char *dest, const char *const *units, size_t n_un
 /* `dir/name` is a regular file (want_dir == 0) or a directory. */
 static int has(const char *dir, const char *name, int want_dir)
 {
-    struct stat st;
+    ur_fs_kind kind = UR_FS_MISSING;
     char *path = ur_path_join(dir, name);
-    int ok = path != NULL && lstat(path, &st) == 0 &&
-             (want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
+    int ok = path != NULL && ur_fs_kind_of(&kind, path, NULL) == UR_OK &&
+             kind == (want_dir ? UR_FS_DIR : UR_FS_FILE);
     ur_free(path);
     return ok;
 }
@@ -634,33 +472,26 @@ static int has(const char *dir, const char *name, int want_dir)
 static int json_object_file(const char *path)
 {
     char head = 0, tail[64];
-    struct stat st;
-    ssize_t got;
-    int ok = 0, fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    size_t got = sizeof tail;
+    uint64_t size = 0;
 
-    if (fd < 0) {
+    if (ur_fs_read_ends(path, &head, 1, tail, &got, &size, NULL) < 0 || size <= 1 || head != '{') {
         return 0;
     }
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 1 &&
-        pread(fd, &head, 1, 0) == 1 && head == '{') {
-        off_t at = st.st_size > (off_t)sizeof tail ? st.st_size - (off_t)sizeof tail : 0;
-        got = pread(fd, tail, sizeof tail, at);
-        while (got > 0 && (tail[got - 1] == '\n' || tail[got - 1] == ' ' ||
-                           tail[got - 1] == '\r' || tail[got - 1] == '\t')) {
-            got--;
-        }
-        ok = got > 0 && tail[got - 1] == '}';
+    while (got > 0 && (tail[got - 1] == '\n' || tail[got - 1] == ' ' || tail[got - 1] == '\r' ||
+                       tail[got - 1] == '\t')) {
+        got--;
     }
-    close(fd);
-    return ok;
+    return got > 0 && tail[got - 1] == '}';
 }
 
 /* `items/rel`, when there is one, is a whole JSON object (json_object_file). */
 static int optional_json_ok(const char *items, const char *rel)
 {
-    struct stat st;
+    ur_fs_kind kind = UR_FS_MISSING;
     char *path = ur_path_join(items, rel);
-    int ok = path != NULL && (lstat(path, &st) != 0 ? errno == ENOENT : json_object_file(path));
+    int ok = path != NULL && ur_fs_kind_of(&kind, path, NULL) == UR_OK &&
+             (kind == UR_FS_MISSING || json_object_file(path));
     ur_free(path);
     return ok;
 }
@@ -697,21 +528,22 @@ static int check_database(const char *items, ur_err *why)
  * (non-OCDBT) item opens as an Orbax checkpoint. */
 static int check_staged(const unit *u, ur_err *err)
 {
-    struct stat st;
+    ur_fs_kind kind = UR_FS_MISSING;
     char *meta, *items, *md = NULL;
     ur_orbax_ckpt *ck = NULL;
     ur_err why;
     int rc = UR_OK;
 
     ur_err_clear(&why);
-    if (lstat(u->staged, &st) != 0) {
-        return ur_err_set_os(err, UR_EIO, errno, u->staged,
+    rc = ur_fs_kind_of(&kind, u->staged, &why);
+    if (rc < 0 || kind == UR_FS_MISSING) {
+        return ur_err_set_os(err, UR_EIO, rc < 0 ? why.os_errno : ENOENT, u->staged,
                              "staged output missing: nothing published");
     }
-    if (S_ISREG(st.st_mode)) {
+    if (kind == UR_FS_FILE) {
         return UR_OK;
     }
-    if (!S_ISDIR(st.st_mode)) {
+    if (kind != UR_FS_DIR) {
         return ur_err_set_os(err, UR_EIO, 0, u->staged,
                              "staged output is not a file or directory: nothing published");
     }
@@ -720,7 +552,7 @@ static int check_staged(const unit *u, ur_err *err)
     md = items != NULL ? ur_path_join(items, "_METADATA") : NULL;
     if (meta == NULL || items == NULL || md == NULL) {
         rc = ur_err_oom(err);
-    } else if (lstat(meta, &st) != 0 || !S_ISREG(st.st_mode)) {
+    } else if (ur_fs_kind_of(&kind, meta, NULL) < 0 || kind != UR_FS_FILE) {
         rc = ur_err_set_os(err, UR_EIO, 0, meta, "staged output incomplete: nothing published");
     } else if (!has(items, "_METADATA", 0)) {
         rc = ur_err_set_os(err, UR_EIO, 0, items,
@@ -753,72 +585,19 @@ static int check_staged(const unit *u, ur_err *err)
  * a regular file for a file): anything else is not ours to replace. */
 static int check_final(const unit *u, ur_err *err)
 {
-    struct stat a, b;
-    if (lstat(u->final, &b) != 0) {
-        return errno == ENOENT ? UR_OK
-                               : ur_err_set_os(err, UR_EIO, errno, u->final, "cannot stat");
+    ur_fs_kind a = UR_FS_MISSING, b = UR_FS_MISSING;
+    int rc = ur_fs_kind_of(&b, u->final, err);
+    if (rc < 0 || b == UR_FS_MISSING) {
+        return rc;
     }
-    if (lstat(u->staged, &a) == 0 &&
-        (S_ISDIR(a.st_mode) ? S_ISDIR(b.st_mode) : S_ISREG(b.st_mode))) {
+    if (ur_fs_kind_of(&a, u->staged, NULL) == UR_OK && a != UR_FS_MISSING &&
+        (a == UR_FS_DIR ? b == UR_FS_DIR : b == UR_FS_FILE)) {
         return UR_OK;
     }
     return ur_err_set_os(err, UR_EIO, 0, u->final,
-                         S_ISDIR(a.st_mode) ? "exists and is not a checkpoint directory: not "
-                                              "replaced"
-                                            : "exists and is not a regular file: not replaced");
-}
-
-static int move_in(unit *u, ur_err *err)
-{
-    if (ur_fs_exists(u->final)) {
-        if (renameat2(AT_FDCWD, u->staged, AT_FDCWD, u->final, RENAME_EXCHANGE) == 0) {
-            u->how = MOVED_EXCHANGED;
-            return UR_OK;
-        }
-        if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) {
-            return ur_err_set_os(err, UR_EIO, errno, u->final,
-                                 "cannot swap in the new output from %s", u->staged);
-        }
-        /* No exchange on this file system: move the earlier unit aside first. */
-        if (rename(u->final, u->aside) != 0) {
-            return ur_err_set_os(err, UR_EIO, errno, u->final,
-                                 "cannot move the earlier output aside");
-        }
-        if (rename(u->staged, u->final) != 0) {
-            int e = errno;
-            (void)rename(u->aside, u->final);
-            return ur_err_set_os(err, UR_EIO, e, u->final, "cannot move the new output in");
-        }
-        u->how = MOVED_ASIDE;
-        return UR_OK;
-    }
-    if (renameat2(AT_FDCWD, u->staged, AT_FDCWD, u->final, RENAME_NOREPLACE) == 0 ||
-        ((errno == EINVAL || errno == ENOSYS) && rename(u->staged, u->final) == 0)) {
-        u->how = MOVED_IN;
-        return UR_OK;
-    }
-    return ur_err_set_os(err, UR_EIO, errno, u->final, "cannot move the new output in");
-}
-
-/* Put back the earlier unit (best effort: the same renames, reversed). */
-static void move_back(unit *u)
-{
-    switch (u->how) {
-    case MOVED_EXCHANGED:
-        (void)renameat2(AT_FDCWD, u->staged, AT_FDCWD, u->final, RENAME_EXCHANGE);
-        break;
-    case MOVED_IN:
-        (void)rename(u->final, u->staged);
-        break;
-    case MOVED_ASIDE:
-        if (rename(u->final, u->staged) == 0) {
-            (void)rename(u->aside, u->final);
-        }
-        break;
-    case MOVED_NOT:
-        break;
-    }
-    u->how = MOVED_NOT;
+                         a == UR_FS_DIR ? "exists and is not a checkpoint directory: not "
+                                          "replaced"
+                                        : "exists and is not a regular file: not replaced");
 }
 
 static int make_final_parent(unit *u, ur_err *err)
@@ -865,7 +644,8 @@ int ur_job_publish_commit(ur_job_publish *p, const volatile sig_atomic_t *cancel
         rc = make_final_parent(&p->units[i], err);
     }
     for (; moved_n < p->n_units && rc == UR_OK; moved_n++) {
-        rc = move_in(&p->units[moved_n], err);
+        unit *u = &p->units[moved_n];
+        rc = ur_fs_swap_in(u->staged, u->final, u->aside, &u->how, err);
         if (rc < 0) {
             break;
         }
@@ -875,7 +655,8 @@ int ur_job_publish_commit(ur_job_publish *p, const volatile sig_atomic_t *cancel
     }
     if (rc < 0) {
         while (moved_n-- > 0) {
-            move_back(&p->units[moved_n]);
+            unit *u = &p->units[moved_n];
+            ur_fs_swap_back(u->staged, u->final, u->aside, &u->how); /* best effort */
         }
         goto fail;
     }

@@ -1,4 +1,5 @@
 /* File-system helpers: every failure names the path and keeps errno. */
+#define _GNU_SOURCE /* renameat2 (RENAME_EXCHANGE, RENAME_NOREPLACE) */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* MAP_POPULATE */
 #define _XOPEN_SOURCE 700
@@ -9,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -737,17 +739,45 @@ int ur_fs_rename_into_place(const char *from, const char *to, ur_err *err)
     return rc;
 }
 
-int ur_fs_lock_try(const char *path, int *fd_out, ur_err *err)
+/* What the lock file open on `fd` says about its holder, on one line, for the message of a
+ * run that finds it held. */
+static void read_holder(int fd, char *who, size_t n)
+{
+    ssize_t got = pread(fd, who, n - 1, 0);
+    size_t len = got > 0 ? (size_t)got : 0;
+    while (len > 0 && (who[len - 1] == '\n' || who[len - 1] == '\0')) {
+        len--;
+    }
+    who[len] = '\0';
+    for (size_t i = 0; i < len; i++) {
+        if (who[i] == '\n' || (unsigned char)who[i] < 0x20) {
+            who[i] = ' ';
+        }
+    }
+    if (len == 0) {
+        snprintf(who, n, "holder not yet recorded");
+    }
+}
+
+/* ur_fs_lock_try; when another holds the lock and held_by is not NULL, what it wrote there
+ * goes to held_by (read_holder), else held_by (if any) is "". */
+static int lock_open(const char *path, int *fd_out, char *held_by, size_t n, ur_err *err)
 {
     struct stat held, named;
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     *fd_out = -1;
+    if (held_by != NULL) {
+        held_by[0] = '\0';
+    }
     if (fd < 0) {
         return ur_err_set_os(err, errno == ENOENT ? UR_ENOTFOUND : UR_EIO, errno, path,
                              "cannot open the lock file");
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
+        if (e == EWOULDBLOCK && held_by != NULL) {
+            read_holder(fd, held_by, n);
+        }
         close(fd);
         return e == EWOULDBLOCK ? UR_OK : ur_err_set_os(err, UR_EIO, e, path, "cannot lock");
     }
@@ -758,6 +788,287 @@ int ur_fs_lock_try(const char *path, int *fd_out, ur_err *err)
         return UR_OK;
     }
     *fd_out = fd;
+    return UR_OK;
+}
+
+int ur_fs_lock_try(const char *path, int *fd_out, ur_err *err)
+{
+    return lock_open(path, fd_out, NULL, 0, err);
+}
+
+int ur_fs_lock_take(const char *path, const char *holder, int *fd_out, char *held_by, size_t n,
+                    ur_err *err)
+{
+    int fd, rc = lock_open(path, &fd, held_by, n, err);
+    *fd_out = -1;
+    if (rc < 0 || fd < 0) {
+        return rc;
+    }
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, holder, strlen(holder), 0) < 0) {
+        int e = errno;
+        close(fd);
+        return ur_err_set_os(err, UR_EIO, e, path, "cannot write the lock file");
+    }
+    *fd_out = fd;
+    return UR_OK;
+}
+
+void ur_fs_lock_release(const char *path, int fd)
+{
+    struct stat held, named;
+    if (fd < 0) {
+        return;
+    }
+    if (fstat(fd, &held) == 0 && stat(path, &named) == 0 && held.st_dev == named.st_dev &&
+        held.st_ino == named.st_ino) {
+        (void)unlink(path);
+    }
+    close(fd);
+}
+
+void ur_fs_close(int fd)
+{
+    if (fd >= 0) {
+        close(fd);
+    }
+}
+
+int ur_fs_mkdir_held(const char *path, const char *what, int *fd_out, unsigned long long *dev,
+                     unsigned long long *ino, ur_err *err)
+{
+    struct stat st;
+    int fd;
+    *fd_out = -1;
+    if (mkdir(path, 0755) != 0) {
+        return ur_err_set_os(err, UR_EIO, errno, path, "cannot create %s", what);
+    }
+    fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        int rc = ur_err_set_os(err, UR_EIO, errno, path, "cannot open %s", what);
+        if (fd >= 0) {
+            close(fd);
+        }
+        (void)rmdir(path);
+        return rc;
+    }
+    *fd_out = fd;
+    *dev = (unsigned long long)st.st_dev;
+    *ino = (unsigned long long)st.st_ino;
+    return UR_OK;
+}
+
+int ur_fs_remove_empty_dir(const char *path, ur_err *err)
+{
+    if (rmdir(path) != 0 && errno != ENOENT) {
+        return ur_err_set_os(err, UR_EIO, errno, path, "cannot remove directory");
+    }
+    return UR_OK;
+}
+
+int ur_fs_kind_of(ur_fs_kind *kind_out, const char *path, ur_err *err)
+{
+    struct stat st;
+    *kind_out = UR_FS_MISSING;
+    if (lstat(path, &st) != 0) {
+        return errno == ENOENT ? UR_OK : ur_err_set_os(err, UR_EIO, errno, path, "cannot stat");
+    }
+    *kind_out = S_ISREG(st.st_mode) ? UR_FS_FILE : S_ISDIR(st.st_mode) ? UR_FS_DIR : UR_FS_OTHER;
+    return UR_OK;
+}
+
+int ur_fs_read_ends(const char *path, void *head, size_t head_n, void *tail, size_t *tail_n,
+                    uint64_t *size_out, ur_err *err)
+{
+    struct stat st;
+    uint64_t size = 0;
+    size_t want = 0;
+    int rc, fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+
+    if (fd < 0) {
+        return os_fail(err, path, "cannot open");
+    }
+    rc = check_regular(fd, path, &st, err);
+    if (rc == UR_OK) {
+        size = (uint64_t)st.st_size;
+        *size_out = size;
+        rc = size < head_n ? ur_err_set_os(err, UR_ECORRUPT, 0, path,
+                                           "file is %llu bytes, fewer than the %zu expected",
+                                           (unsigned long long)size, head_n)
+                           : ur_fs_pread_full(fd, head, head_n, 0, path, err);
+    }
+    if (rc == UR_OK) {
+        want = size < (uint64_t)*tail_n ? (size_t)size : *tail_n;
+        rc = ur_fs_pread_full(fd, tail, want, size - want, path, err);
+    }
+    if (rc == UR_OK) {
+        *tail_n = want;
+    }
+    close(fd);
+    return rc;
+}
+
+int ur_fs_swap_in(const char *from, const char *to, const char *aside, ur_fs_moved *how,
+                  ur_err *err)
+{
+    *how = UR_FS_MOVED_NOT;
+    if (ur_fs_exists(to)) {
+        if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_EXCHANGE) == 0) {
+            *how = UR_FS_MOVED_EXCHANGED;
+            return UR_OK;
+        }
+        if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) {
+            return ur_err_set_os(err, UR_EIO, errno, to, "cannot swap in the new output from %s",
+                                 from);
+        }
+        /* No exchange on this file system: move the earlier unit aside first. */
+        if (rename(to, aside) != 0) {
+            return ur_err_set_os(err, UR_EIO, errno, to, "cannot move the earlier output aside");
+        }
+        if (rename(from, to) != 0) {
+            int e = errno;
+            (void)rename(aside, to);
+            return ur_err_set_os(err, UR_EIO, e, to, "cannot move the new output in");
+        }
+        *how = UR_FS_MOVED_ASIDE;
+        return UR_OK;
+    }
+    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0 ||
+        ((errno == EINVAL || errno == ENOSYS) && rename(from, to) == 0)) {
+        *how = UR_FS_MOVED_IN;
+        return UR_OK;
+    }
+    return ur_err_set_os(err, UR_EIO, errno, to, "cannot move the new output in");
+}
+
+void ur_fs_swap_back(const char *from, const char *to, const char *aside, ur_fs_moved *how)
+{
+    switch (*how) {
+    case UR_FS_MOVED_EXCHANGED:
+        (void)renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_EXCHANGE);
+        break;
+    case UR_FS_MOVED_IN:
+        (void)rename(to, from);
+        break;
+    case UR_FS_MOVED_ASIDE:
+        if (rename(to, from) == 0) {
+            (void)rename(aside, to);
+        }
+        break;
+    case UR_FS_MOVED_NOT:
+        break;
+    }
+    *how = UR_FS_MOVED_NOT;
+}
+
+/* Append the components of `rest` to the absolute path `out` lexically ("." dropped, ".."
+ * removes the last component, never above "/"). `out` has room for strlen(out) +
+ * strlen(rest) + 2 bytes. */
+static void append_lexical(char *out, const char *rest)
+{
+    const char *s = rest;
+    while (*s != '\0') {
+        const char *e = strchr(s, '/');
+        size_t n = e != NULL ? (size_t)(e - s) : strlen(s);
+        if (n == 0 || (n == 1 && s[0] == '.')) {
+            /* nothing */
+        } else if (n == 2 && s[0] == '.' && s[1] == '.') {
+            char *slash = strrchr(out, '/');
+            if (slash != NULL) {
+                slash[slash == out ? 1 : 0] = '\0';
+            }
+        } else {
+            size_t len = strlen(out);
+            if (len > 0 && out[len - 1] != '/') {
+                out[len++] = '/';
+            }
+            memcpy(out + len, s, n);
+            out[len + n] = '\0';
+        }
+        s += n;
+        if (*s == '/') {
+            s++;
+        }
+    }
+}
+
+/* ur_fs_canonical: the new string, or NULL with err set. */
+static char *canonical(const char *path, int resolve_last, ur_err *err)
+{
+    char *abs = NULL, *out = NULL, *cut, *real;
+    char buf[PATH_MAX];
+    size_t n;
+
+    if (path[0] == '/') {
+        abs = ur_strdup(path);
+    } else {
+        if (getcwd(buf, sizeof buf) == NULL) {
+            ur_err_set_os(err, UR_EIO, errno, path, "cannot resolve a relative path");
+            return NULL;
+        }
+        abs = ur_path_join(buf, path);
+    }
+    if (abs == NULL) {
+        ur_err_oom(err);
+        return NULL;
+    }
+    n = strlen(abs);
+    while (n > 1 && abs[n - 1] == '/') {
+        abs[--n] = '\0';
+    }
+    if (!resolve_last) {
+        char *slash = strrchr(abs, '/');
+        const char *base = slash + 1;
+        if (slash != abs && strcmp(base, ".") != 0 && strcmp(base, "..") != 0) {
+            *slash = '\0';
+            out = canonical(abs, 1, err);
+            if (out != NULL) {
+                char *joined = ur_path_join(out, base);
+                ur_free(out);
+                out = joined;
+                if (out == NULL) {
+                    ur_err_oom(err);
+                }
+            }
+            ur_free(abs);
+            return out;
+        }
+    }
+    /* Cut components off the end until what is left resolves ("/" always does). */
+    cut = abs + n;
+    for (;;) {
+        char saved = *cut;
+        *cut = '\0';
+        real = realpath(cut == abs ? "/" : abs, buf);
+        *cut = saved;
+        if (real != NULL || cut == abs) {
+            break;
+        }
+        while (cut > abs && *--cut != '/') {
+        }
+    }
+    if (real == NULL) {
+        ur_err_set_os(err, UR_EIO, errno, path, "cannot resolve");
+        ur_free(abs);
+        return NULL;
+    }
+    n = strlen(real);
+    out = ur_malloc(n + strlen(cut) + 2);
+    if (out == NULL) {
+        ur_err_oom(err);
+    } else {
+        memcpy(out, real, n + 1);
+        append_lexical(out, cut);
+    }
+    ur_free(abs);
+    return out;
+}
+
+int ur_fs_canonical(char **out, const char *path, int resolve_last, ur_err *err)
+{
+    *out = canonical(path, resolve_last, err);
+    if (*out == NULL) {
+        return err != NULL ? err->code : UR_EIO;
+    }
     return UR_OK;
 }
 

@@ -5,6 +5,7 @@
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -455,6 +456,313 @@ static void test_ur_fs__list_names_and_rename_into_place(void **state)
     ur_free(dir);
 }
 
+/* A lock says who holds it: a second taker gets the holder's line (control characters as
+ * spaces), or "holder not yet recorded" when nothing is written yet; a release unlinks the
+ * lock file only while its name still refers to the file that was locked. */
+static void test_ur_fs__lock_take_holder_and_release(void **state)
+{
+    char *lock = ur_path_join(scratch, "k.lock"), *gone = ur_path_join(scratch, "nodir/k.lock");
+    char held_by[64], small[8];
+    ur_buf b;
+    ur_err err;
+    int fd = -1, fd2 = -1;
+    (void)state;
+    assert_int_equal(ur_fs_lock_take(lock, "pid 1 on\thost\n", &fd, held_by, sizeof held_by, &err),
+                     UR_OK);
+    assert_true(fd >= 0);
+    assert_string_equal(held_by, "");
+    ur_buf_init(&b, 0);
+    assert_int_equal(ur_fs_read_file(&b, lock, 100, &err), UR_OK);
+    assert_int_equal(b.len, strlen("pid 1 on\thost\n"));
+    assert_memory_equal(b.data, "pid 1 on\thost\n", b.len);
+    ur_buf_dispose(&b);
+    /* flock is per open file: the same process opening the file again is another taker */
+    assert_int_equal(ur_fs_lock_take(lock, "pid 2\n", &fd2, held_by, sizeof held_by, &err), UR_OK);
+    assert_int_equal(fd2, -1);
+    assert_string_equal(held_by, "pid 1 on host");
+    assert_int_equal(ur_fs_lock_take(lock, "pid 2\n", &fd2, small, sizeof small, &err), UR_OK);
+    assert_string_equal(small, "pid 1 o");
+    assert_int_equal(ur_fs_lock_try(lock, &fd2, &err), UR_OK);
+    assert_int_equal(fd2, -1);
+    ur_fs_lock_release(lock, fd);
+    assert_false(ur_fs_exists(lock));
+
+    /* taken but not yet written */
+    assert_int_equal(ur_fs_lock_try(lock, &fd, &err), UR_OK);
+    assert_true(fd >= 0);
+    assert_int_equal(ur_fs_lock_take(lock, "pid 2\n", &fd2, held_by, sizeof held_by, &err), UR_OK);
+    assert_int_equal(fd2, -1);
+    assert_string_equal(held_by, "holder not yet recorded");
+    /* the name now refers to another file: the release leaves that one alone */
+    assert_int_equal(unlink(lock), 0);
+    assert_int_equal(ur_fs_write_file(lock, "other\n", 6, &err), UR_OK);
+    ur_fs_lock_release(lock, fd);
+    assert_true(ur_fs_exists(lock));
+    ur_fs_lock_release(lock, -1);
+    assert_true(ur_fs_exists(lock));
+    /* that file is not locked by anyone: it is taken, and its text replaced */
+    assert_int_equal(ur_fs_lock_take(lock, "pid 3\n", &fd, held_by, sizeof held_by, &err), UR_OK);
+    assert_true(fd >= 0);
+    ur_buf_init(&b, 0);
+    assert_int_equal(ur_fs_read_file(&b, lock, 100, &err), UR_OK);
+    assert_int_equal(b.len, 6);
+    assert_memory_equal(b.data, "pid 3\n", 6);
+    ur_buf_dispose(&b);
+    ur_fs_lock_release(lock, fd);
+    assert_false(ur_fs_exists(lock));
+
+    assert_int_equal(ur_fs_lock_take(gone, "x\n", &fd, held_by, sizeof held_by, &err),
+                     UR_ENOTFOUND);
+    assert_int_equal(fd, -1);
+    assert_string_equal(err.where, gone);
+    assert_non_null(strstr(err.msg, "cannot open the lock file"));
+    ur_free(gone);
+    ur_free(lock);
+}
+
+/* A held directory: its identity is the one ur_fs_identity sees, a second one at the name is
+ * refused with EEXIST, and one whose parent is missing is UR_EIO naming it. */
+static void test_ur_fs__mkdir_held(void **state)
+{
+    char *dir = ur_path_join(scratch, "held"), *orphan = ur_path_join(scratch, "no/held");
+    unsigned long long dev = 0, ino = 0, dev2 = 0, ino2 = 0;
+    int fd = -1, fd2 = -1;
+    ur_err err;
+    (void)state;
+    assert_int_equal(ur_fs_mkdir_held(dir, "the test directory", &fd, &dev, &ino, &err), UR_OK);
+    assert_true(fd >= 0);
+    assert_true(ur_fs_is_dir(dir));
+    assert_int_equal(ur_fs_identity(dir, &dev2, &ino2, &err), UR_OK);
+    assert_true(dev == dev2 && ino == ino2);
+    assert_int_equal(ur_fs_mkdir_held(dir, "the test directory", &fd2, &dev2, &ino2, &err),
+                     UR_EIO);
+    assert_int_equal(fd2, -1);
+    assert_int_equal(err.os_errno, EEXIST);
+    assert_string_equal(err.where, dir);
+    assert_non_null(strstr(err.msg, "cannot create the test directory"));
+    /* removed and made again while the first is held: a new inode */
+    assert_int_equal(ur_fs_remove_empty_dir(dir, &err), UR_OK);
+    assert_int_equal(ur_fs_mkdir_held(dir, "the test directory", &fd2, &dev2, &ino2, &err), UR_OK);
+    assert_false(dev == dev2 && ino == ino2);
+    ur_fs_close(fd2);
+    ur_fs_close(fd);
+    ur_fs_close(-1);
+    assert_int_equal(ur_fs_mkdir_held(orphan, "the test directory", &fd, &dev, &ino, &err),
+                     UR_EIO);
+    assert_int_equal(err.os_errno, ENOENT);
+    assert_string_equal(err.where, orphan);
+    ur_free(orphan);
+    ur_free(dir);
+}
+
+/* Only an empty directory goes; an absent one is no error; one with a file stays. */
+static void test_ur_fs__remove_empty_dir(void **state)
+{
+    char *dir = ur_path_join(scratch, "e"), *file = ur_path_join(scratch, "e/f");
+    ur_err err;
+    (void)state;
+    assert_int_equal(ur_fs_mkdirs(dir, &err), UR_OK);
+    assert_int_equal(ur_fs_write_file(file, "x", 1, &err), UR_OK);
+    assert_int_equal(ur_fs_remove_empty_dir(dir, &err), UR_EIO);
+    assert_int_equal(err.os_errno, ENOTEMPTY);
+    assert_string_equal(err.where, dir);
+    assert_true(ur_fs_exists(file));
+    assert_int_equal(unlink(file), 0);
+    assert_int_equal(ur_fs_remove_empty_dir(dir, &err), UR_OK);
+    assert_false(ur_fs_exists(dir));
+    assert_int_equal(ur_fs_remove_empty_dir(dir, &err), UR_OK);
+    ur_free(file);
+    ur_free(dir);
+}
+
+/* What a name is, a link not followed; a path below a file is an error with its errno. */
+static void test_ur_fs__kind_of(void **state)
+{
+    char *file = ur_path_join(scratch, "kf"), *dir = ur_path_join(scratch, "kd");
+    char *link = ur_path_join(scratch, "kl"), *below = ur_path_join(scratch, "kf/x");
+    char *none = ur_path_join(scratch, "kn");
+    ur_fs_kind k = UR_FS_OTHER;
+    ur_err err;
+    (void)state;
+    assert_int_equal(ur_fs_write_file(file, "x", 1, &err), UR_OK);
+    assert_int_equal(ur_fs_mkdirs(dir, &err), UR_OK);
+    assert_int_equal(symlink(dir, link), 0);
+    assert_int_equal(ur_fs_kind_of(&k, file, &err), UR_OK);
+    assert_int_equal(k, UR_FS_FILE);
+    assert_int_equal(ur_fs_kind_of(&k, dir, &err), UR_OK);
+    assert_int_equal(k, UR_FS_DIR);
+    assert_int_equal(ur_fs_kind_of(&k, link, &err), UR_OK);
+    assert_int_equal(k, UR_FS_OTHER);
+    assert_int_equal(ur_fs_kind_of(&k, none, &err), UR_OK);
+    assert_int_equal(k, UR_FS_MISSING);
+    k = UR_FS_FILE;
+    assert_int_equal(ur_fs_kind_of(&k, below, &err), UR_EIO);
+    assert_int_equal(k, UR_FS_MISSING);
+    assert_int_equal(err.os_errno, ENOTDIR);
+    assert_string_equal(err.where, below);
+    ur_free(none);
+    ur_free(below);
+    ur_free(link);
+    ur_free(dir);
+    ur_free(file);
+}
+
+/* Both ends of a file, the tail cut to its size; too short, a link, a FIFO, a directory or
+ * nothing at all is an error naming the path. */
+static void test_ur_fs__read_ends(void **state)
+{
+    char *file = ur_path_join(scratch, "j"), *link = ur_path_join(scratch, "jl");
+    char *fifo = ur_path_join(scratch, "jf"), *none = ur_path_join(scratch, "jn");
+    char head[3], tail[8];
+    size_t tn = sizeof tail;
+    uint64_t size = 0;
+    ur_err err;
+    (void)state;
+    assert_int_equal(ur_fs_write_file(file, "{\"a\": 12345}\n", 13, &err), UR_OK);
+    assert_int_equal(ur_fs_read_ends(file, head, 3, tail, &tn, &size, &err), UR_OK);
+    assert_int_equal(size, 13);
+    assert_memory_equal(head, "{\"a", 3);
+    assert_int_equal(tn, 8);
+    assert_memory_equal(tail, " 12345}\n", 8);
+    assert_int_equal(ur_fs_write_file(file, "{}", 2, &err), UR_OK);
+    tn = sizeof tail;
+    assert_int_equal(ur_fs_read_ends(file, head, 1, tail, &tn, &size, &err), UR_OK);
+    assert_int_equal(size, 2);
+    assert_int_equal(tn, 2);
+    assert_memory_equal(tail, "{}", 2);
+    tn = sizeof tail;
+    assert_int_equal(ur_fs_read_ends(file, head, 3, tail, &tn, &size, &err), UR_ECORRUPT);
+    assert_string_equal(err.where, file);
+    assert_int_equal(symlink(file, link), 0);
+    assert_int_equal(ur_fs_read_ends(link, head, 1, tail, &tn, &size, &err), UR_EIO);
+    assert_int_equal(err.os_errno, ELOOP);
+    assert_string_equal(err.where, link);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(ur_fs_read_ends(fifo, head, 1, tail, &tn, &size, &err), UR_EIO);
+    assert_non_null(strstr(err.msg, "not a regular file"));
+    assert_int_equal(ur_fs_read_ends(scratch, head, 1, tail, &tn, &size, &err), UR_EIO);
+    assert_int_equal(ur_fs_read_ends(none, head, 1, tail, &tn, &size, &err), UR_ENOTFOUND);
+    assert_string_equal(err.where, none);
+    ur_free(none);
+    ur_free(fifo);
+    ur_free(link);
+    ur_free(file);
+}
+
+static void assert_content(const char *path, const char *want)
+{
+    ur_buf b;
+    ur_err err;
+    ur_buf_init(&b, 0);
+    assert_int_equal(ur_fs_read_file(&b, path, 100, &err), UR_OK);
+    assert_int_equal(b.len, strlen(want));
+    assert_memory_equal(b.data, want, b.len);
+    ur_buf_dispose(&b);
+}
+
+/* A new output swapped in for an earlier one and back again; moved in where there was none
+ * and back out; a missing new output is UR_EIO naming the destination, nothing moved. */
+static void test_ur_fs__swap_in_and_back(void **state)
+{
+    char *from = ur_path_join(scratch, "new"), *to = ur_path_join(scratch, "to");
+    char *aside = ur_path_join(scratch, "new.old");
+    ur_fs_moved how = UR_FS_MOVED_IN;
+    ur_err err;
+    (void)state;
+    assert_int_equal(ur_fs_write_file(from, "new", 3, &err), UR_OK);
+    assert_int_equal(ur_fs_write_file(to, "old", 3, &err), UR_OK);
+    assert_int_equal(ur_fs_swap_in(from, to, aside, &how, &err), UR_OK);
+    assert_content(to, "new");
+    if (how == UR_FS_MOVED_EXCHANGED) {
+        assert_content(from, "old");
+        assert_false(ur_fs_exists(aside));
+    } else { /* a file system without RENAME_EXCHANGE */
+        assert_int_equal(how, UR_FS_MOVED_ASIDE);
+        assert_content(aside, "old");
+        assert_false(ur_fs_exists(from));
+    }
+    ur_fs_swap_back(from, to, aside, &how);
+    assert_int_equal(how, UR_FS_MOVED_NOT);
+    assert_content(to, "old");
+    assert_content(from, "new");
+    assert_false(ur_fs_exists(aside));
+
+    assert_int_equal(unlink(to), 0);
+    assert_int_equal(ur_fs_swap_in(from, to, aside, &how, &err), UR_OK);
+    assert_int_equal(how, UR_FS_MOVED_IN);
+    assert_content(to, "new");
+    assert_false(ur_fs_exists(from));
+    ur_fs_swap_back(from, to, aside, &how);
+    assert_int_equal(how, UR_FS_MOVED_NOT);
+    assert_content(from, "new");
+    assert_false(ur_fs_exists(to));
+    ur_fs_swap_back(from, to, aside, &how); /* nothing to undo */
+    assert_content(from, "new");
+
+    assert_int_equal(unlink(from), 0);
+    how = UR_FS_MOVED_IN;
+    assert_int_equal(ur_fs_swap_in(from, to, aside, &how, &err), UR_EIO);
+    assert_int_equal(how, UR_FS_MOVED_NOT);
+    assert_int_equal(err.os_errno, ENOENT);
+    assert_string_equal(err.where, to);
+    assert_non_null(strstr(err.msg, "cannot move the new output in"));
+    assert_false(ur_fs_exists(to));
+    ur_free(aside);
+    ur_free(to);
+    ur_free(from);
+}
+
+/* Canonical paths: links on the way followed, "." and ".." and doubled or trailing slashes
+ * gone, the missing part kept lexically, the last component not resolved on request, a
+ * relative path taken from the working directory. */
+static void test_ur_fs__canonical(void **state)
+{
+    char *real = NULL, *dir = ur_path_join(scratch, "c/real"),
+         *link = ur_path_join(scratch, "c/ln");
+    char *in = NULL, *want = NULL, *out = NULL, cwd[4096];
+    ur_err err;
+    (void)state;
+    assert_int_equal(ur_fs_mkdirs(dir, &err), UR_OK);
+    assert_int_equal(symlink(dir, link), 0);
+    /* scratch itself may sit below a link (/tmp): compare with its canonical form */
+    assert_int_equal(ur_fs_canonical(&real, scratch, 1, &err), UR_OK);
+    assert_int_equal(real[0], '/');
+
+    in = ur_path_joinf(scratch, "c/./ln//missing/../m2/");
+    want = ur_path_joinf(real, "c/real/m2");
+    assert_int_equal(ur_fs_canonical(&out, in, 1, &err), UR_OK);
+    assert_string_equal(out, want);
+    ur_free(out);
+    ur_free(want);
+    ur_free(in);
+
+    want = ur_path_joinf(real, "c/real");
+    assert_int_equal(ur_fs_canonical(&out, link, 1, &err), UR_OK);
+    assert_string_equal(out, want);
+    ur_free(out);
+    ur_free(want);
+    want = ur_path_joinf(real, "c/ln");
+    assert_int_equal(ur_fs_canonical(&out, link, 0, &err), UR_OK);
+    assert_string_equal(out, want);
+    ur_free(out);
+    ur_free(want);
+
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir(dir), 0);
+    want = ur_path_joinf(real, "c/x");
+    assert_int_equal(ur_fs_canonical(&out, "../x", 1, &err), UR_OK);
+    assert_int_equal(chdir(cwd), 0);
+    assert_string_equal(out, want);
+    ur_free(out);
+    ur_free(want);
+    assert_int_equal(ur_fs_canonical(&out, "/..", 1, &err), UR_OK);
+    assert_string_equal(out, "/");
+    ur_free(out);
+    ur_free(real);
+    ur_free(link);
+    ur_free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -470,6 +778,13 @@ int main(void)
         cmocka_unit_test(test_ur_fs__read_file_refuses_special_files),
         cmocka_unit_test(test_ur_fs__copy_keeps_permissions),
         cmocka_unit_test(test_ur_fs__list_names_and_rename_into_place),
+        cmocka_unit_test(test_ur_fs__lock_take_holder_and_release),
+        cmocka_unit_test(test_ur_fs__mkdir_held),
+        cmocka_unit_test(test_ur_fs__remove_empty_dir),
+        cmocka_unit_test(test_ur_fs__kind_of),
+        cmocka_unit_test(test_ur_fs__read_ends),
+        cmocka_unit_test(test_ur_fs__swap_in_and_back),
+        cmocka_unit_test(test_ur_fs__canonical),
     };
     return cmocka_run_group_tests_name("ur_fs", tests, setup, teardown);
 }
