@@ -12,7 +12,7 @@
 #            sizing table's calibration (bench/sizing.py)
 #
 #   bench/big.sh --ckpt DIR --workdir DIR [--threads T] [--mem-cap BYTES] [--only "a b"]
-#                [--no-verify]   (verify decodes each input chunk once per layer: 27 min here)
+#                [--no-verify]   (unroll verify on the output, not cold: about 20 s at 10 GiB)
 #
 # Outputs are deleted once measured (unroll's after verify). Raw files in <workdir>/<tool>.*;
 # a summary in <workdir>/big.json. Environment: UNROLL_BIN, PYTHON (default .venv/bin/python),
