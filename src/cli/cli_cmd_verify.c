@@ -6,10 +6,10 @@
 
 #include "unroll/alloc.h"
 #include "unroll/job.h"
+#include "unroll/num.h"
 #include "unroll/orbax.h"
 #include "unroll/verify.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,19 +36,6 @@ static void usage(FILE *f)
           "exit status: 0 all leaves match, 6 a mismatch, missing or extra leaf, 2 usage,\n"
           "3 I/O, 4 corrupt input, 5 unsupported, 1 internal error\n",
           f);
-}
-
-static int parse_i64(const char *s, int64_t *out)
-{
-    char *end;
-    long long v;
-    errno = 0;
-    v = strtoll(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0') {
-        return -1;
-    }
-    *out = (int64_t)v;
-    return 0;
 }
 
 static int ends_with(const char *s, const char *suffix)
@@ -81,7 +68,7 @@ static int parse_args(verify_args *a, int argc, char **argv)
             a->quiet = 1;
         } else if (cli_opt_value(argc, argv, &i, "-m", "--max-issues", &val)) {
             int64_t v;
-            if (val == NULL || parse_i64(val, &v) < 0 || v < 1 || v > 100000) {
+            if (val == NULL || ur_num_parse_i64(val, strlen(val), &v) < 0 || v < 1 || v > 100000) {
                 return cli_usage_error("%s needs a count (1-100000)", s);
             }
             a->max_issues = (size_t)v;

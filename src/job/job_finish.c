@@ -101,15 +101,9 @@ static int clear_earlier_finish(ur_kvstore *step, ur_err *err)
     return rc == UR_ENOMEM ? ur_err_oom(err) : rc;
 }
 
-/* The directory of a file store, for messages ("file:<dir>" as it describes itself). */
-static const char *step_dir_of(const ur_kvstore *step)
-{
-    const char *d = ur_kvstore_describe(step);
-    return strncmp(d, "file:", 5) == 0 ? d + 5 : d;
-}
-
 /* items/: the shares' databases merged into the top-level one. */
-static int merge(const ur_job_finish_unit *u, ur_kvstore *step, const char *items, ur_err *err)
+static int merge(const ur_job_finish_unit *u, ur_kvstore *step, const char *step_dir,
+                 const char *items, ur_err *err)
 {
     char **names = ur_calloc((size_t)u->count, sizeof *names);
     ur_ocdbt_write_opts o;
@@ -128,8 +122,7 @@ static int merge(const ur_job_finish_unit *u, ur_kvstore *step, const char *item
             snprintf(key, sizeof key, "items/%s/manifest.ocdbt", names[i]);
             rc = ur_kvstore_size(step, key, &size, err);
             if (rc == UR_ENOTFOUND) {
-                rc = ur_err_set(err, UR_EIO, "%s/%s: share %d has no database", step_dir_of(step),
-                                key, i);
+                rc = ur_err_set(err, UR_EIO, "%s/%s: share %d has no database", step_dir, key, i);
             }
         }
     }
@@ -203,7 +196,7 @@ int ur_job_finish_build(const ur_job_finish_unit *u, const char *step_dir, ur_er
                            err);
     }
     if (rc == UR_OK) {
-        rc = merge(u, step, items, err);
+        rc = merge(u, step, step_dir, items, err);
     }
     if (rc == UR_OK) {
         rc = write_step_files(u, step, err);

@@ -7,6 +7,7 @@
 #include "unroll/alloc.h"
 #include "unroll/clock.h"
 #include "unroll/job_share.h"
+#include "unroll/num.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,14 +45,11 @@ static int add_line(ur_job_run_info *info, size_t *cap, const char *p, size_t le
         return info->input != NULL ? UR_OK : ur_err_oom(err);
     }
     if (len > 10 && strncmp(p, "processes ", 10) == 0 && info->count == 0) {
-        char digits[16], *end = NULL;
-        long c = 0;
-        if (len - 10 < sizeof digits) {
-            memcpy(digits, p + 10, len - 10);
-            digits[len - 10] = '\0';
-            c = strtol(digits, &end, 10);
-        }
-        info->count = end != NULL && *end == '\0' && c >= 1 && c <= UR_JOB_SHARE_MAX ? (int)c : -1;
+        int64_t c = 0;
+        info->count = ur_num_parse_i64(p + 10, len - 10, &c) == 0 && c >= 1 &&
+                              c <= UR_JOB_SHARE_MAX
+                          ? (int)c
+                          : -1;
     }
     return UR_OK;
 }
@@ -75,26 +73,6 @@ int ur_job_run_info_parse(ur_job_run_info *info, const char *text, const char *w
     return rc;
 }
 
-char *ur_job_run_text_input(const char *text)
-{
-    ur_job_run_info info;
-    size_t cap = 0;
-    char *input;
-    memset(&info, 0, sizeof info);
-    for (const char *p = text; p != NULL && *p != '\0';) {
-        const char *nl = strchr(p, '\n');
-        size_t len = nl != NULL ? (size_t)(nl - p) : strlen(p);
-        if (len > 6 && strncmp(p, "input ", 6) == 0 && add_line(&info, &cap, p, len, NULL) < 0) {
-            break;
-        }
-        p = info.input == NULL && nl != NULL ? nl + 1 : NULL;
-    }
-    input = info.input;
-    info.input = NULL;
-    ur_job_run_info_dispose(&info);
-    return input;
-}
-
 int ur_job_ledger_run_create(ur_kvstore *kv, const char *text, int *created, ur_err *err)
 {
     int rc = ur_kvstore_create(kv, UR_JOB_LEDGER_RUN, text, strlen(text), err);
@@ -109,9 +87,9 @@ int ur_job_ledger_run_read(ur_kvstore *kv, ur_buf *out, int *found, ur_err *err)
 
 int ur_job_ledger_started(ur_kvstore *kv, const char *where, int64_t *ns, ur_err *err)
 {
-    char text[32], *end = NULL;
+    char text[32];
     ur_buf have;
-    long long v;
+    int64_t v = 0;
     int found = 0, rc;
     if (ur_clock_fixed_ns(ns)) {
         return UR_OK;
@@ -124,13 +102,15 @@ int ur_job_ledger_started(ur_kvstore *kv, const char *where, int64_t *ns, ur_err
     }
     ur_buf_init(&have, 0);
     rc = ur_kvstore_read_opt(kv, "started", 64, &have, &found, err);
-    v = rc == UR_OK && found ? strtoll((const char *)have.data, &end, 10) : 0;
+    if (rc == UR_OK && found && have.len > 0 && have.data[have.len - 1] == '\n') {
+        have.len--; /* written with a newline */
+    }
     if (rc == UR_OK && found &&
-        (end == (const char *)have.data || (*end != '\n' && *end != '\0') || v <= 0)) {
+        (ur_num_parse_i64((const char *)have.data, have.len, &v) < 0 || v <= 0)) {
         rc = ur_err_set(err, UR_ECORRUPT, "%s/started: not a time", where);
     }
     if (rc == UR_OK && found) {
-        *ns = (int64_t)v;
+        *ns = v;
     }
     ur_buf_dispose(&have);
     return rc;

@@ -51,8 +51,6 @@ typedef struct ur_job_run_info {
 /* UR_ECORRUPT naming `where` when the text has no valid process count. */
 int ur_job_run_info_parse(ur_job_run_info *info, const char *text, const char *where, ur_err *err);
 void ur_job_run_info_dispose(ur_job_run_info *info);
-/* The value of a run text's "input" line (ur_free it); NULL when none, or out of memory. */
-char *ur_job_run_text_input(const char *text);
 
 /* Create run.txt holding `text` (*created = 1), or leave the one there (*created = 0). */
 int ur_job_ledger_run_create(ur_kvstore *kv, const char *text, int *created, ur_err *err);

@@ -12,10 +12,10 @@
 #include "unroll/job_publish.h"
 #include "unroll/job_share.h"
 #include "unroll/kvstore.h"
+#include "unroll/num.h"
 #include "unroll/ocdbt.h"
 #include "unroll/orbax.h"
 
-#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,19 +189,15 @@ static int same_inode(const char *path, unsigned long long dev, unsigned long lo
  * line the finisher's write was cut short in). */
 static bool journal_number(const char **p, unsigned long long *v)
 {
-    char *end;
-    if (**p < '0' || **p > '9') {
+    size_t n = strcspn(*p, " ");
+    uint64_t x;
+    if ((*p)[n] != ' ' || ur_num_parse_u64(*p, n, &x) < 0) {
         return false;
     }
-    errno = 0;
-    *v = strtoull(*p, &end, 10);
-    if (errno != 0 || *end != ' ') {
-        return false;
+    *v = x;
+    for (*p += n; **p == ' ';) {
+        (*p)++;
     }
-    while (*end == ' ') {
-        end++;
-    }
-    *p = end;
     return true;
 }
 
@@ -342,6 +338,7 @@ int ur_job_share_open_units(ur_job_share **out, const char *dest, const char *co
                             ur_err *err)
 {
     ur_job_share *s = NULL;
+    ur_job_run_info info;
     ur_buf have, text;
     char *shares = NULL;
     int rc, created = 0;
@@ -356,12 +353,20 @@ int ur_job_share_open_units(ur_job_share **out, const char *dest, const char *co
     }
     s->count = count;
     s->index = index;
-    s->input = ur_job_run_text_input(run_text);
-    shares = ur_path_join(s->staging, "shares");
-    if (s->input == NULL || shares == NULL) {
+    rc = ur_job_run_info_parse(&info, run_text, s->staging, err);
+    s->input = info.input; /* what the finish's overlap check compares the destination with */
+    info.input = NULL;
+    ur_job_run_info_dispose(&info);
+    shares = rc == UR_OK ? ur_path_join(s->staging, "shares") : NULL;
+    if (rc == UR_OK && (s->input == NULL || shares == NULL)) {
+        rc = s->input == NULL
+                 ? ur_err_set(err, UR_EINVAL, "%s: the run's text names no input", s->staging)
+                 : ur_err_oom(err);
+    }
+    if (rc < 0) {
         ur_free(shares);
         ur_job_share_close(s);
-        return ur_err_oom(err);
+        return rc;
     }
     ur_buf_init(&have, 0);
     ur_buf_init(&text, 0);
@@ -478,11 +483,11 @@ static uint64_t saved_progress(const ur_job_share *s, size_t k)
         ur_fs_read_file(&b, p, 256, &ignored) == UR_OK &&
         ur_buf_append(&b, "", 1, &ignored) == UR_OK) {
         const char *t = (const char *)b.data;
-        if (strncmp(t, "next_item ", 10) == 0 && t[10] >= '0' && t[10] <= '9') {
-            char *end;
-            errno = 0;
-            unsigned long long n = strtoull(t + 10, &end, 10);
-            v = errno == 0 && (*end == '\0' || *end == '\n') ? n : 0;
+        size_t n = strcspn(t, "\n");
+        uint64_t at = 0;
+        if (n > 10 && strncmp(t, "next_item ", 10) == 0 &&
+            ur_num_parse_u64(t + 10, n - 10, &at) == 0) {
+            v = at;
         }
     }
     ur_buf_dispose(&b);

@@ -41,6 +41,7 @@ struct ur_job_rshare {
     char *run_text; /* run.txt's text (NULL: not known) */
     ur_kvstore *kv;
     ur_kvstore *ledger; /* S/unroll-multi/: the run's ledger (job_ledger.h) */
+    char *where;        /* its location, "S/unroll-multi", named in messages */
     int count, index;
     int took_over; /* the finish was taken over from a dead attempt of this index */
 };
@@ -59,6 +60,7 @@ void ur_job_rshare_close(ur_job_rshare *s)
         ur_free(s->units);
         ur_free(s->root);
         ur_kvstore_close(s->ledger);
+        ur_free(s->where);
         ur_kvstore_close(s->kv);
         ur_free(s->run_text);
         ur_free(s->step);
@@ -81,6 +83,10 @@ static int rshare_new(ur_job_rshare **out, const char *step, ur_err *err)
     rc = s->step != NULL ? ur_kvstore_open_url(&s->kv, s->step, 1, err) : ur_err_oom(err);
     if (rc == UR_OK) {
         rc = ur_kvstore_prefix_open(&s->ledger, s->kv, UR_JOB_RSHARE_DIR "/", 0, err);
+    }
+    if (rc == UR_OK) {
+        s->where = ur_path_join(s->step, UR_JOB_RSHARE_DIR);
+        rc = s->where != NULL ? UR_OK : ur_err_oom(err);
     }
     if (rc < 0) {
         ur_job_rshare_close(s);
@@ -191,9 +197,7 @@ int ur_job_rshare_open(ur_job_rshare **out, const char *step, int count, int ind
         }
         if (rc == UR_OK && created) { /* the run starts now (_CHECKPOINT_METADATA) */
             int64_t started;
-            char where[1024];
-            snprintf(where, sizeof where, "%s/" UR_JOB_RSHARE_DIR, s->step);
-            rc = ur_job_ledger_started(s->ledger, where, &started, err);
+            rc = ur_job_ledger_started(s->ledger, s->where, &started, err);
         }
         if (rc == UR_OK && !created) {
             char what[512];
@@ -366,7 +370,7 @@ static int bucket_commit(void *ctx, const volatile sig_atomic_t *cancel, ur_err 
 static int finish(ur_job_rshare *s, const volatile sig_atomic_t *cancel, ur_err *err)
 {
     static const char *const one[1] = {"0"};
-    char *root = NULL, where[1024];
+    char *root = NULL;
     bucket_pub b = {s, NULL, NULL, NULL};
     ur_job_publisher pub = {bucket_unit, bucket_commit, &b};
     int rc = ur_fs_make_temp_dir(&root, "unroll-finish", "the finish's directory", err);
@@ -375,8 +379,7 @@ static int finish(ur_job_rshare *s, const volatile sig_atomic_t *cancel, ur_err 
         return rc;
     }
     b.root = root;
-    snprintf(where, sizeof where, "%s/" UR_JOB_RSHARE_DIR, s->step);
-    rc = ur_job_finish_run(s->ledger, where, s->count,
+    rc = ur_job_finish_run(s->ledger, s->where, s->count,
                            s->n_units > 0 ? (const char *const *)s->units : one,
                            s->n_units > 0 ? s->n_units : 1, &pub, cancel, err);
     (void)ur_fs_remove_tree(root, NULL);
@@ -462,9 +465,7 @@ static int open_staged_one(ur_job_rshare **out, const char *checkpoint_dir, int 
     rc = ur_job_ledger_run_read(s->ledger, &run, found, err);
     if (rc == UR_OK && *found) {
         ur_job_run_info info;
-        char where[1024];
-        snprintf(where, sizeof where, "%s/" UR_JOB_RSHARE_DIR, s->step);
-        rc = ur_job_run_info_parse(&info, (const char *)run.data, where, err);
+        rc = ur_job_run_info_parse(&info, (const char *)run.data, s->where, err);
         if (rc == UR_OK) { /* the units: a LoRA run's (none: the one step) */
             s->count = info.count;
             s->units = info.units;

@@ -2,22 +2,10 @@
  * as `unroll` reads it or from bare key=value overrides (include/unroll/verify.h). */
 #include "unroll/verify.h"
 
-#include <errno.h>
+#include "unroll/num.h"
+
 #include <stdlib.h>
 #include <string.h>
-
-static int parse_i64(const char *s, int64_t *out)
-{
-    char *end;
-    long long v;
-    errno = 0;
-    v = strtoll(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0') {
-        return -1;
-    }
-    *out = (int64_t)v;
-    return 0;
-}
 
 /* Whether the key of "key=value" `s` (the '=' at `eq`) is `key`. */
 static int key_is(const char *s, const char *eq, const char *key)
@@ -56,7 +44,7 @@ int ur_verify_config_read(ur_verify_opts *vo, const char *config, const char *co
         if (eq == NULL) {
             return ur_err_set(err, UR_EINVAL, "'%s' is not key=value", s);
         }
-        if (parse_i64(eq + 1, &v) < 0) {
+        if (ur_num_parse_i64(eq + 1, strlen(eq + 1), &v) < 0) {
             return ur_err_set(err, UR_EINVAL, "'%s': not an integer", s);
         }
         if (key_is(s, eq, "param_scan_axis")) {

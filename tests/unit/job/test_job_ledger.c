@@ -57,7 +57,6 @@ static void test_job_ledger__run_text_parsed(void **state)
 {
     ur_job_run_info info;
     ur_err err;
-    char *input;
     (void)state;
     assert_int_equal(ur_job_run_info_parse(&info,
                                            "unroll multi-process run 1\nprocesses 4\n"
@@ -83,10 +82,12 @@ static void test_job_ledger__run_text_parsed(void **state)
         assert_non_null(strstr(err.msg, "/stage/run.txt"));
         assert_null(info.units);
     }
-    input = ur_job_run_text_input("processes 2\ninput /x/y\ninput /z\n");
-    assert_string_equal(input, "/x/y");
-    ur_free(input);
-    assert_null(ur_job_run_text_input("processes 2\n"));
+    /* the first "input" line is the input */
+    assert_int_equal(
+        ur_job_run_info_parse(&info, "processes 2\ninput /x/y\ninput /z\n", "/stage", &err),
+        UR_OK);
+    assert_string_equal(info.input, "/x/y");
+    ur_job_run_info_dispose(&info);
 }
 
 static void test_job_ledger__started_once(void **state)
