@@ -778,13 +778,60 @@ static int parse_v2(ur_zarr_meta *m, const cJSON *root, const char *json, size_t
     return ur_zarr_meta__validate(m, err);
 }
 
+/* The last few metadata texts parsed on this thread, with their parse. Orbax writes the same
+ * zarr.json for every array of one shape and dtype (a parameter and its two optimizer
+ * moments; every leaf of a many-leaf tree), and an input array's metadata is parsed twice
+ * (when the checkpoint is opened, and when a worker opens the array): a text seen before
+ * costs a memcmp instead of a JSON parse of a few dozen allocations. A parse depends on the
+ * text and the format alone; only successful ones are kept, so an error is made again, with
+ * the caller's name. Per thread, so that no lock is taken. */
+#define MEMO_SLOTS 4
+#define MEMO_TEXT 1024
+typedef struct {
+    size_t len; /* 0: empty (metadata is never empty) */
+    int format;
+    ur_zarr_meta m;
+    char text[MEMO_TEXT];
+} memo_slot;
+static _Thread_local memo_slot memo[MEMO_SLOTS];
+static _Thread_local unsigned memo_next;
+
+static const ur_zarr_meta *memo_find(const char *json, size_t len, int format)
+{
+    for (int i = 0; i < MEMO_SLOTS; i++) {
+        const memo_slot *s = &memo[i];
+        if (len != 0 && s->len == len && s->format == format && memcmp(s->text, json, len) == 0) {
+            return &s->m;
+        }
+    }
+    return NULL;
+}
+
+static void memo_keep(const char *json, size_t len, int format, const ur_zarr_meta *m)
+{
+    memo_slot *s;
+    if (len == 0 || len > MEMO_TEXT) {
+        return;
+    }
+    s = &memo[memo_next++ % MEMO_SLOTS];
+    s->len = len;
+    s->format = format;
+    s->m = *m;
+    memcpy(s->text, json, len);
+}
+
 static int parse_any(ur_zarr_meta *out, const char *json, size_t len, const char *name, int format,
                      ur_err *err)
 {
+    const ur_zarr_meta *seen = memo_find(json, len, format);
     ur_zarr_meta m;
     cJSON *root;
     int rc;
 
+    if (seen != NULL) {
+        *out = *seen;
+        return UR_OK;
+    }
     memset(&m, 0, sizeof(m));
     root = NULL;
     rc = ur_json_parse(&root, json, len, err);
@@ -798,6 +845,7 @@ static int parse_any(ur_zarr_meta *out, const char *json, size_t len, const char
         }
         return rc;
     }
+    memo_keep(json, len, format, &m);
     *out = m;
     return UR_OK;
 }
