@@ -1,4 +1,5 @@
 /* The ordered-commit scheduler and the memory budget (see exec_sched.h). */
+#define _GNU_SOURCE /* PTHREAD_MUTEX_ADAPTIVE_NP (glibc) */
 #include "exec_sched.h"
 
 #include "unroll/alloc.h"
@@ -65,6 +66,25 @@ void ur_sched_locked(ur_sched *s, void (*fn)(void *arg), void *arg)
     pthread_mutex_lock(&s->lock);
     fn(arg);
     pthread_mutex_unlock(&s->lock);
+}
+
+/* The lock is taken a few times an item and held for a few instructions; with many small
+ * items a waiter that goes to sleep at once costs two context switches an item. An adaptive
+ * mutex (glibc) spins a little first. */
+static void init_lock(pthread_mutex_t *m)
+{
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+    pthread_mutexattr_t a;
+    if (pthread_mutexattr_init(&a) == 0) {
+        int ok = pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP) == 0 &&
+                 pthread_mutex_init(m, &a) == 0;
+        pthread_mutexattr_destroy(&a);
+        if (ok) {
+            return;
+        }
+    }
+#endif
+    pthread_mutex_init(m, NULL);
 }
 
 /* Under the lock: a job from the pool, or a new one (NULL when out of memory). */
@@ -237,7 +257,7 @@ int ur_sched_run(const ur_sched_cfg *cfg, ur_err *err)
         rc = ur_err_oom(err);
         goto out;
     }
-    pthread_mutex_init(&s.lock, NULL);
+    init_lock(&s.lock);
     pthread_cond_init(&s.turn, NULL);
     for (int i = 0; i < n; i++) {
         workers[i].s = &s;
