@@ -7,6 +7,9 @@
  * skip ahead, so indices run 0, 1, 2, ... under each list. */
 #include "orbax_impl.h"
 
+#include "unroll/alloc.h"
+#include "unroll/side.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +108,9 @@ static int cmp_key(const ur_orbax_key *a, const ur_orbax_key *b)
     if (a->type != b->type) {
         return a->type == UR_ORBAX_KEY_SEQUENCE ? -1 : 1;
     }
+    if (a->key == b->key) {
+        return 0; /* key strings are kept once: leaves share their common components */
+    }
     if (a->type == UR_ORBAX_KEY_SEQUENCE) {
         return cmp_index(a->key, b->key);
     }
@@ -127,6 +133,92 @@ static int cmp_leaf(const void *pa, const void *pb)
         return a->depth < b->depth ? -1 : 1;
     }
     return 0;
+}
+
+/* ---- sorting: on two threads when there are many leaves ----------------------------------
+ * Opening a checkpoint and committing an output of 100,000s of leaves each sort them, and the
+ * sort was the longest stretch with one core busy. Pointers to the leaves are sorted, half on
+ * each thread, merged, and the leaves moved once into place: 16 bytes a leaf beside them. */
+
+static int cmp_leaf_ptr(const void *pa, const void *pb)
+{
+    return cmp_leaf(*(const ur_orbax_leaf *const *)pa, *(const ur_orbax_leaf *const *)pb);
+}
+
+typedef struct {
+    const ur_orbax_leaf **p;
+    size_t n;
+} sort_half;
+
+static int sort_half_run(void *ctx, ur_err *err)
+{
+    sort_half *h = ctx;
+    (void)err;
+    qsort((void *)h->p, h->n, sizeof *h->p, cmp_leaf_ptr);
+    return UR_OK;
+}
+
+#define SORT_SPLIT_MIN 16384
+
+/* leaves[i] = the leaf at old position at[i], for every i (at is used up: a cycle at a time,
+ * each leaf is copied once). */
+static void move_into_place(ur_orbax_leaf *leaves, size_t *at, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (at[i] == i) {
+            continue;
+        }
+        ur_orbax_leaf tmp = leaves[i];
+        size_t j = i;
+        while (at[j] != i) {
+            size_t k = at[j];
+            leaves[j] = leaves[k];
+            at[j] = j;
+            j = k;
+        }
+        leaves[j] = tmp;
+        at[j] = j;
+    }
+}
+
+static int sort_leaves(ur_orbax_leaf *leaves, size_t n, ur_err *err)
+{
+    const ur_orbax_leaf **p;
+    size_t *at, mid = n / 2, i = 0, j, k = 0;
+    sort_half half[2];
+    ur_side side;
+
+    if (n < SORT_SPLIT_MIN) {
+        qsort(leaves, n, sizeof(*leaves), cmp_leaf);
+        return UR_OK;
+    }
+    p = ur_malloc(n * sizeof *p);
+    at = ur_malloc(n * sizeof *at);
+    if (p == NULL || at == NULL) {
+        ur_free((void *)p);
+        ur_free(at);
+        return ur_err_oom(err);
+    }
+    for (size_t x = 0; x < n; x++) {
+        p[x] = &leaves[x];
+    }
+    half[0].p = p;
+    half[0].n = mid;
+    half[1].p = p + mid;
+    half[1].n = n - mid;
+    ur_side_start(&side, sort_half_run, &half[1]);
+    sort_half_run(&half[0], err);
+    ur_side_join(&side);
+    /* merge: on a tie the first half's leaf first, as one sort of the whole would not
+     * promise, but ties are duplicate paths, refused below */
+    for (j = mid; i < mid || j < n;) {
+        int left = j >= n || (i < mid && cmp_leaf(p[i], p[j]) <= 0);
+        at[k++] = (size_t)((left ? p[i++] : p[j++]) - leaves);
+    }
+    ur_free((void *)p);
+    move_into_place(leaves, at, n);
+    ur_free(at);
+    return UR_OK;
 }
 
 /* Number of leading components a and b share (same type and same key). */
@@ -163,7 +255,10 @@ int ur_orbax_tree_order(ur_orbax_leaf *leaves, size_t *n, const char *what, ur_e
     if (count == 0) {
         return ur_err_set(err, UR_ECORRUPT, "%s: empty tree_metadata", what);
     }
-    qsort(leaves, count, sizeof(*leaves), cmp_leaf);
+    int rc = sort_leaves(leaves, count, err);
+    if (rc < 0) {
+        return rc;
+    }
 
     /* Drop entries that are a strict prefix of the next one (sorting puts a prefix right
      * before the paths that extend it). */
