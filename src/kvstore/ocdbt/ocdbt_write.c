@@ -234,6 +234,72 @@ static uint8_t *keep_bytes(ocdbt_writer *w, size_t n)
     return ur_ocdbt_write__keep_in(&w->bytes, n);
 }
 
+/* ---- keys, packed until the commit ------------------------------------------------------
+ * A key is kept as [shared: u16 le][its bytes after the first `shared`], where `shared` is
+ * what it has in common with the key of the entry counted before it (w->prev); the commit
+ * unpacks them all, in entry order, before it sorts. */
+
+static uint8_t *pack_key(ocdbt_writer *w, const uint8_t *key, size_t klen)
+{
+    size_t shared = 0, max = klen < w->prev_len ? klen : w->prev_len;
+    uint8_t *r;
+    while (shared < max && w->prev[shared] == key[shared]) {
+        shared++;
+    }
+    r = ur_ocdbt_write__keep_in(&w->packed, 2 + klen - shared);
+    if (r != NULL) {
+        r[0] = (uint8_t)(shared & 0xff);
+        r[1] = (uint8_t)(shared >> 8); /* klen <= UR_OCDBT_MAX_KEY < 65536 */
+        memcpy(r + 2, key + shared, klen - shared);
+    }
+    return r;
+}
+
+/* The entry just counted had this key: the next one is packed against it. When there is no
+ * memory to remember it, the next key shares nothing, which unpacks as well. */
+static void remember_key(ocdbt_writer *w, const uint8_t *key, size_t klen)
+{
+    if (klen > w->prev_cap) {
+        uint8_t *grown = ur_realloc(w->prev, klen);
+        if (grown == NULL) {
+            w->prev_len = 0;
+            return;
+        }
+        w->prev = grown;
+        w->prev_cap = klen;
+    }
+    memcpy(w->prev, key, klen);
+    w->prev_len = klen;
+}
+
+/* Every entry's key whole (in one block), the packed ones freed; nothing changes when there is
+ * no memory for them. */
+static int unpack_keys(ocdbt_writer *w, ur_err *err)
+{
+    size_t total = 0;
+    uint8_t *at, *prev = NULL;
+    for (size_t i = 0; i < w->n; i++) {
+        total += w->e[i].klen;
+    }
+    at = keep_bytes(w, total ? total : 1);
+    if (at == NULL) {
+        return ur_err_oom(err);
+    }
+    for (size_t i = 0; i < w->n; i++) {
+        wentry *e = &w->e[i];
+        size_t shared = (size_t)e->key[0] | (size_t)e->key[1] << 8;
+        if (shared > 0) {
+            memcpy(at, prev, shared);
+        }
+        memcpy(at + shared, e->key + 2, e->klen - shared);
+        e->key = prev = at;
+        at += e->klen;
+    }
+    free_blocks(&w->packed);
+    w->prev_len = 0;
+    return UR_OK;
+}
+
 /* Hold the n > 0 bytes at data as e's inline value: a copy, or the pool's when it has them. */
 
 static int hold_value(ocdbt_writer *w, wentry *e, const void *data, size_t n, ur_err *err)
@@ -301,12 +367,10 @@ static int w_write(ur_kvstore *kv, const char *key, const void *data, size_t n, 
     if (e == NULL) {
         return rc;
     }
-    uint8_t *kcopy = keep_bytes(w, klen);
-    if (kcopy == NULL) {
+    e->key = pack_key(w, (const uint8_t *)key, klen);
+    if (e->key == NULL) {
         return ur_err_oom(err);
     }
-    memcpy(kcopy, key, klen);
-    e->key = kcopy;
     e->klen = (uint16_t)klen;
     e->seq = (uint32_t)w->n;
     e->len = n;
@@ -324,6 +388,7 @@ static int w_write(ur_kvstore *kv, const char *key, const void *data, size_t n, 
         return rc;
     }
     w->n++;
+    remember_key(w, (const uint8_t *)key, klen);
     return UR_OK;
 }
 
@@ -400,18 +465,17 @@ int ur_ocdbt_writer_put_ref(ur_kvstore *kv, const uint8_t *key, size_t klen, con
     if (rc < 0) {
         return rc;
     }
-    uint8_t *kcopy = keep_bytes(w, klen);
-    if (kcopy == NULL) {
+    e->key = pack_key(w, key, klen);
+    if (e->key == NULL) {
         return ur_err_oom(err);
     }
-    memcpy(kcopy, key, klen);
-    e->key = kcopy;
     e->klen = (uint16_t)klen;
     e->seq = (uint32_t)w->n;
     e->len = length;
     e->indirect = 1;
     e->offset = offset;
     w->n++;
+    remember_key(w, key, klen);
     return UR_OK;
 }
 
@@ -496,6 +560,8 @@ static void forget_entries(ocdbt_writer *w)
     ur_strmap_dispose(&w->values);
     ur_strmap_init(&w->values);
     free_blocks(&w->bytes);
+    free_blocks(&w->packed);
+    w->prev_len = 0;
     ur_free(w->e);
     w->e = NULL;
     w->n = w->cap = 0;
@@ -509,6 +575,10 @@ static int w_commit(ur_kvstore *kv, ur_err *err)
 
     if (w->committed) {
         return ur_err_set(err, UR_EINTERNAL, "%s: already committed", kv->desc);
+    }
+    rc = unpack_keys(w, err);
+    if (rc < 0) {
+        return rc;
     }
     if (w->n > 0) {
         w->n = sorted_last_writes(w, w->e);
@@ -528,6 +598,10 @@ int ur_ocdbt_writer_snapshot(ur_kvstore *kv, ur_err *err)
 
     if (kv == NULL || kv->ops != &writer_ops || w->committed) {
         return ur_err_set(err, UR_EINTERNAL, "snapshot needs an uncommitted OCDBT writer");
+    }
+    rc = unpack_keys(w, err);
+    if (rc < 0) {
+        return rc;
     }
     if (w->n > 0) {
         w->n = sorted_last_writes(w, w->e);
@@ -581,6 +655,8 @@ static void w_close(ur_kvstore *kv)
     ocdbt_writer *w = (ocdbt_writer *)kv;
     ur_kvstore_writer_abort(w->cur);
     free_blocks(&w->bytes);
+    free_blocks(&w->packed);
+    ur_free(w->prev);
     free_blocks(&w->tmp);
     ur_free(w->vers);
     ur_free(w->vnodes);

@@ -67,7 +67,13 @@ typedef struct {
     int committing; /* data files closed from now on hold nodes: not handed to on_data_file */
     uint64_t held;     /* bytes of inline values held for e[] */
     ur_strmap values;  /* pool: an inline value's bytes -> its one copy (value = pointer) */
-    wbytes *bytes;     /* keys and short inline values */
+    wbytes *bytes;     /* keys (once unpacked) and short inline values */
+    /* Keys written since the last commit, each coded against the key of the entry before it
+     * (pack_key): an output's keys share long prefixes ("params.params.decoder.layers_0.") and
+     * a many-leaf output holds 400,000 of them until the commit unpacks them. */
+    wbytes *packed;
+    uint8_t *prev; /* the last entry's key, whole */
+    size_t prev_len, prev_cap;
     uint64_t seed_state; /* 0: random ids; else the splitmix64 state */
     /* The versions of the last manifest written (or of the database resumed): the inline
      * ones and the version nodes, highest first; every ref's file is an index in files. The
