@@ -41,5 +41,8 @@ void ur_alloc_one_heap(void);
  * one fails); a negative n disables failing. Returns how many allocations succeeded since
  * the previous call. Not thread-safe: for single-threaded tests only. */
 long ur_alloc_fail_after(long n);
+/* 1 while ur_alloc_fail_after has armed a failure: caches that would skip allocations stand
+ * aside, so that the tests failing each allocation in turn still reach every one. */
+int ur_alloc_failures_armed(void);
 
 #endif

@@ -41,6 +41,11 @@ long ur_alloc_fail_after(long n)
     return done;
 }
 
+int ur_alloc_failures_armed(void)
+{
+    return fail_countdown >= 0;
+}
+
 void *ur_malloc(size_t n)
 {
     void *p;

@@ -16,6 +16,7 @@
  * as doubles (int64 values past 2^53 would lose bits). */
 #include "zarr_impl.h"
 
+#include "unroll/alloc.h"
 #include "unroll/b64.h"
 
 #include "unroll/ckd.h"
@@ -784,7 +785,8 @@ static int parse_v2(ur_zarr_meta *m, const cJSON *root, const char *json, size_t
  * (when the checkpoint is opened, and when a worker opens the array): a text seen before
  * costs a memcmp instead of a JSON parse of a few dozen allocations. A parse depends on the
  * text and the format alone; only successful ones are kept, so an error is made again, with
- * the caller's name. Per thread, so that no lock is taken. */
+ * the caller's name. Per thread, so that no lock is taken; off while a test fails
+ * allocations in turn (ur_alloc_failures_armed). */
 #define MEMO_SLOTS 4
 #define MEMO_TEXT 1024
 typedef struct {
@@ -798,6 +800,9 @@ static _Thread_local unsigned memo_next;
 
 static const ur_zarr_meta *memo_find(const char *json, size_t len, int format)
 {
+    if (ur_alloc_failures_armed()) {
+        return NULL;
+    }
     for (int i = 0; i < MEMO_SLOTS; i++) {
         const memo_slot *s = &memo[i];
         if (len != 0 && s->len == len && s->format == format && memcmp(s->text, json, len) == 0) {
@@ -810,7 +815,7 @@ static const ur_zarr_meta *memo_find(const char *json, size_t len, int format)
 static void memo_keep(const char *json, size_t len, int format, const ur_zarr_meta *m)
 {
     memo_slot *s;
-    if (len == 0 || len > MEMO_TEXT) {
+    if (len == 0 || len > MEMO_TEXT || ur_alloc_failures_armed()) {
         return;
     }
     s = &memo[memo_next++ % MEMO_SLOTS];

@@ -383,6 +383,71 @@ static void test_ocdbt_write__resume_and_commit_out_of_memory(void **state)
     cleanup(dir);
 }
 
+/* Keys are held packed against the key written before them until a commit: keys that
+ * share nothing, all, a prefix of the one before, that extend it, a rewrite, the longest
+ * key there can be, refused writes between them, and writes after a snapshot all read back
+ * as written (the last write of a key winning). */
+static void read_back(const char *db, const char *const *keys, const uint8_t *vals, size_t n)
+{
+    ur_kvstore *kv = NULL;
+    ur_buf b;
+    ur_err err;
+    ur_buf_init(&b, 0);
+    assert_int_equal(ur_ocdbt_open(&kv, db, &err), UR_OK);
+    for (size_t i = 0; i < n; i++) {
+        ur_buf_reset(&b);
+        assert_int_equal(ur_kvstore_read(kv, keys[i], &b, &err), UR_OK);
+        assert_int_equal(b.len, 1);
+        assert_int_equal(b.data[0], vals[i]);
+    }
+    ur_buf_dispose(&b);
+    ur_kvstore_close(kv);
+}
+
+static void test_ocdbt_write__packed_keys(void **state)
+{
+    static char longest[65536], too_long[65537];
+    const char *keys[] = {"params.decoder.layers_0.w/c/0",
+                          "params.decoder.layers_0.w/zarr.json",
+                          "params.decoder.layers_1.w/c/0",
+                          "params.decoder.layers_1.w", /* a prefix of the key before */
+                          "params.decoder.layers_1.w/c/0/0/0/1", /* extends it */
+                          "zzz", /* shares nothing */
+                          "params.decoder.layers_0.w/c/0", /* a rewrite */
+                          longest,
+                          "params.decoder.layers_0.w/c/1"};
+    uint8_t vals[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    size_t n = sizeof keys / sizeof keys[0];
+    char dir[64], db[300];
+    ur_ocdbt_write_opts o;
+    ur_kvstore *kv = NULL;
+    ur_err err;
+    (void)state;
+    memset(longest, 'p', sizeof longest - 1);
+    memcpy(longest, "params.decoder.", 15);
+    memset(too_long, 'p', sizeof too_long - 1);
+    ur_test_scratch_dir(dir, sizeof dir, "ocdbt_write_packed");
+    snprintf(db, sizeof db, "%s/db", dir);
+    ur_ocdbt_write_opts_init(&o);
+    o.max_decoded_node_bytes = 400; /* several nodes: keys cut by their common prefixes */
+    assert_int_equal(ur_ocdbt_create(&kv, db, &o, &err), UR_OK);
+    for (size_t i = 0; i < n; i++) {
+        uint8_t v = (uint8_t)(i == 6 ? 100 : vals[i]); /* rewritten below */
+        assert_int_equal(ur_kvstore_write(kv, keys[i], &v, 1, &err), UR_OK);
+        assert_int_equal(ur_kvstore_write(kv, too_long, &v, 1, &err), UR_EINVAL);
+        if (i == 4) {
+            assert_int_equal(ur_ocdbt_writer_snapshot(kv, &err), UR_OK);
+        }
+    }
+    /* key 0 and key 6 are one key: its last write is 7 */
+    vals[0] = 7;
+    assert_int_equal(ur_kvstore_write(kv, keys[6], &vals[6], 1, &err), UR_OK);
+    assert_int_equal(ur_kvstore_commit(kv, &err), UR_OK);
+    ur_kvstore_close(kv);
+    read_back(db, keys, vals, n);
+    cleanup(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -390,6 +455,7 @@ int main(void)
         cmocka_unit_test(test_ocdbt_write__commits_merge_into_a_deep_tree),
         cmocka_unit_test(test_ocdbt_write__commits_keep_leaves_full),
         cmocka_unit_test(test_ocdbt_write__resume_and_commit_out_of_memory),
+        cmocka_unit_test(test_ocdbt_write__packed_keys),
     };
     return cmocka_run_group_tests_name("ocdbt_write", tests, NULL, NULL);
 }

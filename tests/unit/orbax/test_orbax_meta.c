@@ -156,6 +156,70 @@ static void test_orbax_meta__numeric_index_order(void **state)
     ur_buf_dispose(&j);
 }
 
+/* Many leaves are sorted on two threads (halves merged): 20,000 dict entries in a scrambled
+ * order and a list written backwards come out in tree order, and a duplicate path is still
+ * refused wherever the halves put it. */
+static void many_leaves(ur_buf *j, int n, int dup)
+{
+    ur_err err;
+    ur_buf_reset(j);
+    assert_int_equal(ur_buf_append_str(j, "{\"tree_metadata\": {", &err), UR_OK);
+    for (int i = 0; i < n + 3 + (dup >= 0); i++) {
+        char k1[8], k2[16];
+        int t2 = 2;
+        if (i < n) {
+            snprintf(k1, sizeof k1, "d");
+            snprintf(k2, sizeof k2, "k%05d", (int)(((long)i * 7919) % n));
+        } else if (i < n + 3) {
+            snprintf(k1, sizeof k1, "l");
+            snprintf(k2, sizeof k2, "%d", n + 2 - i);
+            t2 = 1;
+        } else {
+            snprintf(k1, sizeof k1, "d");
+            snprintf(k2, sizeof k2, "k%05d", dup);
+        }
+        assert_int_equal(ur_buf_printf(j, &err,
+                                       "%s\"('%s', '%s')\": {\"key_metadata\": [{\"key\": "
+                                       "\"%s\", \"key_type\": 2}, {\"key\": \"%s\", "
+                                       "\"key_type\": %d}], \"value_metadata\": {\"value_type\": "
+                                       "\"np.ndarray\", \"skip_deserialize\": false}}",
+                                       i ? ", " : "", k1, k2, k1, k2, t2),
+                         UR_OK);
+    }
+    assert_int_equal(ur_buf_append_str(j, "}}", &err), UR_OK);
+}
+
+static void test_orbax_meta__many_leaves_sorted(void **state)
+{
+    const int n = 20000;
+    ur_orbax_meta *m = NULL;
+    ur_buf j;
+    ur_err err;
+    (void)state;
+    ur_buf_init(&j, 0);
+    many_leaves(&j, n, -1);
+    assert_int_equal(ur_orbax_meta_parse(&m, (const char *)j.data, j.len, &err), UR_OK);
+    assert_int_equal(m->n_leaves, n + 3);
+    for (int i = 0; i < n + 3; i++) {
+        char name[16];
+        if (i < n) {
+            snprintf(name, sizeof name, "d.k%05d", i);
+        } else {
+            snprintf(name, sizeof name, "l.%d", i - n);
+        }
+        assert_string_equal(m->leaves[i].name, name);
+    }
+    ur_orbax_meta_free(m);
+    for (int dup = 0; dup < n; dup += n / 4 - 1) {
+        m = NULL;
+        many_leaves(&j, n, dup);
+        assert_int_equal(ur_orbax_meta_parse(&m, (const char *)j.data, j.len, &err), UR_ECORRUPT);
+        assert_non_null(strstr(err.msg, "duplicate key path"));
+        assert_null(m);
+    }
+    ur_buf_dispose(&j);
+}
+
 static const char *const damaged[][2] = {
     {"{\"tree_metadata\": {", "invalid JSON"},
     {"[]", "not a JSON object"},
@@ -270,6 +334,7 @@ int main(void)
         cmocka_unit_test(test_orbax_meta__real_fixture),
         cmocka_unit_test(test_orbax_meta__tree_order_and_placeholders),
         cmocka_unit_test(test_orbax_meta__numeric_index_order),
+        cmocka_unit_test(test_orbax_meta__many_leaves_sorted),
         cmocka_unit_test(test_orbax_meta__damaged),
         cmocka_unit_test(test_orbax_meta__truncated_everywhere),
         cmocka_unit_test(test_orbax_meta__oom),

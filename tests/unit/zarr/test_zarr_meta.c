@@ -376,6 +376,62 @@ static void test_zarr_meta__flipped_bytes(void **state)
     ur_free(txt);
 }
 
+/* A text parsed before is answered from the thread's memo: the result of a parse, for that
+ * text and format only; failures are never kept, and an evicted text is parsed again. */
+static void emitted(const ur_zarr_meta *m, ur_buf *b)
+{
+    ur_buf_reset(b);
+    assert_int_equal(ur_zarr_meta__emit(m, b, NULL), UR_OK);
+}
+
+static void test_zarr_meta__memo(void **state)
+{
+    size_t n;
+    char *txt = load("orbax_v1/a/zarr.json", &n);
+    char *shape = strstr(txt, "\"shape\":[");
+    ur_zarr_meta a, b;
+    ur_buf ea, eb;
+    ur_err err;
+    (void)state;
+    ur_buf_init(&ea, 0);
+    ur_buf_init(&eb, 0);
+    assert_non_null(shape);
+    assert_int_equal(ur_zarr_meta__parse_v3(&a, txt, n, "a", NULL), UR_OK);
+    emitted(&a, &ea);
+    assert_int_equal(ur_zarr_meta__parse_v3(&b, txt, n, "b", NULL), UR_OK);
+    emitted(&b, &eb);
+    assert_int_equal(ea.len, eb.len);
+    assert_memory_equal(ea.data, eb.data, ea.len);
+    /* the same bytes read as zarr2 are not the zarr3 parse */
+    assert_int_not_equal(ur_zarr_meta__parse_v2(&b, txt, n, "b", &err), UR_OK);
+    /* one byte of the shape changed: parsed again, to another shape */
+    shape += strlen("\"shape\":[");
+    assert_true(*shape >= '1' && *shape <= '8');
+    (*shape)++;
+    assert_int_equal(ur_zarr_meta__parse_v3(&b, txt, n, "b", NULL), UR_OK);
+    assert_int_equal(b.shape[0], a.shape[0] + 1); /* a one-digit first dimension */
+    (*shape)--;
+    /* a damaged text fails every time, naming its caller */
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(ur_zarr_meta__parse_v3(&b, txt, n - 1, i ? "second" : "first", &err),
+                         UR_ECORRUPT);
+        assert_non_null(strstr(err.msg, i ? "second" : "first"));
+    }
+    /* more distinct texts than the memo holds: the first is parsed again, alike */
+    for (int i = 0; i < 8; i++) {
+        char other[64];
+        snprintf(other, sizeof other, "{\"zarr_format\":3,\"pad%d\":0}", i);
+        (void)ur_zarr_meta__parse_v3(&b, other, strlen(other), "x", &err);
+        assert_int_equal(ur_zarr_meta__parse_v3(&b, txt, n, "b", NULL), UR_OK);
+        emitted(&b, &eb);
+        assert_int_equal(ea.len, eb.len);
+        assert_memory_equal(ea.data, eb.data, ea.len);
+    }
+    ur_buf_dispose(&ea);
+    ur_buf_dispose(&eb);
+    ur_free(txt);
+}
+
 static void test_zarr_meta__oom(void **state)
 {
     size_t n;
@@ -413,6 +469,7 @@ int main(void)
         cmocka_unit_test(test_zarr_meta__rank_over_max),
         cmocka_unit_test(test_zarr_meta__truncated_at_every_offset),
         cmocka_unit_test(test_zarr_meta__flipped_bytes),
+        cmocka_unit_test(test_zarr_meta__memo),
         cmocka_unit_test(test_zarr_meta__oom),
     };
     return cmocka_run_group_tests_name("zarr_meta", tests, NULL, NULL);
