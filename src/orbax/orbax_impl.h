@@ -144,6 +144,13 @@ int ur_orbax__append_sink(void *buf, const void *data, size_t n, ur_err *err);
 /* Hands b's text to the sink and empties it once it holds a piece's worth (1 MiB): emitters
  * call it between entries, so that a document is never held whole. */
 int ur_orbax__sink_piece(ur_buf *b, ur_orbax_sink sink, void *ctx, ur_err *err);
+/* Entries [0, n) of a document handed to `sink` in order, in pieces of `per` entries: two
+ * at a time, this thread emitting one while a second thread emits the next (the commit of
+ * 200,000 output leaves spends most of its time emitting its metadata files). `emit` appends
+ * entries [lo, hi) of src to out. */
+typedef int (*ur_orbax_range_fn)(const void *src, ur_buf *out, size_t lo, size_t hi, ur_err *err);
+int ur_orbax__emit_pieces(const void *src, size_t n, size_t per, ur_orbax_range_fn emit,
+                          ur_orbax_sink sink, void *ctx, ur_err *err);
 int ur_orbax_meta_emit_to(const ur_orbax_meta *m, ur_orbax_sink sink, void *ctx, ur_err *err);
 void ur_orbax_meta_free(ur_orbax_meta *m);
 

@@ -4,6 +4,7 @@
 
 #include "unroll/alloc.h"
 #include "unroll/json.h"
+#include "unroll/side.h"
 
 #include <math.h>
 #include <stdalign.h>
@@ -309,5 +310,58 @@ int ur_orbax__sink_piece(ur_buf *b, ur_orbax_sink sink, void *ctx, ur_err *err)
     }
     int rc = sink(ctx, b->data, b->len, err);
     ur_buf_reset(b);
+    return rc;
+}
+
+/* ---- a document's entries emitted two pieces at a time --------------------------------- */
+
+typedef struct {
+    const void *src;
+    ur_orbax_range_fn emit;
+    size_t lo, hi;
+    ur_buf out;
+} piece;
+
+static int piece_run(void *ctx, ur_err *err)
+{
+    piece *p = ctx;
+    ur_buf_reset(&p->out);
+    return p->emit(p->src, &p->out, p->lo, p->hi, err);
+}
+
+int ur_orbax__emit_pieces(const void *src, size_t n, size_t per, ur_orbax_range_fn emit,
+                          ur_orbax_sink sink, void *ctx, ur_err *err)
+{
+    piece mine = {src, emit, 0, 0, {0}}, next = {src, emit, 0, 0, {0}};
+    int rc = UR_OK;
+    ur_buf_init(&mine.out, 0);
+    ur_buf_init(&next.out, 0);
+    for (size_t lo = 0; rc == UR_OK && lo < n; lo += 2 * per) {
+        ur_side side;
+        int side_rc = UR_OK;
+        mine.lo = lo;
+        mine.hi = n - lo > per ? lo + per : n;
+        next.lo = mine.hi;
+        next.hi = n - next.lo > per ? next.lo + per : n;
+        if (next.lo < n) {
+            ur_side_start(&side, piece_run, &next);
+        }
+        rc = piece_run(&mine, err);
+        if (rc == UR_OK) {
+            rc = sink(ctx, mine.out.data, mine.out.len, err);
+        }
+        if (next.lo < n) {
+            side_rc = ur_side_join(&side);
+        }
+        if (rc == UR_OK && side_rc < 0) {
+            *err = side.err;
+            rc = side_rc;
+        }
+        if (rc == UR_OK && next.lo < n) {
+            rc = sink(ctx, next.out.data, next.out.len, err);
+        }
+    }
+    ur_buf_dispose(&mine.out);
+    ur_buf_dispose(&next.out);
     return rc;
 }

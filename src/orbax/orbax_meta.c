@@ -557,17 +557,9 @@ static int emit_leaves(ur_buf *out, const ur_orbax_meta *m, size_t lo, size_t hi
     return rc;
 }
 
-typedef struct {
-    const ur_orbax_meta *m;
-    size_t lo, hi;
-    ur_buf out;
-} emit_part;
-
-static int emit_part_run(void *ctx, ur_err *err)
+static int emit_range(const void *m, ur_buf *out, size_t lo, size_t hi, ur_err *err)
 {
-    emit_part *p = ctx;
-    ur_buf_reset(&p->out);
-    return emit_leaves(&p->out, p->m, p->lo, p->hi, err);
+    return emit_leaves(out, m, lo, hi, err);
 }
 
 /* Leaves per piece: about 1.5 MB of text with Orbax's entries of tiny arrays. Below two
@@ -607,44 +599,6 @@ static int emit_tail(ur_buf *out, const ur_orbax_meta *m, ur_err *err)
     return rc;
 }
 
-/* Pieces two at a time: this thread emits and hands over the first while a second thread
- * emits the next (the commit of 200,000 output leaves spends most of its time here). */
-static int emit_pieces(const ur_orbax_meta *m, ur_buf *mine, ur_orbax_sink sink, void *ctx,
-                       ur_err *err)
-{
-    size_t n = m->n_leaves;
-    emit_part next = {m, 0, 0, {0}};
-    int rc = UR_OK;
-    ur_buf_init(&next.out, 0);
-    for (size_t lo = 0; rc == UR_OK && lo < n; lo += 2 * EMIT_PIECE_LEAVES) {
-        size_t mid = n - lo > EMIT_PIECE_LEAVES ? lo + EMIT_PIECE_LEAVES : n;
-        ur_side side;
-        int side_rc = UR_OK;
-        next.lo = mid;
-        next.hi = n - mid > EMIT_PIECE_LEAVES ? mid + EMIT_PIECE_LEAVES : n;
-        if (mid < n) {
-            ur_side_start(&side, emit_part_run, &next);
-        }
-        ur_buf_reset(mine);
-        rc = emit_leaves(mine, m, lo, mid, err);
-        if (rc == UR_OK) {
-            rc = sink(ctx, mine->data, mine->len, err);
-        }
-        if (mid < n) {
-            side_rc = ur_side_join(&side);
-        }
-        if (rc == UR_OK && side_rc < 0) {
-            *err = side.err;
-            rc = side_rc;
-        }
-        if (rc == UR_OK && mid < n) {
-            rc = sink(ctx, next.out.data, next.out.len, err);
-        }
-    }
-    ur_buf_dispose(&next.out);
-    return rc;
-}
-
 int ur_orbax_meta_emit_to(const ur_orbax_meta *m, ur_orbax_sink sink, void *ctx, ur_err *err)
 {
     ur_buf b;
@@ -653,7 +607,8 @@ int ur_orbax_meta_emit_to(const ur_orbax_meta *m, ur_orbax_sink sink, void *ctx,
     if (rc == UR_OK && m->n_leaves >= 2 * EMIT_PIECE_LEAVES) {
         rc = sink(ctx, b.data, b.len, err);
         if (rc == UR_OK) {
-            rc = emit_pieces(m, &b, sink, ctx, err);
+            rc = ur_orbax__emit_pieces(m, m->n_leaves, EMIT_PIECE_LEAVES, emit_range, sink, ctx,
+                                       err);
         }
         ur_buf_reset(&b);
     } else if (rc == UR_OK) {

@@ -306,19 +306,23 @@ int ur_orbax_sharding_value_emit(ur_buf *out, const ur_orbax_sharding *s, ur_err
 typedef int (*sharding_get)(const void *src, size_t i, const char **name,
                             const ur_orbax_sharding **s);
 
-static int emit_doc(const void *src, size_t n, sharding_get get, ur_orbax_sink sink, void *ctx,
-                    ur_err *err)
+typedef struct {
+    const void *src;
+    sharding_get get;
+} sharding_doc;
+
+/* Entries [lo, hi), each written one after ',' (the sink drops the document's first). */
+static int emit_entries(const void *doc_, ur_buf *out, size_t lo, size_t hi, ur_err *err)
 {
-    ur_buf key, val, out;
-    size_t written = 0;
+    const sharding_doc *doc = doc_;
+    ur_buf key, val;
+    int rc = UR_OK;
     ur_buf_init(&key, 0);
     ur_buf_init(&val, 0);
-    ur_buf_init(&out, 0);
-    int rc = ur_buf_append_byte(&out, '{', err);
-    for (size_t i = 0; rc == UR_OK && i < n; i++) {
+    for (size_t i = lo; rc == UR_OK && i < hi; i++) {
         const char *name;
         const ur_orbax_sharding *sh;
-        if (!get(src, i, &name, &sh)) {
+        if (!doc->get(doc->src, i, &name, &sh)) {
             continue;
         }
         ur_buf_reset(&key);
@@ -333,32 +337,57 @@ static int emit_doc(const void *src, size_t n, sharding_get get, ur_orbax_sink s
         if (rc == UR_OK) {
             rc = ur_buf_append_byte(&val, 0, err);
         }
-        if (rc == UR_OK && written++ > 0) {
-            rc = ur_buf_append_byte(&out, ',', err);
+        if (rc == UR_OK) {
+            rc = ur_buf_append_byte(out, ',', err);
         }
         if (rc == UR_OK) {
-            rc = ur_orbax__json_put_str(&out, (const char *)key.data, err);
+            rc = ur_orbax__json_put_str(out, (const char *)key.data, err);
         }
         if (rc == UR_OK) {
-            rc = ur_buf_append_byte(&out, ':', err);
+            rc = ur_buf_append_byte(out, ':', err);
         }
         if (rc == UR_OK) {
-            rc = ur_orbax__json_put_str(&out, (const char *)val.data, err);
+            rc = ur_orbax__json_put_str(out, (const char *)val.data, err);
         }
-        if (rc == UR_OK) {
-            rc = ur_orbax__sink_piece(&out, sink, ctx, err);
-        }
-    }
-    if (rc == UR_OK) {
-        rc = ur_buf_append_byte(&out, '}', err);
-    }
-    if (rc == UR_OK) {
-        rc = sink(ctx, out.data, out.len, err);
     }
     ur_buf_dispose(&key);
     ur_buf_dispose(&val);
-    ur_buf_dispose(&out);
     return rc;
+}
+
+/* The entries' sink: the ',' before the document's first entry is dropped. */
+typedef struct {
+    ur_orbax_sink sink;
+    void *ctx;
+    int any;
+} entries_sink;
+
+static int sink_entries(void *ctx, const void *data, size_t n, ur_err *err)
+{
+    entries_sink *s = ctx;
+    const char *p = data;
+    if (n > 0 && !s->any) {
+        s->any = 1;
+        p++; /* the ',' */
+        n--;
+    }
+    return n > 0 ? s->sink(s->ctx, p, n, err) : UR_OK;
+}
+
+/* Entries per piece: about a MB of text with Orbax's shardings. */
+#define EMIT_PIECE_ENTRIES 4096
+
+static int emit_doc(const void *src, size_t n, sharding_get get, ur_orbax_sink sink, void *ctx,
+                    ur_err *err)
+{
+    sharding_doc doc = {src, get};
+    entries_sink es = {sink, ctx, 0};
+    int rc = sink(ctx, "{", 1, err);
+    if (rc == UR_OK) {
+        rc = ur_orbax__emit_pieces(&doc, n, EMIT_PIECE_ENTRIES, emit_entries, sink_entries, &es,
+                                   err);
+    }
+    return rc == UR_OK ? sink(ctx, "}", 1, err) : rc;
 }
 
 typedef struct {
