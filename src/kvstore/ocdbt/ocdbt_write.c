@@ -373,7 +373,9 @@ static int w_write(ur_kvstore *kv, const char *key, const void *data, size_t n, 
     }
     e->klen = (uint16_t)klen;
     e->seq = (uint32_t)w->n;
-    e->len = n;
+    if (wentry_set_len(e, n) < 0) {
+        return ur_err_set(err, UR_EUNSUPPORTED, "%s: a value of 1 TiB or more", key);
+    }
     /* A small value is kept for its B+tree leaf only while the values kept so far stay
      * within the budget (a few-KB input can declare millions of small chunks). */
     if (n > w->opts.max_inline_value_bytes || w->held + n > w->opts.max_held_inline_bytes) {
@@ -471,7 +473,9 @@ int ur_ocdbt_writer_put_ref(ur_kvstore *kv, const uint8_t *key, size_t klen, con
     }
     e->klen = (uint16_t)klen;
     e->seq = (uint32_t)w->n;
-    e->len = length;
+    if (wentry_set_len(e, length) < 0) {
+        return ur_err_set(err, UR_EUNSUPPORTED, "%s: a value of 1 TiB or more", w->dir);
+    }
     e->indirect = 1;
     e->offset = offset;
     w->n++;

@@ -14,21 +14,41 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* One key written, 40 bytes: a many-leaf output holds hundreds of thousands until the commit.
+/* One key written, 32 bytes: a many-leaf output holds hundreds of thousands until the commit.
  * Keys and inline values below POOL_MIN_VALUE live in the writer's byte blocks (wbytes), the
- * longer values in its pool; no entry owns memory of its own. */
+ * longer values in its pool; no entry owns memory of its own. A value's length has 40 bits
+ * (wentry_len): a value of 1 TiB or more is refused. */
 typedef struct {
     const uint8_t *key;
-    uint64_t len;
     union {
         const uint8_t *value; /* inline */
         uint64_t offset;      /* indirect */
     };
-    uint32_t seq;  /* write order (the last write of a key wins) */
-    uint32_t file; /* indirect */
+    uint32_t seq;    /* write order (the last write of a key wins) */
+    uint32_t file;   /* indirect */
+    uint32_t len_lo; /* the value's length, low 32 bits */
     uint16_t klen;
+    uint8_t len_hi; /* and its next 8 */
     uint8_t indirect;
 } wentry;
+
+#define WENTRY_MAX_LEN (((uint64_t)1 << 40) - 1)
+
+static inline uint64_t wentry_len(const wentry *e)
+{
+    return (uint64_t)e->len_lo | (uint64_t)e->len_hi << 32;
+}
+
+/* 0, or -1 when n does not fit (the caller reports it). */
+static inline int wentry_set_len(wentry *e, uint64_t n)
+{
+    if (n > WENTRY_MAX_LEN) {
+        return -1;
+    }
+    e->len_lo = (uint32_t)n;
+    e->len_hi = (uint8_t)(n >> 32);
+    return 0;
+}
 
 /* Bytes that live until the writer closes, bump-allocated in blocks (no per-key malloc
  * header or alignment: a key of 46 bytes costs 46). */

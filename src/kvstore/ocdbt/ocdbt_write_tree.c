@@ -156,7 +156,7 @@ static int emit_node(ocdbt_writer *w, uint8_t height, wscratch *s, size_t n, ur_
 /* TensorStore's estimate of an entry's decoded size, in a leaf and in an interior node. */
 static uint64_t leaf_est(const wentry *e)
 {
-    return e->klen + 16 + (e->indirect ? 16 + 34 : e->len);
+    return e->klen + 16 + (e->indirect ? 16 + 34 : wentry_len(e));
 }
 
 static uint64_t item_est(const witem *it)
@@ -283,13 +283,13 @@ static int write_leaves(ocdbt_writer *w, wscratch *s, const wentry *e, size_t n,
             x->key_len = e[i].klen - pl;
             x->indirect = e[i].indirect;
             x->value = e[i].value;
-            x->value_len = e[i].len;
+            x->value_len = wentry_len(&e[i]);
             if (e[i].indirect) {
                 x->ref.file = e[i].file;
                 x->ref.offset = e[i].offset;
-                x->ref.length = e[i].len;
+                x->ref.length = x->value_len;
                 s->used[e[i].file] = 1;
-                it->stats.num_indirect_value_bytes += e[i].len;
+                it->stats.num_indirect_value_bytes += x->value_len;
             }
         }
         it->key = e[start].key;
@@ -437,7 +437,10 @@ static int old_entry(wupdate *u, const ur_ocdbt_btree_node *n, const ur_ocdbt_bt
     if (x->key == NULL) {
         return err->code;
     }
-    x->len = e->value_len;
+    if (wentry_set_len(x, e->value_len) < 0) {
+        return ur_err_set(err, UR_EUNSUPPORTED, "%s: a value of 1 TiB or more in the base tree",
+                          u->w->dir);
+    }
     x->indirect = e->indirect;
     if (e->indirect) {
         x->offset = e->ref.offset;
