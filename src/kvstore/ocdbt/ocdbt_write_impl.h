@@ -68,6 +68,13 @@ typedef struct {
     ur_ocdbt_stats stats;
 } witem;
 
+/* A key written lately, whole, for the next keys to be packed against (ocdbt_write.c). */
+#define PACK_BACK 4
+typedef struct {
+    uint8_t *key;
+    size_t len, cap;
+} wprev;
+
 typedef struct {
     ur_kvstore base;
     ur_kvstore *store; /* the base store holding manifest.ocdbt and d/ */
@@ -88,12 +95,13 @@ typedef struct {
     uint64_t held;     /* bytes of inline values held for e[] */
     ur_strmap values;  /* pool: an inline value's bytes -> its one copy (value = pointer) */
     wbytes *bytes;     /* keys (once unpacked) and short inline values */
-    /* Keys written since the last commit, each coded against the key of the entry before it
-     * (pack_key): an output's keys share long prefixes ("params.params.decoder.layers_0.") and
-     * a many-leaf output holds 400,000 of them until the commit unpacks them. */
+    /* Keys written since the last commit, each coded against the key of one of the entries
+     * before it (pack_key): an output's keys share long prefixes
+     * ("params.params.decoder.layers_0.") and a many-leaf output holds 400,000 of them until the
+     * commit unpacks them. */
     wbytes *packed;
-    uint8_t *prev; /* the last entry's key, whole */
-    size_t prev_len, prev_cap;
+    wprev prev[PACK_BACK]; /* the last n_prev entries' keys, whole; prev[prev_at] the last */
+    unsigned prev_at, n_prev;
     uint64_t seed_state; /* 0: random ids; else the splitmix64 state */
     /* The versions of the last manifest written (or of the database resumed): the inline
      * ones and the version nodes, highest first; every ref's file is an index in files. The
