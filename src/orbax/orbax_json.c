@@ -313,55 +313,72 @@ int ur_orbax__sink_piece(ur_buf *b, ur_orbax_sink sink, void *ctx, ur_err *err)
     return rc;
 }
 
-/* ---- a document's entries emitted two pieces at a time --------------------------------- */
+/* ---- a document's entries emitted two pieces at a time ---------------------------------
+ * Round k: this thread emits piece 2k while the second thread hands piece 2k - 1 (emitted in
+ * the round before) to the sink and emits piece 2k + 1; then this thread hands piece 2k to the
+ * sink. The pieces reach the sink in order, one thread at a time, and each thread both emits
+ * and writes (the writes were a third of the commit's stretch on this thread alone). */
 
 typedef struct {
     const void *src;
     ur_orbax_range_fn emit;
+    ur_orbax_sink sink;
+    void *ctx;
     size_t lo, hi;
     ur_buf out;
+    int pending; /* out holds a piece not yet handed to the sink */
+    int sink_failed;
 } piece;
 
-static int piece_run(void *ctx, ur_err *err)
+static int second_run(void *arg, ur_err *err)
 {
-    piece *p = ctx;
-    ur_buf_reset(&p->out);
-    return p->emit(p->src, &p->out, p->lo, p->hi, err);
+    piece *p = arg;
+    int rc = UR_OK;
+    if (p->pending) {
+        p->pending = 0;
+        rc = p->sink(p->ctx, p->out.data, p->out.len, err);
+        p->sink_failed = rc < 0;
+    }
+    if (rc == UR_OK && p->lo < p->hi) {
+        ur_buf_reset(&p->out);
+        rc = p->emit(p->src, &p->out, p->lo, p->hi, err);
+        p->pending = rc == UR_OK;
+    }
+    return rc;
 }
 
 int ur_orbax__emit_pieces(const void *src, size_t n, size_t per, ur_orbax_range_fn emit,
                           ur_orbax_sink sink, void *ctx, ur_err *err)
 {
-    piece mine = {src, emit, 0, 0, {0}}, next = {src, emit, 0, 0, {0}};
+    piece other = {src, emit, sink, ctx, 0, 0, {0}, 0, 0};
+    ur_buf mine;
     int rc = UR_OK;
-    ur_buf_init(&mine.out, 0);
-    ur_buf_init(&next.out, 0);
+    ur_buf_init(&mine, 0);
+    ur_buf_init(&other.out, 0);
     for (size_t lo = 0; rc == UR_OK && lo < n; lo += 2 * per) {
+        size_t mid = n - lo > per ? lo + per : n;
         ur_side side;
-        int side_rc = UR_OK;
-        mine.lo = lo;
-        mine.hi = n - lo > per ? lo + per : n;
-        next.lo = mine.hi;
-        next.hi = n - next.lo > per ? next.lo + per : n;
-        if (next.lo < n) {
-            ur_side_start(&side, piece_run, &next);
-        }
-        rc = piece_run(&mine, err);
-        if (rc == UR_OK) {
-            rc = sink(ctx, mine.out.data, mine.out.len, err);
-        }
-        if (next.lo < n) {
-            side_rc = ur_side_join(&side);
-        }
-        if (rc == UR_OK && side_rc < 0) {
+        int side_rc;
+        other.lo = mid;
+        other.hi = n - mid > per ? mid + per : n;
+        ur_side_start(&side, second_run, &other);
+        ur_buf_reset(&mine);
+        rc = emit(src, &mine, lo, mid, err);
+        side_rc = ur_side_join(&side);
+        /* the first failure in the document's order: the second thread's write of the piece
+         * before this one's, this one's emission, the second thread's emission after it */
+        if (side_rc < 0 && (other.sink_failed || rc == UR_OK)) {
             *err = side.err;
             rc = side_rc;
         }
-        if (rc == UR_OK && next.lo < n) {
-            rc = sink(ctx, next.out.data, next.out.len, err);
+        if (rc == UR_OK) {
+            rc = sink(ctx, mine.data, mine.len, err);
         }
     }
-    ur_buf_dispose(&mine.out);
-    ur_buf_dispose(&next.out);
+    if (rc == UR_OK && other.pending) {
+        rc = sink(ctx, other.out.data, other.out.len, err);
+    }
+    ur_buf_dispose(&mine);
+    ur_buf_dispose(&other.out);
     return rc;
 }
