@@ -20,6 +20,25 @@ void ur_json_init(void);
  * (or "trailing bytes after JSON at N"), the offset recorded. */
 int ur_json_parse(struct cJSON **out, const char *text, size_t len, ur_err *err);
 
+/* A region cJSON allocates from on this thread while it is in use: many small documents
+ * parsed and dropped one after another (the entries of a 100,000-leaf _METADATA, a few dozen
+ * nodes each) cost a pointer bump per node instead of a malloc and a free under the process's
+ * one heap lock, which the parsing threads fought over. What does not fit goes to ur_malloc;
+ * cJSON_Delete of the region's nodes is a no-op. Reset it only once no tree parsed since the
+ * last reset is alive. Stands aside while a test fails allocations in turn. */
+typedef struct {
+    unsigned char *base;
+    size_t used, cap;
+} ur_json_scratch;
+
+/* A region of about `cap` bytes (none when memory is short: cJSON then uses ur_malloc). */
+void ur_json_scratch_init(ur_json_scratch *s, size_t cap);
+/* Use s for this thread's cJSON allocations from now on (NULL: stop). */
+void ur_json_scratch_use(ur_json_scratch *s);
+/* Everything allocated from s is gone. */
+void ur_json_scratch_reset(ur_json_scratch *s);
+void ur_json_scratch_dispose(ur_json_scratch *s);
+
 /* Called with each member of an object: its key, and its value's text, unparsed (the callee
  * parses it, which checks it). A negative return stops the walk with that status. */
 typedef int (*ur_json_member_fn)(void *ctx, const char *key, const char *value, size_t len,

@@ -321,6 +321,7 @@ typedef struct {
     size_t list_len;
     size_t count;
     int entry_failed; /* the error is an entry's, not the document's syntax */
+    ur_json_scratch scratch;
 } array_meta_walk;
 
 static int top_member(void *ctx, const char *key, const char *value, size_t len, ur_err *err)
@@ -357,6 +358,7 @@ static int walk_element(void *ctx, size_t i, const char *value, size_t len, ur_e
         w->l->n += rc == UR_OK;
     }
     cJSON_Delete(e);
+    ur_json_scratch_reset(&w->scratch);
     return rc;
 }
 
@@ -385,8 +387,12 @@ int ur_orbax_array_meta_parse(ur_orbax_array_meta_list **out, const char *json, 
         w.l->items = ur_orbax__arena_alloc(&w.l->arena, w.count * sizeof(*w.l->items));
         rc = w.l->items != NULL ? UR_OK : ur_err_oom(err);
     }
-    if (rc == UR_OK) {
+    if (rc == UR_OK) { /* each entry's tree in a scratch region (unroll/json.h) */
+        ur_json_scratch_init(&w.scratch, (size_t)64 << 10);
+        ur_json_scratch_use(&w.scratch);
         rc = ur_json_each_element(w.list, w.list_len, walk_element, &w, err);
+        ur_json_scratch_use(NULL);
+        ur_json_scratch_dispose(&w.scratch);
     }
     if (rc == UR_OK) {
         *out = w.l;

@@ -548,6 +548,7 @@ typedef struct {
     ur_buf name;
     size_t count;
     int member_failed; /* the error is a member's, not the document's syntax */
+    ur_json_scratch scratch;
 } sharding_walk;
 
 static int count_member(void *ctx, const char *key, const char *value, size_t len, ur_err *err)
@@ -568,6 +569,7 @@ static int walk_member(void *ctx, const char *key, const char *value, size_t len
         w->member_failed = rc < 0;
     }
     cJSON_Delete(v);
+    ur_json_scratch_reset(&w->scratch);
     return rc;
 }
 
@@ -591,8 +593,12 @@ int ur_orbax_sharding_parse(ur_orbax_sharding_map **out, const char *json, size_
         w.m->shardings = ur_orbax__arena_alloc(&w.m->arena, w.count * sizeof(*w.m->shardings));
         rc = w.m->names != NULL && w.m->shardings != NULL ? UR_OK : ur_err_oom(err);
     }
-    if (rc == UR_OK) {
+    if (rc == UR_OK) { /* each member's trees in a scratch region (unroll/json.h) */
+        ur_json_scratch_init(&w.scratch, (size_t)64 << 10);
+        ur_json_scratch_use(&w.scratch);
         rc = ur_json_each_member(json, len, walk_member, &w, err);
+        ur_json_scratch_use(NULL);
+        ur_json_scratch_dispose(&w.scratch);
     }
     ur_buf_dispose(&w.name);
     if (rc == UR_OK) {

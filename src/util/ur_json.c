@@ -12,11 +12,23 @@
 #include <string.h>
 
 static _Thread_local int alloc_failed;
+static _Thread_local ur_json_scratch *scratch; /* this thread's region in use, or NULL */
 static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
+
+#define SCRATCH_ALIGN 16
 
 static void *hook_malloc(size_t n)
 {
-    void *p = ur_malloc(n);
+    ur_json_scratch *s = scratch;
+    void *p;
+    if (s != NULL) {
+        size_t at = (s->used + SCRATCH_ALIGN - 1) & ~(size_t)(SCRATCH_ALIGN - 1);
+        if (at <= s->cap && n <= s->cap - at) {
+            s->used = at + n;
+            return s->base + at;
+        }
+    }
+    p = ur_malloc(n);
     if (p == NULL) {
         alloc_failed = 1;
     }
@@ -25,7 +37,38 @@ static void *hook_malloc(size_t n)
 
 static void hook_free(void *p)
 {
+    ur_json_scratch *s = scratch;
+    if (s != NULL && (unsigned char *)p >= s->base && (unsigned char *)p < s->base + s->cap) {
+        return; /* the region's: gone at its reset */
+    }
     ur_free(p);
+}
+
+void ur_json_scratch_init(ur_json_scratch *s, size_t cap)
+{
+    s->used = 0;
+    s->base = ur_alloc_failures_armed() ? NULL : ur_malloc(cap);
+    s->cap = s->base != NULL ? cap : 0;
+}
+
+void ur_json_scratch_use(ur_json_scratch *s)
+{
+    scratch = s != NULL && s->base != NULL ? s : NULL;
+}
+
+void ur_json_scratch_reset(ur_json_scratch *s)
+{
+    s->used = 0;
+}
+
+void ur_json_scratch_dispose(ur_json_scratch *s)
+{
+    if (scratch == s) {
+        scratch = NULL;
+    }
+    ur_free(s->base);
+    s->base = NULL;
+    s->used = s->cap = 0;
 }
 
 /* cJSON_InitHooks writes globals: once, before any other thread can use cJSON. */
