@@ -12,6 +12,9 @@ typedef int (*cmp_fn)(const void *, const void *);
 static void swap(char *a, char *b, size_t size)
 {
     char tmp[64];
+    if (a == b) {
+        return; /* memcpy onto itself is undefined */
+    }
     while (size > 0) {
         size_t k = size < sizeof tmp ? size : sizeof tmp;
         memcpy(tmp, a, k);
