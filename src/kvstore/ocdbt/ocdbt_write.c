@@ -283,7 +283,9 @@ static void remember_key(ocdbt_writer *w, const uint8_t *key, size_t klen)
         p->key = grown;
         p->cap = klen;
     }
-    memcpy(p->key, key, klen);
+    if (klen > 0) { /* an empty key has no buffer yet: memcpy(NULL, ..., 0) is undefined */
+        memcpy(p->key, key, klen);
+    }
     p->len = klen;
     w->prev_at = at;
     w->n_prev += w->n_prev < PACK_BACK;

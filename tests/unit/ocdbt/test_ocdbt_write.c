@@ -407,7 +407,8 @@ static void read_back(const char *db, const char *const *keys, const uint8_t *va
 static void test_ocdbt_write__packed_keys(void **state)
 {
     static char longest[65536], too_long[65537];
-    const char *keys[] = {"params.decoder.layers_0.w/c/0",
+    const char *keys[] = {"", /* the empty key, first: nothing to remember */
+                          "params.decoder.layers_0.w/c/0",
                           "params.decoder.layers_0.w/zarr.json",
                           "params.decoder.layers_1.w/c/0",
                           "params.decoder.layers_1.w", /* a prefix of the key before */
@@ -416,7 +417,7 @@ static void test_ocdbt_write__packed_keys(void **state)
                           "params.decoder.layers_0.w/c/0", /* a rewrite */
                           longest,
                           "params.decoder.layers_0.w/c/1"};
-    uint8_t vals[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    uint8_t vals[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
     size_t n = sizeof keys / sizeof keys[0];
     char dir[64], db[300];
     ur_ocdbt_write_opts o;
@@ -432,16 +433,16 @@ static void test_ocdbt_write__packed_keys(void **state)
     o.max_decoded_node_bytes = 400; /* several nodes: keys cut by their common prefixes */
     assert_int_equal(ur_ocdbt_create(&kv, db, &o, &err), UR_OK);
     for (size_t i = 0; i < n; i++) {
-        uint8_t v = (uint8_t)(i == 6 ? 100 : vals[i]); /* rewritten below */
+        uint8_t v = (uint8_t)(i == 7 ? 100 : vals[i]); /* rewritten below */
         assert_int_equal(ur_kvstore_write(kv, keys[i], &v, 1, &err), UR_OK);
         assert_int_equal(ur_kvstore_write(kv, too_long, &v, 1, &err), UR_EINVAL);
-        if (i == 4) {
+        if (i == 5) {
             assert_int_equal(ur_ocdbt_writer_snapshot(kv, &err), UR_OK);
         }
     }
-    /* key 0 and key 6 are one key: its last write is 7 */
-    vals[0] = 7;
-    assert_int_equal(ur_kvstore_write(kv, keys[6], &vals[6], 1, &err), UR_OK);
+    /* keys 1 and 7 are one key: its last write is vals[7] */
+    vals[1] = vals[7];
+    assert_int_equal(ur_kvstore_write(kv, keys[7], &vals[7], 1, &err), UR_OK);
     assert_int_equal(ur_kvstore_commit(kv, &err), UR_OK);
     ur_kvstore_close(kv);
     read_back(db, keys, vals, n);
