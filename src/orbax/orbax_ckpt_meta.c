@@ -388,7 +388,7 @@ int ur_orbax_array_meta_parse(ur_orbax_array_meta_list **out, const char *json, 
         rc = w.l->items != NULL ? UR_OK : ur_err_oom(err);
     }
     if (rc == UR_OK) { /* each entry's tree in a scratch region (unroll/json.h) */
-        ur_json_scratch_init(&w.scratch, (size_t)64 << 10);
+        ur_json_scratch_init(&w.scratch, UR_ORBAX_ENTRY_SCRATCH);
         ur_json_scratch_use(&w.scratch);
         rc = ur_json_each_element(w.list, w.list_len, walk_element, &w, err);
         ur_json_scratch_use(NULL);

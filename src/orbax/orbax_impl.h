@@ -144,6 +144,9 @@ int ur_orbax__append_sink(void *buf, const void *data, size_t n, ur_err *err);
 /* Hands b's text to the sink and empties it once it holds a piece's worth (1 MiB): emitters
  * call it between entries, so that a document is never held whole. */
 int ur_orbax__sink_piece(ur_buf *b, ur_orbax_sink sink, void *ctx, ur_err *err);
+/* The scratch region (unroll/json.h) of a walk that parses a document's entries one at a
+ * time: room for one entry's cJSON tree (a few KB); a larger one goes to the heap. */
+#define UR_ORBAX_ENTRY_SCRATCH ((size_t)64 << 10)
 /* Entries [0, n) of a document handed to `sink` in order, in pieces of `per` entries: two
  * at a time, this thread emitting one while a second thread emits the next (the commit of
  * 200,000 output leaves spends most of its time emitting its metadata files). `emit` appends

@@ -368,9 +368,6 @@ typedef struct {
     size_t failed_at;    /* hi: none */
 } meta_part;
 
-/* Room for one entry's cJSON tree (a few KB); a larger one goes to the heap. */
-#define ENTRY_SCRATCH ((size_t)64 << 10)
-
 static int parse_part(void *ctx, ur_err *err)
 {
     meta_part *p = ctx;
@@ -379,7 +376,7 @@ static int parse_part(void *ctx, ur_err *err)
     int rc = UR_OK;
     p->failed_at = p->hi;
     ur_orbax__keep_init(&keep, &p->shell.arena);
-    ur_json_scratch_init(&scratch, ENTRY_SCRATCH);
+    ur_json_scratch_init(&scratch, UR_ORBAX_ENTRY_SCRATCH);
     ur_json_scratch_use(&scratch);
     for (size_t i = p->lo; i < p->hi; i++) {
         rc = parse_member(&p->shell, &keep, &p->w->m->leaves[i], &p->w->members[i], err);

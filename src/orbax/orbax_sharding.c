@@ -594,7 +594,7 @@ int ur_orbax_sharding_parse(ur_orbax_sharding_map **out, const char *json, size_
         rc = w.m->names != NULL && w.m->shardings != NULL ? UR_OK : ur_err_oom(err);
     }
     if (rc == UR_OK) { /* each member's trees in a scratch region (unroll/json.h) */
-        ur_json_scratch_init(&w.scratch, (size_t)64 << 10);
+        ur_json_scratch_init(&w.scratch, UR_ORBAX_ENTRY_SCRATCH);
         ur_json_scratch_use(&w.scratch);
         rc = ur_json_each_member(json, len, walk_member, &w, err);
         ur_json_scratch_use(NULL);
