@@ -128,6 +128,12 @@ int ur_ocdbt_writer_snapshot(ur_kvstore *kv, ur_err *err);
 int ur_ocdbt_resume(ur_kvstore **out, const char *dir, const ur_ocdbt_write_opts *opts,
                     size_t *n_kept, ur_err *err);
 
+/* Every key of the latest version counted into *n_keys, every B+tree node read, decoded and
+ * checked as a listing does (kv must come from ur_ocdbt_open, else UR_EINVAL): the read-back
+ * check of a database before it is published. The root's children are walked on two threads.
+ * UR_ECORRUPT / UR_EIO as reads. */
+int ur_ocdbt_count_keys(ur_kvstore *kv, uint64_t *n_keys, ur_err *err);
+
 /* Introspection for `unroll ls --manifest / --tree` (kv must come from ur_ocdbt_open, else
  * UR_EINVAL). Append to `out` a text description of the manifest (config, data files, inline
  * versions, every version-tree node) or of the latest version's B+tree (one line per node

@@ -147,8 +147,8 @@ int ur_orbax__sink_piece(ur_buf *b, ur_orbax_sink sink, void *ctx, ur_err *err);
 /* The scratch region (unroll/json.h) of a walk that parses a document's entries one at a
  * time: room for one entry's cJSON tree (a few KB); a larger one goes to the heap. */
 #define UR_ORBAX_ENTRY_SCRATCH ((size_t)64 << 10)
-/* Entries [0, n) of a document handed to `sink` in order, in pieces of `per` entries: two
- * at a time, this thread emitting one while a second thread emits the next (the commit of
+/* Entries [0, n) of a document handed to `sink` in order, in pieces of `per` entries, emitted
+ * by this thread and a second one, each sinking its own pieces in their turn (the commit of
  * 200,000 output leaves spends most of its time emitting its metadata files). `emit` appends
  * entries [lo, hi) of src to out. */
 typedef int (*ur_orbax_range_fn)(const void *src, ur_buf *out, size_t lo, size_t hi, ur_err *err);

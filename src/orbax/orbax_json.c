@@ -7,7 +7,9 @@
 #include "unroll/side.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdalign.h>
+#include <stdint.h>
 #include <string.h>
 
 struct ur_orbax__arena_block {
@@ -313,72 +315,127 @@ int ur_orbax__sink_piece(ur_buf *b, ur_orbax_sink sink, void *ctx, ur_err *err)
     return rc;
 }
 
-/* ---- a document's entries emitted two pieces at a time ---------------------------------
- * Round k: this thread emits piece 2k while the second thread hands piece 2k - 1 (emitted in
- * the round before) to the sink and emits piece 2k + 1; then this thread hands piece 2k to the
- * sink. The pieces reach the sink in order, one thread at a time, and each thread both emits
- * and writes (the writes were a third of the commit's stretch on this thread alone). */
+/* ---- a document's entries emitted by two threads, sunk in order -------------------------
+ * Each thread takes the next piece not yet taken, emits it into its own buffer, waits for its
+ * turn, hands it to the sink and passes the turn on. While one thread sinks piece k, the other
+ * emits piece k + 1: both cores are busy whenever emitting costs at least what sinking does
+ * (a thread per pair of pieces, as before, left one idle while the other sank). A thread that
+ * waits holds a later piece than the one whose turn it is, which the other thread holds:
+ * nothing waits in a circle, and one thread alone (no second could start) takes every piece
+ * in order and never waits.
+ * A failure is ranked by its place in the document (emitting piece k: 2k, sinking it: 2k + 1):
+ * nothing after the first one is started, everything before it is done, and it is the one
+ * reported, as one thread would report it. */
 
 typedef struct {
     const void *src;
     ur_orbax_range_fn emit;
     ur_orbax_sink sink;
     void *ctx;
-    size_t lo, hi;
-    ur_buf out;
-    int pending; /* out holds a piece not yet handed to the sink */
-    int sink_failed;
-} piece;
+    size_t n, per;
+    pthread_mutex_t lock;
+    pthread_cond_t turn_moved;
+    size_t next_piece; /* the next piece to take */
+    size_t turn; /* the piece the sink takes next */
+    size_t fail_rank; /* SIZE_MAX: none */
+    int fail_rc;
+    ur_err fail_err;
+} pieces;
 
-static int second_run(void *arg, ur_err *err)
+static void pieces_fail(pieces *ps, size_t rank, int rc, const ur_err *err)
 {
-    piece *p = arg;
-    int rc = UR_OK;
-    if (p->pending) {
-        p->pending = 0;
-        rc = p->sink(p->ctx, p->out.data, p->out.len, err);
-        p->sink_failed = rc < 0;
+    pthread_mutex_lock(&ps->lock);
+    if (rank < ps->fail_rank) {
+        ps->fail_rank = rank;
+        ps->fail_rc = rc;
+        ps->fail_err = *err;
     }
-    if (rc == UR_OK && p->lo < p->hi) {
-        ur_buf_reset(&p->out);
-        rc = p->emit(p->src, &p->out, p->lo, p->hi, err);
-        p->pending = rc == UR_OK;
+    pthread_cond_broadcast(&ps->turn_moved);
+    pthread_mutex_unlock(&ps->lock);
+}
+
+/* Piece k emitted into out, then sunk in its turn; 0 once nothing is left to do. */
+static int pieces_one(pieces *ps, ur_buf *out)
+{
+    ur_err err;
+    size_t k, lo, hi;
+    int rc;
+
+    pthread_mutex_lock(&ps->lock);
+    k = ps->next_piece;
+    lo = k * ps->per;
+    if (lo >= ps->n || 2 * k >= ps->fail_rank) {
+        pthread_mutex_unlock(&ps->lock);
+        return 0;
     }
-    return rc;
+    ps->next_piece++;
+    pthread_mutex_unlock(&ps->lock);
+
+    hi = ps->n - lo > ps->per ? lo + ps->per : ps->n;
+    ur_err_clear(&err);
+    ur_buf_reset(out);
+    rc = ps->emit(ps->src, out, lo, hi, &err);
+    if (rc < 0) {
+        pieces_fail(ps, 2 * k, rc, &err);
+        return 0;
+    }
+    pthread_mutex_lock(&ps->lock);
+    while (ps->turn != k && 2 * k + 1 < ps->fail_rank) {
+        pthread_cond_wait(&ps->turn_moved, &ps->lock);
+    }
+    int go = 2 * k + 1 < ps->fail_rank;
+    pthread_mutex_unlock(&ps->lock);
+    if (!go) {
+        return 0;
+    }
+    rc = ps->sink(ps->ctx, out->data, out->len, &err);
+    if (rc < 0) {
+        pieces_fail(ps, 2 * k + 1, rc, &err);
+        return 0;
+    }
+    pthread_mutex_lock(&ps->lock);
+    ps->turn = k + 1;
+    pthread_cond_broadcast(&ps->turn_moved);
+    pthread_mutex_unlock(&ps->lock);
+    return 1;
+}
+
+static int pieces_run(void *arg, ur_err *err)
+{
+    pieces *ps = arg;
+    ur_buf out;
+    (void)err; /* failures are ranked in ps */
+    ur_buf_init(&out, 0);
+    while (pieces_one(ps, &out)) {
+    }
+    ur_buf_dispose(&out);
+    return UR_OK;
 }
 
 int ur_orbax__emit_pieces(const void *src, size_t n, size_t per, ur_orbax_range_fn emit,
                           ur_orbax_sink sink, void *ctx, ur_err *err)
 {
-    piece other = {src, emit, sink, ctx, 0, 0, {0}, 0, 0};
-    ur_buf mine;
-    int rc = UR_OK;
-    ur_buf_init(&mine, 0);
-    ur_buf_init(&other.out, 0);
-    for (size_t lo = 0; rc == UR_OK && lo < n; lo += 2 * per) {
-        size_t mid = n - lo > per ? lo + per : n;
-        ur_side side;
-        int side_rc;
-        other.lo = mid;
-        other.hi = n - mid > per ? mid + per : n;
-        ur_side_start(&side, second_run, &other);
-        ur_buf_reset(&mine);
-        rc = emit(src, &mine, lo, mid, err);
-        side_rc = ur_side_join(&side);
-        /* the first failure in the document's order: the second thread's write of the piece
-         * before this one's, this one's emission, the second thread's emission after it */
-        if (side_rc < 0 && (other.sink_failed || rc == UR_OK)) {
-            *err = side.err;
-            rc = side_rc;
-        }
-        if (rc == UR_OK) {
-            rc = sink(ctx, mine.data, mine.len, err);
-        }
+    pieces ps;
+    ur_side side;
+
+    memset(&ps, 0, sizeof ps);
+    ps.src = src;
+    ps.emit = emit;
+    ps.sink = sink;
+    ps.ctx = ctx;
+    ps.n = n;
+    ps.per = per > 0 ? per : 1;
+    ps.fail_rank = SIZE_MAX;
+    pthread_mutex_init(&ps.lock, NULL);
+    pthread_cond_init(&ps.turn_moved, NULL);
+    ur_side_start(&side, pieces_run, &ps);
+    pieces_run(&ps, err);
+    ur_side_join(&side);
+    pthread_cond_destroy(&ps.turn_moved);
+    pthread_mutex_destroy(&ps.lock);
+    if (ps.fail_rank != SIZE_MAX) {
+        *err = ps.fail_err;
+        return ps.fail_rc;
     }
-    if (rc == UR_OK && other.pending) {
-        rc = sink(ctx, other.out.data, other.out.len, err);
-    }
-    ur_buf_dispose(&mine);
-    ur_buf_dispose(&other.out);
-    return rc;
+    return UR_OK;
 }

@@ -171,6 +171,35 @@ static int read_everything(const char *dir, ur_err *err)
     return rc;
 }
 
+/* ur_ocdbt_count_keys (two threads) reads back what a listing (one thread) does: the same
+ * count, or the same first error, each on a fresh open (no node cached). */
+static void count_agrees_with_listing(const char *dir)
+{
+    ur_kvstore *kv = NULL;
+    ur_err el, ec;
+    listing l;
+    uint64_t n = 0;
+    int rl = ur_ocdbt_open(&kv, dir, &el), rcount;
+    if (rl == UR_OK) {
+        rl = list_all(kv, "", &l, &el);
+    }
+    ur_kvstore_close(kv);
+    kv = NULL;
+    rcount = ur_ocdbt_open(&kv, dir, &ec);
+    if (rcount == UR_OK) {
+        rcount = ur_ocdbt_count_keys(kv, &n, &ec);
+    }
+    ur_kvstore_close(kv);
+    assert_int_equal(rcount, rl);
+    if (rl == UR_OK) {
+        assert_int_equal(n, l.n);
+    } else {
+        assert_string_equal(ec.where, el.where);
+        assert_int_equal(ec.offset, el.offset);
+        assert_string_equal(ec.msg, el.msg);
+    }
+}
+
 static void test_ocdbt_read__corrupt_every_byte(void **state)
 {
     char dir[] = "/tmp/ur_ocdbt_corruptXXXXXX";
@@ -191,6 +220,7 @@ static void test_ocdbt_read__corrupt_every_byte(void **state)
             orig.data[i] ^= 0x10;
             assert_int_equal(ur_fs_write_file(path, orig.data, orig.len, &err), UR_OK);
             rc = read_everything(db, &err);
+            count_agrees_with_listing(db);
             orig.data[i] ^= 0x10;
             /* in a data file, bytes between objects are never read; objects are CRC'd */
             if (rc != UR_OK) {
@@ -208,6 +238,7 @@ static void test_ocdbt_read__corrupt_every_byte(void **state)
             assert_int_equal(ur_fs_write_file(path, orig.data, cut, &err), UR_OK);
             rc = read_everything(db, &err);
             assert_int_equal(rc, UR_ECORRUPT);
+            count_agrees_with_listing(db);
         }
         ur_buf_dispose(&orig);
     }
@@ -268,6 +299,7 @@ static void test_ocdbt_write__roundtrip(void **state)
     assert_int_equal(ur_ocdbt_open(&kv, db, &err), UR_OK);
     assert_int_equal(ur_kvstore_list(kv, "", collect, memset(&l, 0, sizeof l), &err), UR_OK);
     assert_int_equal(l.n, 500);
+    count_agrees_with_listing(db);
     ur_buf_init(&b, 0);
     for (size_t i = 0; i < 500; i++) {
         size_t len = (i * 37) % 5000;

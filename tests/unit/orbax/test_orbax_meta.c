@@ -5,6 +5,7 @@
 #include "unroll/alloc.h"
 #include "unroll/fs.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -220,6 +221,96 @@ static void test_orbax_meta__many_leaves_sorted(void **state)
     ur_buf_dispose(&j);
 }
 
+/* ---- ur_orbax__emit_pieces: two threads, pieces sunk in order, the first failure ---- */
+
+typedef struct {
+    size_t fail_emit;  /* the piece whose emission fails (SIZE_MAX: none) */
+    size_t fail_sink;  /* the sink call that fails */
+    size_t per;
+    size_t sinks;      /* sink calls so far (one thread at a time) */
+    ur_buf out;
+} pieces_case;
+
+static int emit_numbers(const void *src, ur_buf *out, size_t lo, size_t hi, ur_err *err)
+{
+    const pieces_case *c = src;
+    if (lo / c->per == c->fail_emit) {
+        return ur_err_set(err, UR_EIO, "emit %zu failed", lo / c->per);
+    }
+    for (size_t i = lo; i < hi; i++) {
+        int rc = ur_buf_printf(out, err, "%zu,", i);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    return UR_OK;
+}
+
+static int sink_numbers(void *ctx, const void *data, size_t n, ur_err *err)
+{
+    pieces_case *c = ctx;
+    size_t call = c->sinks++;
+    if (call == c->fail_sink) {
+        return ur_err_set(err, UR_EIO, "sink %zu failed", call);
+    }
+    return ur_buf_append(&c->out, data, n, err);
+}
+
+/* The text pieces [0, upto) would give, emitted by one thread. */
+static void numbers_upto(ur_buf *b, size_t n)
+{
+    ur_err err;
+    ur_buf_reset(b);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(ur_buf_printf(b, &err, "%zu,", i), UR_OK);
+    }
+}
+
+static void test_orbax_meta__emit_pieces(void **state)
+{
+    const size_t per = 7, sizes[] = {0, 1, 6, 7, 8, 14, 15, 7 * 40 + 3};
+    ur_buf want;
+    (void)state;
+    ur_buf_init(&want, 0);
+    for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+        size_t n = sizes[t], n_pieces = (n + per - 1) / per;
+        /* f: the failing piece (n_pieces: none); kind 0 emit, 1 sink, 2 both (sink first) */
+        for (size_t f = 0; f <= n_pieces; f++) {
+            for (int kind = 0; kind < 3; kind++) {
+                pieces_case c = {SIZE_MAX, SIZE_MAX, per, 0, {0}};
+                ur_err err;
+                int rc;
+                if (f == n_pieces && kind > 0) {
+                    continue;
+                }
+                if (f < n_pieces) {
+                    c.fail_emit = kind == 0 ? f : kind == 2 ? f + 1 : SIZE_MAX;
+                    c.fail_sink = kind >= 1 ? f : SIZE_MAX;
+                }
+                ur_buf_init(&c.out, 0);
+                ur_err_clear(&err);
+                rc = ur_orbax__emit_pieces(&c, n, per, emit_numbers, sink_numbers, &c, &err);
+                /* everything before the failing piece is sunk, in order; nothing after it */
+                numbers_upto(&want, f < n_pieces ? f * per : n);
+                assert_int_equal(c.out.len, want.len);
+                if (want.len) {
+                    assert_memory_equal(c.out.data, want.data, want.len);
+                }
+                if (f == n_pieces) {
+                    assert_int_equal(rc, UR_OK);
+                } else {
+                    char msg[64];
+                    snprintf(msg, sizeof msg, "%s %zu failed", kind == 0 ? "emit" : "sink", f);
+                    assert_int_equal(rc, UR_EIO);
+                    assert_string_equal(err.msg, msg);
+                }
+                ur_buf_dispose(&c.out);
+            }
+        }
+    }
+    ur_buf_dispose(&want);
+}
+
 static const char *const damaged[][2] = {
     {"{\"tree_metadata\": {", "invalid JSON"},
     {"[]", "not a JSON object"},
@@ -335,6 +426,7 @@ int main(void)
         cmocka_unit_test(test_orbax_meta__tree_order_and_placeholders),
         cmocka_unit_test(test_orbax_meta__numeric_index_order),
         cmocka_unit_test(test_orbax_meta__many_leaves_sorted),
+        cmocka_unit_test(test_orbax_meta__emit_pieces),
         cmocka_unit_test(test_orbax_meta__damaged),
         cmocka_unit_test(test_orbax_meta__truncated_everywhere),
         cmocka_unit_test(test_orbax_meta__oom),
