@@ -411,44 +411,17 @@ static int attach_sharding(ur_orbax_ckpt *ck, ur_err *err)
     return UR_OK;
 }
 
-static int attach_sharding_run(void *ck, ur_err *err)
-{
-    return attach_sharding(ck, err);
-}
-
-/* Both attached at once, _sharding's on a second thread: each writes its own fields of the
- * leaves (with 100,000 leaves each is a look-up a leaf, on the open's one-core stretch). An
- * error of attach_sharding is the one reported, as when they ran one after the other. */
-static int attach_both(ur_orbax_ckpt *ck, ur_err *err)
-{
-    ur_side side;
-    ur_err am_err;
-    int am_rc, sh_rc;
-    ur_err_clear(&am_err);
-    ur_side_start(&side, attach_sharding_run, ck);
-    am_rc = attach_array_meta(ck, &am_err);
-    sh_rc = ur_side_join(&side);
-    if (sh_rc < 0) {
-        *err = side.err;
-        return sh_rc;
-    }
-    if (am_rc < 0) {
-        *err = am_err;
-    }
-    return am_rc;
-}
-
 #define SIDE_SHARDING 1u   /* _sharding */
 #define SIDE_ARRAY_META 2u /* array_metadatas/process_0 */
 
 /* The leaves' copies of what they took from _sharding and array_metadatas (`what`: SIDE_*)
  * go into the checkpoint's arena, each distinct value once, and those parses are freed (with
  * 100,000 leaves: every param name twice more, a sharding and its strings per leaf). */
-static int keep_side(ur_orbax_ckpt *ck, unsigned what, ur_err *err)
+static int keep_side_into(ur_orbax_ckpt *ck, unsigned what, ur_orbax_arena *arena, ur_err *err)
 {
     ur_orbax_keep k;
     int rc = UR_OK;
-    ur_orbax__keep_init(&k, &ck->arena);
+    ur_orbax__keep_init(&k, arena);
     for (size_t i = 0; i < ck->n_leaves && rc == UR_OK; i++) {
         ur_orbax_leaf *l = &ck->leaves[i];
         if (what & SIDE_SHARDING) {
@@ -473,6 +446,54 @@ static int keep_side(ur_orbax_ckpt *ck, unsigned what, ur_err *err)
         ck->array_meta = NULL;
     }
     return rc;
+}
+
+static int keep_side(ur_orbax_ckpt *ck, unsigned what, ur_err *err)
+{
+    return keep_side_into(ck, what, &ck->arena, err);
+}
+
+/* _sharding attached and kept on the second thread, into an arena of its own. */
+typedef struct {
+    ur_orbax_ckpt *ck;
+    ur_orbax_arena arena;
+} sharding_side;
+
+static int attach_sharding_run(void *arg, ur_err *err)
+{
+    sharding_side *p = arg;
+    int rc = attach_sharding(p->ck, err);
+    return rc == UR_OK ? keep_side_into(p->ck, SIDE_SHARDING, &p->arena, err) : rc;
+}
+
+/* Both side files attached and kept at once, _sharding's on a second thread: each writes its
+ * own fields of the leaves and keeps its own kind of value (with 100,000 leaves each is a
+ * look-up and a copy a leaf, on the open's one-core stretch). An error of _sharding's is the
+ * one reported, as when they ran one after the other. */
+static int attach_both(ur_orbax_ckpt *ck, ur_err *err)
+{
+    sharding_side sh;
+    ur_side side;
+    ur_err am_err;
+    int am_rc, sh_rc;
+    sh.ck = ck;
+    ur_orbax__arena_init(&sh.arena);
+    ur_err_clear(&am_err);
+    ur_side_start(&side, attach_sharding_run, &sh);
+    am_rc = attach_array_meta(ck, &am_err);
+    if (am_rc == UR_OK) {
+        am_rc = keep_side(ck, SIDE_ARRAY_META, &am_err);
+    }
+    sh_rc = ur_side_join(&side);
+    ur_orbax__arena_adopt(&ck->arena, &sh.arena);
+    if (sh_rc < 0) {
+        *err = side.err;
+        return sh_rc;
+    }
+    if (am_rc < 0) {
+        *err = am_err;
+    }
+    return am_rc;
 }
 
 /* The array leaf `l` from its zarr metadata (shapes kept by `keep`). */
@@ -769,9 +790,6 @@ int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur
         rc = side_one_at_a_time(ck, err);
     } else {
         rc = attach_both(ck, err);
-        if (rc == UR_OK) {
-            rc = keep_side(ck, SIDE_SHARDING | SIDE_ARRAY_META, err);
-        }
     }
     if (rc == UR_OK) {
         rc = attach_strings(ck, err);
