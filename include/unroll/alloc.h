@@ -1,5 +1,7 @@
 /* The only allocator: every allocation in unroll goes through these, so tests can make
- * the Nth allocation fail (curl torture, libgit2 failalloc; STYLE §3.5). */
+ * the Nth allocation fail (curl torture, libgit2 failalloc; STYLE §3.5). With glibc, blocks
+ * of up to 4 KiB that a thread frees are kept for its next allocations of their size (a
+ * per-thread cache, ur_alloc.c: glibc's heap lock was fought over by the workers). */
 #ifndef UNROLL_ALLOC_H
 #define UNROLL_ALLOC_H
 
@@ -24,10 +26,10 @@ char *ur_strdup(const char *s);
 /* Copy of the first n bytes of s plus a NUL, or NULL when out of memory. */
 char *ur_strndup(const char *s, size_t n);
 
-/* Give the memory freed so far back to the system where the allocator can (glibc:
- * malloc_trim, every thread's arena). Called between the phases of a run, so that what one
- * phase freed (in the heaps of the threads that allocated it) does not stay resident while
- * the next phase allocates elsewhere; a no-op on other C libraries. */
+/* Give the memory freed so far back to the system where the allocator can (glibc: this
+ * thread's cached blocks, then malloc_trim, every thread's arena). Called between the phases of a
+ * run, so that what one phase freed (in the heaps of the threads that allocated it) does not stay
+ * resident while the next phase allocates elsewhere; a no-op on other C libraries. */
 void ur_alloc_trim(void);
 
 /* Have every thread allocate from one heap (glibc: M_ARENA_MAX 1; a no-op elsewhere). By
