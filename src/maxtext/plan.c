@@ -223,6 +223,59 @@ static int path_build(ur_plan *plan, ur_plan_path *out, const span *parts, size_
     return UR_OK;
 }
 
+/* "<name>_<index>" into buf (n >= 96 bytes: a name of up to 64 bytes, then the number), as
+ * snprintf would write it: a layer loop formats one per output path. */
+static void layer_name(char *buf, size_t n, const char *name, int64_t index)
+{
+    char digits[24];
+    size_t len = strlen(name), d = 0;
+    uint64_t v = index < 0 ? 0 - (uint64_t)index : (uint64_t)index;
+    if (len + sizeof digits + 2 > n) {
+        snprintf(buf, n, "%s_%lld", name, (long long)index);
+        return;
+    }
+    do {
+        digits[d++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    memcpy(buf, name, len);
+    buf[len++] = '_';
+    if (index < 0) {
+        buf[len++] = '-';
+    }
+    while (d > 0) {
+        buf[len++] = digits[--d];
+    }
+    buf[len] = '\0';
+}
+
+/* Output path li of a layer loop, whose parts differ from one layer to the next only in the
+ * layer component (at index `at`, named `layer`): the first is built, the others copy it and
+ * intern that one component (interning every component of every layer again was most of the
+ * plan's time, on one core, with many leaves). The list-index marks are shared. */
+static int layer_path(ur_plan *plan, ur_plan_action *a, uint64_t li, const span *parts,
+                      size_t n_parts, size_t at, const char *layer, ur_err *err)
+{
+    const ur_plan_path *first = &a->out[0];
+    const char **comp;
+    if (li == 0) {
+        return path_build(plan, &a->out[0], parts, n_parts, err);
+    }
+    comp = ur_pool_alloc(&plan->pool, first->len * sizeof *comp, err);
+    if (comp == NULL) {
+        return UR_ENOMEM;
+    }
+    memcpy(comp, first->comp, first->len * sizeof *comp);
+    comp[at] = ur_pool_intern(&plan->pool, layer, strlen(layer), err);
+    if (comp[at] == NULL) {
+        return UR_ENOMEM;
+    }
+    a->out[li].comp = comp;
+    a->out[li].len = first->len;
+    a->out[li].seq = first->seq;
+    return UR_OK;
+}
+
 /* n_out empty paths for `a`, owned by the plan. */
 static int out_paths(ur_plan *plan, ur_plan_action *a, uint64_t n_out, ur_err *err)
 {
@@ -635,9 +688,8 @@ int ur_plan__unstack(ur_plan_walk *w, const ur_plan_item *it, int g, size_t rest
                          ur_plan__leaf_span(it->l, rest, it->en),
                          w->suffix};
         int64_t gl = ((int64_t)li / div) * mul + (int64_t)li % div + add;
-        snprintf(layer, sizeof layer, "%s_%lld", grp->out_name ? grp->out_name : "layers",
-                 (long long)gl);
-        rc = path_build(plan, &a->out[li], parts, 4, err);
+        layer_name(layer, sizeof layer, grp->out_name ? grp->out_name : "layers", gl);
+        rc = layer_path(plan, a, li, parts, 4, w->prefix.n + 1, layer, err);
         if (rc < 0) {
             return rc;
         }
@@ -797,9 +849,8 @@ static int stack_leaf(ur_plan_walk *w, const ur_plan_item *it, const char *stack
                          {mid, 2, NULL},
                          ur_plan__leaf_span(l, rest, it->en),
                          w->suffix};
-        snprintf(layer, sizeof layer, "%s_%lld", out_name,
-                 (long long)first + (long long)li * (long long)step);
-        rc = path_build(plan, &a->out[li], parts, 4, err);
+        layer_name(layer, sizeof layer, out_name, first + li * step);
+        rc = layer_path(plan, a, (uint64_t)li, parts, 4, w->prefix.n + 1, layer, err);
         if (rc < 0) {
             return rc;
         }

@@ -453,30 +453,57 @@ static int keep_side(ur_orbax_ckpt *ck, unsigned what, ur_err *err)
     return keep_side_into(ck, what, &ck->arena, err);
 }
 
-/* _sharding attached and kept on the second thread, into an arena of its own. */
+/* The first array leaf (n_leaves: none). */
+static size_t first_array(const ur_orbax_ckpt *ck)
+{
+    size_t i = 0;
+    while (i < ck->n_leaves && (!ur_orbax_value_type_has_array(ck->leaves[i].value_type) ||
+                                ck->leaves[i].skip_deserialize)) {
+        i++;
+    }
+    return i;
+}
+
+/* _sharding attached and kept on the second thread, into an arena of its own; then, when
+ * the arrays are to be described, the first array's metadata looked up once: that decodes
+ * the B+tree node(s) every array's look-up starts from into the store's cache (tens of ms
+ * for a node of 100,000 arrays' keys) while this thread still attaches array_metadatas. */
 typedef struct {
     ur_orbax_ckpt *ck;
     ur_orbax_arena arena;
+    int warm;
 } sharding_side;
 
 static int attach_sharding_run(void *arg, ur_err *err)
 {
     sharding_side *p = arg;
     int rc = attach_sharding(p->ck, err);
-    return rc == UR_OK ? keep_side_into(p->ck, SIDE_SHARDING, &p->arena, err) : rc;
+    if (rc == UR_OK) {
+        rc = keep_side_into(p->ck, SIDE_SHARDING, &p->arena, err);
+    }
+    if (rc == UR_OK && p->warm && first_array(p->ck) < p->ck->n_leaves) {
+        ur_zarr_array *arr = NULL;
+        ur_err ignored; /* describe_arrays meets and reports any failure */
+        if (ur_orbax_ckpt_open_array(p->ck, &p->ck->leaves[first_array(p->ck)], &arr,
+                                     &ignored) == UR_OK) {
+            ur_zarr_array_close(arr);
+        }
+    }
+    return rc;
 }
 
 /* Both side files attached and kept at once, _sharding's on a second thread: each writes its
  * own fields of the leaves and keeps its own kind of value (with 100,000 leaves each is a
  * look-up and a copy a leaf, on the open's one-core stretch). An error of _sharding's is the
  * one reported, as when they ran one after the other. */
-static int attach_both(ur_orbax_ckpt *ck, ur_err *err)
+static int attach_both(ur_orbax_ckpt *ck, int warm, ur_err *err)
 {
     sharding_side sh;
     ur_side side;
     ur_err am_err;
     int am_rc, sh_rc;
     sh.ck = ck;
+    sh.warm = warm;
     ur_orbax__arena_init(&sh.arena);
     ur_err_clear(&am_err);
     ur_side_start(&side, attach_sharding_run, &sh);
@@ -571,11 +598,7 @@ static int describe_arrays(ur_orbax_ckpt *ck, ur_err *err)
     /* The first array alone: its lookup decodes the B+tree node(s) into the reader's cache,
      * which a small tree's other arrays then share (threads missing the cache together
      * would each decode the same node). */
-    size_t first = 0;
-    while (first < n && (!ur_orbax_value_type_has_array(ck->leaves[first].value_type) ||
-                         ck->leaves[first].skip_deserialize)) {
-        first++;
-    }
+    size_t first = first_array(ck);
     if (first == n) {
         return UR_OK;
     }
@@ -789,7 +812,7 @@ int ur_orbax_ckpt_open(ur_orbax_ckpt **out, const char *path, unsigned flags, ur
     if (flags & UR_ORBAX_OPEN_SIDE_AFTER) {
         rc = side_one_at_a_time(ck, err);
     } else {
-        rc = attach_both(ck, err);
+        rc = attach_both(ck, !(flags & UR_ORBAX_OPEN_NO_ARRAYS), err);
     }
     if (rc == UR_OK) {
         rc = attach_strings(ck, err);
