@@ -2,6 +2,8 @@
 #include "unroll/alloc.h"
 #include "unroll/ckd.h"
 
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__GLIBC__)
@@ -37,8 +39,6 @@
  * handled as any other. */
 #if defined(__GLIBC__) && UR_TRIM_GLIBC
 #define UR_CACHE 1
-#include <pthread.h>
-#include <stdint.h>
 
 #define CHUNK_MIN 32u                 /* glibc: the smallest chunk; chunks are 16-byte steps */
 #define CHUNK_MAX 4096u               /* the largest chunk cached */
