@@ -481,11 +481,11 @@ static int attach_sharding_run(void *arg, ur_err *err)
     if (rc == UR_OK) {
         rc = keep_side_into(p->ck, SIDE_SHARDING, &p->arena, err);
     }
-    if (rc == UR_OK && p->warm && first_array(p->ck) < p->ck->n_leaves) {
+    size_t first = rc == UR_OK && p->warm ? first_array(p->ck) : p->ck->n_leaves;
+    if (first < p->ck->n_leaves) {
         ur_zarr_array *arr = NULL;
         ur_err ignored; /* describe_arrays meets and reports any failure */
-        if (ur_orbax_ckpt_open_array(p->ck, &p->ck->leaves[first_array(p->ck)], &arr, &ignored) ==
-            UR_OK) {
+        if (ur_orbax_ckpt_open_array(p->ck, &p->ck->leaves[first], &arr, &ignored) == UR_OK) {
             ur_zarr_array_close(arr);
         }
     }
