@@ -58,6 +58,10 @@ typedef struct ur_exec_opts {
     int (*piece)(void *ctx, uint64_t next_item, ur_err *err);
     void *piece_ctx;
     uint64_t piece_bytes;
+    /* Input bytes announced ahead of the workers (ur_kvstore_prefetch_range), in run order,
+     * across leaves, by a thread of the run: an input over the network fetches them while the
+     * workers decode (kvstore_ahead.c). 0: only the chunks just ahead of the workers. */
+    uint64_t look_ahead;
 } ur_exec_opts;
 
 #define UR_EXEC_DEFAULT_MEMORY ((uint64_t)256 << 20)

@@ -91,6 +91,13 @@ typedef struct {
 } ur_fs_map;
 int ur_fs_map_range(int fd, uint64_t offset, size_t n, const char *path, ur_fs_map *m,
                     ur_err *err);
+/* As ur_fs_map_range for bytes read once, front to back (an upload): nothing is read in up
+ * front, so pages come in as they are used, and ur_fs_map_forget gives them back. */
+int ur_fs_map_range_once(int fd, uint64_t offset, size_t n, const char *path, ur_fs_map *m,
+                         ur_err *err);
+/* Give back the mapped pages wholly before data + upto (they stay in the page cache; a later
+ * touch maps them again), so a mapping read front to back holds only the pages ahead. */
+void ur_fs_map_forget(ur_fs_map *m, size_t upto);
 /* NULL-safe, idempotent. */
 void ur_fs_unmap(ur_fs_map *m);
 /* The path of this thread's latest ur_fs_map_range ("" if none); async-signal-safe. */

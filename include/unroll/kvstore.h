@@ -42,10 +42,21 @@ typedef struct {
     size_t len;
     ur_fs_map map_; /* private: the mapping, or nothing */
     ur_buf buf_;    /* private: the bytes read, or nothing */
+    int once_;      /* private: ur_kvstore_read_view_once */
 } ur_kvstore_view;
 int ur_kvstore_read_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvstore_view *v,
                          ur_err *err);
 void ur_kvstore_view_release(ur_kvstore_view *v);
+
+/* As ur_kvstore_read_view, for a value to be read once, front to back, by
+ * ur_kvstore_write_view (an upload): a file store maps it without reading it in first. */
+int ur_kvstore_read_view_once(ur_kvstore *kv, const char *key, ur_kvstore_view *v, ur_err *err);
+
+/* Store the bytes of view v (of another store) as `key` of kv, as ur_kvstore_write. While an
+ * object store takes them in pieces (multipart, resumable), the pages of a mapped view that it
+ * holds already are given back, so an upload of a file of gigabytes holds a piece of it, not
+ * the file (the stored hook of the calling thread, if any, is still called). */
+int ur_kvstore_write_view(ur_kvstore *kv, const char *key, ur_kvstore_view *v, ur_err *err);
 
 /* As ur_kvstore_read_view, for the `len` bytes at `offset` of the value: mapped where the store
  * keeps it in a file and the range is large, else read into memory (object stores: downloaded
@@ -61,6 +72,27 @@ void ur_kvstore_prefetch_range(ur_kvstore *kv, const char *key, uint64_t offset,
  * to `max_bytes` of it into the page cache in the background. Best effort: no errors, and a
  * no-op for stores in memory. */
 void ur_kvstore_prefetch(ur_kvstore *kv, const char *key, size_t max_bytes);
+
+/* ---- Read-ahead for network stores (src/kvstore/kvstore_ahead.c) ----
+ *
+ * A store opened from an s3:// or gs:// location for reading (ur_kvstore_open_url) fetches
+ * what readers announce with ur_kvstore_prefetch_range on a few threads of its own, in pieces
+ * of UR_KVSTORE_AHEAD_PIECE bytes counted from the announced offset, into a cache of at most
+ * ur_kvstore_read_ahead() bytes; a ur_kvstore_read_range inside one such piece is served from
+ * it. So a reader that announces the next pieces it will read keeps requests in flight while
+ * it works, and the memory they take is bounded whatever the number of readers. */
+#define UR_KVSTORE_AHEAD_PIECE ((size_t)1 << 20)
+#define UR_KVSTORE_AHEAD_DEFAULT ((uint64_t)64 << 20)
+
+/* The cache size of the read-ahead stores opened from now on (a run sets it from its memory
+ * limit); ur_kvstore_read_ahead() gives it. */
+void ur_kvstore_set_read_ahead(uint64_t bytes);
+uint64_t ur_kvstore_read_ahead(void);
+
+/* Wrap `base` (taken: closed with the new store, also when this fails) in a read-ahead store
+ * with a cache of `budget` bytes and at most `threads` requests of its own in flight. */
+int ur_kvstore_ahead_open(ur_kvstore **out, ur_kvstore *base, uint64_t budget, int threads,
+                          ur_err *err);
 
 /* Size of the value of `key`; UR_ENOTFOUND when absent. */
 int ur_kvstore_size(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err);

@@ -19,6 +19,7 @@
 #include "unroll/ckd.h"
 #include "unroll/phase.h"
 
+#include <pthread.h>
 #include <string.h>
 
 /* A kept array leaf: where its items start in the run's sequence. */
@@ -62,6 +63,11 @@ typedef struct {
     stream_slot *slots; /* one per worker */
     int n_slots;
     ur_kern_worker *workers;
+    /* the look-ahead thread (opts->look_ahead; look_ahead_run) */
+    pthread_mutex_t la_mu;
+    pthread_cond_t la_cv;
+    uint64_t la_claimed; /* items before it are claimed by the workers */
+    int la_stop;
 } runner;
 
 /* One item on its way: claimed, worked on, committed. */
@@ -285,6 +291,106 @@ static int read_slab(ur_sched *s, ur_kern_worker *wk, job *j, ur_err *err)
     return rc;
 }
 
+/* ---- the look-ahead (opts->look_ahead) ----------------------------------------------------
+ * The workers' own hint (prefetch_ahead) reaches only the next chunk of a leaf already set up,
+ * one item-time ahead: too little to hide a network round trip, and nothing across leaves.
+ * A thread of the run walks the chunks in run order instead, opening each leaf's input array
+ * itself, and announces each chunk's first LOOK_AHEAD_HINT bytes while the announced chunks
+ * the workers have not claimed yet hold at most opts->look_ahead bytes. It only hints: a leaf it
+ * cannot open is skipped (the worker that sets the leaf up reports the error). */
+#define LOOK_AHEAD_HINT ((size_t)16 << 20)
+#define LOOK_AHEAD_ITEMS 64
+
+static int ref_in_run(const runner *r, size_t i);
+
+typedef struct {
+    uint64_t item[LOOK_AHEAD_ITEMS];
+    uint64_t bytes[LOOK_AHEAD_ITEMS];
+    size_t head, n;
+    uint64_t total; /* bytes of the announced chunks not claimed yet */
+} la_window;
+
+/* Under la_mu: wait until a chunk of `bytes` fits the window; 0 when the run is stopping. */
+static int la_wait_room(runner *r, la_window *w, uint64_t bytes)
+{
+    for (;;) {
+        while (w->n > 0 && w->item[w->head] < r->la_claimed) {
+            w->total -= w->bytes[w->head];
+            w->head = (w->head + 1) % LOOK_AHEAD_ITEMS;
+            w->n--;
+        }
+        if (r->la_stop) {
+            return 0;
+        }
+        if (w->n == 0 || (w->n < LOOK_AHEAD_ITEMS && w->total + bytes <= r->opts->look_ahead)) {
+            return 1;
+        }
+        pthread_cond_wait(&r->la_cv, &r->la_mu);
+    }
+}
+
+/* Announce the chunks of kept leaf i (its input opened here) that the workers have not
+ * claimed yet; 0 when the run is stopping. */
+static int la_leaf(runner *r, size_t i, la_window *w)
+{
+    const ur_orbax_leaf *leaf = ur_orbax_ckpt_leaf(r->in, r->refs[i].action);
+    ur_zarr_array *arr = NULL;
+    ur_kern_task k;
+    int going = 1;
+
+    if (!ref_in_run(r, i) || task_geometry(r, &r->refs[i], &k, NULL) < 0 ||
+        ur_orbax_ckpt_open_array(r->in, leaf, &arr, NULL) < 0) {
+        return 1;
+    }
+    for (uint64_t rel = 0; rel < k.n_items && going; rel += k.slabs_per_chunk) {
+        uint64_t item = r->refs[i].first_item + rel;
+        size_t bytes = k.info.chunk_bytes < LOOK_AHEAD_HINT ? k.info.chunk_bytes : LOOK_AHEAD_HINT;
+        ur_kern_item it;
+        if (item >= r->end) {
+            break;
+        }
+        pthread_mutex_lock(&r->la_mu);
+        going = item < r->start || item < r->la_claimed || la_wait_room(r, w, bytes);
+        if (going && item >= r->start && item >= r->la_claimed) {
+            size_t at = (w->head + w->n) % LOOK_AHEAD_ITEMS;
+            w->item[at] = item;
+            w->bytes[at] = bytes;
+            w->n++;
+            w->total += bytes;
+        } else {
+            item = UINT64_MAX; /* nothing to announce */
+        }
+        pthread_mutex_unlock(&r->la_mu);
+        ur_kern_describe(&k, rel, &it);
+        if (item != UINT64_MAX && !it.beyond_edge) {
+            ur_zarr_array_prefetch_chunk(arr, it.idx, bytes);
+        }
+    }
+    ur_zarr_array_close(arr);
+    return going;
+}
+
+static void *look_ahead_run(void *arg)
+{
+    runner *r = arg;
+    la_window w;
+    memset(&w, 0, sizeof w);
+    for (size_t i = 0; i < r->n_refs && la_leaf(r, i, &w); i++) {
+    }
+    return NULL;
+}
+
+/* From claim (under the scheduler's lock): the workers are at `item`. */
+static void look_ahead_claimed(runner *r, uint64_t item)
+{
+    if (r->opts->look_ahead > 0) {
+        pthread_mutex_lock(&r->la_mu);
+        r->la_claimed = item + 1;
+        pthread_cond_signal(&r->la_cv);
+        pthread_mutex_unlock(&r->la_mu);
+    }
+}
+
 /* ---- the scheduler's callbacks ---------------------------------------------------------- */
 
 static int claim(void *user, ur_sched *s, uint64_t item, void *job_, ur_err *err)
@@ -314,6 +420,7 @@ static int claim(void *user, ur_sched *s, uint64_t item, void *job_, ur_err *err
     }
     j->t = t;
     j->item = item;
+    look_ahead_claimed(r, item);
     ur_kern_describe(&t->k, item - ref->first_item, &j->it);
     j->slot = NULL;
     if (t->k.slabs_per_chunk > 1) {
@@ -834,7 +941,8 @@ int ur_exec_run_sink(const ur_plan *plan, ur_orbax_ckpt *in, const ur_sink *sink
 {
     runner r;
     ur_sched_cfg cfg;
-    int n_threads = opts->threads > 0 ? opts->threads : ur_sched_cores(), rc;
+    pthread_t la_tid;
+    int n_threads = opts->threads > 0 ? opts->threads : ur_sched_cores(), rc, look;
     uint64_t limit = opts->memory_limit
                          ? opts->memory_limit
                          : ur_exec_default_memory(n_threads, ur_sched_physical_memory());
@@ -878,7 +986,20 @@ int ur_exec_run_sink(const ur_plan *plan, ur_orbax_ckpt *in, const ur_sink *sink
     cfg.ops = &exec_ops;
     cfg.user = &r;
     cfg.cancel = opts->cancel;
+    pthread_mutex_init(&r.la_mu, NULL);
+    pthread_cond_init(&r.la_cv, NULL);
+    r.la_claimed = r.start;
+    look = opts->look_ahead > 0 && pthread_create(&la_tid, NULL, look_ahead_run, &r) == 0;
     rc = ur_sched_run(&cfg, err);
+    if (look) {
+        pthread_mutex_lock(&r.la_mu);
+        r.la_stop = 1;
+        pthread_cond_signal(&r.la_cv);
+        pthread_mutex_unlock(&r.la_mu);
+        pthread_join(la_tid, NULL);
+    }
+    pthread_cond_destroy(&r.la_cv);
+    pthread_mutex_destroy(&r.la_mu);
     if (rc == UR_OK) {
         rc = declare_others(&r, 0, err);
     }

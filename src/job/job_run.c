@@ -19,8 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Default worker count when the input is on an object store (see convert). */
-#define REMOTE_THREADS 16
 /* Data files streamed to an object-store output at once (job_stream.h). */
 #define STREAM_PENDING 2
 
@@ -221,11 +219,12 @@ int ur_job_run_convert(const char *in_path, const char *step_dir, const char *be
         goto out;
     }
     memset(&eo, 0, sizeof eo);
+    /* one worker per core, also from an object store: the chunk streams announce what they
+     * read next and the input's read-ahead store keeps those requests in flight
+     * (kvstore_ahead.c), so more workers would only hold more chunks in memory */
     eo.threads = o->threads;
-    /* From an object store each worker waits on one request at a time: more workers keep
-     * more requests in flight (the HTTP layer caps them, UNROLL_HTTP_MAX_IN_FLIGHT). */
-    if (eo.threads == 0 && ur_kvstore_location_can(in_path, UR_KV_NETWORK)) {
-        eo.threads = REMOTE_THREADS;
+    if (ur_kvstore_location_can(in_path, UR_KV_NETWORK)) {
+        eo.look_ahead = ur_kvstore_read_ahead() / 4 * 3; /* the rest for the chunk streams */
     }
     eo.memory_limit = o->memory_limit;
     eo.cancel = o->cancel;
@@ -600,6 +599,8 @@ int ur_job_run(ur_run_report *rep, const ur_run_opts *o, ur_err *err)
 
     memset(rep, 0, sizeof *rep);
     memset(&units, 0, sizeof units);
+    /* an object-store input's read-ahead takes a quarter of the memory limit beside it */
+    ur_kvstore_set_read_ahead((o->memory_limit ? o->memory_limit : UR_EXEC_DEFAULT_MEMORY) / 4);
     rc = ur_config_load(&cfg, &o->config, err);
     if (rc < 0) {
         goto out;

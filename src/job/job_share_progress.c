@@ -16,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Bytes of a local data file summed between two returns of its pages (local_crc). */
+#define CRC_STEP ((size_t)16 << 20)
+
 #define MAX_MARK ((size_t)64 << 20)
 
 /* A data file of the share's database: as the store's mark lists it, and as found here. */
@@ -218,11 +221,11 @@ static int copy_key(ur_kvstore *from, ur_kvstore *to, const char *key, const cha
                     ur_err *err)
 {
     ur_kvstore_view v;
-    int rc = ur_kvstore_read_view(from, key, 0, &v, err);
+    int rc = ur_kvstore_read_view_once(from, key, &v, err);
     if (rc == UR_OK) {
-        rc = ur_kvstore_write(to, to_key, v.data, v.len, err);
-        ur_kvstore_view_release(&v);
+        rc = ur_kvstore_write_view(to, to_key, &v, err);
     }
+    ur_kvstore_view_release(&v);
     return rc;
 }
 
@@ -291,12 +294,19 @@ static int local_crc(ur_job_rprogress *p, pfile *f, ur_err *err)
     if (f->local_known) {
         return UR_OK;
     }
-    rc = ur_kvstore_read_view(p->local, f->name, 0, &v, err);
+    rc = ur_kvstore_read_view_once(p->local, f->name, &v, err);
     if (rc == UR_OK) {
-        f->local_crc = ur_crc32c(0, v.data, v.len);
+        /* a data file of gigabytes: its pages given back as the sum goes */
+        uint32_t crc = 0;
+        for (size_t at = 0; at < v.len; at += CRC_STEP) {
+            size_t n = v.len - at < CRC_STEP ? v.len - at : CRC_STEP;
+            crc = ur_crc32c(crc, v.data + at, n);
+            ur_fs_map_forget(&v.map_, at + n);
+        }
+        f->local_crc = crc;
         f->local_known = 1;
-        ur_kvstore_view_release(&v);
     }
+    ur_kvstore_view_release(&v);
     return rc;
 }
 

@@ -64,10 +64,9 @@ static void list_dispose(str_list *l)
 }
 
 /* Upload one file from its view (mapped: a data file can be gigabytes). */
-static int send_one(ur_job_stream *st, const pending *p, ur_err *err)
+static int send_one(ur_job_stream *st, pending *p, ur_err *err)
 {
-    const uint8_t *data = p->view.len > 0 ? p->view.data : (const uint8_t *)"";
-    return ur_kvstore_write(st->dst, p->key, data, p->view.len, err);
+    return ur_kvstore_write_view(st->dst, p->key, &p->view, err);
 }
 
 static void pending_dispose(pending *p)
@@ -165,7 +164,7 @@ static int take_file(pending *p, const char *path, const char *key, ur_err *err)
     }
     rc = ur_kvstore_file_open(&src, dir != NULL ? dir : ".", 1, err);
     if (rc == UR_OK) {
-        rc = ur_kvstore_read_view(src, name, 0, &p->view, err);
+        rc = ur_kvstore_read_view_once(src, name, &p->view, err);
         p->held = 1; /* released also after a failed read */
     }
     if (rc == UR_OK) {

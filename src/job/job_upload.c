@@ -223,9 +223,9 @@ static int put_one(job *j, item *it, ur_err *err)
         ur_buf_dispose(&text);
         return rc;
     }
-    rc = ur_kvstore_read_view(j->src, it->key, 0, &v, err);
+    rc = ur_kvstore_read_view_once(j->src, it->key, &v, err);
     if (rc == UR_OK) {
-        rc = ur_kvstore_write(j->dst, it->key, v.data, v.len, err);
+        rc = ur_kvstore_write_view(j->dst, it->key, &v, err);
     }
     ur_kvstore_view_release(&v);
     return rc;

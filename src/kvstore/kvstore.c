@@ -69,6 +69,15 @@ int ur_kvstore_read_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvsto
                          : ur_kvstore__view_by_read(kv, key, v, err);
 }
 
+int ur_kvstore_read_view_once(ur_kvstore *kv, const char *key, ur_kvstore_view *v, ur_err *err)
+{
+    memset(v, 0, sizeof *v);
+    ur_buf_init(&v->buf_, 0);
+    v->once_ = 1;
+    return kv->ops->view ? kv->ops->view(kv, key, 0, v, err)
+                         : ur_kvstore__view_by_read(kv, key, v, err);
+}
+
 int ur_kvstore_read_view_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len,
                                ur_kvstore_view *v, ur_err *err)
 {
@@ -333,6 +342,35 @@ void ur_kvstore__stored(uint64_t bytes)
     if (stored_fn != NULL) {
         stored_fn(stored_ctx, bytes);
     }
+}
+
+/* ur_kvstore_write_view's hook: the view's pages the store holds go, then the caller's hook. */
+typedef struct {
+    ur_kvstore_view *v;
+    ur_kvstore_stored_fn fn;
+    void *ctx;
+} forget_ctx;
+
+static void forget_stored(void *ctx, uint64_t bytes)
+{
+    forget_ctx *f = ctx;
+    ur_fs_map_forget(&f->v->map_, bytes < SIZE_MAX ? (size_t)bytes : SIZE_MAX);
+    if (f->fn != NULL) {
+        f->fn(f->ctx, bytes);
+    }
+}
+
+int ur_kvstore_write_view(ur_kvstore *kv, const char *key, ur_kvstore_view *v, ur_err *err)
+{
+    forget_ctx f = {v, stored_fn, stored_ctx};
+    const uint8_t *data = v->len > 0 ? v->data : (const uint8_t *)"";
+    int rc;
+    stored_fn = forget_stored;
+    stored_ctx = &f;
+    rc = ur_kvstore_write(kv, key, data, v->len, err);
+    stored_fn = f.fn;
+    stored_ctx = f.ctx;
+    return rc;
 }
 
 /* ---- Streamed writes ---- */

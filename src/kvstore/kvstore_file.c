@@ -201,7 +201,8 @@ static int f_view(ur_kvstore *kv, const char *key, size_t limit, ur_kvstore_view
     } else if ((uint64_t)st.st_size > SIZE_MAX / 2) {
         rc = ur_err_set_os(err, UR_ECORRUPT, 0, path, "file too large");
     } else {
-        rc = ur_fs_map_range(fd, 0, (size_t)st.st_size, path, &v->map_, err);
+        rc = v->once_ ? ur_fs_map_range_once(fd, 0, (size_t)st.st_size, path, &v->map_, err)
+                      : ur_fs_map_range(fd, 0, (size_t)st.st_size, path, &v->map_, err);
         if (rc == UR_OK) {
             v->data = v->map_.data;
             v->len = v->map_.len;

@@ -17,6 +17,10 @@ typedef struct {
     ur_kvstore_remote_open_fn open; /* NULL: not built into this binary */
 } scheme_entry;
 
+/* Requests a read-ahead store keeps in flight (the HTTP layer's own cap,
+ * UNROLL_HTTP_MAX_IN_FLIGHT, still applies). */
+#define AHEAD_THREADS 16
+
 /* A local path (no scheme): the file store, a directory of this machine. */
 #define LOCAL_CAPS (UR_KV_CAN_RENAME | UR_KV_CAN_LOCK | UR_KV_IS_PATH)
 
@@ -134,6 +138,11 @@ int ur_kvstore_open_url(ur_kvstore **out, const char *location, int writable, ur
         memcpy(p, prefix, plen);
         p[plen] = '\0';
         rc = e->open(out, b, p, writable, err);
+        /* a reader of a network store gets its announced reads fetched ahead (the requests
+         * in flight, AHEAD_THREADS, no longer hang on the number of workers) */
+        if (rc == UR_OK && !writable && (e->caps & UR_KV_NETWORK) && ur_kvstore_read_ahead() > 0) {
+            rc = ur_kvstore_ahead_open(out, *out, ur_kvstore_read_ahead(), AHEAD_THREADS, err);
+        }
     }
     ur_free(b);
     ur_free(p);

@@ -111,7 +111,8 @@ int ur_fs_pread_full(int fd, void *dst, size_t n, uint64_t offset, const char *p
 /* Per thread, for the SIGBUS message: the file whose pages the thread last mapped. */
 static _Thread_local char mapped_path[512];
 
-int ur_fs_map_range(int fd, uint64_t offset, size_t n, const char *path, ur_fs_map *m, ur_err *err)
+static int map_range(int fd, uint64_t offset, size_t n, const char *path, int once, ur_fs_map *m,
+                     ur_err *err)
 {
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start = offset / page * page;
     struct stat st;
@@ -135,17 +136,50 @@ int ur_fs_map_range(int fd, uint64_t offset, size_t n, const char *path, ur_fs_m
     len = (size_t)(offset - start) + n;
     snprintf(mapped_path, sizeof mapped_path, "%s", path);
     /* Pages not in the page cache are read ahead all at once (large requests, in flight
-     * together) rather than by the small synchronous readahead of page faults. */
-    (void)posix_fadvise(fd, (off_t)offset, (off_t)n, POSIX_FADV_WILLNEED);
-    base = mmap(NULL, len, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, (off_t)start);
+     * together) rather than by the small synchronous readahead of page faults; read once,
+     * they come as they are used (the kernel's sequential readahead), so that the mapping
+     * does not hold the whole file. */
+    if (!once) {
+        (void)posix_fadvise(fd, (off_t)offset, (off_t)n, POSIX_FADV_WILLNEED);
+    }
+    base = mmap(NULL, len, PROT_READ, MAP_PRIVATE | (once ? 0 : MAP_POPULATE), fd, (off_t)start);
     if (base == MAP_FAILED) {
         return os_fail(err, path, "cannot map");
+    }
+    if (once) {
+        (void)madvise(base, len, MADV_SEQUENTIAL);
     }
     m->base_ = base;
     m->base_len_ = len;
     m->data = (const uint8_t *)base + (offset - start);
     m->len = n;
     return UR_OK;
+}
+
+int ur_fs_map_range(int fd, uint64_t offset, size_t n, const char *path, ur_fs_map *m, ur_err *err)
+{
+    return map_range(fd, offset, n, path, 0, m, err);
+}
+
+int ur_fs_map_range_once(int fd, uint64_t offset, size_t n, const char *path, ur_fs_map *m,
+                         ur_err *err)
+{
+    return map_range(fd, offset, n, path, 1, m, err);
+}
+
+void ur_fs_map_forget(ur_fs_map *m, size_t upto)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    size_t lead = (size_t)(m->data - (const uint8_t *)m->base_), n;
+    if (m->base_ == NULL) {
+        return;
+    }
+    upto = upto < m->len ? upto : m->len;
+    n = (size_t)((lead + upto) / page * page);
+    /* a read-only private mapping has no page of its own: dropping one only unmaps it */
+    if (n > 0) {
+        (void)madvise(m->base_, n, MADV_DONTNEED);
+    }
 }
 
 void ur_fs_unmap(ur_fs_map *m)

@@ -259,6 +259,8 @@ int ur_zarr_array__fill_missing(const ur_zarr_array *arr);
 
 /* zarr_stream.c: stored bytes are read in pieces of this size (the default). */
 #define UR_ZARR_STREAM_PIECE ((size_t)1 << 20)
+/* Pieces a chunk stream announces ahead of the one it reads (ur_kvstore_prefetch_range). */
+#define UR_ZARR_STREAM_AHEAD 8
 /* Tests: use pieces of `piece` bytes (>= 1) instead; call before the first read. */
 void ur_zarr_chunk_stream__set_piece_size(ur_zarr_chunk_stream *s, size_t piece);
 

@@ -51,6 +51,7 @@ struct ur_zarr_chunk_stream {
     size_t part_off; /* bytes of `part` already handed out (itemsize: none pending) */
     /* The stored data: [src_off, src_off + src_len) of the value, crc32c trailer excluded. */
     uint64_t src_off, src_len, src_read;
+    uint64_t hinted; /* data bytes announced to the store (hint_ahead) */
     uint8_t *piece;
     size_t piece_size, in_pos, in_len;
     const ur_zarr_b2b_codec *comp; /* the decompressor's table entry, NULL: stored as is */
@@ -160,6 +161,22 @@ static int locate_unsharded(ur_zarr_chunk_stream *s, uint64_t *off, uint64_t *le
     return rc;
 }
 
+/* Announce the pieces the stream will read next, up to UR_ZARR_STREAM_AHEAD of them past
+ * the one being read, each as the range refill will ask for: a network store fetches them
+ * while this thread decodes (kvstore_ahead.c), a file store reads them into the page cache. */
+static void hint_ahead(ur_zarr_chunk_stream *s)
+{
+    uint64_t until = s->src_read + (uint64_t)UR_ZARR_STREAM_AHEAD * s->piece_size;
+    if (until > s->src_len) {
+        until = s->src_len;
+    }
+    while (s->hinted < until) {
+        uint64_t n = until - s->hinted < s->piece_size ? until - s->hinted : s->piece_size;
+        ur_kvstore_prefetch_range(s->kv, s->key, s->src_off + s->hinted, (size_t)n);
+        s->hinted += n;
+    }
+}
+
 static int start_decoder(ur_zarr_chunk_stream *s, ur_err *err)
 {
     return s->comp != NULL ? s->comp->stream_open(&s->dec, s->comp_conf, err) : UR_OK;
@@ -182,6 +199,10 @@ static int open_incremental(ur_zarr_chunk_stream *s, const uint64_t *idx, ur_err
             return ur_err_set(err, UR_ECORRUPT, "crc32c codec: %llu bytes, fewer than 4",
                               (unsigned long long)len);
         }
+        /* the data's first pieces are on their way while the checksum is read */
+        s->src_off = off;
+        s->src_len = len - 4;
+        hint_ahead(s);
         rc = ur_kvstore_read_range(s->kv, s->key, off + len - 4, 4, t, err);
         if (rc < 0) {
             return rc;
@@ -321,6 +342,7 @@ static int refill(ur_zarr_chunk_stream *s, ur_err *err)
     if (s->in_pos < s->in_len || s->src_read == s->src_len) {
         return UR_OK;
     }
+    hint_ahead(s);
     c = s->src_len - s->src_read < s->piece_size ? (size_t)(s->src_len - s->src_read)
                                                  : s->piece_size;
     if (s->piece == NULL) {

@@ -643,6 +643,28 @@ static void r_prefetch(ur_kvstore *kv, const char *key, size_t max_bytes)
     ur_ocdbt_read__release(r, leaf);
 }
 
+/* [offset, offset + len) of the value, announced to the base store where the value lies in
+ * a data file (a read-ahead store fetches it; a file store reads it into the page cache). */
+static void r_prefetch_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t len)
+{
+    ur_ocdbt_reader *r = (ur_ocdbt_reader *)kv;
+    ur_ocdbt_cnode *leaf = NULL;
+    const ur_ocdbt_btree_entry *e;
+    size_t idx;
+
+    if (find_key(r, key, &leaf, &idx, NULL) < 0) {
+        return;
+    }
+    e = &leaf->node.e[idx];
+    if (e->indirect && offset < e->value_len &&
+        check_rel(leaf->node.table.f[e->ref.file].path, NULL) == UR_OK) {
+        uint64_t n = e->value_len - offset < len ? e->value_len - offset : len;
+        ur_kvstore_prefetch_range(r->store, leaf->node.table.f[e->ref.file].path,
+                                  e->ref.offset + offset, (size_t)n);
+    }
+    ur_ocdbt_read__release(r, leaf);
+}
+
 static int r_size(ur_kvstore *kv, const char *key, uint64_t *size_out, ur_err *err)
 {
     ur_ocdbt_reader *r = (ur_ocdbt_reader *)kv;
@@ -901,9 +923,9 @@ static void r_close(ur_kvstore *kv)
 }
 
 static const ur_kvstore_ops reader_ops = {
-    "ocdbt",    r_read, r_read_range, r_view, r_size, r_list, NULL, NULL, r_close,
-    r_prefetch, NULL,   NULL,         NULL,   NULL,   NULL,   NULL, /* list_dir: ur_kvstore_list
-                                                                       filtered */
+    "ocdbt",    r_read, r_read_range, r_view,           r_size, r_list, NULL, NULL, r_close,
+    r_prefetch, NULL,   NULL,         r_prefetch_range, NULL,   NULL,   NULL, /* list_dir:
+                                                                    ur_kvstore_list filtered */
     NULL, /* list_versions: no version (the size only) */
 };
 
