@@ -512,8 +512,12 @@ def chunk_list(items: pathlib.Path, prefix: str) -> tuple:
     skipped = []
     levels = set()
     for name, meta in sorted(arrays.items()):
-        if meta.get("data_type") != "float32":
-            raise SystemExit(f"{name}: data_type {meta.get('data_type')}, expected float32")
+        # float32 (a training state: each becomes bf16 output) or bfloat16 (an output, for the
+        # codec floor's encoding side: floor.c -c)
+        itemsize = {"float32": 4, "bfloat16": 2}.get(meta.get("data_type"))
+        if itemsize is None:
+            raise SystemExit(f"{name}: data_type {meta.get('data_type')}, expected float32 "
+                             "or bfloat16")
         chunk = meta["chunk_grid"]["configuration"]["chunk_shape"]
         codecs = meta["codecs"]
         if len(codecs) != 1 or codecs[0]["name"] != "sharding_indexed":
@@ -527,7 +531,7 @@ def chunk_list(items: pathlib.Path, prefix: str) -> tuple:
         levels.add(sc["codecs"][1].get("configuration", {}).get("level", 0))
         inner = sc["chunk_shape"]
         n_inner = math.prod(-(-c // i) for c, i in zip(chunk, inner))
-        decoded = 4 * math.prod(inner)  # bytes per inner chunk
+        decoded = itemsize * math.prod(inner)  # bytes per inner chunk
         if meta["chunk_key_encoding"]["name"] != "default":
             raise SystemExit(f"{name}: chunk key encoding {meta['chunk_key_encoding']}")
         for key, (kind, val) in sorted(entries.items()):
@@ -541,7 +545,8 @@ def chunk_list(items: pathlib.Path, prefix: str) -> tuple:
                 continue
             _, base_path, file_id, off, length = _parse_location(val)
             path = items / base_path / file_id
-            out.append((str(path), off, length, decoded, n_inner, n_inner * decoded // 2))
+            out.append((str(path), off, length, decoded, n_inner,
+                        n_inner * decoded * 2 // itemsize))
     if len(levels) != 1:
         raise SystemExit(f"zstd levels {levels}: expected one")
     return out, levels.pop(), skipped

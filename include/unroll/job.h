@@ -38,8 +38,7 @@ typedef struct ur_run_opts {
                   * nothing */
     int replace;                 /* an object-store destination's objects are deleted first
                   * (without it, a destination holding objects is refused) */
-    int threads;                 /* ur_exec_opts.threads (0: one per core; 16 when reading
-                  * from an object store) */
+    int threads;                 /* ur_exec_opts.threads (0: one per core) */
     uint64_t memory_limit;       /* ur_exec_opts.memory_limit */
     /* When set and *cancel becomes nonzero, the run stops at its next chunk or unit, removes
      * what it staged, publishes nothing and fails with "interrupted". */

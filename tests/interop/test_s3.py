@@ -376,3 +376,67 @@ def test_unfinished_commit_file_save_in_bucket_is_refused(unroll_bin, make_fixtu
     assert res.returncode == 4, res.stderr
     assert "unfinished Orbax save" in res.stderr and "commit_success.txt" in res.stderr
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").rglob("_METADATA"))
+
+
+@pytest.fixture(scope="session")
+def shards_checkpoint(fixture_cache):
+    """A MaxText-shaped full state whose parameter chunks are device shards of about 6 MB (16
+    of them per MLP kernel): a bucket input that 16 workers once held 16 at a time."""
+    import json
+    import os
+    import shutil
+    import sys
+    out = fixture_cache / "s3-shards-0.2gib"
+    if not (out / "bench_checkpoint.json").is_file():
+        tmp = fixture_cache / f"s3-shards-tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run([sys.executable, str(ROOT / "bench" / "make_checkpoint.py"), "make",
+                        "--params-gib", "0.2", "--out", str(tmp)], check=True,
+                       capture_output=True, timeout=600)
+        try:
+            os.rename(tmp, out)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)  # another run made it meanwhile
+    return out, json.loads((out / "bench_checkpoint.json").read_text())
+
+
+def _peak_rss(args, env, tmp_path):
+    """Exit status, stderr and peak RSS (bytes) of one run, measured by GNU time."""
+    report = tmp_path / f"time-{uuid.uuid4().hex[:8]}.txt"
+    res = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", str(report), *args],
+                         capture_output=True, text=True, env=env, timeout=600)
+    return res.returncode, res.stderr, int(report.read_text().split()[-1]) * 1024
+
+
+def test_bucket_input_holds_what_a_local_input_holds(unroll_bin, s3, tmp_path,
+                                                     shards_checkpoint):
+    """From s3:// the conversion holds what it holds from local files, plus at most its
+    read-ahead (a quarter of the memory limit, 64 MiB by default), whatever the size of the
+    chunks; and it writes the same bytes. (With 16 workers for a bucket input, as before,
+    16 chunks and their outputs were held at once.)"""
+    root, meta = shards_checkpoint
+    step = meta["step"]
+    prefix = f"in/shards-{uuid.uuid4().hex[:8]}/checkpoints"
+    assert s3.upload_tree(root / "checkpoints", BUCKET, prefix) > 0
+    common = [str(CONFIG), "-q", "force_unroll=true", "scan_layers=true", "pure_nnx=false",
+              f"base_num_decoder_layers={meta['layers']}", "run_name=run"]
+    env = {**s3.env(), "SOURCE_DATE_EPOCH": "1700000000"}  # the same recorded times
+    runs = {}
+    for name, items in (("local", root / "checkpoints" / str(step) / "items"),
+                        ("bucket", f"s3://{BUCKET}/{prefix}/{step}/items")):
+        out = tmp_path / name
+        rc, err, rss = _peak_rss([str(unroll_bin), *common, f"load_full_state_path={items}",
+                                  f"base_output_directory={out}"], env, tmp_path)
+        assert rc == 0, err
+        runs[name] = (out / "run" / "checkpoints" / "0" / "items", rss)
+    (local, local_rss), (bucket, bucket_rss) = runs["local"], runs["bucket"]
+    print(f"peak RSS: local input {local_rss >> 20} MiB, s3:// input {bucket_rss >> 20} MiB")
+    # the read-ahead's budget, and a stored chunk per worker read into memory (a local one is
+    # mapped) with the HTTP threads' buffers
+    assert bucket_rss <= local_rss + (64 << 20) + (48 << 20), (
+        f"s3:// input held {bucket_rss >> 20} MiB, the local one {local_rss >> 20} MiB")
+    files = sorted(p.relative_to(local) for p in local.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(bucket) for p in bucket.rglob("*") if p.is_file())
+    for f in files:
+        if f.name != "commit_success.txt":  # names where it was committed
+            assert (local / f).read_bytes() == (bucket / f).read_bytes(), f
