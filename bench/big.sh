@@ -4,7 +4,9 @@
 # page cache (sync; echo 3 > /proc/sys/vm/drop_caches; needs root), one after the other, under
 # /usr/bin/time -v, with the load average (uptime) before and after each:
 #   read     floor -r: pread of every stored parameter chunk, nothing else (the read floor)
-#   unroll   unroll with UNROLL_PHASES=1 (where its time goes), then `unroll verify` (warm)
+#   unroll   unroll with UNROLL_PHASES=1 (where its time goes), then `unroll verify` (warm),
+#            then the codec floor on its output (floor -c: libzstd alone decoding every input
+#            chunk and encoding every output chunk, preloaded; not a cold run)
 #   floor    floor: read, decode, cast, encode, write (the I/O + codec floor)
 #   reference  bench/reference_unroll.py (the Python pipeline), under bench/memcap.sh
 #   maxtext  MaxText's generate_param_only_checkpoint, under bench/memcap.sh
@@ -29,7 +31,7 @@ while [ $# -gt 0 ]; do
         --mem-cap) cap=$2; shift 2 ;;
         --only) only=$2; shift 2 ;;
         --no-verify) verify=0; shift ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "big.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -84,6 +86,15 @@ for tool in $only; do
             scan_layers=true pure_nnx=false base_num_decoder_layers="$layers" \
             --threads "$threads" -q
         du -sb "$workdir/out/unroll" | cut -f1 > "$workdir/unroll.out.bytes"
+        # the codec floor: this very output's chunks encoded, the input's decoded
+        log "codec floor (floor -c)"
+        "$PYTHON" "$bench/make_checkpoint.py" chunks \
+            --items "$workdir/out/unroll/checkpoints/0/items" --out "$workdir/out/chunks.tsv"
+        /usr/bin/time -v -o "$workdir/codec.time" "$workdir/bin/floor" -c \
+            "$workdir/out/chunks.tsv" -t "$threads" "$ckpt/chunks.tsv" \
+            > "$workdir/codec.stdout" 2> "$workdir/codec.stderr" || echo $? > "$workdir/codec.rc"
+        [ -f "$workdir/codec.rc" ] || echo 0 > "$workdir/codec.rc"
+        rm -f "$workdir/out/chunks.tsv"
         if [ "$verify" = 0 ]; then
             rm -rf "$workdir/out/unroll"
             continue

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Benchmark: unroll (a) against the Python reference pipeline (b), the I/O+codec floor (c) and
-# the codec floor (d, no I/O copies), on a generated MaxText-shaped checkpoint of N GiB of fp32 parameters, then on one of 2N GiB.
+# Benchmark: unroll (a) against the Python reference pipeline (b), the I/O+codec floor (c),
+# the codec floor (d: libzstd alone) and the read floor (e), on a generated MaxText-shaped
+# checkpoint of N GiB of fp32 parameters, then on one of 2N GiB. The machine's floor is
+# max((e), (d) over the threads).
 # See bench/README.md.
 #
 #   bench/run.sh --config <base.yml> --workdir <dir> [--params-gib N] [--threads T]
@@ -144,9 +146,14 @@ for size in $sizes; do
     prepare_cache "$items"
     measure "$run" floor "$FLOOR" -t "$threads" "$ckpt/chunks.tsv" "$run/out/floor.out"
 
-    log "(d) codec floor: floor -m -t $threads"
+    log "(d) codec floor: floor -c -t $threads (on (a)'s output)"
+    "$PYTHON" "$bench/make_checkpoint.py" chunks \
+        --items "$run/out/unroll/checkpoints/0/items" --out "$run/out.chunks.tsv"
+    measure "$run" codec "$FLOOR" -c "$run/out.chunks.tsv" -t "$threads" "$ckpt/chunks.tsv"
+
+    log "(e) read floor: floor -r -t $threads"
     prepare_cache "$items"
-    measure "$run" codec "$FLOOR" -m -t "$threads" "$ckpt/chunks.tsv" "$run/out/codec.out"
+    measure "$run" read "$FLOOR" -r -t "$threads" "$ckpt/chunks.tsv" "$run/out/read.out"
 
     if [ "$first" = 1 ] && [ "$verify" = 1 ] && [ "$skip_ref" = 0 ]; then
         log "verifying (a) == (b), bit for bit"
@@ -195,9 +202,10 @@ if [ "$many_layers" -gt 0 ]; then
     log "(c) floor -t $threads"
     prepare_cache "$items"
     measure "$run" floor "$FLOOR" -t "$threads" "$ckpt/chunks.tsv" "$run/out/floor.out"
-    log "(d) codec floor: floor -m -t $threads"
-    prepare_cache "$items"
-    measure "$run" codec "$FLOOR" -m -t "$threads" "$ckpt/chunks.tsv" "$run/out/codec.out"
+    log "(d) codec floor: floor -c -t $threads (on (a)'s output)"
+    "$PYTHON" "$bench/make_checkpoint.py" chunks \
+        --items "$run/out/unroll-t$threads/checkpoints/0/items" --out "$run/out.chunks.tsv"
+    measure "$run" codec "$FLOOR" -c "$run/out.chunks.tsv" -t "$threads" "$ckpt/chunks.tsv"
     [ "$keep" = 1 ] || rm -rf "$run/out"
     "$PYTHON" "$bench/report.py" many-layers --run "$run" --threads "$threads" \
         --layers "$many_layers" --json "$workdir/many_layers.json"
