@@ -103,6 +103,14 @@ void ur_fs_unmap(ur_fs_map *m);
 /* The path of this thread's latest ur_fs_map_range ("" if none); async-signal-safe. */
 const char *ur_fs_mapped_path(void);
 
+/* Create `path` (UR_EEXIST naming it when something is there), `size` bytes long (sparse:
+ * nothing written yet), for writing at offsets; *fd_out is closed by the caller. */
+int ur_fs_create_sized(int *fd_out, const char *path, uint64_t size, ur_err *err);
+/* Write all n bytes at `offset` (pwrite loop). */
+int ur_fs_pwrite_full(int fd, const void *src, size_t n, uint64_t offset, const char *path,
+                      ur_err *err);
+/* fsync, then close (closed whatever the outcome). */
+int ur_fs_sync_close(int fd, const char *path, ur_err *err);
 /* Write all n bytes (write loop). */
 int ur_fs_write_full(int fd, const void *src, size_t n, const char *path, ur_err *err);
 /* Create (truncate) `path`, write the bytes, fsync, close. */

@@ -49,9 +49,12 @@ typedef struct ur_sink_ops {
     int (*begin_array)(void *self, const ur_sink_path *path, ur_dtype dtype, int rank,
                        const uint64_t *shape, const uint64_t *chunk_shape, ur_sink_array **out,
                        ur_err *err);
-    /* Thread-safe: the stored form of one chunk (raw: C order, chunk_shape, dtype), appended
-     * to *out. */
-    int (*encode_chunk)(void *self, ur_sink_array *a, const void *raw, ur_buf *out, ur_err *err);
+    /* Thread-safe: the stored form of chunk idx (grid index, rank entries; raw: C order,
+     * chunk_shape, dtype), appended to *out. A sink that stores by position (a safetensors
+     * file: every tensor's place is known before data flows) may store it here, from the
+     * worker's thread, and leave *out empty. */
+    int (*encode_chunk)(void *self, ur_sink_array *a, const uint64_t *idx, const void *raw,
+                        ur_buf *out, ur_err *err);
     /* Ordered: store chunk idx (grid index, rank entries) as encoded. */
     int (*write_chunk)(void *self, ur_sink_array *a, const uint64_t *idx, const void *enc,
                        size_t len, ur_err *err);

@@ -100,4 +100,52 @@ int ur_tensor_copy(const ur_tensor_view *dst, const ur_tensor_view *src, ur_err 
 int ur_tensor_unstack(const ur_tensor_view *dsts, size_t n, const ur_tensor_view *src, int axis,
                       ur_err *err);
 
+/* --- rearrangements (tensor_rearrange.c) ------------------------------------------------
+ * An einops-style pattern over a tensor of known shape: the input's axes named in order, an
+ * axis split into named parts by a parenthesized group (at most one part of unknown size per
+ * group; a number is a part of that size), then "->" and the output's axes, each a part or a
+ * parenthesized group of parts merged into one axis. Every part appears once on each side.
+ *   "e h d -> (h d) e"            [emb, heads, head_dim] -> [heads*head_dim, emb]
+ *   "e h (k 2) -> (h 2 k) e"      the same, each head's pairs split into evens then odds
+ * The output is a view of the input: out = reshape(transpose(reshape(in, parts), perm)). */
+typedef struct {
+    int in_rank;
+    int n_parts;
+    uint64_t part_size[UR_MAX_RANK]; /* in input order */
+    int part_axis[UR_MAX_RANK];      /* the input axis each part is of */
+    int perm[UR_MAX_RANK];           /* the output's parts, in its order */
+    int out_rank;
+    int out_group_end[UR_MAX_RANK];  /* output axis j is perm[end(j-1) .. end(j)) */
+    uint64_t out_shape[UR_MAX_RANK];
+} ur_rearrange;
+
+/* Read `pattern` for an input of `shape`. UR_EINVAL naming the pattern and what is wrong. */
+int ur_rearrange_parse(ur_rearrange *r, const char *pattern, int rank, const uint64_t *shape,
+                       ur_err *err);
+
+/* Where a box of the input lands: `rank` parts in the output's order, the box's extent in
+ * each, its strides (in elements) in a dense C-order buffer of the box, the output's strides,
+ * and the output element the box's first element lands on. */
+typedef struct {
+    int rank;
+    uint64_t shape[UR_MAX_RANK];
+    int64_t src_stride[UR_MAX_RANK];
+    int64_t dst_stride[UR_MAX_RANK];
+    uint64_t offset;
+} ur_rearrange_box_map;
+
+/* Map the box [start, start + count) of the input (in_rank entries each). UR_EUNSUPPORTED when
+ * the box cuts a split axis inside a part (only the outermost part of a group may be cut). */
+int ur_rearrange_box(const ur_rearrange *r, const uint64_t *start, const uint64_t *count,
+                     ur_rearrange_box_map *m, ur_err *err);
+
+/* --- element-wise arithmetic (tensor_cast.c) --------------------------------------------- */
+
+typedef enum { UR_TENSOR_OP_NONE = 0, UR_TENSOR_OP_MUL, UR_TENSOR_OP_DIV, UR_TENSOR_OP_ADD } ur_tensor_op;
+
+/* x = x OP c for n dense elements of a float32 or bfloat16 buffer, computed in float32 and
+ * rounded back to the buffer's dtype (round to nearest even), as numpy/JAX compute
+ * `x.astype(float32) OP c` then `.astype(dtype)`. UR_EUNSUPPORTED for another dtype. */
+int ur_tensor_apply(void *data, ur_dtype dtype, size_t n, ur_tensor_op op, float c, ur_err *err);
+
 #endif

@@ -73,17 +73,19 @@ static int ensure_ix(ur_kern_out *o, size_t n, ur_err *err)
     return UR_OK;
 }
 
-static int encode(const ur_sink *sink, ur_sink_array *dst, const void *raw, ur_buf *out,
-                  ur_err *err)
+static int encode(const ur_sink *sink, ur_sink_array *dst, const ur_kern_item *it, const void *raw,
+                  ur_buf *out, ur_err *err)
 {
+    uint64_t idx[UR_MAX_RANK];
     ur_phase_mark m;
     int rc;
     if (dst == NULL) {
         out->len = 0; /* a discarded slice (an UNSTACK output with an empty path): not written */
         return UR_OK;
     }
+    ur_kern_out_index(it, idx);
     ur_phase_begin(&m);
-    rc = sink->ops->encode_chunk(sink->self, dst, raw, out, err);
+    rc = sink->ops->encode_chunk(sink->self, dst, idx, raw, out, err);
     ur_phase_end(UR_PHASE_ENCODE, &m);
     return rc;
 }
@@ -260,7 +262,7 @@ static int encode_fused(const ur_kern_worker *wk, const ur_kern_item *it, const 
         }
     }
     for (size_t k = 0; rc == UR_OK && k < n; k++) {
-        rc = encode(sink, t->dst[t->axis < 0 ? 0 : o->ix[k]],
+        rc = encode(sink, t->dst[t->axis < 0 ? 0 : o->ix[k]], it,
                     wk->out.data + k * t->out_chunk_bytes, &o->enc[k], err);
     }
     o->n_out = t->axis < 0 ? t->act->n_out : n;
@@ -268,9 +270,10 @@ static int encode_fused(const ur_kern_worker *wk, const ur_kern_item *it, const 
 }
 
 /* COPY or REPLICATE: one output chunk (the slab, cast), written to every output array. */
-static int produce_copy(ur_kern_worker *wk, const ur_kern_task *t, const ur_sink *sink,
+static int produce_copy(ur_kern_worker *wk, const ur_kern_item *it, const ur_sink *sink,
                         ur_kern_out *o, ur_err *err)
 {
+    const ur_kern_task *t = it->t;
     const ur_zarr_info *in = &t->info;
     ur_dtype out_dt = t->act->out_dtype;
     const void *bytes = wk->in.data;
@@ -295,7 +298,7 @@ static int produce_copy(ur_kern_worker *wk, const ur_kern_task *t, const ur_sink
         rc = ensure_ix(o, t->act->n_out, err);
     }
     if (rc == UR_OK) {
-        rc = encode(sink, t->dst[0], bytes, &o->enc[0], err);
+        rc = encode(sink, t->dst[0], it, bytes, &o->enc[0], err);
     }
     for (size_t i = 0; rc == UR_OK && i < t->act->n_out; i++) {
         o->ix[i] = i;
@@ -393,8 +396,8 @@ static int produce_unstack(ur_kern_worker *wk, const ur_kern_item *it, const ur_
         ur_free(dsts);
     }
     for (uint64_t k = 0; rc == UR_OK && k < total; k++) {
-        rc = encode(sink, t->dst[o->ix[k]], wk->out.data + k * t->out_chunk_bytes, &o->enc[k],
-                    err);
+        rc = encode(sink, t->dst[o->ix[k]], it, wk->out.data + k * t->out_chunk_bytes,
+                    &o->enc[k], err);
     }
     o->n_out = (size_t)total;
     return rc;
@@ -407,7 +410,7 @@ int ur_kern_produce(ur_kern_worker *wk, const ur_kern_item *it, const ur_sink *s
         o->n_out = 0;
         return UR_OK;
     }
-    return it->t->axis < 0 ? produce_copy(wk, it->t, sink, o, err)
+    return it->t->axis < 0 ? produce_copy(wk, it, sink, o, err)
                            : produce_unstack(wk, it, sink, o, err);
 }
 

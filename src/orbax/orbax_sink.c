@@ -98,8 +98,10 @@ static int s_begin_array(void *self, const ur_sink_path *path, ur_dtype dtype, i
     return UR_OK;
 }
 
-static int s_encode_chunk(void *self, ur_sink_array *a, const void *raw, ur_buf *out, ur_err *err)
+static int s_encode_chunk(void *self, ur_sink_array *a, const uint64_t *idx, const void *raw,
+                          ur_buf *out, ur_err *err)
 {
+    (void)idx; /* stored by write_chunk, in the run's order */
     (void)self;
     return ur_zarr_array_encode_chunk(a->arr, raw, out, err);
 }

@@ -347,3 +347,35 @@ int ur_tensor_cast_dense(void *dst, ur_dtype dst_dtype, const void *src, ur_dtyp
     }
     return UR_OK;
 }
+
+int ur_tensor_apply(void *data, ur_dtype dtype, size_t n, ur_tensor_op op, float c, ur_err *err)
+{
+    uint8_t *b = data;
+    if (op == UR_TENSOR_OP_NONE) {
+        return UR_OK;
+    }
+    if (dtype != UR_DT_FLOAT32 && dtype != UR_DT_BFLOAT16) {
+        return ur_err_set(err, UR_EUNSUPPORTED, "arithmetic on %s elements", ur_dtype_name(dtype));
+    }
+    for (size_t i = 0; i < n; i++) {
+        float x;
+        if (dtype == UR_DT_FLOAT32) {
+            memcpy(&x, b + 4 * i, 4);
+        } else {
+            uint32_t bits = (uint32_t)b[2 * i] << 16 | (uint32_t)b[2 * i + 1] << 24;
+            memcpy(&x, &bits, 4);
+        }
+        x = op == UR_TENSOR_OP_MUL ? x * c : op == UR_TENSOR_OP_DIV ? x / c : x + c;
+        if (dtype == UR_DT_FLOAT32) {
+            memcpy(b + 4 * i, &x, 4);
+        } else {
+            uint32_t bits;
+            uint16_t h;
+            memcpy(&bits, &x, 4);
+            h = ur_tensor_cast_f32_to_bf16(bits);
+            b[2 * i] = (uint8_t)h;
+            b[2 * i + 1] = (uint8_t)(h >> 8);
+        }
+    }
+    return UR_OK;
+}

@@ -212,6 +212,50 @@ int ur_fs_write_full(int fd, const void *src, size_t n, const char *path, ur_err
     return UR_OK;
 }
 
+int ur_fs_create_sized(int *fd_out, const char *path, uint64_t size, ur_err *err)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        return errno == EEXIST ? ur_err_set_os(err, UR_EEXIST, errno, path, "already exists")
+                               : os_fail(err, path, "cannot create");
+    }
+    if (size > (uint64_t)INT64_MAX || ftruncate(fd, (off_t)size) != 0) {
+        int rc = os_fail(err, path, "cannot size");
+        close(fd);
+        return rc;
+    }
+    *fd_out = fd;
+    return UR_OK;
+}
+
+int ur_fs_pwrite_full(int fd, const void *src, size_t n, uint64_t offset, const char *path,
+                      ur_err *err)
+{
+    const uint8_t *p = src;
+    while (n > 0) {
+        ssize_t put = pwrite(fd, p, n, (off_t)offset);
+        if (put < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return os_fail(err, path, "write failed");
+        }
+        p += put;
+        n -= (size_t)put;
+        offset += (uint64_t)put;
+    }
+    return UR_OK;
+}
+
+int ur_fs_sync_close(int fd, const char *path, ur_err *err)
+{
+    int rc = fsync(fd) == 0 ? UR_OK : os_fail(err, path, "fsync failed");
+    if (close(fd) != 0 && rc == UR_OK) {
+        rc = os_fail(err, path, "close failed");
+    }
+    return rc;
+}
+
 /* What a non-regular file is, for the message that refuses it. */
 static const char *file_kind(mode_t m)
 {

@@ -298,30 +298,38 @@ static int mem_begin(void *self, const ur_sink_path *p, ur_dtype dt, int rank,
     return UR_OK;
 }
 
-/* The stored form is the raw chunk. */
-static int mem_encode(void *self, ur_sink_array *a, const void *raw, ur_buf *out, ur_err *err)
+/* The stored form is the chunk's grid index (as encode_chunk is told it), then the raw chunk:
+ * write_chunk checks that index against its own. */
+static int mem_encode(void *self, ur_sink_array *a, const uint64_t *idx, const void *raw,
+                      ur_buf *out, ur_err *err)
 {
     size_t n = a->item;
+    int rc = ur_buf_append(out, idx, (size_t)a->rank * sizeof idx[0], err);
     (void)self;
     for (int d = 0; d < a->rank; d++) {
         n *= a->chunk[d];
     }
-    return ur_buf_append(out, raw, n, err);
+    return rc == UR_OK ? ur_buf_append(out, raw, n, err) : rc;
 }
 
 static int mem_write(void *self, ur_sink_array *a, const uint64_t *idx, const void *enc,
                      size_t len, ur_err *err)
 {
     mem_sink *m = self;
-    const uint8_t *src = enc;
+    size_t head = (size_t)a->rank * sizeof idx[0];
+    const uint8_t *src = (const uint8_t *)enc + head;
     uint64_t pos[RANK] = {0};
-    size_t n = len / a->item;
+    size_t n = (len - head) / a->item;
     if (++m->writes == m->fail_at) {
         return ur_err_set(err, UR_EIO, "disk full (write %d)", m->writes);
     }
+    if (len < head || memcmp(enc, idx, head) != 0) {
+        return ur_err_set(err, UR_EINTERNAL, "%s: encoded for another chunk", a->name);
+    }
+    len -= head;
     mem_hash(m, a->name, strlen(a->name));
     mem_hash(m, idx, (size_t)a->rank * sizeof idx[0]);
-    mem_hash(m, enc, len);
+    mem_hash(m, src, len);
     for (size_t e = 0; e < n; e++) { /* the chunk's elements inside the array */
         uint64_t lin = 0, r = e;
         int inside = 1;
