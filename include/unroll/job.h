@@ -22,6 +22,7 @@
 
 #include "unroll/err.h"
 #include "unroll/exec.h"
+#include "unroll/hf.h"
 #include "unroll/orbax.h"
 #include "unroll/plan.h"
 #include "unroll/plan_orbax.h"
@@ -95,6 +96,35 @@ void ur_job_run_report_dispose(ur_run_report *rep);
  * upload (unroll/job_share_remote.h). The one place the choice is made: `unroll` and
  * `unroll merge` / `status` alike. */
 int ur_job_run_by_rename(const char *checkpoint_dir);
+
+/* ---- a Hugging Face export (src/job/job_hf.c) ----------------------------------------- */
+
+/* `unroll to_huggingface`: the checkpoint the settings name (load_parameters_path or a full
+ * training state; scanned or not, the input says which) exported as a Hugging Face folder at
+ * base_output_directory (MaxText's exporter's folder; tmp/<run_name> when unset), published
+ * whole or not at all: a local folder is staged beside it and swapped in under its lock; an
+ * object-store one is claimed, staged locally and uploaded, the file naming the weights last. */
+typedef struct ur_hf_run_opts {
+    ur_run_opts run; /* config, threads, memory_limit, cancel, replace, dry_run, callbacks */
+    /* A local folder whose tokenizer and processor files are copied into the output
+     * (--hf_model_path); NULL: none. */
+    const char *hf_model_path;
+    int override_architecture; /* --override_model_architecture */
+    uint64_t max_shard_size;   /* bytes; 0: MaxText's 3 GiB */
+    /* Dry run: called with each tensor, in name order. */
+    void (*on_tensor)(void *ctx, const ur_hf_tensor_info *t);
+} ur_hf_run_opts;
+
+typedef struct ur_hf_run_report {
+    ur_exec_stats total;
+    ur_hf_summary hf; /* what was (or, in a dry run, would be) written */
+    char *dest;       /* the folder published (owned; NULL in a dry run) */
+} ur_hf_run_report;
+
+/* Errors as ur_job_run, and those of ur_hf_plan_build (UR_EUNSUPPORTED: a model the export
+ * does not map). On failure nothing is published. Dispose the report either way. */
+int ur_job_hf_run(ur_hf_run_report *rep, const ur_hf_run_opts *o, ur_err *err);
+void ur_job_hf_report_dispose(ur_hf_run_report *rep);
 
 /* The input the settings name: load_full_state_path (a training state) or
  * load_parameters_path (param-only). UR_EINVAL for both or neither, and for

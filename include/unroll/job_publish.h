@@ -57,6 +57,14 @@ int ur_job_publish_check(const char *dest, const char *const *units, size_t n_un
 int ur_job_publish_begin(ur_job_publish **out, const char *dest, const char *const *units,
                          size_t n_units, const char *const *inputs, size_t n_inputs, ur_err *err);
 
+/* A unit "" is C itself, replaced whole (a Hugging Face folder): staged as
+ * <staging>/<name of C>, swapped with C in one step. */
+
+/* What a staged directory unit must be before it is published (the output format's check,
+ * e.g. ur_hf_check_folder; it names what is missing, UR_EIO). Default: an Orbax step
+ * directory, as above. */
+void ur_job_publish_set_check(ur_job_publish *p, int (*check)(const char *staged, ur_err *err));
+
 /* Borrowed: where unit i is to be written (inside the staging directory). */
 const char *ur_job_publish_staged(const ur_job_publish *p, size_t i);
 /* Borrowed: the staging directory (for ur_orbax_write_opts.create_below). */

@@ -55,6 +55,10 @@ typedef struct ur_job_upload_opts {
     int (*sent)(void *ctx, const char *key, uint64_t size);
     void *sent_ctx;
     int prune;
+    /* The output format's commit order (e.g. ur_hf_commit_phase): a key's phase, 0 for data
+     * (sent in parallel), 1 to 3 for the files sent after it one at a time, phase by phase.
+     * NULL: Orbax's order above. */
+    int (*phase_of)(const char *key);
 } ur_job_upload_opts;
 
 /* Before converting: UR_EINVAL when `dest` (a location) holds objects and replace is 0;

@@ -134,10 +134,12 @@ typedef struct {
     uint64_t offset;
 } ur_rearrange_box_map;
 
-/* Map the box [start, start + count) of the input (in_rank entries each). UR_EUNSUPPORTED when
- * the box cuts a split axis inside a part (only the outermost part of a group may be cut). */
+/* Map the box [start, start + count) of the input (in_rank entries each), held at the start
+ * of a dense C-order buffer of buf_shape (>= count: a chunk padded at the array's edge).
+ * UR_EUNSUPPORTED when the box cuts a split axis inside a part (only the outermost part of a
+ * group may be cut). */
 int ur_rearrange_box(const ur_rearrange *r, const uint64_t *start, const uint64_t *count,
-                     ur_rearrange_box_map *m, ur_err *err);
+                     const uint64_t *buf_shape, ur_rearrange_box_map *m, ur_err *err);
 
 /* --- element-wise arithmetic (tensor_cast.c) --------------------------------------------- */
 

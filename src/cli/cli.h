@@ -6,6 +6,7 @@
 #include "unroll/buf.h"
 #include "unroll/err.h"
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,12 +39,37 @@ void cli_print_version(void);
 int cli_opt_value(int argc, char **argv, int *i, const char *short_opt, const char *long_opt,
                   const char **value);
 
+/* ---- what the converting commands share (cli_run.c) ---- */
+
+/* A byte count with an optional K/M/G suffix (binary units): 0, or -1 when it is not one. */
+int cli_parse_size(const char *s, uint64_t *out);
+
+/* The progress line's state (the ctx of ur_run_opts' on_begin and progress). */
+typedef struct {
+    double start; /* ur_clock_mono_s() */
+    double last;
+    const char *what;
+} cli_progress;
+void cli_progress_begin(void *ctx, const char *what);
+void cli_progress_show(void *ctx, uint64_t done, uint64_t total);
+/* UNROLL_PHASES: where the time went, on stderr (even with -q). */
+void cli_print_phases(void);
+
+/* SIGINT, SIGTERM and SIGHUP set cli_interrupted (the signal's number); the run stops at its
+ * next chunk, publishes nothing and exits with 128 + that number. */
+extern volatile sig_atomic_t cli_interrupted;
+void cli_catch_signals(void);
+/* The exit status of a run that returned rc: 0, 128 + the signal that stopped it (said in one
+ * line), or the error's (cli_fail). */
+int cli_run_status(int rc, const ur_err *err);
+
 /* Subcommands; argv[0] is the subcommand's name. Each returns an exit status. */
 int cli_cmd_ls(int argc, char **argv);
 int cli_cmd_inspect(int argc, char **argv);
 int cli_cmd_unroll(int argc, char **argv);
 int cli_cmd_verify(int argc, char **argv);
 int cli_cmd_merge(int argc, char **argv);
+int cli_cmd_hf(int argc, char **argv);
 
 /* Multi-process runs (cli_multi.c). Which process this is: --process-count/--process-index
  * (opt_count 0 and opt_index -1 when not given), else the launcher's environment (Slurm,

@@ -97,53 +97,6 @@ static void usage(FILE *f)
           f);
 }
 
-/* A byte count with an optional K/M/G suffix (binary units; "KiB", "KB" and "K" alike).
- * Refused: no digits, a sign, zero, and anything that does not fit in 64 bits after the
- * suffix (17179869185G would wrap to 1 GiB). */
-static int parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    unsigned long long v;
-    unsigned shift = 0;
-    if (*s < '0' || *s > '9') {
-        return -1;
-    }
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno != 0 || end == s) {
-        return -1;
-    }
-    switch (*end) {
-    case '\0':
-        break;
-    case 'k':
-    case 'K':
-        shift = 10;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        shift = 20;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        shift = 30;
-        end++;
-        break;
-    default:
-        return -1;
-    }
-    if (*end == 'i' || *end == 'B') {
-        end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
-    }
-    if (*end != '\0' || v == 0 || v > (UINT64_MAX >> shift)) {
-        return -1;
-    }
-    *out = (uint64_t)v << shift;
-    return 0;
-}
-
 /* Returns -1 to go on, else an exit status. */
 static int parse_args(unroll_args *a, int argc, char **argv)
 {
@@ -181,7 +134,7 @@ static int parse_args(unroll_args *a, int argc, char **argv)
             if (v == NULL) {
                 return cli_usage_error("--memory-limit needs a size such as 512M or 4G");
             }
-            if (parse_size(v, &a->memory_limit) < 0) {
+            if (cli_parse_size(v, &a->memory_limit) < 0) {
                 return cli_usage_error("--memory-limit: '%s' is not a size such as 512M or 4G "
                                        "(at most 16 EiB)",
                                        v);
@@ -189,7 +142,7 @@ static int parse_args(unroll_args *a, int argc, char **argv)
         } else if (strcmp(s, "--resume") == 0) {
             a->resume = 1;
         } else if (cli_opt_value(argc, argv, &i, NULL, "--commit-every", &v)) {
-            if (v == NULL || parse_size(v, &a->commit_every) < 0) {
+            if (v == NULL || cli_parse_size(v, &a->commit_every) < 0) {
                 return cli_usage_error("--commit-every needs a size such as 256M or 4G");
             }
         } else if (cli_opt_value(argc, argv, &i, NULL, "--process-count", &v) ||
@@ -229,108 +182,6 @@ static int parse_args(unroll_args *a, int argc, char **argv)
     }
     return cli_multi_resolve(a->opt_process_count, a->opt_process_index, &a->process_count,
                              &a->process_index, &a->process_source);
-}
-
-/* ---- progress ------------------------------------------------------------------------- */
-
-typedef struct {
-    double start; /* ur_clock_mono_s() */
-    double last;
-    const char *what;
-} progress;
-
-/* UNROLL_PHASES: where the time went (unroll/phase.h), seconds summed over threads; printed
- * even with -q, since the benchmark asks for it. */
-static void print_phases(void)
-{
-    static const char *const names[UR_PHASE_N] = {"read+decode", "",       "cast",
-                                                  "encode",      "commit", "write"};
-    uint64_t wall[UR_PHASE_N], cpu[UR_PHASE_N];
-    if (!ur_phase_on()) {
-        return;
-    }
-    ur_phase_totals(wall, cpu);
-    /* the fused casts ran inside the read calls: count them as casting, not reading */
-    wall[UR_PHASE_READ] -= wall[UR_PHASE_CAST_FUSED] < wall[UR_PHASE_READ]
-                               ? wall[UR_PHASE_CAST_FUSED]
-                               : wall[UR_PHASE_READ];
-    cpu[UR_PHASE_READ] -= cpu[UR_PHASE_CAST_FUSED] < cpu[UR_PHASE_READ] ? cpu[UR_PHASE_CAST_FUSED]
-                                                                        : cpu[UR_PHASE_READ];
-    wall[UR_PHASE_CAST] += wall[UR_PHASE_CAST_FUSED];
-    cpu[UR_PHASE_CAST] += cpu[UR_PHASE_CAST_FUSED];
-    fprintf(stderr, "unroll: phases (thread seconds, wall/cpu):");
-    for (int p = 0; p < UR_PHASE_N; p++) {
-        if (p != UR_PHASE_CAST_FUSED) {
-            fprintf(stderr, " %s %.3f/%.3f", names[p], (double)wall[p] / 1e9,
-                    (double)cpu[p] / 1e9);
-        }
-    }
-    fprintf(stderr, "\n");
-}
-
-/* A rate, and from it an ETA, mean something only once the run has gone on for a while
- * and done a part of the work: the first chunks include opening files and warming caches
- * (an early line read "0.8 MiB/s ETA 5122s"). Until then the line shows bytes only. */
-#define PROGRESS_RATE_AFTER_S 1.0
-#define PROGRESS_ETA_AFTER_S 3.0
-
-/* ur_run_opts.on_begin: a unit's conversion starts. */
-static void begin_progress(void *ctx, const char *what)
-{
-    progress *p = ctx;
-    p->start = ur_clock_mono_s();
-    p->last = -1.0;
-    p->what = what;
-}
-
-static void show_progress(void *ctx, uint64_t done, uint64_t total)
-{
-    progress *p = ctx;
-    double t = ur_clock_mono_s() - p->start;
-    double rate;
-    if (t - p->last < 0.2 && done < total) {
-        return;
-    }
-    p->last = t;
-    rate = t > 0 ? (double)done / t : 0.0;
-    fprintf(stderr, "\r%s: %5.1f%%  %.2f / %.2f GiB", p->what,
-            total ? 100.0 * (double)done / (double)total : 100.0, (double)done / 1073741824.0,
-            (double)total / 1073741824.0);
-    if (t >= PROGRESS_RATE_AFTER_S && done > 0) {
-        fprintf(stderr, "  %.1f MiB/s", rate / 1048576.0);
-    }
-    if (t >= PROGRESS_ETA_AFTER_S && done < total && (double)done >= 0.02 * (double)total) {
-        fprintf(stderr, "  ETA %.0fs", (double)(total - done) / rate);
-    }
-    fputs("   ", stderr);
-    if (done >= total) {
-        fputc('\n', stderr);
-    }
-}
-
-/* ---- signals ---------------------------------------------------------------------------- */
-
-/* SIGINT, SIGTERM and SIGHUP only set this flag (async-signal-safe); the workers stop at their
- * next chunk, the run removes its staging directory, publishes nothing, and exits with
- * 128 + the signal's number. */
-static volatile sig_atomic_t interrupted;
-
-static void on_signal(int sig)
-{
-    interrupted = sig;
-}
-
-static void catch_signals(void)
-{
-    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
-        (void)sigaction(sigs[i], &sa, NULL);
-    }
 }
 
 /* ---- one conversion --------------------------------------------------------------------- */
@@ -387,7 +238,7 @@ static int run(const unroll_args *args, ur_err *err)
 {
     ur_run_opts ro;
     ur_run_report rep;
-    progress prog;
+    cli_progress prog;
     double t0 = ur_clock_mono_s();
     int rc;
 
@@ -401,7 +252,7 @@ static int run(const unroll_args *args, ur_err *err)
     ro.replace = args->replace;
     ro.threads = args->threads;
     ro.memory_limit = args->memory_limit;
-    ro.cancel = &interrupted;
+    ro.cancel = &cli_interrupted;
     ro.process_count = args->process_count;
     ro.process_index = args->process_index;
     ro.process_source = args->process_source;
@@ -413,8 +264,8 @@ static int run(const unroll_args *args, ur_err *err)
         ro.on_note = print_note;
     }
     if (!args->quiet && isatty(STDERR_FILENO)) {
-        ro.on_begin = begin_progress;
-        ro.progress = show_progress;
+        ro.on_begin = cli_progress_begin;
+        ro.progress = cli_progress_show;
     }
     rc = ur_job_run(&rep, &ro, err);
     if (rc == UR_OK && !args->quiet && !args->dry_run && !rep.share) {
@@ -427,7 +278,7 @@ static int run(const unroll_args *args, ur_err *err)
                 rep.total.threads);
     }
     if (rc == UR_OK) {
-        print_phases();
+        cli_print_phases();
     }
     ur_job_run_report_dispose(&rep);
     return rc;
@@ -444,21 +295,9 @@ int cli_cmd_unroll(int argc, char **argv)
     ur_err_clear(&err);
     status = parse_args(&args, argc, argv);
     if (status < 0) {
-        catch_signals();
+        cli_catch_signals();
         ur_alloc_one_heap(); /* before the run starts its threads */
-        status = run(&args, &err) < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
-        if (status != CLI_EXIT_OK && interrupted) {
-            /* whatever failed after the signal failed because of it */
-            fprintf(stderr,
-                    "unroll: interrupted by %s: nothing published, the destination "
-                    "is as it was\n",
-                    interrupted == SIGINT    ? "SIGINT"
-                    : interrupted == SIGTERM ? "SIGTERM"
-                                             : "SIGHUP");
-            status = 128 + interrupted;
-        } else if (status != CLI_EXIT_OK) {
-            status = cli_fail(&err);
-        }
+        status = cli_run_status(run(&args, &err), &err);
     }
     ur_free(args.overrides);
     return status;

@@ -54,6 +54,7 @@ static const subcommand subcommands[] = {
     {"inspect", cli_cmd_inspect, "show a checkpoint's tree, dtypes, shapes and chunking"},
     {"verify", cli_cmd_verify, "check an unrolled checkpoint against the scanned one"},
     {"merge", cli_cmd_merge, "finish a multi-process conversion (or merge ocdbt.process_<i>/)"},
+    {"to_huggingface", cli_cmd_hf, "export a MaxText checkpoint as a Hugging Face folder"},
     {NULL, NULL, NULL},
 };
 

@@ -44,6 +44,7 @@ struct ur_job_publish {
     unsigned long long staging_ino;
     void (*on_failure)(void *ctx); /* ur_job_publish_on_failure */
     void *on_failure_ctx;
+    int (*check)(const char *staged, ur_err *err); /* ur_job_publish_set_check */
 };
 
 /* ---- canonical paths -------------------------------------------------------------------- */
@@ -135,13 +136,14 @@ static int resolve(ur_job_publish *p, const char *dest, const char *const *units
     }
     for (; p->n_units < n_units; p->n_units++) {
         unit *u = &p->units[p->n_units];
+        int whole = units[p->n_units][0] == '\0'; /* C itself, staged under its own name */
         char *joined;
-        rc = check_rel(units[p->n_units], err);
+        rc = whole ? UR_OK : check_rel(units[p->n_units], err);
         if (rc < 0) {
             return rc;
         }
-        joined = ur_path_join(p->dest, units[p->n_units]);
-        u->staged = ur_path_join(p->staging, units[p->n_units]);
+        joined = whole ? ur_strdup(p->dest) : ur_path_join(p->dest, units[p->n_units]);
+        u->staged = ur_path_join(p->staging, whole ? name : units[p->n_units]);
         if (joined == NULL || u->staged == NULL) {
             ur_free(joined);
             return ur_err_oom(err);
@@ -605,6 +607,11 @@ static int make_final_parent(unit *u, ur_err *err)
     return rc;
 }
 
+void ur_job_publish_set_check(ur_job_publish *p, int (*check)(const char *staged, ur_err *err))
+{
+    p->check = check;
+}
+
 void ur_job_publish_on_failure(ur_job_publish *p, void (*fn)(void *ctx), void *ctx)
 {
     p->on_failure = fn;
@@ -627,7 +634,14 @@ int ur_job_publish_commit(ur_job_publish *p, const volatile sig_atomic_t *cancel
         goto fail;
     }
     for (size_t i = 0; i < p->n_units && rc == UR_OK; i++) {
-        rc = check_staged(&p->units[i], err);
+        if (p->check == NULL) {
+            rc = check_staged(&p->units[i], err);
+        } else if (!ur_fs_is_dir(p->units[i].staged)) {
+            rc = ur_err_set_os(err, UR_EIO, ENOENT, p->units[i].staged,
+                               "staged output missing: nothing published");
+        } else {
+            rc = p->check(p->units[i].staged, err);
+        }
     }
     for (size_t i = 0; i < p->n_units && rc == UR_OK; i++) {
         rc = check_final(&p->units[i], err);

@@ -25,6 +25,7 @@ typedef struct {
 typedef struct {
     item *v;
     size_t n, cap;
+    int (*phase_of)(const char *key); /* the output format's (ur_job_upload_opts), or Orbax's */
 } item_list;
 
 static void items_dispose(item_list *l)
@@ -84,7 +85,7 @@ static int collect(void *ctx, const char *key, uint64_t size)
         return UR_ENOMEM;
     }
     it->size = size;
-    it->phase = phase_of(key);
+    it->phase = l->phase_of != NULL ? l->phase_of(key) : phase_of(key);
     for (const char *p = key; *p; p++) {
         it->depth += *p == '/';
     }
@@ -406,6 +407,7 @@ int ur_job_upload(const char *src, const char *dest, const ur_job_upload_opts *o
     pthread_mutex_init(&j.lock, NULL);
     j.cancel = cancel;
     j.dest = dest;
+    l.phase_of = opts != NULL ? opts->phase_of : NULL;
     j.l = &l;
     j.opts = opts;
     ur_err_clear(&j.err);

@@ -224,9 +224,9 @@ int ur_rearrange_parse(ur_rearrange *r, const char *pattern, int rank, const uin
     return rc;
 }
 
-/* The parts' strides in a C-order buffer of the input box (counts per input axis): within an
- * axis, the first part is the outermost. */
-static void part_strides(const ur_rearrange *r, const uint64_t *axis_count, int64_t *stride)
+/* The parts' strides in a dense C-order buffer of buf_shape (per input axis) holding the box:
+ * within an axis, the first part is the outermost. */
+static void part_strides(const ur_rearrange *r, const uint64_t *buf_shape, int64_t *stride)
 {
     int64_t s = 1;
     for (int i = r->n_parts - 1; i >= 0; i--) {
@@ -238,12 +238,12 @@ static void part_strides(const ur_rearrange *r, const uint64_t *axis_count, int6
             inner *= r->part_size[j];
         }
         int first_of_axis = i == 0 || r->part_axis[i - 1] != r->part_axis[i];
-        s *= (int64_t)(first_of_axis ? axis_count[r->part_axis[i]] / inner : r->part_size[i]);
+        s *= (int64_t)(first_of_axis ? buf_shape[r->part_axis[i]] / inner : r->part_size[i]);
     }
 }
 
 int ur_rearrange_box(const ur_rearrange *r, const uint64_t *start, const uint64_t *count,
-                     ur_rearrange_box_map *m, ur_err *err)
+                     const uint64_t *buf_shape, ur_rearrange_box_map *m, ur_err *err)
 {
     int64_t src_stride[UR_MAX_RANK];
     uint64_t pstart[UR_MAX_RANK], pcount[UR_MAX_RANK];
@@ -258,7 +258,7 @@ int ur_rearrange_box(const ur_rearrange *r, const uint64_t *start, const uint64_
             inner *= r->part_size[j];
         }
         if (first_of_axis) {
-            if (start[a] % inner != 0 || count[a] % inner != 0) {
+            if (start[a] % inner != 0 || count[a] % inner != 0 || buf_shape[a] % inner != 0) {
                 return ur_err_set(err, UR_EUNSUPPORTED,
                                   "a chunk that cuts axis %d inside a part of the rearrangement "
                                   "(box [%llu, +%llu), parts of %llu)",
@@ -272,7 +272,7 @@ int ur_rearrange_box(const ur_rearrange *r, const uint64_t *start, const uint64_
             pcount[i] = r->part_size[i];
         }
     }
-    part_strides(r, count, src_stride);
+    part_strides(r, buf_shape, src_stride);
     /* the output's parts in its order: C-order strides of the whole output */
     int64_t out_stride[UR_MAX_RANK];
     int64_t s = 1;

@@ -1,0 +1,104 @@
+/* What the Hugging Face room's files share (not installed): a family's table and the model a
+ * plan describes. */
+#ifndef UR_HF_IMPL_H
+#define UR_HF_IMPL_H
+
+#include "unroll/buf.h"
+#include "unroll/hf.h"
+#include "unroll/strmap.h"
+#include "unroll/tensor.h"
+
+typedef struct hf_json hf_json;
+
+/* Arithmetic a rule applies before the cast (computed in float32, rounded back to the
+ * parameter's dtype, as MaxText's hooks compute it). */
+typedef enum {
+    HF_OP_NONE = 0,
+    HF_OP_MUL_SQRT_HEAD_DIM, /* x * float32(sqrt(head_dim)): MaxText folds 1/sqrt(head_dim)
+                              * into the query kernel, Hugging Face scales the scores */
+    HF_OP_SUB_ONE,           /* x - 1: MaxText's RMSNorm scale is Hugging Face's plus one */
+    HF_OP_DIV_SQRT_EMB_BF16  /* x / bfloat16(sqrt(hidden_size)): an embedding MaxText scales */
+} hf_op;
+
+/* When a rule holds (all the bits it names must hold for the model). */
+enum {
+    HF_IF_ROPE_INTERLEAVED = 1, /* MaxText rotates interleaved pairs (LLaMARotaryEmbedding):
+                                 * each head's evens then odds, as Hugging Face rotates halves */
+    HF_IF_ROPE_HALVES = 2,      /* MaxText rotates halves (RotaryEmbedding), as Hugging Face */
+    HF_IF_UNTIED = 4,           /* a separate output projection (logits_via_embedding=false) */
+    HF_IF_QUERY_SCALED = 8,     /* MaxText folded 1/sqrt(head_dim) into the query kernel */
+    HF_IF_QUERY_UNSCALED = 16,
+};
+
+/* One line of a family's table: a MaxText parameter (its path below the model, "{i}" for a
+ * layer's index) becomes a Hugging Face tensor ("{i}" the same index) through a rearrangement
+ * (unroll/tensor.h) and an arithmetic op. */
+typedef struct {
+    const char *mt;
+    const char *hf;
+    const char *pattern;
+    hf_op op;
+    unsigned when; /* HF_IF_* bits, 0: always */
+} hf_rule;
+
+/* The model being exported, as the family's setup and config see it. */
+typedef struct hf_model {
+    const ur_settings *s;
+    unsigned flags; /* the HF_IF_* bits that hold */
+    ur_dtype weight_dtype;
+    /* the MaxText parameters, below the model: path -> index into shapes */
+    ur_strmap by_path;
+    char **paths;
+    const uint64_t **shapes;
+    int *ranks;
+    size_t n;
+    int64_t n_layers; /* 1 + the largest {i} a rule matched; 0 when none */
+} hf_model;
+
+/* The shape of MaxText parameter `path` (below the model), NULL when the model has none. */
+const uint64_t *hf_model_shape(const hf_model *m, const char *path, int *rank);
+
+typedef struct hf_family {
+    const char *name;
+    const char *architecture; /* config.json's "architectures" */
+    int (*applies)(const ur_settings *s);
+    /* m->flags from the settings. */
+    int (*setup)(hf_model *m, ur_err *err);
+    const hf_rule *rules;
+    size_t n_rules;
+    /* config.json's entries (hf_json_*). */
+    int (*config)(const hf_model *m, hf_json *j, ur_err *err);
+} hf_family;
+
+/* The family that exports models of these settings, or NULL. */
+const hf_family *hf_family_for(const ur_settings *s);
+
+/* Match `path` against pattern `pat` ("{i}" matches a decimal index): 1 and *layer (-1 when
+ * the pattern has none), else 0. */
+int hf_match(const char *pat, const char *path, int64_t *layer);
+/* `pat` with "{i}" replaced by layer, into out (size n); 0 when it does not fit. */
+int hf_expand(const char *pat, int64_t layer, char *out, size_t n);
+
+/* ---- config.json (hf_json.c): entries written with sorted keys, as transformers writes
+ * config.json (json.dumps(indent=2, sort_keys=True)) ---- */
+int hf_json_new(hf_json **out, ur_err *err);
+void hf_json_free(hf_json *j);
+/* Add "key": value at the top level, or inside the object `in` (NULL: the top level; an
+ * object is made on first use). */
+int hf_json_int(hf_json *j, const char *in, const char *key, int64_t v, ur_err *err);
+int hf_json_float(hf_json *j, const char *in, const char *key, double v, ur_err *err);
+int hf_json_bool(hf_json *j, const char *in, const char *key, int v, ur_err *err);
+int hf_json_str(hf_json *j, const char *in, const char *key, const char *v, ur_err *err);
+int hf_json_null(hf_json *j, const char *in, const char *key, ur_err *err);
+/* a list of strings */
+int hf_json_strs(hf_json *j, const char *key, const char *const *v, size_t n, ur_err *err);
+/* The document, indented by 2, keys sorted, a newline at the end. */
+int hf_json_print(const hf_json *j, ur_buf *out, ur_err *err);
+
+/* Python's repr of a float ("1e-05", "500000.0", "0.02"), into out. */
+void hf_float_repr(double v, char *out, size_t n);
+
+extern const hf_family hf_family_llama;
+extern const hf_family hf_family_mistral;
+
+#endif

@@ -1,0 +1,522 @@
+/* The export's plan (unroll/hf.h): every exported parameter's Hugging Face tensor, the shards,
+ * config.json. */
+#include "hf_plan.h"
+
+#include "unroll/alloc.h"
+#include "unroll/ckd.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the model's parameters ------------------------------------------------------------ */
+
+/* The path below the model: the conversion plan's output path without the tree's wrappers
+ * (params/params/ of a Linen state, model/ or base/ and the trailing value of NNX ones). */
+static char *model_path(const ur_plan_path *p)
+{
+    size_t a = 0, b = p->len, n = 0;
+    char *out, *w;
+    while (a < b && (strcmp(p->comp[a], "params") == 0 || strcmp(p->comp[a], "model") == 0 ||
+                     strcmp(p->comp[a], "base") == 0)) {
+        a++;
+    }
+    if (b > a && strcmp(p->comp[b - 1], "value") == 0) {
+        b--;
+    }
+    for (size_t i = a; i < b; i++) {
+        n += strlen(p->comp[i]) + 1;
+    }
+    out = ur_malloc(n + 1);
+    if (out == NULL) {
+        return NULL;
+    }
+    w = out;
+    for (size_t i = a; i < b; i++) {
+        size_t k = strlen(p->comp[i]);
+        memcpy(w, p->comp[i], k);
+        w += k;
+        *w++ = i + 1 < b ? '/' : '\0';
+    }
+    if (w == out) {
+        *w = '\0';
+    }
+    return out;
+}
+
+char *hf_sink_path(const char *const *comp, size_t len)
+{
+    size_t n = 1;
+    char *out, *w;
+    for (size_t i = 0; i < len; i++) {
+        n += strlen(comp[i]) + 1;
+    }
+    out = ur_malloc(n);
+    if (out == NULL) {
+        return NULL;
+    }
+    w = out;
+    *w = '\0';
+    for (size_t i = 0; i < len; i++) {
+        size_t k = strlen(comp[i]);
+        memcpy(w, comp[i], k);
+        w += k;
+        *w++ = i + 1 < len ? '/' : '\0';
+    }
+    return out;
+}
+
+/* One exported parameter: its output leaf (as the sink is told it) and shape. */
+static int add_param(ur_hf_plan *p, const ur_plan_path *out, const ur_plan_leaf *leaf,
+                     const ur_plan_action *a, ur_err *err)
+{
+    hf_param *q;
+    int k = 0;
+    if (p->n_params == p->cap_params) {
+        hf_param *more = ur_grow_to(p->params, &p->cap_params, p->n_params + 1, sizeof *more);
+        if (more == NULL) {
+            return ur_err_oom(err);
+        }
+        p->params = more;
+    }
+    q = &p->params[p->n_params];
+    memset(q, 0, sizeof *q);
+    q->tensor = SIZE_MAX;
+    q->dtype = leaf->dtype;
+    for (size_t d = 0; d < leaf->rank; d++) {
+        int layer_axis = 0;
+        if (a->kind == UR_PLAN_UNSTACK) {
+            size_t n_axes = a->n_axes > 1 ? a->n_axes : 1;
+            for (size_t x = 0; x < n_axes; x++) {
+                layer_axis |= (a->n_axes > 1 ? a->axes[x] : a->axis) == d;
+            }
+        }
+        if (!layer_axis) {
+            q->shape[k++] = leaf->shape[d];
+        }
+    }
+    q->rank = k;
+    q->sink_path = hf_sink_path(out->comp, out->len);
+    q->path = model_path(out);
+    if (q->sink_path == NULL || q->path == NULL) {
+        ur_free(q->sink_path);
+        ur_free(q->path);
+        return ur_err_oom(err);
+    }
+    p->n_params++;
+    return UR_OK;
+}
+
+static int gather_params(ur_hf_plan *p, const ur_plan *plan, const ur_plan_leaf *leaves,
+                         ur_err *err)
+{
+    int rc = UR_OK;
+    for (size_t i = 0; i < plan->n_actions && rc == UR_OK; i++) {
+        const ur_plan_action *a = &plan->actions[i];
+        if (a->kind == UR_PLAN_DROP || a->kind == UR_PLAN_REPLICATE ||
+            leaves[i].dtype == UR_DT_INVALID) {
+            continue;
+        }
+        for (size_t o = 0; o < a->n_out && rc == UR_OK; o++) {
+            if (a->out[o].len > 0) {
+                rc = add_param(p, &a->out[o], &leaves[i], a, err);
+            }
+        }
+    }
+    /* the model's view: path -> shape, for the family's setup and config */
+    hf_model *m = &p->model;
+    m->shapes = ur_calloc(p->n_params + 1, sizeof *m->shapes);
+    m->ranks = ur_calloc(p->n_params + 1, sizeof *m->ranks);
+    if (rc == UR_OK && (m->shapes == NULL || m->ranks == NULL)) {
+        rc = ur_err_oom(err);
+    }
+    for (size_t i = 0; i < p->n_params && rc == UR_OK; i++) {
+        size_t had;
+        m->shapes[i] = p->params[i].shape;
+        m->ranks[i] = p->params[i].rank;
+        rc = ur_strmap_put(&m->by_path, p->params[i].path, strlen(p->params[i].path), i, &had,
+                           err);
+        if (rc == 1) {
+            rc = ur_err_set(err, UR_EINVAL, "Hugging Face export: parameter '%s' twice",
+                            p->params[i].path);
+        }
+        if (rc == UR_OK) {
+            rc = ur_strmap_put(&p->by_sink_path, p->params[i].sink_path,
+                               strlen(p->params[i].sink_path), i, NULL, err);
+            rc = rc == 1 ? UR_OK : rc;
+        }
+    }
+    m->n = p->n_params;
+    return rc;
+}
+
+/* ---- the tensors --------------------------------------------------------------------- */
+
+static int rule_holds(const hf_model *m, const hf_rule *r)
+{
+    return (r->when & m->flags) == r->when;
+}
+
+static float op_value(const hf_rule *r, const hf_param *q, const hf_model *m)
+{
+    int rank = 0;
+    const uint64_t *e;
+    switch (r->op) {
+    case HF_OP_MUL_SQRT_HEAD_DIM:
+        /* np.float32(np.sqrt(head_dim)): the square root in double, rounded once */
+        return (float)sqrt((double)q->shape[q->rank - 1]);
+    case HF_OP_SUB_ONE:
+        return -1.0f;
+    case HF_OP_DIV_SQRT_EMB_BF16: {
+        /* np.bfloat16(hidden_size ** 0.5) */
+        e = hf_model_shape(m, "token_embedder/embedding", &rank);
+        float f = (float)sqrt((double)(e != NULL && rank == 2 ? e[1] : 1));
+        uint32_t bits;
+        memcpy(&bits, &f, 4);
+        bits = (uint32_t)ur_tensor_cast_f32_to_bf16(bits) << 16;
+        memcpy(&f, &bits, 4);
+        return f;
+    }
+    default:
+        return 0;
+    }
+}
+
+static const char *op_text(hf_op op)
+{
+    return op == HF_OP_MUL_SQRT_HEAD_DIM   ? "x * sqrt(head_dim)"
+           : op == HF_OP_SUB_ONE           ? "x - 1"
+           : op == HF_OP_DIV_SQRT_EMB_BF16 ? "x / bfloat16(sqrt(hidden_size))"
+                                           : "";
+}
+
+static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer, ur_err *err)
+{
+    hf_param *q = &p->params[pi];
+    hf_tensor *t;
+    char name[512];
+    int rc;
+
+    if (!hf_expand(r->hf, layer, name, sizeof name)) {
+        return ur_err_set(err, UR_EINVAL, "Hugging Face export: a tensor name too long");
+    }
+    if (p->n == p->cap) {
+        hf_tensor *more = ur_grow_to(p->t, &p->cap, p->n + 1, sizeof *more);
+        if (more == NULL) {
+            return ur_err_oom(err);
+        }
+        p->t = more;
+    }
+    t = &p->t[p->n];
+    memset(t, 0, sizeof *t);
+    t->param = pi;
+    t->rule = r;
+    t->in_dtype = q->dtype;
+    t->dtype = p->dtype;
+    t->op = r->op == HF_OP_NONE ? UR_TENSOR_OP_NONE
+            : r->op == HF_OP_SUB_ONE ? UR_TENSOR_OP_ADD
+            : r->op == HF_OP_MUL_SQRT_HEAD_DIM ? UR_TENSOR_OP_MUL
+                                               : UR_TENSOR_OP_DIV;
+    t->op_value = op_value(r, q, &p->model);
+    rc = ur_rearrange_parse(&t->re, r->pattern, q->rank, q->shape, err);
+    if (rc < 0) {
+        return ur_err_wrap(err, "Hugging Face export: parameter '%s'", q->path);
+    }
+    if (t->op != UR_TENSOR_OP_NONE && q->dtype != UR_DT_FLOAT32 && q->dtype != UR_DT_BFLOAT16) {
+        return ur_err_set(err, UR_EUNSUPPORTED, "Hugging Face export: parameter '%s': %s "
+                                                "arithmetic on %s",
+                          q->path, op_text(r->op), ur_dtype_name(q->dtype));
+    }
+    if (!ur_tensor_cast_supported(p->dtype, q->dtype) && p->dtype != q->dtype) {
+        return ur_err_set(err, UR_EUNSUPPORTED, "Hugging Face export: parameter '%s': no cast "
+                                                "from %s to %s",
+                          q->path, ur_dtype_name(q->dtype), ur_dtype_name(p->dtype));
+    }
+    t->name = ur_strdup(name);
+    if (t->name == NULL) {
+        return ur_err_oom(err);
+    }
+    t->nbytes = ur_dtype_size(p->dtype);
+    for (int d = 0; d < t->re.out_rank; d++) {
+        t->nbytes *= t->re.out_shape[d];
+    }
+    q->tensor = p->n;
+    p->n++;
+    if (layer + 1 > p->model.n_layers) {
+        p->model.n_layers = layer + 1;
+    }
+    return UR_OK;
+}
+
+static int map_params(ur_hf_plan *p, ur_err *err)
+{
+    const hf_family *f = p->fam;
+    int rc = UR_OK;
+    for (size_t i = 0; i < p->n_params && rc == UR_OK; i++) {
+        const hf_rule *hit = NULL;
+        int64_t layer = -1;
+        for (size_t k = 0; k < f->n_rules && hit == NULL; k++) {
+            if (rule_holds(&p->model, &f->rules[k]) &&
+                hf_match(f->rules[k].mt, p->params[i].path, &layer)) {
+                hit = &f->rules[k];
+            }
+        }
+        if (hit == NULL) {
+            rc = ur_err_set(err, UR_EUNSUPPORTED,
+                            "Hugging Face export (%s): parameter '%s' has no place in %s", f->name,
+                            p->params[i].path, f->architecture);
+        } else {
+            rc = add_tensor(p, i, hit, layer, err);
+        }
+    }
+    return rc;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const hf_tensor *)a)->name, ((const hf_tensor *)b)->name);
+}
+
+/* Every tensor the family's applicable rules name for layers 0 .. n_layers-1 is there. */
+static int check_complete(ur_hf_plan *p, ur_err *err)
+{
+    const hf_family *f = p->fam;
+    for (size_t k = 0; k < f->n_rules; k++) {
+        const hf_rule *r = &f->rules[k];
+        int layered = strstr(r->hf, "{i}") != NULL;
+        if (!rule_holds(&p->model, r)) {
+            continue;
+        }
+        for (int64_t l = 0; l < (layered ? p->model.n_layers : 1); l++) {
+            char name[512];
+            hf_tensor key;
+            if (!hf_expand(r->hf, l, name, sizeof name)) {
+                return ur_err_set(err, UR_EINVAL, "Hugging Face export: a tensor name too long");
+            }
+            key.name = name;
+            if (bsearch(&key, p->t, p->n, sizeof *p->t, by_name) == NULL) {
+                char mt[512];
+                (void)hf_expand(r->mt, l, mt, sizeof mt);
+                return ur_err_set(err, UR_EINVAL,
+                                  "Hugging Face export (%s): the checkpoint has no '%s' for %s",
+                                  f->name, mt, name);
+            }
+        }
+    }
+    return UR_OK;
+}
+
+/* MaxText's exporter's cut: tensors by name, a new shard when the next one would pass the
+ * size (a tensor larger than the size has a shard of its own). */
+static int cut_shards(ur_hf_plan *p, uint64_t max, ur_err *err)
+{
+    uint64_t cur = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        if (i > 0 && cur + p->t[i].nbytes > max) {
+            n++;
+            cur = 0;
+        }
+        p->t[i].shard = n;
+        cur += p->t[i].nbytes;
+    }
+    p->n_shards = p->n > 0 ? n + 1 : 0;
+    p->shards = ur_calloc(p->n_shards ? p->n_shards : 1, sizeof *p->shards);
+    if (p->shards == NULL) {
+        return ur_err_oom(err);
+    }
+    for (size_t s = 0; s < p->n_shards; s++) {
+        char name[64];
+        if (p->n_shards == 1) {
+            snprintf(name, sizeof name, "model.safetensors");
+        } else {
+            snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, p->n_shards);
+        }
+        p->shards[s].file = ur_strdup(name);
+        if (p->shards[s].file == NULL) {
+            return ur_err_oom(err);
+        }
+    }
+    return UR_OK;
+}
+
+static int lay_out(ur_hf_plan *p, ur_err *err)
+{
+    ur_st_decl *d = ur_calloc(p->n ? p->n : 1, sizeof *d);
+    int rc = d != NULL ? UR_OK : ur_err_oom(err);
+    size_t at = 0;
+    for (size_t s = 0; s < p->n_shards && rc == UR_OK; s++) {
+        size_t first = at, k = 0;
+        while (at < p->n && p->t[at].shard == s) {
+            d[k].name = p->t[at].name;
+            d[k].dtype = p->t[at].dtype;
+            d[k].rank = p->t[at].re.out_rank;
+            d[k].shape = p->t[at].re.out_shape;
+            k++;
+            at++;
+        }
+        rc = ur_st_layout_build(&p->shards[s].layout, d, k, err);
+        for (size_t i = 0; i < k && rc == UR_OK; i++) {
+            p->t[first + i].offset = p->shards[s].layout.offset[i];
+        }
+    }
+    ur_free(d);
+    return rc;
+}
+
+/* MaxText's exporter refuses a model whose architecture is not its Hugging Face checkpoint's
+ * unless told to override it (_validate_or_update_architecture): the keys that make it. */
+static int check_architecture(const ur_settings *s, const ur_hf_opts *o, ur_err *err)
+{
+    static const char *const keys[] = {"base_emb_dim", "base_mlp_dim", "base_num_query_heads",
+                                       "base_num_kv_heads", "base_num_decoder_layers", "head_dim",
+                                       "vocab_size"};
+    char diff[512] = "";
+    size_t used = 0;
+    if (o->canonical == NULL || o->override_architecture || s->config == NULL ||
+        o->canonical->config == NULL) {
+        return UR_OK;
+    }
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        int64_t a = 0, b = 0;
+        if (ur_config_get_int(s->config, keys[i], &a, NULL) == UR_OK &&
+            ur_config_get_int(o->canonical->config, keys[i], &b, NULL) == UR_OK && a != b &&
+            used < sizeof diff) {
+            used += (size_t)snprintf(diff + used, sizeof diff - used, "%s%s (%s: %lld, here %lld)",
+                                     used ? ", " : "", keys[i], s->model_name, (long long)b,
+                                     (long long)a);
+        }
+    }
+    if (used == 0) {
+        return UR_OK;
+    }
+    return ur_err_set(err, UR_EINVAL,
+                      "Hugging Face export: the architecture differs from %s's: %s; pass "
+                      "--override_model_architecture to export it as it is",
+                      s->model_name, diff);
+}
+
+int ur_hf_plan_build(ur_hf_plan **out, const ur_plan *plan, const ur_plan_leaf *leaves,
+                     const ur_settings *s, const ur_hf_opts *o, ur_err *err)
+{
+    ur_hf_plan *p = ur_calloc(1, sizeof *p);
+    int rc = p != NULL ? UR_OK : ur_err_oom(err);
+
+    *out = NULL;
+    if (rc < 0) {
+        return rc;
+    }
+    ur_strmap_init(&p->model.by_path);
+    ur_strmap_init(&p->by_sink_path);
+    p->model.s = s;
+    p->dtype = o->weight_dtype;
+    p->model.weight_dtype = o->weight_dtype;
+    p->fam = hf_family_for(s);
+    if (p->dtype != UR_DT_FLOAT32 && p->dtype != UR_DT_BFLOAT16) {
+        rc = ur_err_set(err, UR_EINVAL, "Hugging Face export: weight_dtype %s (float32 or "
+                                        "bfloat16)",
+                        ur_dtype_name(p->dtype));
+    } else if (p->fam == NULL) {
+        rc = ur_err_set(err, UR_EUNSUPPORTED,
+                        "Hugging Face export: no Hugging Face mapping for decoder_block %s "
+                        "(model_name %s)",
+                        s->decoder_block, s->model_name[0] ? s->model_name : "default");
+    }
+    if (rc == UR_OK) {
+        rc = check_architecture(s, o, err);
+    }
+    if (rc == UR_OK) {
+        rc = gather_params(p, plan, leaves, err);
+    }
+    if (rc == UR_OK) {
+        rc = p->fam->setup(&p->model, err);
+    }
+    if (rc == UR_OK) {
+        rc = map_params(p, err);
+    }
+    if (rc == UR_OK && p->n == 0) {
+        rc = ur_err_set(err, UR_EINVAL, "Hugging Face export: the checkpoint has no parameters");
+    }
+    if (rc == UR_OK) {
+        qsort(p->t, p->n, sizeof *p->t, by_name);
+        for (size_t i = 0; i < p->n; i++) {
+            p->params[p->t[i].param].tensor = i;
+        }
+        rc = check_complete(p, err);
+    }
+    if (rc == UR_OK) {
+        rc = cut_shards(p, o->max_shard_size ? o->max_shard_size : UR_HF_MAX_SHARD_DEFAULT, err);
+    }
+    if (rc == UR_OK) {
+        rc = lay_out(p, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_new(&p->config, err);
+    }
+    if (rc == UR_OK) {
+        rc = p->fam->config(&p->model, p->config, err);
+    }
+    if (rc < 0) {
+        ur_hf_plan_free(p);
+        return rc;
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        p->bytes += p->t[i].nbytes;
+    }
+    *out = p;
+    return UR_OK;
+}
+
+void ur_hf_plan_free(ur_hf_plan *p)
+{
+    if (p == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < p->n_params; i++) {
+        ur_free(p->params[i].path);
+        ur_free(p->params[i].sink_path);
+    }
+    ur_free(p->params);
+    for (size_t i = 0; i < p->n; i++) {
+        ur_free(p->t[i].name);
+    }
+    ur_free(p->t);
+    for (size_t s = 0; s < p->n_shards; s++) {
+        ur_free(p->shards[s].file);
+        ur_st_layout_dispose(&p->shards[s].layout);
+    }
+    ur_free(p->shards);
+    ur_strmap_dispose(&p->model.by_path);
+    ur_strmap_dispose(&p->by_sink_path);
+    ur_free(p->model.shapes);
+    ur_free(p->model.ranks);
+    hf_json_free(p->config);
+    ur_free(p);
+}
+
+void ur_hf_plan_summary(const ur_hf_plan *p, ur_hf_summary *out)
+{
+    out->family = p->fam->name;
+    out->architecture = p->fam->architecture;
+    out->n_tensors = p->n;
+    out->n_shards = p->n_shards;
+    out->bytes = p->bytes;
+}
+
+int ur_hf_plan_tensor(const ur_hf_plan *p, size_t i, ur_hf_tensor_info *out)
+{
+    if (i >= p->n) {
+        return 0;
+    }
+    const hf_tensor *t = &p->t[i];
+    out->name = t->name;
+    out->source = p->params[t->param].path;
+    out->pattern = t->rule->pattern;
+    out->op = op_text(t->rule->op);
+    out->dtype = t->dtype;
+    out->rank = t->re.out_rank;
+    out->shape = t->re.out_shape;
+    out->shard = p->shards[t->shard].file;
+    return 1;
+}

@@ -1,0 +1,58 @@
+/* The export's plan as the room's files see it (not installed). */
+#ifndef UR_HF_PLAN_H
+#define UR_HF_PLAN_H
+
+#include "hf_impl.h"
+
+#include "unroll/safetensors.h"
+
+#include <stdatomic.h>
+
+/* A parameter of the model: one output leaf of the conversion plan. */
+typedef struct {
+    char *sink_path; /* the leaf's path as the sink is told it, '/'-joined */
+    char *path;      /* below the model: "decoder/layers_0/mlp/wi_0/kernel" */
+    ur_dtype dtype;
+    int rank;
+    uint64_t shape[UR_MAX_RANK];
+    size_t tensor;   /* its tensor (index into t, by name), SIZE_MAX: none */
+} hf_param;
+
+typedef struct {
+    size_t param;
+    const hf_rule *rule;
+    char *name;
+    ur_rearrange re;  /* from the parameter's shape to the tensor's */
+    ur_dtype in_dtype;
+    ur_dtype dtype;
+    ur_tensor_op op;
+    float op_value;
+    size_t shard;
+    uint64_t offset;  /* of its bytes in the shard file */
+    uint64_t nbytes;
+} hf_tensor;
+
+typedef struct {
+    char *file; /* "model-00001-of-00002.safetensors" */
+    ur_st_layout layout;
+} hf_shard;
+
+struct ur_hf_plan {
+    const hf_family *fam;
+    hf_model model;
+    hf_param *params;
+    size_t n_params, cap_params;
+    ur_strmap by_sink_path;
+    hf_tensor *t; /* sorted by name */
+    size_t n, cap;
+    hf_shard *shards;
+    size_t n_shards;
+    ur_dtype dtype;
+    uint64_t bytes;
+    hf_json *config;
+};
+
+/* The '/'-joined path of len components (ur_free it), NULL when out of memory. */
+char *hf_sink_path(const char *const *comp, size_t len);
+
+#endif
