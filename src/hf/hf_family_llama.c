@@ -170,10 +170,9 @@ static int config(const hf_model *m, hf_json *j, int mistral, ur_err *err)
     if (rc == UR_OK) rc = hf_json_str(j, NULL, "hidden_act", "silu", err);
     if (rc == UR_OK) rc = hf_json_float(j, NULL, "rms_norm_eps",
                                         get_float(s, "normalization_layer_epsilon", 1e-5), err);
-    if (rc == UR_OK) rc = hf_json_float(j, NULL, "rope_theta",
-                                        get_float(s, "rope_max_timescale", 10000), err);
+    /* the llama3 scaling's 8192 original positions need a longer context (Llama 3.1's) */
     if (rc == UR_OK) rc = hf_json_int(j, NULL, "max_position_embeddings",
-                                      max_len > 0 ? max_len : 2048, err);
+                                      scaled ? 131072 : max_len > 0 ? max_len : 2048, err);
     if (rc == UR_OK) rc = hf_json_bool(j, NULL, "tie_word_embeddings",
                                        !(m->flags & HF_IF_UNTIED), err);
     if (rc == UR_OK) rc = hf_json_float(j, NULL, "attention_dropout", 0.0, err);
@@ -187,16 +186,18 @@ static int config(const hf_model *m, hf_json *j, int mistral, ur_err *err)
         if (rc == UR_OK) rc = hf_json_bool(j, NULL, "mlp_bias", 0, err);
         if (rc == UR_OK) rc = hf_json_int(j, NULL, "pretraining_tp", 1, err);
     }
-    /* LLaMARotaryEmbedding's scaling (factor 8, frequency factors 1 and 4, 8192 positions) */
+    /* transformers 5's rope_parameters (as MaxText's exporter writes them): the theta, and
+     * LLaMARotaryEmbedding's scaling (factor 8, frequency factors 1 and 4, 8192 positions) */
+    if (rc == UR_OK) rc = hf_json_float(j, "rope_parameters", "rope_theta",
+                                        get_float(s, "rope_max_timescale", 10000), err);
+    if (rc == UR_OK) rc = hf_json_str(j, "rope_parameters", "rope_type",
+                                      scaled ? "llama3" : "default", err);
     if (rc == UR_OK && scaled) {
-        rc = hf_json_float(j, "rope_scaling", "factor", 8.0, err);
-        if (rc == UR_OK) rc = hf_json_float(j, "rope_scaling", "low_freq_factor", 1.0, err);
-        if (rc == UR_OK) rc = hf_json_float(j, "rope_scaling", "high_freq_factor", 4.0, err);
-        if (rc == UR_OK) rc = hf_json_int(j, "rope_scaling", "original_max_position_embeddings",
+        rc = hf_json_float(j, "rope_parameters", "factor", 8.0, err);
+        if (rc == UR_OK) rc = hf_json_float(j, "rope_parameters", "low_freq_factor", 1.0, err);
+        if (rc == UR_OK) rc = hf_json_float(j, "rope_parameters", "high_freq_factor", 4.0, err);
+        if (rc == UR_OK) rc = hf_json_int(j, "rope_parameters", "original_max_position_embeddings",
                                           8192, err);
-        if (rc == UR_OK) rc = hf_json_str(j, "rope_scaling", "rope_type", "llama3", err);
-    } else if (rc == UR_OK) {
-        rc = hf_json_null(j, NULL, "rope_scaling", err);
     }
     return rc;
 }
