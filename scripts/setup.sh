@@ -64,6 +64,23 @@ if [ "$want_tests" = 1 ]; then
   fi
 fi
 
+# The Hugging Face client (tests/hf: transformers on the CPU build of torch that the machine
+# image ships for Python 3.11, found by pip in its configured wheel folder): .venv-hf, which
+# tests/maxtext/test_hf.py runs to load unroll's folders.
+if [ "$want_tests" = 1 ]; then
+  req=tests/hf/requirements.txt
+  stamp=.venv-hf/.requirements.sha256
+  sum=$(sha256sum "$req" | cut -d' ' -f1)
+  if [ ! -x .venv-hf/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ]; then
+    echo "setup: creating .venv-hf from $req" >&2
+    rm -rf .venv-hf
+    python3 -m venv .venv-hf
+    .venv-hf/bin/pip install -q --upgrade pip >/dev/null
+    .venv-hf/bin/pip install -q -r "$req"
+    echo "$sum" > "$stamp"
+  fi
+fi
+
 # The MaxText suite (tests/maxtext) runs the released maxtext package, which needs Python 3.12:
 # a second venv, .venv-maxtext, from pyenv's 3.12 (or UNROLL_PYTHON312). The requirements file is a
 # complete freeze, installed --no-deps: maxtext's own metadata pulls in the GPU/cloud stack.

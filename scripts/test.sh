@@ -20,6 +20,8 @@ ctest --test-dir "$UNROLL_BUILD_DIR" --output-on-failure -j"$(nproc)" "$@" || st
 # fixtures. A missing environment fails here (setup.sh above builds it), never skips.
 export UNROLL_BIN="$UNROLL_BUILD_DIR/src/cli/unroll"
 export UNROLL_MAXTEXT_CACHE="${UNROLL_FIXTURE_CACHE:-$UNROLL_BUILD_DIR/fixtures}/maxtext"
+# the Hugging Face client that loads `unroll to_huggingface` folders (tests/maxtext/test_hf.py)
+export UNROLL_HF_PYTHON="$root/.venv-hf/bin/python"
 if [ -z "${UNROLL_SKIP_MAXTEXT:-}" ] && [ "$#" = 0 ]; then
   (cd tests/maxtext && "$root/.venv-maxtext/bin/python" -m pytest -q -p no:cacheprovider .) || status=1
 fi

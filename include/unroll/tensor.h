@@ -19,6 +19,7 @@
  *   - every float8 format of dtype.h -> bfloat16, exact (each float8 value is a bfloat16);
  *     a NaN becomes the quiet NaN of its sign, the sign-less NaN of the fnuz formats and of
  *     float8_e8m0fnu +NaN (0x7fc0): JAX's astype for all 256 codes of each format.
+ *   - bfloat16 -> float32, exact (a Hugging Face export of bfloat16 parameters in float32).
  * The float64 and float16 conversions use the C floating-point environment's default
  * (round-to-nearest, no flush-to-zero); a caller must not change it. */
 #ifndef UNROLL_TENSOR_H

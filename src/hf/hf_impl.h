@@ -10,8 +10,9 @@
 
 typedef struct hf_json hf_json;
 
-/* Arithmetic a rule applies before the cast (computed in float32, rounded back to the
- * parameter's dtype, as MaxText's hooks compute it). */
+/* Arithmetic a rule applies, after the cast to the exported dtype (computed in float32 and
+ * rounded back to it, as MaxText's exporter restores its input in weight_dtype and its hooks
+ * compute). */
 typedef enum {
     HF_OP_NONE = 0,
     HF_OP_MUL_SQRT_HEAD_DIM, /* x * float32(sqrt(head_dim)): MaxText folds 1/sqrt(head_dim)

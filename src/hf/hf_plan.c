@@ -223,7 +223,7 @@ static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer,
     if (rc < 0) {
         return ur_err_wrap(err, "Hugging Face export: parameter '%s'", q->path);
     }
-    if (t->op != UR_TENSOR_OP_NONE && q->dtype != UR_DT_FLOAT32 && q->dtype != UR_DT_BFLOAT16) {
+    if (t->op != UR_TENSOR_OP_NONE && !ur_dtype_is_float(q->dtype)) {
         return ur_err_set(err, UR_EUNSUPPORTED, "Hugging Face export: parameter '%s': %s "
                                                 "arithmetic on %s",
                           q->path, op_text(r->op), ur_dtype_name(q->dtype));

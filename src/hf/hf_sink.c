@@ -132,15 +132,15 @@ static int write_runs(ur_st_file *f, const hf_tensor *t, const ur_rearrange_box_
  * chunk's). */
 #define PIECE_BYTES ((size_t)4 << 20)
 
-/* Place one piece: the sub-box m (src: the raw chunk at src_at elements) rearranged into a
- * dense buffer, its arithmetic applied, cast, written in runs. */
+/* Place one piece: the sub-box m (src: the raw chunk at src_at elements) rearranged and cast
+ * into a dense buffer, its arithmetic applied, written in runs. The cast comes first, as in
+ * MaxText's exporter (its checkpoint is restored in weight_dtype, then its hooks compute in
+ * float32 and round back), so the bytes are its bytes whatever the two dtypes. */
 static int place(const hf_sink *s, const hf_tensor *t, const ur_rearrange_box_map *m,
-                 const void *raw, uint64_t src_at, uint8_t *box, uint8_t *cast, ur_err *err)
+                 const void *raw, uint64_t src_at, uint8_t *box, ur_err *err)
 {
-    ur_dtype box_dt = t->op != UR_TENSOR_OP_NONE ? t->in_dtype : t->dtype;
     ur_tensor_view src, dst;
     uint64_t n = 1;
-    const uint8_t *bytes = box;
     int rc;
 
     for (int d = 0; d < m->rank; d++) {
@@ -152,18 +152,14 @@ static int place(const hf_sink *s, const hf_tensor *t, const ur_rearrange_box_ma
     src.data = (void *)((uintptr_t)raw + src_at * ur_dtype_size(t->in_dtype));
     memcpy(src.shape, m->shape, sizeof m->shape);
     memcpy(src.strides, m->src_stride, sizeof m->src_stride);
-    rc = ur_tensor_view_init_dense(&dst, box_dt, m->rank, m->shape, box, err);
+    rc = ur_tensor_view_init_dense(&dst, t->dtype, m->rank, m->shape, box, err);
     if (rc == UR_OK) {
         rc = ur_tensor_copy(&dst, &src, err);
     }
     if (rc == UR_OK && t->op != UR_TENSOR_OP_NONE) {
-        rc = ur_tensor_apply(box, t->in_dtype, (size_t)n, t->op, t->op_value, err);
-        if (rc == UR_OK && t->in_dtype != t->dtype) {
-            rc = ur_tensor_cast_dense(cast, t->dtype, box, t->in_dtype, (size_t)n, err);
-            bytes = cast;
-        }
+        rc = ur_tensor_apply(box, t->dtype, (size_t)n, t->op, t->op_value, err);
     }
-    return rc == UR_OK ? write_runs(s->files[t->shard], t, m, bytes, ur_dtype_size(t->dtype), err)
+    return rc == UR_OK ? write_runs(s->files[t->shard], t, m, box, ur_dtype_size(t->dtype), err)
                        : rc;
 }
 
@@ -174,8 +170,7 @@ static int s_encode_chunk(void *self, ur_sink_array *a, const uint64_t *idx, con
     const hf_tensor *t;
     uint64_t start[UR_MAX_RANK], count[UR_MAX_RANK], n = 1, inner = 1, at[UR_MAX_RANK] = {0};
     ur_rearrange_box_map m, piece;
-    uint8_t *box = NULL, *cast = NULL;
-    size_t wide;
+    uint8_t *box = NULL;
     int rc, k;
 
     (void)out;
@@ -193,15 +188,12 @@ static int s_encode_chunk(void *self, ur_sink_array *a, const uint64_t *idx, con
         return rc < 0 ? ur_err_wrap(err, "tensor %s", t->name) : UR_OK;
     }
     /* pieces: the trailing dimensions that fit PIECE_BYTES, one piece per index of the rest */
-    wide = ur_dtype_size(t->in_dtype) > ur_dtype_size(t->dtype) ? ur_dtype_size(t->in_dtype)
-                                                                : ur_dtype_size(t->dtype);
     k = m.rank;
-    while (k > 0 && inner * m.shape[k - 1] * wide <= PIECE_BYTES) {
+    while (k > 0 && inner * m.shape[k - 1] * ur_dtype_size(t->dtype) <= PIECE_BYTES) {
         inner *= m.shape[--k];
     }
-    box = ur_malloc((size_t)inner * wide + 1);
-    cast = ur_malloc((size_t)inner * wide + 1);
-    rc = box != NULL && cast != NULL ? UR_OK : ur_err_oom(err);
+    box = ur_malloc((size_t)inner * ur_dtype_size(t->dtype) + 1);
+    rc = box != NULL ? UR_OK : ur_err_oom(err);
     piece = m;
     piece.rank = m.rank - k;
     memmove(piece.shape, m.shape + k, (size_t)piece.rank * sizeof m.shape[0]);
@@ -214,7 +206,7 @@ static int s_encode_chunk(void *self, ur_sink_array *a, const uint64_t *idx, con
             src_at += at[d] * (uint64_t)m.src_stride[d];
             piece.offset += at[d] * (uint64_t)m.dst_stride[d];
         }
-        rc = place(s, t, &piece, raw, src_at, box, cast, err);
+        rc = place(s, t, &piece, raw, src_at, box, err);
         int d = k - 1;
         while (d >= 0 && ++at[d] == m.shape[d]) {
             at[d--] = 0;
@@ -229,7 +221,6 @@ static int s_encode_chunk(void *self, ur_sink_array *a, const uint64_t *idx, con
         ur_err_wrap(err, "tensor %s", t->name);
     }
     ur_free(box);
-    ur_free(cast);
     return rc;
 }
 

@@ -279,6 +279,35 @@ UR_SAME_STRIDED(same4_strided, 4)
 UR_SAME_STRIDED(same8_strided, 8)
 UR_SAME_STRIDED(same16_strided, 16)
 
+/* bfloat16 -> float32: exact (the bits, shifted); what astype(float32) gives, NaN payloads kept. */
+static void bf16_f32_dense(char *restrict dst, ptrdiff_t dstep, const char *restrict src,
+                           ptrdiff_t sstep, size_t n)
+{
+    (void)dstep;
+    (void)sstep;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        uint32_t f;
+        memcpy(&h, src + 2 * i, 2);
+        f = (uint32_t)h << 16;
+        memcpy(dst + 4 * i, &f, 4);
+    }
+}
+
+static void bf16_f32_strided(char *restrict dst, ptrdiff_t dstep, const char *restrict src,
+                             ptrdiff_t sstep, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        uint32_t f;
+        memcpy(&h, src, 2);
+        f = (uint32_t)h << 16;
+        memcpy(dst, &f, 4);
+        src += sstep;
+        dst += dstep;
+    }
+}
+
 int ur_tensor_cast_supported(ur_dtype dst, ur_dtype src)
 {
     if (ur_dtype_size(dst) == 0 || ur_dtype_size(src) == 0) {
@@ -288,7 +317,8 @@ int ur_tensor_cast_supported(ur_dtype dst, ur_dtype src)
         return 1;
     }
     ur_tensor__kernel k;
-    return dst == UR_DT_BFLOAT16 && bf16_runs(src, &k);
+    return (dst == UR_DT_BFLOAT16 && bf16_runs(src, &k)) ||
+           (dst == UR_DT_FLOAT32 && src == UR_DT_BFLOAT16);
 }
 
 int ur_tensor__kernel_get(ur_tensor__kernel *out, ur_dtype dst, ur_dtype src, ur_err *err)
@@ -322,6 +352,9 @@ int ur_tensor__kernel_get(ur_tensor__kernel *out, ur_dtype dst, ur_dtype src, ur
         default:
             return ur_err_set(err, UR_EINTERNAL, "tensor: element size %zu", k.ssize);
         }
+    } else if (dst == UR_DT_FLOAT32) {
+        k.dense = bf16_f32_dense;
+        k.strided = bf16_f32_strided;
     } else {
         bf16_runs(src, &k);
     }

@@ -1,0 +1,175 @@
+"""`unroll to_huggingface` end to end, one family per run, in the .venv-maxtext (Python 3.12) venv.
+
+    python hf_driver.py <family> <workdir>      writes <workdir>/facts.json
+
+1. trains a tiny model 2 steps with the released maxtext package (driver.train: cached);
+2. exports its training state with unroll to_huggingface (weight_dtype float32), and has the
+   real client load the folder: transformers in the Python 3.11 venv $UNROLL_HF_PYTHON
+   (tests/hf/hf_client.py) computes logits on fixed token ids;
+3. computes MaxText's own logits on the same ids: the scanned model built by MaxText
+   (get_nnx_create_model_fn, dtype and weight_dtype float32), every parameter set from the
+   training state as stored (no unroll on the way);
+4. where MaxText's exporter maps the family (EXPORTER), runs it (`python -m
+   maxtext.checkpoint_conversion.to_huggingface`, its param-only input written by unroll, both
+   layouts, both dtypes) and unroll to_huggingface on the same input, and records whether every
+   tensor is the same, byte for byte; where it does not, records what it says.
+
+The test (test_hf.py) asserts on the JSON. Runs with DECOUPLE_GCLOUD=TRUE JAX_PLATFORMS=cpu."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).parent
+sys.path.insert(0, str(HERE))
+import driver  # noqa: E402
+
+TOKENS = [1, 17, 42, 99, 5, 63, 7, 11, 2, 30, 64, 90, 3, 8, 120, 77]
+HF_CLIENT = HERE.parent / "hf" / "hf_client.py"
+
+# family -> the model's keys (training, conversion and export alike); Llama's and Mistral's
+# Hugging Face architectures, MaxText's llama2 and mistral decoder blocks.
+FAMILIES = {
+    # llama2's decoder block, model_name "default": MaxText's RotaryEmbedding (halves)
+    "llama2": driver.FAMILIES["llama2"],
+    # LLaMARotaryEmbedding (interleaved pairs) with Llama 3.1's frequency scaling
+    "llama3.1": driver.TINY + ["model_name=llama3.1-8b", "override_model_config=true",
+                               "base_num_decoder_layers=2"],
+    "mistral": driver.TINY + ["model_name=mistral-7b", "override_model_config=true",
+                              "base_num_decoder_layers=2"],
+}
+for _f, _keys in FAMILIES.items():
+    driver.ALL.setdefault(_f, _keys)
+
+# The families MaxText 0.2.5's exporter maps (its PARAM_MAPPING); the others it refuses.
+EXPORTER = {"llama3.1"}
+
+
+def unroll(*args: str) -> dict:
+    t0 = time.monotonic()
+    p = subprocess.run([os.environ["UNROLL_BIN"], *args], capture_output=True, text=True)
+    return {"rc": p.returncode, "stderr": p.stderr.strip()[-2000:],
+            "seconds": time.monotonic() - t0}
+
+
+def export(family: str, source: str, items: str, out: pathlib.Path, dtype: str) -> dict:
+    res = unroll("to_huggingface", driver.BASE_YML, f"{source}={items}",
+                 f"base_output_directory={out}", f"weight_dtype={dtype}", *FAMILIES[family],
+                 "--override_model_architecture", f"--hf_model_path={driver.hf_tokenizer()}",
+                 "-q")
+    res["folder"] = str(out)
+    res["files"] = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    return res
+
+
+def hf_logits(folder: str, work: pathlib.Path) -> dict:
+    """What transformers computes from the folder (tests/hf/hf_client.py)."""
+    out = work / "hf_logits.json"
+    p = subprocess.run([os.environ["UNROLL_HF_PYTHON"], str(HF_CLIENT), folder,
+                        json.dumps(TOKENS), str(out)], capture_output=True, text=True)
+    if p.returncode != 0 or not out.is_file():
+        return {"error": f"client rc {p.returncode}: {p.stderr[-2000:]}"}
+    return json.loads(out.read_text())
+
+
+def maxtext_logits(family: str, items: pathlib.Path) -> dict:
+    """MaxText's own forward pass of the scanned model, float32, its parameters set from the
+    training state as stored (read with TensorStore)."""
+    import jax.numpy as jnp
+    import numpy as np
+    import tensorstore as ts
+    from flax import nnx
+    from maxtext.utils import model_creation_utils
+    cfg = driver._config(family, "scan_layers=true", "dtype=float32", "weight_dtype=float32")
+    model = model_creation_utils.get_nnx_create_model_fn(cfg)()
+    params = nnx.state(model, nnx.Param)
+    n = 0
+    for key_path, var in nnx.to_flat_state(params):
+        name = "params.params." + ".".join(str(k) for k in key_path)
+        arr = ts.open({"driver": "zarr3", "kvstore": {"driver": "ocdbt",
+                                                       "base": f"file://{items}/"},
+                       "path": name + "/"}).result().read().result()
+        var.set_value(jnp.asarray(arr, var.get_value().dtype))
+        n += 1
+    nnx.update(model, params)
+    t = jnp.array([TOKENS], jnp.int32)
+    logits = model(decoder_input_tokens=t,
+                   decoder_positions=jnp.arange(t.shape[1], dtype=jnp.int32)[None],
+                   decoder_segment_ids=jnp.ones_like(t), enable_dropout=False)
+    logits = np.asarray(logits[0] if isinstance(logits, tuple) else logits, np.float32)
+    return {"logits": logits.reshape(-1).tolist(), "shape": list(logits.shape[-2:]),
+            "params_set": n}
+
+
+def maxtext_exporter(family: str, params: str, scanned: bool, out: pathlib.Path,
+                     dtype: str) -> dict:
+    cmd = [sys.executable, "-m", "maxtext.checkpoint_conversion.to_huggingface", driver.BASE_YML,
+           *FAMILIES[family], *driver.COMMON, f"load_parameters_path={params}",
+           f"base_output_directory={out}", f"scan_layers={str(scanned).lower()}",
+           f"weight_dtype={dtype}", "--override_model_architecture",
+           f"--hf_model_path={driver.hf_tokenizer()}"]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=out.parent)
+    err = [line for line in p.stderr.splitlines() if "Error" in line or "error" in line]
+    return {"rc": p.returncode, "seconds": time.monotonic() - t0, "folder": str(out),
+            "error": (err[-1] if err else p.stderr.strip()[-300:]) if p.returncode else ""}
+
+
+def tensors(folder: str) -> dict:
+    """name -> (dtype, shape, bytes) of every tensor of a folder's shards."""
+    out = {}
+    for f in sorted(pathlib.Path(folder).glob("*.safetensors")):
+        b = f.read_bytes()
+        n = struct.unpack("<Q", b[:8])[0]
+        header = json.loads(b[8:8 + n])
+        for k, v in header.items():
+            if k != "__metadata__":
+                s, e = v["data_offsets"]
+                out[k] = (v["dtype"], v["shape"], b[8 + n + s:8 + n + e])
+    return out
+
+
+def compare(a: str, b: str) -> dict:
+    ta, tb = tensors(a), tensors(b)
+    return {"names_equal": sorted(ta) == sorted(tb), "n": len(ta),
+            "differ": sorted(k for k in ta if k in tb and ta[k] != tb[k])}
+
+
+def main() -> None:
+    family, work = sys.argv[1], pathlib.Path(sys.argv[2])
+    items = driver.train(family)
+    facts: dict = {"family": family, "train": str(items)}
+    # the training state, exported in float32: the client against MaxText's forward pass
+    facts["export"] = export(family, "load_full_state_path", str(items), work / "hf-f32",
+                             "float32")
+    if facts["export"]["rc"] == 0:
+        facts["hf"] = hf_logits(facts["export"]["folder"], work)
+        facts["config"] = json.loads((work / "hf-f32" / "config.json").read_text())
+    facts["maxtext"] = maxtext_logits(family, items)
+    # MaxText's exporter on param-only input (it reads no training state), both layouts
+    facts["exporter"] = {}
+    for layout, unrolled in (("scanned", "false"), ("unscanned", "true")):
+        p = driver.run_unroll(family, items, work, f"params-{layout}", f"force_unroll={unrolled}")
+        if p["rc"] != 0:
+            facts["exporter"][layout] = {"params": p}
+            continue
+        for dtype in ("bfloat16", "float32") if family in EXPORTER else ("bfloat16",):
+            key = f"{layout}-{dtype}"
+            ours = export(family, "load_parameters_path", p["path"], work / f"unroll-{key}",
+                          dtype)
+            theirs = maxtext_exporter(family, p["path"], layout == "scanned",
+                                      work / f"maxtext-{key}", dtype)
+            v = {"unroll": ours, "maxtext": theirs}
+            if ours["rc"] == 0 and theirs["rc"] == 0:
+                v["compare"] = compare(ours["folder"], theirs["folder"])
+            facts["exporter"][key] = v
+    (work / "facts.json").write_text(json.dumps(facts))
+
+
+if __name__ == "__main__":
+    main()
