@@ -388,8 +388,7 @@ static void load_batch(const struct row *rows, size_t nrows, size_t *at, uint64_
             p->raw = NULL;
             if (raw) {
                 p->raw = xrealloc(NULL, p->decoded);
-                if (ZSTD_decompressDCtx(dctx, p->raw, p->decoded, p->src, p->len) !=
-                    p->decoded) {
+                if (ZSTD_decompressDCtx(dctx, p->raw, p->decoded, p->src, p->len) != p->decoded) {
                     fprintf(stderr, "floor: output chunk does not decode\n");
                     exit(1);
                 }

@@ -144,7 +144,12 @@ int ur_rearrange_box(const ur_rearrange *r, const uint64_t *start, const uint64_
 
 /* --- element-wise arithmetic (tensor_cast.c) --------------------------------------------- */
 
-typedef enum { UR_TENSOR_OP_NONE = 0, UR_TENSOR_OP_MUL, UR_TENSOR_OP_DIV, UR_TENSOR_OP_ADD } ur_tensor_op;
+typedef enum {
+    UR_TENSOR_OP_NONE = 0,
+    UR_TENSOR_OP_MUL,
+    UR_TENSOR_OP_DIV,
+    UR_TENSOR_OP_ADD
+} ur_tensor_op;
 
 /* x = x OP c for n dense elements of a float32 or bfloat16 buffer, computed in float32 and
  * rounded back to the buffer's dtype (round to nearest even), as numpy/JAX compute

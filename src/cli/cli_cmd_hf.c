@@ -156,9 +156,9 @@ static int run(const hf_args *args, ur_err *err)
     }
     rc = ur_job_hf_run(&rep, &o, err);
     if (rc == UR_OK && args->dry_run) {
-        printf("%s (%s): %zu tensors, %.3f GiB, %zu shard%s\n", rep.hf.architecture,
-               rep.hf.family, rep.hf.n_tensors, (double)rep.hf.bytes / 1073741824.0,
-               rep.hf.n_shards, rep.hf.n_shards == 1 ? "" : "s");
+        printf("%s (%s): %zu tensors, %.3f GiB, %zu shard%s\n", rep.hf.architecture, rep.hf.family,
+               rep.hf.n_tensors, (double)rep.hf.bytes / 1073741824.0, rep.hf.n_shards,
+               rep.hf.n_shards == 1 ? "" : "s");
     } else if (rc == UR_OK && !args->quiet) {
         fprintf(stderr,
                 "unroll: wrote %s/: %s, %zu tensors in %zu shard%s, %.3f GiB read, %.3f GiB "

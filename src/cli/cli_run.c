@@ -155,7 +155,6 @@ void cli_catch_signals(void)
     }
 }
 
-
 int cli_run_status(int rc, const ur_err *err)
 {
     if (rc == UR_OK) {

@@ -396,8 +396,8 @@ static int produce_unstack(ur_kern_worker *wk, const ur_kern_item *it, const ur_
         ur_free(dsts);
     }
     for (uint64_t k = 0; rc == UR_OK && k < total; k++) {
-        rc = encode(sink, t->dst[o->ix[k]], it, wk->out.data + k * t->out_chunk_bytes,
-                    &o->enc[k], err);
+        rc = encode(sink, t->dst[o->ix[k]], it, wk->out.data + k * t->out_chunk_bytes, &o->enc[k],
+                    err);
     }
     o->n_out = (size_t)total;
     return rc;

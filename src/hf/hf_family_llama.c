@@ -93,8 +93,8 @@ static double get_float(const ur_settings *s, const char *key, double dflt)
  * llama3.1*, or rope_type llama3.1*: LLaMARotaryEmbedding). */
 static int rope_interleaved(const ur_settings *s)
 {
-    return starts(s->model_name, "llama3.1") || starts(get_str(s, "rope_type", "default"),
-                                                      "llama3.1");
+    return starts(s->model_name, "llama3.1") ||
+           starts(get_str(s, "rope_type", "default"), "llama3.1");
 }
 
 static int setup(hf_model *m, ur_err *err)
@@ -111,8 +111,8 @@ static int setup(hf_model *m, ur_err *err)
         return ur_err_set(err, UR_EUNSUPPORTED,
                           "Hugging Face export: decoder_block %s with use_qk_norm or "
                           "attention_bias has no place in %s",
-                          s->decoder_block, applies_llama(s) ? "LlamaForCausalLM"
-                                                             : "MistralForCausalLM");
+                          s->decoder_block,
+                          applies_llama(s) ? "LlamaForCausalLM" : "MistralForCausalLM");
     }
     m->flags |= rope_interleaved(s) ? HF_IF_ROPE_INTERLEAVED : HF_IF_ROPE_HALVES;
     m->flags |= HF_IF_QUERY_SCALED;
@@ -158,46 +158,98 @@ static int config(const hf_model *m, hf_json *j, int mistral, ur_err *err)
     if (rc == UR_OK && s->config != NULL) {
         (void)ur_config_get_int(s->config, "max_target_length", &max_len, NULL);
     }
-    if (rc == UR_OK) rc = hf_json_strs(j, "architectures", &arch, 1, err);
-    if (rc == UR_OK) rc = hf_json_str(j, NULL, "model_type", mistral ? "mistral" : "llama", err);
-    if (rc == UR_OK) rc = hf_json_int(j, NULL, "vocab_size", (int64_t)vocab, err);
-    if (rc == UR_OK) rc = hf_json_int(j, NULL, "hidden_size", (int64_t)emb, err);
-    if (rc == UR_OK) rc = hf_json_int(j, NULL, "intermediate_size", (int64_t)mlp, err);
-    if (rc == UR_OK) rc = hf_json_int(j, NULL, "num_hidden_layers", m->n_layers, err);
-    if (rc == UR_OK) rc = hf_json_int(j, NULL, "num_attention_heads", (int64_t)heads, err);
-    if (rc == UR_OK) rc = hf_json_int(j, NULL, "num_key_value_heads", (int64_t)kv, err);
-    if (rc == UR_OK) rc = hf_json_int(j, NULL, "head_dim", (int64_t)hd, err);
-    if (rc == UR_OK) rc = hf_json_str(j, NULL, "hidden_act", "silu", err);
-    if (rc == UR_OK) rc = hf_json_float(j, NULL, "rms_norm_eps",
-                                        get_float(s, "normalization_layer_epsilon", 1e-5), err);
+    if (rc == UR_OK) {
+        rc = hf_json_strs(j, "architectures", &arch, 1, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_str(j, NULL, "model_type", mistral ? "mistral" : "llama", err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, NULL, "vocab_size", (int64_t)vocab, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, NULL, "hidden_size", (int64_t)emb, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, NULL, "intermediate_size", (int64_t)mlp, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, NULL, "num_hidden_layers", m->n_layers, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, NULL, "num_attention_heads", (int64_t)heads, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, NULL, "num_key_value_heads", (int64_t)kv, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, NULL, "head_dim", (int64_t)hd, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_str(j, NULL, "hidden_act", "silu", err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, NULL, "rms_norm_eps",
+                           get_float(s, "normalization_layer_epsilon", 1e-5), err);
+    }
     /* the llama3 scaling's 8192 original positions need a longer context (Llama 3.1's) */
-    if (rc == UR_OK) rc = hf_json_int(j, NULL, "max_position_embeddings",
-                                      scaled ? 131072 : max_len > 0 ? max_len : 2048, err);
-    if (rc == UR_OK) rc = hf_json_bool(j, NULL, "tie_word_embeddings",
-                                       !(m->flags & HF_IF_UNTIED), err);
-    if (rc == UR_OK) rc = hf_json_float(j, NULL, "attention_dropout", 0.0, err);
-    if (rc == UR_OK) rc = hf_json_float(j, NULL, "initializer_range", 0.02, err);
-    if (rc == UR_OK) rc = hf_json_bool(j, NULL, "use_cache", 1, err);
-    if (rc == UR_OK) rc = hf_json_str(j, NULL, "dtype", ur_dtype_name(m->weight_dtype), err);
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, NULL, "max_position_embeddings",
+                         scaled        ? 131072
+                         : max_len > 0 ? max_len
+                                       : 2048,
+                         err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, NULL, "tie_word_embeddings", !(m->flags & HF_IF_UNTIED), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, NULL, "attention_dropout", 0.0, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, NULL, "initializer_range", 0.02, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, NULL, "use_cache", 1, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_str(j, NULL, "dtype", ur_dtype_name(m->weight_dtype), err);
+    }
     if (mistral) {
-        if (rc == UR_OK) rc = hf_json_null(j, NULL, "sliding_window", err);
+        if (rc == UR_OK) {
+            rc = hf_json_null(j, NULL, "sliding_window", err);
+        }
     } else {
-        if (rc == UR_OK) rc = hf_json_bool(j, NULL, "attention_bias", 0, err);
-        if (rc == UR_OK) rc = hf_json_bool(j, NULL, "mlp_bias", 0, err);
-        if (rc == UR_OK) rc = hf_json_int(j, NULL, "pretraining_tp", 1, err);
+        if (rc == UR_OK) {
+            rc = hf_json_bool(j, NULL, "attention_bias", 0, err);
+        }
+        if (rc == UR_OK) {
+            rc = hf_json_bool(j, NULL, "mlp_bias", 0, err);
+        }
+        if (rc == UR_OK) {
+            rc = hf_json_int(j, NULL, "pretraining_tp", 1, err);
+        }
     }
     /* transformers 5's rope_parameters (as MaxText's exporter writes them): the theta, and
      * LLaMARotaryEmbedding's scaling (factor 8, frequency factors 1 and 4, 8192 positions) */
-    if (rc == UR_OK) rc = hf_json_float(j, "rope_parameters", "rope_theta",
-                                        get_float(s, "rope_max_timescale", 10000), err);
-    if (rc == UR_OK) rc = hf_json_str(j, "rope_parameters", "rope_type",
-                                      scaled ? "llama3" : "default", err);
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, "rope_parameters", "rope_theta",
+                           get_float(s, "rope_max_timescale", 10000), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_str(j, "rope_parameters", "rope_type", scaled ? "llama3" : "default", err);
+    }
     if (rc == UR_OK && scaled) {
         rc = hf_json_float(j, "rope_parameters", "factor", 8.0, err);
-        if (rc == UR_OK) rc = hf_json_float(j, "rope_parameters", "low_freq_factor", 1.0, err);
-        if (rc == UR_OK) rc = hf_json_float(j, "rope_parameters", "high_freq_factor", 4.0, err);
-        if (rc == UR_OK) rc = hf_json_int(j, "rope_parameters", "original_max_position_embeddings",
-                                          8192, err);
+        if (rc == UR_OK) {
+            rc = hf_json_float(j, "rope_parameters", "low_freq_factor", 1.0, err);
+        }
+        if (rc == UR_OK) {
+            rc = hf_json_float(j, "rope_parameters", "high_freq_factor", 4.0, err);
+        }
+        if (rc == UR_OK) {
+            rc = hf_json_int(j, "rope_parameters", "original_max_position_embeddings", 8192, err);
+        }
     }
     return rc;
 }
@@ -212,7 +264,9 @@ static int config_mistral(const hf_model *m, hf_json *j, ur_err *err)
     return config(m, j, 1, err);
 }
 
-const hf_family hf_family_llama = {"llama", "LlamaForCausalLM", applies_llama, setup, rules,
-                                   sizeof rules / sizeof rules[0], config_llama};
-const hf_family hf_family_mistral = {"mistral", "MistralForCausalLM", applies_mistral, setup,
-                                     rules, sizeof rules / sizeof rules[0], config_mistral};
+const hf_family hf_family_llama = {
+    "llama",     "LlamaForCausalLM", applies_llama, setup, rules, sizeof rules / sizeof rules[0],
+    config_llama};
+const hf_family hf_family_mistral = {
+    "mistral", "MistralForCausalLM",           applies_mistral, setup,
+    rules,     sizeof rules / sizeof rules[0], config_mistral};

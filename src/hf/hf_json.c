@@ -250,7 +250,7 @@ static int put_object(const hf_json *j, const char *in, int depth, ur_buf *b, ur
         }
         if (rc == UR_OK) {
             rc = k[i]->in == (char *)1 ? put_object(j, k[i]->key, depth + 1, b, err)
-                                      : put_value(b, k[i], depth + 1, err);
+                                       : put_value(b, k[i], depth + 1, err);
         }
         if (rc == UR_OK) {
             rc = ur_buf_printf(b, err, "%s\n", i + 1 < n ? "," : "");

@@ -17,8 +17,9 @@
 /* As MaxText's exporter writes it: json.dump(index, indent=2), no newline at the end. */
 static int index_text(const ur_hf_plan *p, ur_buf *out, ur_err *err)
 {
-    int rc = ur_buf_printf(out, err, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n"
-                                     "  \"weight_map\": {\n",
+    int rc = ur_buf_printf(out, err,
+                           "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n"
+                           "  \"weight_map\": {\n",
                            (unsigned long long)p->bytes);
     for (size_t i = 0; i < p->n && rc == UR_OK; i++) {
         rc = ur_buf_printf(out, err, "    \"%s\": \"%s\"%s\n", p->t[i].name,

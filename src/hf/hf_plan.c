@@ -214,8 +214,8 @@ static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer,
     t->rule = r;
     t->in_dtype = q->dtype;
     t->dtype = p->dtype;
-    t->op = r->op == HF_OP_NONE ? UR_TENSOR_OP_NONE
-            : r->op == HF_OP_SUB_ONE ? UR_TENSOR_OP_ADD
+    t->op = r->op == HF_OP_NONE                ? UR_TENSOR_OP_NONE
+            : r->op == HF_OP_SUB_ONE           ? UR_TENSOR_OP_ADD
             : r->op == HF_OP_MUL_SQRT_HEAD_DIM ? UR_TENSOR_OP_MUL
                                                : UR_TENSOR_OP_DIV;
     t->op_value = op_value(r, q, &p->model);
@@ -224,13 +224,15 @@ static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer,
         return ur_err_wrap(err, "Hugging Face export: parameter '%s'", q->path);
     }
     if (t->op != UR_TENSOR_OP_NONE && !ur_dtype_is_float(q->dtype)) {
-        return ur_err_set(err, UR_EUNSUPPORTED, "Hugging Face export: parameter '%s': %s "
-                                                "arithmetic on %s",
+        return ur_err_set(err, UR_EUNSUPPORTED,
+                          "Hugging Face export: parameter '%s': %s "
+                          "arithmetic on %s",
                           q->path, op_text(r->op), ur_dtype_name(q->dtype));
     }
     if (!ur_tensor_cast_supported(p->dtype, q->dtype) && p->dtype != q->dtype) {
-        return ur_err_set(err, UR_EUNSUPPORTED, "Hugging Face export: parameter '%s': no cast "
-                                                "from %s to %s",
+        return ur_err_set(err, UR_EUNSUPPORTED,
+                          "Hugging Face export: parameter '%s': no cast "
+                          "from %s to %s",
                           q->path, ur_dtype_name(q->dtype), ur_dtype_name(p->dtype));
     }
     t->name = ur_strdup(name);
@@ -369,8 +371,12 @@ static int lay_out(ur_hf_plan *p, ur_err *err)
  * unless told to override it (_validate_or_update_architecture): the keys that make it. */
 static int check_architecture(const ur_settings *s, const ur_hf_opts *o, ur_err *err)
 {
-    static const char *const keys[] = {"base_emb_dim", "base_mlp_dim", "base_num_query_heads",
-                                       "base_num_kv_heads", "base_num_decoder_layers", "head_dim",
+    static const char *const keys[] = {"base_emb_dim",
+                                       "base_mlp_dim",
+                                       "base_num_query_heads",
+                                       "base_num_kv_heads",
+                                       "base_num_decoder_layers",
+                                       "head_dim",
                                        "vocab_size"};
     char diff[512] = "";
     size_t used = 0;
@@ -414,8 +420,9 @@ int ur_hf_plan_build(ur_hf_plan **out, const ur_plan *plan, const ur_plan_leaf *
     p->model.weight_dtype = o->weight_dtype;
     p->fam = hf_family_for(s);
     if (p->dtype != UR_DT_FLOAT32 && p->dtype != UR_DT_BFLOAT16) {
-        rc = ur_err_set(err, UR_EINVAL, "Hugging Face export: weight_dtype %s (float32 or "
-                                        "bfloat16)",
+        rc = ur_err_set(err, UR_EINVAL,
+                        "Hugging Face export: weight_dtype %s (float32 or "
+                        "bfloat16)",
                         ur_dtype_name(p->dtype));
     } else if (p->fam == NULL) {
         rc = ur_err_set(err, UR_EUNSUPPORTED,

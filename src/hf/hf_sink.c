@@ -77,8 +77,9 @@ static int s_begin_array(void *self, const ur_sink_path *path, ur_dtype dtype, i
         if (!same) {
             ur_free(a);
             ur_free(key);
-            return ur_err_set(err, UR_EINTERNAL, "Hugging Face export: '%s' is not the array "
-                                                 "the plan described",
+            return ur_err_set(err, UR_EINTERNAL,
+                              "Hugging Face export: '%s' is not the array "
+                              "the plan described",
                               q->path);
         }
         a->tensor = q->tensor;
@@ -274,10 +275,9 @@ static int s_finish(void *self, ur_err *err)
     for (size_t i = 0; i < s->p->n && rc == UR_OK; i++) {
         uint64_t got = atomic_load(&s->written[i]);
         if (got != s->p->t[i].nbytes) {
-            rc = ur_err_set(err, UR_EINTERNAL,
-                            "Hugging Face export: tensor %s has %llu of its %llu bytes",
-                            s->p->t[i].name, (unsigned long long)got,
-                            (unsigned long long)s->p->t[i].nbytes);
+            rc = ur_err_set(
+                err, UR_EINTERNAL, "Hugging Face export: tensor %s has %llu of its %llu bytes",
+                s->p->t[i].name, (unsigned long long)got, (unsigned long long)s->p->t[i].nbytes);
         }
     }
     for (size_t i = 0; i < s->p->n_shards; i++) {

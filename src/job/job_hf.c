@@ -158,11 +158,20 @@ static int plan_export(hf_run *r, const ur_hf_run_opts *ho, ur_err *err)
 
 /* The tokenizer's and processor's files of a local --hf_model_path, copied into the folder
  * (MaxText's exporter saves the tokenizer it loads from there). */
-static const char *const TOKENIZER_FILES[] = {
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-    "vocab.json", "vocab.txt", "merges.txt", "added_tokens.json", "chat_template.jinja",
-    "chat_template.json", "preprocessor_config.json", "processor_config.json",
-    "video_preprocessor_config.json", "generation_config.json"};
+static const char *const TOKENIZER_FILES[] = {"tokenizer.json",
+                                              "tokenizer_config.json",
+                                              "special_tokens_map.json",
+                                              "tokenizer.model",
+                                              "vocab.json",
+                                              "vocab.txt",
+                                              "merges.txt",
+                                              "added_tokens.json",
+                                              "chat_template.jinja",
+                                              "chat_template.json",
+                                              "preprocessor_config.json",
+                                              "processor_config.json",
+                                              "video_preprocessor_config.json",
+                                              "generation_config.json"};
 
 static int copy_tokenizer(const char *from, const char *to, ur_err *err)
 {

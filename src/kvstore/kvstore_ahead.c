@@ -21,8 +21,9 @@
  *
  * A hint is best effort: when the cache is full it is dropped and the read goes to the base,
  * as it would without this store. Pieces nobody read are dropped once many reads were made
- * since they arrived (stale), so hints that were not followed cannot fill the cache for good. A piece or part that failed gives its error (the base's, after its own retries) to the
- * read that wanted it. Every other operation goes to the base.
+ * since they arrived (stale), so hints that were not followed cannot fill the cache for good. A
+ * piece or part that failed gives its error (the base's, after its own retries) to the read that
+ * wanted it. Every other operation goes to the base.
  *
  * Threads: the cache and the queues are under one mutex; bytes are fetched and copied outside
  * it (a cached piece stays alive while it has readers). Closing waits for the requests in
@@ -238,8 +239,7 @@ static int enqueue_hint(ahead_store *a, const char *key, uint64_t off, size_t n)
         }
     }
     p = ur_calloc(1, sizeof *p);
-    if (p == NULL || (p->owned_key = ur_strdup(key)) == NULL ||
-        (p->buf = ur_malloc(n)) == NULL) {
+    if (p == NULL || (p->owned_key = ur_strdup(key)) == NULL || (p->buf = ur_malloc(n)) == NULL) {
         if (p != NULL) {
             free_piece(p);
         }

@@ -16,12 +16,23 @@ static const struct {
     const char *name;
     int rank;
 } dtypes[] = {
-    {UR_DT_BOOL, "BOOL", 0},     {UR_DT_UINT8, "U8", 4},       {UR_DT_INT8, "I8", 5},
-    {UR_DT_FLOAT8_E5M2, "F8_E5M2", 6}, {UR_DT_FLOAT8_E4M3FN, "F8_E4M3", 7},
-    {UR_DT_FLOAT8_E8M0FNU, "F8_E8M0", 8}, {UR_DT_INT16, "I16", 11}, {UR_DT_UINT16, "U16", 12},
-    {UR_DT_FLOAT16, "F16", 13},  {UR_DT_BFLOAT16, "BF16", 14}, {UR_DT_INT32, "I32", 15},
-    {UR_DT_UINT32, "U32", 16},   {UR_DT_FLOAT32, "F32", 17},   {UR_DT_COMPLEX64, "C64", 18},
-    {UR_DT_FLOAT64, "F64", 19},  {UR_DT_INT64, "I64", 20},     {UR_DT_UINT64, "U64", 21},
+    {UR_DT_BOOL, "BOOL", 0},
+    {UR_DT_UINT8, "U8", 4},
+    {UR_DT_INT8, "I8", 5},
+    {UR_DT_FLOAT8_E5M2, "F8_E5M2", 6},
+    {UR_DT_FLOAT8_E4M3FN, "F8_E4M3", 7},
+    {UR_DT_FLOAT8_E8M0FNU, "F8_E8M0", 8},
+    {UR_DT_INT16, "I16", 11},
+    {UR_DT_UINT16, "U16", 12},
+    {UR_DT_FLOAT16, "F16", 13},
+    {UR_DT_BFLOAT16, "BF16", 14},
+    {UR_DT_INT32, "I32", 15},
+    {UR_DT_UINT32, "U32", 16},
+    {UR_DT_FLOAT32, "F32", 17},
+    {UR_DT_COMPLEX64, "C64", 18},
+    {UR_DT_FLOAT64, "F64", 19},
+    {UR_DT_INT64, "I64", 20},
+    {UR_DT_UINT64, "U64", 21},
 };
 
 const char *ur_st_dtype_name(ur_dtype dt)
@@ -79,8 +90,12 @@ static int put_string(ur_buf *b, const char *s, ur_err *err)
             char e[2] = {'\\', (char)*p};
             rc = ur_buf_append(b, e, 2, err);
         } else if (*p < 0x20) {
-            const char *named = *p == '\n' ? "\\n" : *p == '\t' ? "\\t" : *p == '\r' ? "\\r"
-                              : *p == '\b' ? "\\b" : *p == '\f' ? "\\f" : NULL;
+            const char *named = *p == '\n'   ? "\\n"
+                                : *p == '\t' ? "\\t"
+                                : *p == '\r' ? "\\r"
+                                : *p == '\b' ? "\\b"
+                                : *p == '\f' ? "\\f"
+                                             : NULL;
             if (named != NULL) {
                 rc = ur_buf_append(b, named, 2, err);
             } else {
@@ -121,8 +136,9 @@ static int check_decl(const ur_st_decl *d, uint64_t *nbytes, ur_err *err)
         return ur_err_set(err, UR_EINVAL, "safetensors: a tensor without a name");
     }
     if (ur_st_dtype_name(d->dtype) == NULL) {
-        return ur_err_set(err, UR_EINVAL, "safetensors: tensor '%s': dtype %s has no safetensors "
-                                          "name",
+        return ur_err_set(err, UR_EINVAL,
+                          "safetensors: tensor '%s': dtype %s has no safetensors "
+                          "name",
                           d->name, ur_dtype_name(d->dtype));
     }
     if (d->rank < 0 || d->rank > UR_MAX_RANK) {

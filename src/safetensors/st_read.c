@@ -72,7 +72,9 @@ static int parse_entry(ur_st_entry *e, const cJSON *v, ur_err *err)
 static int by_begin(const void *a, const void *b)
 {
     const ur_st_entry *x = a, *y = b;
-    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
+    return x->begin < y->begin   ? -1
+           : x->begin > y->begin ? 1
+                                 : (x->end > y->end) - (x->end < y->end);
 }
 
 /* The entries, sorted by offset, must tile [0, data_size) exactly. */
@@ -83,7 +85,8 @@ static int check_tiling(ur_st_header *h, uint64_t data_size, ur_err *err)
     for (size_t i = 0; i < h->n; i++) {
         if (h->e[i].begin != at) {
             return bad(err, h->data_start + at,
-                       h->e[i].begin > at ? "a hole in the data" : "tensors overlap", h->e[i].name);
+                       h->e[i].begin > at ? "a hole in the data" : "tensors overlap",
+                       h->e[i].name);
         }
         at = h->e[i].end;
         h->e[i].begin += h->data_start;

@@ -279,7 +279,8 @@ UR_SAME_STRIDED(same4_strided, 4)
 UR_SAME_STRIDED(same8_strided, 8)
 UR_SAME_STRIDED(same16_strided, 16)
 
-/* bfloat16 -> float32: exact (the bits, shifted); what astype(float32) gives, NaN payloads kept. */
+/* bfloat16 -> float32: exact (the bits, shifted); what astype(float32) gives, NaN payloads kept.
+ */
 static void bf16_f32_dense(char *restrict dst, ptrdiff_t dstep, const char *restrict src,
                            ptrdiff_t sstep, size_t n)
 {

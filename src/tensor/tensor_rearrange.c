@@ -163,8 +163,7 @@ static int parse_output(ur_rearrange *r, part *p, cursor *c, ur_err *err)
                 /* a literal on the output side names the input part of that size */
                 i = -1;
                 for (int j = 0; j < r->n_parts && i < 0; j++) {
-                    if (p[j].name[0] == '#' && !p[j].used &&
-                        p[j].size == strtoull(w, NULL, 10)) {
+                    if (p[j].name[0] == '#' && !p[j].used && p[j].size == strtoull(w, NULL, 10)) {
                         i = j;
                     }
                 }

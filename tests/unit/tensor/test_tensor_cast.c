@@ -174,6 +174,48 @@ static void test_tensor_cast__dense_runs_match_scalar(void **state)
     }
 }
 
+/* bfloat16 -> float32 is exact, every one of the 65,536 codes (NaN payloads kept), dense and
+ * through a strided copy; and back to bfloat16 gives the same code but for NaN payloads. */
+static void test_tensor_cast__bf16_widens_exactly(void **state)
+{
+    uint16_t *h = malloc(65536 * 2);
+    uint32_t *f = malloc(65536 * 4), *g = malloc(65536 * 4);
+    uint16_t *back = malloc(65536 * 2);
+    ur_tensor_view src, dst;
+    uint64_t n = 65536;
+    (void)state;
+    assert_non_null(h);
+    assert_non_null(f);
+    assert_non_null(g);
+    assert_non_null(back);
+    for (uint32_t i = 0; i < 65536; i++) {
+        h[i] = (uint16_t)i;
+    }
+    assert_int_equal(ur_tensor_cast_dense(f, UR_DT_FLOAT32, h, UR_DT_BFLOAT16, 65536, NULL),
+                     UR_OK);
+    assert_int_equal(ur_tensor_view_init_dense(&src, UR_DT_BFLOAT16, 1, &n, h, NULL), UR_OK);
+    assert_int_equal(ur_tensor_view_init_dense(&dst, UR_DT_FLOAT32, 1, &n, g, NULL), UR_OK);
+    src.shape[0] = dst.shape[0] = 32768; /* every other code, strided on both sides */
+    src.strides[0] = dst.strides[0] = 2;
+    assert_int_equal(ur_tensor_copy(&dst, &src, NULL), UR_OK);
+    assert_int_equal(ur_tensor_cast_dense(back, UR_DT_BFLOAT16, f, UR_DT_FLOAT32, 65536, NULL),
+                     UR_OK);
+    for (uint32_t i = 0; i < 65536; i++) {
+        int nan = (i & 0x7f80) == 0x7f80 && (i & 0x7f) != 0;
+        assert_int_equal(f[i], i << 16);
+        if (i % 2 == 0) {
+            assert_int_equal(g[i], i << 16);
+        }
+        if (!nan) {
+            assert_int_equal(back[i], i);
+        }
+    }
+    free(h);
+    free(f);
+    free(g);
+    free(back);
+}
+
 static void test_tensor_cast__supported_pairs(void **state)
 {
     ur_err err;
@@ -182,7 +224,8 @@ static void test_tensor_cast__supported_pairs(void **state)
     for (int d = 0; d < UR_DT_COUNT_; d++) {
         for (int s = 0; s < UR_DT_COUNT_; s++) {
             int want = d != UR_DT_INVALID && s != UR_DT_INVALID &&
-                       (d == s || (d == UR_DT_BFLOAT16 && ur_dtype_is_float((ur_dtype)s)));
+                       (d == s || (d == UR_DT_BFLOAT16 && ur_dtype_is_float((ur_dtype)s)) ||
+                        (d == UR_DT_FLOAT32 && s == UR_DT_BFLOAT16));
             assert_int_equal(ur_tensor_cast_supported((ur_dtype)d, (ur_dtype)s), want);
             if (!want) {
                 assert_int_equal(ur_tensor_cast_dense(a, (ur_dtype)d, b, (ur_dtype)s, 1, &err),
@@ -253,6 +296,7 @@ int main(void)
         cmocka_unit_test(test_tensor_cast__f64_random),
         cmocka_unit_test(test_tensor_cast__dense_runs_match_scalar),
         cmocka_unit_test(test_tensor_cast__supported_pairs),
+        cmocka_unit_test(test_tensor_cast__bf16_widens_exactly),
         cmocka_unit_test(test_tensor_cast__float8_known_values),
     };
     return cmocka_run_group_tests_name("tensor_cast", tests, NULL, NULL);

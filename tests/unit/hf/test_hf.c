@@ -1,0 +1,342 @@
+/* The Hugging Face export (unroll/hf.h) on a plan made by hand: the llama family's names,
+ * shapes and shards, config.json, what it refuses; and its sink fed chunk by chunk, the shards
+ * read back and held to the transforms computed element by element. */
+#include "ur_test.h"
+
+#include "unroll/fs.h"
+#include "unroll/hf.h"
+#include "unroll/kvstore.h"
+#include "unroll/safetensors.h"
+
+#include <math.h>
+#include <unistd.h>
+
+#define E 8
+#define H 2
+#define KV 1
+#define D 4
+#define M 6
+#define V 10
+
+typedef struct {
+    const char *path; /* below params/params/ */
+    int rank;
+    uint64_t shape[3];
+} param;
+
+static const param LLAMA[] = {
+    {"token_embedder/embedding", 2, {V, E}},
+    {"decoder/decoder_norm/scale", 1, {E}},
+    {"decoder/logits_dense/kernel", 2, {E, V}},
+    {"decoder/layers_0/pre_self_attention_layer_norm/scale", 1, {E}},
+    {"decoder/layers_0/post_self_attention_layer_norm/scale", 1, {E}},
+    {"decoder/layers_0/self_attention/query/kernel", 3, {E, H, D}},
+    {"decoder/layers_0/self_attention/key/kernel", 3, {E, KV, D}},
+    {"decoder/layers_0/self_attention/value/kernel", 3, {E, KV, D}},
+    {"decoder/layers_0/self_attention/out/kernel", 3, {H, D, E}},
+    {"decoder/layers_0/mlp/wi_0/kernel", 2, {E, M}},
+    {"decoder/layers_0/mlp/wi_1/kernel", 2, {E, M}},
+    {"decoder/layers_0/mlp/wo/kernel", 2, {M, E}},
+};
+#define N_LLAMA (sizeof LLAMA / sizeof LLAMA[0])
+
+/* A plan that copies each parameter to params/params/<path> (float32), and its leaves. */
+typedef struct {
+    ur_plan plan;
+    ur_plan_leaf leaves[16];
+    ur_plan_action actions[16];
+    ur_plan_path paths[16];
+    const char *comps[16][12];
+    char words[16][256];
+} fake_plan;
+
+static void make_plan(fake_plan *f, const param *ps, size_t n)
+{
+    memset(f, 0, sizeof *f);
+    for (size_t i = 0; i < n; i++) {
+        size_t k = 0;
+        snprintf(f->words[i], sizeof f->words[i], "%s", ps[i].path);
+        f->comps[i][k++] = "params";
+        f->comps[i][k++] = "params";
+        for (char *s = strtok(f->words[i], "/"); s != NULL; s = strtok(NULL, "/")) {
+            f->comps[i][k++] = s;
+        }
+        f->paths[i].comp = f->comps[i];
+        f->paths[i].len = k;
+        f->leaves[i].path = f->comps[i];
+        f->leaves[i].path_len = k;
+        f->leaves[i].dtype = UR_DT_FLOAT32;
+        f->leaves[i].rank = (size_t)ps[i].rank;
+        f->leaves[i].shape = ps[i].shape;
+        f->actions[i].kind = UR_PLAN_COPY;
+        f->actions[i].out_dtype = UR_DT_FLOAT32;
+        f->actions[i].n_out = 1;
+        f->actions[i].out = &f->paths[i];
+    }
+    f->plan.n_actions = n;
+    f->plan.actions = f->actions;
+}
+
+static ur_settings llama_settings(void)
+{
+    ur_settings s;
+    memset(&s, 0, sizeof s);
+    s.decoder_block = "llama2";
+    s.model_name = "default";
+    return s;
+}
+
+static void test_hf__llama_plan(void **state)
+{
+    fake_plan f;
+    ur_settings s = llama_settings();
+    ur_hf_opts o = {UR_DT_BFLOAT16, 0, 0, NULL};
+    ur_hf_plan *p;
+    ur_hf_summary sum;
+    ur_hf_tensor_info t;
+    (void)state;
+    make_plan(&f, LLAMA, N_LLAMA);
+    assert_int_equal(ur_hf_plan_build(&p, &f.plan, f.leaves, &s, &o, NULL), UR_OK);
+    ur_hf_plan_summary(p, &sum);
+    assert_string_equal(sum.architecture, "LlamaForCausalLM");
+    assert_int_equal(sum.n_tensors, N_LLAMA);
+    assert_int_equal(sum.n_shards, 1);
+    /* sorted by name: lm_head first; q_proj [H*D, E] from the query with its arithmetic */
+    assert_int_equal(ur_hf_plan_tensor(p, 0, &t), 1);
+    assert_string_equal(t.name, "lm_head.weight");
+    assert_int_equal(t.shape[0], V);
+    for (size_t i = 0; ur_hf_plan_tensor(p, i, &t); i++) {
+        if (strcmp(t.name, "model.layers.0.self_attn.q_proj.weight") == 0) {
+            assert_int_equal(t.rank, 2);
+            assert_int_equal(t.shape[0], H * D);
+            assert_int_equal(t.shape[1], E);
+            assert_string_equal(t.op, "x * sqrt(head_dim)");
+            assert_string_equal(t.shard, "model.safetensors");
+            assert_int_equal(t.dtype, UR_DT_BFLOAT16);
+        }
+    }
+    assert_int_equal(ur_hf_plan_tensor(p, N_LLAMA, &t), 0);
+    ur_hf_plan_free(p);
+}
+
+/* Shards cut as MaxText's exporter cuts them: by name, a new one when the next tensor would
+ * pass the size; several shards get numbered names and an index. */
+static void test_hf__shards_and_meta(void **state)
+{
+    fake_plan f;
+    ur_settings s = llama_settings();
+    ur_hf_opts o = {UR_DT_FLOAT32, 4 * E * V, 0, NULL};
+    ur_hf_plan *p;
+    ur_hf_summary sum;
+    ur_hf_tensor_info t;
+    char dir[256], *cfg, *idx;
+    ur_buf b;
+    (void)state;
+    make_plan(&f, LLAMA, N_LLAMA);
+    assert_int_equal(ur_hf_plan_build(&p, &f.plan, f.leaves, &s, &o, NULL), UR_OK);
+    ur_hf_plan_summary(p, &sum);
+    assert_true(sum.n_shards > 2);
+    assert_int_equal(ur_hf_plan_tensor(p, 0, &t), 1);
+    assert_memory_equal(t.shard, "model-00001-of-0000", 19);
+    ur_test_scratch_dir(dir, sizeof dir, "hf_meta");
+    assert_int_equal(ur_hf_write_meta(p, dir, NULL), UR_OK);
+    cfg = ur_path_join(dir, "config.json");
+    idx = ur_path_join(dir, "model.safetensors.index.json");
+    ur_buf_init(&b, 0);
+    assert_int_equal(ur_fs_read_file(&b, cfg, 1 << 20, NULL), UR_OK);
+    assert_non_null(strstr((const char *)b.data, "\"num_hidden_layers\": 1,"));
+    assert_non_null(strstr((const char *)b.data, "\"hidden_size\": 8,"));
+    assert_non_null(strstr((const char *)b.data, "\"rms_norm_eps\": 1e-05,"));
+    assert_non_null(strstr((const char *)b.data, "\"rope_theta\": 10000.0,"));
+    ur_buf_reset(&b);
+    assert_int_equal(ur_fs_read_file(&b, idx, 1 << 20, NULL), UR_OK);
+    assert_non_null(strstr((const char *)b.data, "\"total_size\": "));
+    assert_non_null(strstr((const char *)b.data, "\"lm_head.weight\": \"model-00001-of-"));
+    ur_buf_dispose(&b);
+    free(cfg);
+    free(idx);
+    (void)ur_fs_remove_tree(dir, NULL);
+    ur_hf_plan_free(p);
+}
+
+static int build_err(const param *ps, size_t n, const char *block, ur_dtype dt, ur_err *err)
+{
+    fake_plan f;
+    ur_settings s = llama_settings();
+    ur_hf_opts o = {dt, 0, 0, NULL};
+    ur_hf_plan *p = NULL;
+    int rc;
+    s.decoder_block = block;
+    make_plan(&f, ps, n);
+    rc = ur_hf_plan_build(&p, &f.plan, f.leaves, &s, &o, err);
+    ur_hf_plan_free(p);
+    return rc;
+}
+
+static void test_hf__refusals(void **state)
+{
+    param extra[N_LLAMA + 1];
+    ur_err err;
+    (void)state;
+    /* a parameter the family has no place for */
+    memcpy(extra, LLAMA, sizeof LLAMA);
+    extra[N_LLAMA] = (param){"decoder/layers_0/mlp/extra/kernel", 2, {E, M}};
+    assert_int_equal(build_err(extra, N_LLAMA + 1, "llama2", UR_DT_FLOAT32, &err),
+                     UR_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "decoder/layers_0/mlp/extra/kernel"));
+    /* a tensor the family needs and the checkpoint lacks (wi_1) */
+    memcpy(extra, LLAMA, sizeof LLAMA);
+    memmove(&extra[10], &extra[11], sizeof extra[0]);
+    assert_int_equal(build_err(extra, N_LLAMA - 1, "llama2", UR_DT_FLOAT32, &err), UR_EINVAL);
+    assert_non_null(strstr(err.msg, "wi_1"));
+    /* a decoder block without a mapping; a weight dtype the export does not write */
+    assert_int_equal(build_err(LLAMA, N_LLAMA, "simple", UR_DT_FLOAT32, &err), UR_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "simple"));
+    assert_int_equal(build_err(LLAMA, N_LLAMA, "llama2", UR_DT_INT8, &err), UR_EINVAL);
+}
+
+/* The sink: every parameter fed in chunks (edge chunks included), the shard read back, each
+ * tensor held to its transform computed element by element. */
+static void test_hf__sink_places_chunks(void **state)
+{
+    fake_plan f;
+    ur_settings s = llama_settings();
+    ur_hf_opts o = {UR_DT_FLOAT32, 0, 0, NULL};
+    ur_hf_plan *p;
+    ur_sink sink;
+    char dir[256];
+    float *data[N_LLAMA];
+    ur_kvstore *kv;
+    ur_st_header h;
+    (void)state;
+    make_plan(&f, LLAMA, N_LLAMA);
+    assert_int_equal(ur_hf_plan_build(&p, &f.plan, f.leaves, &s, &o, NULL), UR_OK);
+    ur_test_scratch_dir(dir, sizeof dir, "hf_sink");
+    assert_int_equal(ur_hf_sink_open(&sink, p, dir, NULL), UR_OK);
+    for (size_t i = 0; i < N_LLAMA; i++) {
+        const param *q = &LLAMA[i];
+        uint64_t n = 1, chunk[3], grid[3], idx[3] = {0};
+        ur_sink_array *a;
+        ur_sink_path sp = {f.paths[i].comp, NULL, f.paths[i].len};
+        for (int d = 0; d < q->rank; d++) {
+            n *= q->shape[d];
+            chunk[d] = d == 0 ? 3 : q->shape[d]; /* 3 rows a chunk: edge chunks on axis 0 */
+            grid[d] = (q->shape[d] + chunk[d] - 1) / chunk[d];
+        }
+        data[i] = malloc(n * sizeof(float));
+        for (uint64_t e = 0; e < n; e++) {
+            data[i][e] = (float)(i * 1000 + e) * 0.25f - 3.0f;
+        }
+        assert_int_equal(sink.ops->begin_array(sink.self, &sp, UR_DT_FLOAT32, q->rank, q->shape,
+                                               chunk, &a, NULL),
+                         UR_OK);
+        for (idx[0] = 0; idx[0] < grid[0]; idx[0]++) {
+            uint64_t row = n / q->shape[0], cn = chunk[0] * row;
+            float *raw = calloc(cn, sizeof(float));
+            uint64_t rows = q->shape[0] - idx[0] * 3 < 3 ? q->shape[0] - idx[0] * 3 : 3;
+            ur_buf out;
+            memcpy(raw, data[i] + idx[0] * 3 * row, rows * row * sizeof(float));
+            ur_buf_init(&out, 0);
+            assert_int_equal(sink.ops->encode_chunk(sink.self, a, idx, raw, &out, NULL), UR_OK);
+            assert_int_equal(sink.ops->write_chunk(sink.self, a, idx, out.data, out.len, NULL),
+                             UR_OK);
+            ur_buf_dispose(&out);
+            free(raw);
+        }
+        assert_int_equal(sink.ops->finish_array(sink.self, a, NULL), UR_OK);
+    }
+    assert_int_equal(sink.ops->finish(sink.self, NULL), UR_OK);
+    assert_int_equal(ur_kvstore_file_open(&kv, dir, 0, NULL), UR_OK);
+    assert_int_equal(ur_st_header_read(&h, kv, "model.safetensors", NULL), UR_OK);
+    /* q_proj[h*D + d][e] = query[e][h][d] * float32(sqrt(D)) */
+    {
+        const ur_st_entry *t = ur_st_header_find(&h, "model.layers.0.self_attn.q_proj.weight");
+        float got[H * D * E];
+        assert_non_null(t);
+        assert_int_equal(ur_kvstore_read_range(kv, "model.safetensors", t->begin, sizeof got, got,
+                                               NULL),
+                         UR_OK);
+        for (int hh = 0; hh < H; hh++) {
+            for (int d = 0; d < D; d++) {
+                for (int e = 0; e < E; e++) {
+                    float want = data[5][(e * H + hh) * D + d] * (float)sqrt((double)D);
+                    assert_true(got[(hh * D + d) * E + e] == want);
+                }
+            }
+        }
+    }
+    /* o_proj[e][h*D + d] = out[h][d][e]; down_proj[e][m] = wo[m][e] */
+    {
+        const ur_st_entry *t = ur_st_header_find(&h, "model.layers.0.self_attn.o_proj.weight");
+        float got[E * H * D];
+        assert_int_equal(ur_kvstore_read_range(kv, "model.safetensors", t->begin, sizeof got, got,
+                                               NULL),
+                         UR_OK);
+        for (int e = 0; e < E; e++) {
+            for (int hd = 0; hd < H * D; hd++) {
+                assert_true(got[e * H * D + hd] == data[8][hd * E + e]);
+            }
+        }
+        t = ur_st_header_find(&h, "model.layers.0.mlp.down_proj.weight");
+        float w[E * M];
+        assert_int_equal(ur_kvstore_read_range(kv, "model.safetensors", t->begin, sizeof w, w,
+                                               NULL),
+                         UR_OK);
+        for (int e = 0; e < E; e++) {
+            for (int m = 0; m < M; m++) {
+                assert_true(w[e * M + m] == data[11][m * E + e]);
+            }
+        }
+    }
+    ur_st_header_dispose(&h);
+    ur_kvstore_close(kv);
+    assert_int_equal(ur_hf_write_meta(p, dir, NULL), UR_OK);
+    assert_int_equal(ur_hf_check_folder(dir, NULL), UR_OK);
+    for (size_t i = 0; i < N_LLAMA; i++) {
+        free(data[i]);
+    }
+    (void)ur_fs_remove_tree(dir, NULL);
+    ur_hf_plan_free(p);
+}
+
+/* A tensor not written whole fails the finish; a folder without its config or with a shard cut
+ * short fails the check that comes before publication. */
+static void test_hf__incomplete(void **state)
+{
+    fake_plan f;
+    ur_settings s = llama_settings();
+    ur_hf_opts o = {UR_DT_FLOAT32, 0, 0, NULL};
+    ur_hf_plan *p;
+    ur_sink sink;
+    char dir[256], *shard;
+    ur_err err;
+    (void)state;
+    make_plan(&f, LLAMA, N_LLAMA);
+    assert_int_equal(ur_hf_plan_build(&p, &f.plan, f.leaves, &s, &o, NULL), UR_OK);
+    ur_test_scratch_dir(dir, sizeof dir, "hf_incomplete");
+    assert_int_equal(ur_hf_sink_open(&sink, p, dir, NULL), UR_OK);
+    assert_int_equal(sink.ops->finish(sink.self, &err), UR_EINTERNAL);
+    assert_non_null(strstr(err.msg, "lm_head.weight"));
+    assert_int_equal(ur_hf_check_folder(dir, &err), UR_EIO); /* no config.json */
+    assert_int_equal(ur_hf_write_meta(p, dir, NULL), UR_OK);
+    assert_int_equal(ur_hf_check_folder(dir, NULL), UR_OK);
+    shard = ur_path_join(dir, "model.safetensors");
+    assert_int_equal(truncate(shard, 100), 0);
+    assert_int_equal(ur_hf_check_folder(dir, &err), UR_EIO);
+    assert_non_null(strstr(err.msg, "model.safetensors"));
+    free(shard);
+    (void)ur_fs_remove_tree(dir, NULL);
+    ur_hf_plan_free(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hf__llama_plan),
+        cmocka_unit_test(test_hf__shards_and_meta),
+        cmocka_unit_test(test_hf__refusals),
+        cmocka_unit_test(test_hf__sink_places_chunks),
+        cmocka_unit_test(test_hf__incomplete),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
