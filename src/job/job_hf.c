@@ -116,7 +116,11 @@ static int canonical(hf_run *r, const ur_run_opts *o, ur_err *err)
     co.overrides = ov;
     co.n_overrides = 1;
     /* a model without a model file of its own has nothing to compare with */
-    return ur_config_load(&r->canonical_cfg, &co, err) == UR_OK ? UR_OK : UR_OK;
+    if (ur_config_load(&r->canonical_cfg, &co, err) != UR_OK) {
+        r->canonical_cfg = NULL;
+        ur_err_clear(err);
+    }
+    return UR_OK;
 }
 
 static int plan_export(hf_run *r, const ur_hf_run_opts *ho, ur_err *err)

@@ -1,0 +1,306 @@
+"""`unroll to_huggingface` on checkpoints written by real Orbax (maxtext_fixtures), against the
+real safetensors library: the folder's shard is byte for byte the file `safetensors` writes for
+the tensors computed here from the fixture's values (the oracle: each layer's slice, MaxText's
+exporter's transforms in numpy and torch), in float32 and bfloat16, from scanned full states,
+param-only checkpoints and every storage layout; and the folder is published as unroll's other
+outputs are: whole or not at all (killed runs leave nothing a loader would take), a rerun
+replaces it, inputs and outputs that overlap are refused, so are models the export does not map,
+and a bucket destination gets the same bytes, the file that names the weights last.
+
+The safetensors library and torch live in the Hugging Face client's venv (.venv-hf,
+$UNROLL_HF_PYTHON); this file runs in the interop venv."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import maxtext_fixtures
+from test_destination import _gdb
+from test_kill import BIG, _cached_fixture, _delays, _kill_at
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "tests" / "data" / "example" / "unroll.yml"
+HF_PYTHON = os.environ.get("UNROLL_HF_PYTHON", str(ROOT / ".venv-hf" / "bin" / "python"))
+
+# Writes the expected folder's shard with the safetensors library, from an .npz of the final
+# values (bfloat16 ones as their bits in int16: torch's own float -> bfloat16 rounding of NaNs
+# differs from JAX's, and MaxText's exporter's values come from JAX).
+EXPECTED = r'''
+import sys, numpy as np, torch
+from safetensors.torch import save_file
+arrays, dtype, out = np.load(sys.argv[1]), sys.argv[2], sys.argv[3]
+tensors = {}
+for name in arrays.files:
+    t = torch.from_numpy(np.ascontiguousarray(arrays[name]))
+    tensors[name] = t.view(torch.bfloat16) if dtype == "bfloat16" else t
+save_file(tensors, out, metadata={"format": "pt"})
+'''
+
+
+def hf_args(info, items, out, *extra):
+    cfg = info.config
+    return [str(CONFIG), f"{info.input_key}={items}", f"base_output_directory={out}",
+            f"base_num_decoder_layers={cfg['num_decoder_layers']}",
+            f"param_scan_axis={cfg['param_scan_axis']}", f"pure_nnx={str(cfg['pure_nnx']).lower()}",
+            f"checkpoint_storage_use_ocdbt={str(info.use_ocdbt).lower()}",
+            f"checkpoint_storage_use_zarr3={str(info.use_zarr3).lower()}", *extra]
+
+
+def run_hf(unroll_bin, info, items, out, *extra, env=None, timeout=300):
+    return subprocess.run([str(unroll_bin), "to_huggingface", *hf_args(info, items, out, *extra)],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _params(tree: dict) -> dict:
+    """The model's parameters (below params/params/, or the NNX value leaves) of a fixture."""
+    t = tree["params"]["params"] if "params" in tree.get("params", {}) else tree.get(
+        "params", tree.get("model", tree))
+
+    def unwrap(x):
+        if isinstance(x, dict):
+            if set(x) == {"value"}:
+                return x["value"]
+            return {k: unwrap(v) for k, v in x.items()}
+        return x
+    return unwrap(t)
+
+
+def expected_tensors(info) -> tuple[dict, dict]:
+    """The Llama folder's tensors (in the checkpoint's dtype, before the cast) and the query's
+    scales: every layer's slice of the scanned parameters, rearranged as LlamaForCausalLM
+    holds them."""
+    p = _params(info.tree)
+    dec, axis = p["decoder"], info.param_scan_axis
+    out, scales = {}, {}
+    out["model.embed_tokens.weight"] = np.asarray(p["token_embedder"]["embedding"])
+    out["model.norm.weight"] = np.asarray(dec["decoder_norm"]["scale"])
+    if "logits_dense" in dec:
+        out["lm_head.weight"] = np.asarray(dec["logits_dense"]["kernel"]).T
+    layers = dec["layers"]
+    for i in range(info.num_decoder_layers):
+        def take(x, rank_after):
+            x = np.asarray(x)
+            ax = axis if x.ndim > axis and x.ndim - 1 == rank_after else 0
+            return np.take(x, i, axis=ax)
+        a = layers["self_attention"]
+        pre = f"model.layers.{i}."
+        q = take(a["query"]["kernel"], 3)  # [emb, heads, head_dim]
+        out[pre + "self_attn.q_proj.weight"] = q.reshape(q.shape[0], -1).T
+        scales[pre + "self_attn.q_proj.weight"] = float(np.float32(np.sqrt(q.shape[-1])))
+        for n, hf in (("key", "k_proj"), ("value", "v_proj")):
+            k = take(a[n]["kernel"], 3)
+            out[pre + f"self_attn.{hf}.weight"] = k.reshape(k.shape[0], -1).T
+        o = take(a["out"]["kernel"], 3)  # [heads, head_dim, emb]
+        out[pre + "self_attn.o_proj.weight"] = o.reshape(-1, o.shape[-1]).T
+        m = layers["mlp"]
+        out[pre + "mlp.gate_proj.weight"] = take(m["wi_0"]["kernel"], 2).T
+        out[pre + "mlp.up_proj.weight"] = take(m["wi_1"]["kernel"], 2).T
+        out[pre + "mlp.down_proj.weight"] = take(m["wo"]["kernel"], 2).T
+        out[pre + "input_layernorm.weight"] = take(
+            layers["pre_self_attention_layer_norm"]["scale"], 1)
+        out[pre + "post_attention_layernorm.weight"] = take(
+            layers["post_self_attention_layer_norm"]["scale"], 1)
+    return out, scales
+
+
+def final_values(tensors: dict, scales: dict, dtype: str) -> dict:
+    """The values MaxText's exporter writes: each tensor cast to the weight dtype first (it
+    restores in weight_dtype), then multiplied by its scale in float32 and rounded back."""
+    dt = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}[dtype]
+    out = {}
+    for name, t in tensors.items():
+        with np.errstate(all="ignore"):  # the fixtures hold NaNs and infinities
+            v = np.asarray(t).astype(dt)
+            if name in scales:
+                v = (v.astype(np.float32) * np.float32(scales[name])).astype(dt)
+        out[name] = v.view(np.int16) if dtype == "bfloat16" else v
+    return out
+
+
+def library_file(tmp_path, tensors: dict, scales: dict, dtype: str) -> bytes:
+    npz = tmp_path / f"expected-{dtype}.npz"
+    np.savez(npz, **final_values(tensors, scales, dtype))
+    out = tmp_path / f"expected-{dtype}.safetensors"
+    p = subprocess.run([HF_PYTHON, "-c", EXPECTED, str(npz), dtype, str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return out.read_bytes()
+
+
+@pytest.mark.parametrize("layout", tuple(maxtext_fixtures.LAYOUTS))
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_shard_is_the_librarys(unroll_bin, make_fixture, tmp_path, layout, dtype):
+    """The folder's one shard is what the safetensors library writes for the expected tensors,
+    byte for byte (names, order, header, padding, values)."""
+    info = make_fixture("linen", layout, "float32")
+    res = run_hf(unroll_bin, info, info.items, tmp_path / "hf", f"weight_dtype={dtype}", "-q")
+    assert res.returncode == 0, res.stderr
+    tensors, scales = expected_tensors(info)
+    got = (tmp_path / "hf" / "model.safetensors").read_bytes()
+    assert got == library_file(tmp_path, tensors, scales, dtype)
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLM"] and cfg["dtype"] == dtype
+    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == ["config.json",
+                                                                   "model.safetensors"]
+
+
+def test_param_only_and_bf16_input(unroll_bin, make_fixture, tmp_path):
+    """A param-only checkpoint of bfloat16 values (what unroll itself writes) exports too."""
+    info = make_fixture("linen", maxtext_fixtures.DEFAULT_LAYOUT, "bfloat16")
+    res = run_hf(unroll_bin, info, info.items, tmp_path / "hf", "weight_dtype=bfloat16", "-q")
+    assert res.returncode == 0, res.stderr
+    tensors, scales = expected_tensors(info)
+    assert (tmp_path / "hf" / "model.safetensors").read_bytes() == library_file(
+        tmp_path, tensors, scales, "bfloat16")
+
+
+def test_shards_and_index(unroll_bin, make_fixture, tmp_path):
+    """--max_shard_size cuts the folder into numbered shards and an index naming every tensor,
+    each tensor once, the total its size."""
+    info = make_fixture("linen")
+    res = run_hf(unroll_bin, info, info.items, tmp_path / "hf", "--max_shard_size=1K", "-q")
+    assert res.returncode == 0, res.stderr
+    index = json.loads((tmp_path / "hf" / "model.safetensors.index.json").read_text())
+    shards = sorted({v for v in index["weight_map"].values()})
+    assert len(shards) > 2 and shards[0] == f"model-00001-of-{len(shards):05d}.safetensors"
+    tensors, _ = expected_tensors(info)
+    assert sorted(index["weight_map"]) == sorted(tensors)
+    assert index["metadata"]["total_size"] == sum(t.size * 4 for t in tensors.values())
+    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == sorted(
+        ["config.json", "model.safetensors.index.json", *shards])
+
+
+def test_dry_run_writes_nothing(unroll_bin, make_fixture, tmp_path):
+    info = make_fixture("linen")
+    res = run_hf(unroll_bin, info, info.items, tmp_path / "hf", "-n")
+    assert res.returncode == 0, res.stderr
+    assert "model.layers.0.self_attn.q_proj.weight" in res.stdout
+    assert "LlamaForCausalLM" in res.stdout
+    assert not (tmp_path / "hf").exists() and list(tmp_path.iterdir()) == []
+
+
+def test_replaces_the_folder_whole(unroll_bin, make_fixture, tmp_path):
+    """An earlier folder is replaced whole (a file it had and the new one lacks is gone), and
+    nothing is left beside it."""
+    info = make_fixture("linen")
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "model-00001-of-00009.safetensors").write_bytes(b"stale")
+    (tmp_path / "neighbour.txt").write_text("keep")
+    res = run_hf(unroll_bin, info, info.items, out, "-q")
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "neighbour.txt"]
+    assert (tmp_path / "neighbour.txt").read_text() == "keep"
+
+
+def _folder(d: pathlib.Path) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())} if d.is_dir() else {}
+
+
+def test_killed_runs_publish_whole_folders(fixture_cache, unroll_bin, tmp_path):
+    """SIGKILL at moments spread over a run of the larger fixture of test_kill.py: the folder
+    is after each the earlier one or the complete new one, never a mix; a clean run then
+    publishes it and clears what the killed runs left beside it."""
+    info = _cached_fixture(fixture_cache, BIG, "kill")
+    good_dir = tmp_path / "good"
+    t = time.monotonic()
+    res = run_hf(unroll_bin, info, info.items, good_dir, "-q")
+    duration = time.monotonic() - t
+    assert res.returncode == 0, res.stderr
+    good = _folder(good_dir)
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "config.json").write_text("{\"earlier\": true}")
+    earlier = _folder(out)
+    args = [str(unroll_bin), "to_huggingface", *hf_args(info, info.items, out, "-q")]
+    outcomes = {"earlier": 0, "new": 0}
+    for i, delay in enumerate(_delays(duration, 12, seed=4)):
+        _kill_at(args, delay)
+        now = _folder(out)
+        assert now in (earlier, good), f"kill at {delay:.3f}s left {sorted(now)}"
+        outcomes["earlier" if now == earlier else "new"] += 1
+        if now == good:
+            shutil.rmtree(out)
+            out.mkdir()
+            (out / "config.json").write_text("{\"earlier\": true}")
+    assert outcomes["earlier"] > 0, outcomes
+    res = run_hf(unroll_bin, info, info.items, out, "-q")
+    assert res.returncode == 0, res.stderr
+    assert _folder(out) == good
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["good", "hf"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_publishes_nothing(unroll_bin, make_fixture, tmp_path, sig):
+    """The signal arrives as the conversion starts (delivered by gdb): exit 128 + signal, one
+    line, the earlier folder as it was, nothing left beside it."""
+    info = make_fixture("linen")
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "config.json").write_text("{\"earlier\": true}")
+    status, text = _gdb([unroll_bin, "to_huggingface", *hf_args(info, info.items, out, "-q")],
+                        f"break ur_exec_run_sink\nrun\ndelete\nsignal {sig.name}\n", tmp_path)
+    assert status == 128 + sig, text
+    lines = [line for line in text.splitlines() if line.startswith("unroll: ")]
+    assert len(lines) == 1 and sig.name in lines[0], text
+    assert _folder(out) == {"config.json": b"{\"earlier\": true}"}
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["gdb.cmds", "hf"]
+
+
+@pytest.mark.parametrize("case,status,words", [
+    ("inside-input", 2, "inside the input"),
+    ("hf-model-path", 2, "not a local folder"),
+    ("scheme", 2, "unsupported URL scheme"),
+    ("weight-dtype", 2, "weight_dtype"),
+])
+def test_refused(unroll_bin, make_fixture, tmp_path, case, status, words):
+    info = make_fixture("linen")
+    out = tmp_path / "hf"
+    extra = []
+    if case == "inside-input":
+        out = info.items / "hf"
+    elif case == "hf-model-path":
+        extra = [f"--hf_model_path={tmp_path / 'missing'}"]
+    elif case == "scheme":
+        out = "ftp://host/hf"
+    elif case == "weight-dtype":
+        extra = ["weight_dtype=int8"]
+    res = run_hf(unroll_bin, info, info.items, out, *extra)
+    assert res.returncode == status, res.stderr
+    assert words in res.stderr and res.stderr.count("\n") == 1, res.stderr
+    assert not (info.items / "hf").exists()
+
+
+def test_unmapped_model_exit_5(unroll_bin, make_fixture, tmp_path):
+    """A model the export does not map: exit 5, one line naming it; nothing written."""
+    info = make_fixture("deepseek")
+    res = run_hf(unroll_bin, info, info.items, tmp_path / "hf",
+                 f"first_num_dense_layers={info.first_num_dense_layers}", "decoder_block=deepseek")
+    assert res.returncode == 5, res.stderr
+    assert "deepseek" in res.stderr and res.stderr.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_tokenizer_copied(unroll_bin, make_fixture, tmp_path):
+    info = make_fixture("linen")
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text("{\"model\": {}}")
+    (tok / "tokenizer_config.json").write_text("{}")
+    (tok / "model.safetensors").write_bytes(b"not copied")
+    res = run_hf(unroll_bin, info, info.items, tmp_path / "hf", f"--hf_model_path={tok}", "-q")
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "hf" / "tokenizer.json").read_text() == "{\"model\": {}}"
+    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == [
+        "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
