@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 import maxtext_fixtures
+import s3_fixtures
 from test_destination import _gdb
 from test_kill import BIG, _cached_fixture, _delays, _kill_at
 
@@ -304,3 +305,108 @@ def test_tokenizer_copied(unroll_bin, make_fixture, tmp_path):
     assert (tmp_path / "hf" / "tokenizer.json").read_text() == "{\"model\": {}}"
     assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == [
         "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+
+
+# ---- buckets (SeaweedFS, faults from a proxy in front of it) ----------------------------------
+
+BUCKET = "unroll-hf"
+s3 = s3_fixtures.server_fixture(BUCKET)
+
+
+@pytest.fixture(scope="module")
+def proxy(s3):
+    p = s3_fixtures.FaultProxy(s3.port, stall_s=6.0)
+    yield p
+    p.stop()
+
+
+def _fresh(name: str) -> str:
+    return f"s3://{BUCKET}/{name}-{uuid.uuid4().hex[:8]}"
+
+
+def _bucket_folder(s3, url: str, tmp_path) -> dict:
+    local = tmp_path / f"down-{uuid.uuid4().hex[:6]}"
+    keys = s3.download_tree(BUCKET, url[len(f"s3://{BUCKET}/"):], local)
+    return {k: (local / k).read_bytes() for k in keys}
+
+
+@pytest.fixture(scope="module")
+def local_export(make_fixture, unroll_bin, tmp_path_factory):
+    """The folder a local run makes of the linen fixture, in shards (the bytes a bucket run
+    must make too)."""
+    info = make_fixture("linen")
+    out = tmp_path_factory.mktemp("hf-local") / "hf"
+    tok = out.parent / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text("{\"model\": {}}")
+    res = run_hf(unroll_bin, info, info.items, out, "--max_shard_size=1K", f"--hf_model_path={tok}",
+                 "-q")
+    assert res.returncode == 0, res.stderr
+    return {"info": info, "files": _folder(out), "tok": tok}
+
+
+def test_bucket_output_is_the_local_folder_index_last(unroll_bin, s3, proxy, local_export,
+                                                      tmp_path):
+    """Local input -> bucket: the objects are the local folder's files byte for byte, and the
+    index naming the weights goes up after every shard, the tokenizer and the config."""
+    info, out = local_export["info"], _fresh("l2b")
+    proxy.reset()
+    res = run_hf(unroll_bin, info, info.items, out, "--max_shard_size=1K",
+                 f"--hf_model_path={local_export['tok']}", "-q",
+                 env=s3.env(endpoint=proxy.endpoint))
+    assert res.returncode == 0, res.stderr
+    assert _bucket_folder(s3, out, tmp_path) == local_export["files"]
+    puts = [path.rsplit("/", 1)[1].split("?")[0] for method, path, _, _ in proxy.served
+            if method in ("PUT", "POST") and "uploadId" not in path]
+    written = [p for p in puts if p in local_export["files"]]
+    assert sorted(set(written)) == sorted(local_export["files"]), puts
+    assert written[-1] == "model.safetensors.index.json", written
+    shards = [i for i, p in enumerate(written) if p.startswith("model-")]
+    assert max(shards) < written.index("tokenizer.json") < written.index("config.json")
+
+
+def test_bucket_input_and_output(unroll_bin, s3, local_export, tmp_path):
+    """Bucket -> local and bucket -> bucket give the same folder; a second run onto the
+    bucket folder is refused (exit 2, the objects untouched) unless --replace."""
+    info = local_export["info"]
+    prefix = f"in-{uuid.uuid4().hex[:8]}/checkpoints"
+    assert s3.upload_tree(info.root, BUCKET, prefix) > 0
+    src = f"s3://{BUCKET}/{prefix}/{info.step}/items"
+    env = s3.env()
+    extra = ("--max_shard_size=1K", f"--hf_model_path={local_export['tok']}", "-q")
+    res = run_hf(unroll_bin, info, src, tmp_path / "hf", *extra, env=env)
+    assert res.returncode == 0, res.stderr
+    assert _folder(tmp_path / "hf") == local_export["files"]
+    out = _fresh("b2b")
+    res = run_hf(unroll_bin, info, src, out, *extra, env=env)
+    assert res.returncode == 0, res.stderr
+    before = _bucket_folder(s3, out, tmp_path)
+    assert before == local_export["files"]
+    res = run_hf(unroll_bin, info, src, out, *extra, env=env)
+    assert res.returncode == 2 and "--replace" in res.stderr, res.stderr
+    assert res.stderr.count("\n") == 1, res.stderr
+    assert _bucket_folder(s3, out, tmp_path) == before
+    res = run_hf(unroll_bin, info, src, out, *extra, "--replace", env=env)
+    assert res.returncode == 0, res.stderr
+    assert _bucket_folder(s3, out, tmp_path) == local_export["files"]
+
+
+def test_bucket_upload_failure_publishes_nothing(unroll_bin, s3, proxy, local_export):
+    """PUTs fail for good half-way: exit 3, one line, and the folder's prefix holds nothing
+    (what went up is deleted, the index never written)."""
+    info, out = local_export["info"], _fresh("putfail")
+    puts = {"n": 0}
+
+    def every_put_after_the_third(method, path):
+        if method != "PUT":
+            return False
+        puts["n"] += 1
+        return puts["n"] > 3
+
+    proxy.reset(["503"] * 100, match=every_put_after_the_third)
+    res = run_hf(unroll_bin, info, info.items, out, "--max_shard_size=1K", "-q",
+                 env=s3.env(endpoint=proxy.endpoint, UNROLL_HTTP_RETRIES="2"))
+    proxy.reset()
+    assert res.returncode == 3, res.stderr
+    assert "nothing published" in res.stderr and res.stderr.count("\n") == 1, res.stderr
+    assert s3.list(BUCKET, out[len(f"s3://{BUCKET}/"):]) == []
