@@ -9,7 +9,7 @@ inhomogeneous_layer_cycle_interval first_num_hash_layers ici_pipeline_parallelis
 dcn_pipeline_parallelism num_layers_per_pipeline_stage num_pipeline_repeats
 pipeline_parallel_layers scan_layers_per_stage logical_axis_rules lora_input_adapters_path
 checkpoint_storage_use_ocdbt checkpoint_storage_use_zarr3
-checkpoint_storage_target_data_file_size_bytes enable_checkpointing"
+checkpoint_storage_target_data_file_size_bytes enable_checkpointing weight_dtype"
 
 _unroll()
 {
@@ -18,18 +18,19 @@ _unroll()
     prev=${COMP_WORDS[COMP_CWORD-1]}
     sub=
     case ${COMP_WORDS[1]} in
-        verify|inspect|ls) sub=${COMP_WORDS[1]} ;;
+        verify|inspect|ls|to_huggingface) sub=${COMP_WORDS[1]} ;;
     esac
     # an option that takes the next word as its value
     case $prev in
-        -j|--threads|--memory-limit|-m|--max-issues|--cat|--process-count|--process-index|--commit-every) return 0 ;;
+        -j|--threads|--memory-limit|-m|--max-issues|--cat|--process-count|--process-index|--commit-every|--max_shard_size) return 0 ;;
+        --hf_model_path) COMPREPLY=($(compgen -d -- "$cur")); return 0 ;;
     esac
     # positional arguments before this word (options and their values skipped)
     local start=1
     [[ -n $sub ]] && start=2
     for ((i = start; i < COMP_CWORD; i++)); do
         case ${COMP_WORDS[i]} in
-            -j|--threads|--memory-limit|-m|--max-issues|--cat|--process-count|--process-index|--commit-every) i=$((i + 1)) ;;
+            -j|--threads|--memory-limit|-m|--max-issues|--cat|--process-count|--process-index|--commit-every|--max_shard_size|--hf_model_path) i=$((i + 1)) ;;
             -*) ;;
             *) nonopt=$((nonopt + 1)) ;;
         esac
@@ -44,6 +45,19 @@ _unroll()
             COMPREPLY+=($(compgen -f -X '!*.y*ml' -- "$cur"))
         else
             COMPREPLY=($(compgen -d -- "$cur"))
+        fi
+        ;;
+    to_huggingface)
+        if [[ $cur == -* ]]; then
+            COMPREPLY=($(compgen -W "--hf_model_path --max_shard_size --override_model_architecture -n --dry-run -q --quiet -j --threads --memory-limit --replace -h --help" -- "$cur"))
+        elif ((nonopt == 0)); then
+            COMPREPLY=($(compgen -f -X '!*.y*ml' -- "$cur") $(compgen -d -- "$cur"))
+        elif [[ $cur == *=* ]]; then
+            local val=${cur#*=}
+            COMPREPLY=($(compgen -f -- "$val"))
+        else
+            COMPREPLY=($(compgen -W "$(printf '%s= ' $_unroll_keys)" -- "$cur"))
+            compopt -o nospace 2>/dev/null
         fi
         ;;
     inspect)
@@ -64,7 +78,7 @@ _unroll()
         if [[ $cur == -* ]]; then
             COMPREPLY=($(compgen -W "-n --dry-run -q --quiet -j --threads --memory-limit --process-count --process-index --resume --commit-every --replace -h --help -V --version" -- "$cur"))
         elif ((nonopt == 0)); then
-            COMPREPLY=($(compgen -W "verify inspect ls merge" -- "$cur"))
+            COMPREPLY=($(compgen -W "to_huggingface verify inspect ls merge" -- "$cur"))
             COMPREPLY+=($(compgen -f -X '!*.y*ml' -- "$cur") $(compgen -d -- "$cur"))
         elif [[ $cur == *=* ]]; then
             # a path value: complete the part after '='

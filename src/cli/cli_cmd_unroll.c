@@ -44,6 +44,7 @@ typedef struct {
 static void usage(FILE *f)
 {
     fputs("usage: unroll [options] path/to/base.yml [key=value ...]\n"
+          "       unroll to_huggingface [options] path/to/base.yml [key=value ...]\n"
           "       unroll verify [options] <scanned> <unrolled> [config.yml] [key=value ...]\n"
           "       unroll inspect [--json] [--hash] <checkpoint>\n"
           "       unroll ls [--sizes] [--manifest] [--tree] [--cat KEY] <dir> [prefix]\n"
@@ -60,6 +61,7 @@ static void usage(FILE *f)
           "Paths may be local, s3://bucket/prefix or gs://bucket/prefix (object stores).\n"
           "\n"
           "subcommands:\n"
+          "  to_huggingface         export a MaxText checkpoint as a Hugging Face folder\n"
           "  verify                 check an unrolled checkpoint against the scanned one\n"
           "  inspect                show a checkpoint's tree, dtypes, shapes and chunking\n"
           "  ls                     list the keys of an OCDBT database or directory\n"
@@ -91,7 +93,8 @@ static void usage(FILE *f)
           "  2  bad command line or configuration\n"
           "  3  a file could not be read or written, or the destination is locked\n"
           "  4  the input checkpoint is damaged or inconsistent\n"
-          "  5  valid input that uses a feature unroll does not implement\n"
+          "  5  valid input that uses a feature unroll does not implement (or a model\n"
+          "     to_huggingface does not map)\n"
           "  6  unroll verify found a mismatch, a missing or an extra leaf\n"
           "  130, 143, 129  stopped by SIGINT, SIGTERM, SIGHUP (nothing published)\n",
           f);

@@ -13,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN = pathlib.Path(os.environ.get("UNROLL_BIN", ROOT / "build" / "src" / "cli" / "unroll")).resolve()
 MAN = ROOT / "docs" / "unroll.1.in"
 SHORT = re.compile(r"(?<![\w-])-[A-Za-z](?![\w-])")
-LONG = re.compile(r"(?<![\w-])--[a-z][a-z-]*[a-z]")
+LONG = re.compile(r"(?<![\w-])--[a-z][a-z_-]*[a-z]")
 
 
 def helptext(*args):
@@ -49,7 +49,8 @@ def subsections(text):
 def test_every_option_of_every_help_is_in_the_man_page_and_back():
     man = sections()
     helps = {"conversion": helptext("--help"), "verify": helptext("verify", "--help"),
-             "ls": helptext("ls", "--help"), "inspect": helptext("inspect")}
+             "ls": helptext("ls", "--help"), "inspect": helptext("inspect"),
+             "to_huggingface": helptext("to_huggingface", "--help")}
     assert "usage: unroll inspect" in helps["inspect"]
     per_man = subsections(man["OPTIONS"])
     for sub, text in helps.items():
@@ -69,9 +70,9 @@ def test_every_option_of_every_help_is_in_the_man_page_and_back():
 def test_subcommands_and_exit_statuses_match_help():
     man = sections()
     top = helptext("--help")
-    help_subs = re.findall(r"^  ([a-z]+)\s{2,}", top.split("subcommands:")[1].split("\n\n")[0], re.M)
-    man_subs = re.findall(r"^\.B ([a-z]+)$", man["SUBCOMMANDS"], re.M)
-    assert help_subs == man_subs == ["verify", "inspect", "ls", "merge"]
+    help_subs = re.findall(r"^  ([a-z_]+)\s{2,}", top.split("subcommands:")[1].split("\n\n")[0], re.M)
+    man_subs = re.findall(r"^\.B ([a-z_]+)$", man["SUBCOMMANDS"], re.M)
+    assert help_subs == man_subs == ["to_huggingface", "verify", "inspect", "ls", "merge"]
     help_exit = re.findall(r"^  ([0-9])  ", top.split("exit status:")[1], re.M)
     man_exit = re.findall(r"^\.B ([0-9])$", man["EXIT STATUS"], re.M)
     assert help_exit == man_exit == [str(i) for i in range(7)]
@@ -96,7 +97,7 @@ def test_config_keys_match_completions_and_the_parser():
     zsh = (ROOT / "completions" / "_unroll").read_text()
     zsh_keys = set(re.search(r"_unroll_keys=\(([^)]*)\)", zsh).group(1).split())
     assert bash_keys == keys and zsh_keys == keys, (bash_keys ^ keys, zsh_keys ^ keys)
-    parser = "".join(p.read_text() for p in (p for d in ("config", "maxtext") for p in (ROOT / "src" / d).glob("*.c")))
+    parser = "".join(p.read_text() for p in (p for d in ("config", "maxtext", "hf", "job") for p in (ROOT / "src" / d).glob("*.c")))
     for k in keys:
         assert f'"{k}"' in parser, k
     # and every key the help names is documented

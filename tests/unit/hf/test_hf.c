@@ -253,9 +253,9 @@ static void test_hf__sink_places_chunks(void **state)
         const ur_st_entry *t = ur_st_header_find(&h, "model.layers.0.self_attn.q_proj.weight");
         float got[H * D * E];
         assert_non_null(t);
-        assert_int_equal(ur_kvstore_read_range(kv, "model.safetensors", t->begin, sizeof got, got,
-                                               NULL),
-                         UR_OK);
+        assert_int_equal(
+            ur_kvstore_read_range(kv, "model.safetensors", t->begin, sizeof got, got, NULL),
+            UR_OK);
         for (int hh = 0; hh < H; hh++) {
             for (int d = 0; d < D; d++) {
                 for (int e = 0; e < E; e++) {
@@ -269,9 +269,9 @@ static void test_hf__sink_places_chunks(void **state)
     {
         const ur_st_entry *t = ur_st_header_find(&h, "model.layers.0.self_attn.o_proj.weight");
         float got[E * H * D];
-        assert_int_equal(ur_kvstore_read_range(kv, "model.safetensors", t->begin, sizeof got, got,
-                                               NULL),
-                         UR_OK);
+        assert_int_equal(
+            ur_kvstore_read_range(kv, "model.safetensors", t->begin, sizeof got, got, NULL),
+            UR_OK);
         for (int e = 0; e < E; e++) {
             for (int hd = 0; hd < H * D; hd++) {
                 assert_true(got[e * H * D + hd] == data[8][hd * E + e]);
@@ -279,9 +279,8 @@ static void test_hf__sink_places_chunks(void **state)
         }
         t = ur_st_header_find(&h, "model.layers.0.mlp.down_proj.weight");
         float w[E * M];
-        assert_int_equal(ur_kvstore_read_range(kv, "model.safetensors", t->begin, sizeof w, w,
-                                               NULL),
-                         UR_OK);
+        assert_int_equal(
+            ur_kvstore_read_range(kv, "model.safetensors", t->begin, sizeof w, w, NULL), UR_OK);
         for (int e = 0; e < E; e++) {
             for (int m = 0; m < M; m++) {
                 assert_true(w[e * M + m] == data[11][m * E + e]);
@@ -332,10 +331,8 @@ static void test_hf__incomplete(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hf__llama_plan),
-        cmocka_unit_test(test_hf__shards_and_meta),
-        cmocka_unit_test(test_hf__refusals),
-        cmocka_unit_test(test_hf__sink_places_chunks),
+        cmocka_unit_test(test_hf__llama_plan), cmocka_unit_test(test_hf__shards_and_meta),
+        cmocka_unit_test(test_hf__refusals),   cmocka_unit_test(test_hf__sink_places_chunks),
         cmocka_unit_test(test_hf__incomplete),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -14,8 +14,10 @@ static const uint64_t S23[2] = {2, 3}, S5[1] = {5}, S0[2] = {0, 3}, S4[1] = {4};
  * back from offset 0; the header padded with spaces to a multiple of 8. */
 static void test_st__layout_order_and_padding(void **state)
 {
-    const ur_st_decl d[] = {{"b", UR_DT_FLOAT32, 2, S23}, {"a", UR_DT_INT64, 1, S5},
-                            {"c", UR_DT_BFLOAT16, 1, S4}, {"q", UR_DT_FLOAT32, 2, S0},
+    const ur_st_decl d[] = {{"b", UR_DT_FLOAT32, 2, S23},
+                            {"a", UR_DT_INT64, 1, S5},
+                            {"c", UR_DT_BFLOAT16, 1, S4},
+                            {"q", UR_DT_FLOAT32, 2, S0},
                             {"z", UR_DT_UINT8, 1, S5}};
     ur_st_layout l;
     ur_st_header h;
@@ -84,14 +86,16 @@ static void test_st__hostile_headers(void **state)
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, UR_ECORRUPT},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, UR_ECORRUPT},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-         "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, UR_ECORRUPT},
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+         12, UR_ECORRUPT},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 9, UR_ECORRUPT},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 7, UR_ECORRUPT},
         {"{\"a\":{\"dtype\":\"X9\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, UR_EUNSUPPORTED},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, UR_ECORRUPT},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, UR_ECORRUPT},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[9007199254740993,9007199254740993],"
-         "\"data_offsets\":[0,8]}}", 8, UR_ECORRUPT},
+         "\"data_offsets\":[0,8]}}",
+         8, UR_ECORRUPT},
         {"[1,2]", 0, UR_ECORRUPT},
         {"{\"__metadata__\":[1]}", 0, UR_ECORRUPT},
         {"{\"a\":", 0, UR_ECORRUPT},
