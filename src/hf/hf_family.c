@@ -8,6 +8,8 @@
 static const hf_family *const families[] = {
     &hf_family_llama,
     &hf_family_mistral,
+    &hf_family_qwen3,
+    &hf_family_qwen2,
 };
 
 const hf_family *hf_family_for(const ur_settings *s)
@@ -75,4 +77,131 @@ const uint64_t *hf_model_shape(const hf_model *m, const char *path, int *rank)
     }
     *rank = m->ranks[at];
     return m->shapes[at];
+}
+
+int hf_starts(const char *s, const char *prefix)
+{
+    return s != NULL && strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+int hf_cfg_bool(const ur_settings *s, const char *key, int dflt)
+{
+    int v = dflt;
+    if (s->config != NULL && ur_config_get_bool(s->config, key, &v, NULL) < 0) {
+        v = dflt;
+    }
+    return v;
+}
+
+int64_t hf_cfg_int(const ur_settings *s, const char *key, int64_t dflt)
+{
+    int64_t v = dflt;
+    if (s->config == NULL || ur_config_get_int(s->config, key, &v, NULL) < 0) {
+        v = dflt;
+    }
+    return v;
+}
+
+const char *hf_cfg_str(const ur_settings *s, const char *key, const char *dflt)
+{
+    const char *v = dflt;
+    if (s->config == NULL || ur_config_get_str(s->config, key, &v, NULL) < 0 || v == NULL) {
+        v = dflt;
+    }
+    return v;
+}
+
+double hf_cfg_float(const ur_settings *s, const char *key, double dflt)
+{
+    double v = dflt;
+    if (s->config == NULL || ur_config_get_float(s->config, key, &v, NULL) < 0) {
+        v = dflt;
+    }
+    return v;
+}
+
+/* The shapes that give the architecture. */
+static int dims(const hf_model *m, uint64_t d[6], ur_err *err)
+{
+    int re = 0, rq = 0, rk = 0, rm = 0;
+    const uint64_t *e = hf_model_shape(m, "token_embedder/embedding", &re);
+    const uint64_t *q = hf_model_shape(m, "decoder/layers_0/self_attention/query/kernel", &rq);
+    const uint64_t *k = hf_model_shape(m, "decoder/layers_0/self_attention/key/kernel", &rk);
+    const uint64_t *w = hf_model_shape(m, "decoder/layers_0/mlp/wi_0/kernel", &rm);
+    if (e == NULL || q == NULL || k == NULL || w == NULL || re != 2 || rq != 3 || rk != 3 ||
+        rm != 2) {
+        return ur_err_set(err, UR_EINVAL,
+                          "Hugging Face export: the checkpoint lacks the embedding, or layer 0's "
+                          "query, key or wi_0 kernel, of a %s model",
+                          m->s->decoder_block);
+    }
+    d[0] = e[0]; /* vocab */
+    d[1] = e[1]; /* emb */
+    d[2] = q[1]; /* heads */
+    d[3] = k[1]; /* kv heads */
+    d[4] = q[2]; /* head_dim */
+    d[5] = w[1]; /* mlp */
+    return UR_OK;
+}
+
+int hf_config_decoder(const hf_model *m, hf_json *j, const char *architecture,
+                      const char *model_type, int64_t max_positions, ur_err *err)
+{
+    const ur_settings *s = m->s;
+    uint64_t d[6] = {0};
+    int64_t max_len = 0;
+    int rc = dims(m, d, err);
+
+    if (rc == UR_OK && max_positions <= 0 && s->config != NULL) {
+        (void)ur_config_get_int(s->config, "max_target_length", &max_len, NULL);
+        max_positions = max_len > 0 ? max_len : 2048;
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_strs(j, "architectures", &architecture, 1, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_str(j, NULL, "model_type", model_type, err);
+    }
+    static const char *const sizes[] = {
+        "vocab_size",          "hidden_size", "num_attention_heads",
+        "num_key_value_heads", "head_dim",    "intermediate_size"};
+    for (size_t i = 0; i < 6 && rc == UR_OK; i++) {
+        rc = hf_json_int(j, NULL, sizes[i], (int64_t)d[i], err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, NULL, "num_hidden_layers", m->n_layers, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_str(j, NULL, "hidden_act", "silu", err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, NULL, "rms_norm_eps",
+                           hf_cfg_float(s, "normalization_layer_epsilon", 1e-5), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, NULL, "max_position_embeddings", max_positions, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, NULL, "tie_word_embeddings", !(m->flags & HF_IF_UNTIED), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, NULL, "attention_dropout", 0.0, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, NULL, "initializer_range", 0.02, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, NULL, "use_cache", 1, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_str(j, NULL, "dtype", ur_dtype_name(m->weight_dtype), err);
+    }
+    return rc;
+}
+
+int hf_config_rope(const hf_model *m, hf_json *j, const char *rope_type, ur_err *err)
+{
+    int rc = hf_json_float(j, "rope_parameters", "rope_theta",
+                           hf_cfg_float(m->s, "rope_max_timescale", 10000), err);
+    return rc == UR_OK ? hf_json_str(j, "rope_parameters", "rope_type", rope_type, err) : rc;
 }

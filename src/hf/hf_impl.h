@@ -29,6 +29,8 @@ enum {
     HF_IF_UNTIED = 4,           /* a separate output projection (logits_via_embedding=false) */
     HF_IF_QUERY_SCALED = 8,     /* MaxText folded 1/sqrt(head_dim) into the query kernel */
     HF_IF_QUERY_UNSCALED = 16,
+    HF_IF_QK_NORM = 32,        /* per-head query and key norms (use_qk_norm) */
+    HF_IF_ATTENTION_BIAS = 64, /* query, key and value biases (attention_bias) */
 };
 
 /* One line of a family's table: a MaxText parameter (its path below the model, "{i}" for a
@@ -74,6 +76,25 @@ typedef struct hf_family {
 /* The family that exports models of these settings, or NULL. */
 const hf_family *hf_family_for(const ur_settings *s);
 
+/* ---- what the families share (hf_family.c) ---- */
+/* A config key of the model's settings, or dflt when the config has none (or not of that
+ * type). */
+int hf_cfg_bool(const ur_settings *s, const char *key, int dflt);
+int64_t hf_cfg_int(const ur_settings *s, const char *key, int64_t dflt);
+const char *hf_cfg_str(const ur_settings *s, const char *key, const char *dflt);
+double hf_cfg_float(const ur_settings *s, const char *key, double dflt);
+/* 1 when s starts with prefix (s may be NULL). */
+int hf_starts(const char *s, const char *prefix);
+/* config.json's entries every decoder-only family has, from the parameters' shapes (the
+ * embedding [vocab, emb], layer 0's query [emb, heads, head_dim], key [emb, kv_heads,
+ * head_dim] and wi_0 [emb, mlp]) and the settings: architectures, model_type, sizes, heads,
+ * hidden_act silu, rms_norm_eps, max_position_embeddings (max_positions, else
+ * max_target_length, else 2048), tie_word_embeddings, dtype and transformers' defaults. */
+int hf_config_decoder(const hf_model *m, hf_json *j, const char *architecture,
+                      const char *model_type, int64_t max_positions, ur_err *err);
+/* rope_parameters' rope_theta (rope_max_timescale) and rope_type. */
+int hf_config_rope(const hf_model *m, hf_json *j, const char *rope_type, ur_err *err);
+
 /* Match `path` against pattern `pat` ("{i}" matches a decimal index): 1 and *layer (-1 when
  * the pattern has none), else 0. */
 int hf_match(const char *pat, const char *path, int64_t *layer);
@@ -101,5 +122,7 @@ void hf_float_repr(double v, char *out, size_t n);
 
 extern const hf_family hf_family_llama;
 extern const hf_family hf_family_mistral;
+extern const hf_family hf_family_qwen3;
+extern const hf_family hf_family_qwen2;
 
 #endif

@@ -137,7 +137,7 @@ void hf_float_repr(double v, char *out, size_t n)
             break;
         }
     }
-    exp10 = atoi(strchr(digits, 'e') + 1);
+    exp10 = (int)strtol(strchr(digits, 'e') + 1, NULL, 10); /* printf's own exponent */
     if (exp10 < -4 || exp10 >= 16) {
         /* 1e-05, 1.5e+16: the mantissa without a trailing ".0" */
         char *e = strchr(digits, 'e');
@@ -146,8 +146,9 @@ void hf_float_repr(double v, char *out, size_t n)
         return;
     }
     snprintf(out, n, "%.*f", p - 1 - exp10 > 0 ? p - 1 - exp10 : 0, v);
-    if (strchr(out, '.') == NULL && strlen(out) + 2 < n) {
-        strcat(out, ".0");
+    size_t len = strlen(out);
+    if (strchr(out, '.') == NULL && len + 2 < n) {
+        memcpy(out + len, ".0", 3);
     }
 }
 

@@ -42,12 +42,17 @@ FAMILIES = {
                                "base_num_decoder_layers=2"],
     "mistral": driver.TINY + ["model_name=mistral-7b", "override_model_config=true",
                               "base_num_decoder_layers=2"],
+    # Qwen3 (query and key norms) and Qwen2.5 (query, key and value biases), untied
+    "qwen3": driver.TINY + ["model_name=qwen3-0.6b", "override_model_config=true",
+                            "base_num_decoder_layers=2", "logits_via_embedding=false"],
+    "qwen2.5": driver.TINY + ["model_name=qwen2.5-1.5b", "override_model_config=true",
+                              "base_num_decoder_layers=2"],
 }
 for _f, _keys in FAMILIES.items():
     driver.ALL.setdefault(_f, _keys)
 
 # The families MaxText 0.2.5's exporter maps (its PARAM_MAPPING); the others it refuses.
-EXPORTER = {"llama3.1"}
+EXPORTER = {"llama3.1", "qwen3", "qwen2.5"}
 
 
 def unroll(*args: str) -> dict:
