@@ -100,11 +100,24 @@ int ur_fs_map_range_once(int fd, uint64_t offset, size_t n, const char *path, ur
 void ur_fs_map_forget(ur_fs_map *m, size_t upto);
 /* NULL-safe, idempotent. */
 void ur_fs_unmap(ur_fs_map *m);
-/* The path of this thread's latest ur_fs_map_range ("" if none); async-signal-safe. */
+/* The path of this thread's latest ur_fs_map_range or ur_fs_map_write ("" if none), and
+ * whether that mapping was for writing; async-signal-safe. */
 const char *ur_fs_mapped_path(void);
+int ur_fs_mapped_for_write(void);
+
+/* A shared writable mapping of bytes [offset, offset + n) of a file opened for reading and
+ * writing, whose blocks ur_fs_reserve reserved (so that storing into a page cannot meet a full
+ * disk: that would be SIGBUS): stores go to the page cache as pwrite's would, without a
+ * system call per run of bytes. Release with ur_fs_unmap (the bytes stay in the page cache). */
+int ur_fs_map_write(int fd, uint64_t offset, size_t n, const char *path, ur_fs_map *m,
+                    ur_err *err);
+/* Reserve the blocks of [0, size) of an open file (fallocate). UR_EUNSUPPORTED when the file
+ * system cannot (the caller writes with pwrite instead); no space is UR_EIO naming the file. */
+int ur_fs_reserve(int fd, uint64_t size, const char *path, ur_err *err);
 
 /* Create `path` (UR_EEXIST naming it when something is there), `size` bytes long (sparse:
- * nothing written yet), for writing at offsets; *fd_out is closed by the caller. */
+ * nothing written yet), for reading and writing at offsets; *fd_out is closed by the
+ * caller. */
 int ur_fs_create_sized(int *fd_out, const char *path, uint64_t size, ur_err *err);
 /* Write all n bytes at `offset` (pwrite loop). */
 int ur_fs_pwrite_full(int fd, const void *src, size_t n, uint64_t offset, const char *path,

@@ -16,6 +16,7 @@
 #include "unroll/buf.h"
 #include "unroll/dtype.h"
 #include "unroll/err.h"
+#include "unroll/fs.h"
 #include "unroll/kvstore.h"
 
 #include <stddef.h>
@@ -58,6 +59,12 @@ typedef struct ur_st_file ur_st_file;
 int ur_st_file_create(ur_st_file **out, const char *path, const ur_st_layout *layout, ur_err *err);
 /* n bytes at absolute offset `at`; UR_EINVAL when the range falls outside the data section. */
 int ur_st_file_write(ur_st_file *f, uint64_t at, const void *data, size_t n, ur_err *err);
+/* A writable view of bytes [at, at + n) for many scattered stores (the rows of a transposed
+ * tensor, a run of a few hundred bytes each, would be a system call each with
+ * ur_st_file_write). m->data is NULL when the file system could not reserve the file's blocks
+ * (then write with ur_st_file_write); release with ur_fs_unmap. Stores of one thread into a
+ * view while another thread writes elsewhere in the file are as pwrite's are. */
+int ur_st_file_map(ur_st_file *f, uint64_t at, size_t n, ur_fs_map *m, ur_err *err);
 /* The path being written (borrowed). */
 const char *ur_st_file_path(const ur_st_file *f);
 /* Make the file durable (fsync) and close it; frees f whatever the outcome. */

@@ -64,7 +64,7 @@ static int setup(hf_model *m, ur_err *err)
     int qwen3 = applies_qwen3(s);
     const char *rope = hf_cfg_str(s, "rope_type", "default");
     const char *why = strcmp(rope, "default") != 0                   ? "rope_type"
-                      : hf_cfg_int(s, "num_experts", 1) > 1            ? "num_experts > 1"
+                      : hf_cfg_int(s, "num_experts", 1) > 1          ? "num_experts > 1"
                       : qwen3 && hf_cfg_bool(s, "attention_bias", 0) ? "attention_bias"
                       : !qwen3 && hf_cfg_bool(s, "use_qk_norm", 0)   ? "use_qk_norm"
                                                                      : NULL;
@@ -126,8 +126,8 @@ static int config_qwen2(const hf_model *m, hf_json *j, ur_err *err)
 }
 
 const hf_family hf_family_qwen3 = {
-    "qwen3", "Qwen3ForCausalLM", applies_qwen3, setup, rules, sizeof rules / sizeof rules[0],
+    "qwen3",     "Qwen3ForCausalLM", applies_qwen3, setup, rules, sizeof rules / sizeof rules[0],
     config_qwen3};
 const hf_family hf_family_qwen2 = {
-    "qwen2", "Qwen2ForCausalLM", applies_qwen2, setup, rules, sizeof rules / sizeof rules[0],
+    "qwen2",     "Qwen2ForCausalLM", applies_qwen2, setup, rules, sizeof rules / sizeof rules[0],
     config_qwen2};

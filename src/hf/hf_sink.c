@@ -92,14 +92,21 @@ static int s_begin_array(void *self, const ur_sink_path *path, ur_dtype dtype, i
     return UR_OK;
 }
 
+/* Runs shorter than this go through a mapping of the span they fall in (a system call each
+ * would cost more than the bytes: a transposed kernel cut along its input axis gives rows of
+ * a few hundred bytes); longer ones are written with pwrite. */
+#define SMALL_RUN_BYTES ((size_t)64 << 10)
+
 /* The placed box's bytes (dense, in the map's order, `item` bytes an element) written to the
  * file: runs of the map's trailing dimensions that are contiguous in the tensor. */
 static int write_runs(ur_st_file *f, const hf_tensor *t, const ur_rearrange_box_map *m,
                       const uint8_t *box, size_t item, ur_err *err)
 {
     int j = m->rank - 1;
-    uint64_t run = m->rank > 0 ? m->shape[m->rank - 1] : 1, idx[UR_MAX_RANK] = {0};
+    uint64_t run = m->rank > 0 ? m->shape[m->rank - 1] : 1, idx[UR_MAX_RANK] = {0}, last = 0;
+    uint64_t n_runs = 1;
     size_t at = 0;
+    ur_fs_map view;
     int rc = UR_OK;
 
     while (j > 0 && (uint64_t)m->dst_stride[j - 1] == m->shape[j] * (uint64_t)m->dst_stride[j]) {
@@ -109,14 +116,26 @@ static int write_runs(ur_st_file *f, const hf_tensor *t, const ur_rearrange_box_
     if (m->rank == 0) {
         j = 0;
     }
-    for (;;) {
-        uint64_t elem = m->offset;
+    for (int d = 0; d < j; d++) {
+        n_runs *= m->shape[d];
+        last += (m->shape[d] - 1) * (uint64_t)m->dst_stride[d];
+    }
+    memset(&view, 0, sizeof view);
+    if (n_runs > 1 && run * item < SMALL_RUN_BYTES) {
+        /* the span from the first run to the end of the last */
+        rc = ur_st_file_map(f, t->offset + m->offset * item, (size_t)((last + run) * item), &view,
+                            err);
+    }
+    for (; rc == UR_OK;) {
+        uint64_t elem = 0;
         for (int d = 0; d < j; d++) {
             elem += idx[d] * (uint64_t)m->dst_stride[d];
         }
-        rc = ur_st_file_write(f, t->offset + elem * item, box + at, (size_t)(run * item), err);
-        if (rc < 0) {
-            return rc;
+        if (view.data != NULL) {
+            memcpy((uint8_t *)(uintptr_t)view.data + elem * item, box + at, (size_t)(run * item));
+        } else {
+            rc = ur_st_file_write(f, t->offset + (m->offset + elem) * item, box + at,
+                                  (size_t)(run * item), err);
         }
         at += (size_t)(run * item);
         int d = j - 1;
@@ -124,9 +143,11 @@ static int write_runs(ur_st_file *f, const hf_tensor *t, const ur_rearrange_box_
             idx[d--] = 0;
         }
         if (d < 0) {
-            return UR_OK;
+            break;
         }
     }
+    ur_fs_unmap(&view);
+    return rc;
 }
 
 /* Elements of the part of a box placed at once (its buffers are this size, whatever the

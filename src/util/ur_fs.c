@@ -108,8 +108,10 @@ int ur_fs_pread_full(int fd, void *dst, size_t n, uint64_t offset, const char *p
     return UR_OK;
 }
 
-/* Per thread, for the SIGBUS message: the file whose pages the thread last mapped. */
+/* Per thread, for the SIGBUS message: the file whose pages the thread last mapped, and
+ * whether for writing. */
 static _Thread_local char mapped_path[512];
+static _Thread_local int mapped_write;
 
 static int map_range(int fd, uint64_t offset, size_t n, const char *path, int once, ur_fs_map *m,
                      ur_err *err)
@@ -135,6 +137,7 @@ static int map_range(int fd, uint64_t offset, size_t n, const char *path, int on
     }
     len = (size_t)(offset - start) + n;
     snprintf(mapped_path, sizeof mapped_path, "%s", path);
+    mapped_write = 0;
     /* Pages not in the page cache are read ahead all at once (large requests, in flight
      * together) rather than by the small synchronous readahead of page faults; read once,
      * they come as they are used (the kernel's sequential readahead), so that the mapping
@@ -195,6 +198,59 @@ const char *ur_fs_mapped_path(void)
     return mapped_path;
 }
 
+int ur_fs_mapped_for_write(void)
+{
+    return mapped_write;
+}
+
+int ur_fs_map_write(int fd, uint64_t offset, size_t n, const char *path, ur_fs_map *m, ur_err *err)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start = offset / page * page;
+    size_t len = (size_t)(offset - start) + n;
+    void *base;
+
+    memset(m, 0, sizeof *m);
+    if (n == 0) {
+        m->data = (const uint8_t *)"";
+        return UR_OK;
+    }
+    snprintf(mapped_path, sizeof mapped_path, "%s", path);
+    mapped_write = 1;
+    base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)start);
+    if (base == MAP_FAILED) {
+        return os_fail(err, path, "cannot map for writing");
+    }
+
+    m->base_ = base;
+    m->base_len_ = len;
+    m->data = (const uint8_t *)base + (offset - start);
+    m->len = n;
+    return UR_OK;
+}
+
+int ur_fs_reserve(int fd, uint64_t size, const char *path, ur_err *err)
+{
+    int e;
+    if (size == 0) {
+        return UR_OK;
+    }
+    if (size > (uint64_t)INT64_MAX) {
+        return ur_err_set_os(err, UR_EINVAL, 0, path, "cannot reserve %llu bytes",
+                             (unsigned long long)size);
+    }
+    do {
+        e = fallocate(fd, 0, 0, (off_t)size) == 0 ? 0 : errno;
+    } while (e == EINTR);
+    if (e == 0) {
+        return UR_OK;
+    }
+    if (e == EOPNOTSUPP || e == ENOSYS) {
+        return ur_err_set_os(err, UR_EUNSUPPORTED, e, path, "cannot reserve blocks");
+    }
+    errno = e;
+    return os_fail(err, path, "cannot reserve space");
+}
+
 int ur_fs_write_full(int fd, const void *src, size_t n, const char *path, ur_err *err)
 {
     const uint8_t *p = src;
@@ -214,7 +270,7 @@ int ur_fs_write_full(int fd, const void *src, size_t n, const char *path, ur_err
 
 int ur_fs_create_sized(int *fd_out, const char *path, uint64_t size, ur_err *err)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
         return errno == EEXIST ? ur_err_set_os(err, UR_EEXIST, errno, path, "already exists")
                                : os_fail(err, path, "cannot create");
