@@ -14,7 +14,9 @@
 #endif
 
 /* Input is read through read-only mappings of its files (src/util/ur_fs.c): a file that
- * shrinks while mapped, or a disk error on a mapped page, raises SIGBUS. Say so in one line,
+ * shrinks while mapped, or a disk error on a mapped page, raises SIGBUS (so does an output
+ * page stored through a mapping that cannot be written, though its blocks are reserved up
+ * front). Say so in one line,
  * naming the file, and exit as for any I/O error; partial output stays in the staging
  * directory, never where a checkpoint is expected (as after a kill). */
 /* write(2) all of s to stderr, as far as it goes (async-signal-safe: write, strlen). */
@@ -39,7 +41,10 @@ static void on_sigbus(int sig)
     (void)sig;
     say("unroll: ");
     say(path);
-    say(": input file changed or unreadable while being read (SIGBUS)\n");
+    /* NOLINTNEXTLINE(bugprone-signal-handler): a thread-local flag, as for the path */
+    say(ur_fs_mapped_for_write()
+            ? ": file could not be written through its mapping (SIGBUS)\n"
+            : ": input file changed or unreadable while being read (SIGBUS)\n");
     _exit(CLI_EXIT_IO);
 }
 
