@@ -12,6 +12,8 @@
 #   maxtext  MaxText's generate_param_only_checkpoint, under bench/memcap.sh
 #   multi    unroll as 2 processes x T/2 threads (--process-count 2), started together; the
 #            sizing table's calibration (bench/sizing.py)
+#   hf       unroll to_huggingface (weight_dtype bfloat16: the same bytes as the conversion's
+#            output before its compression), against the unroll run's time (not by default)
 #
 #   bench/big.sh --ckpt DIR --workdir DIR [--threads T] [--mem-cap BYTES] [--only "a b"]
 #                [--no-verify]   (unroll verify on the output, not cold: about 20 s at 10 GiB)
@@ -148,6 +150,14 @@ for tool in $only; do
         uptime >> "$workdir/multi.uptime"
         du -sb "$workdir/out/multi" | cut -f1 > "$workdir/multi.out.bytes"
         rm -rf "$workdir/out/multi" ;;
+    hf)
+        rm -rf "$workdir/out/hf"
+        UNROLL_PHASES=1 cold hf "$UNROLL_BIN" to_huggingface "$config" \
+            load_full_state_path="$items" base_output_directory="$workdir/out/hf" \
+            pure_nnx=false base_num_decoder_layers="$layers" weight_dtype=bfloat16 \
+            --threads "$threads" -q
+        du -sb "$workdir/out/hf" | cut -f1 > "$workdir/hf.out.bytes"
+        rm -rf "$workdir/out/hf" ;;
     *) echo "big.sh: unknown tool $tool" >&2; exit 2 ;;
     esac
 done

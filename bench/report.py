@@ -223,7 +223,7 @@ def many_layers(run: pathlib.Path, threads: int, layers: int, json_out) -> None:
 
 BIG_TOOLS = (("read", "read floor (floor -r)"), ("unroll", "unroll"),
              ("floor", "I/O + codec floor"), ("reference", "Python reference"),
-             ("maxtext", "MaxText's converter"))
+             ("maxtext", "MaxText's converter"), ("hf", "unroll to_huggingface"))
 PHASES_RE = re.compile(r"unroll: phases \(thread seconds, wall/cpu\):(.*)$", re.M)
 
 
@@ -275,6 +275,11 @@ def big(workdir: pathlib.Path, ckpt: pathlib.Path, cap: int) -> None:
             floor = max(r["wall_s"] if r is not None else 0.0, codec["codec_cpu_per_thread_s"])
             res["floor_s"] = floor
             res["unroll_over_floor"] = u["wall_s"] / floor
+    h = res["tools"].get("hf")
+    if h is not None:
+        h["out_bytes"] = int(_read(workdir / "hf.out.bytes") or 0)
+        if u is not None and u["wall_s"] > 0:
+            res["hf_over_unroll"] = h["wall_s"] / u["wall_s"]
     procs = [parse_time(workdir / f"multi.{i}.time") for i in range(2)]
     if all(procs) and (workdir / "multi.wall").is_file():
         res["multi"] = {"wall_s": float(_read(workdir / "multi.wall")),
@@ -314,6 +319,9 @@ def big(workdir: pathlib.Path, ckpt: pathlib.Path, cap: int) -> None:
         for k, v in u.get("phases", {}).items():
             print(f"  phase {k:12} wall {v['wall_s']:8.2f} s  cpu {v['cpu_s']:8.2f} s")
         print(f"  verify: rc {u['verify_rc']} {' '.join(u['verify'])}")
+    if "hf_over_unroll" in res:
+        print(f"unroll to_huggingface / unroll: {res['hf_over_unroll']:.2f}x "
+              f"({res['tools']['hf']['out_bytes'] / GiB:.2f} GiB folder)")
     mp = res.get("multi")
     if mp is not None:
         loads = [x.split("load average:")[-1].strip() for x in mp["uptime"]]
