@@ -44,6 +44,24 @@ int cli_opt_value(int argc, char **argv, int *i, const char *short_opt, const ch
 /* A byte count with an optional K/M/G suffix (binary units): 0, or -1 when it is not one. */
 int cli_parse_size(const char *s, uint64_t *out);
 
+/* The options and arguments every converting command takes: -n, -q, --replace, -j,
+ * --memory-limit, the config and its key=value overrides. */
+typedef struct {
+    int dry_run;
+    int replace; /* --replace: an object-store destination's objects are deleted first */
+    int quiet;
+    int threads;
+    uint64_t memory_limit;
+    const char *config;
+    const char **overrides; /* argc entries, owned (cli_run_args_dispose) */
+    size_t n_overrides;
+} cli_run_args;
+/* argv[*i] (which may take the next word) as one of those: 1 when it is one, 0 when it is an
+ * option they do not have (the command's to refuse), else -1 with *status the exit status
+ * (the line said). The first call allocates overrides. */
+int cli_run_arg(cli_run_args *a, int argc, char **argv, int *i, int *status);
+void cli_run_args_dispose(cli_run_args *a);
+
 /* The progress line's state (the ctx of ur_run_opts' on_begin and progress). */
 typedef struct {
     double start; /* ur_clock_mono_s() */

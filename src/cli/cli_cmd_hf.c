@@ -11,18 +11,16 @@
 #include "unroll/clock.h"
 #include "unroll/job.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 typedef struct {
-    int dry_run, replace, quiet, threads, override_architecture;
-    uint64_t memory_limit, max_shard_size;
-    const char *config, *hf_model_path;
-    const char **overrides;
-    size_t n_overrides;
+    cli_run_args run;
+    int override_architecture;
+    uint64_t max_shard_size;
+    const char *hf_model_path;
 } hf_args;
 
 static void usage(FILE *f)
@@ -59,21 +57,12 @@ static void usage(FILE *f)
 /* Returns -1 to go on, else an exit status. */
 static int parse_args(hf_args *a, int argc, char **argv)
 {
-    a->overrides = ur_calloc((size_t)argc + 1, sizeof *a->overrides);
-    if (a->overrides == NULL) {
-        return cli_usage_error("out of memory");
-    }
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i], *v;
+        int st = -1;
         if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
             usage(stdout);
             return CLI_EXIT_OK;
-        } else if (strcmp(s, "-n") == 0 || strcmp(s, "--dry-run") == 0) {
-            a->dry_run = 1;
-        } else if (strcmp(s, "-q") == 0 || strcmp(s, "--quiet") == 0) {
-            a->quiet = 1;
-        } else if (strcmp(s, "--replace") == 0) {
-            a->replace = 1;
         } else if (strcmp(s, "--override_model_architecture") == 0) {
             a->override_architecture = 1;
         } else if (cli_opt_value(argc, argv, &i, NULL, "--hf_model_path", &v)) {
@@ -85,30 +74,13 @@ static int parse_args(hf_args *a, int argc, char **argv)
             if (v == NULL || cli_parse_size(v, &a->max_shard_size) < 0) {
                 return cli_usage_error("--max_shard_size needs a size such as 3G or 500M");
             }
-        } else if (cli_opt_value(argc, argv, &i, "-j", "--threads", &v)) {
-            char *end;
-            long n;
-            errno = 0;
-            n = v != NULL ? strtol(v, &end, 10) : 0;
-            if (v == NULL || errno != 0 || end == v || *end != '\0' || n < 1 || n > 1024) {
-                return cli_usage_error("%s needs a thread count (1-1024)", s);
-            }
-            a->threads = (int)n;
-        } else if (cli_opt_value(argc, argv, &i, NULL, "--memory-limit", &v)) {
-            if (v == NULL || cli_parse_size(v, &a->memory_limit) < 0) {
-                return cli_usage_error("--memory-limit needs a size such as 512M or 4G");
-            }
-        } else if (s[0] == '-') {
+        } else if (cli_run_arg(&a->run, argc, argv, &i, &st) == 0) {
             return cli_usage_error("unknown option '%s' (see unroll to_huggingface --help)", s);
-        } else if (a->config == NULL) {
-            a->config = s;
-        } else if (strchr(s, '=') == NULL) {
-            return cli_usage_error("argument '%s' is not key=value", s);
-        } else {
-            a->overrides[a->n_overrides++] = s;
+        } else if (st >= 0) {
+            return st;
         }
     }
-    if (a->config == NULL) {
+    if (a->run.config == NULL) {
         usage(stderr);
         return CLI_EXIT_USAGE;
     }
@@ -136,30 +108,30 @@ static int run(const hf_args *args, ur_err *err)
 
     memset(&o, 0, sizeof o);
     memset(&prog, 0, sizeof prog);
-    o.run.config.config_path = args->config;
-    o.run.config.overrides = args->overrides;
-    o.run.config.n_overrides = args->n_overrides;
+    o.run.config.config_path = args->run.config;
+    o.run.config.overrides = args->run.overrides;
+    o.run.config.n_overrides = args->run.n_overrides;
     o.run.config.envp = (const char *const *)environ;
-    o.run.dry_run = args->dry_run;
-    o.run.replace = args->replace;
-    o.run.threads = args->threads;
-    o.run.memory_limit = args->memory_limit;
+    o.run.dry_run = args->run.dry_run;
+    o.run.replace = args->run.replace;
+    o.run.threads = args->run.threads;
+    o.run.memory_limit = args->run.memory_limit;
     o.run.cancel = &cli_interrupted;
     o.run.ctx = &prog;
     o.hf_model_path = args->hf_model_path;
     o.override_architecture = args->override_architecture;
     o.max_shard_size = args->max_shard_size;
     o.on_tensor = print_tensor;
-    if (!args->quiet && isatty(STDERR_FILENO)) {
+    if (!args->run.quiet && isatty(STDERR_FILENO)) {
         o.run.on_begin = cli_progress_begin;
         o.run.progress = cli_progress_show;
     }
     rc = ur_job_hf_run(&rep, &o, err);
-    if (rc == UR_OK && args->dry_run) {
+    if (rc == UR_OK && args->run.dry_run) {
         printf("%s (%s): %zu tensors, %.3f GiB, %zu shard%s\n", rep.hf.architecture, rep.hf.family,
                rep.hf.n_tensors, (double)rep.hf.bytes / 1073741824.0, rep.hf.n_shards,
                rep.hf.n_shards == 1 ? "" : "s");
-    } else if (rc == UR_OK && !args->quiet) {
+    } else if (rc == UR_OK && !args->run.quiet) {
         fprintf(stderr,
                 "unroll: wrote %s/: %s, %zu tensors in %zu shard%s, %.3f GiB read, %.3f GiB "
                 "written, %.2f s, %d threads\n",
@@ -188,6 +160,6 @@ int cli_cmd_hf(int argc, char **argv)
         ur_alloc_one_heap(); /* before the run starts its threads */
         status = cli_run_status(run(&args, &err), &err);
     }
-    ur_free(args.overrides);
+    cli_run_args_dispose(&args.run);
     return status;
 }

@@ -23,14 +23,7 @@
 #include <unistd.h>
 
 typedef struct {
-    int dry_run;
-    int replace; /* --replace: an object-store destination's objects are deleted first */
-    int quiet;
-    int threads;
-    uint64_t memory_limit;
-    const char *config;
-    const char **overrides;
-    size_t n_overrides;
+    cli_run_args run;
     int opt_process_count; /* 0: not given */
     int opt_process_index; /* -1: not given */
     int resume;            /* --resume: a single process, resumable (as share 0 of 1) */
@@ -103,45 +96,15 @@ static void usage(FILE *f)
 /* Returns -1 to go on, else an exit status. */
 static int parse_args(unroll_args *a, int argc, char **argv)
 {
-    a->overrides = ur_calloc((size_t)argc + 1, sizeof *a->overrides);
-    if (a->overrides == NULL) {
-        return cli_usage_error("out of memory");
-    }
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i], *v;
+        int st = -1;
         if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
             usage(stdout);
             return CLI_EXIT_OK;
         } else if (strcmp(s, "-V") == 0 || strcmp(s, "--version") == 0) {
             cli_print_version();
             return CLI_EXIT_OK;
-        } else if (strcmp(s, "-n") == 0 || strcmp(s, "--dry-run") == 0) {
-            a->dry_run = 1;
-        } else if (strcmp(s, "-q") == 0 || strcmp(s, "--quiet") == 0) {
-            a->quiet = 1;
-        } else if (strcmp(s, "--replace") == 0) {
-            a->replace = 1;
-        } else if (cli_opt_value(argc, argv, &i, "-j", "--threads", &v)) {
-            char *end;
-            long n;
-            if (v == NULL) {
-                return cli_usage_error("%s needs a number", s);
-            }
-            errno = 0;
-            n = strtol(v, &end, 10);
-            if (errno != 0 || end == v || *end != '\0' || n < 1 || n > 1024) {
-                return cli_usage_error("%s: '%s' is not a thread count (1-1024)", s, v);
-            }
-            a->threads = (int)n;
-        } else if (cli_opt_value(argc, argv, &i, NULL, "--memory-limit", &v)) {
-            if (v == NULL) {
-                return cli_usage_error("--memory-limit needs a size such as 512M or 4G");
-            }
-            if (cli_parse_size(v, &a->memory_limit) < 0) {
-                return cli_usage_error("--memory-limit: '%s' is not a size such as 512M or 4G "
-                                       "(at most 16 EiB)",
-                                       v);
-            }
         } else if (strcmp(s, "--resume") == 0) {
             a->resume = 1;
         } else if (cli_opt_value(argc, argv, &i, NULL, "--commit-every", &v)) {
@@ -168,18 +131,13 @@ static int parse_args(unroll_args *a, int argc, char **argv)
             } else {
                 a->opt_process_index = (int)n;
             }
-        } else if (s[0] == '-') {
+        } else if (cli_run_arg(&a->run, argc, argv, &i, &st) == 0) {
             return cli_usage_error("unknown option '%s' (see unroll --help)", s);
-        } else if (a->config == NULL) {
-            a->config = s;
-        } else {
-            if (strchr(s, '=') == NULL) {
-                return cli_usage_error("argument '%s' is not key=value", s);
-            }
-            a->overrides[a->n_overrides++] = s;
+        } else if (st >= 0) {
+            return st;
         }
     }
-    if (a->config == NULL) {
+    if (a->run.config == NULL) {
         usage(stderr);
         return CLI_EXIT_USAGE;
     }
@@ -247,14 +205,14 @@ static int run(const unroll_args *args, ur_err *err)
 
     memset(&ro, 0, sizeof ro);
     memset(&prog, 0, sizeof prog);
-    ro.config.config_path = args->config;
-    ro.config.overrides = args->overrides;
-    ro.config.n_overrides = args->n_overrides;
+    ro.config.config_path = args->run.config;
+    ro.config.overrides = args->run.overrides;
+    ro.config.n_overrides = args->run.n_overrides;
     ro.config.envp = (const char *const *)environ;
-    ro.dry_run = args->dry_run;
-    ro.replace = args->replace;
-    ro.threads = args->threads;
-    ro.memory_limit = args->memory_limit;
+    ro.dry_run = args->run.dry_run;
+    ro.replace = args->run.replace;
+    ro.threads = args->run.threads;
+    ro.memory_limit = args->run.memory_limit;
     ro.cancel = &cli_interrupted;
     ro.process_count = args->process_count;
     ro.process_index = args->process_index;
@@ -263,15 +221,15 @@ static int run(const unroll_args *args, ur_err *err)
     ro.commit_every = args->commit_every;
     ro.on_plan = print_plan;
     ro.ctx = &prog;
-    if (!args->quiet) {
+    if (!args->run.quiet) {
         ro.on_note = print_note;
     }
-    if (!args->quiet && isatty(STDERR_FILENO)) {
+    if (!args->run.quiet && isatty(STDERR_FILENO)) {
         ro.on_begin = cli_progress_begin;
         ro.progress = cli_progress_show;
     }
     rc = ur_job_run(&rep, &ro, err);
-    if (rc == UR_OK && !args->quiet && !args->dry_run && !rep.share) {
+    if (rc == UR_OK && !args->run.quiet && !args->run.dry_run && !rep.share) {
         fprintf(stderr,
                 "unroll: wrote %s/: %zu tensors from %zu, %.3f GiB read, %.3f GiB written, "
                 "%.2f s, %d threads\n",
@@ -302,6 +260,6 @@ int cli_cmd_unroll(int argc, char **argv)
         ur_alloc_one_heap(); /* before the run starts its threads */
         status = cli_run_status(run(&args, &err), &err);
     }
-    ur_free(args.overrides);
+    cli_run_args_dispose(&args.run);
     return status;
 }

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 
+#include "unroll/alloc.h"
 #include "unroll/clock.h"
 #include "unroll/phase.h"
 
@@ -170,4 +171,62 @@ int cli_run_status(int rc, const ur_err *err)
         return 128 + cli_interrupted;
     }
     return cli_fail(err);
+}
+
+/* -j N: 1 to 1024 threads. */
+static int parse_threads(const char *opt, const char *v, int *out)
+{
+    char *end;
+    long n;
+    if (v == NULL) {
+        return cli_usage_error("%s needs a number", opt);
+    }
+    errno = 0;
+    n = strtol(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || n < 1 || n > 1024) {
+        return cli_usage_error("%s: '%s' is not a thread count (1-1024)", opt, v);
+    }
+    *out = (int)n;
+    return -1;
+}
+
+int cli_run_arg(cli_run_args *a, int argc, char **argv, int *i, int *status)
+{
+    const char *s = argv[*i], *v;
+    *status = -1;
+    if (a->overrides == NULL &&
+        (a->overrides = ur_calloc((size_t)argc + 1, sizeof *a->overrides)) == NULL) {
+        *status = cli_usage_error("out of memory");
+    } else if (strcmp(s, "-n") == 0 || strcmp(s, "--dry-run") == 0) {
+        a->dry_run = 1;
+    } else if (strcmp(s, "-q") == 0 || strcmp(s, "--quiet") == 0) {
+        a->quiet = 1;
+    } else if (strcmp(s, "--replace") == 0) {
+        a->replace = 1;
+    } else if (cli_opt_value(argc, argv, i, "-j", "--threads", &v)) {
+        *status = parse_threads(s, v, &a->threads);
+    } else if (cli_opt_value(argc, argv, i, NULL, "--memory-limit", &v)) {
+        if (v == NULL) {
+            *status = cli_usage_error("--memory-limit needs a size such as 512M or 4G");
+        } else if (cli_parse_size(v, &a->memory_limit) < 0) {
+            *status = cli_usage_error("--memory-limit: '%s' is not a size such as 512M or 4G "
+                                      "(at most 16 EiB)",
+                                      v);
+        }
+    } else if (s[0] == '-') {
+        return 0;
+    } else if (a->config == NULL) {
+        a->config = s;
+    } else if (strchr(s, '=') == NULL) {
+        *status = cli_usage_error("argument '%s' is not key=value", s);
+    } else {
+        a->overrides[a->n_overrides++] = s;
+    }
+    return *status >= 0 ? -1 : 1;
+}
+
+void cli_run_args_dispose(cli_run_args *a)
+{
+    ur_free(a->overrides);
+    a->overrides = NULL;
 }

@@ -12,6 +12,27 @@ static const hf_family *const families[] = {
     &hf_family_qwen2,
 };
 
+const hf_rule hf_rules_llama_like[HF_N_RULES_LLAMA_LIKE] = {
+    {"token_embedder/embedding", "model.embed_tokens.weight", "v e -> v e", HF_OP_NONE, 0},
+    {"decoder/decoder_norm/scale", "model.norm.weight", "e -> e", HF_OP_NONE, 0},
+    {"decoder/logits_dense/kernel", "lm_head.weight", "e v -> v e", HF_OP_NONE, HF_IF_UNTIED},
+    {"decoder/layers_{i}/pre_self_attention_layer_norm/scale",
+     "model.layers.{i}.input_layernorm.weight", "e -> e", HF_OP_NONE, 0},
+    {"decoder/layers_{i}/post_self_attention_layer_norm/scale",
+     "model.layers.{i}.post_attention_layernorm.weight", "e -> e", HF_OP_NONE, 0},
+    {"decoder/layers_{i}/mlp/wi_0/kernel", "model.layers.{i}.mlp.gate_proj.weight", "e m -> m e",
+     HF_OP_NONE, 0},
+    {"decoder/layers_{i}/mlp/wi_1/kernel", "model.layers.{i}.mlp.up_proj.weight", "e m -> m e",
+     HF_OP_NONE, 0},
+    {"decoder/layers_{i}/mlp/wo/kernel", "model.layers.{i}.mlp.down_proj.weight", "m e -> e m",
+     HF_OP_NONE, 0},
+};
+
+const hf_rule *hf_family_rule(const hf_family *f, size_t k)
+{
+    return k < f->n_shared ? &f->shared[k] : &f->rules[k - f->n_shared];
+}
+
 const hf_family *hf_family_for(const ur_settings *s)
 {
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {

@@ -16,13 +16,6 @@
 #define Q_HALVES "e h d -> (h d) e"
 
 static const hf_rule rules[] = {
-    {"token_embedder/embedding", "model.embed_tokens.weight", "v e -> v e", HF_OP_NONE, 0},
-    {"decoder/decoder_norm/scale", "model.norm.weight", "e -> e", HF_OP_NONE, 0},
-    {"decoder/logits_dense/kernel", "lm_head.weight", "e v -> v e", HF_OP_NONE, HF_IF_UNTIED},
-    {"decoder/layers_{i}/pre_self_attention_layer_norm/scale",
-     "model.layers.{i}.input_layernorm.weight", "e -> e", HF_OP_NONE, 0},
-    {"decoder/layers_{i}/post_self_attention_layer_norm/scale",
-     "model.layers.{i}.post_attention_layernorm.weight", "e -> e", HF_OP_NONE, 0},
     {"decoder/layers_{i}/self_attention/query/kernel", "model.layers.{i}.self_attn.q_proj.weight",
      Q_INTERLEAVED, HF_OP_MUL_SQRT_HEAD_DIM, HF_IF_ROPE_INTERLEAVED | HF_IF_QUERY_SCALED},
     {"decoder/layers_{i}/self_attention/query/kernel", "model.layers.{i}.self_attn.q_proj.weight",
@@ -39,12 +32,6 @@ static const hf_rule rules[] = {
      "e h d -> (h d) e", HF_OP_NONE, 0},
     {"decoder/layers_{i}/self_attention/out/kernel", "model.layers.{i}.self_attn.o_proj.weight",
      "h d e -> e (h d)", HF_OP_NONE, 0},
-    {"decoder/layers_{i}/mlp/wi_0/kernel", "model.layers.{i}.mlp.gate_proj.weight", "e m -> m e",
-     HF_OP_NONE, 0},
-    {"decoder/layers_{i}/mlp/wi_1/kernel", "model.layers.{i}.mlp.up_proj.weight", "e m -> m e",
-     HF_OP_NONE, 0},
-    {"decoder/layers_{i}/mlp/wo/kernel", "model.layers.{i}.mlp.down_proj.weight", "m e -> e m",
-     HF_OP_NONE, 0},
 };
 
 static int applies_llama(const ur_settings *s)
@@ -140,9 +127,21 @@ static int config_mistral(const hf_model *m, hf_json *j, ur_err *err)
     return config(m, j, 1, err);
 }
 
-const hf_family hf_family_llama = {
-    "llama",     "LlamaForCausalLM", applies_llama, setup, rules, sizeof rules / sizeof rules[0],
-    config_llama};
-const hf_family hf_family_mistral = {
-    "mistral", "MistralForCausalLM",           applies_mistral, setup,
-    rules,     sizeof rules / sizeof rules[0], config_mistral};
+const hf_family hf_family_llama = {.name = "llama",
+                                   .architecture = "LlamaForCausalLM",
+                                   .applies = applies_llama,
+                                   .setup = setup,
+                                   .shared = hf_rules_llama_like,
+                                   .n_shared = HF_N_RULES_LLAMA_LIKE,
+                                   .rules = rules,
+                                   .n_rules = sizeof rules / sizeof rules[0],
+                                   .config = config_llama};
+const hf_family hf_family_mistral = {.name = "mistral",
+                                     .architecture = "MistralForCausalLM",
+                                     .applies = applies_mistral,
+                                     .setup = setup,
+                                     .shared = hf_rules_llama_like,
+                                     .n_shared = HF_N_RULES_LLAMA_LIKE,
+                                     .rules = rules,
+                                     .n_rules = sizeof rules / sizeof rules[0],
+                                     .config = config_mistral};

@@ -13,13 +13,6 @@
 #include <string.h>
 
 static const hf_rule rules[] = {
-    {"token_embedder/embedding", "model.embed_tokens.weight", "v e -> v e", HF_OP_NONE, 0},
-    {"decoder/decoder_norm/scale", "model.norm.weight", "e -> e", HF_OP_NONE, 0},
-    {"decoder/logits_dense/kernel", "lm_head.weight", "e v -> v e", HF_OP_NONE, HF_IF_UNTIED},
-    {"decoder/layers_{i}/pre_self_attention_layer_norm/scale",
-     "model.layers.{i}.input_layernorm.weight", "e -> e", HF_OP_NONE, 0},
-    {"decoder/layers_{i}/post_self_attention_layer_norm/scale",
-     "model.layers.{i}.post_attention_layernorm.weight", "e -> e", HF_OP_NONE, 0},
     {"decoder/layers_{i}/self_attention/query/kernel", "model.layers.{i}.self_attn.q_proj.weight",
      "e h d -> (h d) e", HF_OP_NONE, 0},
     {"decoder/layers_{i}/self_attention/key/kernel", "model.layers.{i}.self_attn.k_proj.weight",
@@ -38,12 +31,6 @@ static const hf_rule rules[] = {
      "model.layers.{i}.self_attn.q_norm.weight", "d -> d", HF_OP_NONE, HF_IF_QK_NORM},
     {"decoder/layers_{i}/self_attention/key_norm/scale",
      "model.layers.{i}.self_attn.k_norm.weight", "d -> d", HF_OP_NONE, HF_IF_QK_NORM},
-    {"decoder/layers_{i}/mlp/wi_0/kernel", "model.layers.{i}.mlp.gate_proj.weight", "e m -> m e",
-     HF_OP_NONE, 0},
-    {"decoder/layers_{i}/mlp/wi_1/kernel", "model.layers.{i}.mlp.up_proj.weight", "e m -> m e",
-     HF_OP_NONE, 0},
-    {"decoder/layers_{i}/mlp/wo/kernel", "model.layers.{i}.mlp.down_proj.weight", "m e -> e m",
-     HF_OP_NONE, 0},
 };
 
 static int applies_qwen3(const ur_settings *s)
@@ -125,9 +112,21 @@ static int config_qwen2(const hf_model *m, hf_json *j, ur_err *err)
     return rc == UR_OK ? hf_config_rope(m, j, "default", err) : rc;
 }
 
-const hf_family hf_family_qwen3 = {
-    "qwen3",     "Qwen3ForCausalLM", applies_qwen3, setup, rules, sizeof rules / sizeof rules[0],
-    config_qwen3};
-const hf_family hf_family_qwen2 = {
-    "qwen2",     "Qwen2ForCausalLM", applies_qwen2, setup, rules, sizeof rules / sizeof rules[0],
-    config_qwen2};
+const hf_family hf_family_qwen3 = {.name = "qwen3",
+                                   .architecture = "Qwen3ForCausalLM",
+                                   .applies = applies_qwen3,
+                                   .setup = setup,
+                                   .shared = hf_rules_llama_like,
+                                   .n_shared = HF_N_RULES_LLAMA_LIKE,
+                                   .rules = rules,
+                                   .n_rules = sizeof rules / sizeof rules[0],
+                                   .config = config_qwen3};
+const hf_family hf_family_qwen2 = {.name = "qwen2",
+                                   .architecture = "Qwen2ForCausalLM",
+                                   .applies = applies_qwen2,
+                                   .setup = setup,
+                                   .shared = hf_rules_llama_like,
+                                   .n_shared = HF_N_RULES_LLAMA_LIKE,
+                                   .rules = rules,
+                                   .n_rules = sizeof rules / sizeof rules[0],
+                                   .config = config_qwen2};

@@ -67,11 +67,22 @@ typedef struct hf_family {
     int (*applies)(const ur_settings *s);
     /* m->flags from the settings. */
     int (*setup)(hf_model *m, ur_err *err);
+    /* the rules it shares with other families (NULL: none), then its own */
+    const hf_rule *shared;
+    size_t n_shared;
     const hf_rule *rules;
     size_t n_rules;
     /* config.json's entries (hf_json_*). */
     int (*config)(const hf_model *m, hf_json *j, ur_err *err);
 } hf_family;
+
+/* Rule k of a family: its shared rules first, then its own (k < n_shared + n_rules). */
+const hf_rule *hf_family_rule(const hf_family *f, size_t k);
+
+/* The rules of the parts every Llama-like decoder has, as MaxText names them: the embedding,
+ * the final norm, the untied output projection, a layer's two norms and its gated MLP. */
+#define HF_N_RULES_LLAMA_LIKE 8
+extern const hf_rule hf_rules_llama_like[HF_N_RULES_LLAMA_LIKE];
 
 /* The family that exports models of these settings, or NULL. */
 const hf_family *hf_family_for(const ur_settings *s);

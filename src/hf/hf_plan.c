@@ -258,10 +258,10 @@ static int map_params(ur_hf_plan *p, ur_err *err)
     for (size_t i = 0; i < p->n_params && rc == UR_OK; i++) {
         const hf_rule *hit = NULL;
         int64_t layer = -1;
-        for (size_t k = 0; k < f->n_rules && hit == NULL; k++) {
-            if (rule_holds(&p->model, &f->rules[k]) &&
-                hf_match(f->rules[k].mt, p->params[i].path, &layer)) {
-                hit = &f->rules[k];
+        for (size_t k = 0; k < f->n_shared + f->n_rules && hit == NULL; k++) {
+            const hf_rule *r = hf_family_rule(f, k);
+            if (rule_holds(&p->model, r) && hf_match(r->mt, p->params[i].path, &layer)) {
+                hit = r;
             }
         }
         if (hit == NULL) {
@@ -284,8 +284,8 @@ static int by_name(const void *a, const void *b)
 static int check_complete(ur_hf_plan *p, ur_err *err)
 {
     const hf_family *f = p->fam;
-    for (size_t k = 0; k < f->n_rules; k++) {
-        const hf_rule *r = &f->rules[k];
+    for (size_t k = 0; k < f->n_shared + f->n_rules; k++) {
+        const hf_rule *r = hf_family_rule(f, k);
         int layered = strstr(r->hf, "{i}") != NULL;
         if (!rule_holds(&p->model, r)) {
             continue;

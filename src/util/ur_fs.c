@@ -113,7 +113,11 @@ int ur_fs_pread_full(int fd, void *dst, size_t n, uint64_t offset, const char *p
 static _Thread_local char mapped_path[512];
 static _Thread_local int mapped_write;
 
-static int map_range(int fd, uint64_t offset, size_t n, const char *path, int once, ur_fs_map *m,
+/* How a range is mapped: read, its pages read ahead up front; read once front to back; or
+ * written (shared: stores reach the file's pages in the page cache). */
+enum { MAP_READ, MAP_READ_ONCE, MAP_WRITE };
+
+static int map_range(int fd, uint64_t offset, size_t n, const char *path, int how, ur_fs_map *m,
                      ur_err *err)
 {
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start = offset / page * page;
@@ -137,19 +141,22 @@ static int map_range(int fd, uint64_t offset, size_t n, const char *path, int on
     }
     len = (size_t)(offset - start) + n;
     snprintf(mapped_path, sizeof mapped_path, "%s", path);
-    mapped_write = 0;
+    mapped_write = how == MAP_WRITE;
     /* Pages not in the page cache are read ahead all at once (large requests, in flight
      * together) rather than by the small synchronous readahead of page faults; read once,
      * they come as they are used (the kernel's sequential readahead), so that the mapping
      * does not hold the whole file. */
-    if (!once) {
+    if (how == MAP_READ) {
         (void)posix_fadvise(fd, (off_t)offset, (off_t)n, POSIX_FADV_WILLNEED);
     }
-    base = mmap(NULL, len, PROT_READ, MAP_PRIVATE | (once ? 0 : MAP_POPULATE), fd, (off_t)start);
+    base = how == MAP_WRITE
+               ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)start)
+               : mmap(NULL, len, PROT_READ, MAP_PRIVATE | (how == MAP_READ ? MAP_POPULATE : 0), fd,
+                      (off_t)start);
     if (base == MAP_FAILED) {
-        return os_fail(err, path, "cannot map");
+        return os_fail(err, path, how == MAP_WRITE ? "cannot map for writing" : "cannot map");
     }
-    if (once) {
+    if (how == MAP_READ_ONCE) {
         (void)madvise(base, len, MADV_SEQUENTIAL);
     }
     m->base_ = base;
@@ -161,13 +168,13 @@ static int map_range(int fd, uint64_t offset, size_t n, const char *path, int on
 
 int ur_fs_map_range(int fd, uint64_t offset, size_t n, const char *path, ur_fs_map *m, ur_err *err)
 {
-    return map_range(fd, offset, n, path, 0, m, err);
+    return map_range(fd, offset, n, path, MAP_READ, m, err);
 }
 
 int ur_fs_map_range_once(int fd, uint64_t offset, size_t n, const char *path, ur_fs_map *m,
                          ur_err *err)
 {
-    return map_range(fd, offset, n, path, 1, m, err);
+    return map_range(fd, offset, n, path, MAP_READ_ONCE, m, err);
 }
 
 void ur_fs_map_forget(ur_fs_map *m, size_t upto)
@@ -205,27 +212,7 @@ int ur_fs_mapped_for_write(void)
 
 int ur_fs_map_write(int fd, uint64_t offset, size_t n, const char *path, ur_fs_map *m, ur_err *err)
 {
-    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start = offset / page * page;
-    size_t len = (size_t)(offset - start) + n;
-    void *base;
-
-    memset(m, 0, sizeof *m);
-    if (n == 0) {
-        m->data = (const uint8_t *)"";
-        return UR_OK;
-    }
-    snprintf(mapped_path, sizeof mapped_path, "%s", path);
-    mapped_write = 1;
-    base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)start);
-    if (base == MAP_FAILED) {
-        return os_fail(err, path, "cannot map for writing");
-    }
-
-    m->base_ = base;
-    m->base_len_ = len;
-    m->data = (const uint8_t *)base + (offset - start);
-    m->len = n;
-    return UR_OK;
+    return map_range(fd, offset, n, path, MAP_WRITE, m, err);
 }
 
 int ur_fs_reserve(int fd, uint64_t size, const char *path, ur_err *err)

@@ -54,6 +54,28 @@ def test_bad_flags(args, words):
     one_line_error(res, *words)
 
 
+@pytest.mark.parametrize("args,words", [
+    (["--frobnicate", CONFIG], ["--frobnicate", "to_huggingface --help"]),
+    (["-j", "0", CONFIG], ["thread"]),
+    (["--memory-limit", "lots", CONFIG], ["--memory-limit"]),
+    (["--max_shard_size", "big", CONFIG], ["--max_shard_size"]),
+    (["--hf_model_path=", CONFIG], ["--hf_model_path"]),
+    ([CONFIG, "not_a_pair"], ["not_a_pair"]),
+    ([CONFIG, "--resume"], ["--resume"]),  # the conversion's own options are not its
+])
+def test_to_huggingface_bad_flags(args, words):
+    res = run("to_huggingface", *args)
+    assert res.returncode == 2
+    one_line_error(res, *words)
+
+
+def test_to_huggingface_help_and_usage():
+    res = run("to_huggingface", "--help")
+    assert res.returncode == 0 and "usage: unroll to_huggingface" in res.stdout
+    res = run("to_huggingface")
+    assert res.returncode == 2 and "usage: unroll to_huggingface" in res.stderr
+
+
 def test_unknown_config_key_is_rejected_with_its_name(tmp_path):
     res = run(CONFIG, f"load_full_state_path={ITEMS}", f"base_output_directory={tmp_path}",
               "no_such_key=1")
