@@ -116,8 +116,8 @@ int hf_expand(const char *pat, int64_t layer, char *out, size_t n);
  * config.json (json.dumps(indent=2, sort_keys=True)) ---- */
 int hf_json_new(hf_json **out, ur_err *err);
 void hf_json_free(hf_json *j);
-/* Add "key": value at the top level, or inside the object `in` (NULL: the top level; an
- * object is made on first use). */
+/* Add "key": value at the top level, or inside the object `in` (NULL: the top level;
+ * "a/b": object b inside object a; an object is made on first use). */
 int hf_json_int(hf_json *j, const char *in, const char *key, int64_t v, ur_err *err);
 int hf_json_float(hf_json *j, const char *in, const char *key, double v, ur_err *err);
 int hf_json_bool(hf_json *j, const char *in, const char *key, int v, ur_err *err);

@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { J_INT, J_FLOAT, J_BOOL, J_STR, J_NULL, J_STRS } jkind;
+typedef enum { J_INT, J_FLOAT, J_BOOL, J_STR, J_NULL, J_STRS, J_OBJ } jkind;
 
 typedef struct {
-    char *in; /* the object it is in, NULL: the top level */
+    char *in; /* the object it is in ("a/b": b inside a), NULL: the top level */
     char *key;
     jkind kind;
     int64_t i;
@@ -180,6 +180,7 @@ static int put_value(ur_buf *b, const jentry *e, int depth, ur_err *err)
     case J_BOOL:
         return ur_buf_printf(b, err, "%s", e->i ? "true" : "false");
     case J_NULL:
+    case J_OBJ: /* printed by put_object */
         return ur_buf_printf(b, err, "null");
     case J_STR:
         return put_str(b, e->strs[0], err);
@@ -208,8 +209,57 @@ static int by_key(const void *a, const void *b)
     return strcmp((*x)->key, (*y)->key);
 }
 
-/* The keys of object `in` (NULL: the top level), sorted; nested objects are the distinct `in`
- * names of the entries, printed where their name sorts. */
+/* How much of `e_in` names the object directly inside `in` (NULL: the top level) that holds
+ * an entry of object e_in; 0 when e_in is not below in. */
+static size_t child_len(const char *in, const char *e_in)
+{
+    size_t p = in != NULL ? strlen(in) : 0;
+    const char *slash;
+    if (e_in == NULL) {
+        return 0;
+    }
+    if (in != NULL) {
+        if (strncmp(e_in, in, p) != 0 || e_in[p] != '/') {
+            return 0;
+        }
+        p++;
+    }
+    slash = strchr(e_in + p, '/');
+    return slash != NULL ? (size_t)(slash - e_in) : strlen(e_in);
+}
+
+static int same_object(const char *a, const char *b)
+{
+    return a == NULL ? b == NULL : b != NULL && strcmp(a, b) == 0;
+}
+
+/* A stand-in for the nested object e->in[0 .. len) (key: its last name), unless one is there. */
+static int add_object(jentry *objs, size_t *n_objs, const jentry **k, size_t *n, const char *e_in,
+                      size_t len, ur_err *err)
+{
+    const char *name = e_in + len;
+    for (size_t o = 0; o < *n_objs; o++) {
+        if (strlen(objs[o].in) == len && strncmp(objs[o].in, e_in, len) == 0) {
+            return UR_OK;
+        }
+    }
+    while (name > e_in && name[-1] != '/') {
+        name--;
+    }
+    objs[*n_objs].kind = J_OBJ;
+    objs[*n_objs].in = ur_strndup(e_in, len);
+    objs[*n_objs].key = ur_strndup(name, (size_t)(e_in + len - name));
+    if (objs[*n_objs].in == NULL || objs[*n_objs].key == NULL) {
+        ur_free(objs[*n_objs].in);
+        ur_free(objs[*n_objs].key);
+        return ur_err_oom(err);
+    }
+    k[(*n)++] = &objs[(*n_objs)++];
+    return UR_OK;
+}
+
+/* The keys of object `in` (NULL: the top level), sorted; nested objects are named by the
+ * entries' `in` paths, printed where their name sorts. */
 static int put_object(const hf_json *j, const char *in, int depth, ur_buf *b, ur_err *err)
 {
     const jentry **k = ur_calloc(j->n + 1, sizeof *k);
@@ -219,23 +269,12 @@ static int put_object(const hf_json *j, const char *in, int depth, ur_buf *b, ur
 
     for (size_t i = 0; i < j->n && rc == UR_OK; i++) {
         const jentry *e = &j->e[i];
-        if ((in == NULL) != (e->in == NULL) || (in != NULL && strcmp(in, e->in) != 0)) {
-            /* a top-level object holding e: one stand-in entry per object name */
-            if (in == NULL && e->in != NULL) {
-                int seen = 0;
-                for (size_t o = 0; o < n_objs; o++) {
-                    seen |= strcmp(objs[o].key, e->in) == 0;
-                }
-                if (!seen) {
-                    objs[n_objs].key = e->in;
-                    objs[n_objs].kind = J_NULL;
-                    objs[n_objs].in = (char *)1; /* marks a nested object */
-                    k[n++] = &objs[n_objs++];
-                }
-            }
-            continue;
+        size_t len;
+        if (same_object(in, e->in)) {
+            k[n++] = e;
+        } else if ((len = child_len(in, e->in)) > 0) {
+            rc = add_object(objs, &n_objs, k, &n, e->in, len, err);
         }
-        k[n++] = e;
     }
     if (rc == UR_OK) {
         qsort(k, n, sizeof *k, by_key);
@@ -250,8 +289,8 @@ static int put_object(const hf_json *j, const char *in, int depth, ur_buf *b, ur
             rc = ur_buf_printf(b, err, ": ");
         }
         if (rc == UR_OK) {
-            rc = k[i]->in == (char *)1 ? put_object(j, k[i]->key, depth + 1, b, err)
-                                       : put_value(b, k[i], depth + 1, err);
+            rc = k[i]->kind == J_OBJ ? put_object(j, k[i]->in, depth + 1, b, err)
+                                     : put_value(b, k[i], depth + 1, err);
         }
         if (rc == UR_OK) {
             rc = ur_buf_printf(b, err, "%s\n", i + 1 < n ? "," : "");
@@ -259,6 +298,10 @@ static int put_object(const hf_json *j, const char *in, int depth, ur_buf *b, ur
     }
     if (rc == UR_OK) {
         rc = n ? ur_buf_printf(b, err, "%*s}", 2 * depth, "") : ur_buf_append_str(b, "}", err);
+    }
+    for (size_t o = 0; objs != NULL && o < n_objs; o++) {
+        ur_free(objs[o].in);
+        ur_free(objs[o].key);
     }
     ur_free(k);
     ur_free(objs);

@@ -3,6 +3,7 @@
  * read back and held to the transforms computed element by element. */
 #include "ur_test.h"
 
+#include "hf/hf_impl.h"
 #include "unroll/fs.h"
 #include "unroll/hf.h"
 #include "unroll/kvstore.h"
@@ -328,12 +329,61 @@ static void test_hf__incomplete(void **state)
     ur_hf_plan_free(p);
 }
 
+/* config.json as json.dumps(indent=2, sort_keys=True) prints it: keys sorted at every depth,
+ * objects nested by path, floats as Python's repr. */
+static void test_hf__config_json(void **state)
+{
+    const char *types[] = {"sliding_attention", "full_attention"};
+    const char *want = "{\n"
+                       "  \"a\": 1,\n"
+                       "  \"layer_types\": [\n"
+                       "    \"sliding_attention\",\n"
+                       "    \"full_attention\"\n"
+                       "  ],\n"
+                       "  \"rope_parameters\": {\n"
+                       "    \"full_attention\": {\n"
+                       "      \"factor\": 8.0,\n"
+                       "      \"rope_type\": \"yarn\"\n"
+                       "    },\n"
+                       "    \"rope_theta\": 500000.0,\n"
+                       "    \"sliding_attention\": {\n"
+                       "      \"beta_fast\": 32.0,\n"
+                       "      \"eps\": 1e-06\n"
+                       "    }\n"
+                       "  },\n"
+                       "  \"sliding_window\": null,\n"
+                       "  \"z\": true\n"
+                       "}\n";
+    hf_json *j;
+    ur_buf out;
+    (void)state;
+    ur_buf_init(&out, 0);
+    assert_int_equal(hf_json_new(&j, NULL), UR_OK);
+    assert_int_equal(hf_json_bool(j, NULL, "z", 1, NULL), UR_OK);
+    assert_int_equal(hf_json_float(j, "rope_parameters/sliding_attention", "eps", 1e-6, NULL),
+                     UR_OK);
+    assert_int_equal(hf_json_str(j, "rope_parameters/full_attention", "rope_type", "yarn", NULL),
+                     UR_OK);
+    assert_int_equal(hf_json_float(j, "rope_parameters", "rope_theta", 500000, NULL), UR_OK);
+    assert_int_equal(hf_json_float(j, "rope_parameters/full_attention", "factor", 8, NULL), UR_OK);
+    assert_int_equal(hf_json_float(j, "rope_parameters/sliding_attention", "beta_fast", 32, NULL),
+                     UR_OK);
+    assert_int_equal(hf_json_strs(j, "layer_types", types, 2, NULL), UR_OK);
+    assert_int_equal(hf_json_null(j, NULL, "sliding_window", NULL), UR_OK);
+    assert_int_equal(hf_json_int(j, NULL, "a", 1, NULL), UR_OK);
+    assert_int_equal(hf_json_print(j, &out, NULL), UR_OK);
+    assert_int_equal(out.len, strlen(want));
+    assert_memory_equal(out.data, want, out.len);
+    hf_json_free(j);
+    ur_buf_dispose(&out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hf__llama_plan), cmocka_unit_test(test_hf__shards_and_meta),
         cmocka_unit_test(test_hf__refusals),   cmocka_unit_test(test_hf__sink_places_chunks),
-        cmocka_unit_test(test_hf__incomplete),
+        cmocka_unit_test(test_hf__incomplete), cmocka_unit_test(test_hf__config_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
