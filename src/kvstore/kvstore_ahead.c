@@ -46,6 +46,9 @@
 #define AHEAD_PART_MIN ((size_t)4 << 20)
 #define AHEAD_PART_MAX ((size_t)8 << 20)
 
+/* Reads remembered, so that a late hint does not fetch them again. */
+#define AHEAD_RECENT 512
+
 enum { QUEUED, RUNNING, DONE, FAILED };
 
 /* The parts of one large read (on its reader's stack). */
@@ -85,6 +88,12 @@ typedef struct {
     queue parts, hints; /* QUEUED work; parts first */
     size_t bytes, budget;
     uint64_t reads; /* read_range calls so far (a piece's age) */
+    /* the latest reads (a ring): a hint that comes after the read it announces, from a
+     * look-ahead that fell behind the workers, would fetch the bytes a second time */
+    struct {
+        uint64_t key, off, end;
+    } recent[AHEAD_RECENT];
+    size_t recent_at;
     pthread_t *threads;
     int n_threads, max_threads, idle, closing;
 } ahead_store;
@@ -102,6 +111,39 @@ uint64_t ur_kvstore_read_ahead(void)
 }
 
 /* ---- queues and the cache (under the lock) ------------------------------------------------ */
+
+/* A key's 64-bit FNV-1a: the recent reads are told apart by it (a collision only drops a
+ * hint). */
+static uint64_t key_hash(const char *key)
+{
+    uint64_t h = 0xcbf29ce484222325u;
+    for (const unsigned char *c = (const unsigned char *)key; *c != '\0'; c++) {
+        h = (h ^ *c) * 0x100000001b3u;
+    }
+    return h;
+}
+
+/* Under the lock: remember a read of [off, off + len) of key. */
+static void remember_read(ahead_store *a, const char *key, uint64_t off, size_t len)
+{
+    a->recent[a->recent_at].key = key_hash(key);
+    a->recent[a->recent_at].off = off;
+    a->recent[a->recent_at].end = off + len;
+    a->recent_at = (a->recent_at + 1) % AHEAD_RECENT;
+}
+
+/* Under the lock: 1 when a recent read covered [off, off + len) of key. */
+static int read_recently(const ahead_store *a, const char *key, uint64_t off, size_t len)
+{
+    uint64_t h = key_hash(key);
+    for (size_t i = 0; i < AHEAD_RECENT; i++) {
+        if (a->recent[i].end > 0 && a->recent[i].key == h && a->recent[i].off <= off &&
+            off + len <= a->recent[i].end) {
+            return 1;
+        }
+    }
+    return 0;
+}
 
 static void push(queue *q, piece *p)
 {
@@ -280,7 +322,8 @@ static void a_prefetch_range(ur_kvstore *kv, const char *key, uint64_t offset, s
     size_t piece_len = part_size(a, len);
     while (len > 0 && !a->closing) {
         size_t n = len < piece_len ? len : piece_len;
-        if (find(a, key, offset, n) == NULL && !enqueue_hint(a, key, offset, n)) {
+        if (find(a, key, offset, n) == NULL && !read_recently(a, key, offset, n) &&
+            !enqueue_hint(a, key, offset, n)) {
             break;
         }
         offset += n;
@@ -478,6 +521,7 @@ static int a_read_range(ur_kvstore *kv, const char *key, uint64_t offset, size_t
     }
     pthread_mutex_lock(&a->mu);
     a->reads++;
+    remember_read(a, key, offset, len);
     st = plan_read(a, key, offset, len, &n);
     if (st == NULL || (n == 1 && !st[0].cached && len <= 2 * UR_KVSTORE_AHEAD_PIECE)) {
         /* nothing cached and too small to cut: one request, from this thread */

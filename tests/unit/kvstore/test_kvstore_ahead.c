@@ -91,6 +91,26 @@ static void test_kvstore_ahead__announced_pieces_served_from_the_cache(void **st
     ur_kvstore_close(kv);
 }
 
+/* A hint that comes after the read it announces (a look-ahead behind the workers) fetches
+ * nothing: the bytes were read already. A hint for the bytes after them still does. */
+static void test_kvstore_ahead__late_hint_fetches_nothing(void **state)
+{
+    size_t n = 12 * MiB;
+    ur_kvstore *mem, *kv = ahead_over(&mem, "v", n, 4, 64 * MiB);
+    uint8_t *got = malloc(4 * MiB);
+    (void)state;
+    assert_int_equal(ur_kvstore_read_range(kv, "v", 0, 4 * MiB, got, NULL), UR_OK);
+    wait_ops(mem, 1);
+    ur_kvstore_prefetch_range(kv, "v", 0, 4 * MiB);
+    ur_kvstore_prefetch_range(kv, "v", MiB, MiB);
+    ur_kvstore_prefetch_range(kv, "v", 4 * MiB, 4 * MiB);
+    wait_ops(mem, 2);
+    assert_int_equal(ur_kvstore_read_range(kv, "v", 4 * MiB, 4 * MiB, got, NULL), UR_OK);
+    assert_int_equal(ur_kvstore_mem_ops(mem), 2);
+    free(got);
+    ur_kvstore_close(kv);
+}
+
 /* A read that spans cached pieces and bytes nobody announced gets each from where it is. */
 static void test_kvstore_ahead__read_across_cached_and_not(void **state)
 {
@@ -269,6 +289,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kvstore_ahead__large_read_in_parts),
         cmocka_unit_test(test_kvstore_ahead__announced_pieces_served_from_the_cache),
+        cmocka_unit_test(test_kvstore_ahead__late_hint_fetches_nothing),
         cmocka_unit_test(test_kvstore_ahead__read_across_cached_and_not),
         cmocka_unit_test(test_kvstore_ahead__budget),
         cmocka_unit_test(test_kvstore_ahead__stale_pieces_dropped),
