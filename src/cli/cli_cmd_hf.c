@@ -49,8 +49,9 @@ static void usage(FILE *f)
           "  -h, --help                 this text\n"
           "\n"
           "Families: llama2/llama3/llama3.1/llama3.3 (LlamaForCausalLM), mistral\n"
-          "(MistralForCausalLM), qwen3 (Qwen3ForCausalLM), qwen2.5 (Qwen2ForCausalLM); exit 5\n"
-          "names what a model lacks. Exit statuses: see unroll --help.\n",
+          "(MistralForCausalLM), qwen3 (Qwen3ForCausalLM), qwen2.5 (Qwen2ForCausalLM), olmo3\n"
+          "(Olmo3ForCausalLM); exit 5 names what a model lacks. Exit statuses: see unroll\n"
+          "--help.\n",
           f);
 }
 

@@ -6,26 +6,25 @@
 #include <string.h>
 
 static const hf_family *const families[] = {
-    &hf_family_llama,
-    &hf_family_mistral,
-    &hf_family_qwen3,
-    &hf_family_qwen2,
+    &hf_family_llama, &hf_family_mistral, &hf_family_qwen3, &hf_family_qwen2, &hf_family_olmo3,
 };
 
 const hf_rule hf_rules_llama_like[HF_N_RULES_LLAMA_LIKE] = {
+    /* every decoder's (HF_N_RULES_DECODER_BASE) */
     {"token_embedder/embedding", "model.embed_tokens.weight", "v e -> v e", HF_OP_NONE, 0},
     {"decoder/decoder_norm/scale", "model.norm.weight", "e -> e", HF_OP_NONE, 0},
     {"decoder/logits_dense/kernel", "lm_head.weight", "e v -> v e", HF_OP_NONE, HF_IF_UNTIED},
-    {"decoder/layers_{i}/pre_self_attention_layer_norm/scale",
-     "model.layers.{i}.input_layernorm.weight", "e -> e", HF_OP_NONE, 0},
-    {"decoder/layers_{i}/post_self_attention_layer_norm/scale",
-     "model.layers.{i}.post_attention_layernorm.weight", "e -> e", HF_OP_NONE, 0},
     {"decoder/layers_{i}/mlp/wi_0/kernel", "model.layers.{i}.mlp.gate_proj.weight", "e m -> m e",
      HF_OP_NONE, 0},
     {"decoder/layers_{i}/mlp/wi_1/kernel", "model.layers.{i}.mlp.up_proj.weight", "e m -> m e",
      HF_OP_NONE, 0},
     {"decoder/layers_{i}/mlp/wo/kernel", "model.layers.{i}.mlp.down_proj.weight", "m e -> e m",
      HF_OP_NONE, 0},
+    /* a pre-norm layer's two norms */
+    {"decoder/layers_{i}/pre_self_attention_layer_norm/scale",
+     "model.layers.{i}.input_layernorm.weight", "e -> e", HF_OP_NONE, 0},
+    {"decoder/layers_{i}/post_self_attention_layer_norm/scale",
+     "model.layers.{i}.post_attention_layernorm.weight", "e -> e", HF_OP_NONE, 0},
 };
 
 const hf_rule *hf_family_rule(const hf_family *f, size_t k)
@@ -146,8 +145,13 @@ static int dims(const hf_model *m, uint64_t d[6], ur_err *err)
 {
     int re = 0, rq = 0, rk = 0, rm = 0;
     const uint64_t *e = hf_model_shape(m, "token_embedder/embedding", &re);
+    /* the attention is "attention" in olmo3's layer, "self_attention" in the others */
     const uint64_t *q = hf_model_shape(m, "decoder/layers_0/self_attention/query/kernel", &rq);
     const uint64_t *k = hf_model_shape(m, "decoder/layers_0/self_attention/key/kernel", &rk);
+    if (q == NULL && k == NULL) {
+        q = hf_model_shape(m, "decoder/layers_0/attention/query/kernel", &rq);
+        k = hf_model_shape(m, "decoder/layers_0/attention/key/kernel", &rk);
+    }
     const uint64_t *w = hf_model_shape(m, "decoder/layers_0/mlp/wi_0/kernel", &rm);
     if (e == NULL || q == NULL || k == NULL || w == NULL || re != 2 || rq != 3 || rk != 3 ||
         rm != 2) {

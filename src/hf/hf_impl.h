@@ -80,7 +80,9 @@ typedef struct hf_family {
 const hf_rule *hf_family_rule(const hf_family *f, size_t k);
 
 /* The rules of the parts every Llama-like decoder has, as MaxText names them: the embedding,
- * the final norm, the untied output projection, a layer's two norms and its gated MLP. */
+ * the final norm, the untied output projection and a layer's gated MLP (the first
+ * HF_N_RULES_DECODER_BASE: every decoder's), then a pre-norm layer's two norms. */
+#define HF_N_RULES_DECODER_BASE 6
 #define HF_N_RULES_LLAMA_LIKE 8
 extern const hf_rule hf_rules_llama_like[HF_N_RULES_LLAMA_LIKE];
 
@@ -135,5 +137,6 @@ extern const hf_family hf_family_llama;
 extern const hf_family hf_family_mistral;
 extern const hf_family hf_family_qwen3;
 extern const hf_family hf_family_qwen2;
+extern const hf_family hf_family_olmo3;
 
 #endif

@@ -47,11 +47,16 @@ FAMILIES = {
                             "base_num_decoder_layers=2", "logits_via_embedding=false"],
     "qwen2.5": driver.TINY + ["model_name=qwen2.5-1.5b", "override_model_config=true",
                               "base_num_decoder_layers=2"],
+    # OLMo 3: post-norm, global query and key norms, 3 sliding-window layers then a global
+    # one, YaRN (the suite's olmo3 training state, shared with test_maxtext.py)
+    "olmo3": driver.FAMILIES["olmo3"],
 }
 for _f, _keys in FAMILIES.items():
     driver.ALL.setdefault(_f, _keys)
 
-# The families MaxText 0.2.5's exporter maps (its PARAM_MAPPING); the others it refuses.
+# The families MaxText 0.2.5's exporter maps (its PARAM_MAPPING); the others it refuses
+# (olmo3 too: its PARAM_MAPPING and HOOK_FNS name olmo3-7b, its HF_SHAPE does not, "Mappings
+# not found for model: olmo3-7b").
 EXPORTER = {"llama3.1", "qwen3", "qwen2.5"}
 
 

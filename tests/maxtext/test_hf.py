@@ -67,7 +67,7 @@ def test_transformers_matches_maxtext(family):
     assert "error" not in hf, hf.get("error")
     expected = {"llama2": "LlamaForCausalLM", "llama3.1": "LlamaForCausalLM",
                 "mistral": "MistralForCausalLM", "qwen3": "Qwen3ForCausalLM",
-                "qwen2.5": "Qwen2ForCausalLM"}[family]
+                "qwen2.5": "Qwen2ForCausalLM", "olmo3": "Olmo3ForCausalLM"}[family]
     assert hf["architecture"] == expected and hf["config_architectures"] == [expected]
     assert hf["dtype"] == "torch.float32" and f["config"]["dtype"] == "float32"
     mt = f["maxtext"]
@@ -94,8 +94,9 @@ def test_maxtext_exporter(family):
             c = v["compare"]
             assert c["names_equal"] and c["n"] > 0 and c["differ"] == [], f"{key}: {c}"
         else:
-            # refused by MaxText 0.2.5's exporter (no mapping for its model name: "Unsupported
-            # model name: mistral-7b", "KeyError: 'default'"), exported by unroll
+            # refused by MaxText 0.2.5's exporter (no mapping for its model name: "KeyError:
+            # 'mistral-7b'", "KeyError: 'default'"; olmo3: "Mappings not found"), exported by
+            # unroll
             assert v["maxtext"]["rc"] != 0
             err = v["maxtext"]["error"]
             assert ("Unsupported model name" in err or "Mappings not found" in err or
