@@ -145,12 +145,14 @@ static void test_hf__shards_and_meta(void **state)
     idx = ur_path_join(dir, "model.safetensors.index.json");
     ur_buf_init(&b, 0);
     assert_int_equal(ur_fs_read_file(&b, cfg, 1 << 20, NULL), UR_OK);
+    assert_int_equal(ur_buf_append_byte(&b, '\0', NULL), UR_OK); /* for strstr */
     assert_non_null(strstr((const char *)b.data, "\"num_hidden_layers\": 1,"));
     assert_non_null(strstr((const char *)b.data, "\"hidden_size\": 8,"));
     assert_non_null(strstr((const char *)b.data, "\"rms_norm_eps\": 1e-05,"));
     assert_non_null(strstr((const char *)b.data, "\"rope_theta\": 10000.0,"));
     ur_buf_reset(&b);
     assert_int_equal(ur_fs_read_file(&b, idx, 1 << 20, NULL), UR_OK);
+    assert_int_equal(ur_buf_append_byte(&b, '\0', NULL), UR_OK);
     assert_non_null(strstr((const char *)b.data, "\"total_size\": "));
     assert_non_null(strstr((const char *)b.data, "\"lm_head.weight\": \"model-00001-of-"));
     ur_buf_dispose(&b);
