@@ -91,6 +91,9 @@ class S3Server:
             except _ExitedEarly:
                 if attempt == 3:
                     raise
+            except Exception:
+                self.stop()
+                raise
 
     def _start(self, ident: pathlib.Path, attempt: int):
         data = self.workdir / ("data" if attempt == 0 else f"data.{attempt}")
@@ -113,7 +116,11 @@ class S3Server:
              "-s3", f"-s3.port={p['s3']}", f"-s3.port.grpc={p['s3_g']}",
              f"-s3.port.iceberg={p['iceberg']}", f"-s3.port.lance={p['lance']}",
              f"-s3.config={ident}", "-master.volumeSizeLimitMB=64", "-volume.max=100",
-             "-master.telemetry=false"],
+             # weed marks every volume read-only below 1% of the disk free by default: on
+             # a large disk that is gigabytes, and a read-only server hangs or answers 500
+             # to every PUT (a whole CI run of bucket tests timed out so); the tests write
+             # megabytes
+             "-volume.minFreeSpace=256MiB", "-master.telemetry=false"],
             stdout=self.log, stderr=subprocess.STDOUT)
 
     def _wait_ready(self):
@@ -125,10 +132,31 @@ class S3Server:
             try:
                 # a bucket creation succeeds only once the filer and the volume are up
                 self.make_bucket("unroll-probe")
-                return
+                break
             except (OSError, RuntimeError):
                 time.sleep(0.5)
-        raise RuntimeError(f"SeaweedFS did not come up: see {self.log.name}")
+        else:
+            raise RuntimeError(f"SeaweedFS did not come up: see {self.log.name}")
+        self._check_writable()
+
+    def _check_writable(self):
+        """One small PUT, so that a server that cannot store (no disk left) fails the module's
+        set-up at once with the reason, not every test after minutes of retries."""
+        body = b"probe"
+        url = self.endpoint + "/unroll-probe/writable"
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
+        try:
+            c.request("PUT", "/unroll-probe/writable", body=body,
+                      headers=sigv4_headers("PUT", url, body))
+            st = c.getresponse().status
+        except OSError as e:
+            st = f"no answer ({e})"
+        finally:
+            c.close()
+        if st != 200:
+            free = shutil.disk_usage(self.workdir).free >> 20
+            raise RuntimeError(f"SeaweedFS cannot store an object (PUT: {st}); {free} MiB free "
+                               f"under {self.workdir}: see {self.log.name}")
 
     def stop(self):
         # weed's graceful shutdown waits ~20 s on its own servers; the data is scratch, so a
