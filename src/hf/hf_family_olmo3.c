@@ -105,9 +105,8 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
 {
     const ur_settings *s = m->s;
     int yarn = strcmp(hf_cfg_str(s, "rope_type", "default"), "yarn") == 0;
-    int rc = hf_config_decoder(
-        m, j, "Olmo3ForCausalLM", "olmo3",
-        yarn ? hf_cfg_int(s, "max_position_embeddings", 65536) : 0, err);
+    int rc = hf_config_decoder(m, j, "Olmo3ForCausalLM", "olmo3",
+                               yarn ? hf_cfg_int(s, "max_position_embeddings", 65536) : 0, err);
     const char **types = ur_calloc((size_t)m->n_layers + 1, sizeof *types);
     if (types == NULL) {
         return ur_err_oom(err);
