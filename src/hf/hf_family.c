@@ -6,7 +6,8 @@
 #include <string.h>
 
 static const hf_family *const families[] = {
-    &hf_family_llama, &hf_family_mistral, &hf_family_qwen3, &hf_family_qwen2, &hf_family_olmo3,
+    &hf_family_llama, &hf_family_mistral, &hf_family_qwen3,
+    &hf_family_qwen2, &hf_family_olmo3,   &hf_family_gemma3,
 };
 
 const hf_rule hf_rules_llama_like[HF_N_RULES_LLAMA_LIKE] = {
@@ -169,8 +170,8 @@ static int dims(const hf_model *m, uint64_t d[6], ur_err *err)
     return UR_OK;
 }
 
-int hf_config_decoder(const hf_model *m, hf_json *j, const char *architecture,
-                      const char *model_type, int64_t max_positions, ur_err *err)
+int hf_config_text(const hf_model *m, hf_json *j, const char *in, int64_t max_positions,
+                   ur_err *err)
 {
     const ur_settings *s = m->s;
     uint64_t d[6] = {0};
@@ -181,47 +182,51 @@ int hf_config_decoder(const hf_model *m, hf_json *j, const char *architecture,
         (void)ur_config_get_int(s->config, "max_target_length", &max_len, NULL);
         max_positions = max_len > 0 ? max_len : 2048;
     }
-    if (rc == UR_OK) {
-        rc = hf_json_strs(j, "architectures", &architecture, 1, err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_str(j, NULL, "model_type", model_type, err);
-    }
     static const char *const sizes[] = {
         "vocab_size",          "hidden_size", "num_attention_heads",
         "num_key_value_heads", "head_dim",    "intermediate_size"};
     for (size_t i = 0; i < 6 && rc == UR_OK; i++) {
-        rc = hf_json_int(j, NULL, sizes[i], (int64_t)d[i], err);
+        rc = hf_json_int(j, in, sizes[i], (int64_t)d[i], err);
     }
     if (rc == UR_OK) {
-        rc = hf_json_int(j, NULL, "num_hidden_layers", m->n_layers, err);
+        rc = hf_json_int(j, in, "num_hidden_layers", m->n_layers, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, in, "rms_norm_eps",
+                           hf_cfg_float(s, "normalization_layer_epsilon", 1e-5), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, in, "max_position_embeddings", max_positions, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, in, "tie_word_embeddings", !(m->flags & HF_IF_UNTIED), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, in, "attention_dropout", 0.0, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, in, "initializer_range", 0.02, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, in, "use_cache", 1, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_str(j, in, "dtype", ur_dtype_name(m->weight_dtype), err);
+    }
+    return rc;
+}
+
+int hf_config_decoder(const hf_model *m, hf_json *j, const char *architecture,
+                      const char *model_type, int64_t max_positions, ur_err *err)
+{
+    int rc = hf_json_strs(j, NULL, "architectures", &architecture, 1, err);
+    if (rc == UR_OK) {
+        rc = hf_json_str(j, NULL, "model_type", model_type, err);
     }
     if (rc == UR_OK) {
         rc = hf_json_str(j, NULL, "hidden_act", "silu", err);
     }
-    if (rc == UR_OK) {
-        rc = hf_json_float(j, NULL, "rms_norm_eps",
-                           hf_cfg_float(s, "normalization_layer_epsilon", 1e-5), err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_int(j, NULL, "max_position_embeddings", max_positions, err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_bool(j, NULL, "tie_word_embeddings", !(m->flags & HF_IF_UNTIED), err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_float(j, NULL, "attention_dropout", 0.0, err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_float(j, NULL, "initializer_range", 0.02, err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_bool(j, NULL, "use_cache", 1, err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_str(j, NULL, "dtype", ur_dtype_name(m->weight_dtype), err);
-    }
-    return rc;
+    return rc == UR_OK ? hf_config_text(m, j, NULL, max_positions, err) : rc;
 }
 
 int hf_config_rope(const hf_model *m, hf_json *j, const char *rope_type, ur_err *err)

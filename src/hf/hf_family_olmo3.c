@@ -115,7 +115,7 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
         types[i] = i % CYCLE == CYCLE - 1 ? "full_attention" : "sliding_attention";
     }
     if (rc == UR_OK) {
-        rc = hf_json_strs(j, "layer_types", types, (size_t)m->n_layers, err);
+        rc = hf_json_strs(j, NULL, "layer_types", types, (size_t)m->n_layers, err);
     }
     ur_free(types);
     if (rc == UR_OK) {

@@ -85,7 +85,7 @@ static int windows(const hf_model *m, hf_json *j, ur_err *err)
         for (int64_t i = 0; i < m->n_layers; i++) {
             types[i] = "full_attention";
         }
-        rc = hf_json_strs(j, "layer_types", types, (size_t)m->n_layers, err);
+        rc = hf_json_strs(j, NULL, "layer_types", types, (size_t)m->n_layers, err);
         ur_free(types);
     }
     return rc;

@@ -18,7 +18,8 @@ typedef enum {
     HF_OP_MUL_SQRT_HEAD_DIM, /* x * float32(sqrt(head_dim)): MaxText folds 1/sqrt(head_dim)
                               * into the query kernel, Hugging Face scales the scores */
     HF_OP_SUB_ONE,           /* x - 1: MaxText's RMSNorm scale is Hugging Face's plus one */
-    HF_OP_DIV_SQRT_EMB_BF16  /* x / bfloat16(sqrt(hidden_size)): an embedding MaxText scales */
+    HF_OP_DIV_SQRT_EMB_BF16  /* x / bfloat16(sqrt(hidden_size)), as jax divides: times the
+                              * float32 reciprocal (an embedding MaxText stores scaled) */
 } hf_op;
 
 /* When a rule holds (all the bits it names must hold for the model). */
@@ -105,6 +106,10 @@ int hf_starts(const char *s, const char *prefix);
  * max_target_length, else 2048), tie_word_embeddings, dtype and transformers' defaults. */
 int hf_config_decoder(const hf_model *m, hf_json *j, const char *architecture,
                       const char *model_type, int64_t max_positions, ur_err *err);
+/* The same entries but architectures, model_type and hidden_act, inside object `in` (NULL:
+ * the top level; "text_config" for a multimodal architecture's language model). */
+int hf_config_text(const hf_model *m, hf_json *j, const char *in, int64_t max_positions,
+                   ur_err *err);
 /* rope_parameters' rope_theta (rope_max_timescale) and rope_type. */
 int hf_config_rope(const hf_model *m, hf_json *j, const char *rope_type, ur_err *err);
 
@@ -126,7 +131,8 @@ int hf_json_bool(hf_json *j, const char *in, const char *key, int v, ur_err *err
 int hf_json_str(hf_json *j, const char *in, const char *key, const char *v, ur_err *err);
 int hf_json_null(hf_json *j, const char *in, const char *key, ur_err *err);
 /* a list of strings */
-int hf_json_strs(hf_json *j, const char *key, const char *const *v, size_t n, ur_err *err);
+int hf_json_strs(hf_json *j, const char *in, const char *key, const char *const *v, size_t n,
+                 ur_err *err);
 /* The document, indented by 2, keys sorted, a newline at the end. */
 int hf_json_print(const hf_json *j, ur_buf *out, ur_err *err);
 
@@ -138,5 +144,6 @@ extern const hf_family hf_family_mistral;
 extern const hf_family hf_family_qwen3;
 extern const hf_family hf_family_qwen2;
 extern const hf_family hf_family_olmo3;
+extern const hf_family hf_family_gemma3;
 
 #endif

@@ -116,9 +116,10 @@ int hf_json_str(hf_json *j, const char *in, const char *key, const char *v, ur_e
     return e != NULL ? set_strs(e, &v, 1, err) : UR_ENOMEM;
 }
 
-int hf_json_strs(hf_json *j, const char *key, const char *const *v, size_t n, ur_err *err)
+int hf_json_strs(hf_json *j, const char *in, const char *key, const char *const *v, size_t n,
+                 ur_err *err)
 {
-    jentry *e = add(j, NULL, key, J_STRS, err);
+    jentry *e = add(j, in, key, J_STRS, err);
     return e != NULL ? set_strs(e, v, n, err) : UR_ENOMEM;
 }
 

@@ -176,7 +176,10 @@ static float op_value(const hf_rule *r, const hf_param *q, const hf_model *m)
         memcpy(&bits, &f, 4);
         bits = (uint32_t)ur_tensor_cast_f32_to_bf16(bits) << 16;
         memcpy(&f, &bits, 4);
-        return f;
+        /* jax divides by a constant as XLA computes it, times the reciprocal in float32
+         * (MaxText's exporter's float32 embedding differs from a true division in the last
+         * bit of 4 values in 10) */
+        return 1.0f / f;
     }
     default:
         return 0;
@@ -216,8 +219,7 @@ static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer,
     t->dtype = p->dtype;
     t->op = r->op == HF_OP_NONE                ? UR_TENSOR_OP_NONE
             : r->op == HF_OP_SUB_ONE           ? UR_TENSOR_OP_ADD
-            : r->op == HF_OP_MUL_SQRT_HEAD_DIM ? UR_TENSOR_OP_MUL
-                                               : UR_TENSOR_OP_DIV;
+                                               : UR_TENSOR_OP_MUL;
     t->op_value = op_value(r, q, &p->model);
     rc = ur_rearrange_parse(&t->re, r->pattern, q->rank, q->shape, err);
     if (rc < 0) {

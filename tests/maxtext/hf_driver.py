@@ -50,6 +50,10 @@ FAMILIES = {
     # OLMo 3: post-norm, global query and key norms, 3 sliding-window layers then a global
     # one, YaRN (the suite's olmo3 training state, shared with test_maxtext.py)
     "olmo3": driver.FAMILIES["olmo3"],
+    # Gemma 3: norms stored plus one, the embedding stored scaled, post-norms, five
+    # sliding-window layers then a global one (the suite's gemma3 training state: 7 layers,
+    # a window of 4 positions, so that the 16 tokens cross it)
+    "gemma3": driver.FAMILIES["gemma3"],
 }
 for _f, _keys in FAMILIES.items():
     driver.ALL.setdefault(_f, _keys)
@@ -57,7 +61,7 @@ for _f, _keys in FAMILIES.items():
 # The families MaxText 0.2.5's exporter maps (its PARAM_MAPPING); the others it refuses
 # (olmo3 too: its PARAM_MAPPING and HOOK_FNS name olmo3-7b, its HF_SHAPE does not, "Mappings
 # not found for model: olmo3-7b").
-EXPORTER = {"llama3.1", "qwen3", "qwen2.5"}
+EXPORTER = {"llama3.1", "qwen3", "qwen2.5", "gemma3"}
 
 
 def unroll(*args: str) -> dict:

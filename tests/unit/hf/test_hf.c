@@ -370,7 +370,7 @@ static void test_hf__config_json(void **state)
     assert_int_equal(hf_json_float(j, "rope_parameters/full_attention", "factor", 8, NULL), UR_OK);
     assert_int_equal(hf_json_float(j, "rope_parameters/sliding_attention", "beta_fast", 32, NULL),
                      UR_OK);
-    assert_int_equal(hf_json_strs(j, "layer_types", types, 2, NULL), UR_OK);
+    assert_int_equal(hf_json_strs(j, NULL, "layer_types", types, 2, NULL), UR_OK);
     assert_int_equal(hf_json_null(j, NULL, "sliding_window", NULL), UR_OK);
     assert_int_equal(hf_json_int(j, NULL, "a", 1, NULL), UR_OK);
     assert_int_equal(hf_json_print(j, &out, NULL), UR_OK);
