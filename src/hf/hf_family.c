@@ -6,8 +6,8 @@
 #include <string.h>
 
 static const hf_family *const families[] = {
-    &hf_family_llama, &hf_family_mistral, &hf_family_qwen3,
-    &hf_family_qwen2, &hf_family_olmo3,   &hf_family_gemma3,
+    &hf_family_llama, &hf_family_mistral, &hf_family_qwen3,  &hf_family_qwen2,
+    &hf_family_olmo3, &hf_family_gemma2,  &hf_family_gemma3,
 };
 
 const hf_rule hf_rules_llama_like[HF_N_RULES_LLAMA_LIKE] = {
@@ -70,15 +70,24 @@ int hf_match(const char *pat, const char *path, int64_t *layer)
 
 int hf_expand(const char *pat, int64_t layer, char *out, size_t n)
 {
+    static const struct {
+        const char *token;
+        int64_t mul, add;
+    } tokens[] = {{"{i}", 1, 0}, {"{2i}", 2, 0}, {"{2i+1}", 2, 1}};
     size_t k = 0;
     while (*pat != '\0') {
-        if (strncmp(pat, "{i}", 3) == 0) {
-            int w = snprintf(out + k, n - k, "%lld", (long long)layer);
+        size_t t = 0;
+        while (t < 3 && strncmp(pat, tokens[t].token, strlen(tokens[t].token)) != 0) {
+            t++;
+        }
+        if (t < 3) {
+            int w = snprintf(out + k, n - k, "%lld",
+                             (long long)(layer * tokens[t].mul + tokens[t].add));
             if (w < 0 || (size_t)w >= n - k) {
                 return 0;
             }
             k += (size_t)w;
-            pat += 3;
+            pat += strlen(tokens[t].token);
             continue;
         }
         if (k + 1 >= n) {
@@ -98,6 +107,11 @@ const uint64_t *hf_model_shape(const hf_model *m, const char *path, int *rank)
     }
     *rank = m->ranks[at];
     return m->shapes[at];
+}
+
+int64_t hf_model_layers(const hf_model *m)
+{
+    return m->n_layers * (m->per_layer > 1 ? m->per_layer : 1);
 }
 
 int hf_starts(const char *s, const char *prefix)
@@ -153,7 +167,14 @@ static int dims(const hf_model *m, uint64_t d[6], ur_err *err)
         q = hf_model_shape(m, "decoder/layers_0/attention/query/kernel", &rq);
         k = hf_model_shape(m, "decoder/layers_0/attention/key/kernel", &rk);
     }
+    if (q == NULL && k == NULL) { /* gemma2's pair: its local layer's */
+        q = hf_model_shape(m, "decoder/layers_0/self_attention_local/query/kernel", &rq);
+        k = hf_model_shape(m, "decoder/layers_0/self_attention_local/key/kernel", &rk);
+    }
     const uint64_t *w = hf_model_shape(m, "decoder/layers_0/mlp/wi_0/kernel", &rm);
+    if (w == NULL) {
+        w = hf_model_shape(m, "decoder/layers_0/mlp_local/wi_0/kernel", &rm);
+    }
     if (e == NULL || q == NULL || k == NULL || w == NULL || re != 2 || rq != 3 || rk != 3 ||
         rm != 2) {
         return ur_err_set(err, UR_EINVAL,
@@ -161,7 +182,7 @@ static int dims(const hf_model *m, uint64_t d[6], ur_err *err)
                           "query, key or wi_0 kernel, of a %s model",
                           m->s->decoder_block);
     }
-    d[0] = e[0]; /* vocab */
+    d[0] = m->vocab_rows > 0 ? m->vocab_rows : e[0]; /* vocab */
     d[1] = e[1]; /* emb */
     d[2] = q[1]; /* heads */
     d[3] = k[1]; /* kv heads */
@@ -189,7 +210,7 @@ int hf_config_text(const hf_model *m, hf_json *j, const char *in, int64_t max_po
         rc = hf_json_int(j, in, sizes[i], (int64_t)d[i], err);
     }
     if (rc == UR_OK) {
-        rc = hf_json_int(j, in, "num_hidden_layers", m->n_layers, err);
+        rc = hf_json_int(j, in, "num_hidden_layers", hf_model_layers(m), err);
     }
     if (rc == UR_OK) {
         rc = hf_json_float(j, in, "rms_norm_eps",

@@ -18,8 +18,9 @@ typedef enum {
     HF_OP_MUL_SQRT_HEAD_DIM, /* x * float32(sqrt(head_dim)): MaxText folds 1/sqrt(head_dim)
                               * into the query kernel, Hugging Face scales the scores */
     HF_OP_SUB_ONE,           /* x - 1: MaxText's RMSNorm scale is Hugging Face's plus one */
-    HF_OP_DIV_SQRT_EMB_BF16  /* x / bfloat16(sqrt(hidden_size)), as jax divides: times the
+    HF_OP_DIV_SQRT_EMB_BF16, /* x / bfloat16(sqrt(hidden_size)), as jax divides: times the
                               * float32 reciprocal (an embedding MaxText stores scaled) */
+    HF_OP_DIV_SQRT_EMB       /* the same with float32(sqrt(hidden_size)) (gemma2's hook) */
 } hf_op;
 
 /* When a rule holds (all the bits it names must hold for the model). */
@@ -57,7 +58,15 @@ typedef struct hf_model {
     int *ranks;
     size_t n;
     int64_t n_layers; /* 1 + the largest {i} a rule matched; 0 when none */
+    int per_layer;    /* Hugging Face layers per MaxText layer (gemma2's pairs: 2); 0: 1 */
+    /* the Hugging Face vocabulary where it differs from MaxText's (0: the embedding's rows):
+     * the embedding (token_embedder/embedding, [vocab, emb]) gets that many rows, zeros past
+     * MaxText's, MaxText's past it left out */
+    uint64_t vocab_rows;
 } hf_model;
+
+/* The Hugging Face model's layer count. */
+int64_t hf_model_layers(const hf_model *m);
 
 /* The shape of MaxText parameter `path` (below the model), NULL when the model has none. */
 const uint64_t *hf_model_shape(const hf_model *m, const char *path, int *rank);
@@ -116,7 +125,8 @@ int hf_config_rope(const hf_model *m, hf_json *j, const char *rope_type, ur_err 
 /* Match `path` against pattern `pat` ("{i}" matches a decimal index): 1 and *layer (-1 when
  * the pattern has none), else 0. */
 int hf_match(const char *pat, const char *path, int64_t *layer);
-/* `pat` with "{i}" replaced by layer, into out (size n); 0 when it does not fit. */
+/* `pat` with "{i}" replaced by layer ("{2i}" by 2 * layer, "{2i+1}" by 2 * layer + 1: the
+ * pairs of layers one MaxText layer holds), into out (size n); 0 when it does not fit. */
 int hf_expand(const char *pat, int64_t layer, char *out, size_t n);
 
 /* ---- config.json (hf_json.c): entries written with sorted keys, as transformers writes
@@ -144,6 +154,7 @@ extern const hf_family hf_family_mistral;
 extern const hf_family hf_family_qwen3;
 extern const hf_family hf_family_qwen2;
 extern const hf_family hf_family_olmo3;
+extern const hf_family hf_family_gemma2;
 extern const hf_family hf_family_gemma3;
 
 #endif

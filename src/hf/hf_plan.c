@@ -168,14 +168,17 @@ static float op_value(const hf_rule *r, const hf_param *q, const hf_model *m)
         return (float)sqrt((double)q->shape[q->rank - 1]);
     case HF_OP_SUB_ONE:
         return -1.0f;
-    case HF_OP_DIV_SQRT_EMB_BF16: {
-        /* np.bfloat16(hidden_size ** 0.5) */
+    case HF_OP_DIV_SQRT_EMB_BF16:
+    case HF_OP_DIV_SQRT_EMB: {
+        /* np.bfloat16(hidden_size ** 0.5), or np.float32 */
         e = hf_model_shape(m, "token_embedder/embedding", &rank);
         float f = (float)sqrt((double)(e != NULL && rank == 2 ? e[1] : 1));
         uint32_t bits;
-        memcpy(&bits, &f, 4);
-        bits = (uint32_t)ur_tensor_cast_f32_to_bf16(bits) << 16;
-        memcpy(&f, &bits, 4);
+        if (r->op == HF_OP_DIV_SQRT_EMB_BF16) {
+            memcpy(&bits, &f, 4);
+            bits = (uint32_t)ur_tensor_cast_f32_to_bf16(bits) << 16;
+            memcpy(&f, &bits, 4);
+        }
         /* jax divides by a constant as XLA computes it, times the reciprocal in float32
          * (MaxText's exporter's float32 embedding differs from a true division in the last
          * bit of 4 values in 10) */
@@ -191,6 +194,7 @@ static const char *op_text(hf_op op)
     return op == HF_OP_MUL_SQRT_HEAD_DIM   ? "x * sqrt(head_dim)"
            : op == HF_OP_SUB_ONE           ? "x - 1"
            : op == HF_OP_DIV_SQRT_EMB_BF16 ? "x / bfloat16(sqrt(hidden_size))"
+           : op == HF_OP_DIV_SQRT_EMB      ? "x / sqrt(hidden_size)"
                                            : "";
 }
 
@@ -199,6 +203,7 @@ static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer,
     hf_param *q = &p->params[pi];
     hf_tensor *t;
     char name[512];
+    uint64_t shape[UR_MAX_RANK];
     int rc;
 
     if (!hf_expand(r->hf, layer, name, sizeof name)) {
@@ -217,11 +222,18 @@ static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer,
     t->rule = r;
     t->in_dtype = q->dtype;
     t->dtype = p->dtype;
-    t->op = r->op == HF_OP_NONE                ? UR_TENSOR_OP_NONE
-            : r->op == HF_OP_SUB_ONE           ? UR_TENSOR_OP_ADD
-                                               : UR_TENSOR_OP_MUL;
+    t->op = r->op == HF_OP_NONE      ? UR_TENSOR_OP_NONE
+            : r->op == HF_OP_SUB_ONE ? UR_TENSOR_OP_ADD
+                                     : UR_TENSOR_OP_MUL;
     t->op_value = op_value(r, q, &p->model);
-    rc = ur_rearrange_parse(&t->re, r->pattern, q->rank, q->shape, err);
+    memcpy(shape, q->shape, sizeof shape);
+    if (p->model.vocab_rows > 0 && strcmp(q->path, "token_embedder/embedding") == 0) {
+        /* the tensor has the vocabulary's rows: MaxText's beyond it are left out, and those
+         * it lacks stay zeros (the file's unwritten bytes) */
+        t->keep = q->shape[0] < p->model.vocab_rows ? q->shape[0] : p->model.vocab_rows;
+        shape[0] = p->model.vocab_rows;
+    }
+    rc = ur_rearrange_parse(&t->re, r->pattern, q->rank, shape, err);
     if (rc < 0) {
         return ur_err_wrap(err, "Hugging Face export: parameter '%s'", q->path);
     }
@@ -245,6 +257,7 @@ static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer,
     for (int d = 0; d < t->re.out_rank; d++) {
         t->nbytes *= t->re.out_shape[d];
     }
+    t->placed = t->keep > 0 ? t->nbytes / shape[0] * t->keep : t->nbytes;
     q->tensor = p->n;
     p->n++;
     if (layer + 1 > p->model.n_layers) {

@@ -30,6 +30,8 @@ typedef struct {
     size_t shard;
     uint64_t offset;  /* of its bytes in the shard file */
     uint64_t nbytes;
+    uint64_t keep;    /* input rows (axis 0) written, the rest left out; 0: all */
+    uint64_t placed;  /* the bytes the input gives it (less than nbytes where zeros pad it) */
 } hf_tensor;
 
 typedef struct {

@@ -203,9 +203,16 @@ static int s_encode_chunk(void *self, ur_sink_array *a, const uint64_t *idx, con
     }
     t = &s->p->t[a->tensor];
     for (int d = 0; d < a->rank; d++) {
+        /* rows past those kept (a vocabulary MaxText padded) are left out */
+        uint64_t end = d == 0 && t->keep > 0 ? t->keep : a->shape[d];
         start[d] = idx[d] * a->chunk[d];
-        count[d] = a->shape[d] - start[d] < a->chunk[d] ? a->shape[d] - start[d] : a->chunk[d];
+        count[d] = start[d] >= end                ? 0
+                   : end - start[d] < a->chunk[d] ? end - start[d]
+                                                  : a->chunk[d];
         n *= count[d];
+    }
+    if (n == 0) {
+        return UR_OK;
     }
     rc = ur_rearrange_box(&t->re, start, count, a->chunk, &m, err);
     if (rc < 0 || n == 0) {
@@ -297,10 +304,10 @@ static int s_finish(void *self, ur_err *err)
     int rc = UR_OK;
     for (size_t i = 0; i < s->p->n && rc == UR_OK; i++) {
         uint64_t got = atomic_load(&s->written[i]);
-        if (got != s->p->t[i].nbytes) {
+        if (got != s->p->t[i].placed) {
             rc = ur_err_set(
                 err, UR_EINTERNAL, "Hugging Face export: tensor %s has %llu of its %llu bytes",
-                s->p->t[i].name, (unsigned long long)got, (unsigned long long)s->p->t[i].nbytes);
+                s->p->t[i].name, (unsigned long long)got, (unsigned long long)s->p->t[i].placed);
         }
     }
     for (size_t i = 0; i < s->p->n_shards; i++) {

@@ -293,6 +293,87 @@ def test_unmapped_model_exit_5(unroll_bin, make_fixture, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def _gemma2_params(tmp_path) -> tuple[pathlib.Path, dict]:
+    """A scanned param-only gemma2 checkpoint written by Orbax: two MaxText layers (pairs of a
+    local and a global layer), the embedding padded to 256128 rows as MaxText pads Gemma's."""
+    E, H, D, M, L = 8, 2, 4, 16, 2
+    b = maxtext_fixtures._Builder("hf-gemma2", "float32", maxtext_fixtures.DEFAULT_MESH)
+    params: dict = {}
+
+    def add(path, logical, shape, axis=None):
+        if axis is not None:  # the layer axis at param_scan_axis 1
+            logical, shape = logical[:1] + ("layers",) + logical[1:], shape[:1] + (L,) + shape[1:]
+        maxtext_fixtures._set(params, path, b.array(("params", "params") + path, logical, shape,
+                                                        axis))
+
+    add(("token_embedder", "embedding"), ("vocab", "embed_vocab"), (256128, E))
+    add(("decoder", "decoder_norm", "scale"), ("norm",), (E,))
+    for half in ("local", "global"):
+        lay = ("decoder", "layers")
+        for n in ("pre_self_attention_norm", "post_self_attention_norm", "pre_ffw_norm",
+                  "post_ffw_norm"):
+            add(lay + (f"{n}_{half}", "scale"), ("norm",), (E,), 1)
+        for n in ("query", "key", "value"):
+            add(lay + (f"self_attention_{half}", n, "kernel"), ("embed", "q_heads", "kv"),
+                (E, H, D), 1)
+        add(lay + (f"self_attention_{half}", "out", "kernel"), ("heads", "kv", "embed"),
+            (H, D, E), 1)
+        for n, lg, sh in (("wi_0", ("embed", "mlp"), (E, M)), ("wi_1", ("embed", "mlp"), (E, M)),
+                          ("wo", ("mlp", "embed"), (M, E))):
+            add(lay + (f"mlp_{half}", n, "kernel"), lg, sh, 1)
+    root = tmp_path / "gemma2"
+    maxtext_fixtures._save(root / "checkpoints", 0, {"params": {"params": params}}, b.specs,
+                           maxtext_fixtures.DEFAULT_MESH, True, True,
+                           maxtext_fixtures.MAXTEXT_CHUNK_BYTES)
+    return root / "checkpoints" / "0" / "items", params
+
+
+def test_gemma2_vocabulary_trimmed_and_pairs_split(unroll_bin, tmp_path):
+    """gemma2: MaxText's 256128-row embedding becomes Gemma's 256000 rows, divided by the
+    float32 root of the width as jax divides (times the reciprocal); each MaxText layer's
+    local half is layer 2i, its global half 2i + 1, norms minus one, the query times
+    sqrt(head_dim)."""
+    items, params = _gemma2_params(tmp_path)
+    out = tmp_path / "hf"
+    res = subprocess.run(
+        [str(unroll_bin), "to_huggingface", str(CONFIG), f"load_parameters_path={items}",
+         f"base_output_directory={out}", "decoder_block=gemma2", "base_num_decoder_layers=2", "param_scan_axis=1", "-q"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    got = _safetensors(out / "model.safetensors")
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["architectures"] == ["Gemma2ForCausalLM"] and cfg["vocab_size"] == 256000
+    assert cfg["num_hidden_layers"] == 4 and cfg["query_pre_attn_scalar"] == 4
+    assert cfg["layer_types"] == ["sliding_attention", "full_attention"] * 2
+    emb = np.asarray(params["token_embedder"]["embedding"], np.float32)
+    with np.errstate(all="ignore"):
+        want = emb[:256000] * np.float32(np.float32(1) / np.float32(np.sqrt(8)))
+    assert got["model.embed_tokens.weight"].shape == (256000, 8)
+    assert got["model.embed_tokens.weight"].tobytes() == want.tobytes()
+    lay = params["decoder"]["layers"]
+    for i in range(2):
+        for half, hf in (("local", 2 * i), ("global", 2 * i + 1)):
+            pre = f"model.layers.{hf}."
+            with np.errstate(all="ignore"):
+                norm = np.asarray(lay[f"pre_ffw_norm_{half}"]["scale"])[:, i] - np.float32(1)
+                q = np.asarray(lay[f"self_attention_{half}"]["query"]["kernel"])[:, i]
+                q = q.reshape(8, -1).T * np.float32(2)
+            assert got[pre + "pre_feedforward_layernorm.weight"].tobytes() == norm.tobytes()
+            assert got[pre + "self_attn.q_proj.weight"].tobytes() == q.tobytes()
+    assert len(got) == 2 + 4 * 11  # 4 norms, 4 attention and 3 MLP kernels a layer
+
+
+def _safetensors(path: pathlib.Path) -> dict:
+    b = path.read_bytes()
+    n = int.from_bytes(b[:8], "little")
+    out = {}
+    for k, v in json.loads(b[8:8 + n]).items():
+        if k != "__metadata__":
+            s, e = v["data_offsets"]
+            assert v["dtype"] == "F32"
+            out[k] = np.frombuffer(b[8 + n + s:8 + n + e], np.float32).reshape(v["shape"])
+    return out
+
+
 def test_tokenizer_copied(unroll_bin, make_fixture, tmp_path):
     info = make_fixture("linen")
     tok = tmp_path / "tok"

@@ -54,6 +54,10 @@ FAMILIES = {
     # sliding-window layers then a global one (the suite's gemma3 training state: 7 layers,
     # a window of 4 positions, so that the 16 tokens cross it)
     "gemma3": driver.FAMILIES["gemma3"],
+    # Gemma 2: a MaxText layer is a pair (sliding-window, then global), soft-capped attention
+    # and logits; 2 MaxText layers, 4 Hugging Face ones
+    "gemma2": driver.TINY + ["model_name=gemma2-2b", "override_model_config=true",
+                             "base_num_decoder_layers=2", "sliding_window_size=4"],
 }
 for _f, _keys in FAMILIES.items():
     driver.ALL.setdefault(_f, _keys)
@@ -61,7 +65,7 @@ for _f, _keys in FAMILIES.items():
 # The families MaxText 0.2.5's exporter maps (its PARAM_MAPPING); the others it refuses
 # (olmo3 too: its PARAM_MAPPING and HOOK_FNS name olmo3-7b, its HF_SHAPE does not, "Mappings
 # not found for model: olmo3-7b").
-EXPORTER = {"llama3.1", "qwen3", "qwen2.5", "gemma3"}
+EXPORTER = {"llama3.1", "qwen3", "qwen2.5", "gemma3", "gemma2"}
 
 
 def unroll(*args: str) -> dict:

@@ -68,7 +68,7 @@ def test_transformers_matches_maxtext(family):
     expected = {"llama2": "LlamaForCausalLM", "llama3.1": "LlamaForCausalLM",
                 "mistral": "MistralForCausalLM", "qwen3": "Qwen3ForCausalLM",
                 "qwen2.5": "Qwen2ForCausalLM", "olmo3": "Olmo3ForCausalLM",
-                "gemma3": "Gemma3ForConditionalGeneration"}[family]
+                "gemma3": "Gemma3ForConditionalGeneration", "gemma2": "Gemma2ForCausalLM"}[family]
     assert hf["architecture"] == expected and hf["config_architectures"] == [expected]
     assert hf["dtype"] == "torch.float32" and f["config"]["dtype"] == "float32"
     mt = f["maxtext"]
