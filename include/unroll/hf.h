@@ -59,17 +59,39 @@ typedef struct {
 } ur_hf_summary;
 void ur_hf_plan_summary(const ur_hf_plan *p, ur_hf_summary *out);
 
-/* Tensor i (in name order) for a dry run: its name, shape, dtype, the MaxText parameter it
- * comes from and its rearrangement; 0 past the last. */
-typedef struct {
+/* The arithmetic a tensor undergoes after the cast to its dtype, in float32, rounded back
+ * (the value MaxText stores -> the one transformers expects). */
+typedef enum {
+    UR_HF_ARITH_NONE = 0,
+    UR_HF_ARITH_MUL_SQRT_HEAD_DIM, /* x * float32(sqrt(head_dim)), head_dim the source's last
+                                    * axis: MaxText folds 1/sqrt(head_dim) into the query */
+    UR_HF_ARITH_SUB_ONE,           /* x - 1: a Gemma RMSNorm scale (Hugging Face's plus one) */
+    UR_HF_ARITH_DIV_SQRT_EMB_BF16, /* x / bfloat16(sqrt(emb)), as jax divides: times the float32
+                                    * reciprocal (an embedding MaxText stores scaled) */
+    UR_HF_ARITH_DIV_SQRT_EMB       /* the same with float32(sqrt(emb)) */
+} ur_hf_arith;
+
+/* Tensor i (in name order), for a dry run and for `unroll verify`: its name, shape, dtype,
+ * the MaxText parameter it comes from (path, shape, dtype), its rearrangement and arithmetic;
+ * 0 past the last. */
+typedef struct ur_hf_tensor_info {
     const char *name;
     const char *source;  /* "decoder/layers_3/self_attention/query/kernel" */
     const char *pattern; /* "e h (k 2) -> (h 2 k) e" */
     const char *op;      /* "", "x * sqrt(head_dim)", ... */
+    ur_hf_arith arith;   /* the same */
     ur_dtype dtype;
     int rank;
     const uint64_t *shape;
     const char *shard;   /* the file it goes to */
+    int src_rank;
+    const uint64_t *src_shape;
+    ur_dtype src_dtype;
+    /* a vocabulary resized (MaxText pads Gemma's): the parameter's axis 0 counts vocab_rows
+     * rows in the tensor (0: as it is), of which the first src_rows come from it (the rest,
+     * if any, zeros) */
+    uint64_t vocab_rows;
+    uint64_t src_rows;
 } ur_hf_tensor_info;
 int ur_hf_plan_tensor(const ur_hf_plan *p, size_t i, ur_hf_tensor_info *out);
 

@@ -26,6 +26,7 @@
 #include "unroll/orbax.h"
 #include "unroll/plan.h"
 #include "unroll/plan_orbax.h"
+#include "unroll/verify.h"
 
 #include <signal.h>
 #include <stddef.h>
@@ -125,6 +126,16 @@ typedef struct ur_hf_run_report {
  * does not map). On failure nothing is published. Dispose the report either way. */
 int ur_job_hf_run(ur_hf_run_report *rep, const ur_hf_run_opts *o, ur_err *err);
 void ur_job_hf_report_dispose(ur_hf_run_report *rep);
+
+/* `unroll verify <input> <folder> config.yml key=value ...`: the Hugging Face folder `folder`
+ * (local, s3:// or gs://) against the checkpoint `in`, for the model the config describes
+ * (its weight_dtype: the folder's dtype): the export's tensor list (what to_huggingface with
+ * those settings writes) checked by ur_verify_hf_run. Errors as ur_job_hf_run's planning;
+ * the findings in `rep` (dispose it either way). */
+/* 1 when `path` (local, s3:// or gs://) holds a config.json and no Orbax _METADATA. */
+int ur_job_hf_is_folder(const char *path);
+int ur_job_hf_verify(ur_verify_report *rep, const char *in, const char *folder,
+                     const ur_config_opts *co, const ur_verify_opts *vo, ur_err *err);
 
 /* The input the settings name: load_full_state_path (a training state) or
  * load_parameters_path (param-only). UR_EINVAL for both or neither, and for

@@ -98,6 +98,20 @@ void ur_verify_report_dispose(ur_verify_report *rep);
 /* A one-line description of an issue, into buf (truncated to n). Returns buf. */
 char *ur_verify_issue_format(const ur_verify_issue *is, char *buf, size_t n);
 
+/* ---- a Hugging Face folder (src/verify/verify_hf.c) --------------------------------------
+ * `unroll to_huggingface`'s output against the input: each of the n tensors `t` (what the
+ * export's plan says the folder holds: name, dtype, shape, its MaxText parameter, its
+ * rearrangement and arithmetic; unroll/hf.h) must be in the folder's shards (the index's, or
+ * model.safetensors) with that dtype and shape, and hold, element by element, the parameter's
+ * slice of the input (found by the verifier's own pairing, as for an Orbax output), cast,
+ * with its arithmetic, at the place its rearrangement gives (computed here element by element,
+ * not by the export's code); a tensor the folder holds beyond them is extra. Memory: one piece
+ * of a tensor (piece_bytes) and its input box. Returns as ur_verify_run. */
+struct ur_hf_tensor_info;
+struct ur_kvstore;
+int ur_verify_hf_run(ur_verify_report *rep, ur_orbax_ckpt *in, const struct ur_hf_tensor_info *t,
+                     size_t n, struct ur_kvstore *folder, const ur_verify_opts *opts, ur_err *err);
+
 /* ---- `unroll verify`'s settings (src/verify/verify_config.c) --------------------------- */
 
 /* param_scan_axis and num_decoder_layers for ur_verify_run: from the config `config`

@@ -23,6 +23,9 @@ static void usage(FILE *f)
           "\n"
           "Check that every leaf of the unrolled checkpoint equals the matching slice of the\n"
           "scanned one after the cast to bfloat16, and that no leaf is missing or extra.\n"
+          "A Hugging Face folder (to_huggingface's output, with the config it was given) is\n"
+          "checked tensor by tensor: each its parameter's slice, rearranged, cast and with the\n"
+          "family's arithmetic, and no tensor missing or extra.\n"
           "The correspondence is worked out from the output's names and shapes. A config\n"
           "(MaxText's base.yml with key=value overrides) supplies param_scan_axis and\n"
           "num_decoder_layers; without one, param_scan_axis=N and num_decoder_layers=N may be\n"
@@ -134,11 +137,25 @@ int cli_cmd_verify(int argc, char **argv)
     vo.max_issues = a.max_issues;
     rc = ur_verify_config_read(&vo, a.config, a.overrides, a.n_overrides,
                                (const char *const *)environ, &err);
-    if (rc == UR_OK) {
+    if (rc == UR_OK && ur_job_hf_is_folder(a.out)) {
+        /* a Hugging Face folder: checked against what to_huggingface writes for the config */
+        ur_config_opts co;
+        memset(&co, 0, sizeof co);
+        co.config_path = a.config;
+        co.overrides = a.overrides;
+        co.n_overrides = a.n_overrides;
+        co.envp = (const char *const *)environ;
+        rc = a.config != NULL
+                 ? ur_job_hf_verify(&rep, a.in, a.out, &co, &vo, &err)
+                 : ur_err_set(&err, UR_EINVAL,
+                              "%s is a Hugging Face folder: give the model's config (base.yml "
+                              "key=value ..., as to_huggingface was given)",
+                              a.out);
+    } else if (rc == UR_OK) {
         rc = open_both(&in, &out, &a, &err);
-    }
-    if (rc == UR_OK) {
-        rc = ur_verify_run(&rep, in, out, &vo, &err);
+        if (rc == UR_OK) {
+            rc = ur_verify_run(&rep, in, out, &vo, &err);
+        }
     }
     if (rc < 0) {
         status = cli_fail(&err);

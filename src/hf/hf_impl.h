@@ -12,16 +12,13 @@ typedef struct hf_json hf_json;
 
 /* Arithmetic a rule applies, after the cast to the exported dtype (computed in float32 and
  * rounded back to it, as MaxText's exporter restores its input in weight_dtype and its hooks
- * compute). */
-typedef enum {
-    HF_OP_NONE = 0,
-    HF_OP_MUL_SQRT_HEAD_DIM, /* x * float32(sqrt(head_dim)): MaxText folds 1/sqrt(head_dim)
-                              * into the query kernel, Hugging Face scales the scores */
-    HF_OP_SUB_ONE,           /* x - 1: MaxText's RMSNorm scale is Hugging Face's plus one */
-    HF_OP_DIV_SQRT_EMB_BF16, /* x / bfloat16(sqrt(hidden_size)), as jax divides: times the
-                              * float32 reciprocal (an embedding MaxText stores scaled) */
-    HF_OP_DIV_SQRT_EMB       /* the same with float32(sqrt(hidden_size)) (gemma2's hook) */
-} hf_op;
+ * compute): unroll/hf.h's ur_hf_arith, named here as the tables name it. */
+typedef ur_hf_arith hf_op;
+#define HF_OP_NONE UR_HF_ARITH_NONE
+#define HF_OP_MUL_SQRT_HEAD_DIM UR_HF_ARITH_MUL_SQRT_HEAD_DIM
+#define HF_OP_SUB_ONE UR_HF_ARITH_SUB_ONE
+#define HF_OP_DIV_SQRT_EMB_BF16 UR_HF_ARITH_DIV_SQRT_EMB_BF16
+#define HF_OP_DIV_SQRT_EMB UR_HF_ARITH_DIV_SQRT_EMB
 
 /* When a rule holds (all the bits it names must hold for the model). */
 enum {

@@ -536,7 +536,13 @@ int ur_hf_plan_tensor(const ur_hf_plan *p, size_t i, ur_hf_tensor_info *out)
     out->source = p->params[t->param].path;
     out->pattern = t->rule->pattern;
     out->op = op_text(t->rule->op);
+    out->arith = t->rule->op;
     out->dtype = t->dtype;
+    out->src_rank = p->params[t->param].rank;
+    out->src_shape = p->params[t->param].shape;
+    out->src_dtype = p->params[t->param].dtype;
+    out->vocab_rows = t->keep > 0 ? p->model.vocab_rows : 0;
+    out->src_rows = t->keep > 0 ? t->keep : out->src_rank > 0 ? out->src_shape[0] : 0;
     out->rank = t->re.out_rank;
     out->shape = t->re.out_shape;
     out->shard = p->shards[t->shard].file;

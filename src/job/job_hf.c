@@ -19,6 +19,7 @@
 #include "unroll/job_publish.h"
 #include "unroll/job_upload.h"
 #include "unroll/kvstore.h"
+#include "unroll/verify.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -103,9 +104,9 @@ static int input_scanned(const ur_plan_leaves *l, int dflt)
 }
 
 /* The architecture MaxText's model file gives model_name, for the exporter's check. */
-static int canonical(hf_run *r, const ur_run_opts *o, ur_err *err)
+static int canonical(hf_run *r, const ur_config_opts *from, ur_err *err)
 {
-    ur_config_opts co = o->config;
+    ur_config_opts co = *from;
     char line[320];
     const char *ov[1];
     if (r->s.model_name[0] == '\0' || strcmp(r->s.model_name, "default") == 0) {
@@ -123,9 +124,9 @@ static int canonical(hf_run *r, const ur_run_opts *o, ur_err *err)
     return UR_OK;
 }
 
-static int plan_export(hf_run *r, const ur_hf_run_opts *ho, ur_err *err)
+static int plan_export(hf_run *r, const ur_config_opts *co, uint64_t max_shard_size,
+                       int override_architecture, ur_err *err)
 {
-    const ur_run_opts *o = &ho->run;
     ur_hf_opts hopts;
     const char *wd = "float32";
     int rc = ur_orbax_ckpt_open(&r->ck, r->in_path, 0, err);
@@ -150,9 +151,9 @@ static int plan_export(hf_run *r, const ur_hf_run_opts *ho, ur_err *err)
     memset(&hopts, 0, sizeof hopts);
     (void)ur_config_get_str(r->cfg, "weight_dtype", &wd, NULL);
     hopts.weight_dtype = ur_dtype_from_name(wd != NULL ? wd : "float32");
-    hopts.max_shard_size = ho->max_shard_size;
-    hopts.override_architecture = ho->override_architecture;
-    rc = canonical(r, o, err);
+    hopts.max_shard_size = max_shard_size;
+    hopts.override_architecture = override_architecture;
+    rc = canonical(r, co, err);
     hopts.canonical = r->canonical_cfg != NULL ? ur_config_settings(r->canonical_cfg) : NULL;
     if (rc == UR_OK) {
         rc = ur_hf_plan_build(&r->hf, r->plan, r->leaves.leaves, &r->s, &hopts, err);
@@ -355,7 +356,7 @@ int ur_job_hf_run(ur_hf_run_report *rep, const ur_hf_run_opts *ho, ur_err *err)
         remote = rc == UR_OK && !ur_job_run_by_rename(r.out);
     }
     if (rc == UR_OK) {
-        rc = plan_export(&r, ho, err);
+        rc = plan_export(&r, &o->config, ho->max_shard_size, ho->override_architecture, err);
     }
     if (rc == UR_OK) {
         ur_hf_plan_summary(r.hf, &rep->hf);
@@ -388,4 +389,83 @@ void ur_job_hf_report_dispose(ur_hf_run_report *rep)
 {
     ur_free(rep->dest);
     rep->dest = NULL;
+}
+
+/* A checkpoint is a training state when it holds the optimizer's state. */
+static ur_plan_input input_kind(const ur_plan_leaves *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        if (l->leaves[i].path_len > 0 && strcmp(l->leaves[i].path[0], "opt_state") == 0) {
+            return UR_PLAN_INPUT_FULL_STATE;
+        }
+    }
+    return UR_PLAN_INPUT_PARAMS;
+}
+
+int ur_job_hf_verify(ur_verify_report *rep, const char *in, const char *folder,
+                     const ur_config_opts *co, const ur_verify_opts *vo, ur_err *err)
+{
+    hf_run r;
+    ur_kvstore *kv = NULL;
+    ur_hf_tensor_info *t = NULL;
+    size_t n = 0;
+    int rc;
+
+    memset(rep, 0, sizeof *rep);
+    memset(&r, 0, sizeof r);
+    rc = ur_config_load(&r.cfg, co, err);
+    if (rc == UR_OK) {
+        r.s = *ur_config_settings(r.cfg);
+        r.in_path = in;
+        rc = ur_orbax_ckpt_open(&r.ck, in, 0, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_plan_orbax_leaves(&r.leaves, r.ck, err);
+    }
+    if (rc == UR_OK) {
+        r.kind = input_kind(&r.leaves);
+        ur_orbax_ckpt_close(r.ck); /* opened again by plan_export */
+        r.ck = NULL;
+        ur_plan_orbax_leaves_dispose(&r.leaves);
+        /* the folder is checked whatever model_name's own architecture is */
+        rc = plan_export(&r, co, 0, 1, err);
+    }
+    if (rc == UR_OK) {
+        ur_hf_summary sum;
+        ur_hf_plan_summary(r.hf, &sum);
+        t = ur_calloc(sum.n_tensors + 1, sizeof *t);
+        rc = t != NULL ? UR_OK : ur_err_oom(err);
+        while (rc == UR_OK && ur_hf_plan_tensor(r.hf, n, &t[n])) {
+            n++;
+        }
+    }
+    if (rc == UR_OK) {
+        rc = ur_kvstore_open_url(&kv, folder, 0, err);
+    }
+    if (rc == UR_OK) {
+        rc = ur_verify_hf_run(rep, r.ck, t, n, kv, vo, err);
+    }
+    ur_kvstore_close(kv);
+    ur_free(t);
+    run_dispose(&r);
+    return rc;
+}
+
+int ur_job_hf_is_folder(const char *path)
+{
+    ur_kvstore *kv = NULL;
+    ur_buf b;
+    ur_err err;
+    int config = 0, meta = 0;
+    ur_buf_init(&b, 0);
+    if (ur_kvstore_open_url(&kv, path, 0, &err) == UR_OK &&
+        ur_kvstore_read_opt(kv, "config.json", (size_t)16 << 20, &b, &config, &err) == UR_OK &&
+        config) {
+        if (ur_kvstore_read_opt(kv, "_METADATA", 1, &b, &meta, &err) < 0) {
+            meta = 1; /* there, and larger */
+        }
+    }
+    ur_buf_dispose(&b);
+    ur_kvstore_close(kv);
+    return config && !meta;
 }

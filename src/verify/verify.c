@@ -1325,6 +1325,14 @@ int ur_verify__init(verifier *vf, const ur_orbax_leaf *in, size_t n_in, const ur
     return verifier_init(vf, NULL, NULL, &li, &lo, opts, 0, rep, err);
 }
 
+int ur_verify__init_in(verifier *vf, ur_orbax_ckpt *in_ck, const ur_orbax_leaf *out, size_t n_out,
+                       const ur_verify_opts *opts, ur_verify_report *rep, ur_err *err)
+{
+    leaf_list li = list_of_ckpt(in_ck);
+    leaf_list lo = {NULL, out, n_out};
+    return verifier_init(vf, in_ck, NULL, &li, &lo, opts, 0, rep, err);
+}
+
 void ur_verify__dispose(verifier *vf)
 {
     vset_dispose(&vf->in);

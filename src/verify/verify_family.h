@@ -203,6 +203,10 @@ int ur_verify__slices(vpair *out, vleaf *src, int nfix, const int *fax, const in
 int ur_verify__init(verifier *vf, const ur_orbax_leaf *in, size_t n_in, const ur_orbax_leaf *out,
                     size_t n_out, const ur_verify_opts *opts, ur_verify_report *rep, ur_err *err);
 void ur_verify__dispose(verifier *vf);
+/* A verifier of the input checkpoint in_ck against in-memory output leaves (model paths):
+ * the Hugging Face check (verify_hf.c) pairs each tensor's MaxText parameter so. */
+int ur_verify__init_in(verifier *vf, ur_orbax_ckpt *in_ck, const ur_orbax_leaf *out, size_t n_out,
+                       const ur_verify_opts *opts, ur_verify_report *rep, ur_err *err);
 /* The source of output leaf o through the family table (nothing read, nothing compared). */
 int ur_verify__match(verifier *vf, const vleaf *o, vpair *out, ur_err *err);
 

@@ -181,6 +181,77 @@ def test_shards_and_index(unroll_bin, make_fixture, tmp_path):
         ["config.json", "model.safetensors.index.json", *shards])
 
 
+def run_verify(unroll_bin, info, out, *extra, env=None):
+    """unroll verify <input> <folder> with the config and overrides the export was given."""
+    return subprocess.run([str(unroll_bin), "verify", str(info.items), str(out),
+                           *hf_args(info, info.items, out, *extra)],
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def _tensor_span(folder: pathlib.Path, name: str) -> tuple[pathlib.Path, int, int]:
+    """The shard holding tensor `name`, and its bytes' absolute offsets there."""
+    index = folder / "model.safetensors.index.json"
+    shard = folder / (json.loads(index.read_text())["weight_map"][name] if index.exists()
+                      else "model.safetensors")
+    b = shard.read_bytes()
+    n = int.from_bytes(b[:8], "little")
+    s, e = json.loads(b[8:8 + n])[name]["data_offsets"]
+    return shard, 8 + n + s, 8 + n + e
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_verify_accepts_the_export_and_names_a_changed_tensor(unroll_bin, make_fixture,
+                                                              tmp_path, dtype):
+    """unroll verify of the folder against the training state it came from: every tensor
+    checked (exit 0); one element of one tensor changed in its shard: exit 6 naming that
+    tensor and the element; the wrong weight_dtype: exit 6, every tensor's dtype named."""
+    info = make_fixture("linen")
+    out = tmp_path / "hf"
+    res = run_hf(unroll_bin, info, info.items, out, f"weight_dtype={dtype}",
+                 "--max_shard_size=1K", "-q")
+    assert res.returncode == 0, res.stderr
+    tensors, _ = expected_tensors(info)
+    ok = run_verify(unroll_bin, info, out, f"weight_dtype={dtype}")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    total = sum(t.size for t in tensors.values())
+    assert f"{len(tensors)} arrays and {total} elements compared, 0 elements differ: OK" in \
+        ok.stdout
+    other = run_verify(unroll_bin, info, out,
+                       "weight_dtype=" + ("bfloat16" if dtype == "float32" else "float32"))
+    assert other.returncode == 6 and other.stdout.count("dtype: leaf") >= 1, other.stdout
+    name = "model.layers.1.self_attn.q_proj.weight"
+    shard, begin, end = _tensor_span(out, name)
+    b = bytearray(shard.read_bytes())
+    item = 4 if dtype == "float32" else 2
+    at = begin + 5 * item  # element [0, 5]
+    b[at:at + item] = bytes(x ^ 0x5A for x in b[at:at + item])
+    shard.write_bytes(bytes(b))
+    bad = run_verify(unroll_bin, info, out, f"weight_dtype={dtype}")
+    assert bad.returncode == 6, bad.stdout + bad.stderr
+    assert f"mismatch: leaf '{name}' index [0, 5]" in bad.stdout, bad.stdout
+    assert "1 elements differ: FAILED" in bad.stdout
+    assert name in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_verify_finds_a_missing_and_a_foreign_tensor(unroll_bin, make_fixture, tmp_path):
+    """A folder whose shard lacks one tensor and holds another model's: both named, exit 6."""
+    info = make_fixture("linen")
+    out = tmp_path / "hf"
+    assert run_hf(unroll_bin, info, info.items, out, "-q").returncode == 0
+    st = out / "model.safetensors"
+    b = st.read_bytes()
+    n = int.from_bytes(b[:8], "little")
+    header = json.loads(b[8:8 + n])
+    header["model.layers.9.mlp.up_proj.weight"] = header.pop("model.layers.0.mlp.up_proj.weight")
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    st.write_bytes(len(text).to_bytes(8, "little") + text + b[8 + n:])
+    res = run_verify(unroll_bin, info, out)
+    assert res.returncode == 6, res.stdout + res.stderr
+    assert "missing: leaf 'model.layers.0.mlp.up_proj.weight'" in res.stdout, res.stdout
+    assert "extra: leaf 'model.layers.9.mlp.up_proj.weight'" in res.stdout, res.stdout
+
+
 def test_dry_run_writes_nothing(unroll_bin, make_fixture, tmp_path):
     info = make_fixture("linen")
     res = run_hf(unroll_bin, info, info.items, tmp_path / "hf", "-n")
@@ -360,6 +431,11 @@ def test_gemma2_vocabulary_trimmed_and_pairs_split(unroll_bin, tmp_path):
             assert got[pre + "pre_feedforward_layernorm.weight"].tobytes() == norm.tobytes()
             assert got[pre + "self_attn.q_proj.weight"].tobytes() == q.tobytes()
     assert len(got) == 2 + 4 * 11  # 4 norms, 4 attention and 3 MLP kernels a layer
+    # unroll verify checks the cut vocabulary and the pairs too; a row past the cut is absent
+    args = [str(CONFIG), "decoder_block=gemma2", "base_num_decoder_layers=2", "param_scan_axis=1"]
+    ok = subprocess.run([str(unroll_bin), "verify", str(items), str(out), *args],
+                        capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0 and "0 elements differ: OK" in ok.stdout, ok.stdout + ok.stderr
 
 
 def _safetensors(path: pathlib.Path) -> dict:
@@ -437,6 +513,8 @@ def test_bucket_output_is_the_local_folder_index_last(unroll_bin, s3, proxy, loc
                  env=s3.env(endpoint=proxy.endpoint))
     assert res.returncode == 0, res.stderr
     assert _bucket_folder(s3, out, tmp_path) == local_export["files"]
+    ok = run_verify(unroll_bin, info, out, env=s3.env())
+    assert ok.returncode == 0 and "0 elements differ: OK" in ok.stdout, ok.stdout + ok.stderr
     puts = [path.rsplit("/", 1)[1].split("?")[0] for method, path, _, _ in proxy.served
             if method in ("PUT", "POST") and "uploadId" not in path]
     written = [p for p in puts if p in local_export["files"]]

@@ -85,6 +85,13 @@ def export(family: str, source: str, items: str, out: pathlib.Path, dtype: str) 
     return res
 
 
+def verify(family: str, source: str, items: str, folder: str, dtype: str) -> dict:
+    """unroll verify of a folder against the checkpoint it came from (the export's config)."""
+    res = unroll("verify", items, folder, driver.BASE_YML, f"{source}={items}",
+                 f"weight_dtype={dtype}", *FAMILIES[family])
+    return res
+
+
 def hf_logits(folder: str, work: pathlib.Path) -> dict:
     """What transformers computes from the folder (tests/hf/hf_client.py)."""
     out = work / "hf_logits.json"
@@ -166,6 +173,8 @@ def main() -> None:
     facts["export"] = export(family, "load_full_state_path", str(items), work / "hf-f32",
                              "float32")
     if facts["export"]["rc"] == 0:
+        facts["verify"] = verify(family, "load_full_state_path", str(items),
+                                 facts["export"]["folder"], "float32")
         facts["hf"] = hf_logits(facts["export"]["folder"], work)
         facts["config"] = json.loads((work / "hf-f32" / "config.json").read_text())
     facts["maxtext"] = maxtext_logits(family, items)
@@ -183,8 +192,13 @@ def main() -> None:
             theirs = maxtext_exporter(family, p["path"], layout == "scanned",
                                       work / f"maxtext-{key}", dtype)
             v = {"unroll": ours, "maxtext": theirs}
+            if ours["rc"] == 0:
+                v["verify"] = verify(family, "load_parameters_path", p["path"], ours["folder"],
+                                     dtype)
             if ours["rc"] == 0 and theirs["rc"] == 0:
                 v["compare"] = compare(ours["folder"], theirs["folder"])
+                v["verify_maxtext"] = verify(family, "load_parameters_path", p["path"],
+                                             theirs["folder"], dtype)
             facts["exporter"][key] = v
     (work / "facts.json").write_text(json.dumps(facts))
 

@@ -85,6 +85,19 @@ def test_transformers_matches_maxtext(family):
 
 
 @pytest.mark.parametrize("family", sorted(hf_driver.FAMILIES))
+def test_verify_checks_every_folder(family):
+    """unroll verify (the folder against the input, apart from the export's code) passes on
+    every folder of the family: unroll's from the training state and from param-only inputs,
+    and MaxText's exporter's where it writes one."""
+    f = _facts(family)
+    assert f["verify"]["rc"] == 0, f["verify"]["stderr"]
+    for key, v in f["exporter"].items():
+        assert v["verify"]["rc"] == 0, f"{key}: {v['verify']['stderr']}"
+        if "verify_maxtext" in v:
+            assert v["verify_maxtext"]["rc"] == 0, f"{key}: {v['verify_maxtext']['stderr']}"
+
+
+@pytest.mark.parametrize("family", sorted(hf_driver.FAMILIES))
 def test_maxtext_exporter(family):
     f = _facts(family)
     for key, v in f["exporter"].items():
