@@ -1,4 +1,4 @@
-# The warning set of STYLE §3.8, each flag only if the compiler knows it.
+# The warning set of docs/conventions.md §8, each flag only if the compiler knows it.
 include(CheckCCompilerFlag)
 
 set(_ur_warnings

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The clang half of CI, beside the gcc build of scripts/test.sh (STYLE §3.8):
+# The clang half of CI, beside the gcc build of scripts/test.sh (docs/conventions.md §8):
 #   1. the library, the CLI and the unit tests built with clang and -Werror (UR_WERROR=ON) in
 #      build-clang/ (or UNROLL_CLANG_BUILD_DIR), and the unit tests run;
 #   2. clang-tidy with the checks of .clang-tidy over every project .c file under src/

@@ -1,6 +1,6 @@
 /* The only allocator: every allocation in unroll goes through these, so tests can make
- * the Nth allocation fail (curl torture, libgit2 failalloc; STYLE §3.5). With glibc, blocks
- * of up to 4 KiB that a thread frees are kept for its next allocations of their size (a
+ * the Nth allocation fail (curl torture, libgit2 failalloc; docs/conventions.md §5). With glibc,
+ * blocks of up to 4 KiB that a thread frees are kept for its next allocations of their size (a
  * per-thread cache, ur_alloc.c: glibc's heap lock was fought over by the workers). */
 #ifndef UNROLL_ALLOC_H
 #define UNROLL_ALLOC_H

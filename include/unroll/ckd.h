@@ -1,5 +1,5 @@
-/* Checked size arithmetic (STYLE §3.4). Each returns nonzero on overflow and then leaves
- * *out unspecified; every size or offset computed from input goes through these. */
+/* Checked size arithmetic (docs/conventions.md §4). Each returns nonzero on overflow and then
+ * leaves *out unspecified; every size or offset computed from input goes through these. */
 #ifndef UNROLL_CKD_H
 #define UNROLL_CKD_H
 

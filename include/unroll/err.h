@@ -1,5 +1,5 @@
 /* Errors: an int return code plus an explicit ur_err carrying the message and the
- * file/key and byte offset it concerns (STYLE §3.3).
+ * file/key and byte offset it concerns (docs/conventions.md §3).
  *
  * A fallible function returns UR_OK (0) or a negative ur_code and, on failure, fills
  * the caller's ur_err (which may be NULL when the caller does not care). The struct is

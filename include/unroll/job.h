@@ -1,7 +1,7 @@
 /* A conversion as a library function: what `unroll base.yml key=value ...` does between
  * parsing its arguments and printing, so that the command line only parses, calls one
- * function, prints and maps the error to an exit status (STYLE §4, libgit2's library /
- * front-end split; `unroll verify`'s function is in unroll/verify.h).
+ * function, prints and maps the error to an exit status (docs/conventions.md §3, libgit2's library
+ * / front-end split; `unroll verify`'s function is in unroll/verify.h).
  *
  *   config (ur_config_load) -> ur_job_run_input: which checkpoint, which kind
  *     -> the units to publish (the step "0", or "base/0" + per LoRA adapter "loras/<id>/0"

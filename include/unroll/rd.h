@@ -1,4 +1,4 @@
-/* A sticky cursor over an untrusted byte blob (STYLE §3.4; TensorStore FinalizeReader,
+/* A sticky cursor over an untrusted byte blob (docs/conventions.md §4; TensorStore FinalizeReader,
  * curl strparse). Reads past the end return 0 and set `failed`; check once at the end
  * with ur_rd_finish. The blob is borrowed, never copied. */
 #ifndef UNROLL_RD_H
@@ -13,8 +13,8 @@ typedef struct ur_rd {
     const uint8_t *p;
     size_t len;
     size_t pos;
-    int failed;       /* sticky: set by the first read that could not be satisfied */
-    size_t fail_pos;  /* where that first failure happened */
+    int failed; /* sticky: set by the first read that could not be satisfied */
+    size_t fail_pos; /* where that first failure happened */
 } ur_rd;
 
 void ur_rd_init(ur_rd *rd, const void *p, size_t len);

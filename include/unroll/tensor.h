@@ -2,7 +2,7 @@
  *
  * A view describes elements already in memory: dtype, shape, strides (in elements, may be
  * negative or zero) and the address of element [0, ..., 0]. Views are plain stack values; the
- * kernels never allocate and never keep a pointer to a view (STYLE §3.5).
+ * kernels never allocate and never keep a pointer to a view (docs/conventions.md §5).
  *
  * Casts (dst dtype <- src dtype) the kernels perform:
  *   - identity for every dtype of dtype.h (a byte copy of each element);

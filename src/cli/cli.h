@@ -1,5 +1,5 @@
 /* The command line: subcommands and the mapping from error codes to exit statuses.
- * Only src/cli/ prints (STYLE §3.3). */
+ * Only src/cli/ prints (docs/conventions.md §3). */
 #ifndef UNROLL_CLI_H
 #define UNROLL_CLI_H
 

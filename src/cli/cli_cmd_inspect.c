@@ -299,6 +299,17 @@ int cli_cmd_inspect(int argc, char **argv)
     int hash = 0;
     const char *path = NULL;
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            printf("usage: unroll inspect [--json] [--hash] <checkpoint>\n"
+                   "\n"
+                   "Show a checkpoint's tree: every leaf with its dtype, shape, chunking and\n"
+                   "layer axis.\n"
+                   "\n"
+                   "options:\n"
+                   "  --json   the tree as JSON\n"
+                   "  --hash   a hash of every leaf's decoded bytes\n");
+            return CLI_EXIT_OK;
+        }
         if (strcmp(argv[i], "--json") == 0) {
             json = 1;
         } else if (strcmp(argv[i], "--hash") == 0) {

@@ -105,6 +105,9 @@ int ur_kvstore_s3_open(ur_kvstore **out, const char *bucket, const char *prefix,
 int ur_kvstore_gcs_open(ur_kvstore **out, const char *bucket, const char *prefix, int writable,
                         ur_err *err);
 /* mem://<name>: a named memory store (kvstore_mem.c, tests) */
+/* 1 when this process has named a memory store: until then "mem://" is no scheme at all (a
+ * command line never names one, so it gets the unknown-scheme refusal, exit 2). */
+int ur_kvstore_mem__any_named(void);
 int ur_kvstore_mem_open(ur_kvstore **out, const char *bucket, const char *prefix, int writable,
                         ur_err *err);
 

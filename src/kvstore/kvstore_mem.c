@@ -1,6 +1,6 @@
 /* An in-memory kvstore for tests: readable and writable at once, with fault injection, so
  * I/O error paths in the layers above can be exercised without touching the file system
- * (STYLE §3.7):
+ * (docs/conventions.md §7):
  *   - the Nth read or write fails with UR_EIO (ur_kvstore_mem_fail_at);
  *   - every operation from the Nth on fails, as if the process issuing them had died there,
  *     or only the Nth does (ur_kvstore_mem_fault): the run-protocol tests fail each store
@@ -411,6 +411,17 @@ int ur_kvstore_mem_name(ur_kvstore *kv, const char *name, ur_err *err)
         ms->name = NULL;
     }
     return rc;
+}
+
+int ur_kvstore_mem__any_named(void)
+{
+    int any = 0;
+    pthread_mutex_lock(&named_mu);
+    for (size_t i = 0; i < MAX_NAMED && !any; i++) {
+        any = named[i] != NULL;
+    }
+    pthread_mutex_unlock(&named_mu);
+    return any;
 }
 
 int ur_kvstore_mem_open(ur_kvstore **out, const char *bucket, const char *prefix, int writable,

@@ -48,7 +48,9 @@ static const scheme_entry *find_scheme(const char *loc, size_t n)
 {
     for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
         if (strlen(schemes[i].scheme) == n && strncmp(schemes[i].scheme, loc, n) == 0) {
-            return &schemes[i];
+            /* mem:// exists only for a process (a test) that made a memory store */
+            return schemes[i].kind != UR_LOC_MEM || ur_kvstore_mem__any_named() ? &schemes[i]
+                                                                                : NULL;
         }
     }
     return NULL;

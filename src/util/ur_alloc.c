@@ -1,4 +1,5 @@
-/* The one place raw malloc/free appear (STYLE §3.8), so tests can fail any allocation. */
+/* The one place raw malloc/free appear (docs/conventions.md §8), so tests can fail any
+ * allocation. */
 #include "unroll/alloc.h"
 #include "unroll/ckd.h"
 
@@ -40,8 +41,8 @@
 #if defined(__GLIBC__) && UR_TRIM_GLIBC
 #define UR_CACHE 1
 
-#define CHUNK_MIN 32u                 /* glibc: the smallest chunk; chunks are 16-byte steps */
-#define CHUNK_MAX 4096u               /* the largest chunk cached */
+#define CHUNK_MIN 32u /* glibc: the smallest chunk; chunks are 16-byte steps */
+#define CHUNK_MAX 4096u /* the largest chunk cached */
 #define CACHE_CLASSES (CHUNK_MAX / 16 + 1)
 #define CACHE_PER_CLASS 32
 #define CACHE_BYTES ((size_t)512 << 10)

@@ -20,7 +20,7 @@
 #include "unroll/tensor.h"
 #include "unroll/zarr.h"
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>

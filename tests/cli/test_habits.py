@@ -38,6 +38,24 @@ def test_help_lists_every_subcommand_and_exit_status():
     assert listed == [str(i) for i in range(7)], res.stdout
 
 
+@pytest.mark.parametrize("sub", ["verify", "inspect", "ls", "merge", "to_huggingface"])
+def test_every_subcommand_help_prints_its_usage(sub):
+    """`unroll <sub> --help`: its usage on stdout, exit 0 (inspect's was a usage error)."""
+    res = run(sub, "--help")
+    assert res.returncode == 0, res.stderr
+    assert "usage: unroll " + sub in res.stdout, res.stdout
+
+
+@pytest.mark.parametrize("url", ["mem://bucket/x", "ftp://host/x"])
+def test_a_scheme_the_binary_does_not_serve_is_a_usage_error(url):
+    """The README's promise: any scheme but s3:// and gs:// is exit 2, one line naming it;
+    mem:// (the tests' in-process store) included: no command line ever made one."""
+    for args in (["inspect", url], ["ls", url]):
+        res = run(*args)
+        assert res.returncode == 2, (args, res.stderr)
+        assert "unsupported URL scheme" in res.stderr and res.stderr.count("\n") == 1
+
+
 def test_version_names_the_libraries():
     res = run("--version")
     assert res.returncode == 0
