@@ -19,7 +19,10 @@ cmake -S . -B "$build" -DCMAKE_C_COMPILER="$cc" -DUR_WERROR=ON -DUR_TESTS=ON \
   -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
 cmake --build "$build" -j"$(nproc)"
 echo "== unit tests (clang build)"
-ctest --test-dir "$build" -L unit --output-on-failure -j"$(nproc)"
+# all but the exhaustive fault run of the publication protocol (6,000 faulted runs, 4 minutes
+# of a core): it checks the protocol's logic, not the compiler's code, and runs whole in the gcc
+# build (scripts/test.sh) and one case in 13 under ASan (scripts/sanitize.sh)
+ctest --test-dir "$build" -L unit -E '^unit\.job\.run_faults$' --output-on-failure -j"$(nproc)"
 
 echo "== clang-tidy ($tidy, .clang-tidy)"
 git ls-files 'src/*.c' |
