@@ -2,6 +2,8 @@
  * here) and what their tables share: name patterns with a layer index. */
 #include "hf_impl.h"
 
+#include "unroll/alloc.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -255,4 +257,47 @@ int hf_config_rope(const hf_model *m, hf_json *j, const char *rope_type, ur_err 
     int rc = hf_json_float(j, "rope_parameters", "rope_theta",
                            hf_cfg_float(m->s, "rope_max_timescale", 10000), err);
     return rc == UR_OK ? hf_json_str(j, "rope_parameters", "rope_type", rope_type, err) : rc;
+}
+
+int hf_config_layer_types(const hf_model *m, hf_json *j, const char *in, int cycle, ur_err *err)
+{
+    int64_t n = hf_model_layers(m);
+    const char **types = ur_calloc((size_t)n + 1, sizeof *types);
+    int rc;
+    if (types == NULL) {
+        return ur_err_oom(err);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        types[i] = i % cycle == cycle - 1 ? "full_attention" : "sliding_attention";
+    }
+    rc = hf_json_strs(j, in, "layer_types", types, (size_t)n, err);
+    ur_free(types);
+    return rc;
+}
+
+int hf_config_gemma(const hf_model *m, hf_json *j, const char *in, int64_t query_pre_attn_scalar,
+                    ur_err *err)
+{
+    const ur_settings *s = m->s;
+    double attn_cap = hf_cfg_float(s, "attn_logits_soft_cap", 0);
+    double final_cap = hf_cfg_float(s, "final_logits_soft_cap", 0);
+    int rc = hf_json_str(j, in, "hidden_activation", "gelu_pytorch_tanh", err);
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, in, "query_pre_attn_scalar", query_pre_attn_scalar, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, in, "attention_bias", 0, err);
+    }
+    if (rc == UR_OK) {
+        rc = attn_cap > 0 ? hf_json_float(j, in, "attn_logit_softcapping", attn_cap, err)
+                          : hf_json_null(j, in, "attn_logit_softcapping", err);
+    }
+    if (rc == UR_OK) {
+        rc = final_cap > 0 ? hf_json_float(j, in, "final_logit_softcapping", final_cap, err)
+                           : hf_json_null(j, in, "final_logit_softcapping", err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, in, "sliding_window", hf_cfg_int(s, "sliding_window_size", 4096), err);
+    }
+    return rc;
 }

@@ -79,29 +79,11 @@ static int setup(hf_model *m, ur_err *err)
     return UR_OK;
 }
 
-static int layer_types(const hf_model *m, hf_json *j, ur_err *err)
-{
-    int64_t n = hf_model_layers(m);
-    const char **types = ur_calloc((size_t)n + 1, sizeof *types);
-    int rc;
-    if (types == NULL) {
-        return ur_err_oom(err);
-    }
-    for (int64_t i = 0; i < n; i++) {
-        types[i] = i % 2 == 0 ? "sliding_attention" : "full_attention";
-    }
-    rc = hf_json_strs(j, NULL, "layer_types", types, (size_t)n, err);
-    ur_free(types);
-    return rc;
-}
-
 static int config(const hf_model *m, hf_json *j, ur_err *err)
 {
     static const char *const arch = "Gemma2ForCausalLM";
     const ur_settings *s = m->s;
     double factor = hf_cfg_float(s, "rope_linear_scaling_factor", 1);
-    double attn_cap = hf_cfg_float(s, "attn_logits_soft_cap", 0);
-    double final_cap = hf_cfg_float(s, "final_logits_soft_cap", 0);
     int rank = 0;
     const uint64_t *q = hf_model_shape(m, "decoder/layers_0/self_attention_local/query/kernel",
                                        &rank);
@@ -114,30 +96,10 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
         rc = hf_config_text(m, j, NULL, 8192, err); /* Gemma 2's context */
     }
     if (rc == UR_OK) {
-        /* MaxText's "gelu" is flax's, tanh-approximated */
-        rc = hf_json_str(j, NULL, "hidden_activation", "gelu_pytorch_tanh", err);
+        rc = hf_config_gemma(m, j, NULL, q != NULL && rank == 3 ? (int64_t)q[2] : 256, err);
     }
     if (rc == UR_OK) {
-        rc = hf_json_int(j, NULL, "query_pre_attn_scalar",
-                         q != NULL && rank == 3 ? (int64_t)q[2] : 256, err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_bool(j, NULL, "attention_bias", 0, err);
-    }
-    if (rc == UR_OK) {
-        rc = attn_cap > 0 ? hf_json_float(j, NULL, "attn_logit_softcapping", attn_cap, err)
-                          : hf_json_null(j, NULL, "attn_logit_softcapping", err);
-    }
-    if (rc == UR_OK) {
-        rc = final_cap > 0 ? hf_json_float(j, NULL, "final_logit_softcapping", final_cap, err)
-                           : hf_json_null(j, NULL, "final_logit_softcapping", err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_int(j, NULL, "sliding_window", hf_cfg_int(s, "sliding_window_size", 4096),
-                         err);
-    }
-    if (rc == UR_OK) {
-        rc = layer_types(m, j, err);
+        rc = hf_config_layer_types(m, j, NULL, 2, err); /* local, then global */
     }
     if (rc == UR_OK) {
         rc = hf_config_rope(m, j, factor != 1 ? "linear" : "default", err);

@@ -101,8 +101,6 @@ static int text_config(const hf_model *m, hf_json *j, ur_err *err)
     double theta = hf_cfg_float(s, "rope_max_timescale", 10000);
     double local = hf_cfg_float(s, "local_rope_max_timescale", 0);
     double factor = hf_cfg_float(s, "rope_linear_scaling_factor", 1);
-    double attn_cap = hf_cfg_float(s, "attn_logits_soft_cap", 0);
-    double final_cap = hf_cfg_float(s, "final_logits_soft_cap", 0);
     int64_t scalar = query_pre_attn_scalar(m);
     int rc = UR_OK;
 
@@ -114,30 +112,10 @@ static int text_config(const hf_model *m, hf_json *j, ur_err *err)
     }
     rc = hf_json_str(j, TEXT, "model_type", "gemma3_text", err);
     if (rc == UR_OK) {
-        /* MaxText's "gelu" is flax's, tanh-approximated */
-        rc = hf_json_str(j, TEXT, "hidden_activation", "gelu_pytorch_tanh", err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_int(j, TEXT, "query_pre_attn_scalar", scalar, err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_bool(j, TEXT, "attention_bias", 0, err);
+        rc = hf_config_gemma(m, j, TEXT, scalar, err);
     }
     if (rc == UR_OK) {
         rc = hf_json_bool(j, TEXT, "use_bidirectional_attention", 0, err);
-    }
-    if (rc == UR_OK) {
-        rc = attn_cap > 0 ? hf_json_float(j, TEXT, "attn_logit_softcapping", attn_cap, err)
-                          : hf_json_null(j, TEXT, "attn_logit_softcapping", err);
-    }
-    if (rc == UR_OK) {
-        rc = final_cap > 0 ? hf_json_float(j, TEXT, "final_logit_softcapping", final_cap, err)
-                           : hf_json_null(j, TEXT, "final_logit_softcapping", err);
-    }
-    if (rc == UR_OK) {
-        /* MaxText's window: a key within sliding_window_size positions, Hugging Face's too */
-        rc = hf_json_int(j, TEXT, "sliding_window", hf_cfg_int(s, "sliding_window_size", 4096),
-                         err);
     }
     /* the global layers' RoPE: rope_max_timescale, scaled linearly; the sliding ones':
      * local_rope_max_timescale when positive, unscaled (attentions.py) */
@@ -159,21 +137,6 @@ static int text_config(const hf_model *m, hf_json *j, ur_err *err)
         rc = hf_json_float(j, TEXT "/rope_parameters/sliding_attention", "rope_theta",
                            local > 0 ? local : theta, err);
     }
-    return rc;
-}
-
-static int layer_types(const hf_model *m, hf_json *j, ur_err *err)
-{
-    const char **types = ur_calloc((size_t)m->n_layers + 1, sizeof *types);
-    int rc;
-    if (types == NULL) {
-        return ur_err_oom(err);
-    }
-    for (int64_t i = 0; i < m->n_layers; i++) {
-        types[i] = i % CYCLE == CYCLE - 1 ? "full_attention" : "sliding_attention";
-    }
-    rc = hf_json_strs(j, TEXT, "layer_types", types, (size_t)m->n_layers, err);
-    ur_free(types);
     return rc;
 }
 
@@ -228,7 +191,7 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
         rc = text_config(m, j, err);
     }
     if (rc == UR_OK) {
-        rc = layer_types(m, j, err);
+        rc = hf_config_layer_types(m, j, TEXT, CYCLE, err);
     }
     return rc == UR_OK ? vision_config(m, j, err) : rc;
 }

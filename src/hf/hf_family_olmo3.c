@@ -107,17 +107,9 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
     int yarn = strcmp(hf_cfg_str(s, "rope_type", "default"), "yarn") == 0;
     int rc = hf_config_decoder(m, j, "Olmo3ForCausalLM", "olmo3",
                                yarn ? hf_cfg_int(s, "max_position_embeddings", 65536) : 0, err);
-    const char **types = ur_calloc((size_t)m->n_layers + 1, sizeof *types);
-    if (types == NULL) {
-        return ur_err_oom(err);
-    }
-    for (int64_t i = 0; i < m->n_layers; i++) {
-        types[i] = i % CYCLE == CYCLE - 1 ? "full_attention" : "sliding_attention";
-    }
     if (rc == UR_OK) {
-        rc = hf_json_strs(j, NULL, "layer_types", types, (size_t)m->n_layers, err);
+        rc = hf_config_layer_types(m, j, NULL, CYCLE, err);
     }
-    ur_free(types);
     if (rc == UR_OK) {
         rc = hf_json_int(j, NULL, "sliding_window", hf_cfg_int(s, "sliding_window_size", 4096),
                          err);

@@ -116,6 +116,15 @@ int hf_config_decoder(const hf_model *m, hf_json *j, const char *architecture,
  * the top level; "text_config" for a multimodal architecture's language model). */
 int hf_config_text(const hf_model *m, hf_json *j, const char *in, int64_t max_positions,
                    ur_err *err);
+/* layer_types inside `in` (NULL: top level): a cycle of `cycle` layers, sliding-window ones
+ * then one of full attention, over the Hugging Face model's layers. */
+int hf_config_layer_types(const hf_model *m, hf_json *j, const char *in, int cycle, ur_err *err);
+/* What Gemma 2 and 3 share, inside `in`: the tanh GELU (MaxText's "gelu" is flax's,
+ * tanh-approximated), query_pre_attn_scalar, no attention bias, the soft caps (null when
+ * unset) and the window (sliding_window_size: a key within that many positions, as MaxText's
+ * mask). */
+int hf_config_gemma(const hf_model *m, hf_json *j, const char *in, int64_t query_pre_attn_scalar,
+                    ur_err *err);
 /* rope_parameters' rope_theta (rope_max_timescale) and rope_type. */
 int hf_config_rope(const hf_model *m, hf_json *j, const char *rope_type, ur_err *err);
 
