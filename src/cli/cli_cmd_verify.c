@@ -135,6 +135,14 @@ int cli_cmd_verify(int argc, char **argv)
     }
     ur_verify_opts_init(&vo);
     vo.max_issues = a.max_issues;
+    {
+        /* the tests' knob: small pieces, so that every array is compared in several */
+        const char *pb = getenv("UNROLL_VERIFY_PIECE_BYTES");
+        uint64_t v = 0;
+        if (pb != NULL && ur_num_parse_u64(pb, strlen(pb), &v) == 0 && v > 0) {
+            vo.piece_bytes = v;
+        }
+    }
     rc = ur_verify_config_read(&vo, a.config, a.overrides, a.n_overrides,
                                (const char *const *)environ, &err);
     if (rc == UR_OK && ur_job_hf_is_folder(a.out)) {

@@ -211,11 +211,13 @@ def test_verify_accepts_the_export_and_names_a_changed_tensor(unroll_bin, make_f
                  "--max_shard_size=1K", "-q")
     assert res.returncode == 0, res.stderr
     tensors, _ = expected_tensors(info)
-    ok = run_verify(unroll_bin, info, out, f"weight_dtype={dtype}")
-    assert ok.returncode == 0, ok.stdout + ok.stderr
     total = sum(t.size for t in tensors.values())
-    assert f"{len(tensors)} arrays and {total} elements compared, 0 elements differ: OK" in \
-        ok.stdout
+    # whole tensors, and pieces of 64 bytes (every tensor compared in several)
+    for env in (None, {**os.environ, "UNROLL_VERIFY_PIECE_BYTES": "64"}):
+        ok = run_verify(unroll_bin, info, out, f"weight_dtype={dtype}", env=env)
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        assert f"{len(tensors)} arrays and {total} elements compared, 0 elements differ: OK" \
+            in ok.stdout
     other = run_verify(unroll_bin, info, out,
                        "weight_dtype=" + ("bfloat16" if dtype == "float32" else "float32"))
     assert other.returncode == 6 and other.stdout.count("dtype: leaf") >= 1, other.stdout
@@ -226,7 +228,8 @@ def test_verify_accepts_the_export_and_names_a_changed_tensor(unroll_bin, make_f
     at = begin + 5 * item  # element [0, 5]
     b[at:at + item] = bytes(x ^ 0x5A for x in b[at:at + item])
     shard.write_bytes(bytes(b))
-    bad = run_verify(unroll_bin, info, out, f"weight_dtype={dtype}")
+    bad = run_verify(unroll_bin, info, out, f"weight_dtype={dtype}",
+                     env={**os.environ, "UNROLL_VERIFY_PIECE_BYTES": "64"})
     assert bad.returncode == 6, bad.stdout + bad.stderr
     assert f"mismatch: leaf '{name}' index [0, 5]" in bad.stdout, bad.stdout
     assert "1 elements differ: FAILED" in bad.stdout
