@@ -288,7 +288,66 @@ out:
     return rc;
 }
 
-/* Call fn for each item of one listing page; *token_out gets nextPageToken (or NULL). */
+/* Each object of one parsed listing page, folder placeholders (a name ending in '/' with no
+ * bytes, as the console makes: no value, as a directory in the file store holds none) left
+ * out: fn(ctx, its whole name, size, generation or ""). Nonzero from fn stops. */
+typedef int (*item_fn)(void *ctx, const char *name, uint64_t size, const char *generation,
+                       ur_err *err);
+
+static int each_item(const gcs_store *g, const cJSON *j, const char *what, item_fn fn, void *ctx,
+                     ur_err *err)
+{
+    const cJSON *it;
+    size_t plen = strlen(g->prefix);
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(j, "items"))
+    {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
+        const cJSON *gen = cJSON_GetObjectItemCaseSensitive(it, "generation");
+        uint64_t size;
+        int rc;
+        if (!cJSON_IsString(name) || strncmp(name->valuestring, g->prefix, plen) != 0 ||
+            parse_size(it, &size) < 0) {
+            return ur_err_set_os(err, UR_EIO, 0, what, "listing item without a valid name/size");
+        }
+        if (size == 0 && name->valuestring[0] != '\0' &&
+            name->valuestring[strlen(name->valuestring) - 1] == '/') {
+            continue;
+        }
+        rc = fn(ctx, name->valuestring, size, cJSON_IsString(gen) ? gen->valuestring : "", err);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    return UR_OK;
+}
+
+/* *token_out: the page's nextPageToken (NULL: the last page). */
+static int next_token(const cJSON *j, char **token_out, ur_err *err)
+{
+    const cJSON *next = cJSON_GetObjectItemCaseSensitive(j, "nextPageToken");
+    if (cJSON_IsString(next) && next->valuestring[0] != '\0') {
+        *token_out = ur_strdup(next->valuestring);
+        return *token_out != NULL ? UR_OK : ur_err_oom(err);
+    }
+    return UR_OK;
+}
+
+typedef struct {
+    ur_kvstore_list_fn fn;
+    void *ctx;
+    ur_kvstore__dir_list *dl;
+    size_t plen, dir_skip;
+} page_ctx;
+
+static int key_item(void *ctx, const char *name, uint64_t size, const char *generation,
+                    ur_err *err)
+{
+    page_ctx *p = ctx;
+    (void)generation;
+    return p->dl != NULL ? ur_kvstore__dir_list_add(p->dl, name, p->dir_skip, 0, err)
+                         : p->fn(p->ctx, name + p->plen, size);
+}
+
 /* One page of a listing: each object to fn; or, for a delimited listing (dl set), each object
  * and each of "prefixes", named below the first dir_skip bytes, to dir_fn in order. */
 static int list_page(gcs_store *g, const ur_buf *body, const char *what, ur_kvstore_list_fn fn,
@@ -296,61 +355,32 @@ static int list_page(gcs_store *g, const ur_buf *body, const char *what, ur_kvst
                      size_t dir_skip, char **token_out, ur_err *err)
 {
     cJSON *j = NULL;
-    const cJSON *items, *it, *next;
-    size_t plen = strlen(g->prefix);
-    int rc = UR_OK;
+    const cJSON *it;
+    page_ctx p = {fn, ctx, dl, strlen(g->prefix), dir_skip};
+    int rc;
 
     *token_out = NULL;
     if (ur_json_parse(&j, (const char *)body->data, body->len, NULL) < 0) {
         return ur_err_set_os(err, UR_EIO, 0, what, "listing answer is not JSON");
     }
-    items = cJSON_GetObjectItemCaseSensitive(j, "items");
-    cJSON_ArrayForEach(it, items)
-    {
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
-        uint64_t size;
-        if (!cJSON_IsString(name) || strncmp(name->valuestring, g->prefix, plen) != 0 ||
-            parse_size(it, &size) < 0) {
-            rc = ur_err_set_os(err, UR_EIO, 0, what, "listing item without a valid name/size");
-            goto out;
-        }
-        /* A "folder" placeholder (a name ending in '/', as the console makes) holds no value,
-         * as a directory in the file store does not. */
-        if (size == 0 && name->valuestring[0] != '\0' &&
-            name->valuestring[strlen(name->valuestring) - 1] == '/') {
-            continue;
-        }
-        rc = dl != NULL ? ur_kvstore__dir_list_add(dl, name->valuestring, dir_skip, 0, err)
-                        : fn(ctx, name->valuestring + plen, size);
-        if (rc != 0) {
-            goto out;
-        }
-    }
-    if (dl != NULL) {
+    rc = each_item(g, j, what, key_item, &p, err);
+    if (rc == 0 && dl != NULL) {
         cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(j, "prefixes"))
         {
-            if (!cJSON_IsString(it)) {
-                rc = ur_err_set_os(err, UR_EIO, 0, what, "listing prefix that is not a string");
-                goto out;
-            }
-            rc = ur_kvstore__dir_list_add(dl, it->valuestring, dir_skip, 1, err);
+            rc = cJSON_IsString(it)
+                     ? ur_kvstore__dir_list_add(dl, it->valuestring, dir_skip, 1, err)
+                     : ur_err_set_os(err, UR_EIO, 0, what, "listing prefix that is not a string");
             if (rc != 0) {
-                goto out;
+                break;
             }
         }
-        rc = ur_kvstore__dir_list_flush(dl, dir_fn, ctx);
-        if (rc != 0) {
-            goto out;
+        if (rc == 0) {
+            rc = ur_kvstore__dir_list_flush(dl, dir_fn, ctx);
         }
     }
-    next = cJSON_GetObjectItemCaseSensitive(j, "nextPageToken");
-    if (cJSON_IsString(next) && next->valuestring[0] != '\0') {
-        *token_out = ur_strdup(next->valuestring);
-        if (*token_out == NULL) {
-            rc = ur_err_oom(err);
-        }
+    if (rc == 0) {
+        rc = next_token(j, token_out, err);
     }
-out:
     cJSON_Delete(j);
     return rc;
 }
@@ -464,46 +494,36 @@ typedef struct versions_ctx {
     void *ctx;
 } versions_ctx;
 
+typedef struct {
+    ur_kvstore_list_version_fn fn;
+    void *ctx;
+    size_t plen;
+} version_item_ctx;
+
+static int version_item(void *ctx, const char *name, uint64_t size, const char *generation,
+                        ur_err *err)
+{
+    version_item_ctx *v = ctx;
+    (void)err;
+    return v->fn(v->ctx, name + v->plen, size, generation);
+}
+
 static int versions_page(gcs_store *g, const ur_buf *body, const char *what, void *ctx,
                          char **token_out, ur_err *err)
 {
-    ur_kvstore_list_version_fn fn = ((versions_ctx *)ctx)->fn;
-    void *fn_ctx = ((versions_ctx *)ctx)->ctx;
+    version_item_ctx v = {((versions_ctx *)ctx)->fn, ((versions_ctx *)ctx)->ctx,
+                          strlen(g->prefix)};
     cJSON *j = NULL;
-    const cJSON *it, *next;
-    size_t plen = strlen(g->prefix);
-    int rc = UR_OK;
+    int rc;
 
     *token_out = NULL;
     if (ur_json_parse(&j, (const char *)body->data, body->len, NULL) < 0) {
         return ur_err_set_os(err, UR_EIO, 0, what, "listing answer is not JSON");
     }
-    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(j, "items"))
-    {
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
-        const cJSON *gen = cJSON_GetObjectItemCaseSensitive(it, "generation");
-        uint64_t size;
-        if (!cJSON_IsString(name) || strncmp(name->valuestring, g->prefix, plen) != 0 ||
-            parse_size(it, &size) < 0) {
-            rc = ur_err_set_os(err, UR_EIO, 0, what, "listing item without a valid name/size");
-            goto out;
-        }
-        if (size == 0 && name->valuestring[0] != '\0' &&
-            name->valuestring[strlen(name->valuestring) - 1] == '/') {
-            continue; /* a "folder" placeholder, as in list_page */
-        }
-        rc = fn(fn_ctx, name->valuestring + plen, size,
-                cJSON_IsString(gen) ? gen->valuestring : "");
-        if (rc != 0) {
-            goto out;
-        }
+    rc = each_item(g, j, what, version_item, &v, err);
+    if (rc == 0) {
+        rc = next_token(j, token_out, err);
     }
-    next = cJSON_GetObjectItemCaseSensitive(j, "nextPageToken");
-    if (cJSON_IsString(next) && next->valuestring[0] != '\0') {
-        *token_out = ur_strdup(next->valuestring);
-        rc = *token_out != NULL ? UR_OK : ur_err_oom(err);
-    }
-out:
     cJSON_Delete(j);
     return rc;
 }
