@@ -16,6 +16,7 @@
 #include "unroll/crc32c.h"
 #include "unroll/json.h"
 #include "unroll/kvstore_gcs.h"
+#include "unroll/num.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -638,7 +639,11 @@ out:
 static int64_t persisted_end(const gcs_http_resp *resp)
 {
     const char *dash = strchr(resp->range, '-');
-    return dash != NULL ? strtoll(dash + 1, NULL, 10) : -1;
+    int64_t end = -1;
+    if (dash == NULL || ur_num_parse_i64(dash + 1, strlen(dash + 1), &end) < 0) {
+        return -1; /* none, or not a number: as if GCS kept nothing */
+    }
+    return end;
 }
 
 /* Resumable upload: open a session, then PUT g->chunk pieces with Content-Range; GCS
@@ -870,7 +875,10 @@ static char *endpoint_from_env(int *emulator)
 static size_t chunk_from_env(void)
 {
     const char *v = getenv("UNROLL_GCS_CHUNK_BYTES");
-    unsigned long long n = v != NULL ? strtoull(v, NULL, 10) : 0;
+    uint64_t n = 0;
+    if (v == NULL || ur_num_parse_u64(v, strlen(v), &n) < 0) {
+        n = 0;
+    }
     if (n >= UR_GCS_CHUNK_MIN && n % UR_GCS_CHUNK_MIN == 0) {
         return (size_t)n;
     }

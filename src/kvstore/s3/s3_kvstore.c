@@ -15,6 +15,7 @@
 
 #include "unroll/alloc.h"
 #include "unroll/clock.h"
+#include "unroll/num.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -440,10 +441,12 @@ typedef struct {
 static int on_key(void *ctx, const char *key, const char *size, ur_err *err)
 {
     listing *l = ctx;
-    if (strlen(key) < l->skip) {
-        return ur_err_set(err, UR_EIO, "malformed ListObjectsV2 answer: key '%s'", key);
+    uint64_t n = 0;
+    if (strlen(key) < l->skip || ur_num_parse_u64(size, strlen(size), &n) < 0) {
+        return ur_err_set(err, UR_EIO, "malformed ListObjectsV2 answer: key '%s', size '%.40s'",
+                          key, size);
     }
-    return l->fn(l->ctx, key + l->skip, strtoull(size, NULL, 10));
+    return l->fn(l->ctx, key + l->skip, n);
 }
 
 static int keys_page(s3_store *s, const ur_buf *body, void *ctx, ur_err *err)
@@ -537,9 +540,13 @@ static int versions_page(s3_store *s, const ur_buf *body, void *ctx, ur_err *err
             etag.data[elen - 1] = '\0';
             e++;
         }
+        uint64_t n = 0;
+        if (rc == UR_OK && ur_num_parse_u64((const char *)size.data, size.len, &n) < 0) {
+            rc = ur_err_set(err, UR_EIO, "s3://%s: malformed ListObjectsV2 answer: size '%.40s'",
+                            s->bucket, (const char *)size.data);
+        }
         if (rc == UR_OK) {
-            rc = l->fn(l->ctx, (const char *)key.data + l->skip,
-                       strtoull((const char *)size.data, NULL, 10), e);
+            rc = l->fn(l->ctx, (const char *)key.data + l->skip, n, e);
         }
     }
     ur_buf_dispose(&item);
@@ -751,8 +758,11 @@ int ur_kvstore_s3_open(ur_kvstore **out, const char *bucket, const char *prefix,
              prefix);
     s->writable = writable;
     s->part_size = UR_S3_PART_DEFAULT;
-    if ((v = getenv("UNROLL_S3_PART_BYTES")) != NULL && strtoull(v, NULL, 10) >= 5u << 20) {
-        s->part_size = (size_t)strtoull(v, NULL, 10);
+    if ((v = getenv("UNROLL_S3_PART_BYTES")) != NULL) {
+        uint64_t n = 0;
+        if (ur_num_parse_u64(v, strlen(v), &n) == 0 && n >= 5u << 20 && n <= SIZE_MAX) {
+            s->part_size = (size_t)n;
+        }
     }
     s->bucket = ur_strdup(bucket);
     s->prefix = ur_strdup(prefix);
