@@ -84,7 +84,7 @@ int hf_expand(const char *pat, int64_t layer, char *out, size_t n)
         }
         if (t < 3) {
             int w = snprintf(out + k, n - k, "%lld",
-                             (long long)(layer * tokens[t].mul + tokens[t].add));
+                             (long long)layer * tokens[t].mul + tokens[t].add);
             if (w < 0 || (size_t)w >= n - k) {
                 return 0;
             }

@@ -399,12 +399,14 @@ static int codec_name(const cJSON *c, const char **name, const cJSON **conf, ur_
 static int parse_perm(ur_zarr_chain *ch, const cJSON *order, int rank, ur_err *err)
 {
     int perm[UR_MAX_RANK + 1];
+    /* NULL unless order is a string (cJSON_GetStringValue checks the type and NULL itself) */
+    const char *name = cJSON_GetStringValue(order);
 
-    if (cJSON_IsString(order) && strcmp(order->valuestring, "C") == 0) {
+    if (name != NULL && strcmp(name, "C") == 0) {
         for (int d = 0; d < rank; d++) {
             perm[d] = d;
         }
-    } else if (cJSON_IsString(order) && strcmp(order->valuestring, "F") == 0) {
+    } else if (name != NULL && strcmp(name, "F") == 0) {
         for (int d = 0; d < rank; d++) {
             perm[d] = rank - 1 - d;
         }
