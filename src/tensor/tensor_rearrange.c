@@ -3,6 +3,7 @@
 #include "unroll/tensor.h"
 
 #include "unroll/ckd.h"
+#include "unroll/num.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -88,7 +89,9 @@ static int parse_input(ur_rearrange *r, part *p, cursor *c, int rank, const uint
             memset(q, 0, sizeof *q);
             q->axis = axis;
             if (isdigit((unsigned char)w[0])) {
-                q->size = strtoull(w, NULL, 10);
+                if (ur_num_parse_u64(w, strlen(w), &q->size) < 0) {
+                    return bad(err, c->s, "a part size expected");
+                }
                 snprintf(q->name, sizeof q->name, "#%d", r->n_parts);
                 if (q->size == 0) {
                     return bad(err, c->s, "a part of size 0");
@@ -161,9 +164,13 @@ static int parse_output(ur_rearrange *r, part *p, cursor *c, ur_err *err)
             }
             if (isdigit((unsigned char)w[0])) {
                 /* a literal on the output side names the input part of that size */
+                uint64_t literal = 0;
+                if (ur_num_parse_u64(w, strlen(w), &literal) < 0) {
+                    return bad(err, c->s, "a part size expected");
+                }
                 i = -1;
                 for (int j = 0; j < r->n_parts && i < 0; j++) {
-                    if (p[j].name[0] == '#' && !p[j].used && p[j].size == strtoull(w, NULL, 10)) {
+                    if (p[j].name[0] == '#' && !p[j].used && p[j].size == literal) {
                         i = j;
                     }
                 }

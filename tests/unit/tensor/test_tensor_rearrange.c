@@ -191,10 +191,11 @@ static void test_rearrange__bad_patterns(void **state)
 {
     const uint64_t shape[3] = {6, 3, 4};
     const char *const bad[] = {
-        "e h -> h e",         "e h d x -> d h e",      "e h d -> h e",
-        "e h d -> (h d) e e", "e h (k 3) -> h k e",    "e h (k m) -> h k m e",
-        "e h d (h e)",        "e h d -> (h d e",       "e e d -> e d",
-        "e h d -> (h d) x",   "e h (k 2) -> (h 3 k) e"};
+        "e h -> h e",           "e h d x -> d h e",       "e h d -> h e",
+        "e h d -> (h d) e e",   "e h (k 3) -> h k e",     "e h (k m) -> h k m e",
+        "e h d (h e)",          "e h d -> (h d e",        "e e d -> e d",
+        "e h d -> (h d) x",     "e h (k 2) -> (h 3 k) e", "e h (k 2x) -> h k 2x e",
+        "e h (k 2) -> h k 2x e"};
     ur_rearrange r;
     ur_err err;
     (void)state;
