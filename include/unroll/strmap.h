@@ -35,4 +35,8 @@ int ur_strmap_put(ur_strmap *m, const char *key, size_t len, size_t value, size_
 /* 1 and *value when the `len` bytes at `key` are in the map, else 0. */
 int ur_strmap_get(const ur_strmap *m, const char *key, size_t len, size_t *value);
 
+/* The map's hash of the `len` bytes at `p`, for other tables keyed by strings
+ * (unroll/idxset.h) and for telling strings apart by a number. */
+uint64_t ur_strmap_hash(const char *p, size_t len);
+
 #endif

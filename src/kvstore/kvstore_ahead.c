@@ -31,6 +31,7 @@
 #include "kvstore_impl.h"
 
 #include "unroll/alloc.h"
+#include "unroll/strmap.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -112,15 +113,10 @@ uint64_t ur_kvstore_read_ahead(void)
 
 /* ---- queues and the cache (under the lock) ------------------------------------------------ */
 
-/* A key's 64-bit FNV-1a: the recent reads are told apart by it (a collision only drops a
- * hint). */
+/* A key's hash: the recent reads are told apart by it (a collision only drops a hint). */
 static uint64_t key_hash(const char *key)
 {
-    uint64_t h = 0xcbf29ce484222325u;
-    for (const unsigned char *c = (const unsigned char *)key; *c != '\0'; c++) {
-        h = (h ^ *c) * 0x100000001b3u;
-    }
-    return h;
+    return ur_strmap_hash(key, strlen(key));
 }
 
 /* Under the lock: remember a read of [off, off + len) of key. */

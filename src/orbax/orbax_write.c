@@ -8,6 +8,7 @@
 #include "unroll/alloc.h"
 #include "unroll/clock.h"
 #include "unroll/fs.h"
+#include "unroll/idxset.h"
 #include "unroll/side.h"
 #include "unroll/strmap.h"
 
@@ -54,10 +55,9 @@ struct ur_orbax_writer {
      * a many-leaf output share a few thousand keys and a handful of shapes. */
     ur_strmap interned;        /* strings */
     ur_strmap interned_blocks; /* aligned blocks: key prefixes, dimensions */
-    /* The leaves by key path, to refuse one added twice: open addressing over leaf indices
-     * + 1 (0: empty), 4 bytes a slot, comparing the interned keys' addresses. */
-    uint32_t *by_path;
-    size_t by_path_cap; /* 0 or a power of two, at least twice n_leaves */
+    /* The leaves by key path, to refuse one added twice (comparing the interned keys'
+     * addresses). */
+    ur_idxset by_path;
     ur_buf scratch; /* a leaf's name, built where it is checked (calls are serialized) */
     ur_buf path_buf; /* a leaf's whole key path, as an array of ur_orbax_key */
     ur_zarr_array **arrays; /* NULL where ur_orbax_writer_done_array closed one */
@@ -287,27 +287,32 @@ static uint64_t path_hash(const ur_orbax_key *prefix, const char *last, int type
     return h ^ (h >> 29);
 }
 
-static int same_path(const wleaf *l, const ur_orbax_key *prefix, const char *last, int type,
-                     size_t depth)
+/* A key path as by_path looks it up. */
+typedef struct {
+    const ur_orbax_key *prefix;
+    const char *last;
+    int type;
+    size_t depth;
+} path_key;
+
+static int path_match(const void *ctx, size_t i, const void *key)
 {
-    return l->depth == depth && l->prefix == prefix && l->last == last && l->last_type == type;
+    const wleaf *l = &((const ur_orbax_writer *)ctx)->leaves[i];
+    const path_key *q = key;
+    return l->depth == q->depth && l->prefix == q->prefix && l->last == q->last &&
+           l->last_type == q->type;
 }
 
-/* The slot of the leaf with this path, or of the empty slot where it would go. */
-static size_t path_slot(const ur_orbax_writer *w, const ur_orbax_key *prefix, const char *last,
-                        int type, size_t depth)
+static uint64_t leaf_path_hash(const void *ctx, size_t i)
 {
-    size_t mask = w->by_path_cap - 1, i = (size_t)path_hash(prefix, last, type, depth) & mask;
-    while (w->by_path[i] != 0 &&
-           !same_path(&w->leaves[w->by_path[i] - 1], prefix, last, type, depth)) {
-        i = (i + 1) & mask;
-    }
-    return i;
+    const wleaf *l = &((const ur_orbax_writer *)ctx)->leaves[i];
+    return path_hash(l->prefix, l->last, l->last_type, l->depth);
 }
 
-static size_t leaf_slot(const ur_orbax_writer *w, const wleaf *l)
+static ur_idxset_keys leaf_paths(const ur_orbax_writer *w)
 {
-    return path_slot(w, l->prefix, l->last, l->last_type, l->depth);
+    ur_idxset_keys k = {path_match, leaf_path_hash, w};
+    return k;
 }
 
 /* The leaf being added (w->leaves[w->n_leaves]) is complete: count it, findable by path. */
@@ -317,24 +322,13 @@ static int count_leaf(ur_orbax_writer *w, ur_err *err)
     if (w->n_leaves >= UINT32_MAX - 1) {
         return ur_err_set(err, UR_EINVAL, "more than %u leaves", UINT32_MAX - 2);
     }
-    if (2 * (w->n_leaves + 1) > w->by_path_cap) {
-        size_t cap = w->by_path_cap ? 2 * w->by_path_cap : 64;
-        uint32_t *old = w->by_path;
-        size_t old_cap = w->by_path_cap;
-        w->by_path = ur_calloc(cap, sizeof(*w->by_path));
-        if (w->by_path == NULL) {
-            w->by_path = old;
-            return ur_err_oom(err);
-        }
-        w->by_path_cap = cap;
-        for (size_t i = 0; i < old_cap; i++) {
-            if (old[i] != 0) {
-                w->by_path[leaf_slot(w, &w->leaves[old[i] - 1])] = old[i];
-            }
-        }
-        ur_free(old);
+    ur_idxset_keys keys = leaf_paths(w);
+    path_key q = {l->prefix, l->last, l->last_type, l->depth};
+    int rc = ur_idxset_add(&w->by_path, &keys, path_hash(q.prefix, q.last, q.type, q.depth),
+                           w->n_leaves, &q, NULL, err);
+    if (rc != UR_OK) {
+        return rc < 0 ? rc : ur_err_set(err, UR_EINTERNAL, "a leaf added twice");
     }
-    w->by_path[leaf_slot(w, l)] = (uint32_t)(w->n_leaves + 1);
     w->n_leaves++;
     return UR_OK;
 }
@@ -396,8 +390,10 @@ static int add_leaf(ur_orbax_writer *w, const ur_orbax_key *path, size_t depth, 
             return err->code;
         }
     }
-    if (w->by_path_cap > 0 &&
-        w->by_path[path_slot(w, prefix, last, (int)copy[depth - 1].type, depth)] != 0) {
+    ur_idxset_keys keys = leaf_paths(w);
+    path_key q = {prefix, last, (int)copy[depth - 1].type, depth};
+    if (ur_idxset_find(&w->by_path, &keys, path_hash(prefix, last, q.type, depth), &q) !=
+        SIZE_MAX) {
         ur_buf_reset(&w->scratch);
         rc = ur_orbax_tree_keypath(&w->scratch, copy, depth, err);
         return rc < 0 ? rc
@@ -1112,7 +1108,7 @@ void ur_orbax_writer_abort(ur_orbax_writer *w)
     ur_free(w->leaves);
     ur_strmap_dispose(&w->interned);
     ur_strmap_dispose(&w->interned_blocks);
-    ur_free(w->by_path);
+    ur_idxset_dispose(&w->by_path);
     ur_buf_dispose(&w->scratch);
     ur_buf_dispose(&w->path_buf);
     ur_free(w->final_dir);

@@ -38,6 +38,11 @@ static uint64_t hash_bytes(const char *p, size_t n)
     return h ^ (h >> 31);
 }
 
+uint64_t ur_strmap_hash(const char *p, size_t len)
+{
+    return hash_bytes(p, len);
+}
+
 void ur_strmap_init(ur_strmap *m)
 {
     memset(m, 0, sizeof *m);

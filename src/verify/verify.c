@@ -253,7 +253,7 @@ static void vset_dispose(vset *s)
 {
     ur_free(s->v);
     ur_free(s->comps);
-    ur_free(s->by_key);
+    ur_idxset_dispose(&s->by_key);
     ur_strmap_dispose(&s->nodes);
     ur_pool_dispose(&s->pool);
     memset(s, 0, sizeof *s);
@@ -262,28 +262,37 @@ static void vset_dispose(vset *s)
 /* Enter leaf s->v[i] into the maps: its key, and each proper prefix of it (the keys of the
  * nodes above it; they point into the leaf's key, no copies). Lookups by path are then
  * constant time rather than a scan of every leaf per output leaf. */
-static uint64_t key_hash(const char *k, size_t n)
+/* A path as the by_key set looks it up: k[0..n). */
+typedef struct {
+    const char *k;
+    size_t n;
+} key_span;
+
+static int key_match(const void *ctx, size_t i, const void *key)
 {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)k[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
+    const vleaf *v = &((const vset *)ctx)->v[i];
+    const key_span *q = key;
+    return strncmp(v->key, q->k, q->n) == 0 && v->key[q->n] == '\0';
 }
 
-/* The slot of s->by_key holding the leaf whose key is k[0..n), or the empty one where it
- * would go. */
-static uint32_t *key_slot(const vset *s, const char *k, size_t n)
+static uint64_t key_rehash(const void *ctx, size_t i)
 {
-    size_t mask = s->by_key_cap - 1;
-    for (size_t at = (size_t)key_hash(k, n) & mask;; at = (at + 1) & mask) {
-        uint32_t *slot = &s->by_key[at];
-        const char *sk = *slot ? s->v[*slot - 1].key : NULL;
-        if (sk == NULL || (strncmp(sk, k, n) == 0 && sk[n] == '\0')) {
-            return slot;
-        }
-    }
+    const char *k = ((const vset *)ctx)->v[i].key;
+    return ur_strmap_hash(k, strlen(k));
+}
+
+static ur_idxset_keys leaf_keys(const vset *s)
+{
+    ur_idxset_keys k = {key_match, key_rehash, s};
+    return k;
+}
+
+/* The index of the leaf whose key is k[0..n), or SIZE_MAX. */
+static size_t find_key(const vset *s, const char *k, size_t n)
+{
+    ur_idxset_keys keys = leaf_keys(s);
+    key_span q = {k, n};
+    return ur_idxset_find(&s->by_key, &keys, ur_strmap_hash(k, n), &q);
 }
 
 /* 1 when the node just above key k[0..len) is not in s->nodes yet (each node is entered with
@@ -304,11 +313,11 @@ static int index_leaf(vset *s, size_t i, ur_err *err)
     const vleaf *v = &s->v[i];
     size_t len = strlen(v->key);
     int rc = UR_OK;
-    if (s->by_key != NULL) {
-        uint32_t *slot = key_slot(s, v->key, len);
-        if (*slot == 0) { /* the first leaf of a path wins */
-            *slot = (uint32_t)i + 1;
-        }
+    if (s->keyed) {
+        ur_idxset_keys keys = leaf_keys(s);
+        key_span q = {v->key, len};
+        /* the first leaf of a path wins (1: one is there already) */
+        rc = ur_idxset_add(&s->by_key, &keys, ur_strmap_hash(v->key, len), i, &q, NULL, err);
     }
     for (size_t p = 0; rc >= 0 && p < len; p++) {
         if (v->key[p] == UR_VERIFY_SEP) {
@@ -340,13 +349,16 @@ static int vset_build(vset *s, const leaf_list *ll, int is_output, verifier *vf,
     }
     /* only input leaves are looked up by path (ur_verify__find_in); the output's are
      * walked in order, and its nodes asked for (ur_verify__any_under) */
-    s->by_key_cap = 64;
-    while (!is_output && s->by_key_cap < 2 * n) {
-        s->by_key_cap *= 2;
-    }
-    s->by_key = is_output ? NULL : ur_calloc(s->by_key_cap, sizeof *s->by_key);
-    if (s->v == NULL || s->comps == NULL || (!is_output && s->by_key == NULL)) {
+    if (s->v == NULL || s->comps == NULL) {
         return ur_err_oom(err);
+    }
+    s->keyed = !is_output;
+    if (s->keyed) {
+        ur_idxset_keys keys = leaf_keys(s);
+        irc = ur_idxset_reserve(&s->by_key, &keys, n, err);
+        if (irc < 0) {
+            return irc;
+        }
     }
     for (size_t i = 0; i < n; i++) {
         const ur_orbax_leaf *l = list_leaf(ll, i);
@@ -513,9 +525,9 @@ vleaf *ur_verify__find_in(verifier *vf, const char *const *c, size_t n)
     if (len != SIZE_MAX) {
         /* no leaf holds UR_VERIFY_SEP, so keys name paths one to one (a query holding
          * UR_VERIFY_SEP can only find a different path, which same_path rejects) */
-        at = *key_slot(&vf->in, buf, len);
-        if (at > 0 && same_path(&vf->in.v[at - 1], c, n)) {
-            return &vf->in.v[at - 1];
+        at = find_key(&vf->in, buf, len);
+        if (at != SIZE_MAX && same_path(&vf->in.v[at], c, n)) {
+            return &vf->in.v[at];
         }
         return NULL;
     }

@@ -23,6 +23,7 @@
 #define UNROLL_PLAN_VERIFY_FAMILY_H
 
 #include "unroll/buf.h"
+#include "unroll/idxset.h"
 #include "unroll/orbax.h"
 #include "unroll/pool.h"
 #include "unroll/strmap.h"
@@ -60,11 +61,11 @@ typedef struct {
     vleaf *v;
     size_t n;
     const char **comps; /* scratch: the whole path of the leaf being entered */
-    /* v[i].key -> i (the first leaf of a path): open addressing over i + 1 (0: empty), 4
-     * bytes a slot, the keys compared where they are (a string map's 32-byte slots were 25 MB
-     * at 300,000 leaves); the input's only (NULL in the output's set) */
-    uint32_t *by_key;
-    size_t by_key_cap; /* a power of two, at least twice n */
+    /* v[i].key -> i (the first leaf of a path), the keys compared where they are (a string
+     * map's 32-byte slots were 25 MB at 300,000 leaves); the input's only (empty in the
+     * output's set: keyed 0) */
+    ur_idxset by_key;
+    int keyed;
     ur_strmap nodes;    /* interior nodes: every proper prefix of a key (value unused) */
     int sep_inside;     /* a component holds the separator: keys are ambiguous, maps unused */
     ur_pool pool;       /* the leaves' model paths, keys and `seen` flags */
