@@ -42,7 +42,7 @@ size_t ur_idxset_find(const ur_idxset *s, const ur_idxset_keys *k, uint64_t h, c
 /* Add element `index`, whose key `key` hashes to h (the set grows as needed). UR_OK, or 1
  * when an element with that key is there already (the set unchanged; that element's index in
  * *existing when not NULL); UR_EINVAL, UR_ENOMEM as for ur_idxset_reserve. */
-int ur_idxset_add(ur_idxset *s, const ur_idxset_keys *k, uint64_t h, size_t index,
-                  const void *key, size_t *existing, ur_err *err);
+int ur_idxset_add(ur_idxset *s, const ur_idxset_keys *k, uint64_t h, size_t index, const void *key,
+                  size_t *existing, ur_err *err);
 
 #endif

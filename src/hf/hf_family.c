@@ -9,7 +9,7 @@
 
 static const hf_family *const families[] = {
     &hf_family_llama, &hf_family_mistral, &hf_family_qwen3,  &hf_family_qwen2,
-    &hf_family_olmo3, &hf_family_gemma2,  &hf_family_gemma3,
+    &hf_family_olmo3, &hf_family_gemma2,  &hf_family_gemma3, &hf_family_gemma4,
 };
 
 const hf_rule hf_rules_llama_like[HF_N_RULES_LLAMA_LIKE] = {

@@ -30,6 +30,9 @@ enum {
     HF_IF_QUERY_UNSCALED = 16,
     HF_IF_QK_NORM = 32,        /* per-head query and key norms (use_qk_norm) */
     HF_IF_ATTENTION_BIAS = 64, /* query, key and value biases (attention_bias) */
+    /* not a condition (rule_holds ignores it): a layer may lack the parameter (Gemma 4's
+     * global layers, whose key is also their value, have no value kernel) */
+    HF_SOME_LAYERS = 1 << 16,
 };
 
 /* One line of a family's table: a MaxText parameter (its path below the model, "{i}" for a
@@ -40,7 +43,7 @@ typedef struct {
     const char *hf;
     const char *pattern;
     hf_op op;
-    unsigned when; /* HF_IF_* bits, 0: always */
+    unsigned when; /* HF_IF_* bits, 0: always; and HF_SOME_LAYERS */
 } hf_rule;
 
 /* The model being exported, as the family's setup and config see it. */
@@ -162,5 +165,6 @@ extern const hf_family hf_family_qwen2;
 extern const hf_family hf_family_olmo3;
 extern const hf_family hf_family_gemma2;
 extern const hf_family hf_family_gemma3;
+extern const hf_family hf_family_gemma4;
 
 #endif

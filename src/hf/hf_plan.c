@@ -155,7 +155,8 @@ static int gather_params(ur_hf_plan *p, const ur_plan *plan, const ur_plan_leaf 
 
 static int rule_holds(const hf_model *m, const hf_rule *r)
 {
-    return (r->when & m->flags) == r->when;
+    unsigned when = r->when & ~(unsigned)HF_SOME_LAYERS;
+    return (when & m->flags) == when;
 }
 
 static float op_value(const hf_rule *r, const hf_param *q, const hf_model *m)
@@ -302,7 +303,7 @@ static int check_complete(ur_hf_plan *p, ur_err *err)
     for (size_t k = 0; k < f->n_shared + f->n_rules; k++) {
         const hf_rule *r = hf_family_rule(f, k);
         int layered = strstr(r->hf, "{i}") != NULL;
-        if (!rule_holds(&p->model, r)) {
+        if (!rule_holds(&p->model, r) || (r->when & HF_SOME_LAYERS)) {
             continue;
         }
         for (int64_t l = 0; l < (layered ? p->model.n_layers : 1); l++) {

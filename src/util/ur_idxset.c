@@ -33,8 +33,7 @@ int ur_idxset_reserve(ur_idxset *s, const ur_idxset_keys *k, size_t n, ur_err *e
     size_t cap = s->cap ? s->cap : 64;
     uint32_t *old = s->slots;
     if (n > UR_IDXSET_MAX) {
-        return ur_err_set(err, UR_EINVAL, "more than %zu elements in an index set",
-                          UR_IDXSET_MAX);
+        return ur_err_set(err, UR_EINVAL, "more than %zu elements in an index set", UR_IDXSET_MAX);
     }
     while (cap / 2 < n) {
         cap *= 2;
@@ -71,8 +70,8 @@ size_t ur_idxset_find(const ur_idxset *s, const ur_idxset_keys *k, uint64_t h, c
     return *slot != 0 ? (size_t)*slot - 1 : SIZE_MAX;
 }
 
-int ur_idxset_add(ur_idxset *s, const ur_idxset_keys *k, uint64_t h, size_t index,
-                  const void *key, size_t *existing, ur_err *err)
+int ur_idxset_add(ur_idxset *s, const ur_idxset_keys *k, uint64_t h, size_t index, const void *key,
+                  size_t *existing, ur_err *err)
 {
     uint32_t *slot;
     int rc = ur_idxset_reserve(s, k, s->n + 1, err);

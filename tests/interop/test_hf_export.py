@@ -572,3 +572,95 @@ def test_bucket_upload_failure_publishes_nothing(unroll_bin, s3, proxy, local_ex
     assert res.returncode == 3, res.stderr
     assert "nothing published" in res.stderr and res.stderr.count("\n") == 1, res.stderr
     assert s3.list(BUCKET, out[len(f"s3://{BUCKET}/"):]) == []
+
+
+def _gemma4_params(tmp_path, layers: int) -> tuple[pathlib.Path, dict]:
+    """An unscanned param-only dense gemma4 checkpoint written by Orbax: every sixth layer a
+    global one with its own head dim and key heads and no value kernel (its key is its value,
+    share_kv_projections), each layer's output scalar."""
+    E, H, D, KV, GD, GKV, M = 8, 2, 4, 2, 8, 2, 16
+    b = maxtext_fixtures._Builder(f"hf-gemma4-{layers}", "float32",
+                                  maxtext_fixtures.DEFAULT_MESH)
+    params: dict = {}
+
+    def add(path, logical, shape):
+        maxtext_fixtures._set(params, path, b.array(("params", "params") + path, logical, shape,
+                                                        None))
+
+    add(("token_embedder", "embedding"), ("vocab", "embed_vocab"), (64, E))
+    add(("decoder", "decoder_norm", "scale"), ("norm",), (E,))
+    for i in range(layers):
+        lay = ("decoder", f"layers_{i}")
+        is_global = i % 6 == 5
+        d, kv = (GD, GKV) if is_global else (D, KV)
+        for n in ("pre_self_attention_norm", "post_self_attention_norm", "pre_ffw_norm",
+                  "post_ffw_norm"):
+            add(lay + (n, "scale"), ("norm",), (E,))
+        add(lay + ("self_attention", "query_norm", "scale"), ("norm",), (d,))
+        add(lay + ("self_attention", "key_norm", "scale"), ("norm",), (d,))
+        add(lay + ("self_attention", "query", "kernel"), ("embed", "q_heads", "kv"), (E, H, d))
+        for n in ("key",) if is_global else ("key", "value"):
+            add(lay + ("self_attention", n, "kernel"), ("embed", "kv_heads", "kv"), (E, kv, d))
+        add(lay + ("self_attention", "out", "kernel"), ("heads", "kv", "embed"), (H, d, E))
+        for n, lg, sh in (("wi_0", ("embed", "mlp"), (E, M)), ("wi_1", ("embed", "mlp"), (E, M)),
+                          ("wo", ("mlp", "embed"), (M, E))):
+            add(lay + ("mlp", n, "kernel"), lg, sh)
+        add(lay + ("layer_scalar",), (None,), (1,))  # sharding (None,), as gemma4.py
+    root = tmp_path / f"gemma4-{layers}"
+    maxtext_fixtures._save(root / "checkpoints", 0, {"params": {"params": params}}, b.specs,
+                           maxtext_fixtures.DEFAULT_MESH, True, True,
+                           maxtext_fixtures.MAXTEXT_CHUNK_BYTES)
+    return root / "checkpoints" / "0" / "items", params
+
+
+GEMMA4 = ["decoder_block=gemma4", "scan_layers=false"]
+
+
+def test_gemma4_global_layers_share_key_and_value(unroll_bin, tmp_path):
+    """dense gemma4: norms and layer scalars as stored, the embedding divided by the float32
+    root of the width as jax divides, the global layer's key without a value, its own head dim
+    and key heads in config.json; a layer count transformers would compute otherwise (its
+    last layer made global) is refused, exit 5, naming why."""
+    items, params = _gemma4_params(tmp_path, 6)
+    out = tmp_path / "hf"
+    res = subprocess.run(
+        [str(unroll_bin), "to_huggingface", str(CONFIG), f"load_parameters_path={items}",
+         f"base_output_directory={out}", "base_num_decoder_layers=6", *GEMMA4, "-q"],
+        capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    got = _safetensors(out / "model.safetensors")
+    cfg = json.loads((out / "config.json").read_text())
+    text = cfg["text_config"]
+    assert cfg["architectures"] == ["Gemma4ForConditionalGeneration"]
+    assert text["layer_types"] == ["sliding_attention"] * 5 + ["full_attention"]
+    assert (text["head_dim"], text["global_head_dim"], text["num_global_key_value_heads"],
+            text["attention_k_eq_v"]) == (4, 8, 2, True)
+    lm = "model.language_model."
+    emb = np.asarray(params["token_embedder"]["embedding"], np.float32)
+    with np.errstate(all="ignore"):
+        want = emb * np.float32(np.float32(1) / np.float32(np.sqrt(8)))
+    assert got[lm + "embed_tokens.weight"].tobytes() == want.tobytes()
+    for i in range(6):
+        lay, pre = params["decoder"][f"layers_{i}"], f"{lm}layers.{i}."
+        assert got[pre + "layer_scalar"].tobytes() == np.asarray(lay["layer_scalar"]).tobytes()
+        assert got[pre + "pre_feedforward_layernorm.weight"].tobytes() == \
+            np.asarray(lay["pre_ffw_norm"]["scale"]).tobytes()
+        k = np.asarray(lay["self_attention"]["key"]["kernel"])
+        assert got[pre + "self_attn.k_proj.weight"].tobytes() == k.reshape(8, -1).T.tobytes()
+        assert (pre + "self_attn.v_proj.weight" in got) == (i != 5)
+    assert got[f"{lm}layers.5.self_attn.q_proj.weight"].shape == (2 * 8, 8)
+    assert len(got) == 2 + 6 * 14 - 1  # 6 norms, 4 attention and 3 MLP kernels, the scalar
+    args = [str(CONFIG), "base_num_decoder_layers=6", *GEMMA4]
+    ok = subprocess.run([str(unroll_bin), "verify", str(items), str(out), *args],
+                        capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0 and "0 elements differ: OK" in ok.stdout, ok.stdout + ok.stderr
+
+    items7, _ = _gemma4_params(tmp_path, 7)
+    out7 = tmp_path / "hf7"
+    res = subprocess.run(
+        [str(unroll_bin), "to_huggingface", str(CONFIG), f"load_parameters_path={items7}",
+         f"base_output_directory={out7}", "base_num_decoder_layers=7", *GEMMA4, "-q"],
+        capture_output=True, text=True, timeout=300)
+    assert res.returncode == 5, res.stderr
+    assert "gemma4 with 7 layers" in res.stderr and "multiple of 6" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not out7.exists()

@@ -103,8 +103,7 @@ static void test_ur_idxset__too_many_elements_refused(void **state)
     ur_idxset_init(&s);
     assert_int_equal(ur_idxset_reserve(&s, &keys, UR_IDXSET_MAX + 1, &err), UR_EINVAL);
     assert_int_equal(s.cap, 0);
-    assert_int_equal(ur_idxset_add(&s, &keys, h("x"), UR_IDXSET_MAX, "x", NULL, &err),
-                     UR_EINVAL);
+    assert_int_equal(ur_idxset_add(&s, &keys, h("x"), UR_IDXSET_MAX, "x", NULL, &err), UR_EINVAL);
     assert_int_equal(s.n, 0);
     ur_idxset_dispose(&s);
 }

@@ -1,0 +1,286 @@
+/* Gemma 4, dense: MaxText's gemma4 decoder block without experts (gemma4-31b) as transformers'
+ * Gemma4ForConditionalGeneration, as MaxText's exporter maps it
+ * (GEMMA4_MAXTEXT_TO_HF_PARAM_MAPPING and its hooks): the language model under
+ * "model.language_model.", kernels transposed to [out, in] and flattened over their heads.
+ *
+ * Unlike Gemma 2 and 3, the norm scales are stored as Hugging Face uses them (the exporter's
+ * scale_rmsnorm_layer only reshapes). The embedding is stored times sqrt(hidden_size), which
+ * Hugging Face's forward pass applies itself. Five sliding-window layers, then a global one
+ * with its own head dim, key heads and partial RoPE; with share_kv_projections the global
+ * layer's key is its value too (attention_k_eq_v), so it has no value kernel: config.json
+ * says so from the checkpoint, which must be consistent. Each layer has
+ * a learned output scalar. The mixture-of-experts gemma4-26b is not mapped (exit 5: its
+ * expert parameters have no rule). A text-only export (use_multimodal=false) has no vision
+ * tower, as MaxText's exporter's has none: transformers loads it with a fresh one. */
+#include "hf_impl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define LM "model.language_model."
+#define LAYER(mt, hf, pattern)                                                                    \
+    {                                                                                             \
+        "decoder/layers_{i}/" mt, LM "layers.{i}." hf, pattern, HF_OP_NONE, 0                     \
+    }
+
+static const hf_rule rules[] = {
+    {"token_embedder/embedding", LM "embed_tokens.weight", "v e -> v e", HF_OP_DIV_SQRT_EMB, 0},
+    {"decoder/decoder_norm/scale", LM "norm.weight", "e -> e", HF_OP_NONE, 0},
+    LAYER("pre_self_attention_norm/scale", "input_layernorm.weight", "e -> e"),
+    LAYER("post_self_attention_norm/scale", "post_attention_layernorm.weight", "e -> e"),
+    LAYER("pre_ffw_norm/scale", "pre_feedforward_layernorm.weight", "e -> e"),
+    LAYER("post_ffw_norm/scale", "post_feedforward_layernorm.weight", "e -> e"),
+    LAYER("self_attention/query_norm/scale", "self_attn.q_norm.weight", "d -> d"),
+    LAYER("self_attention/key_norm/scale", "self_attn.k_norm.weight", "d -> d"),
+    LAYER("self_attention/query/kernel", "self_attn.q_proj.weight", "e h d -> (h d) e"),
+    LAYER("self_attention/key/kernel", "self_attn.k_proj.weight", "e h d -> (h d) e"),
+    {"decoder/layers_{i}/self_attention/value/kernel", LM "layers.{i}.self_attn.v_proj.weight",
+     "e h d -> (h d) e", HF_OP_NONE, HF_SOME_LAYERS},
+    LAYER("self_attention/out/kernel", "self_attn.o_proj.weight", "h d e -> e (h d)"),
+    LAYER("mlp/wi_0/kernel", "mlp.gate_proj.weight", "e m -> m e"),
+    LAYER("mlp/wi_1/kernel", "mlp.up_proj.weight", "e m -> m e"),
+    LAYER("mlp/wo/kernel", "mlp.down_proj.weight", "m e -> e m"),
+    LAYER("layer_scalar", "layer_scalar", "x -> x"),
+};
+
+/* gemma4.py's get_attention_type: five sliding, then one global. */
+#define CYCLE 6
+#define TEXT "text_config"
+
+static int applies(const ur_settings *s)
+{
+    return strcmp(s->decoder_block, "gemma4") == 0;
+}
+
+static int setup(hf_model *m, ur_err *err)
+{
+    const ur_settings *s = m->s;
+    if (!hf_cfg_bool(s, "use_post_attn_norm", 1) || !hf_cfg_bool(s, "use_post_ffw_norm", 1)) {
+        return ur_err_set(err, UR_EUNSUPPORTED,
+                          "Hugging Face export: decoder_block gemma4 without its post-attention "
+                          "or post-MLP norm has no place in Gemma4ForConditionalGeneration");
+    }
+    if (hf_cfg_float(s, "local_rope_proportion", 1.0) != 1.0) {
+        return ur_err_set(err, UR_EUNSUPPORTED,
+                          "Hugging Face export: gemma4 with local_rope_proportion != 1 has no "
+                          "place in Gemma4ForConditionalGeneration (its sliding layers rotate "
+                          "every dimension)");
+    }
+    if (!hf_cfg_bool(s, "logits_via_embedding", 1)) {
+        return ur_err_set(err, UR_EUNSUPPORTED,
+                          "Hugging Face export: gemma4 with logits_via_embedding=false has no "
+                          "place in Gemma4ForConditionalGeneration (its output projection is the "
+                          "embedding)");
+    }
+    return UR_OK;
+}
+
+/* The global layers' head dim and key heads: layer CYCLE - 1's key kernel [emb, heads,
+ * head_dim], else the settings (a model too short to have a global layer). */
+static void global_dims(const hf_model *m, int64_t *head_dim, int64_t *kv_heads)
+{
+    int rank = 0;
+    const uint64_t *k = hf_model_shape(m, "decoder/layers_5/self_attention/key/kernel", &rank);
+    if (k != NULL && rank == 3) {
+        *kv_heads = (int64_t)k[1];
+        *head_dim = (int64_t)k[2];
+        return;
+    }
+    *head_dim = hf_cfg_int(m->s, "global_head_dim", 512);
+    *kv_heads = hf_cfg_int(m->s, "global_num_kv_heads", 0);
+}
+
+/* Whether the global layers' key is their value (share_kv_projections): they have no value
+ * kernel. */
+static int k_eq_v(const hf_model *m)
+{
+    int rank = 0;
+    return hf_model_shape(m, "decoder/layers_5/self_attention/value/kernel", &rank) == NULL;
+}
+
+/* The value kernels are where transformers looks for them: every sliding layer has one, and
+ * the global layers all have one or none (an absent one would be made up at load). */
+static int check_values(const hf_model *m, ur_err *err)
+{
+    int none = k_eq_v(m);
+    for (int64_t i = 0; i < hf_model_layers(m); i++) {
+        char path[96];
+        int rank = 0, global = i % CYCLE == CYCLE - 1;
+        snprintf(path, sizeof path, "decoder/layers_%lld/self_attention/value/kernel",
+                 (long long)i);
+        if ((hf_model_shape(m, path, &rank) == NULL) != (global && none)) {
+            return ur_err_set(err, UR_EINVAL,
+                              "Hugging Face export (gemma4): layer %lld %s a value kernel where "
+                              "its other %s layers %s",
+                              (long long)i, global && none ? "has" : "lacks",
+                              global ? "global" : "sliding", global && none ? "have none" : "do");
+        }
+    }
+    return UR_OK;
+}
+
+/* Each attention type's RoPE, as gemma4.py picks it: the global layers' timescale
+ * global_rope_max_timescale (else rope_max_timescale), a global_rope_proportion of each
+ * head rotated (Hugging Face's "proportional": frequencies over the whole head dim); the
+ * sliding ones' local_rope_max_timescale (else rope_max_timescale), every dimension. */
+static int rope(const hf_model *m, hf_json *j, ur_err *err)
+{
+    const ur_settings *s = m->s;
+    double theta = hf_cfg_float(s, "rope_max_timescale", 10000);
+    double global = hf_cfg_float(s, "global_rope_max_timescale", 0);
+    double local = hf_cfg_float(s, "local_rope_max_timescale", 0);
+    int rc = hf_json_str(j, TEXT "/rope_parameters/full_attention", "rope_type", "proportional",
+                         err);
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, TEXT "/rope_parameters/full_attention", "partial_rotary_factor",
+                           hf_cfg_float(s, "global_rope_proportion", 0.25), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, TEXT "/rope_parameters/full_attention", "rope_theta",
+                           global > 0 ? global : theta, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_str(j, TEXT "/rope_parameters/sliding_attention", "rope_type", "default",
+                         err);
+    }
+    return rc == UR_OK ? hf_json_float(j, TEXT "/rope_parameters/sliding_attention", "rope_theta",
+                                       local > 0 ? local : theta, err)
+                       : rc;
+}
+
+/* config.json's text_config entries beyond every decoder's. */
+static int text_config(const hf_model *m, hf_json *j, ur_err *err)
+{
+    const ur_settings *s = m->s;
+    double final_cap = hf_cfg_float(s, "final_logits_soft_cap", 0);
+    int64_t global_head_dim = 0, global_kv_heads = 0;
+    int rc = hf_json_str(j, TEXT, "model_type", "gemma4_text", err);
+
+    global_dims(m, &global_head_dim, &global_kv_heads);
+    if (rc == UR_OK) {
+        rc = hf_json_str(j, TEXT, "hidden_activation", "gelu_pytorch_tanh", err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, TEXT, "attention_bias", 0, err);
+    }
+    if (rc == UR_OK) {
+        rc = final_cap > 0 ? hf_json_float(j, TEXT, "final_logit_softcapping", final_cap, err)
+                           : hf_json_null(j, TEXT, "final_logit_softcapping", err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, TEXT, "sliding_window", hf_cfg_int(s, "sliding_window_size", 1024),
+                         err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, TEXT, "global_head_dim", global_head_dim, err);
+    }
+    if (rc == UR_OK && global_kv_heads > 0) {
+        rc = hf_json_int(j, TEXT, "num_global_key_value_heads", global_kv_heads, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, TEXT, "attention_k_eq_v", k_eq_v(m), err);
+    }
+    /* none of Gemma 4's per-layer inputs, shared key-value layers, experts or double-wide
+     * MLPs (the small and MoE models') */
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, TEXT, "hidden_size_per_layer_input", 0, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, TEXT, "num_kv_shared_layers", 0, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, TEXT, "enable_moe_block", 0, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, TEXT, "use_double_wide_mlp", 0, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_str(j, TEXT, "use_bidirectional_attention", "vision", err);
+    }
+    return rc == UR_OK ? rope(m, j, err) : rc;
+}
+
+/* The vision tower's shape from MaxText's *_for_vit keys (gemma4's by default), so that the
+ * configuration is the model's even where the export has no vision weights. */
+static int vision_config(const hf_model *m, hf_json *j, ur_err *err)
+{
+    static const struct {
+        const char *hf, *mt;
+        int64_t dflt;
+    } vit[] = {
+        {"hidden_size", "hidden_size_for_vit", 1152},
+        {"intermediate_size", "intermediate_size_for_vit", 4304},
+        {"num_hidden_layers", "num_hidden_layers_for_vit", 27},
+        {"num_attention_heads", "num_attention_heads_for_vit", 16},
+        {"num_key_value_heads", "num_attention_heads_for_vit", 16},
+        {"patch_size", "patch_size_for_vit", 16},
+        {"position_embedding_size", "num_position_embeddings_for_vit", 10240},
+        {"default_output_length", "vision_output_length", 280},
+    };
+    int rc = hf_json_str(j, "vision_config", "model_type", "gemma4_vision", err);
+    for (size_t i = 0; i < sizeof vit / sizeof vit[0] && rc == UR_OK; i++) {
+        rc = hf_json_int(j, "vision_config", vit[i].hf, hf_cfg_int(m->s, vit[i].mt, vit[i].dflt),
+                         err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_str(j, "vision_config", "hidden_activation", "gelu_pytorch_tanh", err);
+    }
+    return rc == UR_OK ? hf_json_float(j, "vision_config", "rms_norm_eps", 1e-6, err) : rc;
+}
+
+static int config(const hf_model *m, hf_json *j, ur_err *err)
+{
+    static const char *const arch = "Gemma4ForConditionalGeneration";
+    int rc = UR_OK;
+    if (hf_model_layers(m) % CYCLE != 0) {
+        /* Gemma4TextConfig turns a last sliding layer into a global one (MaxText's remainder
+         * layers are sliding): the folder would compute another model */
+        return ur_err_set(err, UR_EUNSUPPORTED,
+                          "Hugging Face export: gemma4 with %lld layers: transformers makes the "
+                          "last layer a global one where MaxText's is sliding (a multiple of %d "
+                          "layers is needed)",
+                          (long long)hf_model_layers(m), CYCLE);
+    }
+    rc = check_values(m, err);
+    if (rc == UR_OK) {
+        rc = hf_json_strs(j, NULL, "architectures", &arch, 1, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_str(j, NULL, "model_type", "gemma4", err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, NULL, "tie_word_embeddings", 1, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_str(j, NULL, "dtype", ur_dtype_name(m->weight_dtype), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_null(j, NULL, "audio_config", err);
+    }
+    if (rc == UR_OK) {
+        /* Gemma 4's context */
+        rc = hf_config_text(m, j, TEXT, 262144, err);
+    }
+    if (rc == UR_OK) {
+        /* the embedding's rows, as vocab_size (unused without per-layer inputs) */
+        int rank = 0;
+        const uint64_t *e = hf_model_shape(m, "token_embedder/embedding", &rank);
+        rc = hf_json_int(j, TEXT, "vocab_size_per_layer_input",
+                         e != NULL && rank == 2 ? (int64_t)e[0] : 262144, err);
+    }
+    if (rc == UR_OK) {
+        rc = text_config(m, j, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_config_layer_types(m, j, TEXT, CYCLE, err);
+    }
+    return rc == UR_OK ? vision_config(m, j, err) : rc;
+}
+
+const hf_family hf_family_gemma4 = {.name = "gemma4",
+                                    .architecture = "Gemma4ForConditionalGeneration",
+                                    .applies = applies,
+                                    .setup = setup,
+                                    .rules = rules,
+                                    .n_rules = sizeof rules / sizeof rules[0],
+                                    .config = config};
