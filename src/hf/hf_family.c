@@ -301,3 +301,14 @@ int hf_config_gemma(const hf_model *m, hf_json *j, const char *in, int64_t query
     }
     return rc;
 }
+
+int hf_config_vision(const hf_model *m, hf_json *j, const char *model_type, const hf_vit_key *keys,
+                     size_t n, ur_err *err)
+{
+    int rc = hf_json_str(j, "vision_config", "model_type", model_type, err);
+    for (size_t i = 0; i < n && rc == UR_OK; i++) {
+        rc = hf_json_int(j, "vision_config", keys[i].hf,
+                         hf_cfg_int(m->s, keys[i].mt, keys[i].dflt), err);
+    }
+    return rc;
+}

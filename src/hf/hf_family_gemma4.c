@@ -204,10 +204,7 @@ static int text_config(const hf_model *m, hf_json *j, ur_err *err)
  * configuration is the model's even where the export has no vision weights. */
 static int vision_config(const hf_model *m, hf_json *j, ur_err *err)
 {
-    static const struct {
-        const char *hf, *mt;
-        int64_t dflt;
-    } vit[] = {
+    static const hf_vit_key vit[] = {
         {"hidden_size", "hidden_size_for_vit", 1152},
         {"intermediate_size", "intermediate_size_for_vit", 4304},
         {"num_hidden_layers", "num_hidden_layers_for_vit", 27},
@@ -217,11 +214,7 @@ static int vision_config(const hf_model *m, hf_json *j, ur_err *err)
         {"position_embedding_size", "num_position_embeddings_for_vit", 10240},
         {"default_output_length", "vision_output_length", 280},
     };
-    int rc = hf_json_str(j, "vision_config", "model_type", "gemma4_vision", err);
-    for (size_t i = 0; i < sizeof vit / sizeof vit[0] && rc == UR_OK; i++) {
-        rc = hf_json_int(j, "vision_config", vit[i].hf, hf_cfg_int(m->s, vit[i].mt, vit[i].dflt),
-                         err);
-    }
+    int rc = hf_config_vision(m, j, "gemma4_vision", vit, sizeof vit / sizeof vit[0], err);
     if (rc == UR_OK) {
         rc = hf_json_str(j, "vision_config", "hidden_activation", "gelu_pytorch_tanh", err);
     }

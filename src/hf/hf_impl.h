@@ -128,6 +128,16 @@ int hf_config_layer_types(const hf_model *m, hf_json *j, const char *in, int cyc
  * mask). */
 int hf_config_gemma(const hf_model *m, hf_json *j, const char *in, int64_t query_pre_attn_scalar,
                     ur_err *err);
+/* A vision tower's size in config.json: the Hugging Face key, MaxText's *_for_vit key, and
+ * the family's default when the config has none. */
+typedef struct {
+    const char *hf, *mt;
+    int64_t dflt;
+} hf_vit_key;
+/* vision_config's model_type and sizes (so that the configuration is the model's even where
+ * the export has no vision weights). */
+int hf_config_vision(const hf_model *m, hf_json *j, const char *model_type, const hf_vit_key *keys,
+                     size_t n, ur_err *err);
 /* rope_parameters' rope_theta (rope_max_timescale) and rope_type. */
 int hf_config_rope(const hf_model *m, hf_json *j, const char *rope_type, ur_err *err);
 
