@@ -574,12 +574,12 @@ def test_bucket_upload_failure_publishes_nothing(unroll_bin, s3, proxy, local_ex
     assert s3.list(BUCKET, out[len(f"s3://{BUCKET}/"):]) == []
 
 
-def _gemma4_params(tmp_path, layers: int) -> tuple[pathlib.Path, dict]:
+def _gemma4_params(tmp_path, layers: int, no_value: int = -1) -> tuple[pathlib.Path, dict]:
     """An unscanned param-only dense gemma4 checkpoint written by Orbax: every sixth layer a
     global one with its own head dim and key heads and no value kernel (its key is its value,
     share_kv_projections), each layer's output scalar."""
     E, H, D, KV, GD, GKV, M = 8, 2, 4, 2, 8, 2, 16
-    b = maxtext_fixtures._Builder(f"hf-gemma4-{layers}", "float32",
+    b = maxtext_fixtures._Builder(f"hf-gemma4-{layers}-{no_value}", "float32",
                                   maxtext_fixtures.DEFAULT_MESH)
     params: dict = {}
 
@@ -599,14 +599,14 @@ def _gemma4_params(tmp_path, layers: int) -> tuple[pathlib.Path, dict]:
         add(lay + ("self_attention", "query_norm", "scale"), ("norm",), (d,))
         add(lay + ("self_attention", "key_norm", "scale"), ("norm",), (d,))
         add(lay + ("self_attention", "query", "kernel"), ("embed", "q_heads", "kv"), (E, H, d))
-        for n in ("key",) if is_global else ("key", "value"):
+        for n in ("key",) if is_global or i == no_value else ("key", "value"):
             add(lay + ("self_attention", n, "kernel"), ("embed", "kv_heads", "kv"), (E, kv, d))
         add(lay + ("self_attention", "out", "kernel"), ("heads", "kv", "embed"), (H, d, E))
         for n, lg, sh in (("wi_0", ("embed", "mlp"), (E, M)), ("wi_1", ("embed", "mlp"), (E, M)),
                           ("wo", ("mlp", "embed"), (M, E))):
             add(lay + ("mlp", n, "kernel"), lg, sh)
         add(lay + ("layer_scalar",), (None,), (1,))  # sharding (None,), as gemma4.py
-    root = tmp_path / f"gemma4-{layers}"
+    root = tmp_path / f"gemma4-{layers}-{no_value}"
     maxtext_fixtures._save(root / "checkpoints", 0, {"params": {"params": params}}, b.specs,
                            maxtext_fixtures.DEFAULT_MESH, True, True,
                            maxtext_fixtures.MAXTEXT_CHUNK_BYTES)
@@ -664,3 +664,18 @@ def test_gemma4_global_layers_share_key_and_value(unroll_bin, tmp_path):
     assert res.returncode == 5, res.stderr
     assert "gemma4 with 7 layers" in res.stderr and "multiple of 6" in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not out7.exists()
+
+
+def test_gemma4_sliding_layer_without_value_refused(unroll_bin, tmp_path):
+    """A sliding layer without its value kernel would be loaded by transformers with a made-up
+    one: refused, naming the layer, nothing written."""
+    items, _ = _gemma4_params(tmp_path, 6, no_value=2)
+    out = tmp_path / "hf"
+    res = subprocess.run(
+        [str(unroll_bin), "to_huggingface", str(CONFIG), f"load_parameters_path={items}",
+         f"base_output_directory={out}", "base_num_decoder_layers=6", *GEMMA4, "-q"],
+        capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stderr
+    assert "layer 2 lacks a value kernel where its other sliding layers do" in res.stderr, \
+        res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not out.exists()
