@@ -312,3 +312,16 @@ int hf_config_vision(const hf_model *m, hf_json *j, const char *model_type, cons
     }
     return rc;
 }
+
+int hf_config_multimodal(const hf_model *m, hf_json *j, const char *architecture,
+                         const char *model_type, ur_err *err)
+{
+    int rc = hf_json_strs(j, NULL, "architectures", &architecture, 1, err);
+    if (rc == UR_OK) {
+        rc = hf_json_str(j, NULL, "model_type", model_type, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, NULL, "tie_word_embeddings", !(m->flags & HF_IF_UNTIED), err);
+    }
+    return rc == UR_OK ? hf_json_str(j, NULL, "dtype", ur_dtype_name(m->weight_dtype), err) : rc;
+}

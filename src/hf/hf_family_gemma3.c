@@ -165,17 +165,7 @@ static int vision_config(const hf_model *m, hf_json *j, ur_err *err)
 
 static int config(const hf_model *m, hf_json *j, ur_err *err)
 {
-    static const char *const arch = "Gemma3ForConditionalGeneration";
-    int rc = hf_json_strs(j, NULL, "architectures", &arch, 1, err);
-    if (rc == UR_OK) {
-        rc = hf_json_str(j, NULL, "model_type", "gemma3", err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_bool(j, NULL, "tie_word_embeddings", !(m->flags & HF_IF_UNTIED), err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_str(j, NULL, "dtype", ur_dtype_name(m->weight_dtype), err);
-    }
+    int rc = hf_config_multimodal(m, j, "Gemma3ForConditionalGeneration", "gemma3", err);
     if (rc == UR_OK) {
         /* Gemma 3's context */
         rc = hf_config_text(m, j, TEXT, 131072, err);

@@ -75,12 +75,22 @@ static int setup(hf_model *m, ur_err *err)
     return UR_OK;
 }
 
-/* The global layers' head dim and key heads: layer CYCLE - 1's key kernel [emb, heads,
+/* The shape of attention parameter `name` ("key", "value") of layer i, NULL when it has
+ * none. */
+static const uint64_t *attention_shape(const hf_model *m, int64_t i, const char *name, int *rank)
+{
+    char path[128];
+    snprintf(path, sizeof path, "decoder/layers_%lld/self_attention/%s/kernel", (long long)i,
+             name);
+    return hf_model_shape(m, path, rank);
+}
+
+/* The global layers' head dim and key heads: the first global layer's key kernel [emb, heads,
  * head_dim], else the settings (a model too short to have a global layer). */
 static void global_dims(const hf_model *m, int64_t *head_dim, int64_t *kv_heads)
 {
     int rank = 0;
-    const uint64_t *k = hf_model_shape(m, "decoder/layers_5/self_attention/key/kernel", &rank);
+    const uint64_t *k = attention_shape(m, CYCLE - 1, "key", &rank);
     if (k != NULL && rank == 3) {
         *kv_heads = (int64_t)k[1];
         *head_dim = (int64_t)k[2];
@@ -95,7 +105,7 @@ static void global_dims(const hf_model *m, int64_t *head_dim, int64_t *kv_heads)
 static int k_eq_v(const hf_model *m)
 {
     int rank = 0;
-    return hf_model_shape(m, "decoder/layers_5/self_attention/value/kernel", &rank) == NULL;
+    return attention_shape(m, CYCLE - 1, "value", &rank) == NULL;
 }
 
 /* The value kernels are where transformers looks for them: every sliding layer has one, and
@@ -104,15 +114,13 @@ static int check_values(const hf_model *m, ur_err *err)
 {
     int none = k_eq_v(m);
     for (int64_t i = 0; i < hf_model_layers(m); i++) {
-        char path[96];
         int rank = 0, global = i % CYCLE == CYCLE - 1;
-        snprintf(path, sizeof path, "decoder/layers_%lld/self_attention/value/kernel",
-                 (long long)i);
-        if ((hf_model_shape(m, path, &rank) == NULL) != (global && none)) {
+        if ((attention_shape(m, i, "value", &rank) == NULL) != (global && none)) {
             return ur_err_set(err, UR_EINVAL,
-                              "Hugging Face export (gemma4): layer %lld %s a value kernel where "
-                              "its other %s layers %s",
-                              (long long)i, global && none ? "has" : "lacks",
+                              "Hugging Face export (gemma4): decoder/layers_%lld/self_attention/"
+                              "value/kernel: layer %lld %s a value kernel where its other %s "
+                              "layers %s",
+                              (long long)i, (long long)i, global && none ? "has" : "lacks",
                               global ? "global" : "sliding", global && none ? "have none" : "do");
         }
     }
@@ -223,7 +231,6 @@ static int vision_config(const hf_model *m, hf_json *j, ur_err *err)
 
 static int config(const hf_model *m, hf_json *j, ur_err *err)
 {
-    static const char *const arch = "Gemma4ForConditionalGeneration";
     int rc = UR_OK;
     if (hf_model_layers(m) % CYCLE != 0) {
         /* Gemma4TextConfig turns a last sliding layer into a global one (MaxText's remainder
@@ -236,16 +243,8 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
     }
     rc = check_values(m, err);
     if (rc == UR_OK) {
-        rc = hf_json_strs(j, NULL, "architectures", &arch, 1, err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_str(j, NULL, "model_type", "gemma4", err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_bool(j, NULL, "tie_word_embeddings", 1, err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_str(j, NULL, "dtype", ur_dtype_name(m->weight_dtype), err);
+        /* tied: setup refuses logits_via_embedding=false */
+        rc = hf_config_multimodal(m, j, "Gemma4ForConditionalGeneration", "gemma4", err);
     }
     if (rc == UR_OK) {
         rc = hf_json_null(j, NULL, "audio_config", err);

@@ -122,6 +122,10 @@ int hf_config_text(const hf_model *m, hf_json *j, const char *in, int64_t max_po
 /* layer_types inside `in` (NULL: top level): a cycle of `cycle` layers, sliding-window ones
  * then one of full attention, over the Hugging Face model's layers. */
 int hf_config_layer_types(const hf_model *m, hf_json *j, const char *in, int cycle, ur_err *err);
+/* The top level of a multimodal architecture's config.json (its language model in
+ * text_config): architectures, model_type, tie_word_embeddings and dtype. */
+int hf_config_multimodal(const hf_model *m, hf_json *j, const char *architecture,
+                         const char *model_type, ur_err *err);
 /* What Gemma 2 and 3 share, inside `in`: the tanh GELU (MaxText's "gelu" is flax's,
  * tanh-approximated), query_pre_attn_scalar, no attention bias, the soft caps (null when
  * unset) and the window (sliding_window_size: a key within that many positions, as MaxText's

@@ -319,8 +319,8 @@ static ur_idxset_keys leaf_paths(const ur_orbax_writer *w)
 static int count_leaf(ur_orbax_writer *w, ur_err *err)
 {
     const wleaf *l = &w->leaves[w->n_leaves];
-    if (w->n_leaves >= UINT32_MAX - 1) {
-        return ur_err_set(err, UR_EINVAL, "more than %u leaves", UINT32_MAX - 2);
+    if (w->n_leaves >= UR_IDXSET_MAX) { /* by_path's limit */
+        return ur_err_set(err, UR_EINVAL, "more than %zu leaves", UR_IDXSET_MAX);
     }
     ur_idxset_keys keys = leaf_paths(w);
     path_key q = {l->prefix, l->last, l->last_type, l->depth};

@@ -344,8 +344,8 @@ static int vset_build(vset *s, const leaf_list *ll, int is_output, verifier *vf,
     /* a leaf's whole path, of which the set keeps the model path (in its pool: the wrapper's
      * components, "params"/"params", were a third of every leaf's) */
     s->comps = ur_calloc(depth ? depth : 1, sizeof *s->comps);
-    if (n >= UINT32_MAX / 2) {
-        return ur_err_set(err, UR_EUNSUPPORTED, "more than %u leaves", UINT32_MAX / 2);
+    if (n >= UR_IDXSET_MAX) { /* by_key's limit */
+        return ur_err_set(err, UR_EUNSUPPORTED, "more than %zu leaves", UR_IDXSET_MAX);
     }
     /* only input leaves are looked up by path (ur_verify__find_in); the output's are
      * walked in order, and its nodes asked for (ur_verify__any_under) */
