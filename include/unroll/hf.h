@@ -84,6 +84,9 @@ typedef struct ur_hf_tensor_info {
     int rank;
     const uint64_t *shape;
     const char *shard;   /* the file it goes to */
+    /* the parameter's index on axis 0 (its experts) whose slice the tensor is, the
+     * rearrangement applying to that slice; -1: the whole parameter */
+    int64_t expert;
     int src_rank;
     const uint64_t *src_shape;
     ur_dtype src_dtype;

@@ -8,8 +8,9 @@
 #include <string.h>
 
 static const hf_family *const families[] = {
-    &hf_family_llama, &hf_family_mistral, &hf_family_qwen3,  &hf_family_qwen2,
-    &hf_family_olmo3, &hf_family_gemma2,  &hf_family_gemma3, &hf_family_gemma4,
+    &hf_family_llama,     &hf_family_mistral, &hf_family_mixtral, &hf_family_qwen3,
+    &hf_family_qwen3_moe, &hf_family_qwen2,   &hf_family_olmo3,   &hf_family_gemma2,
+    &hf_family_gemma3,    &hf_family_gemma4,
 };
 
 const hf_rule hf_rules_llama_like[HF_N_RULES_LLAMA_LIKE] = {
@@ -18,11 +19,11 @@ const hf_rule hf_rules_llama_like[HF_N_RULES_LLAMA_LIKE] = {
     {"decoder/decoder_norm/scale", "model.norm.weight", "e -> e", HF_OP_NONE, 0},
     {"decoder/logits_dense/kernel", "lm_head.weight", "e v -> v e", HF_OP_NONE, HF_IF_UNTIED},
     {"decoder/layers_{i}/mlp/wi_0/kernel", "model.layers.{i}.mlp.gate_proj.weight", "e m -> m e",
-     HF_OP_NONE, 0},
+     HF_OP_NONE, HF_IF_DENSE_MLP},
     {"decoder/layers_{i}/mlp/wi_1/kernel", "model.layers.{i}.mlp.up_proj.weight", "e m -> m e",
-     HF_OP_NONE, 0},
+     HF_OP_NONE, HF_IF_DENSE_MLP},
     {"decoder/layers_{i}/mlp/wo/kernel", "model.layers.{i}.mlp.down_proj.weight", "m e -> e m",
-     HF_OP_NONE, 0},
+     HF_OP_NONE, HF_IF_DENSE_MLP},
     /* a pre-norm layer's two norms */
     {"decoder/layers_{i}/pre_self_attention_layer_norm/scale",
      "model.layers.{i}.input_layernorm.weight", "e -> e", HF_OP_NONE, 0},
@@ -70,21 +71,22 @@ int hf_match(const char *pat, const char *path, int64_t *layer)
     return *path == '\0';
 }
 
-int hf_expand(const char *pat, int64_t layer, char *out, size_t n)
+int hf_expand(const char *pat, int64_t layer, int64_t expert, char *out, size_t n)
 {
     static const struct {
         const char *token;
         int64_t mul, add;
-    } tokens[] = {{"{i}", 1, 0}, {"{2i}", 2, 0}, {"{2i+1}", 2, 1}};
+        int expert;
+    } tokens[] = {{"{i}", 1, 0, 0}, {"{2i}", 2, 0, 0}, {"{2i+1}", 2, 1, 0}, {"{e}", 1, 0, 1}};
     size_t k = 0;
     while (*pat != '\0') {
         size_t t = 0;
-        while (t < 3 && strncmp(pat, tokens[t].token, strlen(tokens[t].token)) != 0) {
+        while (t < 4 && strncmp(pat, tokens[t].token, strlen(tokens[t].token)) != 0) {
             t++;
         }
-        if (t < 3) {
-            int w = snprintf(out + k, n - k, "%lld",
-                             (long long)layer * tokens[t].mul + tokens[t].add);
+        if (t < 4) {
+            int64_t v = tokens[t].expert ? expert : layer;
+            int w = snprintf(out + k, n - k, "%lld", (long long)v * tokens[t].mul + tokens[t].add);
             if (w < 0 || (size_t)w >= n - k) {
                 return 0;
             }
@@ -176,6 +178,12 @@ static int dims(const hf_model *m, uint64_t d[6], ur_err *err)
     const uint64_t *w = hf_model_shape(m, "decoder/layers_0/mlp/wi_0/kernel", &rm);
     if (w == NULL) {
         w = hf_model_shape(m, "decoder/layers_0/mlp_local/wi_0/kernel", &rm);
+    }
+    /* a model of routed experts has no dense MLP: its family says what the size is */
+    uint64_t mlp[2] = {0, m->intermediate_size};
+    if (w == NULL && m->intermediate_size > 0) {
+        w = mlp;
+        rm = 2;
     }
     if (e == NULL || q == NULL || k == NULL || w == NULL || re != 2 || rq != 3 || rk != 3 ||
         rm != 2) {

@@ -20,6 +20,9 @@ typedef ur_hf_arith hf_op;
 #define HF_OP_DIV_SQRT_EMB_BF16 UR_HF_ARITH_DIV_SQRT_EMB_BF16
 #define HF_OP_DIV_SQRT_EMB UR_HF_ARITH_DIV_SQRT_EMB
 
+/* The most experts a parameter split by an "{e}" rule may have (MaxText's largest: 384). */
+#define HF_MAX_EXPERTS 4096
+
 /* When a rule holds (all the bits it names must hold for the model). */
 enum {
     HF_IF_ROPE_INTERLEAVED = 1, /* MaxText rotates interleaved pairs (LLaMARotaryEmbedding):
@@ -30,6 +33,9 @@ enum {
     HF_IF_QUERY_UNSCALED = 16,
     HF_IF_QK_NORM = 32,        /* per-head query and key norms (use_qk_norm) */
     HF_IF_ATTENTION_BIAS = 64, /* query, key and value biases (attention_bias) */
+    HF_IF_DENSE_MLP = 128,     /* a dense MLP in every layer: set before a family's setup,
+                            * which clears it where routed experts take its place */
+    HF_IF_EXPERTS = 256,       /* routed experts (num_experts > 1) */
     /* not a condition (rule_holds ignores it): a layer may lack the parameter (Gemma 4's
      * global layers, whose key is also their value, have no value kernel) */
     HF_SOME_LAYERS = 1 << 16,
@@ -37,7 +43,9 @@ enum {
 
 /* One line of a family's table: a MaxText parameter (its path below the model, "{i}" for a
  * layer's index) becomes a Hugging Face tensor ("{i}" the same index) through a rearrangement
- * (unroll/tensor.h) and an arithmetic op. */
+ * (unroll/tensor.h) and an arithmetic op. A name with "{e}" makes one tensor per index of the
+ * parameter's axis 0 (its experts, [experts, ...]): the rearrangement applies to each expert's
+ * slice. */
 typedef struct {
     const char *mt;
     const char *hf;
@@ -58,6 +66,10 @@ typedef struct hf_model {
     int *ranks;
     size_t n;
     int64_t n_layers; /* 1 + the largest {i} a rule matched; 0 when none */
+    int64_t n_experts; /* the largest expert axis an "{e}" rule split; 0 when none */
+    /* config.json's intermediate_size where the model has no dense MLP (routed experts in
+     * every layer): set by the family's setup, from what its architecture means by it */
+    uint64_t intermediate_size;
     int per_layer;    /* Hugging Face layers per MaxText layer (gemma2's pairs: 2); 0: 1 */
     /* the Hugging Face vocabulary where it differs from MaxText's (0: the embedding's rows):
      * the embedding (token_embedder/embedding, [vocab, emb]) gets that many rows, zeros past
@@ -149,8 +161,9 @@ int hf_config_rope(const hf_model *m, hf_json *j, const char *rope_type, ur_err 
  * the pattern has none), else 0. */
 int hf_match(const char *pat, const char *path, int64_t *layer);
 /* `pat` with "{i}" replaced by layer ("{2i}" by 2 * layer, "{2i+1}" by 2 * layer + 1: the
- * pairs of layers one MaxText layer holds), into out (size n); 0 when it does not fit. */
-int hf_expand(const char *pat, int64_t layer, char *out, size_t n);
+ * pairs of layers one MaxText layer holds) and "{e}" by expert, into out (size n); 0 when it
+ * does not fit. */
+int hf_expand(const char *pat, int64_t layer, int64_t expert, char *out, size_t n);
 
 /* ---- config.json (hf_json.c): entries written with sorted keys, as transformers writes
  * config.json (json.dumps(indent=2, sort_keys=True)) ---- */
@@ -174,7 +187,9 @@ void hf_float_repr(double v, char *out, size_t n);
 
 extern const hf_family hf_family_llama;
 extern const hf_family hf_family_mistral;
+extern const hf_family hf_family_mixtral;
 extern const hf_family hf_family_qwen3;
+extern const hf_family hf_family_qwen3_moe;
 extern const hf_family hf_family_qwen2;
 extern const hf_family hf_family_olmo3;
 extern const hf_family hf_family_gemma2;

@@ -199,15 +199,18 @@ static const char *op_text(hf_op op)
                                            : "";
 }
 
-static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer, ur_err *err)
+/* The tensor of parameter pi that rule r names for `layer` (and `expert`: the slice of the
+ * parameter's axis 0, -1 for all of it). */
+static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer, int64_t expert,
+                      ur_err *err)
 {
     hf_param *q = &p->params[pi];
     hf_tensor *t;
     char name[512];
     uint64_t shape[UR_MAX_RANK];
-    int rc;
+    int rank = q->rank, rc;
 
-    if (!hf_expand(r->hf, layer, name, sizeof name)) {
+    if (!hf_expand(r->hf, layer, expert, name, sizeof name)) {
         return ur_err_set(err, UR_EINVAL, "Hugging Face export: a tensor name too long");
     }
     if (p->n == p->cap) {
@@ -220,6 +223,7 @@ static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer,
     t = &p->t[p->n];
     memset(t, 0, sizeof *t);
     t->param = pi;
+    t->expert = expert;
     t->rule = r;
     t->in_dtype = q->dtype;
     t->dtype = p->dtype;
@@ -227,14 +231,19 @@ static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer,
             : r->op == HF_OP_SUB_ONE ? UR_TENSOR_OP_ADD
                                      : UR_TENSOR_OP_MUL;
     t->op_value = op_value(r, q, &p->model);
-    memcpy(shape, q->shape, sizeof shape);
+    if (expert >= 0) {
+        rank--;
+        memcpy(shape, q->shape + 1, (size_t)rank * sizeof *shape);
+    } else {
+        memcpy(shape, q->shape, sizeof shape);
+    }
     if (p->model.vocab_rows > 0 && strcmp(q->path, "token_embedder/embedding") == 0) {
         /* the tensor has the vocabulary's rows: MaxText's beyond it are left out, and those
          * it lacks stay zeros (the file's unwritten bytes) */
         t->keep = q->shape[0] < p->model.vocab_rows ? q->shape[0] : p->model.vocab_rows;
         shape[0] = p->model.vocab_rows;
     }
-    rc = ur_rearrange_parse(&t->re, r->pattern, q->rank, shape, err);
+    rc = ur_rearrange_parse(&t->re, r->pattern, rank, shape, err);
     if (rc < 0) {
         return ur_err_wrap(err, "Hugging Face export: parameter '%s'", q->path);
     }
@@ -259,12 +268,40 @@ static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer,
         t->nbytes *= t->re.out_shape[d];
     }
     t->placed = t->keep > 0 ? t->nbytes / shape[0] * t->keep : t->nbytes;
-    q->tensor = p->n;
     p->n++;
     if (layer + 1 > p->model.n_layers) {
         p->model.n_layers = layer + 1;
     }
     return UR_OK;
+}
+
+/* Parameter pi's tensors under rule r: one, or one per expert where the rule names them. */
+static int add_tensors(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer, ur_err *err)
+{
+    hf_param *q = &p->params[pi];
+    int rc;
+    if (strstr(r->hf, "{e}") == NULL) {
+        return add_tensor(p, pi, r, layer, -1, err);
+    }
+    if (q->rank < 2 || q->shape[0] == 0 || q->shape[0] > HF_MAX_EXPERTS) {
+        return ur_err_set(err, UR_EINVAL,
+                          "Hugging Face export: parameter '%s' is not [experts, ...] with 1 to %d "
+                          "experts",
+                          q->path, HF_MAX_EXPERTS);
+    }
+    q->n_experts = q->shape[0];
+    q->experts = ur_calloc((size_t)q->n_experts, sizeof *q->experts);
+    if (q->experts == NULL) {
+        return ur_err_oom(err);
+    }
+    if ((int64_t)q->n_experts > p->model.n_experts) {
+        p->model.n_experts = (int64_t)q->n_experts;
+    }
+    rc = UR_OK;
+    for (uint64_t e = 0; e < q->n_experts && rc == UR_OK; e++) {
+        rc = add_tensor(p, pi, r, layer, (int64_t)e, err);
+    }
+    return rc;
 }
 
 static int map_params(ur_hf_plan *p, ur_err *err)
@@ -285,7 +322,7 @@ static int map_params(ur_hf_plan *p, ur_err *err)
                             "Hugging Face export (%s): parameter '%s' has no place in %s", f->name,
                             p->params[i].path, f->architecture);
         } else {
-            rc = add_tensor(p, i, hit, layer, err);
+            rc = add_tensors(p, i, hit, layer, err);
         }
     }
     return rc;
@@ -296,26 +333,29 @@ static int by_name(const void *a, const void *b)
     return strcmp(((const hf_tensor *)a)->name, ((const hf_tensor *)b)->name);
 }
 
-/* Every tensor the family's applicable rules name for layers 0 .. n_layers-1 is there. */
+/* Every tensor the family's applicable rules name for layers 0 .. n_layers-1 (and experts
+ * 0 .. n_experts-1) is there. */
 static int check_complete(ur_hf_plan *p, ur_err *err)
 {
     const hf_family *f = p->fam;
     for (size_t k = 0; k < f->n_shared + f->n_rules; k++) {
         const hf_rule *r = hf_family_rule(f, k);
         int layered = strstr(r->hf, "{i}") != NULL;
+        int64_t experts = strstr(r->hf, "{e}") != NULL ? p->model.n_experts : 1;
         if (!rule_holds(&p->model, r) || (r->when & HF_SOME_LAYERS)) {
             continue;
         }
-        for (int64_t l = 0; l < (layered ? p->model.n_layers : 1); l++) {
+        for (int64_t x = 0; x < (layered ? p->model.n_layers : 1) * experts; x++) {
+            int64_t l = x / experts;
             char name[512];
             hf_tensor key;
-            if (!hf_expand(r->hf, l, name, sizeof name)) {
+            if (!hf_expand(r->hf, l, x % experts, name, sizeof name)) {
                 return ur_err_set(err, UR_EINVAL, "Hugging Face export: a tensor name too long");
             }
             key.name = name;
             if (bsearch(&key, p->t, p->n, sizeof *p->t, by_name) == NULL) {
                 char mt[512];
-                (void)hf_expand(r->mt, l, mt, sizeof mt);
+                (void)hf_expand(r->mt, l, -1, mt, sizeof mt);
                 return ur_err_set(err, UR_EINVAL,
                                   "Hugging Face export (%s): the checkpoint has no '%s' for %s",
                                   f->name, mt, name);
@@ -453,6 +493,7 @@ int ur_hf_plan_build(ur_hf_plan **out, const ur_plan *plan, const ur_plan_leaf *
         rc = gather_params(p, plan, leaves, err);
     }
     if (rc == UR_OK) {
+        p->model.flags = HF_IF_DENSE_MLP; /* until the family says its layers route experts */
         rc = p->fam->setup(&p->model, err);
     }
     if (rc == UR_OK) {
@@ -464,7 +505,13 @@ int ur_hf_plan_build(ur_hf_plan **out, const ur_plan *plan, const ur_plan_leaf *
     if (rc == UR_OK) {
         qsort(p->t, p->n, sizeof *p->t, by_name);
         for (size_t i = 0; i < p->n; i++) {
-            p->params[p->t[i].param].tensor = i;
+            hf_param *q = &p->params[p->t[i].param];
+            if (p->t[i].expert >= 0) {
+                q->experts[p->t[i].expert] = i;
+            }
+            if (p->t[i].expert <= 0) {
+                q->tensor = i;
+            }
         }
         rc = check_complete(p, err);
     }
@@ -499,6 +546,7 @@ void ur_hf_plan_free(ur_hf_plan *p)
     for (size_t i = 0; i < p->n_params; i++) {
         ur_free(p->params[i].path);
         ur_free(p->params[i].sink_path);
+        ur_free(p->params[i].experts);
     }
     ur_free(p->params);
     for (size_t i = 0; i < p->n; i++) {
@@ -539,11 +587,16 @@ int ur_hf_plan_tensor(const ur_hf_plan *p, size_t i, ur_hf_tensor_info *out)
     out->op = op_text(t->rule->op);
     out->arith = t->rule->op;
     out->dtype = t->dtype;
+    out->expert = t->expert;
     out->src_rank = p->params[t->param].rank;
     out->src_shape = p->params[t->param].shape;
     out->src_dtype = p->params[t->param].dtype;
     out->vocab_rows = t->keep > 0 ? p->model.vocab_rows : 0;
-    out->src_rows = t->keep > 0 ? t->keep : out->src_rank > 0 ? out->src_shape[0] : 0;
+    /* an expert's slice: its rows are the parameter's axis 1 (an "{e}" rule needs rank 2) */
+    out->src_rows = t->keep > 0         ? t->keep
+                    : t->expert >= 0    ? out->src_shape[1]
+                    : out->src_rank > 0 ? out->src_shape[0]
+                                        : 0;
     out->rank = t->re.out_rank;
     out->shape = t->re.out_shape;
     out->shard = p->shards[t->shard].file;

@@ -16,10 +16,15 @@ typedef struct {
     int rank;
     uint64_t shape[UR_MAX_RANK];
     size_t tensor;   /* its tensor (index into t, by name), SIZE_MAX: none */
+    /* split by experts (an "{e}" rule): expert e's tensor is experts[e] (n_experts of them,
+     * the parameter's axis 0), and `tensor` is expert 0's; NULL: one tensor */
+    size_t *experts;
+    uint64_t n_experts;
 } hf_param;
 
 typedef struct {
     size_t param;
+    int64_t expert; /* the parameter's index on axis 0 it is the slice of; -1: all of it */
     const hf_rule *rule;
     char *name;
     ur_rearrange re;  /* from the parameter's shape to the tensor's */

@@ -19,7 +19,7 @@ typedef struct {
 } hf_sink;
 
 struct ur_sink_array {
-    size_t tensor; /* SIZE_MAX: a leaf the export leaves out */
+    size_t param;  /* SIZE_MAX: a leaf the export leaves out */
     int rank;
     uint64_t shape[UR_MAX_RANK];
     uint64_t chunk[UR_MAX_RANK];
@@ -67,7 +67,7 @@ static int s_begin_array(void *self, const ur_sink_path *path, ur_dtype dtype, i
         ur_free(a);
         return ur_err_oom(err);
     }
-    a->tensor = SIZE_MAX;
+    a->param = SIZE_MAX;
     if (ur_strmap_get(&s->p->by_sink_path, key, strlen(key), &at) == 1) {
         const hf_param *q = &s->p->params[at];
         int same = q->rank == rank && q->dtype == dtype;
@@ -82,7 +82,7 @@ static int s_begin_array(void *self, const ur_sink_path *path, ur_dtype dtype, i
                               "the plan described",
                               q->path);
         }
-        a->tensor = q->tensor;
+        a->param = at;
     }
     ur_free(key);
     a->rank = rank;
@@ -187,36 +187,26 @@ static int place(const hf_sink *s, const hf_tensor *t, const ur_rearrange_box_ma
                        : rc;
 }
 
-static int s_encode_chunk(void *self, ur_sink_array *a, const uint64_t *idx, const void *raw,
-                          ur_buf *out, ur_err *err)
+/* The box start/count of a parameter's chunk (dense in buf, of shape buf_shape: rank axes)
+ * placed in tensor ti. */
+static int place_box(hf_sink *s, size_t ti, int rank, const uint64_t *start, const uint64_t *count,
+                     const uint64_t *buf_shape, const void *raw, ur_err *err)
 {
-    hf_sink *s = self;
-    const hf_tensor *t;
-    uint64_t start[UR_MAX_RANK], count[UR_MAX_RANK], n = 1, inner = 1, at[UR_MAX_RANK] = {0};
+    const hf_tensor *t = &s->p->t[ti];
+    uint64_t n = 1, inner = 1, at[UR_MAX_RANK] = {0};
     ur_rearrange_box_map m, piece;
-    uint8_t *box = NULL;
+    uint8_t *box;
     int rc, k;
 
-    (void)out;
-    if (a->tensor == SIZE_MAX) {
-        return UR_OK; /* left out */
-    }
-    t = &s->p->t[a->tensor];
-    for (int d = 0; d < a->rank; d++) {
-        /* rows past those kept (a vocabulary MaxText padded) are left out */
-        uint64_t end = d == 0 && t->keep > 0 ? t->keep : a->shape[d];
-        start[d] = idx[d] * a->chunk[d];
-        count[d] = start[d] >= end                ? 0
-                   : end - start[d] < a->chunk[d] ? end - start[d]
-                                                  : a->chunk[d];
+    for (int d = 0; d < rank; d++) {
         n *= count[d];
     }
     if (n == 0) {
         return UR_OK;
     }
-    rc = ur_rearrange_box(&t->re, start, count, a->chunk, &m, err);
-    if (rc < 0 || n == 0) {
-        return rc < 0 ? ur_err_wrap(err, "tensor %s", t->name) : UR_OK;
+    rc = ur_rearrange_box(&t->re, start, count, buf_shape, &m, err);
+    if (rc < 0) {
+        return ur_err_wrap(err, "tensor %s", t->name);
     }
     /* pieces: the trailing dimensions that fit PIECE_BYTES, one piece per index of the rest */
     k = m.rank;
@@ -247,12 +237,59 @@ static int s_encode_chunk(void *self, ur_sink_array *a, const uint64_t *idx, con
         }
     }
     if (rc == UR_OK) {
-        atomic_fetch_add(&s->written[a->tensor], n * ur_dtype_size(t->dtype));
+        atomic_fetch_add(&s->written[ti], n * ur_dtype_size(t->dtype));
     } else {
         ur_err_wrap(err, "tensor %s", t->name);
     }
     ur_free(box);
     return rc;
+}
+
+/* A chunk of a parameter split by experts: each expert's slice of it (the chunk less its
+ * axis 0, dense at e * the slice's elements) placed in that expert's tensor. */
+static int place_experts(hf_sink *s, const hf_param *q, const ur_sink_array *a,
+                         const uint64_t *start, const uint64_t *count, const void *raw,
+                         ur_err *err)
+{
+    uint64_t slice = ur_dtype_size(q->dtype);
+    int rc = UR_OK;
+    for (int d = 1; d < a->rank; d++) {
+        slice *= a->chunk[d];
+    }
+    for (uint64_t e = 0; e < count[0] && rc == UR_OK; e++) {
+        const void *at = (const uint8_t *)raw + e * slice;
+        rc = place_box(s, q->experts[start[0] + e], a->rank - 1, start + 1, count + 1,
+                       a->chunk + 1, at, err);
+    }
+    return rc;
+}
+
+static int s_encode_chunk(void *self, ur_sink_array *a, const uint64_t *idx, const void *raw,
+                          ur_buf *out, ur_err *err)
+{
+    hf_sink *s = self;
+    const hf_param *q;
+    uint64_t start[UR_MAX_RANK], count[UR_MAX_RANK];
+    uint64_t keep;
+
+    (void)out;
+    if (a->param == SIZE_MAX) {
+        return UR_OK; /* left out */
+    }
+    q = &s->p->params[a->param];
+    keep = q->experts == NULL ? s->p->t[q->tensor].keep : 0;
+    for (int d = 0; d < a->rank; d++) {
+        /* rows past those kept (a vocabulary MaxText padded) are left out */
+        uint64_t end = d == 0 && keep > 0 ? keep : a->shape[d];
+        start[d] = idx[d] * a->chunk[d];
+        count[d] = start[d] >= end                ? 0
+                   : end - start[d] < a->chunk[d] ? end - start[d]
+                                                  : a->chunk[d];
+    }
+    if (q->experts != NULL) {
+        return place_experts(s, q, a, start, count, raw, err);
+    }
+    return place_box(s, q->tensor, a->rank, start, count, a->chunk, raw, err);
 }
 
 static int s_write_chunk(void *self, ur_sink_array *a, const uint64_t *idx, const void *enc,

@@ -396,6 +396,28 @@ static int check_values(tcheck *c, ur_err *err)
     return rc;
 }
 
+/* Tensor t of one expert as a tensor of the parameter's slice: the parameter's axis 0 (the
+ * input's first axis not already fixed) added to c's fixed axes at the expert's index. */
+static const ur_hf_tensor_info *expert_slice(const ur_hf_tensor_info *t, tcheck *c, int *fax,
+                                             int64_t *fidx, ur_hf_tensor_info *out)
+{
+    int a = 0, m = 0;
+    while (m < c->nfix && fax[m] == a) {
+        m++;
+        a++;
+    }
+    memmove(fax + m + 1, fax + m, (size_t)(c->nfix - m) * sizeof *fax);
+    memmove(fidx + m + 1, fidx + m, (size_t)(c->nfix - m) * sizeof *fidx);
+    fax[m] = a;
+    fidx[m] = t->expert;
+    c->nfix++;
+    *out = *t;
+    out->expert = -1;
+    out->src_rank = t->src_rank - 1;
+    out->src_shape = t->src_shape + 1;
+    return out;
+}
+
 static int is_float(ur_dtype dt)
 {
     return dt == UR_DT_FLOAT32 || dt == UR_DT_BFLOAT16;
@@ -412,8 +434,9 @@ static int check_tensor(verifier *vf, folder *f, ur_kvstore *kv, const ur_hf_ten
     uint64_t shape[UR_MAX_RANK];
     char iname[1024];
     size_t file = 0;
-    int fax[3] = {0};
-    int64_t fidx[3] = {0};
+    int fax[4] = {0};
+    int64_t fidx[4] = {0};
+    ur_hf_tensor_info slice;
     int rc;
 
     memset(&c, 0, sizeof c);
@@ -449,8 +472,8 @@ static int check_tensor(verifier *vf, folder *f, ur_kvstore *kv, const ur_hf_ten
         }
     } else if (pair.kind == VPAIR_SLICES) {
         c.nfix = pair.nfix;
-        memcpy(fax, pair.fax, sizeof fax);
-        memcpy(fidx, pair.fidx, sizeof fidx);
+        memcpy(fax, pair.fax, sizeof pair.fax);
+        memcpy(fidx, pair.fidx, sizeof pair.fidx);
     } else if (pair.kind == VPAIR_LAYER &&
                (pair.src->leaf->rank != t->src_rank ||
                 memcmp(pair.src->leaf->shape, t->src_shape,
@@ -476,6 +499,10 @@ static int check_tensor(verifier *vf, folder *f, ur_kvstore *kv, const ur_hf_ten
                      ur_dtype_name(pair.src->leaf->dtype));
         }
         return UR_OK;
+    }
+    if (t->expert >= 0) {
+        /* an expert's tensor: the parameter's axis 0 fixed at its index as well */
+        t = expert_slice(t, &c, fax, fidx, &slice);
     }
     parse_shape(t, shape);
     rc = ur_rearrange_parse(&re, t->pattern, t->src_rank, shape, err);

@@ -679,3 +679,102 @@ def test_gemma4_sliding_layer_without_value_refused(unroll_bin, tmp_path):
     assert "layer 2 lacks a value kernel where its other sliding layers do" in res.stderr, \
         res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def _qwen3_moe_params(tmp_path) -> tuple[pathlib.Path, dict]:
+    """A scanned param-only qwen3_moe checkpoint written by Orbax: the experts' kernels
+    [experts, layers, in, out] as MaxText stacks them (the layer axis at param_scan_axis 1,
+    after the experts'), the router [emb, layers, experts]; small chunks, so that a chunk holds
+    some experts and not others."""
+    E, H, D, KV, X, M, L = 8, 2, 4, 2, 6, 4, 2
+    b = maxtext_fixtures._Builder("hf-qwen3-moe", "float32", maxtext_fixtures.DEFAULT_MESH)
+    params: dict = {}
+
+    def add(path, logical, shape, axis=None):
+        if axis is not None:
+            logical, shape = logical[:1] + ("layers",) + logical[1:], shape[:1] + (L,) + shape[1:]
+        maxtext_fixtures._set(params, path, b.array(("params", "params") + path, logical, shape,
+                                                        axis))
+
+    add(("token_embedder", "embedding"), ("vocab", "embed_vocab"), (64, E))
+    add(("decoder", "decoder_norm", "scale"), ("norm",), (E,))
+    add(("decoder", "logits_dense", "kernel"), ("embed_vocab", "vocab"), (E, 64))
+    lay = ("decoder", "layers")
+    for n in ("pre_self_attention_layer_norm", "post_self_attention_layer_norm"):
+        add(lay + (n, "scale"), ("norm",), (E,), 1)
+    for n in ("query_norm", "key_norm"):
+        add(lay + ("self_attention", n, "scale"), ("norm",), (D,), 1)
+    add(lay + ("self_attention", "query", "kernel"), ("embed", "q_heads", "kv"), (E, H, D), 1)
+    for n in ("key", "value"):
+        add(lay + ("self_attention", n, "kernel"), ("embed", "kv_heads", "kv"), (E, KV, D), 1)
+    add(lay + ("self_attention", "out", "kernel"), ("heads", "kv", "embed"), (H, D, E), 1)
+    add(lay + ("moe_block", "gate", "kernel"), ("embed", "exp"), (E, X), 1)
+    for n, lg, sh in (("wi_0", ("exp", "embed", "mlp"), (X, E, M)),
+                      ("wi_1", ("exp", "embed", "mlp"), (X, E, M)),
+                      ("wo", ("exp", "mlp", "embed"), (X, M, E))):
+        add(lay + ("moe_block", n), lg, sh, 1)
+    root = tmp_path / "qwen3-moe"
+    maxtext_fixtures._save(root / "checkpoints", 0, {"params": {"params": params}}, b.specs,
+                           maxtext_fixtures.DEFAULT_MESH, True, True, 256)
+    return root / "checkpoints" / "0" / "items", params
+
+
+QWEN3_MOE = ["decoder_block=qwen3_moe", "base_num_decoder_layers=2", "param_scan_axis=1"]
+# MaxText's keys of a Qwen3-MoE model the example config does not have
+QWEN3_MOE_YML = """
+num_experts: 6
+num_experts_per_tok: 2
+norm_topk_prob: true
+use_qk_norm: true
+logits_via_embedding: false
+base_mlp_dim: 12
+"""
+
+
+def test_qwen3_moe_experts_cut_one_tensor_each(unroll_bin, tmp_path):
+    """qwen3_moe: each routed expert's kernels a tensor of their own (the expert's slice of
+    MaxText's [experts, layers, in, out] array, transposed), the router transposed, the sizes in
+    config.json from the shapes; unroll verify checks every expert's tensor against its slice
+    and names one changed."""
+    items, params = _qwen3_moe_params(tmp_path)
+    out = tmp_path / "hf"
+    config = tmp_path / "qwen3-moe.yml"
+    config.write_text(CONFIG.read_text() + QWEN3_MOE_YML)
+    res = subprocess.run(
+        [str(unroll_bin), "to_huggingface", str(config), f"load_parameters_path={items}",
+         f"base_output_directory={out}", *QWEN3_MOE, "-q"],
+        capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    got = _safetensors(out / "model.safetensors")
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["architectures"] == ["Qwen3MoeForCausalLM"] and cfg["model_type"] == "qwen3_moe"
+    assert (cfg["num_experts"], cfg["num_experts_per_tok"], cfg["moe_intermediate_size"],
+            cfg["intermediate_size"], cfg["norm_topk_prob"], cfg["mlp_only_layers"]) == \
+        (6, 2, 4, 12, True, [])
+    lay = params["decoder"]["layers"]
+    for i in range(2):
+        pre = f"model.layers.{i}.mlp."
+        gate = np.asarray(lay["moe_block"]["gate"]["kernel"])[:, i]
+        assert got[pre + "gate.weight"].tobytes() == gate.T.tobytes()
+        for n, hf in (("wi_0", "gate_proj"), ("wi_1", "up_proj"), ("wo", "down_proj")):
+            w = np.asarray(lay["moe_block"][n])[:, i]
+            for e in range(6):
+                t = got[f"{pre}experts.{e}.{hf}.weight"]
+                assert t.tobytes() == np.ascontiguousarray(w[e].T).tobytes(), (i, n, e)
+    assert not any(".mlp.gate_proj" in k for k in got)
+    assert len(got) == 3 + 2 * (8 + 1 + 3 * 6)  # 4 norms, 4 attention kernels, router, experts
+    args = [str(config), *QWEN3_MOE]
+    for env in (None, {**os.environ, "UNROLL_VERIFY_PIECE_BYTES": "16"}):
+        ok = subprocess.run([str(unroll_bin), "verify", str(items), str(out), *args],
+                            capture_output=True, text=True, timeout=300, env=env)
+        assert ok.returncode == 0 and "0 elements differ: OK" in ok.stdout, ok.stdout + ok.stderr
+    name = "model.layers.1.mlp.experts.4.down_proj.weight"
+    shard, begin, _ = _tensor_span(out, name)
+    b = bytearray(shard.read_bytes())
+    b[begin + 4 * 3:begin + 4 * 4] = bytes(x ^ 0x5A for x in b[begin + 4 * 3:begin + 4 * 4])
+    shard.write_bytes(bytes(b))
+    bad = subprocess.run([str(unroll_bin), "verify", str(items), str(out), *args],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 6, bad.stdout + bad.stderr
+    assert f"mismatch: leaf '{name}' index [0, 3]" in bad.stdout, bad.stdout
+    assert "1 elements differ: FAILED" in bad.stdout

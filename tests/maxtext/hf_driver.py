@@ -64,6 +64,16 @@ FAMILIES = {
     "gemma4-31b": driver.TINY + ["model_name=gemma4-31b", "override_model_config=true",
                                  "base_num_decoder_layers=6", "global_head_dim=16",
                                  "global_num_kv_heads=1", "sliding_window_size=4"],
+    # Qwen3-MoE (qwen3-30b-a3b's shape): 4 routed experts, 2 a token, top-k renormalized;
+    # each expert's kernels a tensor of their own
+    "qwen3-moe": driver.TINY + ["model_name=qwen3-30b-a3b", "override_model_config=true",
+                                "base_num_decoder_layers=2", "num_experts=4",
+                                "num_experts_per_tok=2", "base_moe_mlp_dim=16"],
+    # Mixtral (mixtral-8x7b's shape): Mistral's attention, 4 routed experts, 2 a token (a
+    # model all of experts: MaxText wants its mlp and expert sizes equal)
+    "mixtral": driver.TINY + ["model_name=mixtral-8x7b", "override_model_config=true",
+                              "base_num_decoder_layers=2", "num_experts=4",
+                              "num_experts_per_tok=2", "base_moe_mlp_dim=64"],
 }
 for _f, _keys in FAMILIES.items():
     driver.ALL.setdefault(_f, _keys)
@@ -71,7 +81,7 @@ for _f, _keys in FAMILIES.items():
 # The families MaxText 0.2.5's exporter maps (its PARAM_MAPPING); the others it refuses
 # (olmo3 too: its PARAM_MAPPING and HOOK_FNS name olmo3-7b, its HF_SHAPE does not, "Mappings
 # not found for model: olmo3-7b").
-EXPORTER = {"llama3.1", "qwen3", "qwen2.5", "gemma3", "gemma2"}
+EXPORTER = {"llama3.1", "qwen3", "qwen2.5", "gemma3", "gemma2", "qwen3-moe", "mixtral"}
 # Families MaxText's exporter maps but cannot export at the test's size, and what it says:
 # gemma4's shapes come from its table's full-size text_config (32 heads), whatever the
 # model's (--override_model_architecture or not).

@@ -380,12 +380,167 @@ static void test_hf__config_json(void **state)
     ur_buf_dispose(&out);
 }
 
+/* Mixtral: a layer's experts [X, E, M] cut into one tensor per expert, fed in chunks of 3
+ * experts and 5 rows (edge chunks on both axes, a chunk spanning experts); each expert's
+ * tensor is its slice transposed. A parameter split by experts without an experts' axis is
+ * refused. */
+#define X 5
+static const param MIXTRAL[] = {
+    {"token_embedder/embedding", 2, {V, E}},
+    {"decoder/decoder_norm/scale", 1, {E}},
+    {"decoder/logits_dense/kernel", 2, {E, V}},
+    {"decoder/layers_0/pre_self_attention_layer_norm/scale", 1, {E}},
+    {"decoder/layers_0/post_self_attention_layer_norm/scale", 1, {E}},
+    {"decoder/layers_0/self_attention/query/kernel", 3, {E, H, D}},
+    {"decoder/layers_0/self_attention/key/kernel", 3, {E, KV, D}},
+    {"decoder/layers_0/self_attention/value/kernel", 3, {E, KV, D}},
+    {"decoder/layers_0/self_attention/out/kernel", 3, {H, D, E}},
+    {"decoder/layers_0/MoeBlock_0/gate/kernel", 2, {E, X}},
+    {"decoder/layers_0/MoeBlock_0/wi_0", 3, {X, E, M}},
+    {"decoder/layers_0/MoeBlock_0/wi_1", 3, {X, E, M}},
+    {"decoder/layers_0/MoeBlock_0/wo", 3, {X, M, E}},
+};
+#define N_MIXTRAL (sizeof MIXTRAL / sizeof MIXTRAL[0])
+
+/* Parameter q (values data) fed to the sink in chunks of 3 on axes 0 and 1. */
+static void feed(ur_sink *sink, const fake_plan *f, size_t i, const param *q, const float *data)
+{
+    uint64_t chunk[3], grid[3], idx[3] = {0}, cn = 1, strides[3];
+    ur_sink_array *a;
+    ur_sink_path sp = {f->paths[i].comp, NULL, f->paths[i].len};
+    for (int d = q->rank - 1, st = 1; d >= 0; d--) {
+        chunk[d] = d < 2 && q->shape[d] > 3 ? 3 : q->shape[d];
+        grid[d] = (q->shape[d] + chunk[d] - 1) / chunk[d];
+        cn *= chunk[d];
+        strides[d] = (uint64_t)st;
+        st *= (int)q->shape[d];
+    }
+    assert_int_equal(
+        sink->ops->begin_array(sink->self, &sp, UR_DT_FLOAT32, q->rank, q->shape, chunk, &a, NULL),
+        UR_OK);
+    for (uint64_t c = 0, n_chunks = q->rank > 1 ? grid[0] * grid[1] : grid[0]; c < n_chunks; c++) {
+        float *raw = calloc(cn, sizeof(float));
+        ur_buf out;
+        idx[0] = q->rank > 1 ? c / grid[1] : c;
+        idx[1] = q->rank > 1 ? c % grid[1] : 0;
+        /* the chunk, dense in its full chunk shape (zeros past the array's edge) */
+        for (uint64_t k = 0; k < cn; k++) {
+            uint64_t rem = k, at = 0;
+            int inside = 1;
+            for (int d = q->rank - 1; d >= 0; d--) {
+                uint64_t v = idx[d] * chunk[d] + rem % chunk[d];
+                rem /= chunk[d];
+                inside &= v < q->shape[d];
+                at += v * strides[d];
+            }
+            raw[k] = inside ? data[at] : 0.0f;
+        }
+        ur_buf_init(&out, 0);
+        assert_int_equal(sink->ops->encode_chunk(sink->self, a, idx, raw, &out, NULL), UR_OK);
+        assert_int_equal(sink->ops->write_chunk(sink->self, a, idx, out.data, out.len, NULL),
+                         UR_OK);
+        ur_buf_dispose(&out);
+        free(raw);
+    }
+    assert_int_equal(sink->ops->finish_array(sink->self, a, NULL), UR_OK);
+}
+
+static void test_hf__experts_split(void **state)
+{
+    fake_plan f;
+    ur_settings s = llama_settings();
+    ur_hf_opts o = {UR_DT_FLOAT32, 0, 0, NULL};
+    ur_hf_plan *p;
+    ur_hf_summary sum;
+    ur_hf_tensor_info t;
+    ur_sink sink;
+    ur_kvstore *kv;
+    ur_st_header h;
+    ur_err err;
+    char dir[256];
+    float *data[N_MIXTRAL];
+    (void)state;
+    s.decoder_block = "mixtral";
+    make_plan(&f, MIXTRAL, N_MIXTRAL);
+    assert_int_equal(ur_hf_plan_build(&p, &f.plan, f.leaves, &s, &o, NULL), UR_OK);
+    ur_hf_plan_summary(p, &sum);
+    assert_string_equal(sum.architecture, "MixtralForCausalLM");
+    assert_int_equal(sum.n_tensors, N_MIXTRAL - 3 + 3 * X);
+    for (size_t i = 0; ur_hf_plan_tensor(p, i, &t); i++) {
+        if (strcmp(t.name, "model.layers.0.block_sparse_moe.experts.3.w2.weight") == 0) {
+            assert_int_equal(t.expert, 3);
+            assert_int_equal(t.rank, 2);
+            assert_int_equal(t.shape[0], E);
+            assert_int_equal(t.shape[1], M);
+            assert_int_equal(t.src_rank, 3);
+            assert_int_equal(t.src_rows, M);
+        }
+    }
+    ur_test_scratch_dir(dir, sizeof dir, "hf_experts");
+    assert_int_equal(ur_hf_sink_open(&sink, p, dir, NULL), UR_OK);
+    for (size_t i = 0; i < N_MIXTRAL; i++) {
+        uint64_t n = 1;
+        for (int d = 0; d < MIXTRAL[i].rank; d++) {
+            n *= MIXTRAL[i].shape[d];
+        }
+        data[i] = malloc(n * sizeof(float));
+        for (uint64_t e = 0; e < n; e++) {
+            data[i][e] = (float)(i * 1000 + e) * 0.5f - 7.0f;
+        }
+        feed(&sink, &f, i, &MIXTRAL[i], data[i]);
+    }
+    assert_int_equal(sink.ops->finish(sink.self, NULL), UR_OK);
+    assert_int_equal(ur_kvstore_file_open(&kv, dir, 0, NULL), UR_OK);
+    assert_int_equal(ur_st_header_read(&h, kv, "model.safetensors", NULL), UR_OK);
+    for (int x = 0; x < X; x++) {
+        char name[128];
+        float w1[M * E], w2[E * M];
+        const ur_st_entry *t1, *t2;
+        snprintf(name, sizeof name, "model.layers.0.block_sparse_moe.experts.%d.w1.weight", x);
+        t1 = ur_st_header_find(&h, name);
+        snprintf(name, sizeof name, "model.layers.0.block_sparse_moe.experts.%d.w2.weight", x);
+        t2 = ur_st_header_find(&h, name);
+        assert_non_null(t1);
+        assert_non_null(t2);
+        assert_int_equal(
+            ur_kvstore_read_range(kv, "model.safetensors", t1->begin, sizeof w1, w1, NULL), UR_OK);
+        assert_int_equal(
+            ur_kvstore_read_range(kv, "model.safetensors", t2->begin, sizeof w2, w2, NULL), UR_OK);
+        for (int m = 0; m < M; m++) {
+            for (int e = 0; e < E; e++) {
+                /* w1[m][e] = wi_0[x][e][m]; w2[e][m] = wo[x][m][e] */
+                assert_true(w1[m * E + e] == data[10][(x * E + e) * M + m]);
+                assert_true(w2[e * M + m] == data[12][(x * M + m) * E + e]);
+            }
+        }
+    }
+    ur_st_header_dispose(&h);
+    ur_kvstore_close(kv);
+    for (size_t i = 0; i < N_MIXTRAL; i++) {
+        free(data[i]);
+    }
+    (void)ur_fs_remove_tree(dir, NULL);
+    ur_hf_plan_free(p);
+
+    /* an expert kernel of rank 1 has no slice to make */
+    {
+        param bad[N_MIXTRAL];
+        memcpy(bad, MIXTRAL, sizeof bad);
+        bad[12].rank = 1;
+        bad[12].shape[0] = X;
+        make_plan(&f, bad, N_MIXTRAL);
+        assert_int_equal(ur_hf_plan_build(&p, &f.plan, f.leaves, &s, &o, &err), UR_EINVAL);
+        assert_non_null(strstr(err.msg, "MoeBlock_0/wo"));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hf__llama_plan), cmocka_unit_test(test_hf__shards_and_meta),
-        cmocka_unit_test(test_hf__refusals),   cmocka_unit_test(test_hf__sink_places_chunks),
-        cmocka_unit_test(test_hf__incomplete), cmocka_unit_test(test_hf__config_json),
+        cmocka_unit_test(test_hf__llama_plan),    cmocka_unit_test(test_hf__shards_and_meta),
+        cmocka_unit_test(test_hf__refusals),      cmocka_unit_test(test_hf__sink_places_chunks),
+        cmocka_unit_test(test_hf__incomplete),    cmocka_unit_test(test_hf__config_json),
+        cmocka_unit_test(test_hf__experts_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
