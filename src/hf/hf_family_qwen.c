@@ -86,9 +86,12 @@ static int setup(hf_model *m, ur_err *err)
     m->flags |= hf_cfg_bool(s, "use_qk_norm", 0) ? HF_IF_QK_NORM : 0;
     m->flags |= hf_cfg_bool(s, "attention_bias", 0) ? HF_IF_ATTENTION_BIAS : 0;
     if (moe) {
-        /* intermediate_size: a dense layer's (it has none), MaxText's mlp_dim */
+        /* intermediate_size: a dense layer's (it has none), as Qwen3-MoE's own configs
+         * give it and MaxText's exporter checks it: mlp_dim times the experts a token gets
+         * (qwen3-30b-a3b: 768 x 8 = 6144) */
         m->flags = (m->flags & ~(unsigned)HF_IF_DENSE_MLP) | HF_IF_EXPERTS;
-        m->intermediate_size = (uint64_t)hf_cfg_int(s, "base_mlp_dim", 0);
+        m->intermediate_size = (uint64_t)(hf_cfg_int(s, "base_mlp_dim", 0) *
+                                          hf_cfg_int(s, "num_experts_per_tok", 1));
     }
     return UR_OK;
 }

@@ -36,10 +36,18 @@ enum {
     HF_IF_DENSE_MLP = 128,     /* a dense MLP in every layer: set before a family's setup,
                             * which clears it where routed experts take its place */
     HF_IF_EXPERTS = 256,       /* routed experts (num_experts > 1) */
-    /* not a condition (rule_holds ignores it): a layer may lack the parameter (Gemma 4's
-     * global layers, whose key is also their value, have no value kernel) */
+    HF_IF_ROUTED_BIAS = 512,   /* the router's score-correction bias (routed_bias) */
+    /* not conditions (rule_holds ignores them), but which layers a rule is for: */
+    /* a layer may lack the parameter (Gemma 4's global layers, whose key is also their value,
+     * have no value kernel) */
     HF_SOME_LAYERS = 1 << 16,
+    /* the model's first dense_layers layers only (DeepSeek's dense_layers_{i}) */
+    HF_DENSE_LAYERS = 1 << 17,
+    /* the layers after them, MaxText's {i} counting from 0 there (DeepSeek's moe_layers_{i}:
+     * Hugging Face's layer {i} + dense_layers) */
+    HF_AFTER_DENSE = 1 << 18,
 };
+#define HF_LAYER_BITS (HF_SOME_LAYERS | HF_DENSE_LAYERS | HF_AFTER_DENSE)
 
 /* One line of a family's table: a MaxText parameter (its path below the model, "{i}" for a
  * layer's index) becomes a Hugging Face tensor ("{i}" the same index) through a rearrangement
@@ -51,7 +59,7 @@ typedef struct {
     const char *hf;
     const char *pattern;
     hf_op op;
-    unsigned when; /* HF_IF_* bits, 0: always; and HF_SOME_LAYERS */
+    unsigned when; /* HF_IF_* bits, 0: always; and HF_LAYER_BITS */
 } hf_rule;
 
 /* The model being exported, as the family's setup and config see it. */
@@ -71,6 +79,7 @@ typedef struct hf_model {
      * every layer): set by the family's setup, from what its architecture means by it */
     uint64_t intermediate_size;
     int per_layer;    /* Hugging Face layers per MaxText layer (gemma2's pairs: 2); 0: 1 */
+    int64_t dense_layers; /* the first layers, before HF_AFTER_DENSE rules' (set by setup) */
     /* the Hugging Face vocabulary where it differs from MaxText's (0: the embedding's rows):
      * the embedding (token_embedder/embedding, [vocab, emb]) gets that many rows, zeros past
      * MaxText's, MaxText's past it left out */
@@ -100,6 +109,10 @@ typedef struct hf_family {
 
 /* Rule k of a family: its shared rules first, then its own (k < n_shared + n_rules). */
 const hf_rule *hf_family_rule(const hf_family *f, size_t k);
+
+/* The first HF_N_RULES_TOP rules of hf_rules_llama_like are every decoder's top level: the
+ * embedding, the final norm and the untied output projection. */
+#define HF_N_RULES_TOP 3
 
 /* The rules of the parts every Llama-like decoder has, as MaxText names them: the embedding,
  * the final norm, the untied output projection and a layer's gated MLP (the first
@@ -195,5 +208,6 @@ extern const hf_family hf_family_olmo3;
 extern const hf_family hf_family_gemma2;
 extern const hf_family hf_family_gemma3;
 extern const hf_family hf_family_gemma4;
+extern const hf_family hf_family_deepseek;
 
 #endif

@@ -155,7 +155,7 @@ static int gather_params(ur_hf_plan *p, const ur_plan *plan, const ur_plan_leaf 
 
 static int rule_holds(const hf_model *m, const hf_rule *r)
 {
-    unsigned when = r->when & ~(unsigned)HF_SOME_LAYERS;
+    unsigned when = r->when & ~(unsigned)HF_LAYER_BITS;
     return (when & m->flags) == when;
 }
 
@@ -275,11 +275,21 @@ static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer,
     return UR_OK;
 }
 
-/* Parameter pi's tensors under rule r: one, or one per expert where the rule names them. */
+/* Parameter pi's tensors under rule r (MaxText's layer `layer`): one, or one per expert where
+ * the rule names them. */
 static int add_tensors(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer, ur_err *err)
 {
     hf_param *q = &p->params[pi];
     int rc;
+    if ((r->when & HF_DENSE_LAYERS) && layer >= p->model.dense_layers) {
+        return ur_err_set(err, UR_EINVAL,
+                          "Hugging Face export: parameter '%s' of a dense layer past the first "
+                          "%lld",
+                          q->path, (long long)p->model.dense_layers);
+    }
+    if ((r->when & HF_AFTER_DENSE) && layer >= 0) {
+        layer += p->model.dense_layers;
+    }
     if (strstr(r->hf, "{e}") == NULL) {
         return add_tensor(p, pi, r, layer, -1, err);
     }
@@ -342,10 +352,15 @@ static int check_complete(ur_hf_plan *p, ur_err *err)
         const hf_rule *r = hf_family_rule(f, k);
         int layered = strstr(r->hf, "{i}") != NULL;
         int64_t experts = strstr(r->hf, "{e}") != NULL ? p->model.n_experts : 1;
+        /* the Hugging Face layers [first, end) the rule is for, MaxText's {i} less first */
+        int64_t first = r->when & HF_AFTER_DENSE ? p->model.dense_layers : 0;
+        int64_t end = !layered                    ? 1
+                      : r->when & HF_DENSE_LAYERS ? p->model.dense_layers
+                                                  : p->model.n_layers;
         if (!rule_holds(&p->model, r) || (r->when & HF_SOME_LAYERS)) {
             continue;
         }
-        for (int64_t x = 0; x < (layered ? p->model.n_layers : 1) * experts; x++) {
+        for (int64_t x = first * experts; x < end * experts; x++) {
             int64_t l = x / experts;
             char name[512];
             hf_tensor key;
@@ -355,7 +370,7 @@ static int check_complete(ur_hf_plan *p, ur_err *err)
             key.name = name;
             if (bsearch(&key, p->t, p->n, sizeof *p->t, by_name) == NULL) {
                 char mt[512];
-                (void)hf_expand(r->mt, l, -1, mt, sizeof mt);
+                (void)hf_expand(r->mt, l - first, -1, mt, sizeof mt);
                 return ur_err_set(err, UR_EINVAL,
                                   "Hugging Face export (%s): the checkpoint has no '%s' for %s",
                                   f->name, mt, name);

@@ -82,6 +82,22 @@ static int output_folder(hf_run *r, ur_err *err)
 /* Whether the input's layers are stacked: MaxText's exporter reads it from the checkpoint
  * (verify_and_sync_scan_layers); here, from its leaves: decoder/layers (or another scanned
  * group) and no decoder/layers_<i>. */
+/* 1 when g is <prefix><index> and nothing after: an unscanned layer (layers_3,
+ * dense_layers_0, moe_layers_2; not DeepSeek Engram's scanned chunks, moe_layers_3_5). */
+static int one_layer(const char *g, const char *prefix)
+{
+    size_t n = strlen(prefix), k = n;
+    if (strncmp(g, prefix, n) != 0) {
+        return 0;
+    }
+    while (g[k] >= '0' && g[k] <= '9') {
+        k++;
+    }
+    return k > n && g[k] == '\0';
+}
+
+/* Whether the input holds stacked layers (1) or unscanned ones (0), by its decoder's names;
+ * dflt when it has neither. */
 static int input_scanned(const ur_plan_leaves *l, int dflt)
 {
     int stacked = 0, unrolled = 0;
@@ -95,7 +111,8 @@ static int input_scanned(const ur_plan_leaves *l, int dflt)
             if (strcmp(g, "layers") == 0 || strcmp(g, "dense_layers") == 0 ||
                 strcmp(g, "moe_layers") == 0 || strcmp(g, "scanned_blocks") == 0) {
                 stacked = 1;
-            } else if (strncmp(g, "layers_", 7) == 0 && g[7] >= '0' && g[7] <= '9') {
+            } else if (one_layer(g, "layers_") || one_layer(g, "dense_layers_") ||
+                       one_layer(g, "moe_layers_")) {
                 unrolled = 1;
             }
         }

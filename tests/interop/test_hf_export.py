@@ -358,12 +358,14 @@ def test_refused(unroll_bin, make_fixture, tmp_path, case, status, words):
 
 
 def test_unmapped_model_exit_5(unroll_bin, make_fixture, tmp_path):
-    """A model the export does not map: exit 5, one line naming it; nothing written."""
+    """A model the export does not map: exit 5, one line naming it; nothing written (the
+    fixture's DeepSeek settings are not V3's: no sigmoid router, no low-rank query)."""
     info = make_fixture("deepseek")
     res = run_hf(unroll_bin, info, info.items, tmp_path / "hf",
                  f"first_num_dense_layers={info.first_num_dense_layers}", "decoder_block=deepseek")
     assert res.returncode == 5, res.stderr
     assert "deepseek" in res.stderr and res.stderr.count("\n") == 1
+    assert "no place in DeepseekV3ForCausalLM" in res.stderr, res.stderr
     assert list(tmp_path.iterdir()) == []
 
 
@@ -750,7 +752,7 @@ def test_qwen3_moe_experts_cut_one_tensor_each(unroll_bin, tmp_path):
     assert cfg["architectures"] == ["Qwen3MoeForCausalLM"] and cfg["model_type"] == "qwen3_moe"
     assert (cfg["num_experts"], cfg["num_experts_per_tok"], cfg["moe_intermediate_size"],
             cfg["intermediate_size"], cfg["norm_topk_prob"], cfg["mlp_only_layers"]) == \
-        (6, 2, 4, 12, True, [])
+        (6, 2, 4, 24, True, [])  # intermediate_size: mlp_dim x experts a token (Qwen3's)
     lay = params["decoder"]["layers"]
     for i in range(2):
         pre = f"model.layers.{i}.mlp."

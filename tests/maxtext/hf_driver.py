@@ -74,6 +74,17 @@ FAMILIES = {
     "mixtral": driver.TINY + ["model_name=mixtral-8x7b", "override_model_config=true",
                               "base_num_decoder_layers=2", "num_experts=4",
                               "num_experts_per_tok=2", "base_moe_mlp_dim=64"],
+    # DeepSeek-V3 (deepseek3-671b's settings, the suite's tiny DeepSeek widths): multi-head
+    # latent attention with YaRN, 3 dense layers then 2 MoE layers of 4 routed experts and a
+    # shared one, the sigmoid router. The dense layer count and the query and key head dims
+    # are deepseek3-671b's: MaxText's exporter takes the first from its table whatever the
+    # model's, and its query shape from the table's head dims (transformers derives
+    # qk_head_dim once, before the exporter's override)
+    "deepseek3": [a for a in driver.DEEPSEEK if not a.startswith(
+        ("model_name=", "base_num_decoder_layers=", "first_num_dense_layers=",
+         "qk_nope_head_dim=", "qk_rope_head_dim=", "v_head_dim="))] + [
+        "model_name=deepseek3-671b", "base_num_decoder_layers=5", "first_num_dense_layers=3",
+        "qk_nope_head_dim=128", "qk_rope_head_dim=64", "v_head_dim=128", "routed_bias=false"],
 }
 for _f, _keys in FAMILIES.items():
     driver.ALL.setdefault(_f, _keys)
@@ -81,7 +92,8 @@ for _f, _keys in FAMILIES.items():
 # The families MaxText 0.2.5's exporter maps (its PARAM_MAPPING); the others it refuses
 # (olmo3 too: its PARAM_MAPPING and HOOK_FNS name olmo3-7b, its HF_SHAPE does not, "Mappings
 # not found for model: olmo3-7b").
-EXPORTER = {"llama3.1", "qwen3", "qwen2.5", "gemma3", "gemma2", "qwen3-moe", "mixtral"}
+EXPORTER = {"llama3.1", "qwen3", "qwen2.5", "gemma3", "gemma2", "qwen3-moe", "mixtral",
+            "deepseek3"}
 # Families MaxText's exporter maps but cannot export at the test's size, and what it says:
 # gemma4's shapes come from its table's full-size text_config (32 heads), whatever the
 # model's (--override_model_architecture or not).

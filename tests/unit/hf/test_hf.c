@@ -4,6 +4,7 @@
 #include "ur_test.h"
 
 #include "hf/hf_impl.h"
+#include "unroll/config.h"
 #include "unroll/fs.h"
 #include "unroll/hf.h"
 #include "unroll/kvstore.h"
@@ -42,13 +43,14 @@ static const param LLAMA[] = {
 #define N_LLAMA (sizeof LLAMA / sizeof LLAMA[0])
 
 /* A plan that copies each parameter to params/params/<path> (float32), and its leaves. */
+#define MAX_PARAMS 48
 typedef struct {
     ur_plan plan;
-    ur_plan_leaf leaves[16];
-    ur_plan_action actions[16];
-    ur_plan_path paths[16];
-    const char *comps[16][12];
-    char words[16][256];
+    ur_plan_leaf leaves[MAX_PARAMS];
+    ur_plan_action actions[MAX_PARAMS];
+    ur_plan_path paths[MAX_PARAMS];
+    const char *comps[MAX_PARAMS][12];
+    char words[MAX_PARAMS][256];
 } fake_plan;
 
 static void make_plan(fake_plan *f, const param *ps, size_t n)
@@ -534,13 +536,142 @@ static void test_hf__experts_split(void **state)
     }
 }
 
+/* DeepSeek: the dense layers (dense_layers_{i}) are Hugging Face's first ones, the MoE layers
+ * (moe_layers_{i}, counted from 0) come after them; a dense layer past first_num_dense_layers,
+ * a MoE layer's missing tensor and a router bias the settings have but the checkpoint lacks
+ * are refused. */
+#define DS_ATTN(L)                                                                                \
+    {"decoder/" L "/pre_self_attention_layer_norm/scale", 1, {E}},                                \
+        {"decoder/" L "/post_self_attention_layer_norm/scale", 1, {E}},                           \
+        {"decoder/" L "/self_attention/wq_a/kernel", 2, {E, 4}},                                  \
+        {"decoder/" L "/self_attention/q_norm/scale", 1, {4}},                                    \
+        {"decoder/" L "/self_attention/wq_b/kernel", 3, {4, H, 6}},                               \
+        {"decoder/" L "/self_attention/wkv_a/kernel", 2, {E, 6}},                                 \
+        {"decoder/" L "/self_attention/kv_norm/scale", 1, {4}},                                   \
+        {"decoder/" L "/self_attention/wkv_b/kernel", 3, {4, H, 8}},                              \
+    {                                                                                             \
+        "decoder/" L "/self_attention/out/kernel", 3,                                             \
+        {                                                                                         \
+            H, 4, E                                                                               \
+        }                                                                                         \
+    }
+#define DS_MOE(L)                                                                                 \
+    {"decoder/" L "/DeepSeekMoeBlock_0/shared_experts/wi_0/kernel", 2, {E, M}},                   \
+        {"decoder/" L "/DeepSeekMoeBlock_0/shared_experts/wi_1/kernel", 2, {E, M}},               \
+        {"decoder/" L "/DeepSeekMoeBlock_0/shared_experts/wo/kernel", 2, {M, E}},                 \
+        {"decoder/" L "/DeepSeekMoeBlock_0/MoeBlock_0/gate/kernel", 2, {E, X}},                   \
+        {"decoder/" L "/DeepSeekMoeBlock_0/MoeBlock_0/wi_0", 3, {X, E, M}},                       \
+        {"decoder/" L "/DeepSeekMoeBlock_0/MoeBlock_0/wi_1", 3, {X, E, M}},                       \
+    {                                                                                             \
+        "decoder/" L "/DeepSeekMoeBlock_0/MoeBlock_0/wo", 3,                                      \
+        {                                                                                         \
+            X, M, E                                                                               \
+        }                                                                                         \
+    }
+static const param DEEPSEEK[] = {
+    {"token_embedder/embedding", 2, {V, E}},
+    {"decoder/decoder_norm/scale", 1, {E}},
+    {"decoder/logits_dense/kernel", 2, {E, V}},
+    DS_ATTN("dense_layers_0"),
+    {"decoder/dense_layers_0/mlp/wi_0/kernel", 2, {E, M}},
+    {"decoder/dense_layers_0/mlp/wi_1/kernel", 2, {E, M}},
+    {"decoder/dense_layers_0/mlp/wo/kernel", 2, {M, E}},
+    DS_ATTN("moe_layers_0"),
+    DS_MOE("moe_layers_0"),
+    DS_ATTN("dense_layers_1"), /* the last 9: a second dense layer */
+};
+#define N_DEEPSEEK (sizeof DEEPSEEK / sizeof DEEPSEEK[0])
+
+static ur_config *deepseek_config(const char *dir, const char *extra)
+{
+    char yml[300];
+    FILE *f;
+    ur_config *cfg = NULL;
+    ur_config_opts o;
+    snprintf(yml, sizeof yml, "%s/deepseek.yml", dir);
+    f = fopen(yml, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "decoder_block: deepseek\nmodel_name: default\nfirst_num_dense_layers: 1\n"
+            "base_num_decoder_layers: 2\nrouted_score_func: sigmoid\nq_lora_rank: 4\n"
+            "qk_rope_head_dim: 2\nv_head_dim: 4\nrouted_bias: %s\n",
+            extra);
+    fclose(f);
+    memset(&o, 0, sizeof o);
+    o.config_path = yml;
+    o.cwd = "/tmp";
+    o.now = 1700000000;
+    assert_int_equal(ur_config_load(&cfg, &o, NULL), UR_OK);
+    return cfg;
+}
+
+static void test_hf__deepseek_layers(void **state)
+{
+    fake_plan *f = calloc(1, sizeof *f);
+    ur_hf_opts o = {UR_DT_FLOAT32, 0, 0, NULL};
+    ur_hf_plan *p;
+    ur_hf_tensor_info t;
+    ur_err err;
+    char dir[256];
+    int seen = 0;
+    ur_config *cfg;
+    (void)state;
+    assert_true(N_DEEPSEEK <= 48);
+    ur_test_scratch_dir(dir, sizeof dir, "hf_deepseek");
+    cfg = deepseek_config(dir, "false");
+    make_plan(f, DEEPSEEK, N_DEEPSEEK - 9);
+    assert_int_equal(ur_hf_plan_build(&p, &f->plan, f->leaves, ur_config_settings(cfg), &o, NULL),
+                     UR_OK);
+    for (size_t i = 0; ur_hf_plan_tensor(p, i, &t); i++) {
+        if (strcmp(t.name, "model.layers.0.mlp.gate_proj.weight") == 0) {
+            assert_string_equal(t.source, "decoder/dense_layers_0/mlp/wi_0/kernel");
+            seen |= 1;
+        } else if (strcmp(t.name, "model.layers.1.self_attn.q_b_proj.weight") == 0) {
+            assert_string_equal(t.source, "decoder/moe_layers_0/self_attention/wq_b/kernel");
+            assert_int_equal(t.shape[0], H * 6);
+            seen |= 2;
+        } else if (strcmp(t.name, "model.layers.1.mlp.experts.4.down_proj.weight") == 0) {
+            assert_int_equal(t.expert, 4);
+            seen |= 4;
+        }
+    }
+    assert_int_equal(seen, 7);
+    ur_hf_plan_free(p);
+    /* a second dense layer where the config says one */
+    make_plan(f, DEEPSEEK, N_DEEPSEEK);
+    assert_int_equal(ur_hf_plan_build(&p, &f->plan, f->leaves, ur_config_settings(cfg), &o, &err),
+                     UR_EINVAL);
+    assert_non_null(strstr(err.msg, "dense_layers_1"));
+    /* the MoE layer without its output projection */
+    make_plan(f, DEEPSEEK, N_DEEPSEEK - 9);
+    for (size_t i = 0; i < f->plan.n_actions; i++) {
+        if (strcmp(DEEPSEEK[i].path, "decoder/moe_layers_0/self_attention/out/kernel") == 0) {
+            f->actions[i].kind = UR_PLAN_DROP;
+        }
+    }
+    assert_int_equal(ur_hf_plan_build(&p, &f->plan, f->leaves, ur_config_settings(cfg), &o, &err),
+                     UR_EINVAL);
+    assert_non_null(strstr(err.msg, "decoder/moe_layers_0/self_attention/out/kernel"));
+    assert_non_null(strstr(err.msg, "model.layers.1.self_attn.o_proj.weight"));
+    ur_config_free(cfg);
+    /* routed_bias without the bias */
+    cfg = deepseek_config(dir, "true");
+    make_plan(f, DEEPSEEK, N_DEEPSEEK - 9);
+    assert_int_equal(ur_hf_plan_build(&p, &f->plan, f->leaves, ur_config_settings(cfg), &o, &err),
+                     UR_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "routed_bias"));
+    ur_config_free(cfg);
+    (void)ur_fs_remove_tree(dir, NULL);
+    free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hf__llama_plan),    cmocka_unit_test(test_hf__shards_and_meta),
         cmocka_unit_test(test_hf__refusals),      cmocka_unit_test(test_hf__sink_places_chunks),
         cmocka_unit_test(test_hf__incomplete),    cmocka_unit_test(test_hf__config_json),
-        cmocka_unit_test(test_hf__experts_split),
+        cmocka_unit_test(test_hf__experts_split), cmocka_unit_test(test_hf__deepseek_layers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,249 @@
+/* DeepSeek-V3: MaxText's deepseek decoder block (deepseek3-671b, deepseek3-tiny, kimi-k2
+ * shapes) as transformers' DeepseekV3ForCausalLM, as MaxText's exporter maps it
+ * (DEEPSEEK_MAXTEXT_TO_HF_PARAM_MAPPING and its hooks).
+ *
+ * MaxText keeps the first first_num_dense_layers layers apart (dense_layers_{i}, a dense MLP)
+ * from the rest (moe_layers_{i}, counted from 0: Hugging Face's layer {i} + that many): both
+ * have multi-head latent attention, whose low-rank projections are transposed to [out, in]
+ * (the up-projections [rank, heads, dim] flattened over their heads) and whose norms are
+ * copied; no RoPE reordering (MaxText rotates interleaved pairs, and so does transformers with
+ * rope_interleave) and no query scale (MaxText scales the query in the forward pass). A MoE
+ * layer has shared experts (a dense MLP), the router and its score-correction bias
+ * (routed_bias), and the routed experts, each expert's three kernels a tensor of its own. */
+#include "hf_impl.h"
+
+#include <string.h>
+
+#define DENSE(mt, hf) "decoder/dense_layers_{i}/" mt, "model.layers.{i}." hf
+#define MOE(mt, hf) "decoder/moe_layers_{i}/" mt, "model.layers.{i}." hf
+#define BLOCK "DeepSeekMoeBlock_0/"
+
+/* A layer's attention and norms, in the dense layers (D) and the MoE ones (M). */
+#define ATTENTION(L, bits)                                                                        \
+    {L("pre_self_attention_layer_norm/scale", "input_layernorm.weight"), "e -> e", HF_OP_NONE,    \
+     bits},                                                                                       \
+        {L("post_self_attention_layer_norm/scale", "post_attention_layernorm.weight"), "e -> e",  \
+         HF_OP_NONE, bits},                                                                       \
+        {L("self_attention/wq_a/kernel", "self_attn.q_a_proj.weight"), "e q -> q e", HF_OP_NONE,  \
+         bits},                                                                                   \
+        {L("self_attention/q_norm/scale", "self_attn.q_a_layernorm.weight"), "q -> q",            \
+         HF_OP_NONE, bits},                                                                       \
+        {L("self_attention/wq_b/kernel", "self_attn.q_b_proj.weight"), "q h d -> (h d) q",        \
+         HF_OP_NONE, bits},                                                                       \
+        {L("self_attention/wkv_a/kernel", "self_attn.kv_a_proj_with_mqa.weight"), "e k -> k e",   \
+         HF_OP_NONE, bits},                                                                       \
+        {L("self_attention/kv_norm/scale", "self_attn.kv_a_layernorm.weight"), "k -> k",          \
+         HF_OP_NONE, bits},                                                                       \
+        {L("self_attention/wkv_b/kernel", "self_attn.kv_b_proj.weight"), "k h d -> (h d) k",      \
+         HF_OP_NONE, bits},                                                                       \
+    {                                                                                             \
+        L("self_attention/out/kernel", "self_attn.o_proj.weight"), "h d e -> e (h d)",            \
+            HF_OP_NONE, bits                                                                      \
+    }
+
+static const hf_rule rules[] = {
+    ATTENTION(DENSE, HF_DENSE_LAYERS),
+    {DENSE("mlp/wi_0/kernel", "mlp.gate_proj.weight"), "e m -> m e", HF_OP_NONE, HF_DENSE_LAYERS},
+    {DENSE("mlp/wi_1/kernel", "mlp.up_proj.weight"), "e m -> m e", HF_OP_NONE, HF_DENSE_LAYERS},
+    {DENSE("mlp/wo/kernel", "mlp.down_proj.weight"), "m e -> e m", HF_OP_NONE, HF_DENSE_LAYERS},
+    ATTENTION(MOE, HF_AFTER_DENSE),
+    {MOE(BLOCK "shared_experts/wi_0/kernel", "mlp.shared_experts.gate_proj.weight"), "e m -> m e",
+     HF_OP_NONE, HF_AFTER_DENSE},
+    {MOE(BLOCK "shared_experts/wi_1/kernel", "mlp.shared_experts.up_proj.weight"), "e m -> m e",
+     HF_OP_NONE, HF_AFTER_DENSE},
+    {MOE(BLOCK "shared_experts/wo/kernel", "mlp.shared_experts.down_proj.weight"), "m e -> e m",
+     HF_OP_NONE, HF_AFTER_DENSE},
+    {MOE(BLOCK "MoeBlock_0/gate/kernel", "mlp.gate.weight"), "e x -> x e", HF_OP_NONE,
+     HF_AFTER_DENSE},
+    {MOE(BLOCK "MoeBlock_0/gate/bias", "mlp.gate.e_score_correction_bias"), "x -> x", HF_OP_NONE,
+     HF_AFTER_DENSE | HF_IF_ROUTED_BIAS},
+    {MOE(BLOCK "MoeBlock_0/wi_0", "mlp.experts.{e}.gate_proj.weight"), "e m -> m e", HF_OP_NONE,
+     HF_AFTER_DENSE},
+    {MOE(BLOCK "MoeBlock_0/wi_1", "mlp.experts.{e}.up_proj.weight"), "e m -> m e", HF_OP_NONE,
+     HF_AFTER_DENSE},
+    {MOE(BLOCK "MoeBlock_0/wo", "mlp.experts.{e}.down_proj.weight"), "m e -> e m", HF_OP_NONE,
+     HF_AFTER_DENSE},
+};
+
+static int applies(const ur_settings *s)
+{
+    return strcmp(s->decoder_block, "deepseek") == 0;
+}
+
+#define BIAS "decoder/moe_layers_0/" BLOCK "MoeBlock_0/gate/bias"
+
+/* What DeepseekV3ForCausalLM cannot hold: a softmax router (DeepSeek-V2's), a query without
+ * its low-rank projection, YaRN's scaled rotary output (rope_attention_scaling); and a
+ * router bias the settings have but the checkpoint does not (MaxText keeps it apart from the
+ * parameters: without it the export would route differently). */
+static int setup(hf_model *m, ur_err *err)
+{
+    const ur_settings *s = m->s;
+    int rank = 0;
+    const char *why = strcmp(hf_cfg_str(s, "routed_score_func", ""), "sigmoid") != 0
+                          ? "routed_score_func other than sigmoid"
+                      : hf_cfg_int(s, "q_lora_rank", 0) <= 0        ? "q_lora_rank 0"
+                      : hf_cfg_bool(s, "rope_attention_scaling", 0) ? "rope_attention_scaling"
+                      : strcmp(hf_cfg_str(s, "rope_type", "yarn"), "yarn") != 0
+                          ? "a rope_type other than yarn"
+                      : hf_cfg_bool(s, "routed_bias", 0) && hf_model_shape(m, BIAS, &rank) == NULL
+                          ? "routed_bias but no router bias among the parameters"
+                          : NULL;
+    if (why != NULL) {
+        return ur_err_set(err, UR_EUNSUPPORTED,
+                          "Hugging Face export: decoder_block deepseek with %s has no place in "
+                          "DeepseekV3ForCausalLM",
+                          why);
+    }
+    m->flags = (m->flags & ~(unsigned)HF_IF_DENSE_MLP) | HF_IF_EXPERTS;
+    m->flags |= hf_cfg_bool(s, "logits_via_embedding", 0) ? 0 : HF_IF_UNTIED;
+    m->flags |= hf_cfg_bool(s, "routed_bias", 0) ? HF_IF_ROUTED_BIAS : 0;
+    m->dense_layers = hf_cfg_int(s, "first_num_dense_layers", 0);
+    return UR_OK;
+}
+
+/* A shape's dimension d, 0 when the model has no such parameter (or not of that rank). */
+static int64_t dim(const hf_model *m, const char *path, int rank, int d)
+{
+    int r = 0;
+    const uint64_t *shape = hf_model_shape(m, path, &r);
+    return shape != NULL && r == rank ? (int64_t)shape[d] : 0;
+}
+
+/* YaRN as MaxText computes it: transformers' rope_parameters, the rotary output unscaled
+ * (attention_factor 1, MaxText's rope_attention_scaling false) and the softmax scale's
+ * mscale only where MaxText applies it (max_position_embeddings past the original ones). */
+static int config_rope(const hf_model *m, hf_json *j, ur_err *err)
+{
+    const ur_settings *s = m->s;
+    const char *in = "rope_parameters";
+    int64_t max_pos = hf_cfg_int(s, "max_position_embeddings", 4096);
+    int64_t orig = hf_cfg_int(s, "original_max_position_embeddings", 4096);
+    double mscale = hf_cfg_float(s, "mscale", 1.0);
+    int rc = hf_config_rope(m, j, "yarn", err);
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, in, "factor", hf_cfg_float(s, "rope_factor", 40), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, in, "original_max_position_embeddings", orig, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, in, "beta_fast", hf_cfg_float(s, "beta_fast", 32), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, in, "beta_slow", hf_cfg_float(s, "beta_slow", 1), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, in, "mscale", mscale, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, in, "mscale_all_dim", max_pos > orig ? mscale : 0.0, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, in, "attention_factor", 1.0, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, in, "truncate", hf_cfg_bool(s, "rope_truncate", 1), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, NULL, "max_position_embeddings", max_pos, err);
+    }
+    return rc == UR_OK ? hf_json_bool(j, NULL, "rope_interleave",
+                                      hf_cfg_bool(s, "rope_interleave", 1), err)
+                       : rc;
+}
+
+static int config(const hf_model *m, hf_json *j, ur_err *err)
+{
+    const ur_settings *s = m->s;
+    const char *arch = "DeepseekV3ForCausalLM";
+    const char *q_b = "decoder/moe_layers_0/self_attention/wq_b/kernel";
+    const char *kv_b = "decoder/moe_layers_0/self_attention/wkv_b/kernel";
+    const char *wi = "decoder/moe_layers_0/" BLOCK "MoeBlock_0/wi_0";
+    int64_t groups = hf_cfg_int(s, "n_routing_groups", -1);
+    int64_t top_groups = hf_cfg_int(s, "topk_routing_group", -1);
+    int64_t v_head_dim = hf_cfg_int(s, "v_head_dim", 128);
+    struct {
+        const char *key;
+        int64_t v;
+    } ints[] = {
+        {"vocab_size", dim(m, "token_embedder/embedding", 2, 0)},
+        {"hidden_size", dim(m, "token_embedder/embedding", 2, 1)},
+        {"intermediate_size", m->dense_layers > 0
+                                  ? dim(m, "decoder/dense_layers_0/mlp/wi_0/kernel", 2, 1)
+                                  : hf_cfg_int(s, "base_mlp_dim", 0)},
+        {"moe_intermediate_size", dim(m, wi, 3, 2)},
+        {"num_hidden_layers", m->n_layers},
+        {"num_attention_heads", dim(m, q_b, 3, 1)},
+        {"num_key_value_heads", dim(m, q_b, 3, 1)},
+        {"n_shared_experts", hf_cfg_int(s, "shared_experts", 1)},
+        {"n_routed_experts", dim(m, wi, 3, 0)},
+        {"kv_lora_rank", dim(m, kv_b, 3, 0)},
+        {"q_lora_rank", dim(m, q_b, 3, 0)},
+        {"qk_rope_head_dim", hf_cfg_int(s, "qk_rope_head_dim", 64)},
+        {"qk_nope_head_dim", dim(m, q_b, 3, 2) - hf_cfg_int(s, "qk_rope_head_dim", 64)},
+        {"v_head_dim", v_head_dim},
+        /* MaxText without groups: one group, chosen */
+        {"n_group", groups > 0 ? groups : 1},
+        {"topk_group", top_groups > 0 ? top_groups : 1},
+        {"num_experts_per_tok", hf_cfg_int(s, "num_experts_per_tok", 1)},
+        {"first_k_dense_replace", m->dense_layers},
+        {"num_mtp_layers", 0},
+    };
+    int rc = hf_json_strs(j, NULL, "architectures", &arch, 1, err);
+    if (rc == UR_OK &&
+        (dim(m, q_b, 3, 1) == 0 || dim(m, kv_b, 3, 0) == 0 || dim(m, wi, 3, 0) == 0)) {
+        rc = ur_err_set(err, UR_EINVAL,
+                        "Hugging Face export: the checkpoint lacks the first MoE layer's wq_b, "
+                        "wkv_b or experts of a deepseek model");
+    }
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0] && rc == UR_OK; i++) {
+        rc = hf_json_int(j, NULL, ints[i].key, ints[i].v, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_str(j, NULL, "model_type", "deepseek_v3", err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_str(j, NULL, "hidden_act", "silu", err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, NULL, "routed_scaling_factor",
+                           hf_cfg_float(s, "routed_scaling_factor", 1.0), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, NULL, "norm_topk_prob", 1, err); /* MaxText's sigmoid router */
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, NULL, "rms_norm_eps",
+                           hf_cfg_float(s, "normalization_layer_epsilon", 1e-6), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, NULL, "tie_word_embeddings", !(m->flags & HF_IF_UNTIED), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, NULL, "attention_bias", 0, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, NULL, "attention_dropout", 0.0, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, NULL, "initializer_range", 0.02, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, NULL, "use_cache", 1, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_str(j, NULL, "dtype", ur_dtype_name(m->weight_dtype), err);
+    }
+    return rc == UR_OK ? config_rope(m, j, err) : rc;
+}
+
+const hf_family hf_family_deepseek = {.name = "deepseek",
+                                      .architecture = "DeepseekV3ForCausalLM",
+                                      .applies = applies,
+                                      .setup = setup,
+                                      .shared = hf_rules_llama_like,
+                                      .n_shared = HF_N_RULES_TOP,
+                                      .rules = rules,
+                                      .n_rules = sizeof rules / sizeof rules[0],
+                                      .config = config};
