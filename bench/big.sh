@@ -52,12 +52,17 @@ layers=$(meta layers)
 dims=$("$PYTHON" -c 'import json,sys; d=json.load(open(sys.argv[1]))["dims"]; print(" ".join(
     f"{k}={d[v]}" for k, v in (("base_emb_dim","emb"), ("base_num_query_heads","heads"),
     ("base_num_kv_heads","kv_heads"), ("head_dim","head_dim"), ("base_mlp_dim","mlp"),
-    ("vocab_size","vocab"), ("base_num_decoder_layers","layers"))))' "$ckpt/bench_checkpoint.json")
+    ("vocab_size","vocab"), ("base_num_decoder_layers","layers")) if v in d))' \
+    "$ckpt/bench_checkpoint.json")
 if [ ! -f "$ckpt/chunks.tsv" ]; then
     "$PYTHON" "$bench/make_checkpoint.py" chunks --items "$items" --out "$ckpt/chunks.tsv.tmp"
     mv "$ckpt/chunks.tsv.tmp" "$ckpt/chunks.tsv"
 fi
 config=$root/tests/data/example/unroll.yml
+# a model other than llama2 (make_checkpoint.py --shape): its config beside it, its keys
+[ -f "$ckpt/unroll.yml" ] && config=$ckpt/unroll.yml
+read -r -a model < <("$PYTHON" -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1])).get(
+    "model_args", [])))' "$ckpt/bench_checkpoint.json")
 maxtext_yml=$("$MAXTEXT_PYTHON" -c 'import maxtext, os; print(os.path.join(
     os.path.dirname(maxtext.__file__), "configs", "base.yml"))')
 log() { echo "big: $*" >&2; }
@@ -85,7 +90,7 @@ for tool in $only; do
         rm -rf "$workdir/out/unroll"
         UNROLL_PHASES=1 cold unroll "$UNROLL_BIN" "$config" load_full_state_path="$items" \
             base_output_directory="$workdir/out" run_name=unroll force_unroll=true \
-            scan_layers=true pure_nnx=false base_num_decoder_layers="$layers" \
+            scan_layers=true pure_nnx=false base_num_decoder_layers="$layers" ${model[@]+"${model[@]}"} \
             --threads "$threads" -q
         du -sb "$workdir/out/unroll" | cut -f1 > "$workdir/unroll.out.bytes"
         # the codec floor: this very output's chunks encoded, the input's decoded
@@ -105,7 +110,8 @@ for tool in $only; do
         rc=0
         /usr/bin/time -v -o "$workdir/verify.time" "$UNROLL_BIN" verify "$items" \
             "$workdir/out/unroll/checkpoints/0/items" "$config" \
-            base_num_decoder_layers="$layers" > "$workdir/verify.stdout" 2>&1 || rc=$?
+            base_num_decoder_layers="$layers" ${model[@]+"${model[@]}"} \
+            > "$workdir/verify.stdout" 2>&1 || rc=$?
         echo "$rc" > "$workdir/verify.rc"
         tail -n 2 "$workdir/verify.stdout" >&2
         rm -rf "$workdir/out/unroll" ;;
@@ -155,7 +161,7 @@ for tool in $only; do
         UNROLL_PHASES=1 cold hf "$UNROLL_BIN" to_huggingface "$config" \
             load_full_state_path="$items" base_output_directory="$workdir/out/hf" \
             pure_nnx=false base_num_decoder_layers="$layers" weight_dtype=bfloat16 \
-            --threads "$threads" -q
+            ${model[@]+"${model[@]}"} --threads "$threads" -q
         du -sb "$workdir/out/hf" | cut -f1 > "$workdir/hf.out.bytes"
         rm -rf "$workdir/out/hf" ;;
     *) echo "big.sh: unknown tool $tool" >&2; exit 2 ;;

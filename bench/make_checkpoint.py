@@ -34,6 +34,9 @@ and nu hold the same values as params (same seed and leaf; Orbax still writes th
 Subcommands:
   make_checkpoint.py make --params-gib G --out DIR [--seed S] [--distinct-opt-state]
                           [--layers L]   (small dimensions, L layers: many small arrays)
+                          [--shape deepseek]  (DeepSeek-V3's layout: latent attention, a
+                                         dense layer, MoE layers whose experts are on their own
+                                         axis; unroll.yml beside it has the model's keys)
                           [--eager]      (whole jax.Arrays through Orbax's own handler)
   make_checkpoint.py chunks --items ITEMS --out LIST.tsv [--prefix params.params.]
       the chunk list for bench/floor.c, from tensorstore.ocdbt.dump (see README.md)
@@ -77,6 +80,9 @@ LOGICAL_RULES = (
     ("kv_head_dim", ()),
     ("norm", ("tensor",)),
     ("layers", ("stage",)),
+    ("q_lora", ()),
+    ("kv_lora", ()),
+    ("exp", ("expert",)),
 )
 
 # Model dimension presets: (emb E, q heads H, kv heads K, head dim D, mlp M, vocab V).
@@ -86,10 +92,84 @@ PRESET_LARGE = dict(emb=2048, heads=16, kv_heads=8, head_dim=128, mlp=5632, voca
 # at 10 GiB, 19 of its 28 layers: a 2.7B-parameter llama-shaped model.
 PRESET_XL = dict(emb=3072, heads=24, kv_heads=8, head_dim=128, mlp=8192, vocab=128256)
 PRESET_SMALL = dict(emb=256, heads=4, kv_heads=2, head_dim=64, mlp=704, vocab=4096)
+# --shape deepseek: DeepSeek-V3's layout at about 1/4 of its widths (multi-head latent
+# attention, 1 dense layer, then MoE layers of 32 routed experts and a shared one); the MoE
+# layer count is chosen to reach the size. The experts are stacked [experts, layers, in, out]
+# (the layer axis after the experts', at param_scan_axis 1), as MaxText stores them.
+PRESET_DEEPSEEK = dict(shape="deepseek", emb=2048, heads=16, q_lora=768, kv_lora=256,
+                       nope=64, rope=32, v=64, mlp=5632, moe_mlp=704, experts=32, vocab=32000,
+                       dense_layers=1)
+
+
+def _deepseek_table(d: dict) -> list:
+    """[(path, logical axes, shape)] for a DeepSeek-V3 decoder (dense_layers, moe_layers)."""
+    E, H, V = d["emb"], d["heads"], d["vocab"]
+    QL, KL, QK, R, VD = d["q_lora"], d["kv_lora"], d["nope"] + d["rope"], d["rope"], d["v"]
+    M, MM, X = d["mlp"], d["moe_mlp"], d["experts"]
+    out = [
+        (("token_embedder", "embedding"), ("vocab", "embed_vocab"), (V, E)),
+        (("decoder", "decoder_norm", "scale"), ("norm",), (E,)),
+        (("decoder", "logits_dense", "kernel"), ("embed_vocab", "vocab"), (E, V)),
+    ]
+    for group, L in (("dense_layers", d["dense_layers"]), ("moe_layers", d["layers"])):
+        lay = ("decoder", group)
+        att = lay + ("self_attention",)
+        out += [
+            (lay + ("pre_self_attention_layer_norm", "scale"), ("norm", "layers"), (E, L)),
+            (lay + ("post_self_attention_layer_norm", "scale"), ("norm", "layers"), (E, L)),
+            (att + ("wq_a", "kernel"), ("embed", "layers", "q_lora"), (E, L, QL)),
+            (att + ("q_norm", "scale"), ("norm", "layers"), (QL, L)),
+            (att + ("wq_b", "kernel"), ("q_lora", "layers", "q_heads", "kv"), (QL, L, H, QK)),
+            (att + ("wkv_a", "kernel"), ("embed", "layers", "kv_lora"), (E, L, KL + R)),
+            (att + ("kv_norm", "scale"), ("norm", "layers"), (KL, L)),
+            (att + ("wkv_b", "kernel"), ("kv_lora", "layers", "kv_heads", "kv_head_dim"),
+             (KL, L, H, QK - R + VD)),
+            (att + ("out", "kernel"), ("heads", "layers", "kv", "embed"), (H, L, VD, E)),
+        ]
+        if group == "dense_layers":
+            mlp = lay + ("mlp",)
+            out += [(mlp + ("wi_0", "kernel"), ("embed", "layers", "mlp"), (E, L, M)),
+                    (mlp + ("wi_1", "kernel"), ("embed", "layers", "mlp"), (E, L, M)),
+                    (mlp + ("wo", "kernel"), ("mlp", "layers", "embed"), (M, L, E))]
+        else:
+            sh = lay + ("DeepSeekMoeBlock_0", "shared_experts")
+            moe = lay + ("DeepSeekMoeBlock_0", "MoeBlock_0")
+            out += [(sh + ("wi_0", "kernel"), ("embed", "layers", "mlp"), (E, L, MM)),
+                    (sh + ("wi_1", "kernel"), ("embed", "layers", "mlp"), (E, L, MM)),
+                    (sh + ("wo", "kernel"), ("mlp", "layers", "embed"), (MM, L, E)),
+                    (moe + ("gate", "kernel"), ("embed", "layers", "exp"), (E, L, X)),
+                    (moe + ("wi_0",), ("exp", "layers", "embed", "mlp"), (X, L, E, MM)),
+                    (moe + ("wi_1",), ("exp", "layers", "embed", "mlp"), (X, L, E, MM)),
+                    (moe + ("wo",), ("exp", "layers", "mlp", "embed"), (X, L, MM, E))]
+    return out
+
+
+def model_args(d: dict) -> list:
+    """The unroll keys (key=value) that describe the checkpoint's model, beyond the example
+    config's llama2 defaults."""
+    if d.get("shape") != "deepseek":
+        return []
+    return ["decoder_block=deepseek", f"first_num_dense_layers={d['dense_layers']}",
+            f"base_num_decoder_layers={d['dense_layers'] + d['layers']}"]
+
+
+# The keys a DeepSeek-V3 export reads that the example config has not (unroll.yml beside the
+# checkpoint: the example's, then these).
+def deepseek_yml(d: dict) -> str:
+    return "\n".join([
+        "routed_score_func: sigmoid", "routed_bias: false", "routed_scaling_factor: 2.5",
+        f"q_lora_rank: {d['q_lora']}", f"kv_lora_rank: {d['kv_lora']}",
+        f"qk_nope_head_dim: {d['nope']}", f"qk_rope_head_dim: {d['rope']}",
+        f"v_head_dim: {d['v']}", f"num_experts: {d['experts']}", "num_experts_per_tok: 8",
+        "shared_experts: 1", "logits_via_embedding: false", "rope_type: yarn",
+        "normalization_layer_epsilon: 1.0e-6", ""])
 
 
 def leaf_table(d: dict) -> list:
-    """[(path under params/params, logical axes, shape)] for a llama2 decoder, scan axis 1."""
+    """[(path under params/params, logical axes, shape)] for a llama2 decoder, scan axis 1
+    (or a DeepSeek-V3 one: --shape deepseek)."""
+    if d.get("shape") == "deepseek":
+        return _deepseek_table(d)
     E, H, K, D, M, V, L = (d["emb"], d["heads"], d["kv_heads"], d["head_dim"], d["mlp"],
                            d["vocab"], d["layers"])
     lay = ("decoder", "layers")
@@ -113,13 +193,14 @@ def leaf_table(d: dict) -> list:
     ]
 
 
-def dims_for(params_gib: float, layers: int = 0) -> dict:
+def dims_for(params_gib: float, layers: int = 0, shape: str = "llama") -> dict:
     """Dimensions whose fp32 parameters come closest to `params_gib` (at least 2 layers); with
-    `layers`, the small preset with that many layers (many small arrays)."""
+    `layers`, the small preset with that many layers (many small arrays). DeepSeek's `layers`
+    are its MoE layers."""
     if layers > 0:
         return dict(PRESET_SMALL, layers=layers)
-    preset = (PRESET_XL if params_gib >= 8.0 else PRESET_LARGE if params_gib >= 1.0
-              else PRESET_SMALL)
+    preset = (PRESET_DEEPSEEK if shape == "deepseek" else PRESET_XL if params_gib >= 8.0
+              else PRESET_LARGE if params_gib >= 1.0 else PRESET_SMALL)
     d = dict(preset, layers=0)
     fixed = sum(math.prod(s) for _, _, s in leaf_table(d))
     d1 = dict(preset, layers=1)
@@ -349,7 +430,7 @@ def lazy_array_handler_class():
 
 
 def generate(params_gib: float, out: pathlib.Path, seed: int, distinct: bool,
-             layers: int = 0, eager: bool = False) -> dict:
+             layers: int = 0, eager: bool = False, shape: str = "llama") -> dict:
     """Write the checkpoint leaf by leaf, slice by slice (LazyLeaf): the generator's memory
     is bounded by the write window, not the model. --distinct-opt-state gives mu and nu their
     own values (other seeds). With `eager` (--eager), the same values as whole jax.Arrays
@@ -361,7 +442,7 @@ def generate(params_gib: float, out: pathlib.Path, seed: int, distinct: bool,
     from orbax.checkpoint._src.metadata import array_metadata_store as ams
     from orbax.checkpoint._src.serialization import type_handler_registry as thr
 
-    d = dims_for(params_gib, layers)
+    d = dims_for(params_gib, layers, shape)
     mesh = make_mesh()
     leaf_no = {path: i for i, (path, _, _) in enumerate(leaf_table(d))}
 
@@ -410,6 +491,7 @@ def generate(params_gib: float, out: pathlib.Path, seed: int, distinct: bool,
         "params_gib_requested": params_gib,
         "dims": d,
         "layers": d["layers"],
+        "model_args": model_args(d),
         "num_params": n,
         "params_bytes": 4 * n,
         "full_state_bytes": 12 * n,
@@ -426,6 +508,9 @@ def generate(params_gib: float, out: pathlib.Path, seed: int, distinct: bool,
         "disk_bytes": sum(p.stat().st_size for p in items.rglob("*") if p.is_file()),
     }
     (out / "bench_checkpoint.json").write_text(json.dumps(info, indent=2) + "\n")
+    if d.get("shape") == "deepseek":
+        example = pathlib.Path(__file__).resolve().parents[1] / "tests/data/example/unroll.yml"
+        (out / "unroll.yml").write_text(example.read_text() + "\n" + deepseek_yml(d))
     return info
 
 
@@ -440,7 +525,7 @@ def cmd_make(args) -> None:
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
         info = generate(args.params_gib, tmp, args.seed, args.distinct_opt_state, args.layers,
-                        args.eager)
+                        args.eager, args.shape)
         tmp.rename(out)
         info["items"] = str((out / "checkpoints" / str(STEP) / "items").resolve())
         (out / "bench_checkpoint.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -578,6 +663,8 @@ def main() -> None:
     m.add_argument("--distinct-opt-state", action="store_true")
     m.add_argument("--layers", type=int, default=0,
                    help="small dimensions with this many layers (overrides --params-gib)")
+    m.add_argument("--shape", choices=("llama", "deepseek"), default="llama",
+                   help="the model's layout (deepseek: DeepSeek-V3's, experts on their own axis)")
     m.add_argument("--eager", action="store_true",
                    help="whole jax.Arrays saved by Orbax's own handler (for the test; small)")
     m.set_defaults(fn=cmd_make)

@@ -89,6 +89,7 @@ typedef struct {
     const ur_plan_leaf *leaves;
     size_t n;
     int lora;
+    int params_only; /* a param-only checkpoint (load_parameters_path) */
     ur_plan_span prefix, suffix; /* the output wrapper around the model path */
     /* The family's own state (a struct of its file, at most this size: see UR_FAMILY_STATE);
      * zeroed before `setup`. */
@@ -147,6 +148,12 @@ typedef struct ur_plan_family {
     /* It scans blocks inside a scan (gemma4, qwen3-next): a non-parameter variable (nnx_aux)
      * under decoder/ is refused, its axes there not being known. */
     int nested;
+    /* Optional: 1 when a leaf (its path's components [st, en) below the model) of a
+     * param-only checkpoint, which holds them among the parameters, is one of the family's
+     * non-parameter variables: without a partition spec saying otherwise, a scan stacked it on
+     * axis 0, and it keeps its dtype, as under a training state's nnx_aux. (A training state
+     * keeps them under nnx_aux; a parameter there of the same name is an older MaxText's.) */
+    int (*aux_leaf)(const ur_plan_leaf *l, size_t st, size_t en);
 } ur_plan_family;
 
 /* ---- the table (family.c) ---------------------------------------------------------------- */
@@ -165,6 +172,9 @@ extern const ur_plan_family ur_family_pipeline;
 
 /* The cycle interval K (1 when unset or 1). */
 int64_t ur_plan__cycle(const ur_family_keys *k);
+/* DeepSeek's router bias (routed_bias: a MoEBiasVar, not an nnx.Param), .../MoeBlock_0/gate/bias
+ * (an aux_leaf). */
+int ur_plan__router_bias(const ur_plan_leaf *l, size_t st, size_t en);
 void ur_plan__group_set(ur_plan_group *g, const char *name, int64_t n_layers, int64_t cycle,
                         int64_t first_out, const char *out_name);
 /* "layers_<j>" or "layer_<j>" with j < k: 1 and *j. */

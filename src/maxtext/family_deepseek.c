@@ -35,4 +35,5 @@ const ur_plan_family ur_family_deepseek = {
     .applies = applies,
     .setup = setup,
     .pipelinable = 1, /* its MoE layers (family_pipeline.c) */
+    .aux_leaf = ur_plan__router_bias,
 };

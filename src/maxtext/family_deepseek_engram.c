@@ -258,4 +258,5 @@ const ur_plan_family ur_family_deepseek_engram = {
     .setup = setup,
     .leaf = leaf,
     .finish = finish,
+    .aux_leaf = ur_plan__router_bias,
 };

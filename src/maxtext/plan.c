@@ -299,9 +299,20 @@ static int path_is(const ur_plan_leaf *l, size_t i, const char *s)
  * at P, unstacked like the params, and in their stored dtype: they are not weights to cast
  * (Tid2EidVar holds expert ids as float32). A scan stacks them on axis 0, not param_scan_axis
  * (nnx.StateAxes({nnx.Param: param_scan_axis, ...: 0}) in nnx_decoders.py). */
-static int is_aux(const ur_plan_leaf *l, ur_plan_layout layout)
+static int is_aux(const ur_plan_walk *w, const ur_plan_family *fam, const ur_plan_leaf *l,
+                  size_t st, size_t en)
 {
-    return layout == UR_PLAN_LAYOUT_LINEN && path_is(l, 0, "nnx_aux");
+    if (w->plan->layout == UR_PLAN_LAYOUT_LINEN && path_is(l, 0, "nnx_aux")) {
+        return 1;
+    }
+    /* a param-only checkpoint holds them at their parameter paths */
+    return w->params_only && fam->aux_leaf != NULL && fam->aux_leaf(l, st, en);
+}
+
+int ur_plan__router_bias(const ur_plan_leaf *l, size_t st, size_t en)
+{
+    return en >= st + 3 && strcmp(l->path[en - 3], "MoeBlock_0") == 0 &&
+           strcmp(l->path[en - 2], "gate") == 0 && strcmp(l->path[en - 1], "bias") == 0;
 }
 
 static int aux_scan_axis(const ur_plan_leaf *leaf, const ur_settings *s)
@@ -986,7 +997,7 @@ static int plan_leaf(ur_plan_walk *w, const ur_plan_family *fam, size_t i, ur_er
     if (rc < 0) {
         return rc;
     }
-    it.aux = is_aux(l, plan->layout);
+    it.aux = is_aux(w, fam, l, it.st, it.en);
     if (ur_dtype_is_float(l->dtype) && !it.aux) {
         a->out_dtype = UR_DT_BFLOAT16;
     }
@@ -1123,6 +1134,7 @@ int ur_plan_build(ur_plan **out, const ur_plan_leaf *leaves, size_t n, const ur_
     w.leaves = leaves;
     w.n = n;
     w.lora = input == UR_PLAN_INPUT_LORA;
+    w.params_only = input == UR_PLAN_INPUT_PARAMS;
     rc = detect_layout(&plan->layout, leaves, n, input, err);
     if (rc < 0) {
         goto out;

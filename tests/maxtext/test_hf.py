@@ -106,7 +106,12 @@ def test_maxtext_exporter(family):
     for key, v in f["exporter"].items():
         assert "unroll" in v, f"{key}: param-only input: {v}"
         assert v["unroll"]["rc"] == 0, f"{key}: {v['unroll']['stderr']}"
-        if family in hf_driver.EXPORTER:
+        fails = hf_driver.EXPORTER_LAYOUT_FAILS.get((family, key.split("-")[0]))
+        if family in hf_driver.EXPORTER and fails:
+            # mapped, but MaxText 0.2.5's exporter fails on this layout; unroll exports it
+            assert v["maxtext"]["rc"] != 0 and fails in v["maxtext"]["error"], v["maxtext"]
+            print(f"{family} {key}: MaxText's exporter: {v['maxtext']['error']}")
+        elif family in hf_driver.EXPORTER:
             assert v["maxtext"]["rc"] == 0, f"{key}: MaxText's exporter: {v['maxtext']['error']}"
             c = v["compare"]
             assert c["names_equal"] and c["n"] > 0 and c["differ"] == [], f"{key}: {c}"

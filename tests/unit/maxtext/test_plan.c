@@ -768,6 +768,33 @@ static void test_plan__deepseek_groups(void **state)
     ts.n = 1;
     assert_int_equal(build_fail(&ts, &s, UR_PLAN_INPUT_PARAMS, &err), UR_EINVAL);
     assert_non_null(strstr(err.msg, "missing decoder/moe_layers"));
+    /* a param-only checkpoint holds the router bias (a non-parameter variable, stacked on
+     * axis 0 by the scan, unlike a parameter) at its parameter path: [layers, experts], kept
+     * in its dtype; a partition spec still says where its layer axis is */
+    ts.n = 0;
+    add(&ts, "params/params/decoder/dense_layers/mlp/wi_0/kernel", UR_DT_FLOAT32, "6,2,16", NULL);
+    add(&ts, "params/params/decoder/moe_layers/DeepSeekMoeBlock_0/MoeBlock_0/wi_0", UR_DT_FLOAT32,
+        "8,3,6,16", NULL);
+    add(&ts, "params/params/decoder/moe_layers/DeepSeekMoeBlock_0/MoeBlock_0/gate/bias",
+        UR_DT_FLOAT32, "3,8", NULL);
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_unstack(plan, 2, 0, 3,
+                   "params/params/decoder/moe_layers_0/DeepSeekMoeBlock_0/MoeBlock_0/gate/bias",
+                   "params/params/decoder/moe_layers_2/DeepSeekMoeBlock_0/MoeBlock_0/gate/bias");
+    assert_int_equal(plan->actions[2].out_dtype, UR_DT_FLOAT32);
+    assert_int_equal(plan->actions[1].out_dtype, UR_DT_BFLOAT16);
+    ur_plan_free(plan);
+    ts.t[2].shape[0] = 8;
+    ts.t[2].shape[1] = 3; /* the bias with its spec: [experts, layers] */
+    ts.t[2].leaf.has_spec = 1;
+    ts.t[2].spec[0] = "expert";
+    ts.t[2].spec[1] = "stage";
+    ts.t[2].leaf.spec = ts.t[2].spec;
+    plan = build_ok(&ts, &s, UR_PLAN_INPUT_PARAMS);
+    expect_unstack(plan, 2, 1, 3,
+                   "params/params/decoder/moe_layers_0/DeepSeekMoeBlock_0/MoeBlock_0/gate/bias",
+                   "params/params/decoder/moe_layers_2/DeepSeekMoeBlock_0/MoeBlock_0/gate/bias");
+    ur_plan_free(plan);
 }
 
 static void lora_adapter(tset *ts, const char *root)
