@@ -108,14 +108,13 @@ static int config_experts(const hf_model *m, hf_json *j, ur_err *err)
 {
     int rank = 0;
     const uint64_t *gate = hf_model_shape(m, "decoder/layers_0/MoeBlock_0/gate/kernel", &rank);
-    int rc = gate != NULL && rank == 2
-                 ? UR_OK
-                 : ur_err_set(err, UR_EINVAL,
-                              "Hugging Face export: the checkpoint lacks layer 0's "
-                              "MoeBlock_0/gate/kernel [emb, experts] of a mixtral model");
-    if (rc == UR_OK) {
-        rc = hf_json_int(j, NULL, "num_local_experts", (int64_t)gate[1], err);
+    int rc;
+    if (gate == NULL || rank != 2) {
+        return ur_err_set(err, UR_EINVAL,
+                          "Hugging Face export: the checkpoint lacks layer 0's "
+                          "MoeBlock_0/gate/kernel [emb, experts] of a mixtral model");
     }
+    rc = hf_json_int(j, NULL, "num_local_experts", (int64_t)gate[1], err);
     if (rc == UR_OK) {
         rc = hf_json_int(j, NULL, "num_experts_per_tok",
                          hf_cfg_int(m->s, "num_experts_per_tok", 1), err);

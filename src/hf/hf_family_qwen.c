@@ -139,12 +139,13 @@ static int config_qwen3_moe(const hf_model *m, hf_json *j, ur_err *err)
     const ur_settings *s = m->s;
     int rank = 0;
     const uint64_t *wi = hf_model_shape(m, "decoder/layers_0/moe_block/wi_0", &rank);
-    int rc = hf_config_decoder(m, j, "Qwen3MoeForCausalLM", "qwen3_moe", 0, err);
-    if (rc == UR_OK && (wi == NULL || rank != 3)) {
-        rc = ur_err_set(err, UR_EINVAL,
-                        "Hugging Face export: the checkpoint lacks layer 0's moe_block/wi_0 "
-                        "[experts, emb, mlp] of a qwen3_moe model");
+    int rc;
+    if (wi == NULL || rank != 3) {
+        return ur_err_set(err, UR_EINVAL,
+                          "Hugging Face export: the checkpoint lacks layer 0's moe_block/wi_0 "
+                          "[experts, emb, mlp] of a qwen3_moe model");
     }
+    rc = hf_config_decoder(m, j, "Qwen3MoeForCausalLM", "qwen3_moe", 0, err);
     if (rc == UR_OK) {
         rc = hf_json_int(j, NULL, "num_experts", (int64_t)wi[0], err);
     }
