@@ -177,30 +177,13 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
     return rc;
 }
 
-const hf_family hf_family_llama = {.name = "llama",
-                                   .architecture = "LlamaForCausalLM",
-                                   .applies = applies_llama,
-                                   .setup = setup,
-                                   .shared = hf_rules_llama_like,
-                                   .n_shared = HF_N_RULES_LLAMA_LIKE,
-                                   .rules = rules,
-                                   .n_rules = sizeof rules / sizeof rules[0],
-                                   .config = config};
-const hf_family hf_family_mistral = {.name = "mistral",
-                                     .architecture = "MistralForCausalLM",
-                                     .applies = applies_mistral,
-                                     .setup = setup,
-                                     .shared = hf_rules_llama_like,
-                                     .n_shared = HF_N_RULES_LLAMA_LIKE,
-                                     .rules = rules,
-                                     .n_rules = sizeof rules / sizeof rules[0],
-                                     .config = config};
-const hf_family hf_family_mixtral = {.name = "mixtral",
-                                     .architecture = "MixtralForCausalLM",
-                                     .applies = applies_mixtral,
-                                     .setup = setup,
-                                     .shared = hf_rules_llama_like,
-                                     .n_shared = HF_N_RULES_LLAMA_LIKE,
-                                     .rules = rules,
-                                     .n_rules = sizeof rules / sizeof rules[0],
-                                     .config = config};
+/* The three share the table, its setup and config.json's writer: only the class differs. */
+#define FAMILY(nm, arch, app)                                                                     \
+    {                                                                                             \
+        .name = nm, .architecture = arch, .applies = app, .setup = setup,                         \
+        .shared = hf_rules_llama_like, .n_shared = HF_N_RULES_LLAMA_LIKE, .rules = rules,         \
+        .n_rules = sizeof rules / sizeof rules[0], .config = config                               \
+    }
+const hf_family hf_family_llama = FAMILY("llama", "LlamaForCausalLM", applies_llama);
+const hf_family hf_family_mistral = FAMILY("mistral", "MistralForCausalLM", applies_mistral);
+const hf_family hf_family_mixtral = FAMILY("mixtral", "MixtralForCausalLM", applies_mixtral);

@@ -192,30 +192,14 @@ static int config_qwen2(const hf_model *m, hf_json *j, ur_err *err)
     return rc == UR_OK ? hf_config_rope(m, j, "default", err) : rc;
 }
 
-const hf_family hf_family_qwen3 = {.name = "qwen3",
-                                   .architecture = "Qwen3ForCausalLM",
-                                   .applies = applies_qwen3,
-                                   .setup = setup,
-                                   .shared = hf_rules_llama_like,
-                                   .n_shared = HF_N_RULES_LLAMA_LIKE,
-                                   .rules = rules,
-                                   .n_rules = sizeof rules / sizeof rules[0],
-                                   .config = config_qwen3};
-const hf_family hf_family_qwen3_moe = {.name = "qwen3_moe",
-                                       .architecture = "Qwen3MoeForCausalLM",
-                                       .applies = applies_qwen3_moe,
-                                       .setup = setup,
-                                       .shared = hf_rules_llama_like,
-                                       .n_shared = HF_N_RULES_LLAMA_LIKE,
-                                       .rules = rules,
-                                       .n_rules = sizeof rules / sizeof rules[0],
-                                       .config = config_qwen3_moe};
-const hf_family hf_family_qwen2 = {.name = "qwen2",
-                                   .architecture = "Qwen2ForCausalLM",
-                                   .applies = applies_qwen2,
-                                   .setup = setup,
-                                   .shared = hf_rules_llama_like,
-                                   .n_shared = HF_N_RULES_LLAMA_LIKE,
-                                   .rules = rules,
-                                   .n_rules = sizeof rules / sizeof rules[0],
-                                   .config = config_qwen2};
+/* The three share the table and its setup; the class and config.json's writer differ. */
+#define FAMILY(nm, arch, app, cfg)                                                                \
+    {                                                                                             \
+        .name = nm, .architecture = arch, .applies = app, .setup = setup,                         \
+        .shared = hf_rules_llama_like, .n_shared = HF_N_RULES_LLAMA_LIKE, .rules = rules,         \
+        .n_rules = sizeof rules / sizeof rules[0], .config = cfg                                  \
+    }
+const hf_family hf_family_qwen3 = FAMILY("qwen3", "Qwen3ForCausalLM", applies_qwen3, config_qwen3);
+const hf_family hf_family_qwen3_moe = FAMILY("qwen3_moe", "Qwen3MoeForCausalLM", applies_qwen3_moe,
+                                             config_qwen3_moe);
+const hf_family hf_family_qwen2 = FAMILY("qwen2", "Qwen2ForCausalLM", applies_qwen2, config_qwen2);

@@ -26,16 +26,24 @@ typedef struct {
     uint64_t shape[3];
 } param;
 
+/* What a Llama-like model has outside its MLP: the top level and layer 0's attention. */
+#define LLAMA_TOP                                                                                 \
+    {"token_embedder/embedding", 2, {V, E}}, {"decoder/decoder_norm/scale", 1, {E}},              \
+        {"decoder/logits_dense/kernel", 2, {E, V}},                                               \
+        {"decoder/layers_0/pre_self_attention_layer_norm/scale", 1, {E}},                         \
+        {"decoder/layers_0/post_self_attention_layer_norm/scale", 1, {E}},                        \
+        {"decoder/layers_0/self_attention/query/kernel", 3, {E, H, D}},                           \
+        {"decoder/layers_0/self_attention/key/kernel", 3, {E, KV, D}},                            \
+        {"decoder/layers_0/self_attention/value/kernel", 3, {E, KV, D}},                          \
+    {                                                                                             \
+        "decoder/layers_0/self_attention/out/kernel", 3,                                          \
+        {                                                                                         \
+            H, D, E                                                                               \
+        }                                                                                         \
+    }
+
 static const param LLAMA[] = {
-    {"token_embedder/embedding", 2, {V, E}},
-    {"decoder/decoder_norm/scale", 1, {E}},
-    {"decoder/logits_dense/kernel", 2, {E, V}},
-    {"decoder/layers_0/pre_self_attention_layer_norm/scale", 1, {E}},
-    {"decoder/layers_0/post_self_attention_layer_norm/scale", 1, {E}},
-    {"decoder/layers_0/self_attention/query/kernel", 3, {E, H, D}},
-    {"decoder/layers_0/self_attention/key/kernel", 3, {E, KV, D}},
-    {"decoder/layers_0/self_attention/value/kernel", 3, {E, KV, D}},
-    {"decoder/layers_0/self_attention/out/kernel", 3, {H, D, E}},
+    LLAMA_TOP,
     {"decoder/layers_0/mlp/wi_0/kernel", 2, {E, M}},
     {"decoder/layers_0/mlp/wi_1/kernel", 2, {E, M}},
     {"decoder/layers_0/mlp/wo/kernel", 2, {M, E}},
@@ -388,15 +396,7 @@ static void test_hf__config_json(void **state)
  * refused. */
 #define X 5
 static const param MIXTRAL[] = {
-    {"token_embedder/embedding", 2, {V, E}},
-    {"decoder/decoder_norm/scale", 1, {E}},
-    {"decoder/logits_dense/kernel", 2, {E, V}},
-    {"decoder/layers_0/pre_self_attention_layer_norm/scale", 1, {E}},
-    {"decoder/layers_0/post_self_attention_layer_norm/scale", 1, {E}},
-    {"decoder/layers_0/self_attention/query/kernel", 3, {E, H, D}},
-    {"decoder/layers_0/self_attention/key/kernel", 3, {E, KV, D}},
-    {"decoder/layers_0/self_attention/value/kernel", 3, {E, KV, D}},
-    {"decoder/layers_0/self_attention/out/kernel", 3, {H, D, E}},
+    LLAMA_TOP,
     {"decoder/layers_0/MoeBlock_0/gate/kernel", 2, {E, X}},
     {"decoder/layers_0/MoeBlock_0/wi_0", 3, {X, E, M}},
     {"decoder/layers_0/MoeBlock_0/wi_1", 3, {X, E, M}},
