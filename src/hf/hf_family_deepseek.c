@@ -1,5 +1,6 @@
-/* DeepSeek-V3: MaxText's deepseek decoder block (deepseek3-671b, deepseek3-tiny, kimi-k2
- * shapes) as transformers' DeepseekV3ForCausalLM, as MaxText's exporter maps it
+/* DeepSeek-V3 and V2: MaxText's deepseek decoder block as transformers' DeepseekV3ForCausalLM
+ * (the sigmoid router: deepseek3-671b, deepseek3-tiny, kimi-k2 shapes) or
+ * DeepseekV2ForCausalLM (the softmax router: deepseek2-16b), as MaxText's exporter maps them
  * (DEEPSEEK_MAXTEXT_TO_HF_PARAM_MAPPING and its hooks).
  *
  * MaxText keeps the first first_num_dense_layers layers apart (dense_layers_{i}, a dense MLP)
@@ -18,28 +19,25 @@
 #define MOE(mt, hf) "decoder/moe_layers_{i}/" mt, "model.layers.{i}." hf
 #define BLOCK "DeepSeekMoeBlock_0/"
 
-/* A layer's attention and norms, in the dense layers (D) and the MoE ones (M). */
-#define ATTENTION(L, bits)                                                                        \
-    {L("pre_self_attention_layer_norm/scale", "input_layernorm.weight"), "e -> e", HF_OP_NONE,    \
-     bits},                                                                                       \
-        {L("post_self_attention_layer_norm/scale", "post_attention_layernorm.weight"), "e -> e",  \
-         HF_OP_NONE, bits},                                                                       \
-        {L("self_attention/wq_a/kernel", "self_attn.q_a_proj.weight"), "e q -> q e", HF_OP_NONE,  \
-         bits},                                                                                   \
-        {L("self_attention/q_norm/scale", "self_attn.q_a_layernorm.weight"), "q -> q",            \
-         HF_OP_NONE, bits},                                                                       \
-        {L("self_attention/wq_b/kernel", "self_attn.q_b_proj.weight"), "q h d -> (h d) q",        \
-         HF_OP_NONE, bits},                                                                       \
-        {L("self_attention/wkv_a/kernel", "self_attn.kv_a_proj_with_mqa.weight"), "e k -> k e",   \
-         HF_OP_NONE, bits},                                                                       \
-        {L("self_attention/kv_norm/scale", "self_attn.kv_a_layernorm.weight"), "k -> k",          \
-         HF_OP_NONE, bits},                                                                       \
-        {L("self_attention/wkv_b/kernel", "self_attn.kv_b_proj.weight"), "k h d -> (h d) k",      \
-         HF_OP_NONE, bits},                                                                       \
+/* A layer's attention and norms, in the dense layers (D) and the MoE ones (M): the query
+ * through its low-rank projection (V3) or whole (V2's q_lora_rank 0). */
+#define ROW(L, mt, hf, pattern, when)                                                             \
     {                                                                                             \
-        L("self_attention/out/kernel", "self_attn.o_proj.weight"), "h d e -> e (h d)",            \
-            HF_OP_NONE, bits                                                                      \
+        L(mt, hf), pattern, HF_OP_NONE, when                                                      \
     }
+/* clang-format off */
+#define ATTENTION(L, bits) \
+    ROW(L, "pre_self_attention_layer_norm/scale", "input_layernorm.weight", "e -> e", bits), \
+    ROW(L, "post_self_attention_layer_norm/scale", "post_attention_layernorm.weight", "e -> e", bits), \
+    ROW(L, "self_attention/wq_a/kernel", "self_attn.q_a_proj.weight", "e q -> q e", (bits) | HF_IF_LOW_RANK_QUERY), \
+    ROW(L, "self_attention/q_norm/scale", "self_attn.q_a_layernorm.weight", "q -> q", (bits) | HF_IF_LOW_RANK_QUERY), \
+    ROW(L, "self_attention/wq_b/kernel", "self_attn.q_b_proj.weight", "q h d -> (h d) q", (bits) | HF_IF_LOW_RANK_QUERY), \
+    ROW(L, "self_attention/query/kernel", "self_attn.q_proj.weight", "e h d -> (h d) e", (bits) | HF_IF_FULL_QUERY), \
+    ROW(L, "self_attention/wkv_a/kernel", "self_attn.kv_a_proj_with_mqa.weight", "e k -> k e", bits), \
+    ROW(L, "self_attention/kv_norm/scale", "self_attn.kv_a_layernorm.weight", "k -> k", bits), \
+    ROW(L, "self_attention/wkv_b/kernel", "self_attn.kv_b_proj.weight", "k h d -> (h d) k", bits), \
+    ROW(L, "self_attention/out/kernel", "self_attn.o_proj.weight", "h d e -> e (h d)", bits)
+/* clang-format on */
 
 static const hf_rule rules[] = {
     ATTENTION(DENSE, HF_DENSE_LAYERS),
@@ -65,25 +63,51 @@ static const hf_rule rules[] = {
      HF_AFTER_DENSE},
 };
 
+static int softmax_router(const ur_settings *s)
+{
+    return strcmp(hf_cfg_str(s, "routed_score_func", ""), "softmax") == 0;
+}
+
 static int applies(const ur_settings *s)
 {
-    return strcmp(s->decoder_block, "deepseek") == 0;
+    return strcmp(s->decoder_block, "deepseek") == 0 && !softmax_router(s);
+}
+
+static int applies_v2(const ur_settings *s)
+{
+    return strcmp(s->decoder_block, "deepseek") == 0 && softmax_router(s);
+}
+
+/* MaxText routes deepseek3*, deepseek4* and kimi-k2* models by DeepSeek-V3's rule (its
+ * groups, the bias), the others by plain top-k (moe.py). */
+static int v3_routing(const ur_settings *s)
+{
+    return hf_starts(s->model_name, "deepseek3") || hf_starts(s->model_name, "deepseek4") ||
+           hf_starts(s->model_name, "kimi-k2");
 }
 
 #define BIAS "decoder/moe_layers_0/" BLOCK "MoeBlock_0/gate/bias"
 
-/* What DeepseekV3ForCausalLM cannot hold: a softmax router (DeepSeek-V2's), a query without
- * its low-rank projection, YaRN's scaled rotary output (rope_attention_scaling); and a
- * router bias the settings have but the checkpoint does not (MaxText keeps it apart from the
- * parameters: without it the export would route differently). */
+/* What the two classes cannot hold: a router other than V3's (sigmoid scores, its groups and
+ * bias only where MaxText applies them) or V2's greedy one (the top-k of the softmax: no
+ * groups, no bias), rotary embeddings other than YaRN (of interleaved pairs for V2), YaRN's
+ * scaled rotary output (rope_attention_scaling); and a router bias the settings have but the
+ * checkpoint does not (MaxText keeps it apart from the parameters: without it the export
+ * would route differently). */
 static int setup(hf_model *m, ur_err *err)
 {
     const ur_settings *s = m->s;
-    int rank = 0;
-    const char *why = strcmp(hf_cfg_str(s, "routed_score_func", ""), "sigmoid") != 0
-                          ? "routed_score_func other than sigmoid"
-                      : hf_cfg_int(s, "q_lora_rank", 0) <= 0        ? "q_lora_rank 0"
+    int rank = 0, v2 = softmax_router(s);
+    const char *score = hf_cfg_str(s, "routed_score_func", "");
+    /* without groups or a bias, MaxText's plain top-k and V3's rule pick the same experts */
+    int plain = hf_cfg_int(s, "n_routing_groups", -1) <= 0 && !hf_cfg_bool(s, "routed_bias", 0);
+    const char *why = !v2 && strcmp(score, "sigmoid") != 0
+                          ? "a routed_score_func other than sigmoid or softmax"
+                      : !v2 && !v3_routing(s) && !plain
+                          ? "routing groups or a router bias MaxText ignores for this model_name"
+                      : v2 && !plain ? "a softmax router with groups or a bias"
                       : hf_cfg_bool(s, "rope_attention_scaling", 0) ? "rope_attention_scaling"
+                      : v2 && !hf_cfg_bool(s, "rope_interleave", 1) ? "rope_interleave false"
                       : strcmp(hf_cfg_str(s, "rope_type", "yarn"), "yarn") != 0
                           ? "a rope_type other than yarn"
                       : hf_cfg_bool(s, "routed_bias", 0) && hf_model_shape(m, BIAS, &rank) == NULL
@@ -92,12 +116,13 @@ static int setup(hf_model *m, ur_err *err)
     if (why != NULL) {
         return ur_err_set(err, UR_EUNSUPPORTED,
                           "Hugging Face export: decoder_block deepseek with %s has no place in "
-                          "DeepseekV3ForCausalLM",
-                          why);
+                          "%s",
+                          why, v2 ? "DeepseekV2ForCausalLM" : "DeepseekV3ForCausalLM");
     }
     m->flags = (m->flags & ~(unsigned)HF_IF_DENSE_MLP) | HF_IF_EXPERTS;
     m->flags |= hf_cfg_bool(s, "logits_via_embedding", 0) ? 0 : HF_IF_UNTIED;
     m->flags |= hf_cfg_bool(s, "routed_bias", 0) ? HF_IF_ROUTED_BIAS : 0;
+    m->flags |= hf_cfg_int(s, "q_lora_rank", 0) > 0 ? HF_IF_LOW_RANK_QUERY : HF_IF_FULL_QUERY;
     m->dense_layers = hf_cfg_int(s, "first_num_dense_layers", 0);
     return UR_OK;
 }
@@ -148,16 +173,50 @@ static int config_rope(const hf_model *m, hf_json *j, ur_err *err)
     if (rc == UR_OK) {
         rc = hf_json_int(j, NULL, "max_position_embeddings", max_pos, err);
     }
-    return rc == UR_OK ? hf_json_bool(j, NULL, "rope_interleave",
-                                      hf_cfg_bool(s, "rope_interleave", 1), err)
-                       : rc;
+    /* V2's rotation is always of interleaved pairs; V3's says so */
+    return rc == UR_OK && !softmax_router(s)
+               ? hf_json_bool(j, NULL, "rope_interleave", hf_cfg_bool(s, "rope_interleave", 1),
+                              err)
+               : rc;
+}
+
+/* V3's router: sigmoid scores, MaxText's groups (none: one group, chosen), the top-k weights
+ * normalized (MaxText normalizes a sigmoid router's); no multi-token prediction layers. */
+static int config_v3_routing(const hf_model *m, hf_json *j, int64_t groups, int64_t top_groups,
+                             ur_err *err)
+{
+    int rc = hf_json_int(j, NULL, "n_group", groups > 0 ? groups : 1, err);
+    (void)m;
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, NULL, "topk_group", top_groups > 0 ? top_groups : 1, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, NULL, "norm_topk_prob", 1, err);
+    }
+    return rc == UR_OK ? hf_json_int(j, NULL, "num_mtp_layers", 0, err) : rc;
+}
+
+/* V2's router as MaxText's deepseek2 routes: the top-k of the softmax, not normalized. */
+static int config_v2_routing(hf_json *j, ur_err *err)
+{
+    int rc = hf_json_str(j, NULL, "topk_method", "greedy", err);
+    if (rc == UR_OK) {
+        rc = hf_json_null(j, NULL, "n_group", err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_null(j, NULL, "topk_group", err);
+    }
+    return rc == UR_OK ? hf_json_bool(j, NULL, "norm_topk_prob", 0, err) : rc;
 }
 
 static int config(const hf_model *m, hf_json *j, ur_err *err)
 {
     const ur_settings *s = m->s;
-    const char *arch = "DeepseekV3ForCausalLM";
-    const char *q_b = "decoder/moe_layers_0/self_attention/wq_b/kernel";
+    int v2 = softmax_router(s), low_rank = (m->flags & HF_IF_LOW_RANK_QUERY) != 0;
+    const char *arch = v2 ? "DeepseekV2ForCausalLM" : "DeepseekV3ForCausalLM";
+    /* the query's [in, heads, qk_head_dim]: the low-rank up-projection's, or the query's */
+    const char *q_b = low_rank ? "decoder/moe_layers_0/self_attention/wq_b/kernel"
+                               : "decoder/moe_layers_0/self_attention/query/kernel";
     const char *kv_b = "decoder/moe_layers_0/self_attention/wkv_b/kernel";
     const char *wi = "decoder/moe_layers_0/" BLOCK "MoeBlock_0/wi_0";
     int64_t groups = hf_cfg_int(s, "n_routing_groups", -1);
@@ -179,29 +238,31 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
         {"n_shared_experts", hf_cfg_int(s, "shared_experts", 1)},
         {"n_routed_experts", dim(m, wi, 3, 0)},
         {"kv_lora_rank", dim(m, kv_b, 3, 0)},
-        {"q_lora_rank", dim(m, q_b, 3, 0)},
         {"qk_rope_head_dim", hf_cfg_int(s, "qk_rope_head_dim", 64)},
         {"qk_nope_head_dim", dim(m, q_b, 3, 2) - hf_cfg_int(s, "qk_rope_head_dim", 64)},
         {"v_head_dim", v_head_dim},
-        /* MaxText without groups: one group, chosen */
-        {"n_group", groups > 0 ? groups : 1},
-        {"topk_group", top_groups > 0 ? top_groups : 1},
         {"num_experts_per_tok", hf_cfg_int(s, "num_experts_per_tok", 1)},
         {"first_k_dense_replace", m->dense_layers},
-        {"num_mtp_layers", 0},
     };
     int rc = hf_json_strs(j, NULL, "architectures", &arch, 1, err);
     if (rc == UR_OK &&
         (dim(m, q_b, 3, 1) == 0 || dim(m, kv_b, 3, 0) == 0 || dim(m, wi, 3, 0) == 0)) {
         rc = ur_err_set(err, UR_EINVAL,
-                        "Hugging Face export: the checkpoint lacks the first MoE layer's wq_b, "
+                        "Hugging Face export: the checkpoint lacks the first MoE layer's query, "
                         "wkv_b or experts of a deepseek model");
     }
     for (size_t i = 0; i < sizeof ints / sizeof ints[0] && rc == UR_OK; i++) {
         rc = hf_json_int(j, NULL, ints[i].key, ints[i].v, err);
     }
     if (rc == UR_OK) {
-        rc = hf_json_str(j, NULL, "model_type", "deepseek_v3", err);
+        rc = hf_json_str(j, NULL, "model_type", v2 ? "deepseek_v2" : "deepseek_v3", err);
+    }
+    if (rc == UR_OK) {
+        rc = low_rank ? hf_json_int(j, NULL, "q_lora_rank", dim(m, q_b, 3, 0), err)
+                      : hf_json_null(j, NULL, "q_lora_rank", err);
+    }
+    if (rc == UR_OK) {
+        rc = v2 ? config_v2_routing(j, err) : config_v3_routing(m, j, groups, top_groups, err);
     }
     if (rc == UR_OK) {
         rc = hf_json_str(j, NULL, "hidden_act", "silu", err);
@@ -209,9 +270,6 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
     if (rc == UR_OK) {
         rc = hf_json_float(j, NULL, "routed_scaling_factor",
                            hf_cfg_float(s, "routed_scaling_factor", 1.0), err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_bool(j, NULL, "norm_topk_prob", 1, err); /* MaxText's sigmoid router */
     }
     if (rc == UR_OK) {
         rc = hf_json_float(j, NULL, "rms_norm_eps",
@@ -238,6 +296,15 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
     return rc == UR_OK ? config_rope(m, j, err) : rc;
 }
 
+const hf_family hf_family_deepseek_v2 = {.name = "deepseek_v2",
+                                         .architecture = "DeepseekV2ForCausalLM",
+                                         .applies = applies_v2,
+                                         .setup = setup,
+                                         .shared = hf_rules_llama_like,
+                                         .n_shared = HF_N_RULES_TOP,
+                                         .rules = rules,
+                                         .n_rules = sizeof rules / sizeof rules[0],
+                                         .config = config};
 const hf_family hf_family_deepseek = {.name = "deepseek",
                                       .architecture = "DeepseekV3ForCausalLM",
                                       .applies = applies,

@@ -37,6 +37,8 @@ enum {
                             * which clears it where routed experts take its place */
     HF_IF_EXPERTS = 256,       /* routed experts (num_experts > 1) */
     HF_IF_ROUTED_BIAS = 512,   /* the router's score-correction bias (routed_bias) */
+    HF_IF_LOW_RANK_QUERY = 1024, /* the query through a low-rank projection (q_lora_rank > 0) */
+    HF_IF_FULL_QUERY = 2048,     /* a full-rank query kernel (q_lora_rank 0) */
     /* not conditions (rule_holds ignores them), but which layers a rule is for: */
     /* a layer may lack the parameter (Gemma 4's global layers, whose key is also their value,
      * have no value kernel) */
@@ -209,5 +211,6 @@ extern const hf_family hf_family_gemma2;
 extern const hf_family hf_family_gemma3;
 extern const hf_family hf_family_gemma4;
 extern const hf_family hf_family_deepseek;
+extern const hf_family hf_family_deepseek_v2;
 
 #endif

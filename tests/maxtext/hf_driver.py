@@ -88,6 +88,13 @@ FAMILIES = {
         "model_name=deepseek3-671b", "base_num_decoder_layers=5", "first_num_dense_layers=3",
         "qk_nope_head_dim=128", "qk_rope_head_dim=64", "v_head_dim=128", "routed_bias=true",
         "routed_bias_update_rate=0.5"],
+    # DeepSeek-V2 (deepseek2-16b's settings: the softmax router, a full-rank query, 2 shared
+    # experts), the same tiny widths; 1 dense layer, then 2 MoE layers
+    "deepseek2": [a for a in driver.DEEPSEEK if not a.startswith(
+        ("model_name=", "qk_nope_head_dim=", "qk_rope_head_dim=", "v_head_dim=",
+         "q_lora_rank="))] + [
+        "model_name=deepseek2-16b", "qk_nope_head_dim=128", "qk_rope_head_dim=64",
+        "v_head_dim=128"],
 }
 for _f, _keys in FAMILIES.items():
     driver.ALL.setdefault(_f, _keys)
@@ -96,7 +103,7 @@ for _f, _keys in FAMILIES.items():
 # (olmo3 too: its PARAM_MAPPING and HOOK_FNS name olmo3-7b, its HF_SHAPE does not, "Mappings
 # not found for model: olmo3-7b").
 EXPORTER = {"llama3.1", "qwen3", "qwen2.5", "gemma3", "gemma2", "qwen3-moe", "mixtral",
-            "deepseek3"}
+            "deepseek3", "deepseek2"}
 # Families MaxText's exporter maps but cannot export at the test's size, and what it says:
 # gemma4's shapes come from its table's full-size text_config (32 heads), whatever the
 # model's (--override_model_architecture or not).

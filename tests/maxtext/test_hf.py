@@ -71,7 +71,8 @@ def test_transformers_matches_maxtext(family):
                 "gemma3": "Gemma3ForConditionalGeneration", "gemma2": "Gemma2ForCausalLM",
                 "gemma4-31b": "Gemma4ForConditionalGeneration",
                 "qwen3-moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM",
-                "deepseek3": "DeepseekV3ForCausalLM"}[family]
+                "deepseek3": "DeepseekV3ForCausalLM",
+                "deepseek2": "DeepseekV2ForCausalLM"}[family]
     assert hf["architecture"] == expected and hf["config_architectures"] == [expected]
     assert hf["dtype"] == "torch.float32" and f["config"]["dtype"] == "float32"
     mt = f["maxtext"]

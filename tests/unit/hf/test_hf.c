@@ -615,6 +615,7 @@ static void test_hf__deepseek_layers(void **state)
     char dir[256];
     int seen = 0;
     ur_config *cfg;
+    ur_settings ds;
     (void)state;
     assert_true(N_DEEPSEEK <= 48);
     ur_test_scratch_dir(dir, sizeof dir, "hf_deepseek");
@@ -654,12 +655,17 @@ static void test_hf__deepseek_layers(void **state)
     assert_non_null(strstr(err.msg, "decoder/moe_layers_0/self_attention/out/kernel"));
     assert_non_null(strstr(err.msg, "model.layers.1.self_attn.o_proj.weight"));
     ur_config_free(cfg);
-    /* routed_bias without the bias */
+    /* routed_bias without the bias; and a bias MaxText ignores for a model not routed by
+     * V3's rule (model_name default) */
     cfg = deepseek_config(dir, "true");
+    ds = *ur_config_settings(cfg);
+    ds.model_name = "deepseek3-tiny";
     make_plan(f, DEEPSEEK, N_DEEPSEEK - 9);
+    assert_int_equal(ur_hf_plan_build(&p, &f->plan, f->leaves, &ds, &o, &err), UR_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "routed_bias but no router bias among the parameters"));
     assert_int_equal(ur_hf_plan_build(&p, &f->plan, f->leaves, ur_config_settings(cfg), &o, &err),
                      UR_EUNSUPPORTED);
-    assert_non_null(strstr(err.msg, "routed_bias"));
+    assert_non_null(strstr(err.msg, "MaxText ignores for this model_name"));
     ur_config_free(cfg);
     (void)ur_fs_remove_tree(dir, NULL);
     free(f);
