@@ -180,7 +180,7 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
 /* The three share the table, its setup and config.json's writer: only the class differs. */
 #define FAMILY(nm, arch, app)                                                                     \
     {                                                                                             \
-        .name = nm, .architecture = arch, .applies = app, .setup = setup,                         \
+        .name = (nm), .architecture = (arch), .applies = (app), .setup = setup,                   \
         .shared = hf_rules_llama_like, .n_shared = HF_N_RULES_LLAMA_LIKE, .rules = rules,         \
         .n_rules = sizeof rules / sizeof rules[0], .config = config                               \
     }

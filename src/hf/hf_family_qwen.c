@@ -195,9 +195,9 @@ static int config_qwen2(const hf_model *m, hf_json *j, ur_err *err)
 /* The three share the table and its setup; the class and config.json's writer differ. */
 #define FAMILY(nm, arch, app, cfg)                                                                \
     {                                                                                             \
-        .name = nm, .architecture = arch, .applies = app, .setup = setup,                         \
+        .name = (nm), .architecture = (arch), .applies = (app), .setup = setup,                   \
         .shared = hf_rules_llama_like, .n_shared = HF_N_RULES_LLAMA_LIKE, .rules = rules,         \
-        .n_rules = sizeof rules / sizeof rules[0], .config = cfg                                  \
+        .n_rules = sizeof rules / sizeof rules[0], .config = (cfg)                                \
     }
 const hf_family hf_family_qwen3 = FAMILY("qwen3", "Qwen3ForCausalLM", applies_qwen3, config_qwen3);
 const hf_family hf_family_qwen3_moe = FAMILY("qwen3_moe", "Qwen3MoeForCausalLM", applies_qwen3_moe,
