@@ -296,21 +296,13 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
     return rc == UR_OK ? config_rope(m, j, err) : rc;
 }
 
-const hf_family hf_family_deepseek_v2 = {.name = "deepseek_v2",
-                                         .architecture = "DeepseekV2ForCausalLM",
-                                         .applies = applies_v2,
-                                         .setup = setup,
-                                         .shared = hf_rules_llama_like,
-                                         .n_shared = HF_N_RULES_TOP,
-                                         .rules = rules,
-                                         .n_rules = sizeof rules / sizeof rules[0],
-                                         .config = config};
-const hf_family hf_family_deepseek = {.name = "deepseek",
-                                      .architecture = "DeepseekV3ForCausalLM",
-                                      .applies = applies,
-                                      .setup = setup,
-                                      .shared = hf_rules_llama_like,
-                                      .n_shared = HF_N_RULES_TOP,
-                                      .rules = rules,
-                                      .n_rules = sizeof rules / sizeof rules[0],
-                                      .config = config};
+/* The two share the table, its setup and config.json's writer (which reads the router from
+ * the settings): only the class and when it applies differ. */
+#define FAMILY(nm, arch, app)                                                                     \
+    {                                                                                             \
+        .name = (nm), .architecture = (arch), .applies = (app), .setup = setup,                   \
+        .shared = hf_rules_llama_like, .n_shared = HF_N_RULES_TOP, .rules = rules,                \
+        .n_rules = sizeof rules / sizeof rules[0], .config = config                               \
+    }
+const hf_family hf_family_deepseek_v2 = FAMILY("deepseek_v2", "DeepseekV2ForCausalLM", applies_v2);
+const hf_family hf_family_deepseek = FAMILY("deepseek", "DeepseekV3ForCausalLM", applies);

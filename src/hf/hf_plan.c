@@ -299,16 +299,15 @@ static int add_tensors(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer
                           "experts",
                           q->path, HF_MAX_EXPERTS);
     }
-    q->n_experts = q->shape[0];
-    q->experts = ur_calloc((size_t)q->n_experts, sizeof *q->experts);
+    q->experts = ur_calloc((size_t)q->shape[0], sizeof *q->experts);
     if (q->experts == NULL) {
         return ur_err_oom(err);
     }
-    if ((int64_t)q->n_experts > p->model.n_experts) {
-        p->model.n_experts = (int64_t)q->n_experts;
+    if ((int64_t)q->shape[0] > p->model.n_experts) {
+        p->model.n_experts = (int64_t)q->shape[0];
     }
     rc = UR_OK;
-    for (uint64_t e = 0; e < q->n_experts && rc == UR_OK; e++) {
+    for (uint64_t e = 0; e < q->shape[0] && rc == UR_OK; e++) {
         rc = add_tensor(p, pi, r, layer, (int64_t)e, err);
     }
     return rc;

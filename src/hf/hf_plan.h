@@ -16,10 +16,9 @@ typedef struct {
     int rank;
     uint64_t shape[UR_MAX_RANK];
     size_t tensor;   /* its tensor (index into t, by name), SIZE_MAX: none */
-    /* split by experts (an "{e}" rule): expert e's tensor is experts[e] (n_experts of them,
-     * the parameter's axis 0), and `tensor` is expert 0's; NULL: one tensor */
+    /* split by experts (an "{e}" rule): expert e's tensor is experts[e], one per index of
+     * the parameter's axis 0, and `tensor` is expert 0's; NULL: one tensor */
     size_t *experts;
-    uint64_t n_experts;
 } hf_param;
 
 typedef struct {
