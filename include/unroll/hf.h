@@ -87,6 +87,11 @@ typedef struct ur_hf_tensor_info {
     /* the parameter's index on axis 0 (its experts) whose slice the tensor is, the
      * rearrangement applying to that slice; -1: the whole parameter */
     int64_t expert;
+    /* one of `parts` parameters interleaved along the tensor's last axis, at position `part`
+     * (ur_rearrange_box_interleave): its rearrangement gives a tensor of `shape` but a last
+     * axis `parts` times shorter; parts 1: the whole tensor. The tensor is listed once per
+     * part, each with its parameter. */
+    int parts, part;
     int src_rank;
     const uint64_t *src_shape;
     ur_dtype src_dtype;

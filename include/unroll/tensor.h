@@ -142,6 +142,14 @@ typedef struct {
 int ur_rearrange_box(const ur_rearrange *r, const uint64_t *start, const uint64_t *count,
                      const uint64_t *buf_shape, ur_rearrange_box_map *m, ur_err *err);
 
+/* The output as one of `n` tensors of its shape interleaved along their last axis into a
+ * tensor whose last axis is n times as long, at position k (0 <= k < n): element x of the
+ * output (in C order) is element x * n + k of that tensor (gpt-oss's fused gate and up
+ * projections: the gate at even positions, the up projection at odd ones). Makes m, a map
+ * into the output, a map into the interleaved tensor; its innermost stride is then n, so the
+ * box's elements land apart. UR_EINVAL when k >= n, n is 0, or the offsets would overflow. */
+int ur_rearrange_box_interleave(ur_rearrange_box_map *m, uint32_t n, uint32_t k, ur_err *err);
+
 /* --- element-wise arithmetic (tensor_cast.c) --------------------------------------------- */
 
 typedef enum {

@@ -11,6 +11,7 @@ static const hf_family *const families[] = {
     &hf_family_llama,     &hf_family_mistral, &hf_family_mixtral,     &hf_family_qwen3,
     &hf_family_qwen3_moe, &hf_family_qwen2,   &hf_family_olmo3,       &hf_family_gemma2,
     &hf_family_gemma3,    &hf_family_gemma4,  &hf_family_deepseek_v2, &hf_family_deepseek,
+    &hf_family_gpt_oss,
 };
 
 const hf_rule hf_rules_llama_like[HF_N_RULES_LLAMA_LIKE] = {
@@ -170,6 +171,10 @@ static int dims(const hf_model *m, uint64_t d[6], ur_err *err)
     if (q == NULL && k == NULL) {
         q = hf_model_shape(m, "decoder/layers_0/attention/query/kernel", &rq);
         k = hf_model_shape(m, "decoder/layers_0/attention/key/kernel", &rk);
+    }
+    if (q == NULL && k == NULL) {
+        q = hf_model_shape(m, "decoder/layers_0/GptOssAttention/query/kernel", &rq);
+        k = hf_model_shape(m, "decoder/layers_0/GptOssAttention/key/kernel", &rk);
     }
     if (q == NULL && k == NULL) { /* gemma2's pair: its local layer's */
         q = hf_model_shape(m, "decoder/layers_0/self_attention_local/query/kernel", &rq);

@@ -48,8 +48,16 @@ enum {
     /* the layers after them, MaxText's {i} counting from 0 there (DeepSeek's moe_layers_{i}:
      * Hugging Face's layer {i} + dense_layers) */
     HF_AFTER_DENSE = 1 << 18,
+    /* nor these, but what of its tensor the rule's parameter fills (neither: all of it): one
+     * of two parameters interleaved along the last axis, which is then twice the rearranged
+     * parameter's (gpt-oss's gate_up_proj: wi_0 at even positions, wi_1 at odd ones;
+     * ur_rearrange_box_interleave). Two rules naming one tensor, its evens and its odds,
+     * make it whole. */
+    HF_EVENS = 1 << 19,
+    HF_ODDS = 1 << 20,
 };
 #define HF_LAYER_BITS (HF_SOME_LAYERS | HF_DENSE_LAYERS | HF_AFTER_DENSE)
+#define HF_PLACE_BITS (HF_LAYER_BITS | HF_EVENS | HF_ODDS)
 
 /* One line of a family's table: a MaxText parameter (its path below the model, "{i}" for a
  * layer's index) becomes a Hugging Face tensor ("{i}" the same index) through a rearrangement
@@ -61,7 +69,7 @@ typedef struct {
     const char *hf;
     const char *pattern;
     hf_op op;
-    unsigned when; /* HF_IF_* bits, 0: always; and HF_LAYER_BITS */
+    unsigned when; /* HF_IF_* bits, 0: always; and HF_LAYER_BITS, HF_EVENS or HF_ODDS */
 } hf_rule;
 
 /* The model being exported, as the family's setup and config see it. */
@@ -212,5 +220,6 @@ extern const hf_family hf_family_gemma3;
 extern const hf_family hf_family_gemma4;
 extern const hf_family hf_family_deepseek;
 extern const hf_family hf_family_deepseek_v2;
+extern const hf_family hf_family_gpt_oss;
 
 #endif

@@ -21,9 +21,13 @@ static int index_text(const ur_hf_plan *p, ur_buf *out, ur_err *err)
                            "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n"
                            "  \"weight_map\": {\n",
                            (unsigned long long)p->bytes);
-    for (size_t i = 0; i < p->n && rc == UR_OK; i++) {
+    for (size_t i = 0, k = 0; i < p->n && rc == UR_OK; i++) {
+        if (i > 0 && strcmp(p->t[i].name, p->t[i - 1].name) == 0) {
+            continue; /* a later part of the tensor before it */
+        }
+        k++;
         rc = ur_buf_printf(out, err, "    \"%s\": \"%s\"%s\n", p->t[i].name,
-                           p->shards[p->t[i].shard].file, i + 1 < p->n ? "," : "");
+                           p->shards[p->t[i].shard].file, k < p->n_tensors ? "," : "");
     }
     return rc == UR_OK ? ur_buf_append_str(out, "  }\n}", err) : rc;
 }

@@ -155,7 +155,7 @@ static int gather_params(ur_hf_plan *p, const ur_plan *plan, const ur_plan_leaf 
 
 static int rule_holds(const hf_model *m, const hf_rule *r)
 {
-    unsigned when = r->when & ~(unsigned)HF_LAYER_BITS;
+    unsigned when = r->when & ~(unsigned)HF_PLACE_BITS;
     return (when & m->flags) == when;
 }
 
@@ -263,11 +263,23 @@ static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer,
     if (t->name == NULL) {
         return ur_err_oom(err);
     }
+    t->parts = r->when & (HF_EVENS | HF_ODDS) ? 2 : 1;
+    t->part = r->when & HF_ODDS ? 1 : 0;
+    memcpy(t->shape, t->re.out_shape, sizeof t->shape);
+    if (t->re.out_rank == 0 && t->parts > 1) {
+        return ur_err_set(err, UR_EINVAL,
+                          "Hugging Face export: parameter '%s' is a scalar, not one of two "
+                          "interleaved",
+                          q->path);
+    }
+    if (t->re.out_rank > 0) {
+        t->shape[t->re.out_rank - 1] *= (uint64_t)t->parts;
+    }
     t->nbytes = ur_dtype_size(p->dtype);
     for (int d = 0; d < t->re.out_rank; d++) {
-        t->nbytes *= t->re.out_shape[d];
+        t->nbytes *= t->shape[d];
     }
-    t->placed = t->keep > 0 ? t->nbytes / shape[0] * t->keep : t->nbytes;
+    t->placed = t->keep > 0 ? t->nbytes / shape[0] * t->keep : t->nbytes / (uint64_t)t->parts;
     p->n++;
     if (layer + 1 > p->model.n_layers) {
         p->model.n_layers = layer + 1;
@@ -342,6 +354,50 @@ static int by_name(const void *a, const void *b)
     return strcmp(((const hf_tensor *)a)->name, ((const hf_tensor *)b)->name);
 }
 
+/* By name, then part (the plan's order). */
+static int by_name_part(const void *a, const void *b)
+{
+    int c = by_name(a, b);
+    return c != 0 ? c : ((const hf_tensor *)a)->part - ((const hf_tensor *)b)->part;
+}
+
+/* Entry i is a later part of the tensor entry i - 1 stands for. */
+static int follows(const ur_hf_plan *p, size_t i)
+{
+    return i > 0 && strcmp(p->t[i].name, p->t[i - 1].name) == 0;
+}
+
+/* Entries of one name are the parts 0 .. parts-1 of one tensor, of one shape and dtype: two
+ * parameters mapped to one whole tensor, or parts missing, are the family's or the
+ * checkpoint's fault. */
+static int check_parts(const ur_hf_plan *p, ur_err *err)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        const hf_tensor *t = &p->t[i], *lead = t - t->part;
+        size_t k = i + 1;
+        while (k < p->n && strcmp(p->t[k].name, t->name) == 0) {
+            k++;
+        }
+        if (t->part == 0 && k - i == (size_t)t->parts) {
+            for (size_t j = i + 1; j < k; j++) {
+                if (p->t[j].part != (int)(j - i) || p->t[j].parts != t->parts ||
+                    memcmp(p->t[j].shape, t->shape, sizeof t->shape) != 0) {
+                    lead = NULL;
+                }
+            }
+            if (lead != NULL) {
+                i = k - 1;
+                continue;
+            }
+        }
+        return ur_err_set(err, UR_EINVAL,
+                          "Hugging Face export: tensor %s is not made whole by its parameters "
+                          "('%s'%s)",
+                          t->name, p->params[t->param].path, k - i > 1 ? " and others" : "");
+    }
+    return UR_OK;
+}
+
 /* Every tensor the family's applicable rules name for layers 0 .. n_layers-1 (and experts
  * 0 .. n_experts-1) is there. */
 static int check_complete(ur_hf_plan *p, ur_err *err)
@@ -367,7 +423,15 @@ static int check_complete(ur_hf_plan *p, ur_err *err)
                 return ur_err_set(err, UR_EINVAL, "Hugging Face export: a tensor name too long");
             }
             key.name = name;
-            if (bsearch(&key, p->t, p->n, sizeof *p->t, by_name) == NULL) {
+            const hf_tensor *hit = bsearch(&key, p->t, p->n, sizeof *p->t, by_name);
+            while (hit != NULL && hit > p->t && strcmp(hit[-1].name, name) == 0) {
+                hit--;
+            }
+            /* a part's rule: its own part of the tensor */
+            while (hit != NULL && hit->rule != r && (r->when & (HF_EVENS | HF_ODDS))) {
+                hit = hit + 1 < p->t + p->n && strcmp(hit[1].name, name) == 0 ? hit + 1 : NULL;
+            }
+            if (hit == NULL) {
                 char mt[512];
                 (void)hf_expand(r->mt, l - first, -1, mt, sizeof mt);
                 return ur_err_set(err, UR_EINVAL,
@@ -386,6 +450,10 @@ static int cut_shards(ur_hf_plan *p, uint64_t max, ur_err *err)
     uint64_t cur = 0;
     size_t n = 0;
     for (size_t i = 0; i < p->n; i++) {
+        if (follows(p, i)) {
+            p->t[i].shard = p->t[i - 1].shard; /* a part: its tensor's place */
+            continue;
+        }
         if (i > 0 && cur + p->t[i].nbytes > max) {
             n++;
             cur = 0;
@@ -421,16 +489,18 @@ static int lay_out(ur_hf_plan *p, ur_err *err)
     for (size_t s = 0; s < p->n_shards && rc == UR_OK; s++) {
         size_t first = at, k = 0;
         while (at < p->n && p->t[at].shard == s) {
-            d[k].name = p->t[at].name;
-            d[k].dtype = p->t[at].dtype;
-            d[k].rank = p->t[at].re.out_rank;
-            d[k].shape = p->t[at].re.out_shape;
-            k++;
+            if (!follows(p, at)) {
+                d[k].name = p->t[at].name;
+                d[k].dtype = p->t[at].dtype;
+                d[k].rank = p->t[at].re.out_rank;
+                d[k].shape = p->t[at].shape;
+                k++;
+            }
             at++;
         }
         rc = ur_st_layout_build(&p->shards[s].layout, d, k, err);
-        for (size_t i = 0; i < k && rc == UR_OK; i++) {
-            p->t[first + i].offset = p->shards[s].layout.offset[i];
+        for (size_t i = first, j = 0; i < at && rc == UR_OK; i++) {
+            p->t[i].offset = follows(p, i) ? p->t[i - 1].offset : p->shards[s].layout.offset[j++];
         }
     }
     ur_free(d);
@@ -517,7 +587,7 @@ int ur_hf_plan_build(ur_hf_plan **out, const ur_plan *plan, const ur_plan_leaf *
         rc = ur_err_set(err, UR_EINVAL, "Hugging Face export: the checkpoint has no parameters");
     }
     if (rc == UR_OK) {
-        qsort(p->t, p->n, sizeof *p->t, by_name);
+        qsort(p->t, p->n, sizeof *p->t, by_name_part);
         for (size_t i = 0; i < p->n; i++) {
             hf_param *q = &p->params[p->t[i].param];
             if (p->t[i].expert >= 0) {
@@ -527,6 +597,9 @@ int ur_hf_plan_build(ur_hf_plan **out, const ur_plan *plan, const ur_plan_leaf *
                 q->tensor = i;
             }
         }
+        rc = check_parts(p, err);
+    }
+    if (rc == UR_OK) {
         rc = check_complete(p, err);
     }
     if (rc == UR_OK) {
@@ -546,7 +619,8 @@ int ur_hf_plan_build(ur_hf_plan **out, const ur_plan *plan, const ur_plan_leaf *
         return rc;
     }
     for (size_t i = 0; i < p->n; i++) {
-        p->bytes += p->t[i].nbytes;
+        p->bytes += follows(p, i) ? 0 : p->t[i].nbytes;
+        p->n_tensors += !follows(p, i);
     }
     *out = p;
     return UR_OK;
@@ -584,7 +658,7 @@ void ur_hf_plan_summary(const ur_hf_plan *p, ur_hf_summary *out)
 {
     out->family = p->fam->name;
     out->architecture = p->fam->architecture;
-    out->n_tensors = p->n;
+    out->n_tensors = p->n_tensors;
     out->n_shards = p->n_shards;
     out->bytes = p->bytes;
 }
@@ -602,6 +676,8 @@ int ur_hf_plan_tensor(const ur_hf_plan *p, size_t i, ur_hf_tensor_info *out)
     out->arith = t->rule->op;
     out->dtype = t->dtype;
     out->expert = t->expert;
+    out->parts = t->parts;
+    out->part = t->part;
     out->src_rank = p->params[t->param].rank;
     out->src_shape = p->params[t->param].shape;
     out->src_dtype = p->params[t->param].dtype;
@@ -612,7 +688,7 @@ int ur_hf_plan_tensor(const ur_hf_plan *p, size_t i, ur_hf_tensor_info *out)
                     : out->src_rank > 0 ? out->src_shape[0]
                                         : 0;
     out->rank = t->re.out_rank;
-    out->shape = t->re.out_shape;
+    out->shape = t->shape;
     out->shard = p->shards[t->shard].file;
     return 1;
 }

@@ -35,7 +35,13 @@ typedef struct {
     uint64_t offset;  /* of its bytes in the shard file */
     uint64_t nbytes;
     uint64_t keep;    /* input rows (axis 0) written, the rest left out; 0: all */
-    uint64_t placed;  /* the bytes the input gives it (less than nbytes where zeros pad it) */
+    uint64_t placed;  /* the bytes the input gives it (less than nbytes where zeros pad it,
+                      * nbytes / parts where it is one of interleaved parts) */
+    /* one of `parts` parameters interleaved along the last axis, at `part` (1: the whole
+     * tensor): each part is an entry of its own, by name then part, and the first (part 0)
+     * stands for the tensor in the shards, the layout and the index */
+    int parts, part;
+    uint64_t shape[UR_MAX_RANK]; /* the tensor's (re.out_shape, the last axis times parts) */
 } hf_tensor;
 
 typedef struct {
@@ -49,8 +55,9 @@ struct ur_hf_plan {
     hf_param *params;
     size_t n_params, cap_params;
     ur_strmap by_sink_path;
-    hf_tensor *t; /* sorted by name */
+    hf_tensor *t; /* sorted by name, then part */
     size_t n, cap;
+    size_t n_tensors; /* the folder's: t less the later parts */
     hf_shard *shards;
     size_t n_shards;
     ur_dtype dtype;

@@ -99,6 +99,53 @@ static int s_begin_array(void *self, const ur_sink_path *path, ur_dtype dtype, i
  * mapped; 1.5 KiB runs 6 KiB apart, 5 GiB cold, 65 s with pwrite, 52 s mapped. */
 #define SMALL_RUN_BYTES ((size_t)64 << 10)
 
+/* A box whose elements land apart (an interleaved part: every n-th element of the tensor's
+ * last axis), stored through a mapping of its span by the strided-copy kernel: only its own
+ * elements are written, so another thread may place the other parts at the same time. Where
+ * the file could not be mapped, element by element. */
+static int write_strided(ur_st_file *f, const hf_tensor *t, const ur_rearrange_box_map *m,
+                         const uint8_t *box, ur_err *err)
+{
+    size_t item = ur_dtype_size(t->dtype);
+    uint64_t last = 0, idx[UR_MAX_RANK] = {0};
+    ur_fs_map view;
+    ur_tensor_view src, dst;
+    int rc;
+
+    for (int d = 0; d < m->rank; d++) {
+        last += (m->shape[d] - 1) * (uint64_t)m->dst_stride[d];
+    }
+    memset(&view, 0, sizeof view);
+    rc = ur_st_file_map(f, t->offset + m->offset * item, (size_t)((last + 1) * item), &view, err);
+    if (rc == UR_OK && view.data != NULL) {
+        rc = ur_tensor_view_init_dense(&src, t->dtype, m->rank, m->shape, (void *)(uintptr_t)box,
+                                       err);
+        dst = src;
+        dst.data = (void *)(uintptr_t)view.data;
+        memcpy(dst.strides, m->dst_stride, sizeof m->dst_stride);
+        if (rc == UR_OK) {
+            rc = ur_tensor_copy(&dst, &src, err);
+        }
+        ur_fs_unmap(&view);
+        return rc;
+    }
+    for (size_t at = 0; rc == UR_OK; at += item) {
+        uint64_t elem = 0;
+        int d = m->rank - 1;
+        for (int k = 0; k < m->rank; k++) {
+            elem += idx[k] * (uint64_t)m->dst_stride[k];
+        }
+        rc = ur_st_file_write(f, t->offset + (m->offset + elem) * item, box + at, item, err);
+        while (d >= 0 && ++idx[d] == m->shape[d]) {
+            idx[d--] = 0;
+        }
+        if (d < 0) {
+            break;
+        }
+    }
+    return rc;
+}
+
 /* The placed box's bytes (dense, in the map's order, `item` bytes an element) written to the
  * file: runs of the map's trailing dimensions that are contiguous in the tensor. */
 static int write_runs(ur_st_file *f, const hf_tensor *t, const ur_rearrange_box_map *m,
@@ -183,6 +230,9 @@ static int place(const hf_sink *s, const hf_tensor *t, const ur_rearrange_box_ma
     if (rc == UR_OK && t->op != UR_TENSOR_OP_NONE) {
         rc = ur_tensor_apply(box, t->dtype, (size_t)n, t->op, t->op_value, err);
     }
+    if (rc == UR_OK && m->rank > 0 && m->dst_stride[m->rank - 1] != 1) {
+        return write_strided(s->files[t->shard], t, m, box, err);
+    }
     return rc == UR_OK ? write_runs(s->files[t->shard], t, m, box, ur_dtype_size(t->dtype), err)
                        : rc;
 }
@@ -205,6 +255,9 @@ static int place_box(hf_sink *s, size_t ti, int rank, const uint64_t *start, con
         return UR_OK;
     }
     rc = ur_rearrange_box(&t->re, start, count, buf_shape, &m, err);
+    if (rc == UR_OK && t->parts > 1) {
+        rc = ur_rearrange_box_interleave(&m, (uint32_t)t->parts, (uint32_t)t->part, err);
+    }
     if (rc < 0) {
         return ur_err_wrap(err, "tensor %s", t->name);
     }

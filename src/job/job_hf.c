@@ -448,12 +448,17 @@ int ur_job_hf_verify(ur_verify_report *rep, const char *in, const char *folder,
         rc = plan_export(&r, co, 0, 1, err);
     }
     if (rc == UR_OK) {
-        ur_hf_summary sum;
-        ur_hf_plan_summary(r.hf, &sum);
-        t = ur_calloc(sum.n_tensors + 1, sizeof *t);
-        rc = t != NULL ? UR_OK : ur_err_oom(err);
-        while (rc == UR_OK && ur_hf_plan_tensor(r.hf, n, &t[n])) {
-            n++;
+        ur_hf_tensor_info one;
+        size_t cap = 0;
+        /* every entry: a tensor of interleaved parts is one per part */
+        while (rc == UR_OK && ur_hf_plan_tensor(r.hf, n, &one)) {
+            ur_hf_tensor_info *more = n + 1 > cap ? ur_grow_to(t, &cap, n + 1, sizeof *t) : t;
+            if (more == NULL) {
+                rc = ur_err_oom(err);
+                break;
+            }
+            t = more;
+            t[n++] = one;
         }
     }
     if (rc == UR_OK) {

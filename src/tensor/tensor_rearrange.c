@@ -297,3 +297,26 @@ int ur_rearrange_box(const ur_rearrange *r, const uint64_t *start, const uint64_
     }
     return UR_OK;
 }
+
+int ur_rearrange_box_interleave(ur_rearrange_box_map *m, uint32_t n, uint32_t k, ur_err *err)
+{
+    /* x -> x * n + k is linear in x: every stride and the offset scale by n */
+    uint64_t last = m->offset;
+    if (n == 0 || k >= n) {
+        return ur_err_set(err, UR_EINVAL, "interleave: position %u of %u", (unsigned)k,
+                          (unsigned)n);
+    }
+    for (int d = 0; d < m->rank; d++) {
+        if (m->shape[d] > 0) {
+            last += (m->shape[d] - 1) * (uint64_t)m->dst_stride[d];
+        }
+    }
+    if (last > (uint64_t)INT64_MAX / n - 1) {
+        return ur_err_set(err, UR_EINVAL, "interleave: the tensor's elements overflow");
+    }
+    for (int d = 0; d < m->rank; d++) {
+        m->dst_stride[d] *= (int64_t)n;
+    }
+    m->offset = m->offset * n + k;
+    return UR_OK;
+}

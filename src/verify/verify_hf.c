@@ -8,7 +8,9 @@
  *   - where each element lands: the rearrangement's parts walked one element at a time in the
  *     tensor's order (an odometer over the parts), not tensor_rearrange.c's boxes;
  *   - its value: the cast to the tensor's dtype, then the arithmetic in float32 rounded back,
- *     one element at a time, with the constants computed here from the shapes.
+ *     one element at a time, with the constants computed here from the shapes;
+ *   - a tensor of interleaved parts (gpt-oss's gate_up_proj) is checked once per part, each
+ *     against its own parameter, element x of the part at the tensor's x * parts + part.
  * The tensor is read in pieces along its first part (piece_bytes each), each piece's input
  * box read whole, so memory is about two pieces whatever the model's size. */
 #include "verify_family.h"
@@ -283,6 +285,9 @@ static int check_piece(tcheck *c, uint64_t u0, uint64_t u1, uint64_t unit, ur_bu
     uint64_t lo[UR_MAX_RANK], cnt[UR_MAX_RANK], bs[UR_MAX_RANK];
     uint64_t start[UR_MAX_RANK], count[UR_MAX_RANK], digit[UR_MAX_RANK] = {0};
     uint64_t n_in = 1, base = 0, n = (u1 - u0) * unit;
+    /* an interleaved part: its element x is the tensor's x * parts + part */
+    uint64_t parts = t->parts > 1 ? (uint64_t)t->parts : 1,
+             part = parts > 1 ? (uint64_t)t->part : 0;
     size_t isz = ur_dtype_size(t->src_dtype), osz = ur_dtype_size(t->dtype);
     float k = arith_constant(t);
 
@@ -322,11 +327,11 @@ static int check_piece(tcheck *c, uint64_t u0, uint64_t u1, uint64_t unit, ur_bu
         }
     }
     if (rc == UR_OK) {
-        rc = ur_buf_reserve(out, n * osz, err);
+        rc = ur_buf_reserve(out, n * parts * osz, err);
     }
     if (rc == UR_OK) {
-        rc = ur_kvstore_read_range(c->kv, c->file, c->e->begin + u0 * unit * osz,
-                                   (size_t)(n * osz), out->data, err);
+        rc = ur_kvstore_read_range(c->kv, c->file, c->e->begin + u0 * unit * parts * osz,
+                                   (size_t)(n * parts * osz), out->data, err);
     }
     if (rc < 0) {
         return rc;
@@ -343,9 +348,9 @@ static int check_piece(tcheck *c, uint64_t u0, uint64_t u1, uint64_t unit, ur_bu
         if (r == 0 || row < c->rows) {
             want = expect(load(in->data, (size_t)(at - base), t->src_dtype), t, k);
         }
-        memcpy(&got, out->data + e * osz, osz);
+        memcpy(&got, out->data + (e * parts + part) * osz, osz);
         if (got != want) {
-            value_issue(c, u0 * unit + e, want, got);
+            value_issue(c, (u0 * unit + e) * parts + part, want, got);
         }
         for (int j = w->n - 1; j >= 0; j--) {
             if (++digit[j] < w->size[j] || j == 0) {
@@ -379,6 +384,7 @@ static int check_values(tcheck *c, ur_err *err)
     for (int d = 0; d < t->rank; d++) {
         n *= t->shape[d];
     }
+    n /= t->parts > 1 ? (uint64_t)t->parts : 1; /* an interleaved part's elements */
     if (n == 0) {
         return UR_OK;
     }

@@ -780,3 +780,134 @@ def test_qwen3_moe_experts_cut_one_tensor_each(unroll_bin, tmp_path):
     assert bad.returncode == 6, bad.stdout + bad.stderr
     assert f"mismatch: leaf '{name}' index [0, 3]" in bad.stdout, bad.stdout
     assert "1 elements differ: FAILED" in bad.stdout
+
+
+def _gpt_oss_params(tmp_path) -> tuple[pathlib.Path, dict]:
+    """A scanned param-only gpt-oss checkpoint written by Orbax: blocks of 2 layers
+    (decoder/layers/layers_0, layers_1, each stacked over 2 blocks on param_scan_axis 1), the
+    experts' kernels [experts, blocks, in, out] and biases [experts, blocks, mlp]; chunks of
+    256 bytes, so that the gate's and the up projection's chunks interleave into the same
+    stretches of gate_up_proj from different threads."""
+    E, H, D, KV, X, M, B = 8, 2, 4, 2, 6, 4, 2
+    b = maxtext_fixtures._Builder("hf-gpt-oss", "float32", maxtext_fixtures.DEFAULT_MESH)
+    params: dict = {}
+
+    def add(path, logical, shape, axis=None):
+        if axis is not None:
+            logical, shape = logical[:1] + ("layers",) + logical[1:], shape[:1] + (B,) + shape[1:]
+        maxtext_fixtures._set(params, path, b.array(("params", "params") + path, logical, shape,
+                                                        axis))
+
+    add(("token_embedder", "embedding"), ("vocab", "embed_vocab"), (64, E))
+    add(("decoder", "decoder_norm", "scale"), ("norm",), (E,))
+    add(("decoder", "logits_dense", "kernel"), ("embed_vocab", "vocab"), (E, 64))
+    for k in range(2):
+        lay = ("decoder", "layers", f"layers_{k}")
+        att, mlp = lay + ("GptOssAttention",), lay + ("GptOssMlp",)
+        for n in ("pre_self_attention_layer_norm", "post_self_attention_layer_norm"):
+            add(lay + (n, "scale"), ("norm",), (E,), 1)
+        add(att + ("query", "kernel"), ("embed", "q_heads", "kv"), (E, H, D), 1)
+        add(att + ("query", "bias"), ("q_heads", "kv"), (H, D), 1)
+        for n in ("key", "value"):
+            add(att + (n, "kernel"), ("embed", "kv_heads", "kv"), (E, KV, D), 1)
+            add(att + (n, "bias"), ("kv_heads", "kv"), (KV, D), 1)
+        add(att + ("out", "kernel"), ("heads", "kv", "embed"), (H, D, E), 1)
+        add(att + ("out", "bias"), ("embed",), (E,), 1)
+        add(att + ("sinks",), ("q_heads",), (H,), 1)
+        add(mlp + ("gate", "kernel"), ("embed", "exp"), (E, X), 1)
+        add(mlp + ("gate", "bias"), ("exp",), (X,), 1)
+        for n in ("wi_0", "wi_1"):
+            add(mlp + (n,), ("exp", "embed", "mlp"), (X, E, M), 1)
+            add(mlp + (n + "_bias",), ("exp", "mlp"), (X, M), 1)
+        add(mlp + ("wo",), ("exp", "mlp", "embed"), (X, M, E), 1)
+        add(mlp + ("wo_bias",), ("exp", "embed"), (X, E), 1)
+    root = tmp_path / "gpt-oss"
+    maxtext_fixtures._save(root / "checkpoints", 0, {"params": {"params": params}}, b.specs,
+                           maxtext_fixtures.DEFAULT_MESH, True, True, 256)
+    return root / "checkpoints" / "0" / "items", params
+
+
+GPT_OSS = ["decoder_block=gpt_oss", "base_num_decoder_layers=4", "param_scan_axis=1",
+           "inhomogeneous_layer_cycle_interval=2"]
+# MaxText's keys of a gpt-oss model the example config does not have
+GPT_OSS_YML = """
+num_experts: 6
+num_experts_per_tok: 2
+attention_sink: true
+mlp_activations_limit: 7.0
+rope_type: yarn
+rope_attention_scaling: true
+logits_via_embedding: false
+"""
+
+
+def _raw_tensors(path: pathlib.Path) -> dict:
+    """name -> (safetensors dtype, shape, bytes)."""
+    b = path.read_bytes()
+    n = int.from_bytes(b[:8], "little")
+    return {k: (v["dtype"], v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in json.loads(b[8:8 + n]).items() if k != "__metadata__"}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gpt_oss_gate_and_up_interleaved(unroll_bin, tmp_path, dtype):
+    """gpt-oss: the gate and up kernels (and biases) of each layer interleaved into one tensor,
+    gate_up_proj[..., ::2] = wi_0 and [..., 1::2] = wi_1 (MaxText's exporter's `interleave`),
+    written from chunks of each as they come; the experts stacked, not cut; the blocks' layers
+    in order (layers_k's block j is layer 2j + k); the YaRN scaling kept. unroll verify checks
+    both parts and names the parameter of a changed element of either."""
+    items, params = _gpt_oss_params(tmp_path)
+    out = tmp_path / "hf"
+    config = tmp_path / "gpt-oss.yml"
+    config.write_text(CONFIG.read_text() + GPT_OSS_YML)
+    args = [str(config), *GPT_OSS, f"weight_dtype={dtype}"]
+    res = subprocess.run(
+        [str(unroll_bin), "to_huggingface", str(config), f"load_parameters_path={items}",
+         f"base_output_directory={out}", *GPT_OSS, f"weight_dtype={dtype}", "-q"],
+        capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    got = _raw_tensors(out / "model.safetensors")
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["architectures"] == ["GptOssForCausalLM"] and cfg["model_type"] == "gpt_oss"
+    assert (cfg["num_local_experts"], cfg["num_experts_per_tok"], cfg["intermediate_size"],
+            cfg["layer_types"], cfg["swiglu_limit"]) == \
+        (6, 2, 4, ["sliding_attention", "full_attention"] * 2, 7.0)
+    assert cfg["rope_parameters"]["rope_type"] == "yarn"
+    assert "attention_factor" not in cfg["rope_parameters"]  # YaRN's own: MaxText scales
+    dt = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}[dtype]
+    st = {"float32": "F32", "bfloat16": "BF16"}[dtype]
+
+    def want(a):
+        return np.ascontiguousarray(np.asarray(a).astype(dt)).tobytes()
+
+    for i in range(4):
+        blk = params["decoder"]["layers"][f"layers_{i % 2}"]["GptOssMlp"]
+        pre = f"model.layers.{i}.mlp.experts."
+        for hf, mt in (("gate_up_proj", ""), ("gate_up_proj_bias", "_bias")):
+            w0 = np.asarray(blk["wi_0" + mt])[:, i // 2]
+            w1 = np.asarray(blk["wi_1" + mt])[:, i // 2]
+            fused = np.empty(w0.shape[:-1] + (2 * w0.shape[-1],), np.float32)
+            fused[..., ::2], fused[..., 1::2] = w0, w1
+            assert got[pre + hf][:2] == (st, list(fused.shape)), (i, hf)
+            assert got[pre + hf][2] == want(fused), (i, hf)
+        assert got[pre + "down_proj"][2] == want(np.asarray(blk["wo"])[:, i // 2])
+        assert got[pre + "down_proj_bias"][2] == want(np.asarray(blk["wo_bias"])[:, i // 2])
+    assert len(got) == 3 + 4 * (2 + 9 + 2 + 4)  # norms, attention, router, experts
+    for env in (None, {**os.environ, "UNROLL_VERIFY_PIECE_BYTES": "16"}):
+        ok = subprocess.run([str(unroll_bin), "verify", str(items), str(out), *args],
+                            capture_output=True, text=True, timeout=300, env=env)
+        assert ok.returncode == 0 and "0 elements differ: OK" in ok.stdout, ok.stdout + ok.stderr
+    name = "model.layers.3.mlp.experts.gate_up_proj"
+    shard, begin, _ = _tensor_span(out, name)
+    item = 4 if dtype == "float32" else 2
+    b = bytearray(shard.read_bytes())
+    for at in (5, 6):  # [0, 0, 5]: wi_1's; [0, 0, 6]: wi_0's
+        b[begin + item * at] ^= 0x5A
+    shard.write_bytes(bytes(b))
+    bad = subprocess.run([str(unroll_bin), "verify", str(items), str(out), *args],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 6, bad.stdout + bad.stderr
+    assert f"mismatch: leaf '{name}' index [0, 0, 5]" in bad.stdout, bad.stdout
+    assert f"mismatch: leaf '{name}' index [0, 0, 6]" in bad.stdout, bad.stdout
+    assert "GptOssMlp/wi_1 of" in bad.stdout and "GptOssMlp/wi_0 of" in bad.stdout, bad.stdout
+    assert "2 elements differ: FAILED" in bad.stdout

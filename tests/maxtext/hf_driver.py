@@ -95,6 +95,10 @@ FAMILIES = {
          "q_lora_rank="))] + [
         "model_name=deepseek2-16b", "qk_nope_head_dim=128", "qk_rope_head_dim=64",
         "v_head_dim=128"],
+    # gpt-oss (gpt-oss-20b's settings, the suite's tiny gpt-oss training state): blocks of a
+    # sliding-window layer and a full one, attention biases and sinks, YaRN, 4 routed experts
+    # with biases, the gate and up kernels interleaved into one tensor
+    "gpt-oss": driver.FAMILIES["gpt-oss"],
 }
 for _f, _keys in FAMILIES.items():
     driver.ALL.setdefault(_f, _keys)
@@ -103,7 +107,7 @@ for _f, _keys in FAMILIES.items():
 # (olmo3 too: its PARAM_MAPPING and HOOK_FNS name olmo3-7b, its HF_SHAPE does not, "Mappings
 # not found for model: olmo3-7b").
 EXPORTER = {"llama3.1", "qwen3", "qwen2.5", "gemma3", "gemma2", "qwen3-moe", "mixtral",
-            "deepseek3", "deepseek2"}
+            "deepseek3", "deepseek2", "gpt-oss"}
 # Families MaxText's exporter maps but cannot export at the test's size, and what it says:
 # gemma4's shapes come from its table's full-size text_config (32 heads), whatever the
 # model's (--override_model_architecture or not).

@@ -72,7 +72,7 @@ def test_transformers_matches_maxtext(family):
                 "gemma4-31b": "Gemma4ForConditionalGeneration",
                 "qwen3-moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM",
                 "deepseek3": "DeepseekV3ForCausalLM",
-                "deepseek2": "DeepseekV2ForCausalLM"}[family]
+                "deepseek2": "DeepseekV2ForCausalLM", "gpt-oss": "GptOssForCausalLM"}[family]
     assert hf["architecture"] == expected and hf["config_architectures"] == [expected]
     assert hf["dtype"] == "torch.float32" and f["config"]["dtype"] == "float32"
     mt = f["maxtext"]

@@ -671,13 +671,197 @@ static void test_hf__deepseek_layers(void **state)
     free(f);
 }
 
+/* gpt-oss: the gate and up kernels (and biases) interleaved into one tensor, fed in chunks
+ * of their own in any order: gate_up_proj[x][e][2m] is wi_0[x][e][m], [2m + 1] wi_1's; the
+ * folder lists the tensor once; without its odd part the tensor is refused, naming it; and a
+ * model without attention sinks is refused. */
+#define GPT_OSS(L)                                                                                \
+    {"decoder/" L "/pre_self_attention_layer_norm/scale", 1, {E}},                                \
+        {"decoder/" L "/post_self_attention_layer_norm/scale", 1, {E}},                           \
+        {"decoder/" L "/GptOssAttention/query/kernel", 3, {E, H, D}},                             \
+        {"decoder/" L "/GptOssAttention/key/kernel", 3, {E, KV, D}},                              \
+        {"decoder/" L "/GptOssAttention/value/kernel", 3, {E, KV, D}},                            \
+        {"decoder/" L "/GptOssAttention/out/kernel", 3, {H, D, E}},                               \
+        {"decoder/" L "/GptOssAttention/query/bias", 2, {H, D}},                                  \
+        {"decoder/" L "/GptOssAttention/key/bias", 2, {KV, D}},                                   \
+        {"decoder/" L "/GptOssAttention/value/bias", 2, {KV, D}},                                 \
+        {"decoder/" L "/GptOssAttention/out/bias", 1, {E}},                                       \
+        {"decoder/" L "/GptOssAttention/sinks", 1, {H}},                                          \
+        {"decoder/" L "/GptOssMlp/gate/kernel", 2, {E, X}},                                       \
+        {"decoder/" L "/GptOssMlp/gate/bias", 1, {X}},                                            \
+        {"decoder/" L "/GptOssMlp/wo", 3, {X, M, E}},                                             \
+        {"decoder/" L "/GptOssMlp/wo_bias", 2, {X, E}},                                           \
+        {"decoder/" L "/GptOssMlp/wi_0", 3, {X, E, M}},                                           \
+        {"decoder/" L "/GptOssMlp/wi_0_bias", 2, {X, M}},                                         \
+        {"decoder/" L "/GptOssMlp/wi_1_bias", 2, {X, M}},                                         \
+    {                                                                                             \
+        "decoder/" L "/GptOssMlp/wi_1", 3,                                                        \
+        {                                                                                         \
+            X, E, M                                                                               \
+        }                                                                                         \
+    }
+static const param GPT_OSS_PARAMS[] = {
+    {"token_embedder/embedding", 2, {V, E}},
+    {"decoder/decoder_norm/scale", 1, {E}},
+    {"decoder/logits_dense/kernel", 2, {E, V}},
+    GPT_OSS("layers_0"),
+    GPT_OSS("layers_1"),
+};
+#define N_GPT_OSS (sizeof GPT_OSS_PARAMS / sizeof GPT_OSS_PARAMS[0])
+
+static ur_config *gpt_oss_config(const char *dir, const char *sink)
+{
+    char yml[300];
+    FILE *f;
+    ur_config *cfg = NULL;
+    ur_config_opts o;
+    snprintf(yml, sizeof yml, "%s/gpt_oss.yml", dir);
+    f = fopen(yml, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "decoder_block: gpt_oss\nmodel_name: default\nbase_num_decoder_layers: 2\n"
+            "inhomogeneous_layer_cycle_interval: 2\nrope_type: yarn\n"
+            "mlp_activations_limit: 7.0\nattention_sink: %s\n",
+            sink);
+    fclose(f);
+    memset(&o, 0, sizeof o);
+    o.config_path = yml;
+    o.cwd = "/tmp";
+    o.now = 1700000000;
+    assert_int_equal(ur_config_load(&cfg, &o, NULL), UR_OK);
+    return cfg;
+}
+
+static void test_hf__gpt_oss_interleaved(void **state)
+{
+    fake_plan *f = calloc(1, sizeof *f);
+    ur_hf_opts o = {UR_DT_FLOAT32, 0, 0, NULL};
+    ur_hf_plan *p;
+    ur_hf_summary sum;
+    ur_hf_tensor_info t;
+    ur_sink sink;
+    ur_kvstore *kv;
+    ur_st_header h;
+    ur_err err;
+    char dir[256];
+    float *data[N_GPT_OSS];
+    size_t parts = 0;
+    ur_config *cfg;
+    (void)state;
+    assert_true(N_GPT_OSS <= MAX_PARAMS);
+    ur_test_scratch_dir(dir, sizeof dir, "hf_gpt_oss");
+    cfg = gpt_oss_config(dir, "true");
+    make_plan(f, GPT_OSS_PARAMS, N_GPT_OSS);
+    assert_int_equal(ur_hf_plan_build(&p, &f->plan, f->leaves, ur_config_settings(cfg), &o, NULL),
+                     UR_OK);
+    ur_hf_plan_summary(p, &sum);
+    assert_string_equal(sum.architecture, "GptOssForCausalLM");
+    assert_int_equal(sum.n_tensors, N_GPT_OSS - 4); /* two pairs a layer made one */
+    for (size_t i = 0; ur_hf_plan_tensor(p, i, &t); i++) {
+        if (strcmp(t.name, "model.layers.1.mlp.experts.gate_up_proj") == 0) {
+            assert_int_equal(t.parts, 2);
+            assert_string_equal(t.source, t.part ? "decoder/layers_1/GptOssMlp/wi_1"
+                                                 : "decoder/layers_1/GptOssMlp/wi_0");
+            assert_int_equal(t.rank, 3);
+            assert_int_equal(t.shape[2], 2 * M);
+            parts |= 1u << t.part;
+        }
+    }
+    assert_int_equal(parts, 3);
+    assert_int_equal(ur_hf_sink_open(&sink, p, dir, NULL), UR_OK);
+    /* the odd parts first, then the rest: the order chunks come in does not matter */
+    for (size_t k = 0; k < 2 * N_GPT_OSS; k++) {
+        size_t i = k % N_GPT_OSS;
+        int odd = strstr(GPT_OSS_PARAMS[i].path, "wi_1") != NULL;
+        uint64_t n = 1;
+        if ((k < N_GPT_OSS) != odd) {
+            continue;
+        }
+        for (int d = 0; d < GPT_OSS_PARAMS[i].rank; d++) {
+            n *= GPT_OSS_PARAMS[i].shape[d];
+        }
+        data[i] = malloc(n * sizeof(float));
+        for (uint64_t e = 0; e < n; e++) {
+            data[i][e] = (float)(i * 1000 + e) * 0.25f + 1.0f;
+        }
+        feed(&sink, f, i, &GPT_OSS_PARAMS[i], data[i]);
+    }
+    assert_int_equal(sink.ops->finish(sink.self, NULL), UR_OK);
+    assert_int_equal(ur_hf_write_meta(p, dir, NULL), UR_OK);
+    assert_int_equal(ur_hf_check_folder(dir, NULL), UR_OK);
+    assert_int_equal(ur_kvstore_file_open(&kv, dir, 0, NULL), UR_OK);
+    assert_int_equal(ur_st_header_read(&h, kv, "model.safetensors", NULL), UR_OK);
+    assert_int_equal(h.n, N_GPT_OSS - 4);
+    {
+        size_t w0 = 3 + 19 + 15, w1 = 3 + 19 + 18, b0 = 3 + 19 + 16, b1 = 3 + 19 + 17;
+        float gu[X * E * 2 * M], gub[X * 2 * M];
+        const ur_st_entry *tw = ur_st_header_find(&h, "model.layers.1.mlp.experts.gate_up_proj");
+        const ur_st_entry *tb = ur_st_header_find(&h,
+                                                  "model.layers.1.mlp.experts.gate_up_proj_bias");
+        assert_string_equal(GPT_OSS_PARAMS[w0].path, "decoder/layers_1/GptOssMlp/wi_0");
+        assert_string_equal(GPT_OSS_PARAMS[w1].path, "decoder/layers_1/GptOssMlp/wi_1");
+        assert_string_equal(GPT_OSS_PARAMS[b0].path, "decoder/layers_1/GptOssMlp/wi_0_bias");
+        assert_string_equal(GPT_OSS_PARAMS[b1].path, "decoder/layers_1/GptOssMlp/wi_1_bias");
+        assert_non_null(tw);
+        assert_non_null(tb);
+        assert_int_equal(tw->end - tw->begin, sizeof gu);
+        assert_int_equal(
+            ur_kvstore_read_range(kv, "model.safetensors", tw->begin, sizeof gu, gu, NULL), UR_OK);
+        assert_int_equal(
+            ur_kvstore_read_range(kv, "model.safetensors", tb->begin, sizeof gub, gub, NULL),
+            UR_OK);
+        for (int x = 0; x < X; x++) {
+            for (int m = 0; m < M; m++) {
+                assert_true(gub[x * 2 * M + 2 * m] == data[b0][x * M + m]);
+                assert_true(gub[x * 2 * M + 2 * m + 1] == data[b1][x * M + m]);
+                for (int e = 0; e < E; e++) {
+                    assert_true(gu[(x * E + e) * 2 * M + 2 * m] == data[w0][(x * E + e) * M + m]);
+                    assert_true(gu[(x * E + e) * 2 * M + 2 * m + 1] ==
+                                data[w1][(x * E + e) * M + m]);
+                }
+            }
+        }
+    }
+    ur_st_header_dispose(&h);
+    ur_kvstore_close(kv);
+    for (size_t i = 0; i < N_GPT_OSS; i++) {
+        free(data[i]);
+    }
+    ur_hf_plan_free(p);
+    /* a fused tensor without its up projection */
+    make_plan(f, GPT_OSS_PARAMS, N_GPT_OSS);
+    for (size_t i = 0; i < f->plan.n_actions; i++) {
+        if (strcmp(GPT_OSS_PARAMS[i].path, "decoder/layers_1/GptOssMlp/wi_1") == 0) {
+            f->actions[i].kind = UR_PLAN_DROP;
+        }
+    }
+    assert_int_equal(ur_hf_plan_build(&p, &f->plan, f->leaves, ur_config_settings(cfg), &o, &err),
+                     UR_EINVAL);
+    assert_non_null(strstr(err.msg, "model.layers.1.mlp.experts.gate_up_proj"));
+    ur_config_free(cfg);
+    /* no sinks: transformers' GptOss always has them */
+    cfg = gpt_oss_config(dir, "false");
+    make_plan(f, GPT_OSS_PARAMS, N_GPT_OSS);
+    assert_int_equal(ur_hf_plan_build(&p, &f->plan, f->leaves, ur_config_settings(cfg), &o, &err),
+                     UR_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "no attention_sink"));
+    ur_config_free(cfg);
+    (void)ur_fs_remove_tree(dir, NULL);
+    free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hf__llama_plan),    cmocka_unit_test(test_hf__shards_and_meta),
-        cmocka_unit_test(test_hf__refusals),      cmocka_unit_test(test_hf__sink_places_chunks),
-        cmocka_unit_test(test_hf__incomplete),    cmocka_unit_test(test_hf__config_json),
-        cmocka_unit_test(test_hf__experts_split), cmocka_unit_test(test_hf__deepseek_layers),
+        cmocka_unit_test(test_hf__llama_plan),
+        cmocka_unit_test(test_hf__shards_and_meta),
+        cmocka_unit_test(test_hf__refusals),
+        cmocka_unit_test(test_hf__sink_places_chunks),
+        cmocka_unit_test(test_hf__incomplete),
+        cmocka_unit_test(test_hf__config_json),
+        cmocka_unit_test(test_hf__experts_split),
+        cmocka_unit_test(test_hf__deepseek_layers),
+        cmocka_unit_test(test_hf__gpt_oss_interleaved),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,9 +28,11 @@ static uint64_t ref_index(const ur_rearrange *r, const uint64_t *in)
 }
 
 /* Place the box [start, start + count) of `in` (shape) via ur_rearrange_box + ur_tensor_copy
- * into `out`, and check every placed element against the reference. */
-static void place_and_check(const ur_rearrange *r, const float *in, const uint64_t *shape,
-                            const uint64_t *start, const uint64_t *count, float *out)
+ * into `out`, as part `part` of `parts` interleaved (ur_rearrange_box_interleave; parts 1: the
+ * whole output), and check every placed element against the reference. */
+static void place_part(const ur_rearrange *r, const float *in, const uint64_t *shape,
+                       const uint64_t *start, const uint64_t *count, float *out, uint32_t parts,
+                       uint32_t part)
 {
     int rank = r->in_rank;
     uint64_t buf_shape[UR_MAX_RANK], n = 1, idx[UR_MAX_RANK] = {0};
@@ -61,6 +63,9 @@ static void place_and_check(const ur_rearrange *r, const float *in, const uint64
         }
     }
     assert_int_equal(ur_rearrange_box(r, start, count, buf_shape, &m, NULL), UR_OK);
+    if (parts > 1) {
+        assert_int_equal(ur_rearrange_box_interleave(&m, parts, part, NULL), UR_OK);
+    }
     memset(&src, 0, sizeof src);
     memset(&dst, 0, sizeof dst);
     src.dtype = dst.dtype = UR_DT_FLOAT32;
@@ -79,7 +84,7 @@ static void place_and_check(const ur_rearrange *r, const float *in, const uint64
             in_idx[d] = start[d] + idx[d];
             il = il * shape[d] + in_idx[d];
         }
-        assert_true(out[ref_index(r, in_idx)] == in[il]);
+        assert_true(out[ref_index(r, in_idx) * parts + part] == in[il]);
         int d = rank - 1;
         while (d >= 0 && ++idx[d] == count[d]) {
             idx[d--] = 0;
@@ -89,6 +94,12 @@ static void place_and_check(const ur_rearrange *r, const float *in, const uint64
         }
     }
     free(box);
+}
+
+static void place_and_check(const ur_rearrange *r, const float *in, const uint64_t *shape,
+                            const uint64_t *start, const uint64_t *count, float *out)
+{
+    place_part(r, in, shape, start, count, out, 1, 0);
 }
 
 static void check_whole(const char *pattern, int rank, const uint64_t *shape, int out_rank,
@@ -173,6 +184,56 @@ static void test_rearrange__boxes(void **state)
     }
 }
 
+/* Parameters interleaved along the output's last axis (gpt-oss's fused gate and up: 2; and
+ * 3), each placed in boxes by chunks of its own, in any order: every element of the
+ * interleaved tensor comes from the part its position names, at the element the reference
+ * gives; bad positions are refused. */
+static void test_rearrange__interleave(void **state)
+{
+    enum { N = 120, MAXP = 3 };
+    const uint64_t shape[3] = {5, 4, 6};
+    const char *const patterns[] = {"x e m -> x e m", "a b c -> c (a b)",
+                                    "a b (k 2) -> (b 2 k) a"};
+    ur_rearrange_box_map m;
+    (void)state;
+    for (size_t p = 0; p < sizeof patterns / sizeof patterns[0]; p++) {
+        for (uint32_t parts = 2; parts <= MAXP; parts++) {
+            ur_rearrange r;
+            float in[MAXP][N], out[MAXP * N];
+            for (int i = 0; i < MAXP * N; i++) {
+                out[i] = -1.0f;
+            }
+            assert_int_equal(ur_rearrange_parse(&r, patterns[p], 3, shape, NULL), UR_OK);
+            /* the last part first, each in chunks of 2 x 3 x 6 (cut short at the edges) */
+            for (uint32_t k = parts; k-- > 0;) {
+                for (int i = 0; i < N; i++) {
+                    in[k][i] = (float)(k * 1000 + (uint32_t)i);
+                }
+                for (uint64_t a = 0; a < 5; a += 2) {
+                    for (uint64_t b = 0; b < 4; b += 3) {
+                        const uint64_t start[3] = {a, b, 0};
+                        const uint64_t count[3] = {a + 2 <= 5 ? 2 : 5 - a, b + 3 <= 4 ? 3 : 4 - b,
+                                                   6};
+                        place_part(&r, in[k], shape, start, count, out, parts, k);
+                    }
+                }
+            }
+            /* the tensor is whole: position x holds part x % parts */
+            for (uint32_t i = 0; i < parts * N; i++) {
+                assert_true(out[i] >= 0.0f);
+                assert_int_equal((uint32_t)out[i] / 1000, i % parts);
+            }
+        }
+    }
+    memset(&m, 0, sizeof m);
+    assert_int_equal(ur_rearrange_box_interleave(&m, 2, 2, NULL), UR_EINVAL);
+    assert_int_equal(ur_rearrange_box_interleave(&m, 0, 0, NULL), UR_EINVAL);
+    m.rank = 1;
+    m.shape[0] = 2;
+    m.dst_stride[0] = INT64_MAX / 2;
+    assert_int_equal(ur_rearrange_box_interleave(&m, 4, 1, NULL), UR_EINVAL);
+}
+
 /* A box that cuts a split axis inside a part is refused, not placed wrongly. */
 static void test_rearrange__cut_inside_a_part(void **state)
 {
@@ -211,6 +272,7 @@ int main(void)
         cmocka_unit_test(test_rearrange__export_patterns),
         cmocka_unit_test(test_rearrange__rope_pairs_by_hand),
         cmocka_unit_test(test_rearrange__boxes),
+        cmocka_unit_test(test_rearrange__interleave),
         cmocka_unit_test(test_rearrange__cut_inside_a_part),
         cmocka_unit_test(test_rearrange__bad_patterns),
     };
