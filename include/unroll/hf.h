@@ -87,11 +87,12 @@ typedef struct ur_hf_tensor_info {
     /* the parameter's index on axis 0 (its experts) whose slice the tensor is, the
      * rearrangement applying to that slice; -1: the whole parameter */
     int64_t expert;
-    /* one of `parts` parameters interleaved along the tensor's last axis, at position `part`
-     * (ur_rearrange_box_interleave): its rearrangement gives a tensor of `shape` but a last
-     * axis `parts` times shorter; parts 1: the whole tensor. The tensor is listed once per
-     * part, each with its parameter. */
+    /* part `part` of `parts` parameters joined into the tensor, `inner` elements of each in
+     * turn (ur_rearrange_box_concat: element x of the part's rearrangement is the tensor's
+     * (x / inner) * parts * inner + part * inner + x % inner); parts 1: the whole tensor. The
+     * tensor is listed once per part, each with its parameter. */
     int parts, part;
+    uint64_t inner;
     int src_rank;
     const uint64_t *src_shape;
     ur_dtype src_dtype;

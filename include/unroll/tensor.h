@@ -142,13 +142,19 @@ typedef struct {
 int ur_rearrange_box(const ur_rearrange *r, const uint64_t *start, const uint64_t *count,
                      const uint64_t *buf_shape, ur_rearrange_box_map *m, ur_err *err);
 
-/* The output as one of `n` tensors of its shape interleaved along their last axis into a
- * tensor whose last axis is n times as long, at position k (0 <= k < n): element x of the
- * output (in C order) is element x * n + k of that tensor (gpt-oss's fused gate and up
- * projections: the gate at even positions, the up projection at odd ones). Makes m, a map
- * into the output, a map into the interleaved tensor; its innermost stride is then n, so the
- * box's elements land apart. UR_EINVAL when k >= n, n is 0, or the offsets would overflow. */
-int ur_rearrange_box_interleave(ur_rearrange_box_map *m, uint32_t n, uint32_t k, ur_err *err);
+/* The output as part k of n tensors of its shape joined into one (0 <= k < n): each index of
+ * the axes before the joined one holds `inner` elements of each part, the parts one after
+ * another. inner = the product of the output's sizes from axis a on: the parts concatenated
+ * along axis a (Gemma 4's fused gate and up kernels, [experts, 2 * mlp, emb]); inner = 1: the
+ * parts interleaved along the last axis (gpt-oss's: the gate at even positions, the up
+ * projection at odd ones). Element x of the output (in C order) is element
+ * (x / inner) * n * inner + k * inner + x % inner of the joined tensor. Makes m, a map into
+ * the output, a map into the joined tensor: strides of at least `inner` (multiples of it) are
+ * multiplied by n; the box's elements may then land apart (innermost stride n when inner is
+ * 1). UR_EINVAL when k >= n, n or inner is 0, a stride of at least inner is not a multiple of
+ * it, or the offsets would overflow. */
+int ur_rearrange_box_concat(ur_rearrange_box_map *m, uint64_t inner, uint32_t n, uint32_t k,
+                            ur_err *err);
 
 /* --- element-wise arithmetic (tensor_cast.c) --------------------------------------------- */
 

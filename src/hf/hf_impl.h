@@ -48,16 +48,21 @@ enum {
     /* the layers after them, MaxText's {i} counting from 0 there (DeepSeek's moe_layers_{i}:
      * Hugging Face's layer {i} + dense_layers) */
     HF_AFTER_DENSE = 1 << 18,
-    /* nor these, but what of its tensor the rule's parameter fills (neither: all of it): one
-     * of two parameters interleaved along the last axis, which is then twice the rearranged
-     * parameter's (gpt-oss's gate_up_proj: wi_0 at even positions, wi_1 at odd ones;
-     * ur_rearrange_box_interleave). Two rules naming one tensor, its evens and its odds,
-     * make it whole. */
+    /* nor these, but what of its tensor the rule's parameter fills (none: all of it): one of
+     * two parameters joined into it (ur_rearrange_box_concat), two rules naming the tensor,
+     * one for each part. Interleaved along the last axis, which is then twice the rearranged
+     * parameter's: gpt-oss's gate_up_proj, wi_0 at even positions, wi_1 at odd ones. */
     HF_EVENS = 1 << 19,
     HF_ODDS = 1 << 20,
+    /* concatenated along the second-to-last axis (a kernel's rows, [..., out, in]), which is
+     * then twice the rearranged parameter's: Gemma 4's gate_up_proj [experts, 2 * mlp, emb],
+     * wi_0's rows then wi_1's */
+    HF_FIRST_ROWS = 1 << 21,
+    HF_LAST_ROWS = 1 << 22,
 };
 #define HF_LAYER_BITS (HF_SOME_LAYERS | HF_DENSE_LAYERS | HF_AFTER_DENSE)
-#define HF_PLACE_BITS (HF_LAYER_BITS | HF_EVENS | HF_ODDS)
+#define HF_PART_BITS (HF_EVENS | HF_ODDS | HF_FIRST_ROWS | HF_LAST_ROWS)
+#define HF_PLACE_BITS (HF_LAYER_BITS | HF_PART_BITS)
 
 /* One line of a family's table: a MaxText parameter (its path below the model, "{i}" for a
  * layer's index) becomes a Hugging Face tensor ("{i}" the same index) through a rearrangement

@@ -263,17 +263,22 @@ static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer,
     if (t->name == NULL) {
         return ur_err_oom(err);
     }
-    t->parts = r->when & (HF_EVENS | HF_ODDS) ? 2 : 1;
-    t->part = r->when & HF_ODDS ? 1 : 0;
+    t->parts = r->when & HF_PART_BITS ? 2 : 1;
+    t->part = r->when & (HF_ODDS | HF_LAST_ROWS) ? 1 : 0;
+    t->inner = 1;
     memcpy(t->shape, t->re.out_shape, sizeof t->shape);
-    if (t->re.out_rank == 0 && t->parts > 1) {
-        return ur_err_set(err, UR_EINVAL,
-                          "Hugging Face export: parameter '%s' is a scalar, not one of two "
-                          "interleaved",
-                          q->path);
-    }
-    if (t->re.out_rank > 0) {
-        t->shape[t->re.out_rank - 1] *= (uint64_t)t->parts;
+    if (t->parts > 1) {
+        /* the joined axis: the last (interleaved), or the rows (the second-to-last) */
+        int rows = (r->when & (HF_FIRST_ROWS | HF_LAST_ROWS)) != 0, axis = t->re.out_rank - 1 - rows;
+        if (axis < 0) {
+            return ur_err_set(err, UR_EINVAL,
+                              "Hugging Face export: parameter '%s' has no axis to join on",
+                              q->path);
+        }
+        for (int d = axis; rows && d < t->re.out_rank; d++) {
+            t->inner *= t->re.out_shape[d];
+        }
+        t->shape[axis] *= (uint64_t)t->parts;
     }
     t->nbytes = ur_dtype_size(p->dtype);
     for (int d = 0; d < t->re.out_rank; d++) {
@@ -428,7 +433,7 @@ static int check_complete(ur_hf_plan *p, ur_err *err)
                 hit--;
             }
             /* a part's rule: its own part of the tensor */
-            while (hit != NULL && hit->rule != r && (r->when & (HF_EVENS | HF_ODDS))) {
+            while (hit != NULL && hit->rule != r && (r->when & HF_PART_BITS)) {
                 hit = hit + 1 < p->t + p->n && strcmp(hit[1].name, name) == 0 ? hit + 1 : NULL;
             }
             if (hit == NULL) {
@@ -678,6 +683,7 @@ int ur_hf_plan_tensor(const ur_hf_plan *p, size_t i, ur_hf_tensor_info *out)
     out->expert = t->expert;
     out->parts = t->parts;
     out->part = t->part;
+    out->inner = t->inner;
     out->src_rank = p->params[t->param].rank;
     out->src_shape = p->params[t->param].shape;
     out->src_dtype = p->params[t->param].dtype;

@@ -37,10 +37,12 @@ typedef struct {
     uint64_t keep;    /* input rows (axis 0) written, the rest left out; 0: all */
     uint64_t placed;  /* the bytes the input gives it (less than nbytes where zeros pad it,
                       * nbytes / parts where it is one of interleaved parts) */
-    /* one of `parts` parameters interleaved along the last axis, at `part` (1: the whole
-     * tensor): each part is an entry of its own, by name then part, and the first (part 0)
-     * stands for the tensor in the shards, the layout and the index */
+    /* part `part` of `parts` parameters joined into the tensor, `inner` elements of each in
+     * turn (ur_rearrange_box_concat; parts 1: the whole tensor): each part is an entry of its
+     * own, by name then part, and the first (part 0) stands for the tensor in the shards, the
+     * layout and the index */
     int parts, part;
+    uint64_t inner;
     uint64_t shape[UR_MAX_RANK]; /* the tensor's (re.out_shape, the last axis times parts) */
 } hf_tensor;
 

@@ -256,7 +256,7 @@ static int place_box(hf_sink *s, size_t ti, int rank, const uint64_t *start, con
     }
     rc = ur_rearrange_box(&t->re, start, count, buf_shape, &m, err);
     if (rc == UR_OK && t->parts > 1) {
-        rc = ur_rearrange_box_interleave(&m, (uint32_t)t->parts, (uint32_t)t->part, err);
+        rc = ur_rearrange_box_concat(&m, t->inner, (uint32_t)t->parts, (uint32_t)t->part, err);
     }
     if (rc < 0) {
         return ur_err_wrap(err, "tensor %s", t->name);

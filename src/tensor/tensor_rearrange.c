@@ -298,25 +298,37 @@ int ur_rearrange_box(const ur_rearrange *r, const uint64_t *start, const uint64_
     return UR_OK;
 }
 
-int ur_rearrange_box_interleave(ur_rearrange_box_map *m, uint32_t n, uint32_t k, ur_err *err)
+int ur_rearrange_box_concat(ur_rearrange_box_map *m, uint64_t inner, uint32_t n, uint32_t k,
+                            ur_err *err)
 {
-    /* x -> x * n + k is linear in x: every stride and the offset scale by n */
+    /* x = q * inner + r (r < inner) -> q * n * inner + k * inner + r: linear in q and in r, so
+     * the strides that step q scale by n and those that step r stay */
     uint64_t last = m->offset;
-    if (n == 0 || k >= n) {
-        return ur_err_set(err, UR_EINVAL, "interleave: position %u of %u", (unsigned)k,
-                          (unsigned)n);
+    if (n == 0 || k >= n || inner == 0) {
+        return ur_err_set(err, UR_EINVAL, "join: part %u of %u, %llu elements a run", (unsigned)k,
+                          (unsigned)n, (unsigned long long)inner);
     }
     for (int d = 0; d < m->rank; d++) {
+        uint64_t s = (uint64_t)m->dst_stride[d];
+        if (m->dst_stride[d] < 0 || (s >= inner && s % inner != 0)) {
+            return ur_err_set(err, UR_EINVAL, "join: a stride of %lld across runs of %llu",
+                              (long long)m->dst_stride[d], (unsigned long long)inner);
+        }
         if (m->shape[d] > 0) {
-            last += (m->shape[d] - 1) * (uint64_t)m->dst_stride[d];
+            last += (m->shape[d] - 1) * s;
+        }
+        if (s / inner + 1 > (uint64_t)INT64_MAX / n / inner) {
+            last = UINT64_MAX; /* the stride itself would overflow */
         }
     }
-    if (last > (uint64_t)INT64_MAX / n - 1) {
-        return ur_err_set(err, UR_EINVAL, "interleave: the tensor's elements overflow");
+    if (last == UINT64_MAX || last / inner + 1 > (uint64_t)INT64_MAX / n / inner) {
+        return ur_err_set(err, UR_EINVAL, "join: the tensor's elements overflow");
     }
     for (int d = 0; d < m->rank; d++) {
-        m->dst_stride[d] *= (int64_t)n;
+        if ((uint64_t)m->dst_stride[d] >= inner) {
+            m->dst_stride[d] *= (int64_t)n;
+        }
     }
-    m->offset = m->offset * n + k;
+    m->offset = m->offset / inner * n * inner + k * inner + m->offset % inner;
     return UR_OK;
 }

@@ -9,8 +9,9 @@
  *     tensor's order (an odometer over the parts), not tensor_rearrange.c's boxes;
  *   - its value: the cast to the tensor's dtype, then the arithmetic in float32 rounded back,
  *     one element at a time, with the constants computed here from the shapes;
- *   - a tensor of interleaved parts (gpt-oss's gate_up_proj) is checked once per part, each
- *     against its own parameter, element x of the part at the tensor's x * parts + part.
+ *   - a tensor joined from parts (gpt-oss's and Gemma 4's gate_up_proj) is checked once per
+ *     part, each against its own parameter, element x of the part at the tensor's
+ *     (x / inner) * parts * inner + part * inner + x % inner (joined_at).
  * The tensor is read in pieces along its first part (piece_bytes each), each piece's input
  * box read whole, so memory is about two pieces whatever the model's size. */
 #include "verify_family.h"
@@ -274,6 +275,14 @@ static void value_issue(tcheck *c, uint64_t flat, uint32_t want, uint32_t got)
     }
 }
 
+/* Where element x of a part lands in the tensor joined from its parts (x itself for a whole
+ * tensor). */
+static uint64_t joined_at(const ur_hf_tensor_info *t, uint64_t x)
+{
+    uint64_t n = t->parts > 1 ? (uint64_t)t->parts : 1, inner = t->inner > 0 ? t->inner : 1;
+    return n > 1 ? x / inner * n * inner + (uint64_t)t->part * inner + x % inner : x;
+}
+
 /* Units [u0, u1) of part 0 (`unit` elements each): their box of the parameter read into `in`,
  * the tensor's bytes of them into `out`, compared element by element. */
 static int check_piece(tcheck *c, uint64_t u0, uint64_t u1, uint64_t unit, ur_buf *in, ur_buf *out,
@@ -285,9 +294,8 @@ static int check_piece(tcheck *c, uint64_t u0, uint64_t u1, uint64_t unit, ur_bu
     uint64_t lo[UR_MAX_RANK], cnt[UR_MAX_RANK], bs[UR_MAX_RANK];
     uint64_t start[UR_MAX_RANK], count[UR_MAX_RANK], digit[UR_MAX_RANK] = {0};
     uint64_t n_in = 1, base = 0, n = (u1 - u0) * unit;
-    /* an interleaved part: its element x is the tensor's x * parts + part */
-    uint64_t parts = t->parts > 1 ? (uint64_t)t->parts : 1,
-             part = parts > 1 ? (uint64_t)t->part : 0;
+    /* the tensor's elements the piece's land among (a part's are apart, joined_at) */
+    uint64_t first = joined_at(t, u0 * unit), span = n > 0 ? joined_at(t, u1 * unit - 1) + 1 - first : 0;
     size_t isz = ur_dtype_size(t->src_dtype), osz = ur_dtype_size(t->dtype);
     float k = arith_constant(t);
 
@@ -327,11 +335,11 @@ static int check_piece(tcheck *c, uint64_t u0, uint64_t u1, uint64_t unit, ur_bu
         }
     }
     if (rc == UR_OK) {
-        rc = ur_buf_reserve(out, n * parts * osz, err);
+        rc = ur_buf_reserve(out, span * osz, err);
     }
     if (rc == UR_OK) {
-        rc = ur_kvstore_read_range(c->kv, c->file, c->e->begin + u0 * unit * parts * osz,
-                                   (size_t)(n * parts * osz), out->data, err);
+        rc = ur_kvstore_read_range(c->kv, c->file, c->e->begin + first * osz, (size_t)(span * osz),
+                                   out->data, err);
     }
     if (rc < 0) {
         return rc;
@@ -348,9 +356,10 @@ static int check_piece(tcheck *c, uint64_t u0, uint64_t u1, uint64_t unit, ur_bu
         if (r == 0 || row < c->rows) {
             want = expect(load(in->data, (size_t)(at - base), t->src_dtype), t, k);
         }
-        memcpy(&got, out->data + (e * parts + part) * osz, osz);
+        uint64_t at_t = joined_at(t, u0 * unit + e);
+        memcpy(&got, out->data + (at_t - first) * osz, osz);
         if (got != want) {
-            value_issue(c, (u0 * unit + e) * parts + part, want, got);
+            value_issue(c, at_t, want, got);
         }
         for (int j = w->n - 1; j >= 0; j--) {
             if (++digit[j] < w->size[j] || j == 0) {

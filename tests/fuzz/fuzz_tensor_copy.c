@@ -1,10 +1,10 @@
 /* Differential fuzz target for the tensor kernels: ur_tensor_copy and ur_tensor_unstack against
  * the naive index-by-index reference of tests/unit/tensor/tensor_ref.h, and a part placed
- * among interleaved ones (ur_rearrange_box_interleave, then ur_tensor_copy) against the
- * position arithmetic done by hand.
+ * among others joined into one tensor (ur_rearrange_box_concat, then ur_tensor_copy) against
+ * the position arithmetic done by hand.
  *
- * Input bytes, in order: op (copy / unstack / unsupported pair / interleave: the axis byte
- * gives the parts and the position), rank, axis, dtype pair, one
+ * Input bytes, in order: op (copy / unstack / unsupported pair / join: the axis byte gives the
+ * parts, the position and the axis joined on), rank, axis, dtype pair, one
  * byte per dim for the shape, layout modes, 8 bytes seeding the layout details (permutation,
  * padding, negative and broadcast strides, byte offsets), then the source element bytes
  * (cycled). Any difference, including a write outside the destination views, aborts. */
@@ -113,15 +113,18 @@ static void fz_unstack(fz_bytes *b, int rank, int axis, const uint64_t *shape, u
     ref_layout_free(&src);
 }
 
-/* src (any layout) placed as part k of n interleaved along the last axis of a dense tensor
- * whose other bytes hold a sentinel: element x of the part lands on x * n + k, nothing else is
- * written. */
-static void fz_interleave(fz_bytes *b, int rank, const uint64_t *shape, ur_dtype dt, int smode,
+/* src (any layout) placed as part k of n joined into a dense tensor whose other bytes hold a
+ * sentinel, concatenated along axis a (inner: the part's elements from axis a on) or
+ * interleaved along the last (a = rank: inner 1): element x of the part lands on
+ * (x / inner) * n * inner + k * inner + x % inner, nothing else is written. */
+static void fz_join(fz_bytes *b, int rank, const uint64_t *shape, ur_dtype dt, int smode,
                           unsigned byte, ref_rng *r)
 {
     uint32_t n = 1 + byte % 4, k = (byte >> 2) % n;
+    int a = (int)((byte >> 4) % (unsigned)(rank + 1));
     size_t item = ur_dtype_size(dt);
     uint64_t count = ref_numel(rank, shape), idx[UR_MAX_RANK] = {0};
+    uint64_t inner = ref_numel(rank - a, shape + a) > 0 ? ref_numel(rank - a, shape + a) : 1;
     ref_layout src;
     ur_rearrange_box_map m;
     ur_tensor_view dst;
@@ -140,13 +143,13 @@ static void fz_interleave(fz_bytes *b, int rank, const uint64_t *shape, ur_dtype
         m.dst_stride[d] = s;
         s *= (int64_t)shape[d];
     }
-    fz_check(ur_rearrange_box_interleave(&m, n, k, NULL) == UR_OK);
+    fz_check(ur_rearrange_box_concat(&m, inner, n, k, NULL) == UR_OK);
     dst = src.v;
     dst.data = full + m.offset * item;
     memcpy(dst.strides, m.dst_stride, sizeof m.dst_stride);
     fz_check(ur_tensor_copy(&dst, &src.v, NULL) == UR_OK);
     for (uint64_t x = 0; x < count * n; x++) {
-        if (x % n != k) {
+        if (x / inner % n != k) {
             for (size_t i = 0; i < item; i++) {
                 fz_check(full[x * item + i] == 0xA5);
             }
@@ -155,7 +158,8 @@ static void fz_interleave(fz_bytes *b, int rank, const uint64_t *shape, ur_dtype
     for (uint64_t x = 0; count > 0; x++) {
         const uint8_t *want = (const uint8_t *)src.v.data +
                               ref_offset(&src.v, idx) * (int64_t)item;
-        fz_check(memcmp(full + (x * n + k) * item, want, item) == 0);
+        uint64_t y = x / inner * n * inner + k * inner + x % inner;
+        fz_check(memcmp(full + y * item, want, item) == 0);
         if (!ref_next_index(idx, rank, shape)) {
             break;
         }
@@ -208,7 +212,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fz_unstack(&b, rank, axis, shape, ddt, sdt, (int)(modes & 1), (int)(modes >> 1 & 1),
                    (int)(modes >> 2 & 1), &r);
     } else if (op == 3) {
-        fz_interleave(&b, rank, shape, sdt, (int)(modes >> 1 & 1), axis_byte, &r);
+        fz_join(&b, rank, shape, sdt, (int)(modes >> 1 & 1), axis_byte, &r);
     } else if (sdt != UR_DT_FLOAT16) {
         /* float16 <- anything but float16 is never supported: the kernel must refuse it and
          * leave dst alone. */

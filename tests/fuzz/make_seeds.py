@@ -131,9 +131,9 @@ def main():
     for i in range(8):  # tensor_copy: op, rank, axis, dtype pair, shape bytes, modes, seed, data
         add("tensor_copy", bytes([i % 3, 1 + i % 6, i, (i * 37) & 0xFF, 3, 4, 2, 5, 1, 2, i])
             + bytes(range(32)))
-    for i in range(4):  # tensor_copy's interleave: parts and position in the axis byte
-        add("tensor_copy", bytes([3, 1 + i, 1 + 5 * i, 1 + i, 3, 4, 2, 5, 1, 2, i])
-            + bytes(range(32)))
+    for i in range(8):  # tensor_copy's join: parts, position and axis in the axis byte
+        add("tensor_copy", bytes([3, 1 + i % 4, 1 + 5 * i + 16 * (i // 2), 1 + i, 3, 4, 2, 5, 1,
+                                  2, i]) + bytes(range(32)))
     for t, n in sorted(counts.items()):
         print(f"{t}: {n} new")
 

@@ -27,12 +27,18 @@ static uint64_t ref_index(const ur_rearrange *r, const uint64_t *in)
     return lin;
 }
 
+/* Where element x of part k of n joined in runs of `inner` lands, computed by hand. */
+static uint64_t joined(uint64_t x, uint64_t inner, uint32_t n, uint32_t k)
+{
+    return (x / inner) * n * inner + k * inner + x % inner;
+}
+
 /* Place the box [start, start + count) of `in` (shape) via ur_rearrange_box + ur_tensor_copy
- * into `out`, as part `part` of `parts` interleaved (ur_rearrange_box_interleave; parts 1: the
- * whole output), and check every placed element against the reference. */
+ * into `out`, as part `part` of `parts` joined in runs of `inner` (ur_rearrange_box_concat;
+ * parts 1: the whole output), and check every placed element against the reference. */
 static void place_part(const ur_rearrange *r, const float *in, const uint64_t *shape,
-                       const uint64_t *start, const uint64_t *count, float *out, uint32_t parts,
-                       uint32_t part)
+                       const uint64_t *start, const uint64_t *count, float *out, uint64_t inner,
+                       uint32_t parts, uint32_t part)
 {
     int rank = r->in_rank;
     uint64_t buf_shape[UR_MAX_RANK], n = 1, idx[UR_MAX_RANK] = {0};
@@ -64,7 +70,7 @@ static void place_part(const ur_rearrange *r, const float *in, const uint64_t *s
     }
     assert_int_equal(ur_rearrange_box(r, start, count, buf_shape, &m, NULL), UR_OK);
     if (parts > 1) {
-        assert_int_equal(ur_rearrange_box_interleave(&m, parts, part, NULL), UR_OK);
+        assert_int_equal(ur_rearrange_box_concat(&m, inner, parts, part, NULL), UR_OK);
     }
     memset(&src, 0, sizeof src);
     memset(&dst, 0, sizeof dst);
@@ -84,7 +90,7 @@ static void place_part(const ur_rearrange *r, const float *in, const uint64_t *s
             in_idx[d] = start[d] + idx[d];
             il = il * shape[d] + in_idx[d];
         }
-        assert_true(out[ref_index(r, in_idx) * parts + part] == in[il]);
+        assert_true(out[joined(ref_index(r, in_idx), inner, parts, part)] == in[il]);
         int d = rank - 1;
         while (d >= 0 && ++idx[d] == count[d]) {
             idx[d--] = 0;
@@ -99,7 +105,7 @@ static void place_part(const ur_rearrange *r, const float *in, const uint64_t *s
 static void place_and_check(const ur_rearrange *r, const float *in, const uint64_t *shape,
                             const uint64_t *start, const uint64_t *count, float *out)
 {
-    place_part(r, in, shape, start, count, out, 1, 0);
+    place_part(r, in, shape, start, count, out, 1, 1, 0);
 }
 
 static void check_whole(const char *pattern, int rank, const uint64_t *shape, int out_rank,
@@ -184,54 +190,66 @@ static void test_rearrange__boxes(void **state)
     }
 }
 
-/* Parameters interleaved along the output's last axis (gpt-oss's fused gate and up: 2; and
- * 3), each placed in boxes by chunks of its own, in any order: every element of the
- * interleaved tensor comes from the part its position names, at the element the reference
- * gives; bad positions are refused. */
-static void test_rearrange__interleave(void **state)
+/* Parameters joined into one tensor, interleaved along the output's last axis (gpt-oss's
+ * fused gate and up: 2 parts; and 3) or concatenated along each of its axes (Gemma 4's, along
+ * the rows), each placed in boxes by chunks of its own, last part first: every element of the
+ * joined tensor comes from the part its position names, at the element the reference gives;
+ * bad parts and strides are refused. */
+static void test_rearrange__join(void **state)
 {
     enum { N = 120, MAXP = 3 };
     const uint64_t shape[3] = {5, 4, 6};
-    const char *const patterns[] = {"x e m -> x e m", "a b c -> c (a b)",
-                                    "a b (k 2) -> (b 2 k) a"};
+    const char *const patterns[] = {"x e m -> x e m", "a b c -> c (a b)", "a b (k 2) -> (b 2 k) a",
+                                    "x e m -> x m e"};
     ur_rearrange_box_map m;
     (void)state;
     for (size_t p = 0; p < sizeof patterns / sizeof patterns[0]; p++) {
-        for (uint32_t parts = 2; parts <= MAXP; parts++) {
-            ur_rearrange r;
-            float in[MAXP][N], out[MAXP * N];
-            for (int i = 0; i < MAXP * N; i++) {
-                out[i] = -1.0f;
+        ur_rearrange r;
+        assert_int_equal(ur_rearrange_parse(&r, patterns[p], 3, shape, NULL), UR_OK);
+        /* axis r.out_rank: interleaved (inner 1); else concatenated along that axis */
+        for (int axis = 0; axis <= r.out_rank; axis++) {
+            uint64_t inner = 1;
+            for (int d = axis; d < r.out_rank; d++) {
+                inner *= r.out_shape[d];
             }
-            assert_int_equal(ur_rearrange_parse(&r, patterns[p], 3, shape, NULL), UR_OK);
-            /* the last part first, each in chunks of 2 x 3 x 6 (cut short at the edges) */
-            for (uint32_t k = parts; k-- > 0;) {
-                for (int i = 0; i < N; i++) {
-                    in[k][i] = (float)(k * 1000 + (uint32_t)i);
+            for (uint32_t parts = 2; parts <= MAXP; parts++) {
+                float in[MAXP][N], out[MAXP * N];
+                for (int i = 0; i < MAXP * N; i++) {
+                    out[i] = -1.0f;
                 }
-                for (uint64_t a = 0; a < 5; a += 2) {
-                    for (uint64_t b = 0; b < 4; b += 3) {
-                        const uint64_t start[3] = {a, b, 0};
-                        const uint64_t count[3] = {a + 2 <= 5 ? 2 : 5 - a, b + 3 <= 4 ? 3 : 4 - b,
-                                                   6};
-                        place_part(&r, in[k], shape, start, count, out, parts, k);
+                for (uint32_t k = parts; k-- > 0;) {
+                    for (int i = 0; i < N; i++) {
+                        in[k][i] = (float)(k * 1000 + (uint32_t)i);
+                    }
+                    for (uint64_t a = 0; a < 5; a += 2) {
+                        for (uint64_t b = 0; b < 4; b += 3) {
+                            const uint64_t start[3] = {a, b, 0};
+                            const uint64_t count[3] = {a + 2 <= 5 ? 2 : 5 - a,
+                                                       b + 3 <= 4 ? 3 : 4 - b, 6};
+                            place_part(&r, in[k], shape, start, count, out, inner, parts, k);
+                        }
                     }
                 }
-            }
-            /* the tensor is whole: position x holds part x % parts */
-            for (uint32_t i = 0; i < parts * N; i++) {
-                assert_true(out[i] >= 0.0f);
-                assert_int_equal((uint32_t)out[i] / 1000, i % parts);
+                /* the tensor is whole: position y holds part (y / inner) % parts */
+                for (uint32_t y = 0; y < parts * N; y++) {
+                    assert_true(out[y] >= 0.0f);
+                    assert_int_equal((uint32_t)out[y] / 1000, (y / inner) % parts);
+                }
             }
         }
     }
     memset(&m, 0, sizeof m);
-    assert_int_equal(ur_rearrange_box_interleave(&m, 2, 2, NULL), UR_EINVAL);
-    assert_int_equal(ur_rearrange_box_interleave(&m, 0, 0, NULL), UR_EINVAL);
+    assert_int_equal(ur_rearrange_box_concat(&m, 1, 2, 2, NULL), UR_EINVAL);
+    assert_int_equal(ur_rearrange_box_concat(&m, 1, 0, 0, NULL), UR_EINVAL);
+    assert_int_equal(ur_rearrange_box_concat(&m, 0, 2, 0, NULL), UR_EINVAL);
     m.rank = 1;
     m.shape[0] = 2;
+    m.dst_stride[0] = 6; /* across runs of 4: not a multiple */
+    assert_int_equal(ur_rearrange_box_concat(&m, 4, 2, 1, NULL), UR_EINVAL);
     m.dst_stride[0] = INT64_MAX / 2;
-    assert_int_equal(ur_rearrange_box_interleave(&m, 4, 1, NULL), UR_EINVAL);
+    assert_int_equal(ur_rearrange_box_concat(&m, 1, 4, 1, NULL), UR_EINVAL);
+    m.shape[0] = 1; /* the stride alone would overflow */
+    assert_int_equal(ur_rearrange_box_concat(&m, 1, 4, 1, NULL), UR_EINVAL);
 }
 
 /* A box that cuts a split axis inside a part is refused, not placed wrongly. */
@@ -272,7 +290,7 @@ int main(void)
         cmocka_unit_test(test_rearrange__export_patterns),
         cmocka_unit_test(test_rearrange__rope_pairs_by_hand),
         cmocka_unit_test(test_rearrange__boxes),
-        cmocka_unit_test(test_rearrange__interleave),
+        cmocka_unit_test(test_rearrange__join),
         cmocka_unit_test(test_rearrange__cut_inside_a_part),
         cmocka_unit_test(test_rearrange__bad_patterns),
     };
