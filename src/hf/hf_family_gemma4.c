@@ -8,9 +8,13 @@
  * Hugging Face's forward pass applies itself. Five sliding-window layers, then a global one
  * with its own head dim, key heads and partial RoPE; with share_kv_projections the global
  * layer's key is its value too (attention_k_eq_v), so it has no value kernel: config.json
- * says so from the checkpoint, which must be consistent. Each layer has
- * a learned output scalar. The mixture-of-experts gemma4-26b is not mapped (exit 5: its
- * expert parameters have no rule). A text-only export (use_multimodal=false) has no vision
+ * says so from the checkpoint, which must be consistent. Each layer has a learned output
+ * scalar. The mixture-of-experts gemma4-26b: every layer's MLP is its shared expert, beside
+ * the router (its scales and kernel), three more norms and the routed experts, stacked
+ * [experts, ...] as MaxText holds them: the gate and up kernels [experts, emb, mlp] transposed
+ * and concatenated along their rows into gate_up_proj [experts, 2 * mlp, emb] (the exporter's
+ * moe_gate_up_hook), each written to its rows as its chunks come, the down kernel transposed
+ * per expert. A text-only export (use_multimodal=false) has no vision
  * tower, as MaxText's exporter's has none: transformers loads it with a fresh one. */
 #include "hf_impl.h"
 
@@ -22,6 +26,13 @@
     {                                                                                             \
         "decoder/layers_{i}/" mt, LM "layers.{i}." hf, pattern, HF_OP_NONE, 0                     \
     }
+/* a parameter of some layers only: a dense MLP's, or the experts' and what goes with them */
+#define LAYER_IF(mt, hf, pattern, when)                                                           \
+    {                                                                                             \
+        "decoder/layers_{i}/" mt, LM "layers.{i}." hf, pattern, HF_OP_NONE, (when)                \
+    }
+#define MOE "mlp/moe_block/MoeBlock_0/"
+#define SHARED "mlp/moe_block/shared_experts/"
 
 static const hf_rule rules[] = {
     {"token_embedder/embedding", LM "embed_tokens.weight", "v e -> v e", HF_OP_DIV_SQRT_EMB, 0},
@@ -37,11 +48,30 @@ static const hf_rule rules[] = {
     {"decoder/layers_{i}/self_attention/value/kernel", LM "layers.{i}.self_attn.v_proj.weight",
      "e h d -> (h d) e", HF_OP_NONE, HF_SOME_LAYERS},
     LAYER("self_attention/out/kernel", "self_attn.o_proj.weight", "h d e -> e (h d)"),
-    LAYER("mlp/wi_0/kernel", "mlp.gate_proj.weight", "e m -> m e"),
-    LAYER("mlp/wi_1/kernel", "mlp.up_proj.weight", "e m -> m e"),
-    LAYER("mlp/wo/kernel", "mlp.down_proj.weight", "m e -> e m"),
+    LAYER_IF("mlp/wi_0/kernel", "mlp.gate_proj.weight", "e m -> m e", HF_IF_DENSE_MLP),
+    LAYER_IF("mlp/wi_1/kernel", "mlp.up_proj.weight", "e m -> m e", HF_IF_DENSE_MLP),
+    LAYER_IF("mlp/wo/kernel", "mlp.down_proj.weight", "m e -> e m", HF_IF_DENSE_MLP),
+    LAYER_IF(SHARED "wi_0/kernel", "mlp.gate_proj.weight", "e m -> m e", HF_IF_EXPERTS),
+    LAYER_IF(SHARED "wi_1/kernel", "mlp.up_proj.weight", "e m -> m e", HF_IF_EXPERTS),
+    LAYER_IF(SHARED "wo/kernel", "mlp.down_proj.weight", "m e -> e m", HF_IF_EXPERTS),
+    LAYER_IF("mlp/pre_feedforward_layernorm_2/scale", "pre_feedforward_layernorm_2.weight",
+             "e -> e", HF_IF_EXPERTS),
+    LAYER_IF("mlp/post_feedforward_layernorm_1/scale", "post_feedforward_layernorm_1.weight",
+             "e -> e", HF_IF_EXPERTS),
+    LAYER_IF("mlp/post_feedforward_layernorm_2/scale", "post_feedforward_layernorm_2.weight",
+             "e -> e", HF_IF_EXPERTS),
+    LAYER_IF("mlp/pre_forward_scale_2", "router.scale", "e -> e", HF_IF_EXPERTS),
+    LAYER_IF(MOE "gate/kernel", "router.proj.weight", "e x -> x e", HF_IF_EXPERTS),
+    LAYER_IF(MOE "per_expert_scale", "router.per_expert_scale", "x -> x", HF_IF_EXPERTS),
+    LAYER_IF(MOE "wi_0", "experts.gate_up_proj", "x e m -> x m e", HF_IF_EXPERTS | HF_FIRST_ROWS),
+    LAYER_IF(MOE "wi_1", "experts.gate_up_proj", "x e m -> x m e", HF_IF_EXPERTS | HF_LAST_ROWS),
+    LAYER_IF(MOE "wo", "experts.down_proj", "x m e -> x e m", HF_IF_EXPERTS),
     LAYER("layer_scalar", "layer_scalar", "x -> x"),
 };
+
+#undef LAYER_IF
+#undef MOE
+#undef SHARED
 
 /* gemma4.py's get_attention_type: five sliding, then one global. */
 #define CYCLE 6
@@ -50,6 +80,38 @@ static const hf_rule rules[] = {
 static int applies(const ur_settings *s)
 {
     return strcmp(s->decoder_block, "gemma4") == 0;
+}
+
+#define SHARED_WI_0 "decoder/layers_0/mlp/moe_block/shared_experts/wi_0/kernel"
+#define EXPERTS_WI_0 "decoder/layers_0/mlp/moe_block/MoeBlock_0/wi_0"
+
+/* gemma4-26b's layers: Gemma4TextRouter takes the softmax's top k, renormalized, and the
+ * layer always has the shared expert beside the routed ones (intermediate_size: its size). */
+static int setup_experts(hf_model *m, ur_err *err)
+{
+    const ur_settings *s = m->s;
+    const char *score = hf_cfg_str(s, "routed_score_func", "");
+    int rank = 0;
+    const uint64_t *shared = hf_model_shape(m, SHARED_WI_0, &rank);
+    const char *why = !hf_cfg_bool(s, "norm_topk_prob", 0)                ? "norm_topk_prob false"
+                      : hf_cfg_int(s, "shared_experts", 0) < 1            ? "no shared expert"
+                      : hf_cfg_bool(s, "routed_bias", 0)                  ? "routed_bias"
+                      : score[0] != '\0' && strcmp(score, "softmax") != 0 ? "routed_score_func"
+                                                                          : NULL;
+    if (why != NULL) {
+        return ur_err_set(err, UR_EUNSUPPORTED,
+                          "Hugging Face export: gemma4 experts with %s have no place in "
+                          "Gemma4ForConditionalGeneration",
+                          why);
+    }
+    if (shared == NULL || rank != 2) {
+        return ur_err_set(err, UR_EINVAL,
+                          "Hugging Face export: the checkpoint lacks layer 0's " SHARED_WI_0
+                          " [emb, mlp] of a gemma4 model with experts");
+    }
+    m->flags = (m->flags & ~(unsigned)HF_IF_DENSE_MLP) | HF_IF_EXPERTS;
+    m->intermediate_size = shared[1];
+    return UR_OK;
 }
 
 static int setup(hf_model *m, ur_err *err)
@@ -72,7 +134,7 @@ static int setup(hf_model *m, ur_err *err)
                           "place in Gemma4ForConditionalGeneration (its output projection is the "
                           "embedding)");
     }
-    return UR_OK;
+    return hf_cfg_int(s, "num_experts", 1) > 1 ? setup_experts(m, err) : UR_OK;
 }
 
 /* The shape of attention parameter `name` ("key", "value") of layer i, NULL when it has
@@ -156,6 +218,29 @@ static int rope(const hf_model *m, hf_json *j, ur_err *err)
                        : rc;
 }
 
+/* The experts' entries: enable_moe_block, and the experts' count and size from layer 0's
+ * wi_0 [experts, emb, mlp]. */
+static int experts_config(const hf_model *m, hf_json *j, ur_err *err)
+{
+    int rank = 0;
+    const uint64_t *wi = hf_model_shape(m, EXPERTS_WI_0, &rank);
+    int rc = hf_json_bool(j, TEXT, "enable_moe_block", (m->flags & HF_IF_EXPERTS) != 0, err);
+    if (!(m->flags & HF_IF_EXPERTS) || rc < 0) {
+        return rc;
+    }
+    if (wi == NULL || rank != 3) {
+        return ur_err_set(err, UR_EINVAL,
+                          "Hugging Face export: the checkpoint lacks layer 0's " EXPERTS_WI_0
+                          " [experts, emb, mlp] of a gemma4 model with experts");
+    }
+    rc = hf_json_int(j, TEXT, "num_experts", (int64_t)wi[0], err);
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, TEXT, "top_k_experts", hf_cfg_int(m->s, "num_experts_per_tok", 1),
+                         err);
+    }
+    return rc == UR_OK ? hf_json_int(j, TEXT, "moe_intermediate_size", (int64_t)wi[2], err) : rc;
+}
+
 /* config.json's text_config entries beyond every decoder's. */
 static int text_config(const hf_model *m, hf_json *j, ur_err *err)
 {
@@ -188,8 +273,8 @@ static int text_config(const hf_model *m, hf_json *j, ur_err *err)
     if (rc == UR_OK) {
         rc = hf_json_bool(j, TEXT, "attention_k_eq_v", k_eq_v(m), err);
     }
-    /* none of Gemma 4's per-layer inputs, shared key-value layers, experts or double-wide
-     * MLPs (the small and MoE models') */
+    /* none of Gemma 4's per-layer inputs, shared key-value layers or double-wide MLPs (the
+     * small models') */
     if (rc == UR_OK) {
         rc = hf_json_int(j, TEXT, "hidden_size_per_layer_input", 0, err);
     }
@@ -197,7 +282,7 @@ static int text_config(const hf_model *m, hf_json *j, ur_err *err)
         rc = hf_json_int(j, TEXT, "num_kv_shared_layers", 0, err);
     }
     if (rc == UR_OK) {
-        rc = hf_json_bool(j, TEXT, "enable_moe_block", 0, err);
+        rc = experts_config(m, j, err);
     }
     if (rc == UR_OK) {
         rc = hf_json_bool(j, TEXT, "use_double_wide_mlp", 0, err);

@@ -269,7 +269,8 @@ static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer,
     memcpy(t->shape, t->re.out_shape, sizeof t->shape);
     if (t->parts > 1) {
         /* the joined axis: the last (interleaved), or the rows (the second-to-last) */
-        int rows = (r->when & (HF_FIRST_ROWS | HF_LAST_ROWS)) != 0, axis = t->re.out_rank - 1 - rows;
+        int rows = (r->when & (HF_FIRST_ROWS | HF_LAST_ROWS)) != 0,
+            axis = t->re.out_rank - 1 - rows;
         if (axis < 0) {
             return ur_err_set(err, UR_EINVAL,
                               "Hugging Face export: parameter '%s' has no axis to join on",

@@ -295,7 +295,8 @@ static int check_piece(tcheck *c, uint64_t u0, uint64_t u1, uint64_t unit, ur_bu
     uint64_t start[UR_MAX_RANK], count[UR_MAX_RANK], digit[UR_MAX_RANK] = {0};
     uint64_t n_in = 1, base = 0, n = (u1 - u0) * unit;
     /* the tensor's elements the piece's land among (a part's are apart, joined_at) */
-    uint64_t first = joined_at(t, u0 * unit), span = n > 0 ? joined_at(t, u1 * unit - 1) + 1 - first : 0;
+    uint64_t first = joined_at(t, u0 * unit),
+             span = n > 0 ? joined_at(t, u1 * unit - 1) + 1 - first : 0;
     size_t isz = ur_dtype_size(t->src_dtype), osz = ur_dtype_size(t->dtype);
     float k = arith_constant(t);
 

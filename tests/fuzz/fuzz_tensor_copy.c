@@ -118,7 +118,7 @@ static void fz_unstack(fz_bytes *b, int rank, int axis, const uint64_t *shape, u
  * interleaved along the last (a = rank: inner 1): element x of the part lands on
  * (x / inner) * n * inner + k * inner + x % inner, nothing else is written. */
 static void fz_join(fz_bytes *b, int rank, const uint64_t *shape, ur_dtype dt, int smode,
-                          unsigned byte, ref_rng *r)
+                    unsigned byte, ref_rng *r)
 {
     uint32_t n = 1 + byte % 4, k = (byte >> 2) % n;
     int a = (int)((byte >> 4) % (unsigned)(rank + 1));

@@ -99,6 +99,11 @@ FAMILIES = {
     # sliding-window layer and a full one, attention biases and sinks, YaRN, 4 routed experts
     # with biases, the gate and up kernels interleaved into one tensor
     "gpt-oss": driver.FAMILIES["gpt-oss"],
+    # Gemma 4 with experts (gemma4-26b's settings, the suite's tiny widths): 4 routed experts,
+    # 2 a token, beside the shared one; 6 layers (the suite's 7 end on a sliding layer that
+    # transformers would make global)
+    "gemma4-26b": [a for a in driver.FAMILIES["gemma4"]
+                   if not a.startswith("base_num_decoder_layers=")] + ["base_num_decoder_layers=6"],
 }
 for _f, _keys in FAMILIES.items():
     driver.ALL.setdefault(_f, _keys)
@@ -109,9 +114,10 @@ for _f, _keys in FAMILIES.items():
 EXPORTER = {"llama3.1", "qwen3", "qwen2.5", "gemma3", "gemma2", "qwen3-moe", "mixtral",
             "deepseek3", "deepseek2", "gpt-oss"}
 # Families MaxText's exporter maps but cannot export at the test's size, and what it says:
-# gemma4's shapes come from its table's full-size text_config (32 heads), whatever the
-# model's (--override_model_architecture or not).
-EXPORTER_FAILS = {"gemma4-31b": "cannot reshape array of shape (32, 4, 8)"}
+# gemma4's shapes come from its table's full-size text_config, whatever the model's
+# (--override_model_architecture or not).
+EXPORTER_FAILS = {"gemma4-31b": "cannot reshape array of shape (32, 4, 8)",
+                  "gemma4-26b": "cannot reshape array of shape (32, 4, 8)"}
 # Layouts of a family MaxText's exporter maps but fails on, and what it says: a scanned
 # DeepSeek's router bias is stacked on axis 0 (a non-parameter variable: nnx.StateAxes puts
 # them there), which the exporter slices on param_scan_axis like a parameter.

@@ -70,6 +70,7 @@ def test_transformers_matches_maxtext(family):
                 "qwen2.5": "Qwen2ForCausalLM", "olmo3": "Olmo3ForCausalLM",
                 "gemma3": "Gemma3ForConditionalGeneration", "gemma2": "Gemma2ForCausalLM",
                 "gemma4-31b": "Gemma4ForConditionalGeneration",
+                "gemma4-26b": "Gemma4ForConditionalGeneration",
                 "qwen3-moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM",
                 "deepseek3": "DeepseekV3ForCausalLM",
                 "deepseek2": "DeepseekV2ForCausalLM", "gpt-oss": "GptOssForCausalLM"}[family]
@@ -83,7 +84,16 @@ def test_transformers_matches_maxtext(family):
     kl = (np.exp(p) * (p - q)).sum(-1)
     print(f"{family}: max KL {kl.max():.3g}, max |logit diff| {np.abs(ours - theirs).max():.3g}")
     assert kl.max() <= MAX_KL, f"max KL {kl.max()}"
-    assert (ours.argmax(-1) == theirs.argmax(-1)).all()
+    # the same prediction at every position, but where MaxText's own top two logits are closer
+    # than the two forward passes differ: MaxText's Gemma 4 computes logits 6e-3 from
+    # transformers' (transformers' float32 is within 1e-5 of its float64 on the same folder;
+    # dense and with experts alike), and the trained gemma4-26b has a position whose top two
+    # are 6e-4 apart
+    diff = np.abs(ours - theirs).max()
+    top2 = np.sort(theirs, -1)[:, -2:]
+    decided = top2[:, 1] - top2[:, 0] > 2 * diff
+    assert decided.sum() >= len(decided) - 1, f"{(~decided).sum()} near ties"
+    assert (ours.argmax(-1) == theirs.argmax(-1))[decided].all()
     # a wrong transform is not within the tolerance: the logits carry information
     assert np.abs(theirs).max() > 0.1
 
