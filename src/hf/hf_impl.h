@@ -226,5 +226,6 @@ extern const hf_family hf_family_gemma4;
 extern const hf_family hf_family_deepseek;
 extern const hf_family hf_family_deepseek_v2;
 extern const hf_family hf_family_gpt_oss;
+extern const hf_family hf_family_qwen3_next;
 
 #endif

@@ -104,6 +104,10 @@ FAMILIES = {
     # transformers would make global)
     "gemma4-26b": [a for a in driver.FAMILIES["gemma4"]
                    if not a.startswith("base_num_decoder_layers=")] + ["base_num_decoder_layers=6"],
+    # Qwen3-Next (qwen3-next-80b-a3b's settings, the suite's tiny qwen3-next training state):
+    # a block of 3 linear-attention (Gated DeltaNet) layers and a full-attention one with an
+    # output gate, then 2 remainder layers; routed experts and a gated shared expert
+    "qwen3-next": driver.FAMILIES["qwen3-next"],
 }
 for _f, _keys in FAMILIES.items():
     driver.ALL.setdefault(_f, _keys)
@@ -117,7 +121,9 @@ EXPORTER = {"llama3.1", "qwen3", "qwen2.5", "gemma3", "gemma2", "qwen3-moe", "mi
 # gemma4's shapes come from its table's full-size text_config, whatever the model's
 # (--override_model_architecture or not).
 EXPORTER_FAILS = {"gemma4-31b": "cannot reshape array of shape (32, 4, 8)",
-                  "gemma4-26b": "cannot reshape array of shape (32, 4, 8)"}
+                  "gemma4-26b": "cannot reshape array of shape (32, 4, 8)",
+                  # its config table reads a key transformers 5's Qwen3NextConfig no longer has
+                  "qwen3-next": "KeyError: 'full_attention_interval'"}
 # Layouts of a family MaxText's exporter maps but fails on, and what it says: a scanned
 # DeepSeek's router bias is stacked on axis 0 (a non-parameter variable: nnx.StateAxes puts
 # them there), which the exporter slices on param_scan_axis like a parameter.

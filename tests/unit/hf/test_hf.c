@@ -850,6 +850,122 @@ static void test_hf__gpt_oss_interleaved(void **state)
     free(f);
 }
 
+/* Qwen3-Next: which layers are linear attention and which full comes from the checkpoint
+ * (layer_types in config.json), the full layer's sizes from its own kernels (the query's last
+ * axis twice the head dim: the output gate), the convolution [kernel, 1, channels] written
+ * [channels, 1, kernel]; a layer with neither attention is refused, naming it. */
+#define Q3N_MOE(L)                                                                                \
+    {"decoder/" L "/input_layernorm/scale", 1, {E}},                                              \
+        {"decoder/" L "/post_attention_layernorm/scale", 1, {E}},                                 \
+        {"decoder/" L "/mlp/routed_experts/gate/kernel", 2, {E, X}},                              \
+        {"decoder/" L "/mlp/routed_experts/wi_0", 3, {X, E, M}},                                  \
+        {"decoder/" L "/mlp/routed_experts/wi_1", 3, {X, E, M}},                                  \
+        {"decoder/" L "/mlp/routed_experts/wo", 3, {X, M, E}},                                    \
+        {"decoder/" L "/mlp/shared_expert/wi_0/kernel", 2, {E, 3}},                               \
+        {"decoder/" L "/mlp/shared_expert/wi_1/kernel", 2, {E, 3}},                               \
+        {"decoder/" L "/mlp/shared_expert/wo/kernel", 2, {3, E}},                                 \
+    {                                                                                             \
+        "decoder/" L "/mlp/shared_expert_gate/kernel", 2,                                         \
+        {                                                                                         \
+            E, 1                                                                                  \
+        }                                                                                         \
+    }
+static const param QWEN3_NEXT[] = {
+    {"token_embedder/embedding", 2, {V, E}},
+    {"decoder/decoder_norm/scale", 1, {E}},
+    {"decoder/logits_dense/kernel", 2, {E, V}},
+    Q3N_MOE("layers_0"),
+    {"decoder/layers_0/attention/in_proj_qkvz/kernel", 2, {E, 16}},
+    {"decoder/layers_0/attention/in_proj_ba/kernel", 2, {E, 4}},
+    {"decoder/layers_0/attention/conv1d/kernel", 3, {4, 1, 12}},
+    {"decoder/layers_0/attention/A_log", 1, {2}},
+    {"decoder/layers_0/attention/dt_bias", 1, {2}},
+    {"decoder/layers_0/attention/norm/rms_norm/scale", 1, {2}},
+    {"decoder/layers_0/attention/out_proj/kernel", 2, {4, E}},
+    Q3N_MOE("layers_1"),
+    {"decoder/layers_1/attention/attention/query/kernel", 3, {E, H, 2 * D}},
+    {"decoder/layers_1/attention/attention/key/kernel", 3, {E, KV, D}},
+    {"decoder/layers_1/attention/attention/value/kernel", 3, {E, KV, D}},
+    {"decoder/layers_1/attention/attention/out/kernel", 2, {H * D, E}},
+    {"decoder/layers_1/attention/attention/query_norm/scale", 1, {D}},
+    {"decoder/layers_1/attention/attention/key_norm/scale", 1, {D}},
+};
+#define N_QWEN3_NEXT (sizeof QWEN3_NEXT / sizeof QWEN3_NEXT[0])
+
+static void test_hf__qwen3_next_layers(void **state)
+{
+    fake_plan *f = calloc(1, sizeof *f);
+    ur_hf_opts o = {UR_DT_FLOAT32, 0, 0, NULL};
+    ur_hf_plan *p;
+    ur_hf_tensor_info t;
+    ur_config *cfg = NULL;
+    ur_config_opts co;
+    ur_err err;
+    ur_buf text;
+    char dir[256], yml[300];
+    int seen = 0;
+    FILE *y;
+    (void)state;
+    assert_true(N_QWEN3_NEXT <= MAX_PARAMS);
+    ur_test_scratch_dir(dir, sizeof dir, "hf_qwen3_next");
+    snprintf(yml, sizeof yml, "%s/qwen3_next.yml", dir);
+    y = fopen(yml, "w");
+    assert_non_null(y);
+    fprintf(y, "decoder_block: qwen3_next\nmodel_name: default\nbase_num_decoder_layers: 2\n"
+               "num_experts: 5\nnum_experts_per_tok: 2\nshared_experts: 1\n"
+               "norm_topk_prob: true\npartial_rotary_factor: 0.25\nlogits_via_embedding: false\n");
+    fclose(y);
+    memset(&co, 0, sizeof co);
+    co.config_path = yml;
+    co.cwd = "/tmp";
+    co.now = 1700000000;
+    assert_int_equal(ur_config_load(&cfg, &co, NULL), UR_OK);
+    make_plan(f, QWEN3_NEXT, N_QWEN3_NEXT);
+    assert_int_equal(ur_hf_plan_build(&p, &f->plan, f->leaves, ur_config_settings(cfg), &o, NULL),
+                     UR_OK);
+    for (size_t i = 0; ur_hf_plan_tensor(p, i, &t); i++) {
+        if (strcmp(t.name, "model.layers.0.linear_attn.conv1d.weight") == 0) {
+            assert_int_equal(t.rank, 3);
+            assert_int_equal(t.shape[0], 12);
+            assert_int_equal(t.shape[1], 1);
+            assert_int_equal(t.shape[2], 4);
+            seen |= 1;
+        } else if (strcmp(t.name, "model.layers.1.self_attn.q_proj.weight") == 0) {
+            assert_int_equal(t.shape[0], H * 2 * D);
+            seen |= 2;
+        } else if (strcmp(t.name, "model.layers.1.mlp.experts.4.down_proj.weight") == 0) {
+            seen |= 4;
+        }
+    }
+    assert_int_equal(seen, 7);
+    assert_int_equal(ur_hf_write_meta(p, dir, NULL), UR_OK);
+    ur_buf_init(&text, 0);
+    {
+        char path[300];
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        assert_int_equal(ur_fs_read_file(&text, path, 1 << 20, NULL), UR_OK);
+    }
+    assert_int_equal(ur_buf_append(&text, "", 1, NULL), UR_OK);
+    assert_non_null(
+        strstr((const char *)text.data,
+               "\"layer_types\": [\n    \"linear_attention\",\n    \"full_attention\"\n"));
+    assert_non_null(strstr((const char *)text.data, "\"head_dim\": 4,"));
+    assert_non_null(strstr((const char *)text.data, "\"num_attention_heads\": 2,"));
+    assert_non_null(strstr((const char *)text.data, "\"linear_conv_kernel_dim\": 4,"));
+    assert_non_null(strstr((const char *)text.data, "\"partial_rotary_factor\": 0.25,"));
+    assert_non_null(strstr((const char *)text.data, "\"shared_expert_intermediate_size\": 3,"));
+    ur_buf_dispose(&text);
+    ur_hf_plan_free(p);
+    /* layer 1 without its attention */
+    make_plan(f, QWEN3_NEXT, N_QWEN3_NEXT - 6);
+    assert_int_equal(ur_hf_plan_build(&p, &f->plan, f->leaves, ur_config_settings(cfg), &o, &err),
+                     UR_EINVAL);
+    assert_non_null(strstr(err.msg, "decoder/layers_1 has no attention"));
+    ur_config_free(cfg);
+    (void)ur_fs_remove_tree(dir, NULL);
+    free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -862,6 +978,7 @@ int main(void)
         cmocka_unit_test(test_hf__experts_split),
         cmocka_unit_test(test_hf__deepseek_layers),
         cmocka_unit_test(test_hf__gpt_oss_interleaved),
+        cmocka_unit_test(test_hf__qwen3_next_layers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
