@@ -1,7 +1,8 @@
-/* DeepSeek-V3 and V2: MaxText's deepseek decoder block as transformers' DeepseekV3ForCausalLM
- * (the sigmoid router: deepseek3-671b, deepseek3-tiny, kimi-k2 shapes) or
- * DeepseekV2ForCausalLM (the softmax router: deepseek2-16b), as MaxText's exporter maps them
- * (DEEPSEEK_MAXTEXT_TO_HF_PARAM_MAPPING and its hooks).
+/* DeepSeek-V3, V3.2 and V2: MaxText's deepseek decoder block as transformers'
+ * DeepseekV3ForCausalLM (the sigmoid router: deepseek3-671b, deepseek3-tiny, kimi-k2 shapes),
+ * DeepseekV32ForCausalLM (the same with the sparse-attention indexer, use_indexer:
+ * deepseek3.2-671b) or DeepseekV2ForCausalLM (the softmax router: deepseek2-16b), as MaxText's
+ * exporter maps them (DEEPSEEK_MAXTEXT_TO_HF_PARAM_MAPPING and its hooks).
  *
  * MaxText keeps the first first_num_dense_layers layers apart (dense_layers_{i}, a dense MLP)
  * from the rest (moe_layers_{i}, counted from 0: Hugging Face's layer {i} + that many): both
@@ -10,7 +11,10 @@
  * copied; no RoPE reordering (MaxText rotates interleaved pairs, and so does transformers with
  * rope_interleave) and no query scale (MaxText scales the query in the forward pass). A MoE
  * layer has shared experts (a dense MLP), the router and its score-correction bias
- * (routed_bias), and the routed experts, each expert's three kernels a tensor of its own. */
+ * (routed_bias), and the routed experts, each expert's three kernels a tensor of its own.
+ * V3.2's indexer (every layer's): its query up-projection [q_lora_rank, heads, dim] flattened
+ * over the heads, its key and head-weight projections transposed, its key's LayerNorm (scale
+ * and bias) copied; its rotation is of halves, [rope, nope], in MaxText as in transformers. */
 #include "hf_impl.h"
 
 #include <string.h>
@@ -36,7 +40,12 @@
     ROW(L, "self_attention/wkv_a/kernel", "self_attn.kv_a_proj_with_mqa.weight", "e k -> k e", bits), \
     ROW(L, "self_attention/kv_norm/scale", "self_attn.kv_a_layernorm.weight", "k -> k", bits), \
     ROW(L, "self_attention/wkv_b/kernel", "self_attn.kv_b_proj.weight", "k h d -> (h d) k", bits), \
-    ROW(L, "self_attention/out/kernel", "self_attn.o_proj.weight", "h d e -> e (h d)", bits)
+    ROW(L, "self_attention/out/kernel", "self_attn.o_proj.weight", "h d e -> e (h d)", bits), \
+    ROW(L, "self_attention/indexer/wq_b/kernel", "self_attn.indexer.wq_b.weight", "q h d -> (h d) q", (bits) | HF_IF_INDEXER), \
+    ROW(L, "self_attention/indexer/wk/kernel", "self_attn.indexer.wk.weight", "e d -> d e", (bits) | HF_IF_INDEXER), \
+    ROW(L, "self_attention/indexer/k_norm/scale", "self_attn.indexer.k_norm.weight", "d -> d", (bits) | HF_IF_INDEXER), \
+    ROW(L, "self_attention/indexer/k_norm/bias", "self_attn.indexer.k_norm.bias", "d -> d", (bits) | HF_IF_INDEXER), \
+    ROW(L, "self_attention/indexer/weights_proj/kernel", "self_attn.indexer.weights_proj.weight", "e h -> h e", (bits) | HF_IF_INDEXER)
 /* clang-format on */
 
 static const hf_rule rules[] = {
@@ -68,9 +77,27 @@ static int softmax_router(const ur_settings *s)
     return strcmp(hf_cfg_str(s, "routed_score_func", ""), "softmax") == 0;
 }
 
+static int indexer(const ur_settings *s)
+{
+    return hf_cfg_bool(s, "use_indexer", 0);
+}
+
 static int applies(const ur_settings *s)
 {
-    return strcmp(s->decoder_block, "deepseek") == 0 && !softmax_router(s);
+    return strcmp(s->decoder_block, "deepseek") == 0 && !softmax_router(s) && !indexer(s);
+}
+
+static int applies_v32(const ur_settings *s)
+{
+    return strcmp(s->decoder_block, "deepseek") == 0 && !softmax_router(s) && indexer(s);
+}
+
+/* The class for these settings. */
+static const char *architecture(const ur_settings *s)
+{
+    return softmax_router(s) ? "DeepseekV2ForCausalLM"
+           : indexer(s)      ? "DeepseekV32ForCausalLM"
+                             : "DeepseekV3ForCausalLM";
 }
 
 static int applies_v2(const ur_settings *s)
@@ -105,7 +132,8 @@ static int setup(hf_model *m, ur_err *err)
                           ? "a routed_score_func other than sigmoid or softmax"
                       : !v2 && !v3_routing(s) && !plain
                           ? "routing groups or a router bias MaxText ignores for this model_name"
-                      : v2 && !plain ? "a softmax router with groups or a bias"
+                      : v2 && !plain     ? "a softmax router with groups or a bias"
+                      : v2 && indexer(s) ? "a softmax router with the indexer"
                       : hf_cfg_bool(s, "rope_attention_scaling", 0) ? "rope_attention_scaling"
                       : v2 && !hf_cfg_bool(s, "rope_interleave", 1) ? "rope_interleave false"
                       : strcmp(hf_cfg_str(s, "rope_type", "yarn"), "yarn") != 0
@@ -117,12 +145,13 @@ static int setup(hf_model *m, ur_err *err)
         return ur_err_set(err, UR_EUNSUPPORTED,
                           "Hugging Face export: decoder_block deepseek with %s has no place in "
                           "%s",
-                          why, v2 ? "DeepseekV2ForCausalLM" : "DeepseekV3ForCausalLM");
+                          why, architecture(s));
     }
     m->flags = (m->flags & ~(unsigned)HF_IF_DENSE_MLP) | HF_IF_EXPERTS;
     m->flags |= hf_cfg_bool(s, "logits_via_embedding", 0) ? 0 : HF_IF_UNTIED;
     m->flags |= hf_cfg_bool(s, "routed_bias", 0) ? HF_IF_ROUTED_BIAS : 0;
     m->flags |= hf_cfg_int(s, "q_lora_rank", 0) > 0 ? HF_IF_LOW_RANK_QUERY : HF_IF_FULL_QUERY;
+    m->flags |= indexer(s) ? HF_IF_INDEXER : 0;
     m->dense_layers = hf_cfg_int(s, "first_num_dense_layers", 0);
     return UR_OK;
 }
@@ -173,8 +202,8 @@ static int config_rope(const hf_model *m, hf_json *j, ur_err *err)
     if (rc == UR_OK) {
         rc = hf_json_int(j, NULL, "max_position_embeddings", max_pos, err);
     }
-    /* V2's rotation is always of interleaved pairs; V3's says so */
-    return rc == UR_OK && !softmax_router(s)
+    /* V2's rotation is always of interleaved pairs, V3.2's main attention's too; V3's says so */
+    return rc == UR_OK && !softmax_router(s) && !indexer(s)
                ? hf_json_bool(j, NULL, "rope_interleave", hf_cfg_bool(s, "rope_interleave", 1),
                               err)
                : rc;
@@ -209,11 +238,37 @@ static int config_v2_routing(hf_json *j, ur_err *err)
     return rc == UR_OK ? hf_json_bool(j, NULL, "norm_topk_prob", 0, err) : rc;
 }
 
+/* V3.2's indexer: its heads and head dim from the first MoE layer's query up-projection
+ * [q_lora_rank, heads, dim], the tokens it keeps; the rotation's head_dim (transformers
+ * sizes the rotary embedding by it) is the query's rotated part. */
+static int config_indexer(const hf_model *m, hf_json *j, ur_err *err)
+{
+    const char *wq = "decoder/moe_layers_0/self_attention/indexer/wq_b/kernel";
+    int rc = dim(m, wq, 3, 1) > 0
+                 ? UR_OK
+                 : ur_err_set(err, UR_EINVAL,
+                              "Hugging Face export: the checkpoint lacks %s [q_lora_rank, heads, "
+                              "dim] of a deepseek model with use_indexer",
+                              wq);
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, NULL, "index_n_heads", dim(m, wq, 3, 1), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, NULL, "index_head_dim", dim(m, wq, 3, 2), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, NULL, "index_topk", hf_cfg_int(m->s, "indexer_topk", 2048), err);
+    }
+    return rc == UR_OK
+               ? hf_json_int(j, NULL, "head_dim", hf_cfg_int(m->s, "qk_rope_head_dim", 64), err)
+               : rc;
+}
+
 static int config(const hf_model *m, hf_json *j, ur_err *err)
 {
     const ur_settings *s = m->s;
     int v2 = softmax_router(s), low_rank = (m->flags & HF_IF_LOW_RANK_QUERY) != 0;
-    const char *arch = v2 ? "DeepseekV2ForCausalLM" : "DeepseekV3ForCausalLM";
+    const char *arch = architecture(s);
     /* the query's [in, heads, qk_head_dim]: the low-rank up-projection's, or the query's */
     const char *q_b = low_rank ? "decoder/moe_layers_0/self_attention/wq_b/kernel"
                                : "decoder/moe_layers_0/self_attention/query/kernel";
@@ -255,7 +310,14 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
         rc = hf_json_int(j, NULL, ints[i].key, ints[i].v, err);
     }
     if (rc == UR_OK) {
-        rc = hf_json_str(j, NULL, "model_type", v2 ? "deepseek_v2" : "deepseek_v3", err);
+        rc = hf_json_str(j, NULL, "model_type",
+                         v2           ? "deepseek_v2"
+                         : indexer(s) ? "deepseek_v32"
+                                      : "deepseek_v3",
+                         err);
+    }
+    if (rc == UR_OK && indexer(s)) {
+        rc = config_indexer(m, j, err);
     }
     if (rc == UR_OK) {
         rc = low_rank ? hf_json_int(j, NULL, "q_lora_rank", dim(m, q_b, 3, 0), err)
@@ -296,8 +358,8 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
     return rc == UR_OK ? config_rope(m, j, err) : rc;
 }
 
-/* The two share the table, its setup and config.json's writer (which reads the router from
- * the settings): only the class and when it applies differ. */
+/* The three share the table, its setup and config.json's writer (which reads the router and
+ * the indexer from the settings): only the class and when it applies differ. */
 #define FAMILY(nm, arch, app)                                                                     \
     {                                                                                             \
         .name = (nm), .architecture = (arch), .applies = (app), .setup = setup,                   \
@@ -306,3 +368,5 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
     }
 const hf_family hf_family_deepseek_v2 = FAMILY("deepseek_v2", "DeepseekV2ForCausalLM", applies_v2);
 const hf_family hf_family_deepseek = FAMILY("deepseek", "DeepseekV3ForCausalLM", applies);
+const hf_family hf_family_deepseek_v32 = FAMILY("deepseek_v32", "DeepseekV32ForCausalLM",
+                                                applies_v32);

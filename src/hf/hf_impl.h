@@ -39,6 +39,7 @@ enum {
     HF_IF_ROUTED_BIAS = 512,   /* the router's score-correction bias (routed_bias) */
     HF_IF_LOW_RANK_QUERY = 1024, /* the query through a low-rank projection (q_lora_rank > 0) */
     HF_IF_FULL_QUERY = 2048,     /* a full-rank query kernel (q_lora_rank 0) */
+    HF_IF_INDEXER = 4096,        /* DeepSeek-V3.2's sparse-attention indexer (use_indexer) */
     /* not conditions (rule_holds ignores them), but which layers a rule is for: */
     /* a layer may lack the parameter (Gemma 4's global layers, whose key is also their value,
      * have no value kernel) */
@@ -225,6 +226,7 @@ extern const hf_family hf_family_gemma3;
 extern const hf_family hf_family_gemma4;
 extern const hf_family hf_family_deepseek;
 extern const hf_family hf_family_deepseek_v2;
+extern const hf_family hf_family_deepseek_v32;
 extern const hf_family hf_family_gpt_oss;
 extern const hf_family hf_family_qwen3_next;
 

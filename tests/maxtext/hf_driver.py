@@ -104,6 +104,15 @@ FAMILIES = {
     # transformers would make global)
     "gemma4-26b": [a for a in driver.FAMILIES["gemma4"]
                    if not a.startswith("base_num_decoder_layers=")] + ["base_num_decoder_layers=6"],
+    # DeepSeek-V3.2 (deepseek3.2-671b's settings, as deepseek3 above but no router bias): the
+    # sparse-attention indexer in every layer, keeping 4 of the 16 tokens (so that it decides);
+    # its heads and head dim are the model's, as MaxText's exporter takes them from its table
+    "deepseek3.2": [a for a in driver.DEEPSEEK if not a.startswith(
+        ("model_name=", "base_num_decoder_layers=", "first_num_dense_layers=",
+         "qk_nope_head_dim=", "qk_rope_head_dim=", "v_head_dim="))] + [
+        "model_name=deepseek3.2-671b", "base_num_decoder_layers=5", "first_num_dense_layers=3",
+        "qk_nope_head_dim=128", "qk_rope_head_dim=64", "v_head_dim=128", "routed_bias=false",
+        "indexer_topk=4"],
     # Qwen3-Next (qwen3-next-80b-a3b's settings, the suite's tiny qwen3-next training state):
     # a block of 3 linear-attention (Gated DeltaNet) layers and a full-attention one with an
     # output gate, then 2 remainder layers; routed experts and a gated shared expert
@@ -116,7 +125,7 @@ for _f, _keys in FAMILIES.items():
 # (olmo3 too: its PARAM_MAPPING and HOOK_FNS name olmo3-7b, its HF_SHAPE does not, "Mappings
 # not found for model: olmo3-7b").
 EXPORTER = {"llama3.1", "qwen3", "qwen2.5", "gemma3", "gemma2", "qwen3-moe", "mixtral",
-            "deepseek3", "deepseek2", "gpt-oss"}
+            "deepseek3", "deepseek2", "gpt-oss", "deepseek3.2"}
 # Families MaxText's exporter maps but cannot export at the test's size, and what it says:
 # gemma4's shapes come from its table's full-size text_config, whatever the model's
 # (--override_model_architecture or not).

@@ -667,6 +667,14 @@ static void test_hf__deepseek_layers(void **state)
                      UR_EUNSUPPORTED);
     assert_non_null(strstr(err.msg, "MaxText ignores for this model_name"));
     ur_config_free(cfg);
+    /* V3.2 (use_indexer): DeepseekV32ForCausalLM, whose indexer the checkpoint must have */
+    cfg = deepseek_config(dir, "false\nuse_indexer: true");
+    make_plan(f, DEEPSEEK, N_DEEPSEEK - 9);
+    assert_int_equal(ur_hf_plan_build(&p, &f->plan, f->leaves, ur_config_settings(cfg), &o, &err),
+                     UR_EINVAL);
+    assert_non_null(strstr(err.msg, "(deepseek_v32)"));
+    assert_non_null(strstr(err.msg, "self_attention/indexer/"));
+    ur_config_free(cfg);
     (void)ur_fs_remove_tree(dir, NULL);
     free(f);
 }
