@@ -60,9 +60,15 @@ enum {
      * wi_0's rows then wi_1's */
     HF_FIRST_ROWS = 1 << 21,
     HF_LAST_ROWS = 1 << 22,
+    /* concatenated along the last axis (a [..., in, out] kernel's columns), which is then
+     * twice the rearranged parameter's: Llama 4's gate_up_proj [experts, emb, 2 * mlp], wi_0's
+     * columns then wi_1's */
+    HF_FIRST_COLS = 1 << 23,
+    HF_LAST_COLS = 1 << 24,
 };
 #define HF_LAYER_BITS (HF_SOME_LAYERS | HF_DENSE_LAYERS | HF_AFTER_DENSE)
-#define HF_PART_BITS (HF_EVENS | HF_ODDS | HF_FIRST_ROWS | HF_LAST_ROWS)
+#define HF_PART_BITS                                                                              \
+    (HF_EVENS | HF_ODDS | HF_FIRST_ROWS | HF_LAST_ROWS | HF_FIRST_COLS | HF_LAST_COLS)
 #define HF_PLACE_BITS (HF_LAYER_BITS | HF_PART_BITS)
 
 /* One line of a family's table: a MaxText parameter (its path below the model, "{i}" for a
@@ -229,5 +235,6 @@ extern const hf_family hf_family_deepseek_v2;
 extern const hf_family hf_family_deepseek_v32;
 extern const hf_family hf_family_gpt_oss;
 extern const hf_family hf_family_qwen3_next;
+extern const hf_family hf_family_llama4;
 
 #endif

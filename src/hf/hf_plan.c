@@ -264,19 +264,22 @@ static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer,
         return ur_err_oom(err);
     }
     t->parts = r->when & HF_PART_BITS ? 2 : 1;
-    t->part = r->when & (HF_ODDS | HF_LAST_ROWS) ? 1 : 0;
+    t->part = r->when & (HF_ODDS | HF_LAST_ROWS | HF_LAST_COLS) ? 1 : 0;
     t->inner = 1;
     memcpy(t->shape, t->re.out_shape, sizeof t->shape);
     if (t->parts > 1) {
         /* the joined axis: the last (interleaved), or the rows (the second-to-last) */
+        /* (the last, interleaved or its columns concatenated, or the rows: the second to
+         * last) */
         int rows = (r->when & (HF_FIRST_ROWS | HF_LAST_ROWS)) != 0,
+            cols = (r->when & (HF_FIRST_COLS | HF_LAST_COLS)) != 0,
             axis = t->re.out_rank - 1 - rows;
         if (axis < 0) {
             return ur_err_set(err, UR_EINVAL,
                               "Hugging Face export: parameter '%s' has no axis to join on",
                               q->path);
         }
-        for (int d = axis; rows && d < t->re.out_rank; d++) {
+        for (int d = axis; (rows || cols) && d < t->re.out_rank; d++) {
             t->inner *= t->re.out_shape[d];
         }
         t->shape[axis] *= (uint64_t)t->parts;

@@ -113,6 +113,10 @@ FAMILIES = {
         "model_name=deepseek3.2-671b", "base_num_decoder_layers=5", "first_num_dense_layers=3",
         "qk_nope_head_dim=128", "qk_rope_head_dim=64", "v_head_dim=128", "routed_bias=false",
         "indexer_topk=4"],
+    # Llama 4 (llama4-17b-16e's settings, the suite's tiny llama4 training state): every 4th
+    # layer without RoPE (temperature-tuned), the others' attention chunked by 8 positions (so
+    # that the 16 tokens cross a chunk), a routed expert a token beside the shared one
+    "llama4": driver.FAMILIES["llama4"],
     # Qwen3-Next (qwen3-next-80b-a3b's settings, the suite's tiny qwen3-next training state):
     # a block of 3 linear-attention (Gated DeltaNet) layers and a full-attention one with an
     # output gate, then 2 remainder layers; routed experts and a gated shared expert

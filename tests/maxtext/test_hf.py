@@ -71,7 +71,7 @@ def test_transformers_matches_maxtext(family):
                 "gemma3": "Gemma3ForConditionalGeneration", "gemma2": "Gemma2ForCausalLM",
                 "gemma4-31b": "Gemma4ForConditionalGeneration",
                 "gemma4-26b": "Gemma4ForConditionalGeneration",
-                "qwen3-next": "Qwen3NextForCausalLM", "deepseek3.2": "DeepseekV32ForCausalLM",
+                "qwen3-next": "Qwen3NextForCausalLM", "llama4": "Llama4ForCausalLM", "deepseek3.2": "DeepseekV32ForCausalLM",
                 "qwen3-moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM",
                 "deepseek3": "DeepseekV3ForCausalLM",
                 "deepseek2": "DeepseekV2ForCausalLM", "gpt-oss": "GptOssForCausalLM"}[family]

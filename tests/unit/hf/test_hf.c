@@ -974,6 +974,106 @@ static void test_hf__qwen3_next_layers(void **state)
     free(f);
 }
 
+/* Llama 4: the routed experts' gate and up kernels concatenated along the columns of one
+ * tensor, gate_up_proj[x][e][m] = wi_0[x][e][m] and [M + m] = wi_1's, fed in chunks of their
+ * own; a layer with neither its MLP nor its experts is refused, naming it. */
+static const param LLAMA4[] = {
+    {"token_embedder/embedding", 2, {V, E}},
+    {"decoder/decoder_norm/scale", 1, {E}},
+    {"decoder/logits_dense/kernel", 2, {E, V}},
+    {"decoder/layers_0/pre_self_attention_layer_norm/scale", 1, {E}},
+    {"decoder/layers_0/post_self_attention_layer_norm/scale", 1, {E}},
+    {"decoder/layers_0/self_attention/query/kernel", 3, {E, H, D}},
+    {"decoder/layers_0/self_attention/key/kernel", 3, {E, KV, D}},
+    {"decoder/layers_0/self_attention/value/kernel", 3, {E, KV, D}},
+    {"decoder/layers_0/self_attention/out/kernel", 3, {H, D, E}},
+    {"decoder/layers_0/Llama4MoEBlock_0/MoeBlock_0/gate/kernel", 2, {E, X}},
+    {"decoder/layers_0/Llama4MoEBlock_0/MoeBlock_0/wo", 3, {X, M, E}},
+    {"decoder/layers_0/Llama4MoEBlock_0/shared_experts/wi_0/kernel", 2, {E, M}},
+    {"decoder/layers_0/Llama4MoEBlock_0/shared_experts/wi_1/kernel", 2, {E, M}},
+    {"decoder/layers_0/Llama4MoEBlock_0/shared_experts/wo/kernel", 2, {M, E}},
+    {"decoder/layers_0/Llama4MoEBlock_0/MoeBlock_0/wi_0", 3, {X, E, M}},
+    {"decoder/layers_0/Llama4MoEBlock_0/MoeBlock_0/wi_1", 3, {X, E, M}},
+};
+#define N_LLAMA4 (sizeof LLAMA4 / sizeof LLAMA4[0])
+
+static void test_hf__llama4_columns(void **state)
+{
+    fake_plan *f = calloc(1, sizeof *f);
+    ur_hf_opts o = {UR_DT_FLOAT32, 0, 0, NULL};
+    ur_hf_plan *p;
+    ur_config *cfg = NULL;
+    ur_config_opts co;
+    ur_sink sink;
+    ur_kvstore *kv;
+    ur_st_header h;
+    ur_err err;
+    char dir[256], yml[300];
+    float *data[N_LLAMA4], gu[X * E * 2 * M];
+    const ur_st_entry *t;
+    FILE *y;
+    (void)state;
+    ur_test_scratch_dir(dir, sizeof dir, "hf_llama4");
+    snprintf(yml, sizeof yml, "%s/llama4.yml", dir);
+    y = fopen(yml, "w");
+    assert_non_null(y);
+    fprintf(y, "decoder_block: llama4\nmodel_name: default\nbase_num_decoder_layers: 1\n"
+               "rope_type: llama3.1\nnum_experts: 5\nshared_experts: 1\n"
+               "logits_via_embedding: false\n");
+    fclose(y);
+    memset(&co, 0, sizeof co);
+    co.config_path = yml;
+    co.cwd = "/tmp";
+    co.now = 1700000000;
+    assert_int_equal(ur_config_load(&cfg, &co, NULL), UR_OK);
+    make_plan(f, LLAMA4, N_LLAMA4);
+    assert_int_equal(ur_hf_plan_build(&p, &f->plan, f->leaves, ur_config_settings(cfg), &o, NULL),
+                     UR_OK);
+    assert_int_equal(ur_hf_sink_open(&sink, p, dir, NULL), UR_OK);
+    for (size_t i = N_LLAMA4; i-- > 0;) { /* wi_1 first */
+        uint64_t n = 1;
+        for (int d = 0; d < LLAMA4[i].rank; d++) {
+            n *= LLAMA4[i].shape[d];
+        }
+        data[i] = malloc(n * sizeof(float));
+        for (uint64_t e = 0; e < n; e++) {
+            data[i][e] = (float)(i * 1000 + e) * 0.5f;
+        }
+        feed(&sink, f, i, &LLAMA4[i], data[i]);
+    }
+    assert_int_equal(sink.ops->finish(sink.self, NULL), UR_OK);
+    assert_int_equal(ur_kvstore_file_open(&kv, dir, 0, NULL), UR_OK);
+    assert_int_equal(ur_st_header_read(&h, kv, "model.safetensors", NULL), UR_OK);
+    t = ur_st_header_find(&h, "model.layers.0.feed_forward.experts.gate_up_proj");
+    assert_non_null(t);
+    assert_int_equal(t->rank, 3);
+    assert_int_equal(t->shape[2], 2 * M);
+    assert_int_equal(ur_kvstore_read_range(kv, "model.safetensors", t->begin, sizeof gu, gu, NULL),
+                     UR_OK);
+    for (int x = 0; x < X; x++) {
+        for (int e = 0; e < E; e++) {
+            for (int m = 0; m < M; m++) {
+                assert_true(gu[(x * E + e) * 2 * M + m] == data[14][(x * E + e) * M + m]);
+                assert_true(gu[(x * E + e) * 2 * M + M + m] == data[15][(x * E + e) * M + m]);
+            }
+        }
+    }
+    ur_st_header_dispose(&h);
+    ur_kvstore_close(kv);
+    for (size_t i = 0; i < N_LLAMA4; i++) {
+        free(data[i]);
+    }
+    ur_hf_plan_free(p);
+    /* the layer without its experts (and no MLP) */
+    make_plan(f, LLAMA4, 9);
+    assert_int_equal(ur_hf_plan_build(&p, &f->plan, f->leaves, ur_config_settings(cfg), &o, &err),
+                     UR_EINVAL);
+    assert_non_null(strstr(err.msg, "decoder/layers_0 has neither an MLP nor experts"));
+    ur_config_free(cfg);
+    (void)ur_fs_remove_tree(dir, NULL);
+    free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -987,6 +1087,7 @@ int main(void)
         cmocka_unit_test(test_hf__deepseek_layers),
         cmocka_unit_test(test_hf__gpt_oss_interleaved),
         cmocka_unit_test(test_hf__qwen3_next_layers),
+        cmocka_unit_test(test_hf__llama4_columns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
