@@ -10,7 +10,12 @@
  * query in the forward pass (query_pre_attn_scalar), not in the kernel, and rotates halves:
  * no reordering. Five sliding-window layers, then a global one, repeated; the global ones'
  * RoPE has its own theta and a linear scaling. A text-only export (use_multimodal=false) has
- * no vision tower, as MaxText's exporter's has none: transformers loads it with a fresh one. */
+ * no vision tower, as MaxText's exporter's has none: transformers loads it with a fresh one.
+ * A multimodal one (use_multimodal) has the SigLIP tower and the projector, as the exporter
+ * writes them: the patch convolution [kh, kw, in, out] as [out, in, kh, kw], the position
+ * embedding without its leading axis, attention kernels flattened over their heads and
+ * transposed, their biases flattened, the MLP's kernels transposed, LayerNorms copied, the
+ * projection as it is and its soft-embedding norm less one. */
 #include "hf_impl.h"
 
 #include "unroll/alloc.h"
@@ -50,6 +55,51 @@ static const hf_rule rules[] = {
      HF_OP_NONE, 0},
     {"decoder/layers_{i}/mlp/wo/kernel", LM "layers.{i}.mlp.down_proj.weight", "m e -> e m",
      HF_OP_NONE, 0},
+#define ENC "vision_encoder/Gemma3VisionEncoderLayer_0/"
+#define TOWER "model.vision_tower.vision_model."
+#define VIS(mt, hf, pattern)                                                                      \
+    {                                                                                             \
+        ENC "Transformer/encoderblock_{i}/" mt, TOWER "encoder.layers.{i}." hf, pattern,          \
+            HF_OP_NONE, HF_IF_VISION | HF_VISION_LAYERS                                           \
+    }
+    {ENC "embedding/kernel", TOWER "embeddings.patch_embedding.weight", "h w c o -> o c h w",
+     HF_OP_NONE, HF_IF_VISION},
+    {ENC "embedding/bias", TOWER "embeddings.patch_embedding.bias", "o -> o", HF_OP_NONE,
+     HF_IF_VISION},
+    {ENC "pos_embedding", TOWER "embeddings.position_embedding.weight", "b n d -> (b n) d",
+     HF_OP_NONE, HF_IF_VISION},
+    {ENC "Transformer/encoder_norm/scale", TOWER "post_layernorm.weight", "d -> d", HF_OP_NONE,
+     HF_IF_VISION},
+    {ENC "Transformer/encoder_norm/bias", TOWER "post_layernorm.bias", "d -> d", HF_OP_NONE,
+     HF_IF_VISION},
+    {"vision_encoder/VisionEmbedder_0/mm_input_projection/w",
+     "model.multi_modal_projector.mm_input_projection_weight", "v t -> v t", HF_OP_NONE,
+     HF_IF_VISION},
+    {"vision_encoder/VisionEmbedder_0/mm_soft_embedding_norm/scale",
+     "model.multi_modal_projector.mm_soft_emb_norm.weight", "v -> v", HF_OP_SUB_ONE, HF_IF_VISION},
+    VIS("LayerNorm_0/scale", "layer_norm1.weight", "d -> d"),
+    VIS("LayerNorm_0/bias", "layer_norm1.bias", "d -> d"),
+    VIS("LayerNorm_1/scale", "layer_norm2.weight", "d -> d"),
+    VIS("LayerNorm_1/bias", "layer_norm2.bias", "d -> d"),
+    VIS("MultiHeadDotProductAttention_0/query/kernel", "self_attn.q_proj.weight",
+        "e h d -> (h d) e"),
+    VIS("MultiHeadDotProductAttention_0/query/bias", "self_attn.q_proj.bias", "h d -> (h d)"),
+    VIS("MultiHeadDotProductAttention_0/key/kernel", "self_attn.k_proj.weight",
+        "e h d -> (h d) e"),
+    VIS("MultiHeadDotProductAttention_0/key/bias", "self_attn.k_proj.bias", "h d -> (h d)"),
+    VIS("MultiHeadDotProductAttention_0/value/kernel", "self_attn.v_proj.weight",
+        "e h d -> (h d) e"),
+    VIS("MultiHeadDotProductAttention_0/value/bias", "self_attn.v_proj.bias", "h d -> (h d)"),
+    VIS("MultiHeadDotProductAttention_0/out/kernel", "self_attn.out_proj.weight",
+        "h d e -> e (h d)"),
+    VIS("MultiHeadDotProductAttention_0/out/bias", "self_attn.out_proj.bias", "e -> e"),
+    VIS("MlpBlockViT_0/Dense_0/kernel", "mlp.fc1.weight", "e m -> m e"),
+    VIS("MlpBlockViT_0/Dense_0/bias", "mlp.fc1.bias", "m -> m"),
+    VIS("MlpBlockViT_0/Dense_1/kernel", "mlp.fc2.weight", "m e -> e m"),
+    VIS("MlpBlockViT_0/Dense_1/bias", "mlp.fc2.bias", "e -> e"),
+#undef VIS
+#undef TOWER
+#undef ENC
 };
 
 /* gemma3.py's GEMMA3_ATTENTION_PATTERN: five sliding, then one global. */
@@ -91,6 +141,7 @@ static int setup(hf_model *m, ur_err *err)
                           "or post-MLP norm has no place in Gemma3ForConditionalGeneration");
     }
     m->flags |= hf_cfg_bool(s, "logits_via_embedding", 1) ? 0 : HF_IF_UNTIED;
+    m->flags |= hf_cfg_bool(s, "use_multimodal", 0) ? HF_IF_VISION : 0;
     return UR_OK;
 }
 

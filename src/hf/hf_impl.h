@@ -40,6 +40,7 @@ enum {
     HF_IF_LOW_RANK_QUERY = 1024, /* the query through a low-rank projection (q_lora_rank > 0) */
     HF_IF_FULL_QUERY = 2048,     /* a full-rank query kernel (q_lora_rank 0) */
     HF_IF_INDEXER = 4096,        /* DeepSeek-V3.2's sparse-attention indexer (use_indexer) */
+    HF_IF_VISION = 8192,         /* a vision encoder beside the decoder (use_multimodal) */
     /* not conditions (rule_holds ignores them), but which layers a rule is for: */
     /* a layer may lack the parameter (Gemma 4's global layers, whose key is also their value,
      * have no value kernel) */
@@ -49,6 +50,9 @@ enum {
     /* the layers after them, MaxText's {i} counting from 0 there (DeepSeek's moe_layers_{i}:
      * Hugging Face's layer {i} + dense_layers) */
     HF_AFTER_DENSE = 1 << 18,
+    /* a vision encoder's: its {i} is the encoder's layer, counted apart from the decoder's
+     * (hf_model.vision_layers) */
+    HF_VISION_LAYERS = 1 << 25,
     /* nor these, but what of its tensor the rule's parameter fills (none: all of it): one of
      * two parameters joined into it (ur_rearrange_box_concat), two rules naming the tensor,
      * one for each part. Interleaved along the last axis, which is then twice the rearranged
@@ -66,7 +70,7 @@ enum {
     HF_FIRST_COLS = 1 << 23,
     HF_LAST_COLS = 1 << 24,
 };
-#define HF_LAYER_BITS (HF_SOME_LAYERS | HF_DENSE_LAYERS | HF_AFTER_DENSE)
+#define HF_LAYER_BITS (HF_SOME_LAYERS | HF_DENSE_LAYERS | HF_AFTER_DENSE | HF_VISION_LAYERS)
 #define HF_PART_BITS                                                                              \
     (HF_EVENS | HF_ODDS | HF_FIRST_ROWS | HF_LAST_ROWS | HF_FIRST_COLS | HF_LAST_COLS)
 #define HF_PLACE_BITS (HF_LAYER_BITS | HF_PART_BITS)
@@ -96,6 +100,7 @@ typedef struct hf_model {
     int *ranks;
     size_t n;
     int64_t n_layers; /* 1 + the largest {i} a rule matched; 0 when none */
+    int64_t vision_layers; /* the same for the vision encoder's rules (HF_VISION_LAYERS) */
     int64_t n_experts; /* the largest expert axis an "{e}" rule split; 0 when none */
     /* config.json's intermediate_size where the model has no dense MLP (routed experts in
      * every layer): set by the family's setup, from what its architecture means by it */

@@ -290,7 +290,11 @@ static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer,
     }
     t->placed = t->keep > 0 ? t->nbytes / shape[0] * t->keep : t->nbytes / (uint64_t)t->parts;
     p->n++;
-    if (layer + 1 > p->model.n_layers) {
+    if (r->when & HF_VISION_LAYERS) {
+        if (layer + 1 > p->model.vision_layers) {
+            p->model.vision_layers = layer + 1;
+        }
+    } else if (layer + 1 > p->model.n_layers) {
         p->model.n_layers = layer + 1;
     }
     return UR_OK;
@@ -407,8 +411,8 @@ static int check_parts(const ur_hf_plan *p, ur_err *err)
     return UR_OK;
 }
 
-/* Every tensor the family's applicable rules name for layers 0 .. n_layers-1 (and experts
- * 0 .. n_experts-1) is there. */
+/* Every tensor the family's applicable rules name for layers 0 .. n_layers-1 (the vision
+ * encoder's: 0 .. vision_layers-1; and experts 0 .. n_experts-1) is there. */
 static int check_complete(ur_hf_plan *p, ur_err *err)
 {
     const hf_family *f = p->fam;
@@ -418,9 +422,10 @@ static int check_complete(ur_hf_plan *p, ur_err *err)
         int64_t experts = strstr(r->hf, "{e}") != NULL ? p->model.n_experts : 1;
         /* the Hugging Face layers [first, end) the rule is for, MaxText's {i} less first */
         int64_t first = r->when & HF_AFTER_DENSE ? p->model.dense_layers : 0;
-        int64_t end = !layered                    ? 1
-                      : r->when & HF_DENSE_LAYERS ? p->model.dense_layers
-                                                  : p->model.n_layers;
+        int64_t end = !layered                     ? 1
+                      : r->when & HF_DENSE_LAYERS  ? p->model.dense_layers
+                      : r->when & HF_VISION_LAYERS ? p->model.vision_layers
+                                                   : p->model.n_layers;
         if (!rule_holds(&p->model, r) || (r->when & HF_SOME_LAYERS)) {
             continue;
         }

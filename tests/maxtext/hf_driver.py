@@ -117,6 +117,10 @@ FAMILIES = {
     # layer without RoPE (temperature-tuned), the others' attention chunked by 8 positions (so
     # that the 16 tokens cross a chunk), a routed expert a token beside the shared one
     "llama4": driver.FAMILIES["llama4"],
+    # Gemma 3 with its vision tower (use_multimodal, the suite's tiny gemma3-multimodal
+    # training state: 2 SigLIP layers 16 wide, 896 x 896 images): the tower and projector are
+    # held to MaxText's by the soft tokens both compute from one image
+    "gemma3-multimodal": driver.FAMILIES["gemma3-multimodal"],
     # Qwen3-Next (qwen3-next-80b-a3b's settings, the suite's tiny qwen3-next training state):
     # a block of 3 linear-attention (Gated DeltaNet) layers and a full-attention one with an
     # output gate, then 2 remainder layers; routed experts and a gated shared expert
@@ -135,6 +139,7 @@ EXPORTER = {"llama3.1", "qwen3", "qwen2.5", "gemma3", "gemma2", "qwen3-moe", "mi
 # (--override_model_architecture or not).
 EXPORTER_FAILS = {"gemma4-31b": "cannot reshape array of shape (32, 4, 8)",
                   "gemma4-26b": "cannot reshape array of shape (32, 4, 8)",
+                  "gemma3-multimodal": "cannot reshape array of size 9408 into shape (1152,3,14,14)",
                   # its config table reads a key transformers 5's Qwen3NextConfig no longer has
                   "qwen3-next": "KeyError: 'full_attention_interval'"}
 # Layouts of a family MaxText's exporter maps but fails on, and what it says: a scanned
@@ -167,19 +172,33 @@ def verify(family: str, source: str, items: str, folder: str, dtype: str) -> dic
     return res
 
 
-def hf_logits(folder: str, work: pathlib.Path) -> dict:
+def image(family: str, work: pathlib.Path) -> pathlib.Path | None:
+    """A multimodal family's test image: fixed pseudo-random pixel values in [-1, 1] (as the
+    models take them, after preprocessing), [height, width, channels], saved as .npy."""
+    if "use_multimodal=true" not in FAMILIES[family]:
+        return None
+    import numpy as np
+    side = int(driver._config(family).image_size_for_vit)
+    path = work / "image.npy"
+    np.save(path, np.random.RandomState(0).uniform(-1, 1, (side, side, 3)).astype(np.float32))
+    return path
+
+
+def hf_logits(folder: str, work: pathlib.Path, img: pathlib.Path | None = None) -> dict:
     """What transformers computes from the folder (tests/hf/hf_client.py)."""
     out = work / "hf_logits.json"
     p = subprocess.run([os.environ["UNROLL_HF_PYTHON"], str(HF_CLIENT), folder,
-                        json.dumps(TOKENS), str(out)], capture_output=True, text=True)
+                        json.dumps(TOKENS), str(out), *([str(img)] if img else [])],
+                       capture_output=True, text=True)
     if p.returncode != 0 or not out.is_file():
         return {"error": f"client rc {p.returncode}: {p.stderr[-2000:]}"}
     return json.loads(out.read_text())
 
 
-def maxtext_logits(family: str, items: pathlib.Path) -> dict:
+def maxtext_logits(family: str, items: pathlib.Path, img: pathlib.Path | None = None) -> dict:
     """MaxText's own forward pass of the scanned model, float32, its parameters set from the
-    training state as stored (read with TensorStore)."""
+    training state as stored (read with TensorStore); with an image, also its soft tokens as
+    MaxText's vision encoder and projector compute them."""
     import jax.numpy as jnp
     import numpy as np
     import tensorstore as ts
@@ -206,8 +225,15 @@ def maxtext_logits(family: str, items: pathlib.Path) -> dict:
                    decoder_positions=jnp.arange(t.shape[1], dtype=jnp.int32)[None],
                    decoder_segment_ids=jnp.ones_like(t), enable_dropout=False)
     logits = np.asarray(logits[0] if isinstance(logits, tuple) else logits, np.float32)
-    return {"logits": logits.reshape(-1).tolist(), "shape": list(logits.shape[-2:]),
-            "params_set": n}
+    out = {"logits": logits.reshape(-1).tolist(), "shape": list(logits.shape[-2:]),
+           "params_set": n}
+    if img is not None:
+        feats = model.vision_encoder(jnp.asarray(np.load(img))[None], deterministic=True)[0]
+        feats = np.asarray(feats, np.float32)
+        feats = feats.reshape(-1, feats.shape[-1])
+        out["image_features"] = feats.reshape(-1).tolist()
+        out["image_features_shape"] = list(feats.shape)
+    return out
 
 
 def maxtext_exporter(family: str, params: str, scanned: bool, out: pathlib.Path,
@@ -254,9 +280,9 @@ def main() -> None:
     if facts["export"]["rc"] == 0:
         facts["verify"] = verify(family, "load_full_state_path", str(items),
                                  facts["export"]["folder"], "float32")
-        facts["hf"] = hf_logits(facts["export"]["folder"], work)
+        facts["hf"] = hf_logits(facts["export"]["folder"], work, image(family, work))
         facts["config"] = json.loads((work / "hf-f32" / "config.json").read_text())
-    facts["maxtext"] = maxtext_logits(family, items)
+    facts["maxtext"] = maxtext_logits(family, items, image(family, work))
     # MaxText's exporter on param-only input (it reads no training state), both layouts
     facts["exporter"] = {}
     for layout, unrolled in (("scanned", "false"), ("unscanned", "true")):

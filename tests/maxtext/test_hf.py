@@ -71,7 +71,8 @@ def test_transformers_matches_maxtext(family):
                 "gemma3": "Gemma3ForConditionalGeneration", "gemma2": "Gemma2ForCausalLM",
                 "gemma4-31b": "Gemma4ForConditionalGeneration",
                 "gemma4-26b": "Gemma4ForConditionalGeneration",
-                "qwen3-next": "Qwen3NextForCausalLM", "llama4": "Llama4ForCausalLM", "deepseek3.2": "DeepseekV32ForCausalLM",
+                "qwen3-next": "Qwen3NextForCausalLM", "llama4": "Llama4ForCausalLM",
+                "gemma3-multimodal": "Gemma3ForConditionalGeneration", "deepseek3.2": "DeepseekV32ForCausalLM",
                 "qwen3-moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM",
                 "deepseek3": "DeepseekV3ForCausalLM",
                 "deepseek2": "DeepseekV2ForCausalLM", "gpt-oss": "GptOssForCausalLM"}[family]
@@ -97,6 +98,25 @@ def test_transformers_matches_maxtext(family):
     assert (ours.argmax(-1) == theirs.argmax(-1))[decided].all()
     # a wrong transform is not within the tolerance: the logits carry information
     assert np.abs(theirs).max() > 0.1
+
+
+@pytest.mark.parametrize("family", sorted(f for f in hf_driver.FAMILIES
+                                           if "use_multimodal=true" in hf_driver.FAMILIES[f]))
+def test_vision_tower_matches_maxtext(family):
+    """A multimodal export: transformers loads every weight from the folder (none made up), and
+    the soft tokens its vision tower and projector compute from one image are MaxText's (its
+    vision encoder and projector on the same pixels): the tower's mapping is held to MaxText's
+    own forward pass, not only to its names."""
+    f = _facts(family)
+    hf, mt = f["hf"], f["maxtext"]
+    assert "error" not in hf, hf.get("error")
+    assert hf["missing"] == [], hf["missing"]
+    ours = np.array(hf["image_features"]).reshape(hf["image_features_shape"])
+    theirs = np.array(mt["image_features"]).reshape(mt["image_features_shape"])
+    assert ours.shape == theirs.shape and ours.shape[0] > 1
+    rel = np.abs(ours - theirs).max() / np.abs(theirs).max()
+    print(f"{family}: image features {ours.shape}, max relative difference {rel:.3g}")
+    assert rel <= 1e-4 and np.abs(theirs).max() > 0.01
 
 
 @pytest.mark.parametrize("family", sorted(hf_driver.FAMILIES))
