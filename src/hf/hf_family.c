@@ -265,6 +265,62 @@ int hf_config_decoder(const hf_model *m, hf_json *j, const char *architecture,
     return rc == UR_OK ? hf_config_text(m, j, NULL, max_positions, err) : rc;
 }
 
+int hf_config_yarn(const hf_model *m, hf_json *j, const char *in, double factor, int truncate,
+                   ur_err *err)
+{
+    const ur_settings *s = m->s;
+    int rc = hf_json_float(j, in, "factor", hf_cfg_float(s, "rope_factor", factor), err);
+    if (rc == UR_OK) {
+        rc = hf_json_int(j, in, "original_max_position_embeddings",
+                         hf_cfg_int(s, "original_max_position_embeddings", 4096), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, in, "beta_fast", hf_cfg_float(s, "beta_fast", 32), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, in, "beta_slow", hf_cfg_float(s, "beta_slow", 1), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, in, "truncate", hf_cfg_bool(s, "rope_truncate", truncate), err);
+    }
+    /* without MaxText's attention scaling the rotation is not scaled (Hugging Face's default
+     * is YaRN's 0.1 ln(factor) + 1, MaxText's when rope_attention_scaling) */
+    if (rc == UR_OK && !hf_cfg_bool(s, "rope_attention_scaling", 0)) {
+        rc = hf_json_float(j, in, "attention_factor", 1.0, err);
+    }
+    return rc;
+}
+
+int hf_config_llama3_scaling(hf_json *j, ur_err *err)
+{
+    int rc = hf_json_float(j, "rope_parameters", "factor", 8.0, err);
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, "rope_parameters", "low_freq_factor", 1.0, err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, "rope_parameters", "high_freq_factor", 4.0, err);
+    }
+    return rc == UR_OK
+               ? hf_json_int(j, "rope_parameters", "original_max_position_embeddings", 8192, err)
+               : rc;
+}
+
+int hf_config_basics(const hf_model *m, hf_json *j, double eps, ur_err *err)
+{
+    int rc = hf_json_str(j, NULL, "hidden_act", "silu", err);
+    if (rc == UR_OK) {
+        rc = hf_json_float(j, NULL, "rms_norm_eps",
+                           hf_cfg_float(m->s, "normalization_layer_epsilon", eps), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, NULL, "tie_word_embeddings", !(m->flags & HF_IF_UNTIED), err);
+    }
+    if (rc == UR_OK) {
+        rc = hf_json_bool(j, NULL, "attention_bias", 0, err);
+    }
+    return rc == UR_OK ? hf_json_str(j, NULL, "dtype", ur_dtype_name(m->weight_dtype), err) : rc;
+}
+
 int hf_config_rope(const hf_model *m, hf_json *j, const char *rope_type, ur_err *err)
 {
     int rc = hf_json_float(j, "rope_parameters", "rope_theta",

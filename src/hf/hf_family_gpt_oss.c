@@ -92,24 +92,7 @@ static int rope(const hf_model *m, hf_json *j, ur_err *err)
     if (!yarn || rc < 0) {
         return rc;
     }
-    rc = hf_json_float(j, in, "factor", hf_cfg_float(s, "rope_factor", 32), err);
-    if (rc == UR_OK) {
-        rc = hf_json_int(j, in, "original_max_position_embeddings",
-                         hf_cfg_int(s, "original_max_position_embeddings", 4096), err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_float(j, in, "beta_fast", hf_cfg_float(s, "beta_fast", 32), err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_float(j, in, "beta_slow", hf_cfg_float(s, "beta_slow", 1), err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_bool(j, in, "truncate", hf_cfg_bool(s, "rope_truncate", 0), err);
-    }
-    if (rc == UR_OK && !hf_cfg_bool(s, "rope_attention_scaling", 0)) {
-        rc = hf_json_float(j, in, "attention_factor", 1.0, err);
-    }
-    return rc;
+    return hf_config_yarn(m, j, in, 32, 0, err);
 }
 
 /* The experts' sizes from layer 0's wi_0 [experts, emb, mlp]; a cycle of a sliding-window

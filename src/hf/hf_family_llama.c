@@ -162,19 +162,7 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
     if (rc == UR_OK) {
         rc = hf_config_rope(m, j, scaled ? "llama3" : "default", err);
     }
-    if (rc == UR_OK && scaled) {
-        rc = hf_json_float(j, "rope_parameters", "factor", 8.0, err);
-        if (rc == UR_OK) {
-            rc = hf_json_float(j, "rope_parameters", "low_freq_factor", 1.0, err);
-        }
-        if (rc == UR_OK) {
-            rc = hf_json_float(j, "rope_parameters", "high_freq_factor", 4.0, err);
-        }
-        if (rc == UR_OK) {
-            rc = hf_json_int(j, "rope_parameters", "original_max_position_embeddings", 8192, err);
-        }
-    }
-    return rc;
+    return rc == UR_OK && scaled ? hf_config_llama3_scaling(j, err) : rc;
 }
 
 /* The three share the table, its setup and config.json's writer: only the class differs. */

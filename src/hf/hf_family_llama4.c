@@ -193,14 +193,7 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
         rc = hf_json_str(j, NULL, "model_type", "llama4_text", err);
     }
     if (rc == UR_OK) {
-        rc = hf_json_str(j, NULL, "hidden_act", "silu", err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_float(j, NULL, "rms_norm_eps",
-                           hf_cfg_float(s, "normalization_layer_epsilon", 1e-5), err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_bool(j, NULL, "tie_word_embeddings", !(m->flags & HF_IF_UNTIED), err);
+        rc = hf_config_basics(m, j, 1e-5, err);
     }
     if (rc == UR_OK) {
         rc = hf_json_bool(j, NULL, "use_qk_norm", hf_cfg_bool(s, "use_qk_norm", 1), err);
@@ -212,30 +205,12 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
     if (rc == UR_OK) {
         rc = hf_json_float(j, NULL, "attn_scale", 0.1, err); /* temperature_tuning_scale */
     }
-    if (rc == UR_OK) {
-        rc = hf_json_bool(j, NULL, "attention_bias", 0, err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_str(j, NULL, "dtype", ur_dtype_name(m->weight_dtype), err);
-    }
     /* LLaMARotaryEmbedding: llama3's scaling (factor 8, frequency factors 1 and 4, 8192
      * positions) where rope_use_scale */
     if (rc == UR_OK) {
         rc = hf_config_rope(m, j, scaled ? "llama3" : "default", err);
     }
-    if (rc == UR_OK && scaled) {
-        rc = hf_json_float(j, "rope_parameters", "factor", 8.0, err);
-        if (rc == UR_OK) {
-            rc = hf_json_float(j, "rope_parameters", "low_freq_factor", 1.0, err);
-        }
-        if (rc == UR_OK) {
-            rc = hf_json_float(j, "rope_parameters", "high_freq_factor", 4.0, err);
-        }
-        if (rc == UR_OK) {
-            rc = hf_json_int(j, "rope_parameters", "original_max_position_embeddings", 8192, err);
-        }
-    }
-    return rc;
+    return rc == UR_OK && scaled ? hf_config_llama3_scaling(j, err) : rc;
 }
 
 const hf_family hf_family_llama4 = {.name = "llama4",

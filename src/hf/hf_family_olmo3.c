@@ -78,25 +78,7 @@ static int rope(const hf_model *m, hf_json *j, const char *type, ur_err *err)
         rc = hf_json_float(j, in, "rope_theta", hf_cfg_float(s, "rope_max_timescale", 10000), err);
     }
     if (yarn && rc == UR_OK) {
-        rc = hf_json_float(j, in, "factor", hf_cfg_float(s, "rope_factor", 40), err);
-        if (rc == UR_OK) {
-            rc = hf_json_int(j, in, "original_max_position_embeddings",
-                             hf_cfg_int(s, "original_max_position_embeddings", 4096), err);
-        }
-        if (rc == UR_OK) {
-            rc = hf_json_float(j, in, "beta_fast", hf_cfg_float(s, "beta_fast", 32), err);
-        }
-        if (rc == UR_OK) {
-            rc = hf_json_float(j, in, "beta_slow", hf_cfg_float(s, "beta_slow", 1), err);
-        }
-        if (rc == UR_OK) {
-            rc = hf_json_bool(j, in, "truncate", hf_cfg_bool(s, "rope_truncate", 1), err);
-        }
-        /* without MaxText's attention scaling the rotation is not scaled (Hugging Face's
-         * default is YaRN's 0.1 ln(factor) + 1, MaxText's when rope_attention_scaling) */
-        if (rc == UR_OK && !hf_cfg_bool(s, "rope_attention_scaling", 0)) {
-            rc = hf_json_float(j, in, "attention_factor", 1.0, err);
-        }
+        rc = hf_config_yarn(m, j, in, 40, 1, err);
     }
     return rc;
 }

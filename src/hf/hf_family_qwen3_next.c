@@ -237,26 +237,13 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
         rc = hf_json_str(j, NULL, "model_type", "qwen3_next", err);
     }
     if (rc == UR_OK) {
-        rc = hf_json_str(j, NULL, "hidden_act", "silu", err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_float(j, NULL, "rms_norm_eps",
-                           hf_cfg_float(s, "normalization_layer_epsilon", 1e-6), err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_bool(j, NULL, "tie_word_embeddings", !(m->flags & HF_IF_UNTIED), err);
+        rc = hf_config_basics(m, j, 1e-6, err);
     }
     if (rc == UR_OK) {
         rc = hf_json_bool(j, NULL, "norm_topk_prob", 1, err);
     }
     if (rc == UR_OK) {
         rc = hf_json_strs(j, NULL, "mlp_only_layers", NULL, 0, err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_bool(j, NULL, "attention_bias", 0, err);
-    }
-    if (rc == UR_OK) {
-        rc = hf_json_str(j, NULL, "dtype", ur_dtype_name(m->weight_dtype), err);
     }
     if (rc == UR_OK) {
         rc = linear_config(m, j, err);

@@ -196,6 +196,19 @@ int hf_config_vision(const hf_model *m, hf_json *j, const char *model_type, cons
                      size_t n, ur_err *err);
 /* rope_parameters' rope_theta (rope_max_timescale) and rope_type. */
 int hf_config_rope(const hf_model *m, hf_json *j, const char *rope_type, ur_err *err);
+/* YaRN's entries inside `in` as MaxText computes it: factor (rope_factor, else `factor`), the
+ * original context, beta_fast, beta_slow, truncate (rope_truncate, else `truncate`), and
+ * attention_factor 1 where MaxText does not scale the rotated output
+ * (rope_attention_scaling false). */
+int hf_config_yarn(const hf_model *m, hf_json *j, const char *in, double factor, int truncate,
+                   ur_err *err);
+/* rope_parameters' llama3 scaling as LLaMARotaryEmbedding applies it (use_scale): factor 8,
+ * frequency factors 1 and 4, 8192 original positions. */
+int hf_config_llama3_scaling(hf_json *j, ur_err *err);
+/* The top-level entries of a config.json written without hf_config_decoder: the SiLU
+ * activation, rms_norm_eps (normalization_layer_epsilon, else eps), tie_word_embeddings, no
+ * attention bias, dtype. */
+int hf_config_basics(const hf_model *m, hf_json *j, double eps, ur_err *err);
 
 /* Match `path` against pattern `pat` ("{i}" matches a decimal index): 1 and *layer (-1 when
  * the pattern has none), else 0. */
