@@ -138,6 +138,10 @@ def test_maxtext_exporter(family):
     for key, v in f["exporter"].items():
         assert "unroll" in v, f"{key}: param-only input: {v}"
         assert v["unroll"]["rc"] == 0, f"{key}: {v['unroll']['stderr']}"
+        if v["maxtext"] is None:
+            # run once per family it refuses or fails (the scanned layout)
+            assert family not in hf_driver.EXPORTER and key.startswith("unscanned")
+            continue
         fails = hf_driver.EXPORTER_LAYOUT_FAILS.get((family, key.split("-")[0]))
         if family in hf_driver.EXPORTER and fails:
             # mapped, but MaxText 0.2.5's exporter fails on this layout; unroll exports it
