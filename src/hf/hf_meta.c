@@ -22,7 +22,7 @@ static int index_text(const ur_hf_plan *p, ur_buf *out, ur_err *err)
                            "  \"weight_map\": {\n",
                            (unsigned long long)p->bytes);
     for (size_t i = 0, k = 0; i < p->n && rc == UR_OK; i++) {
-        if (i > 0 && strcmp(p->t[i].name, p->t[i - 1].name) == 0) {
+        if (p->t[i].part > 0) {
             continue; /* a later part of the tensor before it */
         }
         k++;

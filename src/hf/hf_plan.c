@@ -374,10 +374,11 @@ static int by_name_part(const void *a, const void *b)
     return c != 0 ? c : ((const hf_tensor *)a)->part - ((const hf_tensor *)b)->part;
 }
 
-/* Entry i is a later part of the tensor entry i - 1 stands for. */
+/* Entry i is a later part of the tensor entry i - part stands for (check_parts has made
+ * sure that a name's entries are its parts 0 .. parts-1, in order). */
 static int follows(const ur_hf_plan *p, size_t i)
 {
-    return i > 0 && strcmp(p->t[i].name, p->t[i - 1].name) == 0;
+    return p->t[i].part > 0;
 }
 
 /* Entries of one name are the parts 0 .. parts-1 of one tensor, of one shape and dtype: two

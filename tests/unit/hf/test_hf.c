@@ -582,20 +582,17 @@ static const param DEEPSEEK[] = {
 };
 #define N_DEEPSEEK (sizeof DEEPSEEK / sizeof DEEPSEEK[0])
 
-static ur_config *deepseek_config(const char *dir, const char *extra)
+/* A configuration loaded from `text`, written to dir/name. */
+static ur_config *yml_config(const char *dir, const char *name, const char *text)
 {
     char yml[300];
     FILE *f;
     ur_config *cfg = NULL;
     ur_config_opts o;
-    snprintf(yml, sizeof yml, "%s/deepseek.yml", dir);
+    snprintf(yml, sizeof yml, "%s/%s", dir, name);
     f = fopen(yml, "w");
     assert_non_null(f);
-    fprintf(f,
-            "decoder_block: deepseek\nmodel_name: default\nfirst_num_dense_layers: 1\n"
-            "base_num_decoder_layers: 2\nrouted_score_func: sigmoid\nq_lora_rank: 4\n"
-            "qk_rope_head_dim: 2\nv_head_dim: 4\nrouted_bias: %s\n",
-            extra);
+    fputs(text, f);
     fclose(f);
     memset(&o, 0, sizeof o);
     o.config_path = yml;
@@ -603,6 +600,17 @@ static ur_config *deepseek_config(const char *dir, const char *extra)
     o.now = 1700000000;
     assert_int_equal(ur_config_load(&cfg, &o, NULL), UR_OK);
     return cfg;
+}
+
+static ur_config *deepseek_config(const char *dir, const char *extra)
+{
+    char text[512];
+    snprintf(text, sizeof text,
+             "decoder_block: deepseek\nmodel_name: default\nfirst_num_dense_layers: 1\n"
+             "base_num_decoder_layers: 2\nrouted_score_func: sigmoid\nq_lora_rank: 4\n"
+             "qk_rope_head_dim: 2\nv_head_dim: 4\nrouted_bias: %s\n",
+             extra);
+    return yml_config(dir, "deepseek.yml", text);
 }
 
 static void test_hf__deepseek_layers(void **state)
@@ -719,25 +727,13 @@ static const param GPT_OSS_PARAMS[] = {
 
 static ur_config *gpt_oss_config(const char *dir, const char *sink)
 {
-    char yml[300];
-    FILE *f;
-    ur_config *cfg = NULL;
-    ur_config_opts o;
-    snprintf(yml, sizeof yml, "%s/gpt_oss.yml", dir);
-    f = fopen(yml, "w");
-    assert_non_null(f);
-    fprintf(f,
-            "decoder_block: gpt_oss\nmodel_name: default\nbase_num_decoder_layers: 2\n"
-            "inhomogeneous_layer_cycle_interval: 2\nrope_type: yarn\n"
-            "mlp_activations_limit: 7.0\nattention_sink: %s\n",
-            sink);
-    fclose(f);
-    memset(&o, 0, sizeof o);
-    o.config_path = yml;
-    o.cwd = "/tmp";
-    o.now = 1700000000;
-    assert_int_equal(ur_config_load(&cfg, &o, NULL), UR_OK);
-    return cfg;
+    char text[512];
+    snprintf(text, sizeof text,
+             "decoder_block: gpt_oss\nmodel_name: default\nbase_num_decoder_layers: 2\n"
+             "inhomogeneous_layer_cycle_interval: 2\nrope_type: yarn\n"
+             "mlp_activations_limit: 7.0\nattention_sink: %s\n",
+             sink);
+    return yml_config(dir, "gpt_oss.yml", text);
 }
 
 static void test_hf__gpt_oss_interleaved(void **state)
@@ -907,27 +903,18 @@ static void test_hf__qwen3_next_layers(void **state)
     ur_hf_plan *p;
     ur_hf_tensor_info t;
     ur_config *cfg = NULL;
-    ur_config_opts co;
     ur_err err;
     ur_buf text;
-    char dir[256], yml[300];
+    char dir[256];
     int seen = 0;
-    FILE *y;
     (void)state;
     assert_true(N_QWEN3_NEXT <= MAX_PARAMS);
     ur_test_scratch_dir(dir, sizeof dir, "hf_qwen3_next");
-    snprintf(yml, sizeof yml, "%s/qwen3_next.yml", dir);
-    y = fopen(yml, "w");
-    assert_non_null(y);
-    fprintf(y, "decoder_block: qwen3_next\nmodel_name: default\nbase_num_decoder_layers: 2\n"
-               "num_experts: 5\nnum_experts_per_tok: 2\nshared_experts: 1\n"
-               "norm_topk_prob: true\npartial_rotary_factor: 0.25\nlogits_via_embedding: false\n");
-    fclose(y);
-    memset(&co, 0, sizeof co);
-    co.config_path = yml;
-    co.cwd = "/tmp";
-    co.now = 1700000000;
-    assert_int_equal(ur_config_load(&cfg, &co, NULL), UR_OK);
+    cfg = yml_config(
+        dir, "qwen3_next.yml",
+        "decoder_block: qwen3_next\nmodel_name: default\nbase_num_decoder_layers: 2\n"
+        "num_experts: 5\nnum_experts_per_tok: 2\nshared_experts: 1\n"
+        "norm_topk_prob: true\npartial_rotary_factor: 0.25\nlogits_via_embedding: false\n");
     make_plan(f, QWEN3_NEXT, N_QWEN3_NEXT);
     assert_int_equal(ur_hf_plan_build(&p, &f->plan, f->leaves, ur_config_settings(cfg), &o, NULL),
                      UR_OK);
@@ -1003,29 +990,19 @@ static void test_hf__llama4_columns(void **state)
     ur_hf_opts o = {UR_DT_FLOAT32, 0, 0, NULL};
     ur_hf_plan *p;
     ur_config *cfg = NULL;
-    ur_config_opts co;
     ur_sink sink;
     ur_kvstore *kv;
     ur_st_header h;
     ur_err err;
-    char dir[256], yml[300];
+    char dir[256];
     float *data[N_LLAMA4], gu[X * E * 2 * M];
     const ur_st_entry *t;
-    FILE *y;
     (void)state;
     ur_test_scratch_dir(dir, sizeof dir, "hf_llama4");
-    snprintf(yml, sizeof yml, "%s/llama4.yml", dir);
-    y = fopen(yml, "w");
-    assert_non_null(y);
-    fprintf(y, "decoder_block: llama4\nmodel_name: default\nbase_num_decoder_layers: 1\n"
-               "rope_type: llama3.1\nnum_experts: 5\nshared_experts: 1\n"
-               "logits_via_embedding: false\n");
-    fclose(y);
-    memset(&co, 0, sizeof co);
-    co.config_path = yml;
-    co.cwd = "/tmp";
-    co.now = 1700000000;
-    assert_int_equal(ur_config_load(&cfg, &co, NULL), UR_OK);
+    cfg = yml_config(dir, "llama4.yml",
+                     "decoder_block: llama4\nmodel_name: default\nbase_num_decoder_layers: 1\n"
+                     "rope_type: llama3.1\nnum_experts: 5\nshared_experts: 1\n"
+                     "logits_via_embedding: false\n");
     make_plan(f, LLAMA4, N_LLAMA4);
     assert_int_equal(ur_hf_plan_build(&p, &f->plan, f->leaves, ur_config_settings(cfg), &o, NULL),
                      UR_OK);
