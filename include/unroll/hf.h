@@ -87,12 +87,13 @@ typedef struct ur_hf_tensor_info {
     /* the parameter's index on axis 0 (its experts) whose slice the tensor is, the
      * rearrangement applying to that slice; -1: the whole parameter */
     int64_t expert;
-    /* part `part` of `parts` parameters joined into the tensor, `inner` elements of each in
-     * turn (ur_rearrange_box_concat: element x of the part's rearrangement is the tensor's
-     * (x / inner) * parts * inner + part * inner + x % inner); parts 1: the whole tensor. The
-     * tensor is listed once per part, each with its parameter. */
+    /* piece `part` of `parts` joined into the tensor, runs of `inner` elements of it at `at`
+     * of runs of `run` of the tensor (ur_rearrange_box_join: element x of the piece's
+     * rearrangement is the tensor's (x / inner) * run + at + x % inner); parts 1: the whole
+     * tensor. The tensor is listed once per piece, each with its parameter and pattern (a
+     * piece of a fused kernel keeps a range of it: "b[lo:hi]"). */
     int parts, part;
-    uint64_t inner;
+    uint64_t inner, run, at;
     int src_rank;
     const uint64_t *src_shape;
     ur_dtype src_dtype;

@@ -108,11 +108,19 @@ int ur_tensor_unstack(const ur_tensor_view *dsts, size_t n, const ur_tensor_view
  * parenthesized group of parts merged into one axis. Every part appears once on each side.
  *   "e h d -> (h d) e"            [emb, heads, head_dim] -> [heads*head_dim, emb]
  *   "e h (k 2) -> (h 2 k) e"      the same, each head's pairs split into evens then odds
- * The output is a view of the input: out = reshape(transpose(reshape(in, parts), perm)). */
+ * A part on the output side may keep a range of itself, "name[lo:hi]" (hi left out: to the
+ * part's end), the output then leaving the rest out (a fused kernel cut into its pieces):
+ *   "e (4 b) -> (4 b[8:16]) e"    [emb, 4*b] -> rows 8..15 of each of 4 blocks, [4*8, emb]
+ * The output is a view of the input: out = reshape(transpose(reshape(in, parts), perm)), with
+ * the kept ranges sliced out before the last reshape. */
 typedef struct {
     int in_rank;
     int n_parts;
     uint64_t part_size[UR_MAX_RANK]; /* in input order */
+    /* the range of each part the output keeps, [cut_lo, cut_lo + cut_len) (in input order;
+     * the whole part where the pattern names no range) */
+    uint64_t cut_lo[UR_MAX_RANK];
+    uint64_t cut_len[UR_MAX_RANK];
     int part_axis[UR_MAX_RANK];      /* the input axis each part is of */
     int perm[UR_MAX_RANK];           /* the output's parts, in its order */
     int out_rank;
@@ -124,14 +132,17 @@ typedef struct {
 int ur_rearrange_parse(ur_rearrange *r, const char *pattern, int rank, const uint64_t *shape,
                        ur_err *err);
 
-/* Where a box of the input lands: `rank` parts in the output's order, the box's extent in
- * each, its strides (in elements) in a dense C-order buffer of the box, the output's strides,
- * and the output element the box's first element lands on. */
+/* Where a box of the input lands: `rank` parts in the output's order, the extent in each of
+ * the box's elements the output keeps, their strides (in elements) in a dense C-order buffer
+ * of the box and the first one's place there (src_offset: 0 unless a kept range cuts the
+ * box), the output's strides, and the output element that first element lands on. An extent
+ * of 0: none of the box is kept. */
 typedef struct {
     int rank;
     uint64_t shape[UR_MAX_RANK];
     int64_t src_stride[UR_MAX_RANK];
     int64_t dst_stride[UR_MAX_RANK];
+    uint64_t src_offset;
     uint64_t offset;
 } ur_rearrange_box_map;
 
@@ -142,19 +153,21 @@ typedef struct {
 int ur_rearrange_box(const ur_rearrange *r, const uint64_t *start, const uint64_t *count,
                      const uint64_t *buf_shape, ur_rearrange_box_map *m, ur_err *err);
 
-/* The output as part k of n tensors of its shape joined into one (0 <= k < n): each index of
- * the axes before the joined one holds `inner` elements of each part, the parts one after
- * another. inner = the product of the output's sizes from axis a on: the parts concatenated
- * along axis a (Gemma 4's fused gate and up kernels, [experts, 2 * mlp, emb]); inner = 1: the
- * parts interleaved along the last axis (gpt-oss's: the gate at even positions, the up
- * projection at odd ones). Element x of the output (in C order) is element
- * (x / inner) * n * inner + k * inner + x % inner of the joined tensor. Makes m, a map into
- * the output, a map into the joined tensor: strides of at least `inner` (multiples of it) are
- * multiplied by n; the box's elements may then land apart (innermost stride n when inner is
- * 1). UR_EINVAL when k >= n, n or inner is 0, a stride of at least inner is not a multiple of
+/* The output as one of the parts joined into a larger tensor: each index of the axes before
+ * the joined one holds a run of `inner` elements of the output at position `at` of a run of
+ * `run` elements of the joined tensor (at + inner <= run), the other parts filling the rest.
+ * inner = the product of the output's sizes from axis a on: the parts concatenated along axis
+ * a, of any sizes there (Gemma 4's fused gate and up kernels, [experts, 2 * mlp, emb];
+ * Qwen3.5's in_proj_qkv rows, from one fused kernel's query, key and value pieces); inner = 1,
+ * run = n, at = k: n parts interleaved along the last axis (gpt-oss's: the gate at even
+ * positions, the up projection at odd ones). Element x of the output (in C order) is element
+ * (x / inner) * run + at + x % inner of the joined tensor. Makes m, a map into the output, a
+ * map into the joined tensor: strides of at least `inner` (multiples of it) are multiplied by
+ * run / inner; the box's elements may then land apart (innermost stride n when inner is 1).
+ * UR_EINVAL when inner is 0, at + inner > run, a stride of at least inner is not a multiple of
  * it, or the offsets would overflow. */
-int ur_rearrange_box_concat(ur_rearrange_box_map *m, uint64_t inner, uint32_t n, uint32_t k,
-                            ur_err *err);
+int ur_rearrange_box_join(ur_rearrange_box_map *m, uint64_t inner, uint64_t run, uint64_t at,
+                          ur_err *err);
 
 /* --- element-wise arithmetic (tensor_cast.c) --------------------------------------------- */
 

@@ -8,10 +8,11 @@
 #include <string.h>
 
 static const hf_family *const families[] = {
-    &hf_family_llama,     &hf_family_mistral,    &hf_family_mixtral,      &hf_family_qwen3,
-    &hf_family_qwen3_moe, &hf_family_qwen2,      &hf_family_olmo3,        &hf_family_gemma2,
-    &hf_family_gemma3,    &hf_family_gemma4,     &hf_family_deepseek_v2,  &hf_family_deepseek,
-    &hf_family_gpt_oss,   &hf_family_qwen3_next, &hf_family_deepseek_v32, &hf_family_llama4,
+    &hf_family_llama,     &hf_family_mistral,    &hf_family_mixtral,     &hf_family_qwen3,
+    &hf_family_qwen3_moe, &hf_family_qwen2,      &hf_family_olmo3,       &hf_family_gemma2,
+    &hf_family_gemma3,    &hf_family_gemma4,     &hf_family_deepseek_v2, &hf_family_deepseek,
+    &hf_family_gpt_oss,   &hf_family_qwen3_next, &hf_family_qwen3_5,     &hf_family_deepseek_v32,
+    &hf_family_llama4,
 };
 
 const hf_rule hf_rules_llama_like[HF_N_RULES_LLAMA_LIKE] = {
@@ -305,27 +306,36 @@ int hf_config_llama3_scaling(hf_json *j, ur_err *err)
                : rc;
 }
 
-int hf_config_basics(const hf_model *m, hf_json *j, double eps, ur_err *err)
+int hf_config_basics(const hf_model *m, hf_json *j, const char *in, double eps, ur_err *err)
 {
-    int rc = hf_json_str(j, NULL, "hidden_act", "silu", err);
+    int rc = hf_json_str(j, in, "hidden_act", "silu", err);
     if (rc == UR_OK) {
-        rc = hf_json_float(j, NULL, "rms_norm_eps",
+        rc = hf_json_float(j, in, "rms_norm_eps",
                            hf_cfg_float(m->s, "normalization_layer_epsilon", eps), err);
     }
     if (rc == UR_OK) {
-        rc = hf_json_bool(j, NULL, "tie_word_embeddings", !(m->flags & HF_IF_UNTIED), err);
+        rc = hf_json_bool(j, in, "tie_word_embeddings", !(m->flags & HF_IF_UNTIED), err);
     }
     if (rc == UR_OK) {
-        rc = hf_json_bool(j, NULL, "attention_bias", 0, err);
+        rc = hf_json_bool(j, in, "attention_bias", 0, err);
     }
-    return rc == UR_OK ? hf_json_str(j, NULL, "dtype", ur_dtype_name(m->weight_dtype), err) : rc;
+    return rc == UR_OK ? hf_json_str(j, in, "dtype", ur_dtype_name(m->weight_dtype), err) : rc;
 }
 
-int hf_config_rope(const hf_model *m, hf_json *j, const char *rope_type, ur_err *err)
+/* "rope_parameters" inside `in` ("a/rope_parameters"), into out. */
+static void rope_object(const char *in, char *out, size_t n)
 {
-    int rc = hf_json_float(j, "rope_parameters", "rope_theta",
-                           hf_cfg_float(m->s, "rope_max_timescale", 10000), err);
-    return rc == UR_OK ? hf_json_str(j, "rope_parameters", "rope_type", rope_type, err) : rc;
+    snprintf(out, n, "%s%srope_parameters", in != NULL ? in : "", in != NULL ? "/" : "");
+}
+
+int hf_config_rope(const hf_model *m, hf_json *j, const char *in, const char *rope_type,
+                   ur_err *err)
+{
+    char obj[96];
+    rope_object(in, obj, sizeof obj);
+    int rc = hf_json_float(j, obj, "rope_theta", hf_cfg_float(m->s, "rope_max_timescale", 10000),
+                           err);
+    return rc == UR_OK ? hf_json_str(j, obj, "rope_type", rope_type, err) : rc;
 }
 
 int hf_config_layer_types(const hf_model *m, hf_json *j, const char *in, int cycle, ur_err *err)

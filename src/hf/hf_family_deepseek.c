@@ -174,7 +174,7 @@ static int config_rope(const hf_model *m, hf_json *j, ur_err *err)
     int64_t max_pos = hf_cfg_int(s, "max_position_embeddings", 4096);
     int64_t orig = hf_cfg_int(s, "original_max_position_embeddings", 4096);
     double mscale = hf_cfg_float(s, "mscale", 1.0);
-    int rc = hf_config_rope(m, j, "yarn", err);
+    int rc = hf_config_rope(m, j, NULL, "yarn", err);
     if (rc == UR_OK) {
         rc = hf_json_float(j, in, "factor", hf_cfg_float(s, "rope_factor", 40), err);
     }

@@ -102,7 +102,7 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
         rc = hf_config_layer_types(m, j, NULL, 2, err); /* local, then global */
     }
     if (rc == UR_OK) {
-        rc = hf_config_rope(m, j, factor != 1 ? "linear" : "default", err);
+        rc = hf_config_rope(m, j, NULL, factor != 1 ? "linear" : "default", err);
     }
     if (rc == UR_OK && factor != 1) {
         rc = hf_json_float(j, "rope_parameters", "factor", factor, err);

@@ -88,7 +88,7 @@ static int rope(const hf_model *m, hf_json *j, ur_err *err)
     const ur_settings *s = m->s;
     const char *in = "rope_parameters";
     int yarn = strcmp(hf_cfg_str(s, "rope_type", "yarn"), "yarn") == 0;
-    int rc = hf_config_rope(m, j, yarn ? "yarn" : "default", err);
+    int rc = hf_config_rope(m, j, NULL, yarn ? "yarn" : "default", err);
     if (!yarn || rc < 0) {
         return rc;
     }

@@ -160,7 +160,7 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
     /* transformers 5's rope_parameters (as MaxText's exporter writes them): the theta, and
      * LLaMARotaryEmbedding's scaling (factor 8, frequency factors 1 and 4, 8192 positions) */
     if (rc == UR_OK) {
-        rc = hf_config_rope(m, j, scaled ? "llama3" : "default", err);
+        rc = hf_config_rope(m, j, NULL, scaled ? "llama3" : "default", err);
     }
     return rc == UR_OK && scaled ? hf_config_llama3_scaling(j, err) : rc;
 }

@@ -193,7 +193,7 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
         rc = hf_json_str(j, NULL, "model_type", "llama4_text", err);
     }
     if (rc == UR_OK) {
-        rc = hf_config_basics(m, j, 1e-5, err);
+        rc = hf_config_basics(m, j, NULL, 1e-5, err);
     }
     if (rc == UR_OK) {
         rc = hf_json_bool(j, NULL, "use_qk_norm", hf_cfg_bool(s, "use_qk_norm", 1), err);
@@ -208,7 +208,7 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
     /* LLaMARotaryEmbedding: llama3's scaling (factor 8, frequency factors 1 and 4, 8192
      * positions) where rope_use_scale */
     if (rc == UR_OK) {
-        rc = hf_config_rope(m, j, scaled ? "llama3" : "default", err);
+        rc = hf_config_rope(m, j, NULL, scaled ? "llama3" : "default", err);
     }
     return rc == UR_OK && scaled ? hf_config_llama3_scaling(j, err) : rc;
 }

@@ -129,7 +129,7 @@ static int config_qwen3(const hf_model *m, hf_json *j, ur_err *err)
     if (rc == UR_OK) {
         rc = windows(m, j, err);
     }
-    return rc == UR_OK ? hf_config_rope(m, j, "default", err) : rc;
+    return rc == UR_OK ? hf_config_rope(m, j, NULL, "default", err) : rc;
 }
 
 /* Qwen3-MoE: every layer's MLP routed (decoder_sparse_step 1, no mlp_only_layers), the
@@ -180,7 +180,7 @@ static int config_qwen3_moe(const hf_model *m, hf_json *j, ur_err *err)
     if (rc == UR_OK) {
         rc = hf_json_null(j, NULL, "sliding_window", err);
     }
-    return rc == UR_OK ? hf_config_rope(m, j, "default", err) : rc;
+    return rc == UR_OK ? hf_config_rope(m, j, NULL, "default", err) : rc;
 }
 
 static int config_qwen2(const hf_model *m, hf_json *j, ur_err *err)
@@ -189,7 +189,7 @@ static int config_qwen2(const hf_model *m, hf_json *j, ur_err *err)
     if (rc == UR_OK) {
         rc = windows(m, j, err);
     }
-    return rc == UR_OK ? hf_config_rope(m, j, "default", err) : rc;
+    return rc == UR_OK ? hf_config_rope(m, j, NULL, "default", err) : rc;
 }
 
 /* The three share the table and its setup; the class and config.json's writer differ. */

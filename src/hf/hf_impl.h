@@ -22,6 +22,10 @@ typedef ur_hf_arith hf_op;
 
 /* The most experts a parameter split by an "{e}" rule may have (MaxText's largest: 384). */
 #define HF_MAX_EXPERTS 4096
+/* The most tensors one parameter gives (the pieces of a fused kernel: Qwen3.5's qkvz, 4). */
+#define HF_MAX_PIECES 8
+/* The most sizes a family names for its patterns. */
+#define HF_MAX_SIZES 16
 
 /* When a rule holds (all the bits it names must hold for the model). */
 enum {
@@ -54,32 +58,41 @@ enum {
      * (hf_model.vision_layers) */
     HF_VISION_LAYERS = 1 << 25,
     /* nor these, but what of its tensor the rule's parameter fills (none: all of it): one of
-     * two parameters joined into it (ur_rearrange_box_concat), two rules naming the tensor,
-     * one for each part. Interleaved along the last axis, which is then twice the rearranged
-     * parameter's: gpt-oss's gate_up_proj, wi_0 at even positions, wi_1 at odd ones. */
-    HF_EVENS = 1 << 19,
-    HF_ODDS = 1 << 20,
-    /* concatenated along the second-to-last axis (a kernel's rows, [..., out, in]), which is
-     * then twice the rearranged parameter's: Gemma 4's gate_up_proj [experts, 2 * mlp, emb],
-     * wi_0's rows then wi_1's */
-    HF_FIRST_ROWS = 1 << 21,
-    HF_LAST_ROWS = 1 << 22,
-    /* concatenated along the last axis (a [..., in, out] kernel's columns), which is then
-     * twice the rearranged parameter's: Llama 4's gate_up_proj [experts, emb, 2 * mlp], wi_0's
-     * columns then wi_1's */
-    HF_FIRST_COLS = 1 << 23,
-    HF_LAST_COLS = 1 << 24,
+     * several pieces joined into it (ur_rearrange_box_join), a rule naming the tensor for each
+     * piece, numbered from 0 by HF_PIECE(k); the pieces' rearranged shapes agree but on the
+     * joined axis. HF_JOIN_EVERY: interleaved along the last axis, pieces of one shape, which
+     * is then n times the piece's (gpt-oss's gate_up_proj, wi_0 at even positions, wi_1 at
+     * odd ones). HF_JOIN_ROWS: concatenated along the second-to-last axis, a kernel's rows
+     * ([..., out, in]; Gemma 4's gate_up_proj [experts, 2 * mlp, emb], wi_0's rows then
+     * wi_1's; Qwen3.5's in_proj_qkv, three pieces of one fused kernel). HF_JOIN_COLS: along
+     * the last axis, a [..., in, out] kernel's columns (Llama 4's gate_up_proj
+     * [experts, emb, 2 * mlp]). */
+    HF_JOIN_EVERY = 1 << 19,
+    HF_JOIN_ROWS = 1 << 20,
+    HF_JOIN_COLS = 1 << 21,
 };
+#define HF_PIECE_SHIFT 22 /* bits 22..24: the piece's number, 0 to 7 */
+#define HF_PIECE(k) ((unsigned)(k) << HF_PIECE_SHIFT)
+#define HF_PIECE_OF(when) ((int)(((when) >> HF_PIECE_SHIFT) & 7u))
+#define HF_JOIN_BITS (HF_JOIN_EVERY | HF_JOIN_ROWS | HF_JOIN_COLS)
+#define HF_EVENS (HF_JOIN_EVERY | HF_PIECE(0))
+#define HF_ODDS (HF_JOIN_EVERY | HF_PIECE(1))
+#define HF_FIRST_ROWS (HF_JOIN_ROWS | HF_PIECE(0))
+#define HF_LAST_ROWS (HF_JOIN_ROWS | HF_PIECE(1))
+#define HF_FIRST_COLS (HF_JOIN_COLS | HF_PIECE(0))
+#define HF_LAST_COLS (HF_JOIN_COLS | HF_PIECE(1))
 #define HF_LAYER_BITS (HF_SOME_LAYERS | HF_DENSE_LAYERS | HF_AFTER_DENSE | HF_VISION_LAYERS)
-#define HF_PART_BITS                                                                              \
-    (HF_EVENS | HF_ODDS | HF_FIRST_ROWS | HF_LAST_ROWS | HF_FIRST_COLS | HF_LAST_COLS)
+#define HF_PART_BITS (HF_JOIN_BITS | HF_PIECE(7))
 #define HF_PLACE_BITS (HF_LAYER_BITS | HF_PART_BITS)
 
 /* One line of a family's table: a MaxText parameter (its path below the model, "{i}" for a
  * layer's index) becomes a Hugging Face tensor ("{i}" the same index) through a rearrangement
  * (unroll/tensor.h) and an arithmetic op. A name with "{e}" makes one tensor per index of the
  * parameter's axis 0 (its experts, [experts, ...]): the rearrangement applies to each expert's
- * slice. */
+ * slice. The pattern's "{name}" is a size the family's setup named (hf_model_set_size): the
+ * heads of a fused kernel, a piece's range in a head's block. Rules that follow the first one
+ * of a parameter with the same MaxText path give it more tensors: the pieces of a fused
+ * kernel, each keeping its range ("b[{lo}:{hi}]"), at most HF_MAX_PIECES. */
 typedef struct {
     const char *mt;
     const char *hf;
@@ -111,7 +124,17 @@ typedef struct hf_model {
      * the embedding (token_embedder/embedding, [vocab, emb]) gets that many rows, zeros past
      * MaxText's, MaxText's past it left out */
     uint64_t vocab_rows;
+    /* sizes the rules' patterns name ("{name}"), set by the family's setup */
+    struct {
+        const char *name;
+        uint64_t v;
+    } size[HF_MAX_SIZES];
+    int n_sizes;
 } hf_model;
+
+/* Name a size for the rules' patterns ("{name}"; name a static string). UR_EINTERNAL when
+ * there are more than HF_MAX_SIZES. */
+int hf_model_set_size(hf_model *m, const char *name, uint64_t v, ur_err *err);
 
 /* The Hugging Face model's layer count. */
 int64_t hf_model_layers(const hf_model *m);
@@ -194,8 +217,10 @@ typedef struct {
  * the export has no vision weights). */
 int hf_config_vision(const hf_model *m, hf_json *j, const char *model_type, const hf_vit_key *keys,
                      size_t n, ur_err *err);
-/* rope_parameters' rope_theta (rope_max_timescale) and rope_type. */
-int hf_config_rope(const hf_model *m, hf_json *j, const char *rope_type, ur_err *err);
+/* rope_parameters' rope_theta (rope_max_timescale) and rope_type, inside `in` (NULL: top
+ * level). */
+int hf_config_rope(const hf_model *m, hf_json *j, const char *in, const char *rope_type,
+                   ur_err *err);
 /* YaRN's entries inside `in` as MaxText computes it: factor (rope_factor, else `factor`), the
  * original context, beta_fast, beta_slow, truncate (rope_truncate, else `truncate`), and
  * attention_factor 1 where MaxText does not scale the rotated output
@@ -205,10 +230,10 @@ int hf_config_yarn(const hf_model *m, hf_json *j, const char *in, double factor,
 /* rope_parameters' llama3 scaling as LLaMARotaryEmbedding applies it (use_scale): factor 8,
  * frequency factors 1 and 4, 8192 original positions. */
 int hf_config_llama3_scaling(hf_json *j, ur_err *err);
-/* The top-level entries of a config.json written without hf_config_decoder: the SiLU
- * activation, rms_norm_eps (normalization_layer_epsilon, else eps), tie_word_embeddings, no
- * attention bias, dtype. */
-int hf_config_basics(const hf_model *m, hf_json *j, double eps, ur_err *err);
+/* The entries of a config.json written without hf_config_decoder, inside `in` (NULL: top
+ * level): the SiLU activation, rms_norm_eps (normalization_layer_epsilon, else eps),
+ * tie_word_embeddings, no attention bias, dtype. */
+int hf_config_basics(const hf_model *m, hf_json *j, const char *in, double eps, ur_err *err);
 
 /* Match `path` against pattern `pat` ("{i}" matches a decimal index): 1 and *layer (-1 when
  * the pattern has none), else 0. */
@@ -253,6 +278,7 @@ extern const hf_family hf_family_deepseek_v2;
 extern const hf_family hf_family_deepseek_v32;
 extern const hf_family hf_family_gpt_oss;
 extern const hf_family hf_family_qwen3_next;
+extern const hf_family hf_family_qwen3_5;
 extern const hf_family hf_family_llama4;
 
 #endif

@@ -82,7 +82,6 @@ static int add_param(ur_hf_plan *p, const ur_plan_path *out, const ur_plan_leaf 
     }
     q = &p->params[p->n_params];
     memset(q, 0, sizeof *q);
-    q->tensor = SIZE_MAX;
     q->dtype = leaf->dtype;
     for (size_t d = 0; d < leaf->rank; d++) {
         int layer_axis = 0;
@@ -199,6 +198,50 @@ static const char *op_text(hf_op op)
                                            : "";
 }
 
+/* `pattern` with each "{name}" replaced by the size the family's setup named (ur_free it);
+ * NULL when a name is unknown, out of memory, or too long. */
+static char *expand_sizes(const char *pattern, const hf_model *m)
+{
+    char out[256];
+    size_t n = 0;
+    for (const char *c = pattern; *c != '\0';) {
+        const char *end = *c == '{' ? strchr(c, '}') : NULL;
+        if (end == NULL) {
+            if (n + 1 >= sizeof out) {
+                return NULL;
+            }
+            out[n++] = *c++;
+            continue;
+        }
+        int k = 0;
+        while (k < m->n_sizes && (strlen(m->size[k].name) != (size_t)(end - c - 1) ||
+                                  strncmp(m->size[k].name, c + 1, (size_t)(end - c - 1)) != 0)) {
+            k++;
+        }
+        int w = k < m->n_sizes
+                    ? snprintf(out + n, sizeof out - n, "%llu", (unsigned long long)m->size[k].v)
+                    : -1;
+        if (w < 0 || (size_t)w >= sizeof out - n) {
+            return NULL;
+        }
+        n += (size_t)w;
+        c = end + 1;
+    }
+    out[n] = '\0';
+    return ur_strdup(out);
+}
+
+int hf_model_set_size(hf_model *m, const char *name, uint64_t v, ur_err *err)
+{
+    if (m->n_sizes == HF_MAX_SIZES) {
+        return ur_err_set(err, UR_EINTERNAL, "Hugging Face export: more than %d named sizes",
+                          HF_MAX_SIZES);
+    }
+    m->size[m->n_sizes].name = name;
+    m->size[m->n_sizes++].v = v;
+    return UR_OK;
+}
+
 /* The tensor of parameter pi that rule r names for `layer` (and `expert`: the slice of the
  * parameter's axis 0, -1 for all of it). */
 static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer, int64_t expert,
@@ -220,7 +263,7 @@ static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer,
         }
         p->t = more;
     }
-    t = &p->t[p->n];
+    t = &p->t[p->n++]; /* counted now, so that the plan frees what it holds on an error */
     memset(t, 0, sizeof *t);
     t->param = pi;
     t->expert = expert;
@@ -243,7 +286,14 @@ static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer,
         t->keep = q->shape[0] < p->model.vocab_rows ? q->shape[0] : p->model.vocab_rows;
         shape[0] = p->model.vocab_rows;
     }
-    rc = ur_rearrange_parse(&t->re, r->pattern, rank, shape, err);
+    t->pattern = expand_sizes(r->pattern, &p->model);
+    if (t->pattern == NULL) {
+        return ur_err_set(err, UR_EINVAL,
+                          "Hugging Face export: parameter '%s': pattern '%s' names a size the "
+                          "family did not set, or is too long",
+                          q->path, r->pattern);
+    }
+    rc = ur_rearrange_parse(&t->re, t->pattern, rank, shape, err);
     if (rc < 0) {
         return ur_err_wrap(err, "Hugging Face export: parameter '%s'", q->path);
     }
@@ -263,33 +313,15 @@ static int add_tensor(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer,
     if (t->name == NULL) {
         return ur_err_oom(err);
     }
-    t->parts = r->when & HF_PART_BITS ? 2 : 1;
-    t->part = r->when & (HF_ODDS | HF_LAST_ROWS | HF_LAST_COLS) ? 1 : 0;
-    t->inner = 1;
+    /* a piece's place in its tensor: set by join_pieces once every piece is known */
+    t->parts = 1;
+    t->part = HF_PIECE_OF(r->when);
     memcpy(t->shape, t->re.out_shape, sizeof t->shape);
-    if (t->parts > 1) {
-        /* the joined axis: the last (interleaved), or the rows (the second-to-last) */
-        /* (the last, interleaved or its columns concatenated, or the rows: the second to
-         * last) */
-        int rows = (r->when & (HF_FIRST_ROWS | HF_LAST_ROWS)) != 0,
-            cols = (r->when & (HF_FIRST_COLS | HF_LAST_COLS)) != 0,
-            axis = t->re.out_rank - 1 - rows;
-        if (axis < 0) {
-            return ur_err_set(err, UR_EINVAL,
-                              "Hugging Face export: parameter '%s' has no axis to join on",
-                              q->path);
-        }
-        for (int d = axis; (rows || cols) && d < t->re.out_rank; d++) {
-            t->inner *= t->re.out_shape[d];
-        }
-        t->shape[axis] *= (uint64_t)t->parts;
-    }
     t->nbytes = ur_dtype_size(p->dtype);
     for (int d = 0; d < t->re.out_rank; d++) {
         t->nbytes *= t->shape[d];
     }
-    t->placed = t->keep > 0 ? t->nbytes / shape[0] * t->keep : t->nbytes / (uint64_t)t->parts;
-    p->n++;
+    t->placed = t->keep > 0 ? t->nbytes / shape[0] * t->keep : t->nbytes;
     if (r->when & HF_VISION_LAYERS) {
         if (layer + 1 > p->model.vision_layers) {
             p->model.vision_layers = layer + 1;
@@ -317,6 +349,10 @@ static int add_tensors(ur_hf_plan *p, size_t pi, const hf_rule *r, int64_t layer
     }
     if (strstr(r->hf, "{e}") == NULL) {
         return add_tensor(p, pi, r, layer, -1, err);
+    }
+    if (q->experts != NULL) {
+        return ur_err_set(err, UR_EINVAL,
+                          "Hugging Face export: parameter '%s' split by experts twice", q->path);
     }
     if (q->rank < 2 || q->shape[0] == 0 || q->shape[0] > HF_MAX_EXPERTS) {
         return ur_err_set(err, UR_EINVAL,
@@ -355,8 +391,21 @@ static int map_params(ur_hf_plan *p, ur_err *err)
             rc = ur_err_set(err, UR_EUNSUPPORTED,
                             "Hugging Face export (%s): parameter '%s' has no place in %s", f->name,
                             p->params[i].path, f->architecture);
-        } else {
-            rc = add_tensors(p, i, hit, layer, err);
+            break;
+        }
+        /* the first rule of the parameter, then the pieces the rules after it cut from it
+         * (only rules that keep a range: another whole copy is a table's mistake) */
+        size_t k = 0;
+        while (hf_family_rule(f, k) != hit) {
+            k++;
+        }
+        for (; k < f->n_shared + f->n_rules && rc == UR_OK; k++) {
+            const hf_rule *r = hf_family_rule(f, k);
+            if (r == hit ||
+                (strcmp(r->mt, hit->mt) == 0 && rule_holds(&p->model, r) &&
+                 strchr(hit->pattern, '[') != NULL && strchr(r->pattern, '[') != NULL)) {
+                rc = add_tensors(p, i, r, layer, err);
+            }
         }
     }
     return rc;
@@ -374,40 +423,79 @@ static int by_name_part(const void *a, const void *b)
     return c != 0 ? c : ((const hf_tensor *)a)->part - ((const hf_tensor *)b)->part;
 }
 
-/* Entry i is a later part of the tensor entry i - part stands for (check_parts has made
- * sure that a name's entries are its parts 0 .. parts-1, in order). */
+/* Entry i is a later piece of the tensor entry i - part stands for (join_pieces has made
+ * sure that a name's entries are its pieces 0 .. parts-1, in order). */
 static int follows(const ur_hf_plan *p, size_t i)
 {
     return p->t[i].part > 0;
 }
 
-/* Entries of one name are the parts 0 .. parts-1 of one tensor, of one shape and dtype: two
- * parameters mapped to one whole tensor, or parts missing, are the family's or the
- * checkpoint's fault. */
-static int check_parts(const ur_hf_plan *p, ur_err *err)
+/* The pieces t[i .. i+n) of one tensor (piece numbers 0 .. n-1, one join, rearranged shapes
+ * that agree but on the joined axis): each one's place in the tensor, and the tensor's
+ * shape. 0 when they do not make a whole tensor. */
+static int join_one(hf_tensor *t, size_t n)
 {
-    for (size_t i = 0; i < p->n; i++) {
-        const hf_tensor *t = &p->t[i], *lead = t - t->part;
+    unsigned join = t[0].rule->when & HF_JOIN_BITS;
+    int rank = t[0].re.out_rank;
+    int axis = join == HF_JOIN_ROWS ? rank - 2 : rank - 1;
+    uint64_t run = 0, extent = 0;
+    if (n == 1 && join == 0 && t[0].part == 0) {
+        return 1; /* a whole tensor */
+    }
+    if (n < 2 || join == 0 || axis < 0 || n > 8) {
+        return 0;
+    }
+    for (size_t j = 0; j < n; j++) {
+        if ((size_t)t[j].part != j || (t[j].rule->when & HF_JOIN_BITS) != join ||
+            t[j].re.out_rank != rank || t[j].keep > 0 || t[j].dtype != t[0].dtype) {
+            return 0;
+        }
+        for (int d = 0; d < rank; d++) {
+            if (t[j].re.out_shape[d] != t[0].re.out_shape[d] &&
+                (d != axis || join == HF_JOIN_EVERY)) {
+                return 0;
+            }
+        }
+        t[j].inner = 1;
+        for (int d = axis; join != HF_JOIN_EVERY && d < rank; d++) {
+            t[j].inner *= t[j].re.out_shape[d];
+        }
+        t[j].at = join == HF_JOIN_EVERY ? j : run;
+        run += t[j].inner;
+        extent += t[j].re.out_shape[axis];
+    }
+    for (size_t j = 0; j < n; j++) {
+        t[j].parts = (int)n;
+        t[j].run = run;
+        memcpy(t[j].shape, t[0].re.out_shape, sizeof t[j].shape);
+        t[j].shape[axis] = extent;
+        t[j].placed = t[j].nbytes; /* the piece's own, as add_tensor counted them */
+        t[j].nbytes = ur_dtype_size(t[j].dtype);
+        for (int d = 0; d < rank; d++) {
+            t[j].nbytes *= t[j].shape[d];
+        }
+    }
+    return 1;
+}
+
+/* Entries of one name are the pieces 0 .. n-1 of one tensor, joined as their rules say: two
+ * parameters mapped to one whole tensor, or pieces missing or of shapes that do not join, are
+ * the family's or the checkpoint's fault. */
+static int join_pieces(ur_hf_plan *p, ur_err *err)
+{
+    for (size_t i = 0; i < p->n;) {
         size_t k = i + 1;
-        while (k < p->n && strcmp(p->t[k].name, t->name) == 0) {
+        while (k < p->n && strcmp(p->t[k].name, p->t[i].name) == 0) {
             k++;
         }
-        if (t->part == 0 && k - i == (size_t)t->parts) {
-            for (size_t j = i + 1; j < k; j++) {
-                if (p->t[j].part != (int)(j - i) || p->t[j].parts != t->parts ||
-                    memcmp(p->t[j].shape, t->shape, sizeof t->shape) != 0) {
-                    lead = NULL;
-                }
-            }
-            if (lead != NULL) {
-                i = k - 1;
-                continue;
-            }
+        if (!join_one(&p->t[i], k - i)) {
+            return ur_err_set(err, UR_EINVAL,
+                              "Hugging Face export: tensor %s is not made whole by its "
+                              "parameters ('%s'%s)",
+                              p->t[i].name, p->params[p->t[i].param].path,
+                              k - i > 1 ? " and others" : "");
         }
-        return ur_err_set(err, UR_EINVAL,
-                          "Hugging Face export: tensor %s is not made whole by its parameters "
-                          "('%s'%s)",
-                          t->name, p->params[t->param].path, k - i > 1 ? " and others" : "");
+        i = k;
     }
     return UR_OK;
 }
@@ -442,8 +530,8 @@ static int check_complete(ur_hf_plan *p, ur_err *err)
             while (hit != NULL && hit > p->t && strcmp(hit[-1].name, name) == 0) {
                 hit--;
             }
-            /* a part's rule: its own part of the tensor */
-            while (hit != NULL && hit->rule != r && (r->when & HF_PART_BITS)) {
+            /* a piece's rule: its own piece of the tensor */
+            while (hit != NULL && hit->rule != r) {
                 hit = hit + 1 < p->t + p->n && strcmp(hit[1].name, name) == 0 ? hit + 1 : NULL;
             }
             if (hit == NULL) {
@@ -603,16 +691,23 @@ int ur_hf_plan_build(ur_hf_plan **out, const ur_plan *plan, const ur_plan_leaf *
     }
     if (rc == UR_OK) {
         qsort(p->t, p->n, sizeof *p->t, by_name_part);
-        for (size_t i = 0; i < p->n; i++) {
+        for (size_t i = 0; i < p->n && rc == UR_OK; i++) {
             hf_param *q = &p->params[p->t[i].param];
             if (p->t[i].expert >= 0) {
                 q->experts[p->t[i].expert] = i;
             }
-            if (p->t[i].expert <= 0) {
-                q->tensor = i;
+            if (p->t[i].expert <= 0 && q->n_tensors == HF_MAX_PIECES) {
+                rc = ur_err_set(err, UR_EINVAL,
+                                "Hugging Face export: parameter '%s' cut into more than %d "
+                                "tensors",
+                                q->path, HF_MAX_PIECES);
+            } else if (p->t[i].expert <= 0) {
+                q->tensor[q->n_tensors++] = i;
             }
         }
-        rc = check_parts(p, err);
+    }
+    if (rc == UR_OK) {
+        rc = join_pieces(p, err);
     }
     if (rc == UR_OK) {
         rc = check_complete(p, err);
@@ -654,6 +749,7 @@ void ur_hf_plan_free(ur_hf_plan *p)
     ur_free(p->params);
     for (size_t i = 0; i < p->n; i++) {
         ur_free(p->t[i].name);
+        ur_free(p->t[i].pattern);
     }
     ur_free(p->t);
     for (size_t s = 0; s < p->n_shards; s++) {
@@ -686,7 +782,7 @@ int ur_hf_plan_tensor(const ur_hf_plan *p, size_t i, ur_hf_tensor_info *out)
     const hf_tensor *t = &p->t[i];
     out->name = t->name;
     out->source = p->params[t->param].path;
-    out->pattern = t->rule->pattern;
+    out->pattern = t->pattern;
     out->op = op_text(t->rule->op);
     out->arith = t->rule->op;
     out->dtype = t->dtype;
@@ -694,6 +790,8 @@ int ur_hf_plan_tensor(const ur_hf_plan *p, size_t i, ur_hf_tensor_info *out)
     out->parts = t->parts;
     out->part = t->part;
     out->inner = t->inner;
+    out->run = t->run;
+    out->at = t->at;
     out->src_rank = p->params[t->param].rank;
     out->src_shape = p->params[t->param].shape;
     out->src_dtype = p->params[t->param].dtype;

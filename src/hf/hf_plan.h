@@ -15,9 +15,11 @@ typedef struct {
     ur_dtype dtype;
     int rank;
     uint64_t shape[UR_MAX_RANK];
-    size_t tensor;   /* its tensor (index into t, by name), SIZE_MAX: none */
+    /* its tensors (indexes into t, by name): one, or the pieces of a fused kernel */
+    size_t tensor[HF_MAX_PIECES];
+    int n_tensors;
     /* split by experts (an "{e}" rule): expert e's tensor is experts[e], one per index of
-     * the parameter's axis 0, and `tensor` is expert 0's; NULL: one tensor */
+     * the parameter's axis 0, and tensor[0] is expert 0's; NULL: not split */
     size_t *experts;
 } hf_param;
 
@@ -26,7 +28,8 @@ typedef struct {
     int64_t expert; /* the parameter's index on axis 0 it is the slice of; -1: all of it */
     const hf_rule *rule;
     char *name;
-    ur_rearrange re;  /* from the parameter's shape to the tensor's */
+    char *pattern;    /* the rule's, its sizes ("{name}") written out */
+    ur_rearrange re;  /* from the parameter's shape to the tensor's (its piece's) */
     ur_dtype in_dtype;
     ur_dtype dtype;
     ur_tensor_op op;
@@ -36,14 +39,14 @@ typedef struct {
     uint64_t nbytes;
     uint64_t keep;    /* input rows (axis 0) written, the rest left out; 0: all */
     uint64_t placed;  /* the bytes the input gives it (less than nbytes where zeros pad it,
-                      * nbytes / parts where it is one of interleaved parts) */
-    /* part `part` of `parts` parameters joined into the tensor, `inner` elements of each in
-     * turn (ur_rearrange_box_concat; parts 1: the whole tensor): each part is an entry of its
-     * own, by name then part, and the first (part 0) stands for the tensor in the shards, the
-     * layout and the index */
+                      * or where it is one of the pieces joined into the tensor) */
+    /* piece `part` of `parts` joined into the tensor (ur_rearrange_box_join: runs of `inner`
+     * elements of the piece at `at` of runs of `run` of the tensor; parts 1: the whole
+     * tensor): each piece is an entry of its own, by name then piece, and the first (piece 0)
+     * stands for the tensor in the shards, the layout and the index */
     int parts, part;
-    uint64_t inner;
-    uint64_t shape[UR_MAX_RANK]; /* the tensor's (re.out_shape, the last axis times parts) */
+    uint64_t inner, run, at;
+    uint64_t shape[UR_MAX_RANK]; /* the tensor's (the pieces' re.out_shape, joined) */
 } hf_tensor;
 
 typedef struct {

@@ -256,10 +256,17 @@ static int place_box(hf_sink *s, size_t ti, int rank, const uint64_t *start, con
     }
     rc = ur_rearrange_box(&t->re, start, count, buf_shape, &m, err);
     if (rc == UR_OK && t->parts > 1) {
-        rc = ur_rearrange_box_concat(&m, t->inner, (uint32_t)t->parts, (uint32_t)t->part, err);
+        rc = ur_rearrange_box_join(&m, t->inner, t->run, t->at, err);
     }
     if (rc < 0) {
         return ur_err_wrap(err, "tensor %s", t->name);
+    }
+    n = 1; /* the box's elements the tensor keeps (a piece keeps its range of them) */
+    for (int d = 0; d < m.rank; d++) {
+        n *= m.shape[d];
+    }
+    if (n == 0) {
+        return UR_OK;
     }
     /* pieces: the trailing dimensions that fit PIECE_BYTES, one piece per index of the rest */
     k = m.rank;
@@ -274,7 +281,7 @@ static int place_box(hf_sink *s, size_t ti, int rank, const uint64_t *start, con
     memmove(piece.src_stride, m.src_stride + k, (size_t)piece.rank * sizeof m.src_stride[0]);
     memmove(piece.dst_stride, m.dst_stride + k, (size_t)piece.rank * sizeof m.dst_stride[0]);
     while (rc == UR_OK) {
-        uint64_t src_at = 0;
+        uint64_t src_at = m.src_offset;
         piece.offset = m.offset;
         for (int d = 0; d < k; d++) {
             src_at += at[d] * (uint64_t)m.src_stride[d];
@@ -330,7 +337,7 @@ static int s_encode_chunk(void *self, ur_sink_array *a, const uint64_t *idx, con
         return UR_OK; /* left out */
     }
     q = &s->p->params[a->param];
-    keep = q->experts == NULL ? s->p->t[q->tensor].keep : 0;
+    keep = q->experts == NULL ? s->p->t[q->tensor[0]].keep : 0;
     for (int d = 0; d < a->rank; d++) {
         /* rows past those kept (a vocabulary MaxText padded) are left out */
         uint64_t end = d == 0 && keep > 0 ? keep : a->shape[d];
@@ -342,7 +349,11 @@ static int s_encode_chunk(void *self, ur_sink_array *a, const uint64_t *idx, con
     if (q->experts != NULL) {
         return place_experts(s, q, a, start, count, raw, err);
     }
-    return place_box(s, q->tensor, a->rank, start, count, a->chunk, raw, err);
+    int rc = UR_OK;
+    for (int k = 0; k < q->n_tensors && rc == UR_OK; k++) {
+        rc = place_box(s, q->tensor[k], a->rank, start, count, a->chunk, raw, err);
+    }
+    return rc;
 }
 
 static int s_write_chunk(void *self, ur_sink_array *a, const uint64_t *idx, const void *enc,

@@ -450,7 +450,7 @@ int ur_job_hf_verify(ur_verify_report *rep, const char *in, const char *folder,
     if (rc == UR_OK) {
         ur_hf_tensor_info one;
         size_t cap = 0;
-        /* every entry: a tensor of interleaved parts is one per part */
+        /* every entry: a tensor joined from pieces is one per piece */
         while (rc == UR_OK && ur_hf_plan_tensor(r.hf, n, &one)) {
             ur_hf_tensor_info *more = n + 1 > cap ? ur_grow_to(t, &cap, n + 1, sizeof *t) : t;
             if (more == NULL) {

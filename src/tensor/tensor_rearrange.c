@@ -17,6 +17,7 @@ typedef struct {
     uint64_t size; /* 0: unknown yet */
     int axis;      /* the input axis it is part of */
     int used;      /* named on the output side */
+    uint64_t lo, len; /* the range the output keeps ("[lo:hi]"); len 0: all of it */
 } part;
 
 typedef struct {
@@ -138,6 +139,43 @@ static int parse_input(ur_rearrange *r, part *p, cursor *c, int rank, const uint
     return UR_OK;
 }
 
+/* A number at the cursor, into *v (digits, then a character in `end`); 0 when there is none
+ * or it overflows. */
+static int number(cursor *c, uint64_t *v, const char *end)
+{
+    size_t n = 0;
+    while (isdigit((unsigned char)c->s[c->at + n])) {
+        n++;
+    }
+    if (n == 0 || strchr(end, c->s[c->at + n]) == NULL || c->s[c->at + n] == '\0' ||
+        ur_num_parse_u64(c->s + c->at, n, v) < 0) {
+        return 0;
+    }
+    c->at += n;
+    return 1;
+}
+
+/* A kept range after an output part, "[lo:hi]" or "[lo:]" (hi: the part's size), into
+ * q->lo, q->len; none: the whole part. */
+static int kept_range(part *q, cursor *c, ur_err *err)
+{
+    uint64_t lo = 0, hi = q->size;
+    if (c->s[c->at] != '[') {
+        return UR_OK;
+    }
+    c->at++;
+    if (!number(c, &lo, ":") || c->s[c->at++] != ':' ||
+        (c->s[c->at] != ']' && !number(c, &hi, "]")) || c->s[c->at++] != ']') {
+        return bad(err, c->s, "a range [lo:hi] expected");
+    }
+    if (lo >= hi || hi > q->size) {
+        return bad(err, c->s, "a range outside its part, or empty");
+    }
+    q->lo = lo;
+    q->len = hi - lo;
+    return UR_OK;
+}
+
 /* The output side: axes, a parenthesized group merging parts into one axis. */
 static int parse_output(ur_rearrange *r, part *p, cursor *c, ur_err *err)
 {
@@ -182,7 +220,10 @@ static int parse_output(ur_rearrange *r, part *p, cursor *c, ur_err *err)
             }
             p[i].used = 1;
             r->perm[k++] = i;
-            if (ur_ckd_mul64(&size, size, p[i].size)) {
+            if (kept_range(&p[i], c, err) < 0) {
+                return UR_EINVAL;
+            }
+            if (ur_ckd_mul64(&size, size, p[i].len > 0 ? p[i].len : p[i].size)) {
                 return bad(err, c->s, "sizes overflow");
             }
             skip_space(c);
@@ -226,6 +267,8 @@ int ur_rearrange_parse(ur_rearrange *r, const char *pattern, int rank, const uin
     for (int i = 0; i < r->n_parts; i++) {
         r->part_size[i] = p[i].size;
         r->part_axis[i] = p[i].axis;
+        r->cut_lo[i] = p[i].lo;
+        r->cut_len[i] = p[i].len > 0 ? p[i].len : p[i].size;
     }
     return rc;
 }
@@ -279,34 +322,42 @@ int ur_rearrange_box(const ur_rearrange *r, const uint64_t *start, const uint64_
         }
     }
     part_strides(r, buf_shape, src_stride);
-    /* the output's parts in its order: C-order strides of the whole output */
+    /* the output's parts in its order: C-order strides of the whole output (of the kept
+     * ranges) */
     int64_t out_stride[UR_MAX_RANK];
     int64_t s = 1;
     for (int k = r->n_parts - 1; k >= 0; k--) {
         out_stride[k] = s;
-        s *= (int64_t)r->part_size[r->perm[k]];
+        s *= (int64_t)r->cut_len[r->perm[k]];
     }
     m->rank = r->n_parts;
-    m->offset = 0;
     for (int k = 0; k < r->n_parts; k++) {
         int i = r->perm[k];
-        m->shape[k] = pcount[i];
+        /* the box's part of the kept range [lo, lo + len) */
+        uint64_t lo = r->cut_lo[i], hi = lo + r->cut_len[i];
+        uint64_t from = pstart[i] > lo ? pstart[i] : lo,
+                 to = pstart[i] + pcount[i] < hi ? pstart[i] + pcount[i] : hi;
+        m->shape[k] = to > from ? to - from : 0;
         m->src_stride[k] = src_stride[i];
         m->dst_stride[k] = out_stride[k];
-        m->offset += pstart[i] * (uint64_t)out_stride[k];
+        if (m->shape[k] > 0) {
+            m->src_offset += (from - pstart[i]) * (uint64_t)src_stride[i];
+            m->offset += (from - lo) * (uint64_t)out_stride[k];
+        }
     }
     return UR_OK;
 }
 
-int ur_rearrange_box_concat(ur_rearrange_box_map *m, uint64_t inner, uint32_t n, uint32_t k,
-                            ur_err *err)
+int ur_rearrange_box_join(ur_rearrange_box_map *m, uint64_t inner, uint64_t run, uint64_t at,
+                          ur_err *err)
 {
-    /* x = q * inner + r (r < inner) -> q * n * inner + k * inner + r: linear in q and in r, so
-     * the strides that step q scale by n and those that step r stay */
+    /* x = q * inner + r (r < inner) -> q * run + at + r: linear in q and in r, so the strides
+     * that step q scale by run / inner and those that step r stay */
     uint64_t last = m->offset;
-    if (n == 0 || k >= n || inner == 0) {
-        return ur_err_set(err, UR_EINVAL, "join: part %u of %u, %llu elements a run", (unsigned)k,
-                          (unsigned)n, (unsigned long long)inner);
+    if (inner == 0 || at > run || run - at < inner) {
+        return ur_err_set(err, UR_EINVAL, "join: runs of %llu at %llu of %llu",
+                          (unsigned long long)inner, (unsigned long long)at,
+                          (unsigned long long)run);
     }
     for (int d = 0; d < m->rank; d++) {
         uint64_t s = (uint64_t)m->dst_stride[d];
@@ -317,18 +368,18 @@ int ur_rearrange_box_concat(ur_rearrange_box_map *m, uint64_t inner, uint32_t n,
         if (m->shape[d] > 0) {
             last += (m->shape[d] - 1) * s;
         }
-        if (s / inner + 1 > (uint64_t)INT64_MAX / n / inner) {
+        if (s / inner + 1 > (uint64_t)INT64_MAX / run) {
             last = UINT64_MAX; /* the stride itself would overflow */
         }
     }
-    if (last == UINT64_MAX || last / inner + 1 > (uint64_t)INT64_MAX / n / inner) {
+    if (last == UINT64_MAX || last / inner + 1 > (uint64_t)INT64_MAX / run) {
         return ur_err_set(err, UR_EINVAL, "join: the tensor's elements overflow");
     }
     for (int d = 0; d < m->rank; d++) {
         if ((uint64_t)m->dst_stride[d] >= inner) {
-            m->dst_stride[d] *= (int64_t)n;
+            m->dst_stride[d] = (int64_t)((uint64_t)m->dst_stride[d] / inner * run);
         }
     }
-    m->offset = m->offset / inner * n * inner + k * inner + m->offset % inner;
+    m->offset = m->offset / inner * run + at + m->offset % inner;
     return UR_OK;
 }

@@ -9,9 +9,11 @@
  *     tensor's order (an odometer over the parts), not tensor_rearrange.c's boxes;
  *   - its value: the cast to the tensor's dtype, then the arithmetic in float32 rounded back,
  *     one element at a time, with the constants computed here from the shapes;
- *   - a tensor joined from parts (gpt-oss's and Gemma 4's gate_up_proj) is checked once per
- *     part, each against its own parameter, element x of the part at the tensor's
- *     (x / inner) * parts * inner + part * inner + x % inner (joined_at).
+ *   - a piece of a fused kernel (Qwen3.5's in_proj_qkvz cut into query, key, value and
+ *     gate) walks only the range its pattern keeps of a part ("b[lo:hi]"), from lo;
+ *   - a tensor joined from pieces (gpt-oss's and Gemma 4's gate_up_proj, Qwen3.5's
+ *     in_proj_qkv) is checked once per piece, each against its own parameter, element x of
+ *     the piece at the tensor's (x / inner) * run + at + x % inner (joined_at).
  * The tensor is read in pieces along its first part (piece_bytes each), each piece's input
  * box read whole, so memory is about two pieces whatever the model's size. */
 #include "verify_family.h"
@@ -206,7 +208,8 @@ static uint32_t expect(float x, const ur_hf_tensor_info *t, float c)
  * (the sizes of the parts after it within that axis). */
 typedef struct {
     int n;
-    uint64_t size[UR_MAX_RANK];
+    uint64_t size[UR_MAX_RANK]; /* the range of it the tensor keeps */
+    uint64_t lo[UR_MAX_RANK]; /* where that range starts */
     int axis[UR_MAX_RANK];
     uint64_t within[UR_MAX_RANK];
     int lead; /* part 0 is the most significant of its axis: a range of it is a range there */
@@ -222,7 +225,8 @@ static void walk_init(walk *w, const ur_rearrange *re)
         for (int q = p + 1; q < re->n_parts && re->part_axis[q] == re->part_axis[p]; q++) {
             inner *= re->part_size[q];
         }
-        w->size[j] = re->part_size[p];
+        w->size[j] = re->cut_len[p];
+        w->lo[j] = re->cut_lo[p];
         w->axis[j] = re->part_axis[p];
         w->within[j] = inner;
         if (j == 0) {
@@ -275,12 +279,12 @@ static void value_issue(tcheck *c, uint64_t flat, uint32_t want, uint32_t got)
     }
 }
 
-/* Where element x of a part lands in the tensor joined from its parts (x itself for a whole
- * tensor). */
+/* Where element x of a piece lands in the tensor joined from its pieces (x itself for a
+ * whole tensor). */
 static uint64_t joined_at(const ur_hf_tensor_info *t, uint64_t x)
 {
-    uint64_t n = t->parts > 1 ? (uint64_t)t->parts : 1, inner = t->inner > 0 ? t->inner : 1;
-    return n > 1 ? x / inner * n * inner + (uint64_t)t->part * inner + x % inner : x;
+    uint64_t inner = t->inner > 0 ? t->inner : 1;
+    return t->parts > 1 ? x / inner * t->run + t->at + x % inner : x;
 }
 
 /* Units [u0, u1) of part 0 (`unit` elements each): their box of the parameter read into `in`,
@@ -305,7 +309,7 @@ static int check_piece(tcheck *c, uint64_t u0, uint64_t u1, uint64_t unit, ur_bu
         cnt[a] = t->src_shape[a];
     }
     if (w->n > 0 && w->lead) {
-        lo[w->axis[0]] = u0 * w->within[0];
+        lo[w->axis[0]] = (w->lo[0] + u0) * w->within[0];
         cnt[w->axis[0]] = (u1 - u0) * w->within[0];
     }
     if (r > 0) {
@@ -350,7 +354,7 @@ static int check_piece(tcheck *c, uint64_t u0, uint64_t u1, uint64_t unit, ur_bu
         uint64_t at = 0, row = 0;
         uint32_t want = 0, got = 0;
         for (int j = 0; j < w->n; j++) {
-            uint64_t v = digit[j] * w->within[j];
+            uint64_t v = (w->lo[j] + digit[j]) * w->within[j];
             at += v * bs[w->axis[j]];
             row += w->axis[j] == 0 ? v : 0;
         }
@@ -391,10 +395,9 @@ static int check_values(tcheck *c, ur_err *err)
     ur_buf in, out;
     int rc = UR_OK;
 
-    for (int d = 0; d < t->rank; d++) {
-        n *= t->shape[d];
+    for (int j = 0; j < c->w.n; j++) {
+        n *= c->w.size[j]; /* the piece's elements (the whole tensor's, but for a piece) */
     }
-    n /= t->parts > 1 ? (uint64_t)t->parts : 1; /* an interleaved part's elements */
     if (n == 0) {
         return UR_OK;
     }

@@ -134,6 +134,9 @@ def main():
     for i in range(8):  # tensor_copy's join: parts, position and axis in the axis byte
         add("tensor_copy", bytes([3, 1 + i % 4, 1 + 5 * i + 16 * (i // 2), 1 + i, 3, 4, 2, 5, 1,
                                   2, i]) + bytes(range(32)))
+    for i in range(8):  # tensor_copy's cut: the axis cut and the order in the axis byte
+        add("tensor_copy", bytes([4, 1 + i % 4, i + 8 * (i // 2), 1 + i, 3, 4, 2, 5, 1, 2, i])
+            + bytes(range(32)))
     for t, n in sorted(counts.items()):
         print(f"{t}: {n} new")
 

@@ -125,6 +125,16 @@ FAMILIES = {
     # a block of 3 linear-attention (Gated DeltaNet) layers and a full-attention one with an
     # output gate, then 2 remainder layers; routed experts and a gated shared expert
     "qwen3-next": driver.FAMILIES["qwen3-next"],
+    # Qwen3.5 (qwen3.5-35b-a3b's settings, tiny): two blocks of 3 linear-attention layers and
+    # a full-attention one; 2 key heads of 4 value heads each, keys wider than values, so that
+    # the fused in_proj_qkvz and in_proj_ba are cut into pieces of unequal sizes; the experts
+    # stacked. head_dim 16: a quarter of it rotates, in MRoPE sections that make its 2 pairs.
+    "qwen3.5": [a for a in driver.TINY if not a.startswith(("head_dim=", "base_mlp_dim="))] + [
+        "head_dim=16", "base_mlp_dim=16", "model_name=qwen3.5-35b-a3b",
+        "override_model_config=true", "base_num_decoder_layers=8", "num_experts=4",
+        "num_experts_per_tok=2", "base_moe_mlp_dim=16", "gdn_num_value_heads=4",
+        "gdn_num_key_heads=2", "gdn_key_head_dim=8", "gdn_value_head_dim=4", "gdn_chunk_size=8",
+        "mrope_section=[1,1,0]"],
 }
 for _f, _keys in FAMILIES.items():
     driver.ALL.setdefault(_f, _keys)
@@ -141,7 +151,10 @@ EXPORTER_FAILS = {"gemma4-31b": "cannot reshape array of shape (32, 4, 8)",
                   "gemma4-26b": "cannot reshape array of shape (32, 4, 8)",
                   "gemma3-multimodal": "cannot reshape array of size 9408 into shape (1152,3,14,14)",
                   # its config table reads a key transformers 5's Qwen3NextConfig no longer has
-                  "qwen3-next": "KeyError: 'full_attention_interval'"}
+                  "qwen3-next": "KeyError: 'full_attention_interval'",
+                  # its qkvz hook takes the linear attention's heads from its table's full-size
+                  # text_config, whatever the model's
+                  "qwen3.5": "cannot reshape array of shape (64, 32)"}
 # Layouts of a family MaxText's exporter maps but fails on, and what it says: a scanned
 # DeepSeek's router bias is stacked on axis 0 (a non-parameter variable: nnx.StateAxes puts
 # them there), which the exporter slices on param_scan_axis like a parameter.

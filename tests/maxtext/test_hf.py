@@ -75,8 +75,12 @@ def test_transformers_matches_maxtext(family):
                 "gemma3-multimodal": "Gemma3ForConditionalGeneration", "deepseek3.2": "DeepseekV32ForCausalLM",
                 "qwen3-moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM",
                 "deepseek3": "DeepseekV3ForCausalLM",
-                "deepseek2": "DeepseekV2ForCausalLM", "gpt-oss": "GptOssForCausalLM"}[family]
-    assert hf["architecture"] == expected and hf["config_architectures"] == [expected]
+                "deepseek2": "DeepseekV2ForCausalLM", "gpt-oss": "GptOssForCausalLM",
+                "qwen3.5": "Qwen3_5MoeForConditionalGeneration"}[family]
+    # AutoModelForCausalLM takes Qwen3.5's language model alone (its own class, which reads
+    # the folder's model.language_model.* names), Gemma's whole architecture
+    loaded = {"qwen3.5": "Qwen3_5MoeForCausalLM"}.get(family, expected)
+    assert hf["architecture"] == loaded and hf["config_architectures"] == [expected]
     assert hf["dtype"] == "torch.float32" and f["config"]["dtype"] == "float32"
     mt = f["maxtext"]
     ours = np.array(hf["logits"], np.float64).reshape(hf["shape"])

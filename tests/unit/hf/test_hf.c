@@ -405,13 +405,15 @@ static const param MIXTRAL[] = {
 #define N_MIXTRAL (sizeof MIXTRAL / sizeof MIXTRAL[0])
 
 /* Parameter q (values data) fed to the sink in chunks of 3 on axes 0 and 1. */
-static void feed(ur_sink *sink, const fake_plan *f, size_t i, const param *q, const float *data)
+/* feed with chunks of `chunk` (NULL: 3 on each of the first two axes, the rest whole) */
+static void feed_chunks(ur_sink *sink, const fake_plan *f, size_t i, const param *q,
+                        const float *data, const uint64_t *chunk_of)
 {
     uint64_t chunk[3], grid[3], idx[3] = {0}, cn = 1, strides[3];
     ur_sink_array *a;
     ur_sink_path sp = {f->paths[i].comp, NULL, f->paths[i].len};
     for (int d = q->rank - 1, st = 1; d >= 0; d--) {
-        chunk[d] = d < 2 && q->shape[d] > 3 ? 3 : q->shape[d];
+        chunk[d] = chunk_of != NULL ? chunk_of[d] : d < 2 && q->shape[d] > 3 ? 3 : q->shape[d];
         grid[d] = (q->shape[d] + chunk[d] - 1) / chunk[d];
         cn *= chunk[d];
         strides[d] = (uint64_t)st;
@@ -445,6 +447,11 @@ static void feed(ur_sink *sink, const fake_plan *f, size_t i, const param *q, co
         free(raw);
     }
     assert_int_equal(sink->ops->finish_array(sink->self, a, NULL), UR_OK);
+}
+
+static void feed(ur_sink *sink, const fake_plan *f, size_t i, const param *q, const float *data)
+{
+    feed_chunks(sink, f, i, q, data, NULL);
 }
 
 static void test_hf__experts_split(void **state)
@@ -961,6 +968,125 @@ static void test_hf__qwen3_next_layers(void **state)
     free(f);
 }
 
+/* Qwen3.5 (Qwen3-Next's parameters): the fused in_proj_qkvz [emb, key_heads * block] cut into
+ * in_proj_qkv (every key head's query, then keys, then values, joined along its rows) and
+ * in_proj_z, in_proj_ba into in_proj_b and in_proj_a, as MaxText's exporter's hooks compute
+ * them (concat_qkvz_and_transpose: the kernel transposed, [heads, block, emb], each piece's
+ * range of the block), fed in chunks of one head's block then of the whole kernel; 2 key heads
+ * of 1 query/key dim and 3 value dims (2 value heads per key head... here one, of 3), so that
+ * the pieces differ in size; a kernel that the gdn sizes do not make is refused. */
+static void test_hf__qwen3_5_pieces(void **state)
+{
+    enum { KH = 2, DK = 1, VD = 3, BLK = 2 * DK + 2 * VD };
+    fake_plan *f = calloc(1, sizeof *f);
+    ur_hf_opts o = {UR_DT_FLOAT32, 0, 0, NULL};
+    ur_hf_plan *p;
+    ur_config *cfg;
+    ur_sink sink;
+    ur_kvstore *kv;
+    ur_st_header h;
+    ur_err err;
+    char dir[256];
+    float *data[N_QWEN3_NEXT], qkv[(KH * (2 * DK + VD)) * E], z[KH * VD * E], b[KH * E], a[KH * E];
+    const ur_st_entry *t;
+    (void)state;
+    ur_test_scratch_dir(dir, sizeof dir, "hf_qwen3_5");
+    cfg = yml_config(dir, "qwen3_5.yml",
+                     "decoder_block: qwen3_5\nmodel_name: default\nbase_num_decoder_layers: 2\n"
+                     "num_experts: 5\nnum_experts_per_tok: 2\nshared_experts: 1\n"
+                     "norm_topk_prob: true\npartial_rotary_factor: 0.25\n"
+                     "logits_via_embedding: false\ngdn_num_key_heads: 2\n"
+                     "gdn_num_value_heads: 2\ngdn_key_head_dim: 1\ngdn_value_head_dim: 3\n");
+    make_plan(f, QWEN3_NEXT, N_QWEN3_NEXT);
+    assert_int_equal(ur_hf_plan_build(&p, &f->plan, f->leaves, ur_config_settings(cfg), &o, NULL),
+                     UR_OK);
+    assert_int_equal(ur_hf_sink_open(&sink, p, dir, NULL), UR_OK);
+    for (size_t i = 0; i < N_QWEN3_NEXT; i++) {
+        const uint64_t one_block[2] = {3, BLK}; /* a head's block a chunk */
+        uint64_t n = 1;
+        for (int d = 0; d < QWEN3_NEXT[i].rank; d++) {
+            n *= QWEN3_NEXT[i].shape[d];
+        }
+        data[i] = malloc(n * sizeof(float));
+        for (uint64_t e = 0; e < n; e++) {
+            data[i][e] = (float)(i * 1000 + e);
+        }
+        feed_chunks(&sink, f, i, &QWEN3_NEXT[i], data[i],
+                    strstr(QWEN3_NEXT[i].path, "in_proj_qkvz") != NULL ? one_block
+                    : QWEN3_NEXT[i].rank == 2                          ? QWEN3_NEXT[i].shape
+                                                                       : NULL);
+    }
+    assert_int_equal(sink.ops->finish(sink.self, NULL), UR_OK);
+    assert_int_equal(ur_kvstore_file_open(&kv, dir, 0, NULL), UR_OK);
+    assert_int_equal(ur_st_header_read(&h, kv, "model.safetensors", NULL), UR_OK);
+    const struct {
+        const char *name;
+        float *out;
+        size_t bytes;
+        uint64_t rows;
+    } want[] = {
+        {"model.language_model.layers.0.linear_attn.in_proj_qkv.weight", qkv, sizeof qkv,
+         KH * (2 * DK + VD)},
+        {"model.language_model.layers.0.linear_attn.in_proj_z.weight", z, sizeof z, KH * VD},
+        {"model.language_model.layers.0.linear_attn.in_proj_b.weight", b, sizeof b, KH},
+        {"model.language_model.layers.0.linear_attn.in_proj_a.weight", a, sizeof a, KH},
+    };
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+        t = ur_st_header_find(&h, want[k].name);
+        assert_non_null(t);
+        assert_int_equal(t->rank, 2);
+        assert_int_equal(t->shape[0], want[k].rows);
+        assert_int_equal(t->shape[1], E);
+        assert_int_equal(ur_kvstore_read_range(kv, "model.safetensors", t->begin, want[k].bytes,
+                                               want[k].out, NULL),
+                         UR_OK);
+    }
+    /* the exporter's arithmetic: column c = head * BLK + j of the kernel [E, KH * BLK] */
+    const float *qkvz = NULL, *ba = NULL;
+    for (size_t i = 0; i < N_QWEN3_NEXT; i++) {
+        qkvz = strstr(QWEN3_NEXT[i].path, "in_proj_qkvz") != NULL ? data[i] : qkvz;
+        ba = strstr(QWEN3_NEXT[i].path, "in_proj_ba") != NULL ? data[i] : ba;
+    }
+    assert_non_null(qkvz);
+    assert_non_null(ba);
+    for (int e = 0; e < E; e++) {
+        for (int hd = 0; hd < KH; hd++) {
+            assert_true(qkv[(hd * DK) * E + e] == qkvz[e * KH * BLK + hd * BLK]);
+            assert_true(qkv[(KH * DK + hd * DK) * E + e] == qkvz[e * KH * BLK + hd * BLK + DK]);
+            for (int v = 0; v < VD; v++) {
+                assert_true(qkv[(2 * KH * DK + hd * VD + v) * E + e] ==
+                            qkvz[e * KH * BLK + hd * BLK + 2 * DK + v]);
+                assert_true(z[(hd * VD + v) * E + e] ==
+                            qkvz[e * KH * BLK + hd * BLK + 2 * DK + VD + v]);
+            }
+            assert_true(b[hd * E + e] == ba[e * 2 * KH + hd * 2]);
+            assert_true(a[hd * E + e] == ba[e * 2 * KH + hd * 2 + 1]);
+        }
+    }
+    t = ur_st_header_find(&h, "model.language_model.layers.1.mlp.experts.gate_up_proj");
+    assert_non_null(t);
+    assert_int_equal(t->shape[1], 2 * M);
+    ur_st_header_dispose(&h);
+    ur_kvstore_close(kv);
+    for (size_t i = 0; i < N_QWEN3_NEXT; i++) {
+        free(data[i]);
+    }
+    ur_hf_plan_free(p);
+    ur_config_free(cfg);
+    /* key heads that do not make the kernel's width */
+    cfg = yml_config(dir, "qwen3_5.yml",
+                     "decoder_block: qwen3_5\nmodel_name: default\nbase_num_decoder_layers: 2\n"
+                     "num_experts: 5\nshared_experts: 1\nnorm_topk_prob: true\n"
+                     "gdn_num_key_heads: 2\ngdn_num_value_heads: 2\ngdn_key_head_dim: 2\n"
+                     "gdn_value_head_dim: 3\n");
+    assert_int_equal(ur_hf_plan_build(&p, &f->plan, f->leaves, ur_config_settings(cfg), &o, &err),
+                     UR_EINVAL);
+    assert_non_null(strstr(err.msg, "in_proj_qkvz [emb, 16]"));
+    ur_config_free(cfg);
+    (void)ur_fs_remove_tree(dir, NULL);
+    free(f);
+}
+
 /* Llama 4: the routed experts' gate and up kernels concatenated along the columns of one
  * tensor, gate_up_proj[x][e][m] = wi_0[x][e][m] and [M + m] = wi_1's, fed in chunks of their
  * own; a layer with neither its MLP nor its experts is refused, naming it. */
@@ -1064,6 +1190,7 @@ int main(void)
         cmocka_unit_test(test_hf__deepseek_layers),
         cmocka_unit_test(test_hf__gpt_oss_interleaved),
         cmocka_unit_test(test_hf__qwen3_next_layers),
+        cmocka_unit_test(test_hf__qwen3_5_pieces),
         cmocka_unit_test(test_hf__llama4_columns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

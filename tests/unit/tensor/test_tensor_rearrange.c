@@ -27,18 +27,43 @@ static uint64_t ref_index(const ur_rearrange *r, const uint64_t *in)
     return lin;
 }
 
-/* Where element x of part k of n joined in runs of `inner` lands, computed by hand. */
-static uint64_t joined(uint64_t x, uint64_t inner, uint32_t n, uint32_t k)
+/* Where element x of a part joined in runs of `inner` at `at` of runs of `run` lands,
+ * computed by hand. */
+static uint64_t joined(uint64_t x, uint64_t inner, uint64_t run, uint64_t at)
 {
-    return (x / inner) * n * inner + k * inner + x % inner;
+    return (x / inner) * run + at + x % inner;
+}
+
+/* ref_index for an output keeping ranges of its parts (r->cut_lo, r->cut_len): the index in
+ * that output, or UINT64_MAX when the element is left out. */
+static uint64_t ref_index_cut(const ur_rearrange *r, const uint64_t *in)
+{
+    uint64_t part_idx[UR_MAX_RANK], rest[UR_MAX_RANK] = {0}, lin = 0;
+    for (int p = r->n_parts - 1; p >= 0; p--) {
+        int a = r->part_axis[p];
+        if (p == r->n_parts - 1 || r->part_axis[p + 1] != a) {
+            rest[a] = in[a];
+        }
+        part_idx[p] = rest[a] % r->part_size[p];
+        rest[a] /= r->part_size[p];
+    }
+    for (int k = 0; k < r->n_parts; k++) {
+        int i = r->perm[k];
+        if (part_idx[i] < r->cut_lo[i] || part_idx[i] >= r->cut_lo[i] + r->cut_len[i]) {
+            return UINT64_MAX;
+        }
+        lin = lin * r->cut_len[i] + (part_idx[i] - r->cut_lo[i]);
+    }
+    return lin;
 }
 
 /* Place the box [start, start + count) of `in` (shape) via ur_rearrange_box + ur_tensor_copy
- * into `out`, as part `part` of `parts` joined in runs of `inner` (ur_rearrange_box_concat;
- * parts 1: the whole output), and check every placed element against the reference. */
+ * into `out`, as runs of `inner` at `at` of runs of `run` (ur_rearrange_box_join; run 0: the
+ * whole output), and check every kept element against the reference (ref_index_cut: an output
+ * keeping ranges of its parts). */
 static void place_part(const ur_rearrange *r, const float *in, const uint64_t *shape,
                        const uint64_t *start, const uint64_t *count, float *out, uint64_t inner,
-                       uint32_t parts, uint32_t part)
+                       uint64_t run, uint64_t at)
 {
     int rank = r->in_rank;
     uint64_t buf_shape[UR_MAX_RANK], n = 1, idx[UR_MAX_RANK] = {0};
@@ -69,8 +94,8 @@ static void place_part(const ur_rearrange *r, const float *in, const uint64_t *s
         }
     }
     assert_int_equal(ur_rearrange_box(r, start, count, buf_shape, &m, NULL), UR_OK);
-    if (parts > 1) {
-        assert_int_equal(ur_rearrange_box_concat(&m, inner, parts, part, NULL), UR_OK);
+    if (run > 0) {
+        assert_int_equal(ur_rearrange_box_join(&m, inner, run, at, NULL), UR_OK);
     }
     memset(&src, 0, sizeof src);
     memset(&dst, 0, sizeof dst);
@@ -80,7 +105,7 @@ static void place_part(const ur_rearrange *r, const float *in, const uint64_t *s
     memcpy(dst.shape, m.shape, sizeof m.shape);
     memcpy(src.strides, m.src_stride, sizeof m.src_stride);
     memcpy(dst.strides, m.dst_stride, sizeof m.dst_stride);
-    src.data = box;
+    src.data = box + m.src_offset;
     dst.data = out + m.offset;
     assert_int_equal(ur_tensor_copy(&dst, &src, NULL), UR_OK);
     memset(idx, 0, sizeof idx);
@@ -90,7 +115,10 @@ static void place_part(const ur_rearrange *r, const float *in, const uint64_t *s
             in_idx[d] = start[d] + idx[d];
             il = il * shape[d] + in_idx[d];
         }
-        assert_true(out[joined(ref_index(r, in_idx), inner, parts, part)] == in[il]);
+        uint64_t x = ref_index_cut(r, in_idx);
+        if (x != UINT64_MAX) {
+            assert_true(out[run > 0 ? joined(x, inner, run, at) : x] == in[il]);
+        }
         int d = rank - 1;
         while (d >= 0 && ++idx[d] == count[d]) {
             idx[d--] = 0;
@@ -105,7 +133,7 @@ static void place_part(const ur_rearrange *r, const float *in, const uint64_t *s
 static void place_and_check(const ur_rearrange *r, const float *in, const uint64_t *shape,
                             const uint64_t *start, const uint64_t *count, float *out)
 {
-    place_part(r, in, shape, start, count, out, 1, 1, 0);
+    place_part(r, in, shape, start, count, out, 1, 0, 0);
 }
 
 static void check_whole(const char *pattern, int rank, const uint64_t *shape, int out_rank,
@@ -226,7 +254,8 @@ static void test_rearrange__join(void **state)
                             const uint64_t start[3] = {a, b, 0};
                             const uint64_t count[3] = {a + 2 <= 5 ? 2 : 5 - a,
                                                        b + 3 <= 4 ? 3 : 4 - b, 6};
-                            place_part(&r, in[k], shape, start, count, out, inner, parts, k);
+                            place_part(&r, in[k], shape, start, count, out, inner, parts * inner,
+                                       k * inner);
                         }
                     }
                 }
@@ -239,17 +268,82 @@ static void test_rearrange__join(void **state)
         }
     }
     memset(&m, 0, sizeof m);
-    assert_int_equal(ur_rearrange_box_concat(&m, 1, 2, 2, NULL), UR_EINVAL);
-    assert_int_equal(ur_rearrange_box_concat(&m, 1, 0, 0, NULL), UR_EINVAL);
-    assert_int_equal(ur_rearrange_box_concat(&m, 0, 2, 0, NULL), UR_EINVAL);
+    assert_int_equal(ur_rearrange_box_join(&m, 1, 2, 2, NULL), UR_EINVAL);
+    assert_int_equal(ur_rearrange_box_join(&m, 3, 2, 0, NULL), UR_EINVAL);
+    assert_int_equal(ur_rearrange_box_join(&m, 0, 2, 0, NULL), UR_EINVAL);
+    assert_int_equal(ur_rearrange_box_join(&m, 2, 5, UINT64_MAX, NULL), UR_EINVAL);
     m.rank = 1;
     m.shape[0] = 2;
     m.dst_stride[0] = 6; /* across runs of 4: not a multiple */
-    assert_int_equal(ur_rearrange_box_concat(&m, 4, 2, 1, NULL), UR_EINVAL);
+    assert_int_equal(ur_rearrange_box_join(&m, 4, 8, 4, NULL), UR_EINVAL);
     m.dst_stride[0] = INT64_MAX / 2;
-    assert_int_equal(ur_rearrange_box_concat(&m, 1, 4, 1, NULL), UR_EINVAL);
+    assert_int_equal(ur_rearrange_box_join(&m, 1, 4, 1, NULL), UR_EINVAL);
     m.shape[0] = 1; /* the stride alone would overflow */
-    assert_int_equal(ur_rearrange_box_concat(&m, 1, 4, 1, NULL), UR_EINVAL);
+    assert_int_equal(ur_rearrange_box_join(&m, 1, 4, 1, NULL), UR_EINVAL);
+}
+
+/* A fused kernel [emb, heads * (q + k + v)] cut into its pieces, as Qwen3.5's in_proj_qkvz:
+ * each piece keeps a range of every head's block ("(4 b[lo:hi])" on the output side), and the
+ * pieces of unequal sizes are joined along the rows of one tensor, in boxes that cut the heads
+ * (and boxes that miss a piece's range entirely): every element of the tensor comes from the piece
+ * and the element the reference names, and a piece's own layout is checked alone. */
+static void test_rearrange__cut_pieces(void **state)
+{
+    enum { EMB = 3, HEADS = 4, Q = 2, K = 2, V = 3, B = Q + K + V, N = EMB * HEADS * B };
+    const uint64_t shape[2] = {HEADS * B, EMB}; /* the kernel, fused axis first */
+    const char *const pieces[3] = {"(4 b) e -> (4 b[0:2]) e", "(4 b) e -> (4 b[2:4]) e",
+                                   "(4 b) e -> (4 b[4:]) e"};
+    const uint64_t rows[3] = {HEADS * Q, HEADS * K, HEADS * V};
+    float in[N], out[N];
+    uint64_t at = 0;
+    (void)state;
+    for (int i = 0; i < N; i++) {
+        in[i] = (float)i;
+        out[i] = -1.0f;
+    }
+    for (int k = 0; k < 3; k++) {
+        ur_rearrange r;
+        assert_int_equal(ur_rearrange_parse(&r, pieces[k], 2, shape, NULL), UR_OK);
+        assert_int_equal(r.out_rank, 2);
+        assert_int_equal(r.out_shape[0], rows[k]);
+        assert_int_equal(r.out_shape[1], EMB);
+        /* boxes of one to four heads' blocks, whole rows of emb */
+        for (uint64_t h = 0; h < HEADS; h += 1 + (uint64_t)k) {
+            uint64_t n = h + 1 + (uint64_t)k <= HEADS ? 1 + (uint64_t)k : HEADS - h;
+            const uint64_t start[2] = {h * B, 0}, count[2] = {n * B, EMB};
+            place_part(&r, in, shape, start, count, out, rows[k] * EMB, N, at);
+        }
+        at += rows[k] * EMB;
+    }
+    /* row y of the joined tensor: head (y' / piece) of the piece holding y, its element */
+    for (uint64_t y = 0, base = 0, k = 0; y < HEADS * B; y++) {
+        if (y - base == rows[k]) {
+            base += rows[k++];
+        }
+        uint64_t lo = k == 0 ? 0 : k == 1 ? Q : Q + K, w = rows[k] / HEADS, row = y - base;
+        for (uint64_t e = 0; e < EMB; e++) {
+            uint64_t col = row / w * B + lo + row % w;
+            assert_true(out[y * EMB + e] == in[col * EMB + e]);
+        }
+    }
+    /* a box wholly outside a piece's range keeps nothing */
+    {
+        ur_rearrange r;
+        ur_rearrange_box_map m;
+        const uint64_t one[2] = {EMB, HEADS * B};
+        const uint64_t start[2] = {0, 0}, count[2] = {EMB, HEADS * B};
+        assert_int_equal(ur_rearrange_parse(&r, "e (h 7) -> h 7[5:] e", 2, one, NULL), UR_OK);
+        assert_int_equal(ur_rearrange_box(&r, start, count, one, &m, NULL), UR_OK);
+        assert_int_equal(m.shape[1], 2);
+        assert_int_equal(m.src_offset, 5);
+        assert_int_equal(
+            ur_rearrange_parse(&r, "(a 2) b -> a[1:] 2 b", 2, (const uint64_t[2]){4, 3}, NULL),
+            UR_OK);
+        assert_int_equal(ur_rearrange_box(&r, (const uint64_t[2]){0, 0}, (const uint64_t[2]){2, 3},
+                                          (const uint64_t[2]){2, 3}, &m, NULL),
+                         UR_OK);
+        assert_int_equal(m.shape[0], 0);
+    }
 }
 
 /* A box that cuts a split axis inside a part is refused, not placed wrongly. */
@@ -269,12 +363,24 @@ static void test_rearrange__cut_inside_a_part(void **state)
 static void test_rearrange__bad_patterns(void **state)
 {
     const uint64_t shape[3] = {6, 3, 4};
-    const char *const bad[] = {
-        "e h -> h e",           "e h d x -> d h e",       "e h d -> h e",
-        "e h d -> (h d) e e",   "e h (k 3) -> h k e",     "e h (k m) -> h k m e",
-        "e h d (h e)",          "e h d -> (h d e",        "e e d -> e d",
-        "e h d -> (h d) x",     "e h (k 2) -> (h 3 k) e", "e h (k 2x) -> h k 2x e",
-        "e h (k 2) -> h k 2x e"};
+    const char *const bad[] = {"e h -> h e",
+                               "e h d x -> d h e",
+                               "e h d -> h e",
+                               "e h d -> (h d) e e",
+                               "e h (k 3) -> h k e",
+                               "e h (k m) -> h k m e",
+                               "e h d (h e)",
+                               "e h d -> (h d e",
+                               "e e d -> e d",
+                               "e h d -> (h d) x",
+                               "e h (k 2) -> (h 3 k) e",
+                               "e h (k 2x) -> h k 2x e",
+                               "e h (k 2) -> h k 2x e",
+                               "e h d -> h d[2:1] e",
+                               "e h d -> h d[0:5] e",
+                               "e h d -> h d[1 e",
+                               "e h d -> h d[:2] e",
+                               "e h d -> h d[1:2 e"};
     ur_rearrange r;
     ur_err err;
     (void)state;
@@ -291,6 +397,7 @@ int main(void)
         cmocka_unit_test(test_rearrange__rope_pairs_by_hand),
         cmocka_unit_test(test_rearrange__boxes),
         cmocka_unit_test(test_rearrange__join),
+        cmocka_unit_test(test_rearrange__cut_pieces),
         cmocka_unit_test(test_rearrange__cut_inside_a_part),
         cmocka_unit_test(test_rearrange__bad_patterns),
     };
