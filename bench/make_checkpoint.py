@@ -37,6 +37,9 @@ Subcommands:
                           [--shape deepseek]  (DeepSeek-V3's layout: latent attention, a
                                          dense layer, MoE layers whose experts are on their own
                                          axis; unroll.yml beside it has the model's keys)
+                          [--shape qwen3.5]  (Qwen3.5's: blocks of 3 linear-attention layers
+                                         and a full-attention one, the fused projections the
+                                         export cuts into pieces, stacked experts)
                           [--eager]      (whole jax.Arrays through Orbax's own handler)
   make_checkpoint.py chunks --items ITEMS --out LIST.tsv [--prefix params.params.]
       the chunk list for bench/floor.c, from tensorstore.ocdbt.dump (see README.md)
@@ -83,6 +86,7 @@ LOGICAL_RULES = (
     ("q_lora", ()),
     ("kv_lora", ()),
     ("exp", ("expert",)),
+    ("gdn_head", ("tensor",)),
 )
 
 # Model dimension presets: (emb E, q heads H, kv heads K, head dim D, mlp M, vocab V).
@@ -144,13 +148,89 @@ def _deepseek_table(d: dict) -> list:
     return out
 
 
+# --shape qwen3.5: Qwen3.5-35B-A3B's layout at its widths but for fewer experts (32 of 512, not
+# 256 of 512) and vocabulary: blocks of inhomogeneous_layer_cycle_interval 4 layers, 3 Gated
+# DeltaNet ones (the fused in_proj_qkvz [emb, 16 * 768] and in_proj_ba the export cuts into 6
+# tensors, a depthwise convolution, the gated norm) then a full-attention one (the query
+# [emb, heads, 2 * head_dim] with its output gate); every layer's routed experts stacked
+# [experts, blocks, in, out] and a gated shared expert. The block count is chosen to reach the
+# size, scanned as MaxText's decoder/layers/layer_<k> with the block axis at param_scan_axis 1.
+PRESET_QWEN35 = dict(shape="qwen3.5", emb=2048, heads=16, kv_heads=2, head_dim=256, kh=16,
+                     vh=32, dk=128, dv=128, conv=4, moe_mlp=512, experts=32, vocab=32000)
+
+
+def _qwen35_table(d: dict) -> list:
+    """[(path, logical axes, shape)] for a Qwen3.5 decoder (decoder/layers/layer_<k>)."""
+    E, H, K, D, V = d["emb"], d["heads"], d["kv_heads"], d["head_dim"], d["vocab"]
+    KH, VH, DK, DV, MM, X, L = (d["kh"], d["vh"], d["dk"], d["dv"], d["moe_mlp"], d["experts"],
+                                d["layers"])
+    conv_dim = 2 * KH * DK + VH * DV
+    out = [
+        (("token_embedder", "embedding"), ("vocab", "embed_vocab"), (V, E)),
+        (("decoder", "decoder_norm", "scale"), ("norm",), (E,)),
+        (("decoder", "logits_dense", "kernel"), ("embed_vocab", "vocab"), (E, V)),
+    ]
+    for k in range(4):
+        lay = ("decoder", "layers", f"layer_{k}")
+        att, moe, sh = lay + ("attention",), lay + ("mlp", "routed_experts"), lay + ("mlp",)
+        out += [(lay + ("input_layernorm", "scale"), ("norm", "layers"), (E, L)),
+                (lay + ("post_attention_layernorm", "scale"), ("norm", "layers"), (E, L))]
+        if k < 3:
+            out += [
+                (att + ("in_proj_qkvz", "kernel"), ("embed", "layers", "gdn_head"),
+                 (E, L, 2 * KH * DK + 2 * VH * DV)),
+                (att + ("in_proj_ba", "kernel"), ("embed", "layers", "gdn_head"), (E, L, 2 * VH)),
+                (att + ("conv1d", "kernel"), ("kv", "layers", "kv", "gdn_head"),
+                 (d["conv"], L, 1, conv_dim)),
+                (att + ("A_log",), ("gdn_head", "layers"), (VH, L)),
+                (att + ("dt_bias",), ("gdn_head", "layers"), (VH, L)),
+                (att + ("norm", "rms_norm", "scale"), ("norm", "layers"), (DV, L)),
+                (att + ("out_proj", "kernel"), ("gdn_head", "layers", "embed"), (VH * DV, L, E)),
+            ]
+        else:
+            a = att + ("attention",)
+            out += [
+                (a + ("query", "kernel"), ("embed", "layers", "q_heads", "kv"), (E, L, H, 2 * D)),
+                (a + ("key", "kernel"), ("embed", "layers", "kv_heads", "kv_head_dim"),
+                 (E, L, K, D)),
+                (a + ("value", "kernel"), ("embed", "layers", "kv_heads", "kv_head_dim"),
+                 (E, L, K, D)),
+                (a + ("out", "kernel"), ("heads", "layers", "embed"), (H * D, L, E)),
+                (a + ("query_norm", "scale"), ("norm", "layers"), (D, L)),
+                (a + ("key_norm", "scale"), ("norm", "layers"), (D, L)),
+            ]
+        out += [(moe + ("gate", "kernel"), ("embed", "layers", "exp"), (E, L, X)),
+                (moe + ("wi_0",), ("exp", "layers", "embed", "mlp"), (X, L, E, MM)),
+                (moe + ("wi_1",), ("exp", "layers", "embed", "mlp"), (X, L, E, MM)),
+                (moe + ("wo",), ("exp", "layers", "mlp", "embed"), (X, L, MM, E)),
+                (sh + ("shared_expert", "wi_0", "kernel"), ("embed", "layers", "mlp"), (E, L, MM)),
+                (sh + ("shared_expert", "wi_1", "kernel"), ("embed", "layers", "mlp"), (E, L, MM)),
+                (sh + ("shared_expert", "wo", "kernel"), ("mlp", "layers", "embed"), (MM, L, E)),
+                (sh + ("shared_expert_gate", "kernel"), ("embed", "layers", "kv"), (E, L, 1))]
+    return out
+
+
 def model_args(d: dict) -> list:
     """The unroll keys (key=value) that describe the checkpoint's model, beyond the example
     config's llama2 defaults."""
+    if d.get("shape") == "qwen3.5":
+        return ["decoder_block=qwen3_5", "inhomogeneous_layer_cycle_interval=4",
+                f"base_num_decoder_layers={4 * d['layers']}"]
     if d.get("shape") != "deepseek":
         return []
     return ["decoder_block=deepseek", f"first_num_dense_layers={d['dense_layers']}",
             f"base_num_decoder_layers={d['dense_layers'] + d['layers']}"]
+
+
+def qwen35_yml(d: dict) -> str:
+    """The keys a Qwen3.5 export reads that the example config has not."""
+    return "\n".join([
+        f"num_experts: {d['experts']}", "num_experts_per_tok: 8", "shared_experts: 1",
+        "norm_topk_prob: true", "logits_via_embedding: false", "partial_rotary_factor: 0.25",
+        "rope_max_timescale: 10000000", "normalization_layer_epsilon: 1.0e-6",
+        f"gdn_num_key_heads: {d['kh']}", f"gdn_num_value_heads: {d['vh']}",
+        f"gdn_key_head_dim: {d['dk']}", f"gdn_value_head_dim: {d['dv']}",
+        f"gdn_conv_kernel_dim: {d['conv']}", f"head_dim: {d['head_dim']}", ""])
 
 
 # The keys a DeepSeek-V3 export reads that the example config has not (unroll.yml beside the
@@ -170,6 +250,8 @@ def leaf_table(d: dict) -> list:
     (or a DeepSeek-V3 one: --shape deepseek)."""
     if d.get("shape") == "deepseek":
         return _deepseek_table(d)
+    if d.get("shape") == "qwen3.5":
+        return _qwen35_table(d)
     E, H, K, D, M, V, L = (d["emb"], d["heads"], d["kv_heads"], d["head_dim"], d["mlp"],
                            d["vocab"], d["layers"])
     lay = ("decoder", "layers")
@@ -199,7 +281,8 @@ def dims_for(params_gib: float, layers: int = 0, shape: str = "llama") -> dict:
     are its MoE layers."""
     if layers > 0:
         return dict(PRESET_SMALL, layers=layers)
-    preset = (PRESET_DEEPSEEK if shape == "deepseek" else PRESET_XL if params_gib >= 8.0
+    preset = (PRESET_DEEPSEEK if shape == "deepseek" else PRESET_QWEN35 if shape == "qwen3.5"
+              else PRESET_XL if params_gib >= 8.0
               else PRESET_LARGE if params_gib >= 1.0 else PRESET_SMALL)
     d = dict(preset, layers=0)
     fixed = sum(math.prod(s) for _, _, s in leaf_table(d))
@@ -508,9 +591,10 @@ def generate(params_gib: float, out: pathlib.Path, seed: int, distinct: bool,
         "disk_bytes": sum(p.stat().st_size for p in items.rglob("*") if p.is_file()),
     }
     (out / "bench_checkpoint.json").write_text(json.dumps(info, indent=2) + "\n")
-    if d.get("shape") == "deepseek":
+    if d.get("shape") in ("deepseek", "qwen3.5"):
         example = pathlib.Path(__file__).resolve().parents[1] / "tests/data/example/unroll.yml"
-        (out / "unroll.yml").write_text(example.read_text() + "\n" + deepseek_yml(d))
+        keys = deepseek_yml(d) if d["shape"] == "deepseek" else qwen35_yml(d)
+        (out / "unroll.yml").write_text(example.read_text() + "\n" + keys)
     return info
 
 
@@ -663,8 +747,9 @@ def main() -> None:
     m.add_argument("--distinct-opt-state", action="store_true")
     m.add_argument("--layers", type=int, default=0,
                    help="small dimensions with this many layers (overrides --params-gib)")
-    m.add_argument("--shape", choices=("llama", "deepseek"), default="llama",
-                   help="the model's layout (deepseek: DeepSeek-V3's, experts on their own axis)")
+    m.add_argument("--shape", choices=("llama", "deepseek", "qwen3.5"), default="llama",
+                   help="the model's layout (deepseek: DeepSeek-V3's, experts on their own "
+                        "axis; qwen3.5: Qwen3.5's, fused projections and stacked experts)")
     m.add_argument("--eager", action="store_true",
                    help="whole jax.Arrays saved by Orbax's own handler (for the test; small)")
     m.set_defaults(fn=cmd_make)
