@@ -12,7 +12,7 @@ static const hf_family *const families[] = {
     &hf_family_qwen3_moe, &hf_family_qwen2,      &hf_family_olmo3,       &hf_family_gemma2,
     &hf_family_gemma3,    &hf_family_gemma4,     &hf_family_deepseek_v2, &hf_family_deepseek,
     &hf_family_gpt_oss,   &hf_family_qwen3_next, &hf_family_qwen3_5,     &hf_family_deepseek_v32,
-    &hf_family_llama4,
+    &hf_family_deepseek4, &hf_family_llama4,
 };
 
 const hf_rule hf_rules_llama_like[HF_N_RULES_LLAMA_LIKE] = {

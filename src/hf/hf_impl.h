@@ -92,7 +92,9 @@ enum {
  * slice. The pattern's "{name}" is a size the family's setup named (hf_model_set_size): the
  * heads of a fused kernel, a piece's range in a head's block. Rules that follow the first one
  * of a parameter with the same MaxText path give it more tensors: the pieces of a fused
- * kernel, each keeping its range ("b[{lo}:{hi}]"), at most HF_MAX_PIECES. */
+ * kernel, each keeping its range ("b[{lo}:{hi}]"), at most HF_MAX_PIECES. A rule whose hf is
+ * NULL leaves its parameter out (one MaxText has and Hugging Face has no place for, as
+ * MaxText's exporter maps it to None: DeepSeek-V4's hyper-connection norms). */
 typedef struct {
     const char *mt;
     const char *hf;
@@ -279,6 +281,7 @@ extern const hf_family hf_family_deepseek_v32;
 extern const hf_family hf_family_gpt_oss;
 extern const hf_family hf_family_qwen3_next;
 extern const hf_family hf_family_qwen3_5;
+extern const hf_family hf_family_deepseek4;
 extern const hf_family hf_family_llama4;
 
 #endif

@@ -393,6 +393,9 @@ static int map_params(ur_hf_plan *p, ur_err *err)
                             p->params[i].path, f->architecture);
             break;
         }
+        if (hit->hf == NULL) {
+            continue; /* a parameter Hugging Face has no place for, left out */
+        }
         /* the first rule of the parameter, then the pieces the rules after it cut from it
          * (only rules that keep a range: another whole copy is a table's mistake) */
         size_t k = 0;
@@ -507,6 +510,9 @@ static int check_complete(ur_hf_plan *p, ur_err *err)
     const hf_family *f = p->fam;
     for (size_t k = 0; k < f->n_shared + f->n_rules; k++) {
         const hf_rule *r = hf_family_rule(f, k);
+        if (r->hf == NULL) {
+            continue;
+        }
         int layered = strstr(r->hf, "{i}") != NULL;
         int64_t experts = strstr(r->hf, "{e}") != NULL ? p->model.n_experts : 1;
         /* the Hugging Face layers [first, end) the rule is for, MaxText's {i} less first */

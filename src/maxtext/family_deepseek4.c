@@ -52,4 +52,7 @@ const ur_plan_family ur_family_deepseek4 = {
     .applies = applies,
     .setup = setup,
     .mtp_leaf = mtp_leaf,
+    /* the scanned blocks' router bias (MoEBiasVar: stacked on axis 0), in a param-only
+     * checkpoint at its parameter path; the hash layers' Tid2EidVar is never stacked */
+    .aux_leaf = ur_plan__router_bias,
 };

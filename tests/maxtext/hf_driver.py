@@ -129,6 +129,15 @@ FAMILIES = {
     # a full-attention one; 2 key heads of 4 value heads each, keys wider than values, so that
     # the fused in_proj_qkvz and in_proj_ba are cut into pieces of unequal sizes; the experts
     # stacked. head_dim 16: a quarter of it rotates, in MRoPE sections that make its 2 pairs.
+    # DeepSeek-V4 (deepseek4-tiny's settings): 3 hash-routed layers (the token's id picks its
+    # experts: tid2eid, set to a pattern of the 4 experts), then a block of a heavily
+    # compressed layer (128) and a compressed sparse one (4) with its indexer, as
+    # deepseek4-284b's compress_ratios run (the suite's deepseek4 has 2 hash layers, whose
+    # next layer MaxText's exporter's shape table would take for a compressed sparse one);
+    # hyper-connections of 4 streams, attention sinks, the grouped low-rank output
+    "deepseek4-hash3": [a for a in driver.FAMILIES["deepseek4"] if not a.startswith(
+        ("base_num_decoder_layers=", "first_num_hash_layers=", "compress_ratios="))] + [
+        "base_num_decoder_layers=5", "first_num_hash_layers=3", "compress_ratios=[0,0,4,128,4]"],
     "qwen3.5": [a for a in driver.TINY if not a.startswith(("head_dim=", "base_mlp_dim="))] + [
         "head_dim=16", "base_mlp_dim=16", "model_name=qwen3.5-35b-a3b",
         "override_model_config=true", "base_num_decoder_layers=8", "num_experts=4",
@@ -138,12 +147,22 @@ FAMILIES = {
 }
 for _f, _keys in FAMILIES.items():
     driver.ALL.setdefault(_f, _keys)
+# the hash layers' token-to-expert tables and the router biases set (driver.edited), so that a
+# table or bias lost or misplaced changes the logits
+driver.EDITS["deepseek4-hash3"] = [
+    *(f"nnx_aux/model/decoder/layers_{i}/mlp/MoeBlock_0/tid2eid" for i in range(3)),
+    *(f"nnx_aux/model/decoder/scanned_blocks/layers_{i}/mlp/MoeBlock_0/gate/bias"
+      for i in range(2))]
 
 # The families MaxText 0.2.5's exporter maps (its PARAM_MAPPING); the others it refuses
 # (olmo3 too: its PARAM_MAPPING and HOOK_FNS name olmo3-7b, its HF_SHAPE does not, "Mappings
 # not found for model: olmo3-7b").
 EXPORTER = {"llama3.1", "qwen3", "qwen2.5", "gemma3", "gemma2", "qwen3-moe", "mixtral",
-            "deepseek3", "deepseek2", "gpt-oss", "deepseek3.2"}
+            "deepseek3", "deepseek2", "gpt-oss", "deepseek3.2", "deepseek4-hash3"}
+# Families whose model_name MaxText's exporter's tables know only at full size (or not at
+# all), exported by its own code with the tiny model's config added to them
+# (hf_exporter_tiny.py).
+EXPORTER_TINY = {"deepseek4-hash3"}
 # Families MaxText's exporter maps but cannot export at the test's size, and what it says:
 # gemma4's shapes come from its table's full-size text_config, whatever the model's
 # (--override_model_architecture or not).
@@ -158,7 +177,11 @@ EXPORTER_FAILS = {"gemma4-31b": "cannot reshape array of shape (32, 4, 8)",
 # Layouts of a family MaxText's exporter maps but fails on, and what it says: a scanned
 # DeepSeek's router bias is stacked on axis 0 (a non-parameter variable: nnx.StateAxes puts
 # them there), which the exporter slices on param_scan_axis like a parameter.
-EXPORTER_LAYOUT_FAILS = {("deepseek3", "scanned"): "cannot reshape array of size 2 into shape (4,)"}
+EXPORTER_LAYOUT_FAILS = {("deepseek3", "scanned"): "cannot reshape array of size 2 into shape (4,)",
+                         # its scanned DeepSeek-V4 table: a kernel [groups, in, rank] unstacked
+                         # into a shape it does not have
+                         ("deepseek4-hash3", "scanned"):
+                             "cannot reshape array of shape (4, 16) (size 64) into shape [32 16]"}
 
 
 def unroll(*args: str) -> dict:
@@ -217,19 +240,27 @@ def maxtext_logits(family: str, items: pathlib.Path, img: pathlib.Path | None = 
     import tensorstore as ts
     from flax import nnx
     from maxtext.utils import model_creation_utils
-    from maxtext.layers.moe import MoEBiasVar
+    from maxtext.layers.moe import MoEBiasVar, Tid2EidVar
     cfg = driver._config(family, "scan_layers=true", "dtype=float32", "weight_dtype=float32")
     model = model_creation_utils.get_nnx_create_model_fn(cfg)()
     n = 0
-    # the parameters (params/params/P), and the router's bias (nnx_aux/model/P: not an
-    # nnx.Param, kept apart in the training state)
-    for kind, prefix in ((nnx.Param, "params.params."), (MoEBiasVar, "nnx_aux.model.")):
+    # the parameters (params/params/P), and the router's bias and DeepSeek-V4's token-to-expert
+    # tables (nnx_aux/model/P: not nnx.Params, kept apart in the training state); zarr3 as
+    # MaxText saves, zarr (v2) where driver.edited saved them again
+    for kind, prefix in ((nnx.Param, "params.params."), (MoEBiasVar, "nnx_aux.model."),
+                         (Tid2EidVar, "nnx_aux.model.")):
         state = nnx.state(model, kind)
         for key_path, var in nnx.to_flat_state(state):
             name = prefix + ".".join(str(k) for k in key_path)
-            arr = ts.open({"driver": "zarr3", "kvstore": {"driver": "ocdbt",
-                                                           "base": f"file://{items}/"},
-                           "path": name + "/"}).result().read().result()
+            for fmt in ("zarr3", "zarr"):
+                try:
+                    arr = ts.open({"driver": fmt, "kvstore": {"driver": "ocdbt",
+                                                              "base": f"file://{items}/"},
+                                   "path": name + "/"}).result().read().result()
+                    break
+                except ValueError:
+                    if fmt == "zarr":
+                        raise
             var.set_value(jnp.asarray(arr, var.get_value().dtype))
             n += 1
         nnx.update(model, state)
@@ -251,7 +282,9 @@ def maxtext_logits(family: str, items: pathlib.Path, img: pathlib.Path | None = 
 
 def maxtext_exporter(family: str, params: str, scanned: bool, out: pathlib.Path,
                      dtype: str) -> dict:
-    cmd = [sys.executable, "-m", "maxtext.checkpoint_conversion.to_huggingface", driver.BASE_YML,
+    module = ([str(HERE / "hf_exporter_tiny.py")] if family in EXPORTER_TINY
+              else ["-m", "maxtext.checkpoint_conversion.to_huggingface"])
+    cmd = [sys.executable, *module, driver.BASE_YML,
            *FAMILIES[family], *driver.COMMON, f"load_parameters_path={params}",
            f"base_output_directory={out}", f"scan_layers={str(scanned).lower()}",
            f"weight_dtype={dtype}", "--override_model_architecture",
@@ -285,7 +318,7 @@ def compare(a: str, b: str) -> dict:
 
 def main() -> None:
     family, work = sys.argv[1], pathlib.Path(sys.argv[2])
-    items = driver.train(family)
+    items = driver.edited(family, driver.train(family))
     facts: dict = {"family": family, "train": str(items)}
     # the training state, exported in float32: the client against MaxText's forward pass
     facts["export"] = export(family, "load_full_state_path", str(items), work / "hf-f32",

@@ -76,7 +76,8 @@ def test_transformers_matches_maxtext(family):
                 "qwen3-moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM",
                 "deepseek3": "DeepseekV3ForCausalLM",
                 "deepseek2": "DeepseekV2ForCausalLM", "gpt-oss": "GptOssForCausalLM",
-                "qwen3.5": "Qwen3_5MoeForConditionalGeneration"}[family]
+                "qwen3.5": "Qwen3_5MoeForConditionalGeneration",
+                "deepseek4-hash3": "DeepseekV4ForCausalLM"}[family]
     # AutoModelForCausalLM takes Qwen3.5's language model alone (its own class, which reads
     # the folder's model.language_model.* names), Gemma's whole architecture
     loaded = {"qwen3.5": "Qwen3_5MoeForCausalLM"}.get(family, expected)

@@ -1087,6 +1087,175 @@ static void test_hf__qwen3_5_pieces(void **state)
     free(f);
 }
 
+/* DeepSeek-V4, one hash-routed layer: each hyper-connection's three parts joined as MaxText's
+ * exporter joins them (hc_attn_fn: the alphas [k * emb, k], [k * emb, k], [k * emb, k * k]
+ * transposed, one under the other; hc_attn_base: the betas end to end, res_beta flattened;
+ * hc_attn_scale: the three scales), the pieces fed in chunks of their own; the norm the
+ * exporter drops is left out; config.json's layer and MLP types from the layer's parameters. */
+#define HC(mod)                                                                                   \
+    {"decoder/layers_0/" mod "/pre_alpha", 2, {4 * E, 4}},                                        \
+        {"decoder/layers_0/" mod "/post_alpha", 2, {4 * E, 4}},                                   \
+        {"decoder/layers_0/" mod "/res_alpha", 2, {4 * E, 16}},                                   \
+        {"decoder/layers_0/" mod "/pre_beta", 1, {4}},                                            \
+        {"decoder/layers_0/" mod "/post_beta", 1, {4}},                                           \
+        {"decoder/layers_0/" mod "/res_beta", 2, {4, 4}},                                         \
+        {"decoder/layers_0/" mod "/pre_alpha_scale", 1, {1}},                                     \
+        {"decoder/layers_0/" mod "/post_alpha_scale", 1, {1}},                                    \
+        {"decoder/layers_0/" mod "/res_alpha_scale", 1, {1}},                                     \
+    {                                                                                             \
+        "decoder/layers_0/" mod "/mhc_norm/scale", 1,                                             \
+        {                                                                                         \
+            4 * E                                                                                 \
+        }                                                                                         \
+    }
+static const param DEEPSEEK4[] = {
+    {"token_embedder/embedding", 2, {V, E}},
+    {"decoder/decoder_norm/scale", 1, {E}},
+    {"decoder/logits_dense/kernel", 2, {E, V}},
+    {"decoder/hc_head/hc_fn", 2, {4 * E, 4}},
+    {"decoder/hc_head/hc_base", 1, {4}},
+    {"decoder/hc_head/hc_scale", 1, {1}},
+    {"decoder/layers_0/pre_self_attention_layer_norm/scale", 1, {E}},
+    {"decoder/layers_0/post_self_attention_layer_norm/scale", 1, {E}},
+    HC("mhc_attention"),
+    HC("mhc_mlp"),
+    {"decoder/layers_0/self_attention/q_norm/scale", 1, {M}},
+    {"decoder/layers_0/self_attention/kv_norm/scale", 1, {D}},
+    {"decoder/layers_0/self_attention/wq_a/kernel", 2, {E, M}},
+    {"decoder/layers_0/self_attention/wq_b/kernel", 3, {M, H, D}},
+    {"decoder/layers_0/self_attention/wkv/kernel", 3, {E, 1, D}},
+    {"decoder/layers_0/self_attention/sinks", 1, {H}},
+    {"decoder/layers_0/self_attention/o_a_proj/kernel", 3, {2, H *D / 2, 3}},
+    {"decoder/layers_0/self_attention/o_b_proj/kernel", 2, {6, E}},
+    {"decoder/layers_0/mlp/MoeBlock_0/gate/kernel", 2, {E, X}},
+    {"decoder/layers_0/mlp/MoeBlock_0/tid2eid", 2, {V, 2}},
+    {"decoder/layers_0/mlp/shared_experts/wi_0/kernel", 2, {E, M}},
+    {"decoder/layers_0/mlp/shared_experts/wi_1/kernel", 2, {E, M}},
+    {"decoder/layers_0/mlp/shared_experts/wo/kernel", 2, {M, E}},
+    {"decoder/layers_0/mlp/MoeBlock_0/wi_0", 3, {X, E, M}},
+    {"decoder/layers_0/mlp/MoeBlock_0/wi_1", 3, {X, E, M}},
+    {"decoder/layers_0/mlp/MoeBlock_0/wo", 3, {X, M, E}},
+};
+#undef HC
+#define N_DEEPSEEK4 (sizeof DEEPSEEK4 / sizeof DEEPSEEK4[0])
+
+/* The index of DEEPSEEK4's parameter whose path ends with `tail`. */
+static size_t ds4_param(const char *tail)
+{
+    for (size_t i = 0; i < N_DEEPSEEK4; i++) {
+        size_t n = strlen(DEEPSEEK4[i].path), k = strlen(tail);
+        if (n >= k && strcmp(DEEPSEEK4[i].path + n - k, tail) == 0) {
+            return i;
+        }
+    }
+    fail_msg("no parameter %s", tail);
+    return 0;
+}
+
+static void test_hf__deepseek4_hyper_connections(void **state)
+{
+    fake_plan *f = calloc(1, sizeof *f);
+    ur_hf_opts o = {UR_DT_FLOAT32, 0, 0, NULL};
+    ur_hf_plan *p;
+    ur_config *cfg;
+    ur_sink sink;
+    ur_kvstore *kv;
+    ur_st_header h;
+    ur_buf text;
+    char dir[256], path[300];
+    float *data[N_DEEPSEEK4], fn[24 * 4 * E], base[24], scale[3];
+    const ur_st_entry *t;
+    (void)state;
+    assert_true(N_DEEPSEEK4 <= MAX_PARAMS);
+    ur_test_scratch_dir(dir, sizeof dir, "hf_deepseek4");
+    cfg = yml_config(dir, "deepseek4.yml",
+                     "decoder_block: deepseek4\nmodel_name: default\nbase_num_decoder_layers: 1\n"
+                     "num_experts: 5\nnum_experts_per_tok: 2\nshared_experts: 1\n"
+                     "routed_score_func: sqrtsoftplus\nlogits_via_embedding: false\n"
+                     "first_num_hash_layers: 1\n");
+    make_plan(f, DEEPSEEK4, N_DEEPSEEK4);
+    assert_int_equal(ur_hf_plan_build(&p, &f->plan, f->leaves, ur_config_settings(cfg), &o, NULL),
+                     UR_OK);
+    assert_int_equal(ur_hf_sink_open(&sink, p, dir, NULL), UR_OK);
+    for (size_t i = N_DEEPSEEK4; i-- > 0;) { /* the last pieces first */
+        uint64_t n = 1;
+        for (int d = 0; d < DEEPSEEK4[i].rank; d++) {
+            n *= DEEPSEEK4[i].shape[d];
+        }
+        data[i] = malloc(n * sizeof(float));
+        for (uint64_t e = 0; e < n; e++) {
+            data[i][e] = (float)(i * 1000 + e);
+        }
+        feed(&sink, f, i, &DEEPSEEK4[i], data[i]);
+    }
+    assert_int_equal(sink.ops->finish(sink.self, NULL), UR_OK);
+    assert_int_equal(ur_hf_write_meta(p, dir, NULL), UR_OK);
+    assert_int_equal(ur_kvstore_file_open(&kv, dir, 0, NULL), UR_OK);
+    assert_int_equal(ur_st_header_read(&h, kv, "model.safetensors", NULL), UR_OK);
+    t = ur_st_header_find(&h, "layers.0.hc_attn_fn");
+    assert_non_null(t);
+    assert_int_equal(t->shape[0], 24);
+    assert_int_equal(t->shape[1], 4 * E);
+    assert_int_equal(ur_kvstore_read_range(kv, "model.safetensors", t->begin, sizeof fn, fn, NULL),
+                     UR_OK);
+    {
+        const float *pre = data[ds4_param("mhc_attention/pre_alpha")],
+                    *post = data[ds4_param("mhc_attention/post_alpha")],
+                    *res = data[ds4_param("mhc_attention/res_alpha")];
+        for (int x = 0; x < 4 * E; x++) {
+            for (int k = 0; k < 4; k++) {
+                assert_true(fn[k * 4 * E + x] == pre[x * 4 + k]);
+                assert_true(fn[(4 + k) * 4 * E + x] == post[x * 4 + k]);
+            }
+            for (int k = 0; k < 16; k++) {
+                assert_true(fn[(8 + k) * 4 * E + x] == res[x * 16 + k]);
+            }
+        }
+    }
+    t = ur_st_header_find(&h, "layers.0.hc_ffn_base");
+    assert_non_null(t);
+    assert_int_equal(t->shape[0], 24);
+    assert_int_equal(
+        ur_kvstore_read_range(kv, "model.safetensors", t->begin, sizeof base, base, NULL), UR_OK);
+    for (int k = 0; k < 24; k++) {
+        const char *part = k < 4   ? "mhc_mlp/pre_beta"
+                           : k < 8 ? "mhc_mlp/post_beta"
+                                   : "mhc_mlp/res_beta";
+        assert_true(base[k] == data[ds4_param(part)][k < 4 ? k : k < 8 ? k - 4 : k - 8]);
+    }
+    t = ur_st_header_find(&h, "layers.0.hc_attn_scale");
+    assert_non_null(t);
+    assert_int_equal(
+        ur_kvstore_read_range(kv, "model.safetensors", t->begin, sizeof scale, scale, NULL),
+        UR_OK);
+    assert_true(scale[0] == data[ds4_param("mhc_attention/pre_alpha_scale")][0]);
+    assert_true(scale[1] == data[ds4_param("mhc_attention/post_alpha_scale")][0]);
+    assert_true(scale[2] == data[ds4_param("mhc_attention/res_alpha_scale")][0]);
+    t = ur_st_header_find(&h, "layers.0.attn.wo_a.weight"); /* [groups * rank, in] */
+    assert_non_null(t);
+    assert_int_equal(t->shape[0], 6);
+    assert_int_equal(t->shape[1], H * D / 2);
+    assert_null(ur_st_header_find(&h, "layers.0.mhc_norm.weight"));
+    ur_st_header_dispose(&h);
+    ur_kvstore_close(kv);
+    ur_buf_init(&text, 0);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    assert_int_equal(ur_fs_read_file(&text, path, 1 << 20, NULL), UR_OK);
+    assert_int_equal(ur_buf_append(&text, "", 1, NULL), UR_OK);
+    assert_non_null(strstr((const char *)text.data, "\"hash_moe\""));
+    assert_non_null(strstr((const char *)text.data, "\"sliding_attention\""));
+    assert_non_null(strstr((const char *)text.data, "\"hc_mult\": 4,"));
+    assert_non_null(strstr((const char *)text.data, "\"o_groups\": 2,"));
+    ur_buf_dispose(&text);
+    for (size_t i = 0; i < N_DEEPSEEK4; i++) {
+        free(data[i]);
+    }
+    ur_hf_plan_free(p);
+    ur_config_free(cfg);
+    (void)ur_fs_remove_tree(dir, NULL);
+    free(f);
+}
+
 /* Llama 4: the routed experts' gate and up kernels concatenated along the columns of one
  * tensor, gate_up_proj[x][e][m] = wi_0[x][e][m] and [M + m] = wi_1's, fed in chunks of their
  * own; a layer with neither its MLP nor its experts is refused, naming it. */
@@ -1191,6 +1360,7 @@ int main(void)
         cmocka_unit_test(test_hf__gpt_oss_interleaved),
         cmocka_unit_test(test_hf__qwen3_next_layers),
         cmocka_unit_test(test_hf__qwen3_5_pieces),
+        cmocka_unit_test(test_hf__deepseek4_hyper_connections),
         cmocka_unit_test(test_hf__llama4_columns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
