@@ -115,6 +115,13 @@ const uint64_t *hf_model_shape(const hf_model *m, const char *path, int *rank)
     return m->shapes[at];
 }
 
+const uint64_t *hf_model_layer_shape(const hf_model *m, int64_t i, const char *what, int *rank)
+{
+    char path[160];
+    snprintf(path, sizeof path, "decoder/layers_%lld/%s", (long long)i, what);
+    return hf_model_shape(m, path, rank);
+}
+
 int64_t hf_model_layers(const hf_model *m)
 {
     return m->n_layers * (m->per_layer > 1 ? m->per_layer : 1);

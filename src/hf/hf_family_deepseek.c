@@ -277,10 +277,7 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
     int64_t groups = hf_cfg_int(s, "n_routing_groups", -1);
     int64_t top_groups = hf_cfg_int(s, "topk_routing_group", -1);
     int64_t v_head_dim = hf_cfg_int(s, "v_head_dim", 128);
-    struct {
-        const char *key;
-        int64_t v;
-    } ints[] = {
+    hf_json_int_entry ints[] = {
         {"vocab_size", dim(m, "token_embedder/embedding", 2, 0)},
         {"hidden_size", dim(m, "token_embedder/embedding", 2, 1)},
         {"intermediate_size", m->dense_layers > 0
@@ -306,8 +303,8 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
                         "Hugging Face export: the checkpoint lacks the first MoE layer's query, "
                         "wkv_b or experts of a deepseek model");
     }
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0] && rc == UR_OK; i++) {
-        rc = hf_json_int(j, NULL, ints[i].key, ints[i].v, err);
+    if (rc == UR_OK) {
+        rc = hf_json_ints(j, NULL, ints, sizeof ints / sizeof ints[0], err);
     }
     if (rc == UR_OK) {
         rc = hf_json_str(j, NULL, "model_type",

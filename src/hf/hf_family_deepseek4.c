@@ -101,14 +101,6 @@ static int applies(const ur_settings *s)
     return strcmp(s->decoder_block, "deepseek4") == 0;
 }
 
-/* The shape of layer i's parameter `what` (below decoder/layers_i/), NULL when it has none. */
-static const uint64_t *layer_shape(const hf_model *m, int64_t i, const char *what, int *rank)
-{
-    char path[160];
-    snprintf(path, sizeof path, "decoder/layers_%lld/%s", (long long)i, what);
-    return hf_model_shape(m, path, rank);
-}
-
 /* What DeepseekV4ForCausalLM cannot hold: another router (its scores are sqrtsoftplus's;
  * its top-k weights normalized, as MaxText normalizes them for this score whatever
  * norm_topk_prob says), another RoPE (MaxText's deepseek4 rotates without scaling). */
@@ -146,14 +138,14 @@ static int layer_types(const hf_model *m, hf_json *j, ur_err *err)
     int rc = types != NULL && mlp != NULL ? UR_OK : ur_err_oom(err);
     for (int64_t i = 0; i < n && rc == UR_OK; i++) {
         int rank = 0;
-        const uint64_t *c = layer_shape(m, i, CSA_BIAS, &rank);
-        const uint64_t *h = c == NULL ? layer_shape(m, i, HCA, &rank) : NULL;
+        const uint64_t *c = hf_model_layer_shape(m, i, CSA_BIAS, &rank);
+        const uint64_t *h = c == NULL ? hf_model_layer_shape(m, i, HCA, &rank) : NULL;
         csa = c != NULL ? (int64_t)c[0] : csa;
         hca = h != NULL ? (int64_t)h[0] : hca;
         types[i] = c != NULL   ? "compressed_sparse_attention"
                    : h != NULL ? "heavily_compressed_attention"
                                : "sliding_attention";
-        mlp[i] = layer_shape(m, i, MOE "tid2eid", &rank) != NULL ? "hash_moe" : "moe";
+        mlp[i] = hf_model_layer_shape(m, i, MOE "tid2eid", &rank) != NULL ? "hash_moe" : "moe";
     }
     if (rc == UR_OK) {
         rc = hf_json_strs(j, NULL, "layer_types", types, (size_t)n, err);
@@ -212,20 +204,17 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
     const char *arch = "DeepseekV4ForCausalLM";
     int re = 0, rq = 0, ro = 0, rh = 0, rw = 0;
     const uint64_t *e = hf_model_shape(m, "token_embedder/embedding", &re);
-    const uint64_t *q = layer_shape(m, 0, ATT "wq_b/kernel", &rq);
-    const uint64_t *o = layer_shape(m, 0, ATT "o_a_proj/kernel", &ro);
-    const uint64_t *hc = layer_shape(m, 0, "mhc_attention/pre_alpha", &rh);
-    const uint64_t *wi = layer_shape(m, 0, MOE "wi_0", &rw);
+    const uint64_t *q = hf_model_layer_shape(m, 0, ATT "wq_b/kernel", &rq);
+    const uint64_t *o = hf_model_layer_shape(m, 0, ATT "o_a_proj/kernel", &ro);
+    const uint64_t *hc = hf_model_layer_shape(m, 0, "mhc_attention/pre_alpha", &rh);
+    const uint64_t *wi = hf_model_layer_shape(m, 0, MOE "wi_0", &rw);
     if (e == NULL || re != 2 || q == NULL || rq != 3 || o == NULL || ro != 3 || hc == NULL ||
         rh != 2 || wi == NULL || rw != 3) {
         return ur_err_set(err, UR_EINVAL,
                           "Hugging Face export (deepseek4): the checkpoint lacks the embedding or "
                           "layer 0's wq_b, o_a_proj, mhc_attention/pre_alpha or routed wi_0");
     }
-    const struct {
-        const char *key;
-        int64_t v;
-    } ints[] = {
+    const hf_json_int_entry ints[] = {
         {"vocab_size", (int64_t)e[0]},
         {"hidden_size", (int64_t)e[1]},
         {"num_hidden_layers", hf_model_layers(m)},
@@ -250,8 +239,8 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
         {"num_nextn_predict_layers", 0},
     };
     int rc = hf_json_strs(j, NULL, "architectures", &arch, 1, err);
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0] && rc == UR_OK; i++) {
-        rc = hf_json_int(j, NULL, ints[i].key, ints[i].v, err);
+    if (rc == UR_OK) {
+        rc = hf_json_ints(j, NULL, ints, sizeof ints / sizeof ints[0], err);
     }
     if (rc == UR_OK) {
         rc = hf_json_str(j, NULL, "model_type", "deepseek_v4", err);

@@ -165,10 +165,7 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
                           "Hugging Face export: the checkpoint lacks the embedding, layer 0's "
                           "query and key kernels or a MoE layer's experts of a llama4 model");
     }
-    const struct {
-        const char *key;
-        int64_t v;
-    } ints[] = {
+    const hf_json_int_entry ints[] = {
         {"vocab_size", (int64_t)e[0]},
         {"hidden_size", (int64_t)e[1]},
         {"num_attention_heads", (int64_t)q[1]},
@@ -186,8 +183,8 @@ static int config(const hf_model *m, hf_json *j, ur_err *err)
         {"max_position_embeddings", scaled ? 131072 : hf_cfg_int(s, "max_target_length", 2048)},
     };
     rc = hf_json_strs(j, NULL, "architectures", &arch, 1, err);
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0] && rc == UR_OK; i++) {
-        rc = hf_json_int(j, NULL, ints[i].key, ints[i].v, err);
+    if (rc == UR_OK) {
+        rc = hf_json_ints(j, NULL, ints, sizeof ints / sizeof ints[0], err);
     }
     if (rc == UR_OK) {
         rc = hf_json_str(j, NULL, "model_type", "llama4_text", err);

@@ -156,14 +156,6 @@ static int applies_35(const ur_settings *s)
     return strcmp(s->decoder_block, "qwen3_5") == 0;
 }
 
-/* The shape of layer i's parameter `what` (below decoder/layers_i/), NULL when it has none. */
-static const uint64_t *layer_shape(const hf_model *m, int64_t i, const char *what, int *rank)
-{
-    char path[160];
-    snprintf(path, sizeof path, "decoder/layers_%lld/%s", (long long)i, what);
-    return hf_model_shape(m, path, rank);
-}
-
 #define QUERY "attention/attention/query/kernel"
 #define KEY "attention/attention/key/kernel"
 #define CONV "attention/conv1d/kernel"
@@ -235,8 +227,8 @@ static int setup_35(hf_model *m, ur_err *err)
     }
     uint64_t vd = (uint64_t)(g.vh / g.kh * g.dv), kd = (uint64_t)g.dk, kh = (uint64_t)g.kh;
     for (int64_t i = 0; qkvz == NULL && i < (int64_t)m->n + 1; i++) {
-        qkvz = layer_shape(m, i, "attention/in_proj_qkvz/kernel", &rq);
-        ba = layer_shape(m, i, "attention/in_proj_ba/kernel", &rb);
+        qkvz = hf_model_layer_shape(m, i, "attention/in_proj_qkvz/kernel", &rq);
+        ba = hf_model_layer_shape(m, i, "attention/in_proj_ba/kernel", &rb);
     }
     if (qkvz != NULL && (rq != 2 || qkvz[1] != kh * (2 * kd + 2 * vd) || ba == NULL || rb != 2 ||
                          ba[1] != 2 * (uint64_t)g.vh)) {
@@ -270,8 +262,8 @@ static int layer_types(const hf_model *m, hf_json *j, const char *in, int64_t *f
     int rc = types != NULL ? UR_OK : ur_err_oom(err);
     *full = -1;
     for (int64_t i = 0; i < n && rc == UR_OK; i++) {
-        int rank = 0, q = layer_shape(m, i, QUERY, &rank) != NULL,
-            c = layer_shape(m, i, CONV, &rank) != NULL;
+        int rank = 0, q = hf_model_layer_shape(m, i, QUERY, &rank) != NULL,
+            c = hf_model_layer_shape(m, i, CONV, &rank) != NULL;
         if (q == c) {
             rc = ur_err_set(
                 err, UR_EINVAL, "Hugging Face export (qwen3_next): decoder/layers_%lld has %s",
@@ -302,13 +294,11 @@ static int linear_config(const hf_model *m, hf_json *j, const char *in, ur_err *
     int64_t lin = 0;
     int rank = 0;
     const uint64_t *conv = NULL;
-    while (lin < hf_model_layers(m) && (conv = layer_shape(m, lin, CONV, &rank)) == NULL) {
+    while (lin < hf_model_layers(m) &&
+           (conv = hf_model_layer_shape(m, lin, CONV, &rank)) == NULL) {
         lin++;
     }
-    const struct {
-        const char *key;
-        int64_t v;
-    } ints[] = {
+    const hf_json_int_entry ints[] = {
         {"linear_conv_kernel_dim", conv != NULL && rank == 3
                                        ? (int64_t)conv[0]
                                        : hf_cfg_int(m->s, "gdn_conv_kernel_dim", 4)},
@@ -317,11 +307,7 @@ static int linear_config(const hf_model *m, hf_json *j, const char *in, ur_err *
         {"linear_num_key_heads", g.kh},
         {"linear_num_value_heads", g.vh},
     };
-    int rc = UR_OK;
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0] && rc == UR_OK; i++) {
-        rc = hf_json_int(j, in, ints[i].key, ints[i].v, err);
-    }
-    return rc;
+    return hf_json_ints(j, in, ints, sizeof ints / sizeof ints[0], err);
 }
 
 /* The language model's entries, inside `in` (NULL: top level): layer_types, the
@@ -342,8 +328,8 @@ static int text_config(const hf_model *m, hf_json *j, const char *in, const char
     if (rc < 0) {
         return rc;
     }
-    q = layer_shape(m, full, QUERY, &rq);
-    k = layer_shape(m, full, KEY, &rk);
+    q = hf_model_layer_shape(m, full, QUERY, &rq);
+    k = hf_model_layer_shape(m, full, KEY, &rk);
     if (e == NULL || re != 2 || wi == NULL || rw != 3 || rq != 3 || rk != 3 || q[2] != 2 * k[2]) {
         return ur_err_set(err, UR_EINVAL,
                           "Hugging Face export (%s): the checkpoint lacks the embedding or layer "
@@ -351,10 +337,7 @@ static int text_config(const hf_model *m, hf_json *j, const char *in, const char
                           "key [emb, kv heads, head_dim] kernels",
                           block, (long long)full);
     }
-    const struct {
-        const char *key;
-        int64_t v;
-    } ints[] = {
+    const hf_json_int_entry ints[] = {
         {"vocab_size", (int64_t)e[0]},
         {"hidden_size", (int64_t)e[1]},
         {"num_attention_heads", (int64_t)q[1]},
@@ -367,8 +350,8 @@ static int text_config(const hf_model *m, hf_json *j, const char *in, const char
         {"num_experts_per_tok", hf_cfg_int(s, "num_experts_per_tok", 1)},
         {"max_position_embeddings", hf_cfg_int(s, "max_target_length", 2048)},
     };
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0] && rc == UR_OK; i++) {
-        rc = hf_json_int(j, in, ints[i].key, ints[i].v, err);
+    if (rc == UR_OK) {
+        rc = hf_json_ints(j, in, ints, sizeof ints / sizeof ints[0], err);
     }
     if (rc == UR_OK) {
         rc = hf_config_basics(m, j, in, 1e-6, err);

@@ -143,6 +143,8 @@ int64_t hf_model_layers(const hf_model *m);
 
 /* The shape of MaxText parameter `path` (below the model), NULL when the model has none. */
 const uint64_t *hf_model_shape(const hf_model *m, const char *path, int *rank);
+/* The same for layer i's parameter `what` (below decoder/layers_i/). */
+const uint64_t *hf_model_layer_shape(const hf_model *m, int64_t i, const char *what, int *rank);
 
 typedef struct hf_family {
     const char *name;
@@ -256,6 +258,12 @@ int hf_json_float(hf_json *j, const char *in, const char *key, double v, ur_err 
 int hf_json_bool(hf_json *j, const char *in, const char *key, int v, ur_err *err);
 int hf_json_str(hf_json *j, const char *in, const char *key, const char *v, ur_err *err);
 int hf_json_null(hf_json *j, const char *in, const char *key, ur_err *err);
+/* Entries "key": v of a table, inside `in` (as hf_json_int). */
+typedef struct {
+    const char *key;
+    int64_t v;
+} hf_json_int_entry;
+int hf_json_ints(hf_json *j, const char *in, const hf_json_int_entry *e, size_t n, ur_err *err);
 /* a list of strings */
 int hf_json_strs(hf_json *j, const char *in, const char *key, const char *const *v, size_t n,
                  ur_err *err);

@@ -116,6 +116,15 @@ int hf_json_str(hf_json *j, const char *in, const char *key, const char *v, ur_e
     return e != NULL ? set_strs(e, &v, 1, err) : UR_ENOMEM;
 }
 
+int hf_json_ints(hf_json *j, const char *in, const hf_json_int_entry *e, size_t n, ur_err *err)
+{
+    int rc = UR_OK;
+    for (size_t i = 0; i < n && rc == UR_OK; i++) {
+        rc = hf_json_int(j, in, e[i].key, e[i].v, err);
+    }
+    return rc;
+}
+
 int hf_json_strs(hf_json *j, const char *in, const char *key, const char *const *v, size_t n,
                  ur_err *err)
 {
