@@ -158,22 +158,19 @@ driver.EDITS["deepseek4-hash3"] = [
 # (olmo3 too: its PARAM_MAPPING and HOOK_FNS name olmo3-7b, its HF_SHAPE does not, "Mappings
 # not found for model: olmo3-7b").
 EXPORTER = {"llama3.1", "qwen3", "qwen2.5", "gemma3", "gemma2", "qwen3-moe", "mixtral",
-            "deepseek3", "deepseek2", "gpt-oss", "deepseek3.2", "deepseek4-hash3"}
+            "deepseek3", "deepseek2", "gpt-oss", "deepseek3.2", "deepseek4-hash3", "gemma4-31b",
+            "gemma4-26b", "qwen3.5"}
 # Families whose model_name MaxText's exporter's tables know only at full size (or not at
-# all), exported by its own code with the tiny model's config added to them
-# (hf_exporter_tiny.py).
-EXPORTER_TINY = {"deepseek4-hash3"}
-# Families MaxText's exporter maps but cannot export at the test's size, and what it says:
-# gemma4's shapes come from its table's full-size text_config, whatever the model's
-# (--override_model_architecture or not).
-EXPORTER_FAILS = {"gemma4-31b": "cannot reshape array of shape (32, 4, 8)",
-                  "gemma4-26b": "cannot reshape array of shape (32, 4, 8)",
-                  "gemma3-multimodal": "cannot reshape array of size 9408 into shape (1152,3,14,14)",
-                  # its config table reads a key transformers 5's Qwen3NextConfig no longer has
-                  "qwen3-next": "KeyError: 'full_attention_interval'",
-                  # its qkvz hook takes the linear attention's heads from its table's full-size
-                  # text_config, whatever the model's
-                  "qwen3.5": "cannot reshape array of shape (64, 32)"}
+# all), exported by its own code with the tiny model's config (the config.json of unroll's
+# float32 export, which the client has loaded) in them (hf_exporter_tiny.py).
+EXPORTER_TINY = {"deepseek4-hash3", "gemma4-31b", "gemma4-26b", "qwen3.5"}
+# Families MaxText's exporter maps but cannot export here, and what it says: its Qwen3-Next
+# config table reads a key transformers 5's Qwen3NextConfig no longer keeps (given it back, as
+# hf_exporter_tiny.py does, its shape table still lacks names: "argument of type 'NoneType' is
+# not iterable"); Gemma 3's vision tower takes its shapes from its table's full-size
+# vision_config.
+EXPORTER_FAILS = {"gemma3-multimodal": "cannot reshape array of size 9408 into shape (1152,3,14,14)",
+                  "qwen3-next": "KeyError: 'full_attention_interval'"}
 # Layouts of a family MaxText's exporter maps but fails on, and what it says: a scanned
 # DeepSeek's router bias is stacked on axis 0 (a non-parameter variable: nnx.StateAxes puts
 # them there), which the exporter slices on param_scan_axis like a parameter.
@@ -281,8 +278,9 @@ def maxtext_logits(family: str, items: pathlib.Path, img: pathlib.Path | None = 
 
 
 def maxtext_exporter(family: str, params: str, scanned: bool, out: pathlib.Path,
-                     dtype: str) -> dict:
-    module = ([str(HERE / "hf_exporter_tiny.py")] if family in EXPORTER_TINY
+                     dtype: str, tiny_config: pathlib.Path) -> dict:
+    module = ([str(HERE / "hf_exporter_tiny.py"), f"--tiny_config={tiny_config}"]
+              if family in EXPORTER_TINY
               else ["-m", "maxtext.checkpoint_conversion.to_huggingface"])
     cmd = [sys.executable, *module, driver.BASE_YML,
            *FAMILIES[family], *driver.COMMON, f"load_parameters_path={params}",
@@ -342,7 +340,7 @@ def main() -> None:
                           dtype)
             # where MaxText's exporter refuses or fails the family, once is enough to say so
             theirs = (maxtext_exporter(family, p["path"], layout == "scanned",
-                                       work / f"maxtext-{key}", dtype)
+                                       work / f"maxtext-{key}", dtype, work / "hf-f32")
                       if family in EXPORTER or layout == "scanned" else None)
             v = {"unroll": ours, "maxtext": theirs}
             if ours["rc"] == 0:
