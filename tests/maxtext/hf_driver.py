@@ -159,18 +159,16 @@ driver.EDITS["deepseek4-hash3"] = [
 # not found for model: olmo3-7b").
 EXPORTER = {"llama3.1", "qwen3", "qwen2.5", "gemma3", "gemma2", "qwen3-moe", "mixtral",
             "deepseek3", "deepseek2", "gpt-oss", "deepseek3.2", "deepseek4-hash3", "gemma4-31b",
-            "gemma4-26b", "qwen3.5"}
+            "gemma4-26b", "qwen3.5", "gemma3-multimodal"}
 # Families whose model_name MaxText's exporter's tables know only at full size (or not at
 # all), exported by its own code with the tiny model's config (the config.json of unroll's
 # float32 export, which the client has loaded) in them (hf_exporter_tiny.py).
-EXPORTER_TINY = {"deepseek4-hash3", "gemma4-31b", "gemma4-26b", "qwen3.5"}
+EXPORTER_TINY = {"deepseek4-hash3", "gemma4-31b", "gemma4-26b", "qwen3.5", "gemma3-multimodal"}
 # Families MaxText's exporter maps but cannot export here, and what it says: its Qwen3-Next
 # config table reads a key transformers 5's Qwen3NextConfig no longer keeps (given it back, as
 # hf_exporter_tiny.py does, its shape table still lacks names: "argument of type 'NoneType' is
-# not iterable"); Gemma 3's vision tower takes its shapes from its table's full-size
-# vision_config.
-EXPORTER_FAILS = {"gemma3-multimodal": "cannot reshape array of size 9408 into shape (1152,3,14,14)",
-                  "qwen3-next": "KeyError: 'full_attention_interval'"}
+# not iterable").
+EXPORTER_FAILS = {"qwen3-next": "KeyError: 'full_attention_interval'"}
 # Layouts of a family MaxText's exporter maps but fails on, and what it says: a scanned
 # DeepSeek's router bias is stacked on axis 0 (a non-parameter variable: nnx.StateAxes puts
 # them there), which the exporter slices on param_scan_axis like a parameter.
