@@ -329,8 +329,7 @@ int hf_config_basics(const hf_model *m, hf_json *j, const char *in, double eps, 
     return rc == UR_OK ? hf_json_str(j, in, "dtype", ur_dtype_name(m->weight_dtype), err) : rc;
 }
 
-/* "rope_parameters" inside `in` ("a/rope_parameters"), into out. */
-static void rope_object(const char *in, char *out, size_t n)
+void hf_rope_object(const char *in, char *out, size_t n)
 {
     snprintf(out, n, "%s%srope_parameters", in != NULL ? in : "", in != NULL ? "/" : "");
 }
@@ -339,7 +338,7 @@ int hf_config_rope(const hf_model *m, hf_json *j, const char *in, const char *ro
                    ur_err *err)
 {
     char obj[96];
-    rope_object(in, obj, sizeof obj);
+    hf_rope_object(in, obj, sizeof obj);
     int rc = hf_json_float(j, obj, "rope_theta", hf_cfg_float(m->s, "rope_max_timescale", 10000),
                            err);
     return rc == UR_OK ? hf_json_str(j, obj, "rope_type", rope_type, err) : rc;

@@ -362,8 +362,7 @@ static int text_config(const hf_model *m, hf_json *j, const char *in, const char
     if (rc == UR_OK) {
         rc = hf_config_rope(m, j, in, "default", err);
     }
-    snprintf(rope, sizeof rope, "%s%srope_parameters", in != NULL ? in : "",
-             in != NULL ? "/" : "");
+    hf_rope_object(in, rope, sizeof rope);
     return rc == UR_OK ? hf_json_float(j, rope, "partial_rotary_factor",
                                        hf_cfg_float(s, "partial_rotary_factor", 1.0), err)
                        : rc;

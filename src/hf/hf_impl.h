@@ -225,6 +225,9 @@ int hf_config_vision(const hf_model *m, hf_json *j, const char *model_type, cons
  * level). */
 int hf_config_rope(const hf_model *m, hf_json *j, const char *in, const char *rope_type,
                    ur_err *err);
+/* The path of "rope_parameters" inside `in` ("a/rope_parameters"; NULL: the top level's),
+ * into out (size n), for a family's own entries there. */
+void hf_rope_object(const char *in, char *out, size_t n);
 /* YaRN's entries inside `in` as MaxText computes it: factor (rope_factor, else `factor`), the
  * original context, beta_fast, beta_slow, truncate (rope_truncate, else `truncate`), and
  * attention_factor 1 where MaxText does not scale the rotated output

@@ -445,7 +445,7 @@ static int join_one(hf_tensor *t, size_t n)
     if (n == 1 && join == 0 && t[0].part == 0) {
         return 1; /* a whole tensor */
     }
-    if (n < 2 || join == 0 || axis < 0 || n > 8) {
+    if (n < 2 || join == 0 || axis < 0 || n > HF_PIECE_OF(~0u) + 1) {
         return 0;
     }
     for (size_t j = 0; j < n; j++) {
@@ -467,12 +467,12 @@ static int join_one(hf_tensor *t, size_t n)
         run += t[j].inner;
         extent += t[j].re.out_shape[axis];
     }
+    /* (placed stays the piece's own bytes, as add_tensor counted them) */
     for (size_t j = 0; j < n; j++) {
         t[j].parts = (int)n;
         t[j].run = run;
         memcpy(t[j].shape, t[0].re.out_shape, sizeof t[j].shape);
         t[j].shape[axis] = extent;
-        t[j].placed = t[j].nbytes; /* the piece's own, as add_tensor counted them */
         t[j].nbytes = ur_dtype_size(t[j].dtype);
         for (int d = 0; d < rank; d++) {
             t[j].nbytes *= t[j].shape[d];
